@@ -1,0 +1,43 @@
+# kvtier — every target is one line calling the Python CLI (or pytest/ruff).
+# `make` alone prints this help.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HW       ?= h20-8ssd
+SCENARIO ?= default
+OUT      ?= results
+ARGS     ?=
+EXTRAS   ?= dev
+
+.DEFAULT_GOAL := help
+.PHONY: help venv sim test bench lint profiles models clean
+
+help: ## print this help
+	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-10s %s\n",$$1,$$2}' $(MAKEFILE_LIST)
+	@echo "  variables: HW=$(HW) SCENARIO=$(SCENARIO) OUT=$(OUT) ARGS='...' (extra CLI flags)"
+
+$(VENV)/.installed-$(EXTRAS): pyproject.toml
+	$(PYTHON) -m venv $(VENV) && $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q -e '.[$(EXTRAS)]' && touch $@
+
+venv: $(VENV)/.installed-$(EXTRAS) ## create .venv and install kvtier into it
+
+sim: venv ## simulate SCENARIO on hardware profile HW (e.g. make sim HW=h20-8ssd)
+	$(BIN)/kvtier sim --hw $(HW) --scenario $(SCENARIO) --out $(OUT) $(ARGS)
+
+test: venv ## run the test suite
+	$(BIN)/python -m pytest $(ARGS)
+
+bench: venv ## simulator speed benchmark (sparse-attention decoding plan on h20-8ssd)
+	$(BIN)/kvtier bench --out $(OUT)/bench $(ARGS)
+
+lint: venv ## ruff lint and format check
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+profiles: venv ## list hardware profiles
+	$(BIN)/kvtier profiles $(ARGS)
+
+models: venv ## list the model catalog
+	$(BIN)/kvtier models $(ARGS)
+
+clean: ## remove the virtual environment and results
+	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis

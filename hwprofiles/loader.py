@@ -1,0 +1,227 @@
+"""Load hardware profiles from YAML into validated frozen dataclasses.
+
+Every user mistake raises :class:`ProfileError` with a one-line message that
+names the file, the line and the key path, e.g.::
+
+    hwprofiles/h20-8ssd.yaml:31: ssds[0].read_gbps: must be > 0, got 0
+
+Validation rules follow the naming convention of the schema: a field whose
+name ends in a bandwidth/rate/capacity unit must be positive, a ``*_us`` cost
+must be non-negative, unknown keys are errors, and every node that a link
+names must exist.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hwprofiles.schema import HardwareProfile
+
+PROFILE_DIR = Path(__file__).resolve().parent
+
+_POSITIVE_SUFFIXES = ("_gbps", "_iops", "_gib", "_tflops", "count", "cores", "_depth")
+_NONNEGATIVE_SUFFIXES = ("_us",)
+_DUPLEX = ("full", "half")
+# top-level keys the loader ignores: a place for YAML anchors (&pcie4_x4 ...)
+_FREE_KEYS = ("defs",)
+
+
+class ProfileError(ValueError):
+    """A hardware profile is malformed; the message is one line for the user."""
+
+
+class _Where:
+    """Maps key paths (``ssds[0].read_gbps``) to YAML line numbers."""
+
+    def __init__(self, path: str, root: yaml.Node | None, error: type[ValueError] = ProfileError):
+        self.path = path
+        self._error = error
+        self.lines: dict[str, int] = {}
+        if root is not None:
+            self._walk(root, "")
+
+    def _walk(self, node: yaml.Node, prefix: str) -> None:
+        self.lines.setdefault(prefix, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+                self.lines.setdefault(key, key_node.start_mark.line + 1)
+                self._walk(value_node, key)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._walk(item, f"{prefix}[{i}]")
+
+    def error(self, key: str, message: str) -> ValueError:
+        probe = key
+        while probe and probe not in self.lines:
+            probe = probe.rpartition(".")[0]
+        line = self.lines.get(probe)
+        loc = f"{self.path}:{line}" if line else self.path
+        return self._error(f"{loc}: {key}: {message}" if key else f"{loc}: {message}")
+
+
+def _check_number(
+    where: _Where, key: str, name: str, value: Any, kind: type, positive: bool = False
+) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise where.error(key, f"must be a number, got {value!r}")
+    if kind is int and not float(value).is_integer():
+        raise where.error(key, f"must be an integer, got {value!r}")
+    if (positive or name.endswith(_POSITIVE_SUFFIXES)) and not value > 0:
+        raise where.error(key, f"must be > 0, got {value!r}")
+    if name.endswith(_NONNEGATIVE_SUFFIXES) and not value >= 0:
+        raise where.error(key, f"must be >= 0, got {value!r}")
+    return int(value) if kind is int else float(value)
+
+
+def build_dataclass(cls: type, data: Any, where: _Where, key: str = "") -> Any:
+    """Build dataclass ``cls`` from mapping ``data`` found at key path ``key``.
+
+    Numbers are checked by unit suffix (see module docstring) or by the field
+    metadata ``{"positive": True}``; unknown and missing keys are errors.
+    """
+    if not isinstance(data, dict):
+        raise where.error(key, f"must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and f.name != "source_file"}
+    unknown = sorted(set(data) - set(fields) - (set(_FREE_KEYS) if not key else set()))
+    if unknown:
+        bad = f"{key}.{unknown[0]}" if key else str(unknown[0])
+        raise where.error(bad, f"unknown key (expected one of: {', '.join(fields)})")
+    kwargs = {}
+    for name, f in fields.items():
+        sub = f"{key}.{name}" if key else name
+        if name not in data:
+            if f.default is dataclasses.MISSING:
+                raise where.error(key or "", f"missing required key '{name}'")
+            continue
+        positive = bool(f.metadata.get("positive", False))
+        kwargs[name] = _convert(hints[name], data[name], where, sub, name, positive)
+    return cls(**kwargs)
+
+
+def _convert(
+    tp: Any, value: Any, where: _Where, key: str, name: str, positive: bool = False
+) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return build_dataclass(tp, value, where, key)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise where.error(key, f"must be a list, got {type(value).__name__}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v, where, f"{key}[{i}]", name, positive) for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise where.error(key, f"must be a list of {len(args)} items, got {len(value)}")
+        return tuple(_convert(a, v, where, f"{key}[{i}]", name, positive) for i, (a, v) in enumerate(zip(args, value, strict=True)))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise where.error(key, f"must be true or false, got {value!r}")
+        return value
+    if tp in (int, float):
+        return _check_number(where, key, name, value, tp, positive)
+    if tp is str:
+        if not isinstance(value, str) or not value:
+            raise where.error(key, f"must be a non-empty string, got {value!r}")
+        return value
+    if isinstance(tp, types.UnionType):  # pragma: no cover - not used by the schema yet
+        raise TypeError(f"unsupported union type {tp}")
+    raise TypeError(f"unsupported field type {tp!r}")  # pragma: no cover
+
+
+def _check_topology(p: HardwareProfile, where: _Where) -> None:
+    names = p.node_names
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise where.error("topology", f"node name '{n}' is defined twice")
+        seen.add(n)
+    link_names: set[str] = set()
+    attached: set[str] = set()
+    for i, link in enumerate(p.topology.links):
+        key = f"topology.links[{i}]"
+        if link.name in link_names:
+            raise where.error(f"{key}.name", f"duplicate link name '{link.name}'")
+        link_names.add(link.name)
+        if link.duplex not in _DUPLEX:
+            raise where.error(f"{key}.duplex", f"must be one of {_DUPLEX}, got {link.duplex!r}")
+        a, b = link.between
+        for j, end in enumerate((a, b)):
+            if end not in seen:
+                raise where.error(
+                    f"{key}.between[{j}]", f"link '{link.name}' names unknown node '{end}'"
+                )
+        if a == b:
+            raise where.error(f"{key}.between", f"link '{link.name}' connects '{a}' to itself")
+        attached.update((a, b))
+    for n in p.gpu_names + p.ssd_names + p.dram_names:
+        if n not in attached:
+            raise where.error("topology.links", f"node '{n}' is not attached to any link")
+
+
+def load_profile(source: str | Path) -> HardwareProfile:
+    """Load a profile by name (``h20-8ssd``) or by path to a YAML file."""
+    path = Path(source)
+    if path.suffix not in (".yaml", ".yml"):
+        path = PROFILE_DIR / f"{source}.yaml"
+        if not path.exists():
+            known = ", ".join(list_profiles())
+            raise ProfileError(f"unknown hardware profile '{source}' (known: {known})")
+    if not path.exists():
+        raise ProfileError(f"{path}: no such file")
+    data, where = read_yaml(path)
+    profile = build_dataclass(HardwareProfile, data, where)
+    profile = dataclasses.replace(profile, source_file=str(path))
+    if path.stem != profile.name and path.parent == PROFILE_DIR:
+        raise where.error("name", f"'{profile.name}' differs from the file name '{path.stem}'")
+    _check_topology(profile, where)
+    return profile
+
+
+def read_yaml(path: Path, error: type[ValueError] = ProfileError) -> tuple[Any, _Where]:
+    """Parse ``path``; return the data and a line map for error messages.
+
+    Syntax errors become ``error`` (a one-line message with file and line).
+    """
+    shown = _display(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise error(f"{shown}: cannot read: {exc.strerror}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise error(f"{shown}{line}: invalid YAML: {problem}") from None
+    return data, _Where(shown, root, error)
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def list_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+__all__ = [
+    "PROFILE_DIR",
+    "ProfileError",
+    "build_dataclass",
+    "list_profiles",
+    "load_profile",
+    "read_yaml",
+]

@@ -1,0 +1,164 @@
+"""Frozen dataclasses describing a machine: the hardware-profile contract.
+
+Field names carry their units (``read_gbps`` is 10^9 bytes/s, ``latency_us`` is
+microseconds, ``capacity_gib`` is 2^30 bytes).  Profiles are pure data: no
+method here models behaviour; the simulator turns a profile into resources.
+
+Node names used by the topology and by transfer plans are fixed by the
+profile: GPUs are ``gpu0..gpu{n-1}``, SSDs ``ssd0..ssd{n-1}`` (numbered across
+SSD groups in file order), DRAM modules carry the name given in the file, and
+switches / root complexes are listed under ``topology.switches``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One kind of GPU, ``count`` of them, named gpu0..gpu{count-1}."""
+
+    model: str
+    count: int
+    hbm_capacity_gib: float
+    hbm_gbps: float
+    bf16_tflops: float
+
+
+@dataclass(frozen=True)
+class CpuSpec:
+    """Host CPU: cores available to the I/O software path."""
+
+    model: str
+    cores: int
+
+
+@dataclass(frozen=True)
+class DramModule:
+    """A host memory module / channel group attached to a root complex.
+
+    ``gbps`` is the module's total bandwidth, shared by reads and writes.
+    """
+
+    name: str
+    capacity_gib: float
+    gbps: float
+
+
+@dataclass(frozen=True)
+class SsdGroup:
+    """``count`` identical NVMe SSDs.
+
+    ``*_latency_us`` is the device's unloaded 4 KiB access latency (QD1);
+    ``max_queue_depth`` is the queue depth beyond which throughput no longer
+    grows (the device's internal parallelism, from its datasheet QD figures).
+    """
+
+    model: str
+    count: int
+    capacity_gib: float
+    read_gbps: float
+    write_gbps: float
+    read_iops: float
+    write_iops: float
+    read_latency_us: float
+    write_latency_us: float
+    max_queue_depth: int
+
+
+@dataclass(frozen=True)
+class SoftwareSpec:
+    """CPU costs of the I/O software paths, per I/O and per system call.
+
+    ``kernel_fs_per_io_us``: filesystem + block layer cost of one read/write
+    through the kernel (pread/pwrite on a file).  ``io_uring_per_io_us``: the
+    same I/O submitted through io_uring (block layer, no per-I/O syscall).
+    ``passthrough_per_io_us``: user-space NVMe (SPDK-style) submission and
+    completion.  ``syscall_us``: one system call (io_uring_enter or pread).
+    ``gds_per_io_us``: cuFile per-I/O cost.  ``gpudirect``: whether SSD->GPU
+    reads may bypass host memory (GPUDirect Storage).
+    """
+
+    kernel_fs_per_io_us: float
+    io_uring_per_io_us: float
+    passthrough_per_io_us: float
+    syscall_us: float
+    gds_per_io_us: float
+    gpudirect: bool
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A link between two nodes.
+
+    ``gbps`` is the capacity per direction for ``duplex: full`` links (PCIe,
+    NVLink) and the shared capacity of both directions for ``duplex: half``
+    (a memory bus).
+    """
+
+    name: str
+    between: tuple[str, str]
+    gbps: float
+    kind: str
+    duplex: str = "full"
+
+
+@dataclass(frozen=True)
+class Topology:
+    switches: tuple[str, ...]
+    links: tuple[LinkSpec, ...]
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    description: str
+    gpu: GpuSpec
+    cpu: CpuSpec
+    dram: tuple[DramModule, ...]
+    ssds: tuple[SsdGroup, ...]
+    software: SoftwareSpec
+    topology: Topology
+    source_file: str = field(default="", compare=False)
+
+    # ---- names -------------------------------------------------------------
+    @property
+    def gpu_names(self) -> tuple[str, ...]:
+        return tuple(f"gpu{i}" for i in range(self.gpu.count))
+
+    @property
+    def ssd_names(self) -> tuple[str, ...]:
+        n = sum(g.count for g in self.ssds)
+        return tuple(f"ssd{i}" for i in range(n))
+
+    @property
+    def dram_names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.dram)
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return (
+            self.gpu_names + self.ssd_names + self.dram_names + self.topology.switches
+        )
+
+    def ssd(self, name: str) -> SsdGroup:
+        """The SSD group that device ``name`` (``ssdK``) belongs to."""
+        idx = int(name.removeprefix("ssd"))
+        for group in self.ssds:
+            if idx < group.count:
+                return group
+            idx -= group.count
+        raise KeyError(name)
+
+    def dram_module(self, name: str) -> DramModule:
+        for m in self.dram:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def link(self, name: str) -> LinkSpec:
+        for link in self.topology.links:
+            if link.name == name:
+                return link
+        raise KeyError(name)

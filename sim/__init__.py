@@ -1,0 +1,1 @@
+"""kvtier simulator: a discrete-event model of multi-tier KV-cache movement."""

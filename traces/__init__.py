@@ -1,0 +1,1 @@
+"""kvtier traces: request and access traces (readers, generators, formats)."""
