@@ -25,7 +25,8 @@ from hwprofiles.schema import HardwareProfile
 
 PROFILE_DIR = Path(__file__).resolve().parent
 
-_POSITIVE_SUFFIXES = ("_gbps", "_iops", "_gib", "_tflops", "count", "cores", "_depth")
+# "gbps" (not "_gbps"): links and DRAM modules name their bandwidth plain ``gbps``
+_POSITIVE_SUFFIXES = ("gbps", "_iops", "_gib", "_tflops", "count", "cores", "_depth")
 _NONNEGATIVE_SUFFIXES = ("_us",)
 _DUPLEX = ("full", "half")
 # top-level keys the loader ignores: a place for YAML anchors (&pcie4_x4 ...)
@@ -49,8 +50,13 @@ class _Where:
     def _walk(self, node: yaml.Node, prefix: str) -> None:
         self.lines.setdefault(prefix, node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
             for key_node, value_node in node.value:
                 key = f"{prefix}.{key_node.value}" if prefix else str(key_node.value)
+                if key in seen:  # PyYAML would silently keep the last value
+                    line = key_node.start_mark.line + 1
+                    raise self._error(f"{self.path}:{line}: {key}: duplicate key")
+                seen.add(key)
                 self.lines.setdefault(key, key_node.start_mark.line + 1)
                 self._walk(value_node, key)
         elif isinstance(node, yaml.SequenceNode):

@@ -1,0 +1,1 @@
+"""Simulation core: units, time and the seeded random generator."""

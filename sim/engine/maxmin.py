@@ -1,0 +1,103 @@
+"""Max-min fair rate allocation by progressive filling.
+
+A flow crosses resources; on resource ``r`` it consumes ``coef * rate`` of
+the resource's capacity (``coef`` is 1 for a link, where capacity and rate are
+both bytes/s; an SSD is modelled as a time-shared device whose capacity is 1
+and whose coefficient for a flow is the inverse of the rate the device could
+give that flow alone, see ``sim.hw.machine``).  A flow may also carry its own
+rate cap (e.g. the queue-depth bound of its I/Os).
+
+Progressive filling: every unfrozen flow's rate grows at the same pace from 0;
+when a resource saturates, every unfrozen flow crossing it is frozen at the
+current level; when a flow reaches its cap it is frozen at the cap.  The
+result is the unique max-min fair allocation (Bertsekas & Gallager, *Data
+Networks*, §6.5.2), generalised to per-resource coefficients.  Each round
+freezes at least one flow, so there are at most ``len(paths)`` rounds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+Path = Sequence[tuple[int, float]]
+
+_REL = 1e-12
+
+
+def maxmin_rates(
+    paths: Sequence[Path],
+    caps: Sequence[float],
+    capacity: Sequence[float],
+) -> list[float]:
+    """Rates for flows ``paths[i]`` (each a sequence of (resource, coef)).
+
+    ``caps[i]`` bounds flow i (``math.inf`` for none); ``capacity[r]`` is
+    resource r's capacity.  A flow with no resource and no cap is an error.
+    """
+    n = len(paths)
+    if n == 0:
+        return []
+    # local resource numbering: remaining capacity, unfrozen coefficient sum, users
+    local: dict[int, int] = {}
+    remaining: list[float] = []
+    coefsum: list[float] = []
+    users: list[list[int]] = []
+    lpaths: list[list[tuple[int, float]]] = []
+    for i, path in enumerate(paths):
+        if not path and math.isinf(caps[i]):
+            raise ValueError(f"flow {i} crosses no resource and has no rate cap")
+        lp = []
+        for r, c in path:
+            k = local.get(r)
+            if k is None:
+                k = local[r] = len(remaining)
+                remaining.append(capacity[r])
+                coefsum.append(0.0)
+                users.append([])
+            coefsum[k] += c
+            users[k].append(i)
+            lp.append((k, c))
+        lpaths.append(lp)
+    rates = [0.0] * n
+    frozen = [False] * n
+    unfrozen = n
+    level = 0.0
+    nres = len(remaining)
+    while unfrozen:
+        # the next level at which a resource saturates or a flow hits its cap
+        nxt = math.inf
+        for k in range(nres):
+            cs = coefsum[k]
+            if cs > 0.0:
+                t = level + remaining[k] / cs
+                if t < nxt:
+                    nxt = t
+        for i in range(n):
+            if not frozen[i] and caps[i] < nxt:
+                nxt = caps[i]
+        step = nxt - level
+        for k in range(nres):
+            cs = coefsum[k]
+            if cs > 0.0:
+                remaining[k] -= cs * step
+        level = nxt
+        tol = max(level, 1.0) * _REL * 16
+        to_freeze: list[int] = []
+        for k in range(nres):
+            cs = coefsum[k]
+            if cs > 0.0 and remaining[k] <= tol * cs:
+                to_freeze.extend(users[k])
+        for i in range(n):
+            if not frozen[i] and caps[i] <= level * (1 + _REL):
+                to_freeze.append(i)
+        for i in to_freeze:
+            if frozen[i]:
+                continue
+            frozen[i] = True
+            unfrozen -= 1
+            rates[i] = min(level, caps[i])
+            for k, c in lpaths[i]:
+                cs = coefsum[k] - c
+                coefsum[k] = cs if cs > 1e-15 * c else 0.0
+    return rates

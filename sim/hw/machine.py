@@ -1,0 +1,195 @@
+"""Turn a hardware profile into flow-network resources and routes.
+
+Resources (all shared by max-min fairness in :class:`FlowNetwork`):
+
+* every link: a full-duplex link is two resources, one per direction
+  (``gpu0.pcie>`` is a->b as written in the profile, ``gpu0.pcie<`` is b->a),
+  each of capacity ``gbps``; a half-duplex link (a memory bus) is one resource
+  shared by both directions;
+* every SSD: one time-shared resource of capacity 1.  A flow of I/O size
+  ``s`` uses the fraction ``rate / min(bandwidth, IOPS * s)`` of it, so a
+  device serving a mix of small and large, read and write I/Os can never
+  exceed its bandwidth or its IOPS in any combination (reads and writes use
+  their own figures);
+* the host CPU (network ``cpu_net``): capacity ``cores`` core-seconds per
+  second, for the software cost of I/O submission and completion;
+* every GPU's compute engine (network ``gpu_net``): capacity 1 GPU-second
+  per second, so concurrent kernels share the GPU.
+
+The third SSD regime, the queue-depth bound ``qd * s / latency`` (Little's
+law), is per flow: it is a property of how many I/Os *that* stream keeps in
+flight, so it becomes the flow's own rate cap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import simpy
+
+from hwprofiles import HardwareProfile, SsdGroup
+from sim.core.units import gbps, us
+from sim.engine.flownet import FlowNetwork
+
+
+class RouteError(ValueError):
+    """No path between two nodes, or a node the profile does not have."""
+
+
+@dataclass(frozen=True)
+class SsdRates:
+    """Per-flow figures of one SSD access pattern, in bytes/s and seconds."""
+
+    device_rate: float  # min(bandwidth, IOPS * size): the device-wide bound
+    queue_rate: float  # qd * size / latency: the flow's own bound
+    latency_s: float
+
+    @property
+    def solo_rate(self) -> float:
+        return min(self.device_rate, self.queue_rate)
+
+
+def ssd_rates(spec: SsdGroup, write: bool, io_bytes: float, queue_depth: int) -> SsdRates:
+    """The three regimes of an SSD for I/Os of ``io_bytes`` at ``queue_depth``."""
+    bw = gbps(spec.write_gbps if write else spec.read_gbps)
+    iops = spec.write_iops if write else spec.read_iops
+    lat = us(spec.write_latency_us if write else spec.read_latency_us)
+    qd = max(1, min(queue_depth, spec.max_queue_depth))
+    device = min(bw, iops * io_bytes)
+    queue = qd * io_bytes / lat if lat > 0 else math.inf
+    return SsdRates(device_rate=device, queue_rate=queue, latency_s=lat)
+
+
+class Machine:
+    """The simulated resources of one profile, on one simpy environment."""
+
+    def __init__(self, profile: HardwareProfile, env: simpy.Environment | None = None):
+        self.profile = profile
+        self.env = env if env is not None else simpy.Environment()
+        names: list[str] = []
+        caps: list[float] = []
+        self._link_res: dict[tuple[str, str], tuple[str, int]] = {}
+        self._adj: dict[str, list] = {n: [] for n in profile.node_names}
+        for link in profile.topology.links:
+            a, b = link.between
+            if link.duplex == "half":
+                idx = len(names)
+                names.append(link.name)
+                caps.append(gbps(link.gbps))
+                self._link_res[(a, b)] = self._link_res[(b, a)] = (link.name, idx)
+            else:
+                for (x, y), arrow in (((a, b), ">"), ((b, a), "<")):
+                    self._link_res[(x, y)] = (link.name, len(names))
+                    names.append(link.name + arrow)
+                    caps.append(gbps(link.gbps))
+            self._adj[a].append((-link.gbps, b))
+            self._adj[b].append((-link.gbps, a))
+        adjacency = {n: [m for _, m in sorted(adj)] for n, adj in self._adj.items()}
+        self._adj = adjacency  # type: ignore[assignment]
+        self.ssd_res: dict[str, int] = {}
+        for ssd in profile.ssd_names:
+            self.ssd_res[ssd] = len(names)
+            names.append(ssd)
+            caps.append(1.0)
+        self.net = FlowNetwork(self.env, names, caps)
+        # CPU and GPU work never shares a resource with data movement, so they
+        # live in networks of their own (smaller re-ratings, same physics).
+        self.cpu_res = 0
+        self.cpu_net = FlowNetwork(self.env, ["cpu"], [float(profile.cpu.cores)])
+        self.gpu_res = {gpu: i for i, gpu in enumerate(profile.gpu_names)}
+        self.gpu_net = FlowNetwork(
+            self.env, [f"{g}.compute" for g in profile.gpu_names], [1.0] * profile.gpu.count
+        )
+        self._routes: dict[tuple[str, str], tuple[int, ...]] = {}
+
+    def resources(self) -> list[tuple[FlowNetwork, int, str]]:
+        """Every (network, resource index, name), data network first."""
+        return [
+            (net, r, name)
+            for net in (self.net, self.cpu_net, self.gpu_net)
+            for r, name in enumerate(net.names)
+        ]
+
+    # ---- routing ------------------------------------------------------------
+    def route(self, src: str, dst: str) -> tuple[int, ...]:
+        """Directional link resources on the fewest-hop path src -> dst.
+
+        Among paths of equal hop count the one through wider links is taken
+        (neighbours are explored by descending bandwidth, then by name), so
+        GPU peers talk over NVLink and a route is the same on every run.
+        Paths never pass *through* a GPU, SSD or DRAM module (only switches).
+        """
+        key = (src, dst)
+        if key in self._routes:
+            return self._routes[key]
+        for node in (src, dst):
+            if node not in self._adj:
+                raise RouteError(f"unknown node '{node}' (profile {self.profile.name})")
+        if src == dst:
+            raise RouteError(f"route from '{src}' to itself")
+        endpoints = set(self.profile.gpu_names + self.profile.ssd_names + self.profile.dram_names)
+        prev: dict[str, str] = {src: ""}
+        queue = deque([src])
+        while queue:
+            node = queue.popleft()
+            if node == dst:
+                break
+            if node != src and node in endpoints:
+                continue  # endpoints do not forward traffic
+            for nxt in self._adj[node]:
+                if nxt not in prev:
+                    prev[nxt] = node
+                    queue.append(nxt)
+        if dst not in prev:
+            raise RouteError(f"no path from '{src}' to '{dst}' in profile {self.profile.name}")
+        hops: list[int] = []
+        node = dst
+        while node != src:
+            hops.append(self._link_res[(prev[node], node)][1])
+            node = prev[node]
+        self._routes[key] = tuple(reversed(hops))
+        return self._routes[key]
+
+    def route_names(self, src: str, dst: str) -> list[str]:
+        return [self.net.names[r] for r in self.route(src, dst)]
+
+    # ---- flows for I/O --------------------------------------------------------
+    def ssd_access(
+        self, ssd: str, write: bool, io_bytes: float, queue_depth: int
+    ) -> tuple[tuple[int, float], SsdRates]:
+        """(resource, coef) of an SSD access and its rates."""
+        rates = ssd_rates(self.profile.ssd(ssd), write, io_bytes, queue_depth)
+        return (self.ssd_res[ssd], 1.0 / rates.device_rate), rates
+
+    def cpu_seconds(self, io_path: str, n_ios: int, queue_depth: int) -> float:
+        """CPU time to submit and complete ``n_ios`` I/Os on ``io_path``.
+
+        kernel_fs: one syscall and one filesystem traversal per I/O (pread);
+        io_uring: block-layer cost per I/O, one io_uring_enter per batch of
+        ``queue_depth``; passthrough: user-space driver cost per I/O, no
+        syscall; gds: cuFile cost on top of the kernel path per I/O; none:
+        DMA copies and compute, no CPU.
+        """
+        sw = self.profile.software
+        if io_path == "none" or n_ios == 0:
+            return 0.0
+        if io_path == "kernel_fs":
+            per = sw.kernel_fs_per_io_us + sw.syscall_us
+            return us(n_ios * per)
+        if io_path == "io_uring":
+            batches = math.ceil(n_ios / max(1, queue_depth))
+            return us(n_ios * sw.io_uring_per_io_us + batches * sw.syscall_us)
+        if io_path == "passthrough":
+            return us(n_ios * sw.passthrough_per_io_us)
+        if io_path == "gds":
+            return us(n_ios * (sw.kernel_fs_per_io_us + sw.syscall_us + sw.gds_per_io_us))
+        raise ValueError(f"unknown io_path '{io_path}'")
+
+    def gpu_seconds(self, gpu: str, flops: float, hbm_bytes: float) -> float:
+        """Roofline time of a kernel on ``gpu``: max(compute, memory) bound."""
+        if gpu not in self.gpu_res:
+            raise RouteError(f"unknown GPU '{gpu}' (profile {self.profile.name})")
+        g = self.profile.gpu
+        return max(flops / (g.bf16_tflops * 1e12), hbm_bytes / gbps(g.hbm_gbps))

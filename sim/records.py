@@ -1,0 +1,158 @@
+"""Records: what an executor observed, one schema for the simulator and the
+real backend.
+
+* ``ops``: one row per plan op with its ``ready_s``, ``start_s`` and
+  ``end_s`` (seconds from the start of the run) and the op's identity
+  columns copied from the plan;
+* ``devices``: one row per device or link: bytes moved (reads and writes
+  separately for SSDs), I/O count, busy time (at least one transfer active),
+  mean and peak utilisation of its capacity;
+* ``steps``: per plan step, first start, last end and bytes (derived from
+  ``ops``).
+
+On disk each is a Parquet file in one directory, beside ``run.json`` with
+the provenance written by the runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from sim.hw.machine import Machine
+
+OP_RECORD_SCHEMA = pa.schema(
+    [
+        ("op_id", pa.int64()),
+        ("step", pa.int32()),
+        ("layer", pa.int32()),
+        ("kind", pa.string()),
+        ("src", pa.string()),
+        ("dst", pa.string()),
+        ("bytes", pa.int64()),
+        ("n_ios", pa.int64()),
+        ("tag", pa.string()),
+        ("ready_s", pa.float64()),
+        ("start_s", pa.float64()),
+        ("end_s", pa.float64()),
+        ("backend", pa.string()),
+    ]
+)
+
+DEVICE_RECORD_SCHEMA = pa.schema(
+    [
+        ("device", pa.string()),
+        ("type", pa.string()),  # ssd | link | cpu | gpu
+        ("bytes_read", pa.int64()),
+        ("bytes_written", pa.int64()),
+        ("n_ios", pa.int64()),
+        ("busy_s", pa.float64()),
+        ("util_mean", pa.float64()),
+        ("util_peak", pa.float64()),
+    ]
+)
+
+_IDENTITY = ("op_id", "step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag")
+
+
+@dataclass
+class Records:
+    ops: pa.Table
+    devices: pa.Table
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def makespan_s(self) -> float:
+        return float(self.stats.get("makespan_s", 0.0))
+
+    def steps(self) -> pd.DataFrame:
+        return step_records(self.ops)
+
+    def write(self, out_dir: str | Path) -> None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        pq.write_table(self.ops, out / "ops.parquet")
+        pq.write_table(self.devices, out / "devices.parquet")
+        pq.write_table(pa.Table.from_pandas(self.steps(), preserve_index=False),
+                       out / "steps.parquet")
+
+    @classmethod
+    def read(cls, out_dir: str | Path) -> Records:
+        out = Path(out_dir)
+        return cls(ops=pq.read_table(out / "ops.parquet"),
+                   devices=pq.read_table(out / "devices.parquet"))
+
+
+def op_records(plan: pa.Table, ready: Sequence[float], start: Sequence[float],
+               end: Sequence[float], backend: str) -> pa.Table:
+    cols = [plan.column(c) for c in _IDENTITY]
+    n = plan.num_rows
+    times = [pa.array(np.asarray(t, dtype=np.float64)) for t in (ready, start, end)]
+    return pa.Table.from_arrays(cols + times + [pa.array([backend] * n, pa.string())],
+                                schema=OP_RECORD_SCHEMA)
+
+
+def step_records(ops: pa.Table) -> pd.DataFrame:
+    df = ops.select(["step", "bytes", "start_s", "end_s"]).to_pandas()
+    if df.empty:
+        return pd.DataFrame(columns=["step", "start_s", "end_s", "duration_s", "ops", "bytes"])
+    g = df.groupby("step", sort=True)
+    out = pd.DataFrame({
+        "start_s": g["start_s"].min(),
+        "end_s": g["end_s"].max(),
+        "ops": g.size(),
+        "bytes": g["bytes"].sum(),
+    }).reset_index()
+    out["duration_s"] = out["end_s"] - out["start_s"]
+    return out[["step", "start_s", "end_s", "duration_s", "ops", "bytes"]]
+
+
+def ssd_totals(plan: pa.Table) -> dict[str, tuple[int, int, int]]:
+    """Per SSD: (bytes read, bytes written, I/Os) from the plan itself."""
+    df = plan.select(["kind", "src", "dst", "bytes", "n_ios"]).to_pandas()
+    io = df[df["kind"].isin(["read", "write"])]
+    dev = np.where(io["kind"] == "read", io["src"], io["dst"])
+    totals: dict[str, tuple[int, int, int]] = {}
+    if len(io):
+        g = io.assign(device=dev).groupby(["device", "kind"])[["bytes", "n_ios"]].sum()
+        for (device, kind), row in g.iterrows():
+            r, w, n = totals.get(device, (0, 0, 0))
+            b = int(row["bytes"])
+            totals[device] = (r + b, w, n + int(row["n_ios"])) if kind == "read" else \
+                (r, w + b, n + int(row["n_ios"]))
+    return totals
+
+
+def device_records(plan: pa.Table, machine: Machine, makespan: float) -> pa.Table:
+    totals = ssd_totals(plan)
+    rows: dict[str, list[Any]] = {f.name: [] for f in DEVICE_RECORD_SCHEMA}
+    ssds = set(machine.ssd_res.values())
+    for net, r, name in machine.resources():
+        if net is machine.net:
+            kind = "ssd" if r in ssds else "link"
+        else:
+            kind = "cpu" if net is machine.cpu_net else "gpu"
+        if kind == "ssd":
+            b_read, b_written, n_ios = totals.get(name, (0, 0, 0))
+        elif kind == "link":
+            b_read, b_written, n_ios = int(round(net.work[r])), 0, 0
+        else:
+            b_read, b_written, n_ios = 0, 0, 0
+        rows["device"].append(name)
+        rows["type"].append(kind)
+        rows["bytes_read"].append(b_read)
+        rows["bytes_written"].append(b_written)
+        rows["n_ios"].append(n_ios)
+        rows["busy_s"].append(net.busy_s[r])
+        mean = net.work[r] / (net.capacity[r] * makespan) if makespan > 0 else 0.0
+        rows["util_mean"].append(mean)
+        rows["util_peak"].append(net.peak[r])
+    return pa.Table.from_pydict(rows, schema=DEVICE_RECORD_SCHEMA)

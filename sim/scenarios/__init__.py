@@ -1,0 +1,1 @@
+"""Scenarios: workload shapes that produce transfer plans."""
