@@ -73,6 +73,7 @@ class PlanExecutor:
         self.ready_s = [math.nan] * n
         self.start_s = [math.nan] * n
         self.end_s = [math.nan] * n
+        self.cpu_s = [0.0] * n
         self._parts = [0] * n
         self._plans: dict[tuple, tuple] = {}
         self._done = 0
@@ -102,6 +103,7 @@ class PlanExecutor:
     def _start(self, i: int) -> None:
         self.start_s[i] = self.env.now
         net, data, amount, cap, latency, cpu_s = self._op_plan(i)
+        self.cpu_s[i] = cpu_s
         parts = 1 + (cpu_s > 0)
         self._parts[i] = parts
         done = self._part_done
@@ -163,7 +165,7 @@ class PlanExecutor:
     # ---- results -------------------------------------------------------------------
     def records(self) -> Records:
         makespan = max(self.end_s) if self.n else 0.0
-        ops = op_records(self.plan, self.ready_s, self.start_s, self.end_s, backend="sim")
+        ops = op_records(self.plan, self.ready_s, self.start_s, self.end_s, self.cpu_s, "sim")
         devices = device_records(self.plan, self.machine, makespan)
         m = self.machine
         reratings = m.net.reratings + m.cpu_net.reratings + m.gpu_net.reratings

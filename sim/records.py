@@ -43,6 +43,7 @@ OP_RECORD_SCHEMA = pa.schema(
         ("ready_s", pa.float64()),
         ("start_s", pa.float64()),
         ("end_s", pa.float64()),
+        ("cpu_s", pa.float64()),  # CPU time of the op's software path
         ("backend", pa.string()),
     ]
 )
@@ -92,10 +93,10 @@ class Records:
 
 
 def op_records(plan: pa.Table, ready: Sequence[float], start: Sequence[float],
-               end: Sequence[float], backend: str) -> pa.Table:
+               end: Sequence[float], cpu: Sequence[float], backend: str) -> pa.Table:
     cols = [plan.column(c) for c in _IDENTITY]
     n = plan.num_rows
-    times = [pa.array(np.asarray(t, dtype=np.float64)) for t in (ready, start, end)]
+    times = [pa.array(np.asarray(t, dtype=np.float64)) for t in (ready, start, end, cpu)]
     return pa.Table.from_arrays(cols + times + [pa.array([backend] * n, pa.string())],
                                 schema=OP_RECORD_SCHEMA)
 

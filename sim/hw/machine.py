@@ -32,6 +32,7 @@ import simpy
 from hwprofiles import HardwareProfile, SsdGroup
 from sim.core.units import gbps, us
 from sim.engine.flownet import FlowNetwork
+from sim.models.cost import LayerCost, roofline_seconds
 
 
 class RouteError(ValueError):
@@ -192,4 +193,4 @@ class Machine:
         if gpu not in self.gpu_res:
             raise RouteError(f"unknown GPU '{gpu}' (profile {self.profile.name})")
         g = self.profile.gpu
-        return max(flops / (g.bf16_tflops * 1e12), hbm_bytes / gbps(g.hbm_gbps))
+        return roofline_seconds(LayerCost(flops, hbm_bytes), g.bf16_tflops, g.hbm_gbps)

@@ -1,0 +1,124 @@
+"""``kvtier sim``: run a scenario on a hardware profile and print the comparison."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hwprofiles import load_profile
+from sim.config import ConfigError, load_scenario
+from sim.core.units import fmt_bytes
+from sim.executor import simulate
+from sim.plan import read_plan
+from sim.runner import run
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sim", help="simulate a scenario (or a plan file) on a hardware profile")
+    p.add_argument("--hw", default="h20-8ssd", help="hardware profile name or YAML path")
+    p.add_argument("--scenario", default="default", help="scenario name or YAML path")
+    p.add_argument("--out", default="results", help="output directory (default: results)")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--steps", type=int, help="override the number of decode steps")
+    p.add_argument("--trace", action="store_true", help="also write Perfetto timelines")
+    p.add_argument("--plan", help="simulate this transfer-plan Parquet file instead")
+    p.set_defaults(handler=cmd_sim)
+
+
+def make_console() -> Console:
+    """A console; when output is not a terminal, wide enough for the tables."""
+    console = Console()
+    return console if console.is_terminal else Console(width=140)
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    console = make_console()
+    profile = load_profile(args.hw)
+    if args.plan:
+        return _sim_plan(console, args, profile)
+    cfg = load_scenario(args.scenario)
+    if args.seed is not None:
+        cfg = dataclasses.replace(cfg, seed=args.seed)
+    if args.steps is not None:
+        if args.steps <= 0:
+            raise ConfigError(f"--steps must be > 0, got {args.steps}")
+        cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload,
+                                                                     steps=args.steps))
+    out = Path(args.out) / cfg.name / profile.name
+    console.print(f"[bold]kvtier sim[/bold]: scenario [cyan]{cfg.name}[/cyan] on "
+                  f"[cyan]{profile.name}[/cyan] ({cfg.description}), seed {cfg.seed}")
+    with _progress(console) as bar:
+        tasks: dict[str, int] = {}
+
+        def update(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total)
+            bar.update(tasks[name], completed=done)
+
+        result = run(cfg, profile, out, progress=update, trace=args.trace)
+    console.print(summary_table(result.summary(), cfg.workload.batch))
+    console.print(f"results: {out}/ (summary.csv, per-variant records, run.json); "
+                  f"simulated in {result.wall_s:.1f} s")
+    return 0
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("ops"), TimeElapsedColumn(), console=console, transient=False)
+
+
+def summary_table(df: pd.DataFrame, batch: int) -> Table:
+    per_step = fmt_bytes(float(df["read_bytes_per_step"].iloc[0])) if len(df) else "-"
+    table = Table(title=f"Decode with SSD-resident KV: batch {batch}, {per_step} read per step")
+    cols = [
+        ("design", "variant", str),
+        ("step ms", "step_ms", lambda v: f"{v:,.1f}"),
+        ("tokens/s", "tokens_per_s", lambda v: f"{v:,.2f}"),
+        ("I/O ms/step", "io_ms_per_step", lambda v: f"{v:,.1f}"),
+        ("SSD GB/s", "ssd_gbps_during_io", lambda v: f"{v:.2f}"),
+        ("of SSD BW", "ssd_share_of_aggregate", lambda v: f"{100 * v:.0f}%"),
+        ("CPU cores", "cpu_cores_busy", lambda v: f"{v:.1f}"),
+    ]
+    for header, _, _ in cols:
+        table.add_column(header, justify="left" if header == "design" else "right")
+    table.add_column("limited by")
+    for _, row in df.iterrows():
+        cells = [fmt(row[key]) for _, key, fmt in cols]
+        table.add_row(*cells, limiter(row))
+    return table
+
+
+def limiter(row: pd.Series) -> str:
+    """What bounds a design: the software path's CPU time or the busiest device."""
+    if row["cpu_bound_share"] > 0.5:
+        return f"CPU ({row['io_path']}, {100 * row['cpu_bound_share']:.0f}% of reads)"
+    if row["queue_bound_share"] > 0.5:
+        return f"queue depth {row['queue_depth']} ({100 * row['queue_bound_share']:.0f}% of reads)"
+    return f"{row['busiest']} ({100 * row['busiest_util']:.0f}% busy)"
+
+
+def _sim_plan(console: Console, args: argparse.Namespace, profile) -> int:
+    plan = read_plan(args.plan)
+    with _progress(console) as bar:
+        task = bar.add_task(Path(args.plan).name, total=plan.num_rows)
+        records = simulate(plan, profile, lambda d, t: bar.update(task, completed=d))
+    out = Path(args.out)
+    records.write(out)
+    dev = records.devices.to_pandas()
+    dev = dev[(dev["busy_s"] > 0)]
+    table = Table(title=f"{args.plan} on {profile.name}: makespan {records.makespan_s:.6f} s")
+    for col in ("device", "type", "bytes read", "bytes written", "I/Os", "busy s", "util"):
+        table.add_column(col, justify="left" if col in ("device", "type") else "right")
+    for _, r in dev.iterrows():
+        table.add_row(r["device"], r["type"], fmt_bytes(r["bytes_read"]),
+                      fmt_bytes(r["bytes_written"]), f"{r['n_ios']:,}", f"{r['busy_s']:.6f}",
+                      f"{100 * r['util_mean']:.1f}%")
+    console.print(table)
+    console.print(f"records: {out}/")
+    return 0

@@ -1,0 +1,151 @@
+"""Scenario configuration: YAML -> frozen dataclasses, validated on load.
+
+A scenario names a workload and its parameters, plus *variants*: designs to
+compare, each a name and a few overridden workload parameters.  Example::
+
+    name: default
+    description: fixed sparse working set read from SSDs every decode step
+    seed: 0
+    workload:
+      model: Llama-3.1-8B
+      context_tokens: 131072
+      batch: 4
+      ...
+    variants:
+      - {name: io_uring x8}
+      - {name: io_uring x1, ssds: 1}
+
+Errors are one line naming the file, the line and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hwprofiles.loader import build_dataclass, read_yaml
+
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+
+
+class ConfigError(ValueError):
+    """A scenario file is malformed; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class SparseDecodeParams:
+    """Sparse-attention decoding with a fixed working set (see
+    :mod:`sim.scenarios.sparse_decode`)."""
+
+    model: str
+    context_tokens: int = field(metadata={"positive": True})
+    batch: int = field(metadata={"positive": True})
+    sparsity: float = field(metadata={"positive": True})
+    steps: int = field(metadata={"positive": True})
+    ssds: int = 0  # SSDs used, the first N of the profile; 0 = all
+    io_path: str = "io_uring"
+    queue_depth: int = 0  # per-op in-flight I/Os; 0 = the device maximum
+    gds: bool = False  # read into GPU memory directly (GPUDirect Storage)
+    balance: str = "random"  # random: entries striped at random; even: exact split
+    layers: int = 0  # 0 = the model's layer count
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    name: str
+    description: str
+    seed: int
+    workload: SparseDecodeParams
+    variants: tuple[Variant, ...]
+    source_file: str = ""
+
+    def variant_params(self, variant: Variant) -> SparseDecodeParams:
+        return dataclasses.replace(self.workload, **dict(variant.overrides))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The effective configuration, as written beside the results."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "seed": self.seed,
+            "workload": dataclasses.asdict(self.workload),
+            "variants": [
+                {"name": v.name, **dict(v.overrides)} for v in self.variants
+            ],
+        }
+
+
+def load_scenario(source: str | Path) -> ScenarioConfig:
+    """Load a scenario by name (``default``) or path to a YAML file."""
+    path = Path(source)
+    if path.suffix not in (".yaml", ".yml"):
+        path = SCENARIO_DIR / f"{source}.yaml"
+        if not path.exists():
+            known = ", ".join(list_scenarios())
+            raise ConfigError(f"unknown scenario '{source}' (known: {known})")
+    if not path.exists():
+        raise ConfigError(f"{path}: no such file")
+    data, where = read_yaml(path, error=ConfigError)
+    if not isinstance(data, dict):
+        raise where.error("", "a scenario must be a mapping")
+    raw_variants = data.pop("variants", None) or [{"name": "default"}]
+    head = build_dataclass(_Head, data, where)
+    workload = head.workload
+    _check_workload(workload, where, "workload")
+    variants = []
+    names: set[str] = set()
+    fields = {f.name for f in dataclasses.fields(SparseDecodeParams)}
+    if not isinstance(raw_variants, list):
+        raise where.error("variants", "must be a list")
+    for i, raw in enumerate(raw_variants):
+        key = f"variants[{i}]"
+        if not isinstance(raw, dict) or "name" not in raw:
+            raise where.error(key, "each variant must be a mapping with a 'name'")
+        overrides = {k: v for k, v in raw.items() if k != "name"}
+        for k in overrides:
+            if k not in fields:
+                raise where.error(f"{key}.{k}", f"unknown workload key (one of: {', '.join(sorted(fields))})")
+        merged = {**dataclasses.asdict(workload), **overrides}
+        params = build_dataclass(SparseDecodeParams, merged, where, key)
+        _check_workload(params, where, key)
+        name = str(raw["name"])
+        if name in names:
+            raise where.error(f"{key}.name", f"duplicate variant name '{name}'")
+        names.add(name)
+        variants.append(Variant(name, tuple((k, getattr(params, k)) for k in overrides)))
+    return ScenarioConfig(head.name, head.description, head.seed, workload, tuple(variants),
+                          str(path))
+
+
+@dataclass(frozen=True)
+class _Head:
+    name: str
+    description: str
+    seed: int
+    workload: SparseDecodeParams
+
+
+def _check_workload(p: SparseDecodeParams, where: Any, key: str) -> None:
+    from sim.plan import IO_PATHS
+
+    if not 0 < p.sparsity <= 1:
+        raise where.error(f"{key}.sparsity", f"must be in (0, 1], got {p.sparsity}")
+    if p.io_path not in IO_PATHS or p.io_path == "none":
+        raise where.error(f"{key}.io_path", f"must be one of {IO_PATHS[:-1]}, got {p.io_path!r}")
+    if p.balance not in ("random", "even"):
+        raise where.error(f"{key}.balance", f"must be 'random' or 'even', got {p.balance!r}")
+    for name in ("ssds", "queue_depth", "layers"):
+        if getattr(p, name) < 0:
+            raise where.error(f"{key}.{name}", f"must be >= 0, got {getattr(p, name)}")
+
+
+def list_scenarios() -> list[str]:
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))

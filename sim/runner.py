@@ -1,0 +1,114 @@
+"""Run a scenario: plan each variant, simulate it, write results and provenance.
+
+``run(cfg, profile, out_dir) -> ScenarioResult``.  Layout of ``out_dir``::
+
+    summary.parquet, summary.csv    one row per variant
+    run.json                        provenance: git SHA, machine, packages, seed
+    scenario.yaml, profile.yaml     the effective configuration
+    variants/<slug>/plan.parquet    the transfer plan (replayable by real/)
+    variants/<slug>/{ops,devices,steps}.parquet   records
+    variants/<slug>/trace.json      Perfetto/Chrome timeline (with trace=True)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from hwprofiles import HardwareProfile
+from sim.config import ScenarioConfig, Variant
+from sim.executor import simulate
+from sim.metrics import decode_summary
+from sim.perfetto import write_trace
+from sim.plan import write_plan
+from sim.provenance import file_digest, provenance
+from sim.records import Records
+from sim.scenarios.sparse_decode import plan_for
+
+# (variant name, ops done, ops total) -> None
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class VariantResult:
+    variant: Variant
+    records: Records
+    summary: dict
+
+
+@dataclass
+class ScenarioResult:
+    config: ScenarioConfig
+    profile: HardwareProfile
+    variants: list[VariantResult]
+    out_dir: Path | None
+    wall_s: float
+
+    def summary(self) -> pd.DataFrame:
+        return pd.DataFrame([{"variant": v.variant.name, **v.summary} for v in self.variants])
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "variant"
+
+
+def run_variant(cfg: ScenarioConfig, variant: Variant, profile: HardwareProfile,
+                progress: Progress | None = None) -> VariantResult:
+    params = cfg.variant_params(variant)
+    plan, shape = plan_for(params, profile, cfg.seed)
+    cb = (lambda done, total: progress(variant.name, done, total)) if progress else None
+    records = simulate(plan, profile, cb)
+    records.plan = plan  # type: ignore[attr-defined]
+    summary = {
+        "ssds": len(shape.ssds),
+        "io_path": "gds" if params.gds else params.io_path,
+        "queue_depth": params.queue_depth or profile.ssd(shape.ssds[0]).max_queue_depth,
+        **decode_summary(records.ops, records.devices, profile, params.batch, list(shape.ssds),
+                         params.queue_depth),
+    }
+    return VariantResult(variant, records, summary)
+
+
+def run(cfg: ScenarioConfig, profile: HardwareProfile, out_dir: str | Path | None,
+        progress: Progress | None = None, trace: bool = False) -> ScenarioResult:
+    t0 = time.perf_counter()
+    results = [run_variant(cfg, v, profile, progress) for v in cfg.variants]
+    result = ScenarioResult(cfg, profile, results, Path(out_dir) if out_dir else None,
+                            time.perf_counter() - t0)
+    if out_dir is not None:
+        write_results(result, Path(out_dir), trace)
+    return result
+
+
+def write_results(result: ScenarioResult, out: Path, trace: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    summary = result.summary()
+    summary.to_parquet(out / "summary.parquet", index=False)
+    summary.to_csv(out / "summary.csv", index=False)
+    for v in result.variants:
+        vdir = out / "variants" / slug(v.variant.name)
+        v.records.write(vdir)
+        write_plan(v.records.plan, vdir / "plan.parquet")  # type: ignore[attr-defined]
+        if trace:
+            write_trace(v.records.ops, vdir / "trace.json", name=v.variant.name)
+    cfg, profile = result.config, result.profile
+    (out / "scenario.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    shutil.copyfile(profile.source_file, out / "profile.yaml")
+    meta = provenance(
+        seed=cfg.seed,
+        scenario=cfg.to_dict(),
+        scenario_file=cfg.source_file,
+        profile={"name": profile.name, "file": profile.source_file,
+                 "sha256": file_digest(profile.source_file)},
+        wall_s=result.wall_s,
+        stats={v.variant.name: v.records.stats for v in result.variants},
+    )
+    (out / "run.json").write_text(json.dumps(meta, indent=2, default=str))
