@@ -223,14 +223,17 @@ def _check_row(i: int, kind: str, src: str, dst: str, nbytes: int, n_ios: int, i
     for col, node in (("src", src), ("dst", dst)):
         if node not in nodes:
             raise PlanError(f"op {i}: {col} {node!r} is not a node of the profile")
-    if nbytes <= 0 or n_ios <= 0:
-        raise PlanError(f"op {i}: {kind} needs bytes > 0 and n_ios > 0")
+    for col, value in (("bytes", nbytes), ("n_ios", n_ios)):
+        if value <= 0:
+            raise PlanError(f"op {i}: {kind} needs {col} > 0, got {value}")
     if kind == "read" and src not in ssds:
         raise PlanError(f"op {i}: read src must be an SSD, got {src!r}")
     if kind == "write" and dst not in ssds:
         raise PlanError(f"op {i}: write dst must be an SSD, got {dst!r}")
-    if kind == "copy" and (src in ssds or dst in ssds):
-        raise PlanError(f"op {i}: copy must not touch an SSD (use read/write)")
+    if kind == "copy":
+        for col, node in (("src", src), ("dst", dst)):
+            if node in ssds:
+                raise PlanError(f"op {i}: copy {col} {node!r} is an SSD (use read/write)")
     if kind in ("read", "write") and io_path == "none":
         raise PlanError(f"op {i}: {kind} needs an io_path other than 'none'")
 
@@ -240,6 +243,8 @@ def write_plan(plan: pa.Table, path: str | Path) -> None:
 
 
 def read_plan(path: str | Path) -> pa.Table:
+    if not Path(path).exists():
+        raise PlanError(f"{path}: no such file")
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as exc:

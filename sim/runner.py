@@ -24,7 +24,7 @@ import pandas as pd
 import yaml
 
 from hwprofiles import HardwareProfile
-from sim.config import ScenarioConfig, Variant
+from sim.config import ConfigError, ScenarioConfig, Variant
 from sim.executor import simulate
 from sim.metrics import decode_summary
 from sim.perfetto import write_trace
@@ -63,7 +63,10 @@ def slug(name: str) -> str:
 def run_variant(cfg: ScenarioConfig, variant: Variant, profile: HardwareProfile,
                 progress: Progress | None = None) -> VariantResult:
     params = cfg.variant_params(variant)
-    plan, shape = plan_for(params, profile, cfg.seed)
+    try:
+        plan, shape = plan_for(params, profile, cfg.seed)
+    except ValueError as exc:  # the profile cannot run this variant: a user error
+        raise ConfigError(f"{cfg.source_file}: variant '{variant.name}': {exc}") from None
     cb = (lambda done, total: progress(variant.name, done, total)) if progress else None
     records = simulate(plan, profile, cb)
     records.plan = plan  # type: ignore[attr-defined]

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
+from sim.config import ConfigError
 from sim.executor import simulate
 from sim.models import decode_layer_cost, get_model
 from sim.provenance import provenance
@@ -81,6 +82,9 @@ def widened(profile: HardwareProfile, factor: int) -> HardwareProfile:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    for flag, value in (("--steps", args.steps), ("--layers", args.layers)):
+        if value <= 0:
+            raise ConfigError(f"{flag} must be > 0, got {value}")
     console = Console()
     runs = [(args.steps, 1)]
     if args.scaling:

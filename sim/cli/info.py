@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 from rich.table import Table
@@ -23,11 +24,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     m.set_defaults(handler=models)
 
 
+def _need_name(command: str) -> int:
+    print(f"kvtier: error: {command} show needs a NAME", file=sys.stderr)
+    return 2
+
+
 def profiles(args: argparse.Namespace) -> int:
     console = Console()
     if args.action == "show":
         if not args.name:
-            raise SystemExit("kvtier: error: profiles show needs a NAME")
+            return _need_name("profiles")
         show_profile(console, args.name)
         return 0
     table = Table(title="Hardware profiles")
@@ -80,7 +86,7 @@ def models(args: argparse.Namespace) -> int:
     console = Console()
     if args.action == "show":
         if not args.name:
-            raise SystemExit("kvtier: error: models show needs a NAME")
+            return _need_name("models")
         card = get_model(args.name)
         for key, value in card.__dict__.items():
             console.print(f"  {key}: {value}")

@@ -43,6 +43,7 @@ def maxmin_rates(
     remaining: list[float] = []
     coefsum: list[float] = []
     users: list[list[int]] = []
+    active: list[int] = []  # unfrozen users per resource (exact, unlike coefsum)
     lpaths: list[list[tuple[int, float]]] = []
     for i, path in enumerate(paths):
         if not path and math.isinf(caps[i]):
@@ -55,8 +56,10 @@ def maxmin_rates(
                 remaining.append(capacity[r])
                 coefsum.append(0.0)
                 users.append([])
+                active.append(0)
             coefsum[k] += c
             users[k].append(i)
+            active[k] += 1
             lp.append((k, c))
         lpaths.append(lp)
     rates = [0.0] * n
@@ -91,6 +94,7 @@ def maxmin_rates(
         for i in range(n):
             if not frozen[i] and caps[i] <= level * (1 + _REL):
                 to_freeze.append(i)
+        before = unfrozen
         for i in to_freeze:
             if frozen[i]:
                 continue
@@ -98,6 +102,8 @@ def maxmin_rates(
             unfrozen -= 1
             rates[i] = min(level, caps[i])
             for k, c in lpaths[i]:
-                cs = coefsum[k] - c
-                coefsum[k] = cs if cs > 1e-15 * c else 0.0
+                active[k] -= 1
+                coefsum[k] = coefsum[k] - c if active[k] else 0.0
+        if unfrozen == before:  # pragma: no cover - would be a solver bug
+            raise RuntimeError(f"progressive filling stalled at level {level}")
     return rates

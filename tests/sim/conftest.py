@@ -1,0 +1,54 @@
+"""Shared fixtures: a tiny hand-checkable machine."""
+
+import pytest
+
+from hwprofiles import (
+    CpuSpec,
+    DramModule,
+    GpuSpec,
+    HardwareProfile,
+    LinkSpec,
+    SoftwareSpec,
+    SsdGroup,
+    Topology,
+)
+
+# Samsung PM9A3 data-sheet figures (seed 000 §6.1: 6.9 GB/s, 1.1M IOPS);
+# latency 80 us as in hwprofiles/h20-8ssd.yaml
+PM9A3 = SsdGroup(
+    model="PM9A3", count=2, capacity_gib=3576, read_gbps=6.9, write_gbps=4.1,
+    read_iops=1_100_000, write_iops=200_000, read_latency_us=80.0, write_latency_us=20.0,
+    max_queue_depth=128,
+)
+
+
+def make_profile(ssd: SsdGroup = PM9A3, ssd_link_gbps: float = 7.88, uplink_gbps: float = 100.0,
+                 cores: int = 4, gpudirect: bool = True) -> HardwareProfile:
+    """2 SSDs -> switch sw0 --uplink--> rc0 -> dram0; gpu0, gpu1 on rc0; NVLink between GPUs."""
+    links = (
+        LinkSpec("ssd0.pcie", ("ssd0", "sw0"), ssd_link_gbps, "pcie"),
+        LinkSpec("ssd1.pcie", ("ssd1", "sw0"), ssd_link_gbps, "pcie"),
+        LinkSpec("sw0.up", ("sw0", "rc0"), uplink_gbps, "pcie"),
+        LinkSpec("dram0.bus", ("rc0", "dram0"), 50.0, "membus", "half"),
+        LinkSpec("gpu0.pcie", ("gpu0", "rc0"), 25.0, "pcie"),
+        LinkSpec("gpu1.pcie", ("gpu1", "rc0"), 25.0, "pcie"),
+        LinkSpec("gpu0.nvlink", ("gpu0", "nvsw"), 200.0, "nvlink"),
+        LinkSpec("gpu1.nvlink", ("gpu1", "nvsw"), 200.0, "nvlink"),
+    )
+    return HardwareProfile(
+        name="tiny",
+        description="hand-checkable test machine",
+        gpu=GpuSpec("G", 2, 80.0, 2000.0, 100.0),
+        cpu=CpuSpec("C", cores),
+        dram=(DramModule("dram0", 64.0, 50.0),),
+        ssds=(ssd,),
+        software=SoftwareSpec(kernel_fs_per_io_us=5.0, io_uring_per_io_us=1.0,
+                              passthrough_per_io_us=0.25, syscall_us=2.0, gds_per_io_us=3.0,
+                              gpudirect=gpudirect),
+        topology=Topology(("sw0", "rc0", "nvsw"), links),
+    )
+
+
+@pytest.fixture
+def tiny() -> HardwareProfile:
+    return make_profile()

@@ -1,0 +1,102 @@
+"""The SSD's three regimes, worked out by hand for PM9A3 figures.
+
+rate = min(bandwidth, IOPS x size, QD x size / latency), plus one base
+latency per op (the pipeline fill).  With L = 80 us, 1.1M IOPS, 6.9 GB/s:
+
+* QD1, 4 KiB: QD x size / L = 4096 / 80e-6 = 51.2 MB/s  (latency-bound)
+* QD32, 4 KiB: 32 x 4096 / 80e-6 = 1.638 GB/s; IOPS x 4 KiB = 4.506 GB/s, so
+  at 80 us QD32 is still queue-bound: by Little's law the device needs
+  1.1M x 80 us = 88 I/Os in flight to reach its IOPS.
+* QD128, 4 KiB: 128 x 4096 / 80e-6 = 6.55 GB/s > 4.506 GB/s: IOPS-bound.
+* QD32, 1 MiB: 32 x 1 MiB / 80 us = 419 GB/s, IOPS x 1 MiB = 1.15 TB/s:
+  bandwidth-bound at 6.9 GB/s.
+"""
+
+import pytest
+from conftest import PM9A3
+
+from sim.executor import simulate
+from sim.hw.machine import ssd_rates
+from sim.plan import PlanBuilder
+
+L = 80e-6
+KIB4 = 4096
+MIB = 1 << 20
+
+
+def one_read(profile, nbytes, n_ios, qd, kind="read"):
+    b = PlanBuilder()
+    if kind == "read":
+        b.read("ssd0", "dram0", nbytes, n_ios, queue_depth=qd, io_path="passthrough")
+    else:
+        b.write("dram0", "ssd0", nbytes, n_ios, queue_depth=qd, io_path="passthrough")
+    rec = simulate(b.table(), profile)
+    ops = rec.ops.to_pandas()
+    return float(ops["end_s"][0] - ops["start_s"][0])
+
+
+def test_rates_by_regime():
+    qd1 = ssd_rates(PM9A3, False, KIB4, 1)
+    assert qd1.solo_rate == pytest.approx(KIB4 / L)
+    qd32 = ssd_rates(PM9A3, False, KIB4, 32)
+    assert qd32.solo_rate == pytest.approx(32 * KIB4 / L)
+    qd128 = ssd_rates(PM9A3, False, KIB4, 128)
+    assert qd128.solo_rate == pytest.approx(1.1e6 * KIB4)
+    big = ssd_rates(PM9A3, False, MIB, 32)
+    assert big.solo_rate == pytest.approx(6.9e9)
+    # queue depth is clamped to the device's useful maximum
+    assert ssd_rates(PM9A3, False, KIB4, 4096).queue_rate == pytest.approx(128 * KIB4 / L)
+
+
+def test_qd1_4k_latency_bound(tiny):
+    n = 1000
+    t = one_read(tiny, n * KIB4, n, 1)
+    assert t == pytest.approx(L + n * L)  # one fill + n serial I/Os
+    assert n * KIB4 / t == pytest.approx(51.2e6, rel=2e-3)
+
+
+def test_qd32_4k_queue_bound_at_80us(tiny):
+    n = 32_000
+    t = one_read(tiny, n * KIB4, n, 32)
+    assert t == pytest.approx(L + n * KIB4 / (32 * KIB4 / L))
+
+
+def test_qd128_4k_iops_bound(tiny):
+    n = 110_000
+    t = one_read(tiny, n * KIB4, n, 128)
+    assert t == pytest.approx(L + n / 1.1e6)  # 0.1 s of IOPS + the fill
+    assert n / (t - L) == pytest.approx(1.1e6)
+
+
+def test_1mib_bandwidth_bound(tiny):
+    n = 690
+    t = one_read(tiny, n * MIB, n, 32)
+    assert t == pytest.approx(L + n * MIB / 6.9e9)
+
+
+def test_writes_use_write_figures(tiny):
+    n = 400
+    t = one_read(tiny, n * MIB, n, 32, kind="write")
+    assert t == pytest.approx(20e-6 + n * MIB / 4.1e9)
+    n = 20_000
+    t = one_read(tiny, n * KIB4, n, 128, kind="write")
+    assert t == pytest.approx(20e-6 + n / 200_000)
+
+
+def test_small_and_large_share_device_time(tiny):
+    # A 4 KiB stream (device rate 4.506 GB/s at QD128) and a 1 MiB stream
+    # (6.9 GB/s) on one SSD: equal rates r with r/4.506e9 + r/6.9e9 = 1.
+    b = PlanBuilder()
+    n_small, n_big = 100_000, 400
+    b.read("ssd0", "dram0", n_small * KIB4, n_small, queue_depth=128, io_path="passthrough")
+    b.read("ssd0", "dram0", n_big * MIB, n_big, queue_depth=32, io_path="passthrough")
+    rec = simulate(b.table(), tiny)
+    small_rate = 1.1e6 * KIB4
+    r = 1 / (1 / small_rate + 1 / 6.9e9)
+    ops = rec.ops.to_pandas()
+    # both run at r until the small one (409.6 MB < 419.4 MB) finishes
+    assert ops["end_s"][0] == pytest.approx(L + n_small * KIB4 / r)
+    left = n_big * MIB - n_small * KIB4
+    assert ops["end_s"][1] == pytest.approx(ops["end_s"][0] + left / 6.9e9)
+    dev = rec.devices.to_pandas().set_index("device")
+    assert dev.loc["ssd0", "util_peak"] == pytest.approx(1.0)
