@@ -14,6 +14,7 @@ names must exist.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -26,7 +27,7 @@ from hwprofiles.schema import HardwareProfile
 PROFILE_DIR = Path(__file__).resolve().parent
 
 # "gbps" (not "_gbps"): links and DRAM modules name their bandwidth plain ``gbps``
-_POSITIVE_SUFFIXES = ("gbps", "_iops", "_gib", "_tflops", "count", "cores", "_depth")
+_POSITIVE_SUFFIXES = ("gbps", "_iops", "_gib", "_tflops", "count", "cores", "max_queue_depth")
 _NONNEGATIVE_SUFFIXES = ("_us",)
 _DUPLEX = ("full", "half")
 # top-level keys the loader ignores: a place for YAML anchors (&pcie4_x4 ...)
@@ -77,6 +78,8 @@ def _check_number(
 ) -> float | int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise where.error(key, f"must be a number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):  # .inf / .nan in YAML
+        raise where.error(key, f"must be a finite number, got {value!r}")
     if kind is int and not float(value).is_integer():
         raise where.error(key, f"must be an integer, got {value!r}")
     if (positive or name.endswith(_POSITIVE_SUFFIXES)) and not value > 0:
@@ -123,10 +126,16 @@ def _convert(
         if not isinstance(value, list):
             raise where.error(key, f"must be a list, got {type(value).__name__}")
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], v, where, f"{key}[{i}]", name, positive) for i, v in enumerate(value))
+            return tuple(
+                _convert(args[0], v, where, f"{key}[{i}]", name, positive)
+                for i, v in enumerate(value)
+            )
         if len(value) != len(args):
             raise where.error(key, f"must be a list of {len(args)} items, got {len(value)}")
-        return tuple(_convert(a, v, where, f"{key}[{i}]", name, positive) for i, (a, v) in enumerate(zip(args, value, strict=True)))
+        return tuple(
+            _convert(a, v, where, f"{key}[{i}]", name, positive)
+            for i, (a, v) in enumerate(zip(args, value, strict=True))
+        )
     if tp is bool:
         if not isinstance(value, bool):
             raise where.error(key, f"must be true or false, got {value!r}")
