@@ -138,9 +138,7 @@ class HardwareProfile:
 
     @property
     def node_names(self) -> tuple[str, ...]:
-        return (
-            self.gpu_names + self.ssd_names + self.dram_names + self.topology.switches
-        )
+        return self.gpu_names + self.ssd_names + self.dram_names + self.topology.switches
 
     def ssd(self, name: str) -> SsdGroup:
         """The SSD group that device ``name`` (``ssdK``) belongs to."""

@@ -50,6 +50,7 @@ class SparseDecodeParams:
     gds: bool = False  # read into GPU memory directly (GPUDirect Storage)
     balance: str = "random"  # random: entries striped at random; even: exact split
     layers: int = 0  # 0 = the model's layer count
+    tier: str = "ssd"  # where the KV lives: ssd | dram (host memory) | peer (NVLink GPU)
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,7 @@ class ScenarioConfig:
             "description": self.description,
             "seed": self.seed,
             "workload": dataclasses.asdict(self.workload),
-            "variants": [
-                {"name": v.name, **dict(v.overrides)} for v in self.variants
-            ],
+            "variants": [{"name": v.name, **dict(v.overrides)} for v in self.variants],
         }
 
 
@@ -112,7 +111,9 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
         overrides = {k: v for k, v in raw.items() if k != "name"}
         for k in overrides:
             if k not in fields:
-                raise where.error(f"{key}.{k}", f"unknown workload key (one of: {', '.join(sorted(fields))})")
+                raise where.error(
+                    f"{key}.{k}", f"unknown workload key (one of: {', '.join(sorted(fields))})"
+                )
         merged = {**dataclasses.asdict(workload), **overrides}
         params = build_dataclass(SparseDecodeParams, merged, where, key)
         _check_workload(params, where, key)
@@ -121,8 +122,9 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
             raise where.error(f"{key}.name", f"duplicate variant name '{name}'")
         names.add(name)
         variants.append(Variant(name, tuple((k, getattr(params, k)) for k in overrides)))
-    return ScenarioConfig(head.name, head.description, head.seed, workload, tuple(variants),
-                          str(path))
+    return ScenarioConfig(
+        head.name, head.description, head.seed, workload, tuple(variants), str(path)
+    )
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,8 @@ def _check_workload(p: SparseDecodeParams, where: Any, key: str) -> None:
         raise where.error(f"{key}.sparsity", f"must be in (0, 1], got {p.sparsity}")
     if p.io_path not in IO_PATHS or p.io_path == "none":
         raise where.error(f"{key}.io_path", f"must be one of {IO_PATHS[:-1]}, got {p.io_path!r}")
+    if p.tier not in ("ssd", "dram", "peer"):
+        raise where.error(f"{key}.tier", f"must be 'ssd', 'dram' or 'peer', got {p.tier!r}")
     if p.balance not in ("random", "even"):
         raise where.error(f"{key}.balance", f"must be 'random' or 'even', got {p.balance!r}")
     for name in ("ssds", "queue_depth", "layers"):

@@ -173,7 +173,8 @@ class PlanExecutor:
         return Records(ops=ops, devices=devices, stats=stats.__dict__)
 
 
-def simulate(plan: pa.Table, profile: HardwareProfile, progress: ProgressFn | None = None
-             ) -> Records:
+def simulate(
+    plan: pa.Table, profile: HardwareProfile, progress: ProgressFn | None = None
+) -> Records:
     """Execute ``plan`` on a fresh simulated ``profile`` machine."""
     return PlanExecutor(plan, Machine(profile), progress).run()

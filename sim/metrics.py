@@ -16,12 +16,12 @@ from hwprofiles import HardwareProfile
 from sim.core.units import GB
 
 
-def io_spans(ops: pd.DataFrame) -> pd.Series:
-    """Per (step, layer): time from the first SSD read start to the last end."""
-    io = ops[ops["kind"].isin(["read", "write"])]
-    if io.empty:
+def fetch_spans(ops: pd.DataFrame) -> pd.Series:
+    """Per (step, layer): time from the first KV fetch start to the last end."""
+    fetch = ops[ops["tag"] == "kv_fetch"]
+    if fetch.empty:
         return pd.Series(dtype=float)
-    g = io.groupby(["step", "layer"], sort=True)
+    g = fetch.groupby(["step", "layer"], sort=True)
     return g["end_s"].max() - g["start_s"].min()
 
 
@@ -45,36 +45,45 @@ def queue_bound_share(reads: pd.DataFrame, profile: HardwareProfile, queue_depth
     return float(((dur - bound).abs() <= 0.05 * bound).mean())
 
 
-def decode_summary(ops_table: pa.Table, devices_table: pa.Table, profile: HardwareProfile,
-                   batch: int, ssds_used: list[str], queue_depth: int = 0) -> dict[str, Any]:
-    """Throughput, I/O time and device utilisation of a decode run."""
+def decode_summary(
+    ops_table: pa.Table,
+    devices_table: pa.Table,
+    profile: HardwareProfile,
+    batch: int,
+    ssds_used: list[str],
+    queue_depth: int = 0,
+) -> dict[str, Any]:
+    """Throughput, KV-fetch time and device utilisation of a decode run.
+
+    ``fetch`` is every op tagged ``kv_fetch`` (SSD reads, or the DRAM / peer
+    copies when the KV lives there); SSD shares are NaN when no SSD is used.
+    """
     ops = ops_table.to_pandas()
     dev = devices_table.to_pandas().set_index("device")
     makespan = float(ops["end_s"].max()) if len(ops) else 0.0
     steps = int(ops["step"].nunique())
-    spans = io_spans(ops)
-    read_bytes = int(ops.loc[ops["kind"] == "read", "bytes"].sum())
-    n_ios = int(ops.loc[ops["kind"] == "read", "n_ios"].sum())
+    spans = fetch_spans(ops)
+    fetch = ops[ops["tag"] == "kv_fetch"]
+    fetch_bytes = int(fetch["bytes"].sum())
+    reads = ops[ops["kind"] == "read"]
     agg_bw = sum(profile.ssd(s).read_gbps for s in ssds_used) * GB
-    eff_bw = read_bytes / makespan if makespan > 0 else 0.0
-    io_time = float(spans.sum()) / steps if steps else 0.0
-    io_bw = read_bytes / float(spans.sum()) if len(spans) and spans.sum() > 0 else 0.0
+    span_total = float(spans.sum()) if len(spans) else 0.0
+    fetch_bw = fetch_bytes / span_total if span_total > 0 else 0.0
     busiest = dev["util_mean"].idxmax() if len(dev) else ""
     cpu = dev.loc["cpu"] if "cpu" in dev.index else None
-    reads = ops[ops["kind"] == "read"]
     dur = reads["end_s"] - reads["start_s"]
     # an op is CPU-bound when its software path took (almost) as long as the op
     cpu_bound = float((reads["cpu_s"] >= 0.95 * dur).mean()) if len(reads) else 0.0
+    per_step = (lambda x: x / steps) if steps else (lambda x: 0.0)
     return {
         "steps": steps,
         "step_ms": 1e3 * makespan / steps if steps else np.nan,
         "tokens_per_s": batch * steps / makespan if makespan > 0 else np.nan,
-        "io_ms_per_step": 1e3 * io_time,
-        "read_bytes_per_step": read_bytes / steps if steps else 0,
-        "ios_per_step": n_ios / steps if steps else 0,
-        "ssd_gbps_during_io": io_bw / GB,
-        "ssd_gbps_overall": eff_bw / GB,
-        "ssd_share_of_aggregate": io_bw / agg_bw if agg_bw else np.nan,
+        "fetch_ms_per_step": 1e3 * per_step(span_total),
+        "fetch_bytes_per_step": per_step(fetch_bytes),
+        "ios_per_step": per_step(int(reads["n_ios"].sum())),
+        "fetch_gbps": fetch_bw / GB,
+        "ssd_share_of_aggregate": fetch_bw / agg_bw if agg_bw and len(reads) else np.nan,
         "cpu_cores_busy": float(cpu["util_mean"]) * profile.cpu.cores if cpu is not None else 0.0,
         "cpu_bound_share": cpu_bound,
         "queue_bound_share": queue_bound_share(reads, profile, queue_depth),

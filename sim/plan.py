@@ -123,8 +123,11 @@ class PlanBuilder:
         return pa.Table.from_pydict(self._cols, schema=PLAN_SCHEMA)
 
 
-def plan_from_columns(columns: dict[str, Any], depends_offsets: Sequence[int] | None = None,
-                      depends_values: Sequence[int] | None = None) -> pa.Table:
+def plan_from_columns(
+    columns: dict[str, Any],
+    depends_offsets: Sequence[int] | None = None,
+    depends_values: Sequence[int] | None = None,
+) -> pa.Table:
     """Build a plan from whole columns (numpy arrays or lists).
 
     ``op_id`` defaults to 0..N-1 and missing columns to their defaults.
@@ -140,8 +143,11 @@ def plan_from_columns(columns: dict[str, Any], depends_offsets: Sequence[int] | 
         if name in columns:
             cols[name] = columns[name]
         elif name in _DEFAULTS:
-            cols[name] = np.full(n, _DEFAULTS[name]) if not isinstance(_DEFAULTS[name], str) \
+            cols[name] = (
+                np.full(n, _DEFAULTS[name])
+                if not isinstance(_DEFAULTS[name], str)
                 else [_DEFAULTS[name]] * n
+            )
         else:
             raise PlanError(f"plan column '{name}' is required")
     unknown = set(columns) - {f.name for f in PLAN_SCHEMA}
@@ -167,11 +173,12 @@ def depends_csr(plan: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     col = plan.column("depends_on").combine_chunks()
     offsets = np.asarray(col.offsets, dtype=np.int64)
     values = np.asarray(col.values, dtype=np.int64)
-    return offsets - offsets[0], values[offsets[0]: offsets[-1]] if len(values) else values
+    return offsets - offsets[0], values[offsets[0] : offsets[-1]] if len(values) else values
 
 
-def validate_plan(plan: pa.Table, nodes: Iterable[str], ssds: Iterable[str],
-                  gpus: Iterable[str]) -> None:
+def validate_plan(
+    plan: pa.Table, nodes: Iterable[str], ssds: Iterable[str], gpus: Iterable[str]
+) -> None:
     """Check a plan against the schema and a profile's node names.
 
     Raises :class:`PlanError` with one line naming the first bad op and column.
@@ -194,8 +201,20 @@ def validate_plan(plan: pa.Table, nodes: Iterable[str], ssds: Iterable[str],
     flops = plan.column("flops").to_numpy()
     hbm = plan.column("hbm_bytes").to_numpy()
     for i in range(n):
-        _check_row(i, kind[i], src[i], dst[i], int(nbytes[i]), int(n_ios[i]), io_path[i],
-                   float(flops[i]), float(hbm[i]), nodes, ssds, gpus)
+        _check_row(
+            i,
+            kind[i],
+            src[i],
+            dst[i],
+            int(nbytes[i]),
+            int(n_ios[i]),
+            io_path[i],
+            float(flops[i]),
+            float(hbm[i]),
+            nodes,
+            ssds,
+            gpus,
+        )
     offsets, values = depends_csr(plan)
     owner = np.repeat(np.arange(n), np.diff(offsets))
     bad = np.nonzero((values < 0) | (values >= owner))[0]
@@ -208,8 +227,20 @@ def validate_plan(plan: pa.Table, nodes: Iterable[str], ssds: Iterable[str],
             raise PlanError(f"op {int(np.argmax(arr < 0))}: {col} must be >= 0")
 
 
-def _check_row(i: int, kind: str, src: str, dst: str, nbytes: int, n_ios: int, io_path: str,
-               flops: float, hbm: float, nodes: set[str], ssds: set[str], gpus: set[str]) -> None:
+def _check_row(
+    i: int,
+    kind: str,
+    src: str,
+    dst: str,
+    nbytes: int,
+    n_ios: int,
+    io_path: str,
+    flops: float,
+    hbm: float,
+    nodes: set[str],
+    ssds: set[str],
+    gpus: set[str],
+) -> None:
     if kind not in KINDS:
         raise PlanError(f"op {i}: kind must be one of {KINDS}, got {kind!r}")
     if io_path not in IO_PATHS:

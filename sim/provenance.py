@@ -19,11 +19,22 @@ _PACKAGES = ("kvtier", "simpy", "numpy", "pandas", "pyarrow", "pyyaml", "rich")
 def git_info(repo: Path = REPO) -> dict[str, Any]:
     """Commit SHA and whether the work tree has uncommitted changes."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True,
-                             text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=repo, capture_output=True, text=True, timeout=10,
-                               check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
         return {"sha": sha, "dirty": bool(dirty)}
     except (OSError, subprocess.SubprocessError):
         return {"sha": "unknown", "dirty": None}

@@ -82,23 +82,32 @@ class Records:
         out.mkdir(parents=True, exist_ok=True)
         pq.write_table(self.ops, out / "ops.parquet")
         pq.write_table(self.devices, out / "devices.parquet")
-        pq.write_table(pa.Table.from_pandas(self.steps(), preserve_index=False),
-                       out / "steps.parquet")
+        pq.write_table(
+            pa.Table.from_pandas(self.steps(), preserve_index=False), out / "steps.parquet"
+        )
 
     @classmethod
     def read(cls, out_dir: str | Path) -> Records:
         out = Path(out_dir)
-        return cls(ops=pq.read_table(out / "ops.parquet"),
-                   devices=pq.read_table(out / "devices.parquet"))
+        return cls(
+            ops=pq.read_table(out / "ops.parquet"), devices=pq.read_table(out / "devices.parquet")
+        )
 
 
-def op_records(plan: pa.Table, ready: Sequence[float], start: Sequence[float],
-               end: Sequence[float], cpu: Sequence[float], backend: str) -> pa.Table:
+def op_records(
+    plan: pa.Table,
+    ready: Sequence[float],
+    start: Sequence[float],
+    end: Sequence[float],
+    cpu: Sequence[float],
+    backend: str,
+) -> pa.Table:
     cols = [plan.column(c) for c in _IDENTITY]
     n = plan.num_rows
     times = [pa.array(np.asarray(t, dtype=np.float64)) for t in (ready, start, end, cpu)]
-    return pa.Table.from_arrays(cols + times + [pa.array([backend] * n, pa.string())],
-                                schema=OP_RECORD_SCHEMA)
+    return pa.Table.from_arrays(
+        cols + times + [pa.array([backend] * n, pa.string())], schema=OP_RECORD_SCHEMA
+    )
 
 
 def step_records(ops: pa.Table) -> pd.DataFrame:
@@ -106,12 +115,14 @@ def step_records(ops: pa.Table) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=["step", "start_s", "end_s", "duration_s", "ops", "bytes"])
     g = df.groupby("step", sort=True)
-    out = pd.DataFrame({
-        "start_s": g["start_s"].min(),
-        "end_s": g["end_s"].max(),
-        "ops": g.size(),
-        "bytes": g["bytes"].sum(),
-    }).reset_index()
+    out = pd.DataFrame(
+        {
+            "start_s": g["start_s"].min(),
+            "end_s": g["end_s"].max(),
+            "ops": g.size(),
+            "bytes": g["bytes"].sum(),
+        }
+    ).reset_index()
     out["duration_s"] = out["end_s"] - out["start_s"]
     return out[["step", "start_s", "end_s", "duration_s", "ops", "bytes"]]
 
@@ -127,8 +138,11 @@ def ssd_totals(plan: pa.Table) -> dict[str, tuple[int, int, int]]:
         for (device, kind), row in g.iterrows():
             r, w, n = totals.get(device, (0, 0, 0))
             b = int(row["bytes"])
-            totals[device] = (r + b, w, n + int(row["n_ios"])) if kind == "read" else \
-                (r, w + b, n + int(row["n_ios"]))
+            totals[device] = (
+                (r + b, w, n + int(row["n_ios"]))
+                if kind == "read"
+                else (r, w + b, n + int(row["n_ios"]))
+            )
     return totals
 
 

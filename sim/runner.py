@@ -17,10 +17,11 @@ import re
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import yaml
 
 from hwprofiles import HardwareProfile
@@ -31,7 +32,7 @@ from sim.perfetto import write_trace
 from sim.plan import write_plan
 from sim.provenance import file_digest, provenance
 from sim.records import Records
-from sim.scenarios.sparse_decode import plan_for
+from sim.scenarios.sparse_decode import SparseDecodeShape, Unsupported, plan_for
 
 # (variant name, ops done, ops total) -> None
 Progress = Callable[[str, int, int], None]
@@ -51,6 +52,7 @@ class ScenarioResult:
     variants: list[VariantResult]
     out_dir: Path | None
     wall_s: float
+    skipped: dict[str, str] = field(default_factory=dict)  # variant -> why
 
     def summary(self) -> pd.DataFrame:
         return pd.DataFrame([{"variant": v.variant.name, **v.summary} for v in self.variants])
@@ -60,32 +62,80 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "variant"
 
 
-def run_variant(cfg: ScenarioConfig, variant: Variant, profile: HardwareProfile,
-                progress: Progress | None = None) -> VariantResult:
+PlannedVariant = tuple[Variant, pa.Table, SparseDecodeShape]
+
+
+def plan_variants(
+    cfg: ScenarioConfig, profile: HardwareProfile
+) -> tuple[list[PlannedVariant], dict[str, str]]:
+    """Plan every variant before simulating any (so a bad one fails fast).
+
+    Variants the profile cannot run (too few SSDs, no GPUDirect, no peer GPU)
+    are skipped with the reason; if none is left that is an error.
+    """
+    planned: list[PlannedVariant] = []
+    skipped: dict[str, str] = {}
+    for variant in cfg.variants:
+        try:
+            plan, shape = plan_for(cfg.variant_params(variant), profile, cfg.seed)
+        except Unsupported as exc:
+            skipped[variant.name] = str(exc)
+            continue
+        except ValueError as exc:
+            raise ConfigError(f"{cfg.source_file}: variant '{variant.name}': {exc}") from None
+        planned.append((variant, plan, shape))
+    if not planned:
+        reasons = "; ".join(f"'{k}': {v}" for k, v in skipped.items())
+        raise ConfigError(
+            f"{cfg.source_file}: no variant can run on profile {profile.name} ({reasons})"
+        )
+    return planned, skipped
+
+
+def run_variant(
+    cfg: ScenarioConfig,
+    planned: PlannedVariant,
+    profile: HardwareProfile,
+    progress: Progress | None = None,
+) -> VariantResult:
+    variant, plan, shape = planned
     params = cfg.variant_params(variant)
-    try:
-        plan, shape = plan_for(params, profile, cfg.seed)
-    except ValueError as exc:  # the profile cannot run this variant: a user error
-        raise ConfigError(f"{cfg.source_file}: variant '{variant.name}': {exc}") from None
     cb = (lambda done, total: progress(variant.name, done, total)) if progress else None
     records = simulate(plan, profile, cb)
     records.plan = plan  # type: ignore[attr-defined]
+    ssd_path = params.tier == "ssd"
     summary = {
+        "tier": params.tier,
         "ssds": len(shape.ssds),
-        "io_path": "gds" if params.gds else params.io_path,
-        "queue_depth": params.queue_depth or profile.ssd(shape.ssds[0]).max_queue_depth,
-        **decode_summary(records.ops, records.devices, profile, params.batch, list(shape.ssds),
-                         params.queue_depth),
+        "io_path": ("gds" if params.gds else params.io_path) if ssd_path else "none",
+        "queue_depth": (params.queue_depth or profile.ssd(shape.ssds[0]).max_queue_depth)
+        if ssd_path
+        else 0,
+        **decode_summary(
+            records.ops,
+            records.devices,
+            profile,
+            params.batch,
+            list(shape.ssds),
+            params.queue_depth,
+        ),
     }
     return VariantResult(variant, records, summary)
 
 
-def run(cfg: ScenarioConfig, profile: HardwareProfile, out_dir: str | Path | None,
-        progress: Progress | None = None, trace: bool = False) -> ScenarioResult:
+def run(
+    cfg: ScenarioConfig,
+    profile: HardwareProfile,
+    out_dir: str | Path | None,
+    progress: Progress | None = None,
+    trace: bool = False,
+) -> ScenarioResult:
     t0 = time.perf_counter()
-    results = [run_variant(cfg, v, profile, progress) for v in cfg.variants]
-    result = ScenarioResult(cfg, profile, results, Path(out_dir) if out_dir else None,
-                            time.perf_counter() - t0)
+    planned, skipped = plan_variants(cfg, profile)
+    results = [run_variant(cfg, p, profile, progress) for p in planned]
+    result = ScenarioResult(
+        cfg, profile, results, Path(out_dir) if out_dir else None, time.perf_counter() - t0, skipped
+    )
     if out_dir is not None:
         write_results(result, Path(out_dir), trace)
     return result
@@ -109,9 +159,13 @@ def write_results(result: ScenarioResult, out: Path, trace: bool) -> None:
         seed=cfg.seed,
         scenario=cfg.to_dict(),
         scenario_file=cfg.source_file,
-        profile={"name": profile.name, "file": profile.source_file,
-                 "sha256": file_digest(profile.source_file)},
+        profile={
+            "name": profile.name,
+            "file": profile.source_file,
+            "sha256": file_digest(profile.source_file),
+        },
         wall_s=result.wall_s,
+        skipped=result.skipped,
         stats={v.variant.name: v.records.stats for v in result.variants},
     )
     (out / "run.json").write_text(json.dumps(meta, indent=2, default=str))

@@ -136,8 +136,11 @@ def test_sim_summary_has_one_row_per_variant(sim_run: Path) -> None:
     per_step = (
         round(w.context_tokens * w.sparsity) * w.batch * card.layers * card.kv_bytes_per_token_layer
     )
-    assert (csv["read_bytes_per_step"] == per_step).all()
-    expected_ssds = [cfg.variant_params(v).ssds or 8 for v in cfg.variants]
+    assert (csv["fetch_bytes_per_step"] == per_step).all()
+    expected_ssds = [
+        (cfg.variant_params(v).ssds or 8) if cfg.variant_params(v).tier == "ssd" else 0
+        for v in cfg.variants
+    ]
     assert csv["ssds"].tolist() == expected_ssds
 
 
@@ -228,3 +231,21 @@ def test_bench_writes_bench_json(tmp_path: Path) -> None:
     assert run["ops"] == 2 * 2 * (8 + 2)  # 8 reads, a copy and a compute per layer
     assert (run["steps"], run["layers"], run["ssds"]) == (2, 2, 8)
     assert "git" in bench and "machine" in bench
+
+
+def test_variants_the_profile_cannot_run_are_skipped_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = tmp_path / "mixed.yaml"
+    scenario.write_text(
+        "name: mixed\ndescription: one runnable variant\nseed: 0\nworkload:\n"
+        "  {model: Llama-3.2-1B, context_tokens: 1024, batch: 1, sparsity: 0.5,"
+        " steps: 1, layers: 1}\nvariants:\n  - {name: nine, ssds: 9}\n  - {name: two, ssds: 2}\n"
+    )
+    out = tmp_path / "out"
+    assert main(["sim", "--scenario", str(scenario), "--out", str(out)]) == 0
+    assert "skipped" in capsys.readouterr().out
+    run = json.loads((out / "mixed" / "h20-8ssd" / "run.json").read_text())
+    assert list(run["skipped"]) == ["nine"] and "9" in run["skipped"]["nine"]
+    summary = pd.read_csv(out / "mixed" / "h20-8ssd" / "summary.csv")
+    assert summary["variant"].tolist() == ["two"]

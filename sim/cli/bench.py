@@ -32,14 +32,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layers", type=int, default=64)
     p.add_argument("--hw", default="h20-8ssd")
     p.add_argument("--model", default="Qwen3-32B", help="64 layers, as the reference shape")
-    p.add_argument("--scaling", action="store_true",
-                   help="also run 2x steps and 2x devices (16 SSDs on a widened profile)")
+    p.add_argument(
+        "--scaling",
+        action="store_true",
+        help="also run 2x steps and 2x devices (16 SSDs on a widened profile)",
+    )
     p.add_argument("--out", default="results/bench")
     p.set_defaults(handler=cmd_bench)
 
 
-def bench_once(profile_name: str, steps: int, layers: int, model: str, ssd_factor: int = 1
-               ) -> dict:
+def bench_once(profile_name: str, steps: int, layers: int, model: str, ssd_factor: int = 1) -> dict:
     profile = load_profile(profile_name)
     if ssd_factor > 1:
         profile = widened(profile, ssd_factor)
@@ -48,10 +50,17 @@ def bench_once(profile_name: str, steps: int, layers: int, model: str, ssd_facto
     context, batch, sparsity = 131072, 1, 0.1
     cost = decode_layer_cost(card, batch, context, sparsity)
     shape = SparseDecodeShape(
-        steps=steps, layers=layers, ssds=tuple(ssds), gpu="gpu0", dram=profile.dram_names[0],
+        steps=steps,
+        layers=layers,
+        ssds=tuple(ssds),
+        gpu="gpu0",
+        dram=profile.dram_names[0],
         entries_per_layer=round(context * sparsity) * batch,
-        entry_bytes=card.kv_bytes_per_token_layer, ios_per_entry=1,
-        flops_per_layer=cost.flops, hbm_bytes_per_layer=cost.hbm_bytes)
+        entry_bytes=card.kv_bytes_per_token_layer,
+        ios_per_entry=1,
+        flops_per_layer=cost.flops,
+        hbm_bytes_per_layer=cost.hbm_bytes,
+    )
     t0 = time.perf_counter()
     plan = build_plan(shape, entry_counts(shape, "even", None))
     t1 = time.perf_counter()
@@ -59,11 +68,19 @@ def bench_once(profile_name: str, steps: int, layers: int, model: str, ssd_facto
     t2 = time.perf_counter()
     reads = steps * layers * len(ssds)
     return {
-        "steps": steps, "layers": layers, "ssds": len(ssds), "ops": plan.num_rows,
-        "ssd_flows": reads, "flows": records.stats["flows"],
-        "reratings": records.stats["reratings"], "build_s": t1 - t0, "sim_s": t2 - t1,
-        "wall_s": t2 - t0, "flows_per_s": records.stats["flows"] / (t2 - t1),
-        "ssd_flows_per_s": reads / (t2 - t1), "simulated_s": records.makespan_s,
+        "steps": steps,
+        "layers": layers,
+        "ssds": len(ssds),
+        "ops": plan.num_rows,
+        "ssd_flows": reads,
+        "flows": records.stats["flows"],
+        "reratings": records.stats["reratings"],
+        "build_s": t1 - t0,
+        "sim_s": t2 - t1,
+        "wall_s": t2 - t0,
+        "flows_per_s": records.stats["flows"] / (t2 - t1),
+        "ssd_flows_per_s": reads / (t2 - t1),
+        "simulated_s": records.makespan_s,
     }
 
 
@@ -77,8 +94,9 @@ def widened(profile: HardwareProfile, factor: int) -> HardwareProfile:
         links.append(dataclasses.replace(template, name=f"ssd{k}.link", between=ends))
     groups = tuple(dataclasses.replace(g, count=g.count * factor) for g in profile.ssds)
     topo = dataclasses.replace(profile.topology, links=tuple(links))
-    return dataclasses.replace(profile, name=f"{profile.name}-x{factor}", ssds=groups,
-                               topology=topo)
+    return dataclasses.replace(
+        profile, name=f"{profile.name}-x{factor}", ssds=groups, topology=topo
+    )
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -91,18 +109,38 @@ def cmd_bench(args: argparse.Namespace) -> int:
         runs += [(2 * args.steps, 1), (args.steps, 2)]
     rows = []
     for steps, factor in runs:
-        console.print(f"bench: {steps} steps x {args.layers} layers x "
-                      f"{8 * factor if factor > 1 else 'all'} SSDs ...")
+        console.print(
+            f"bench: {steps} steps x {args.layers} layers x "
+            f"{8 * factor if factor > 1 else 'all'} SSDs ..."
+        )
         rows.append(bench_once(args.hw, steps, args.layers, args.model, factor))
-    table = Table(title=f"Simulator speed ({args.hw}, {args.model}; target: 1,000 x 64 x 8 "
-                        "in under 30 s)")
-    for col in ("steps", "SSDs", "ops", "SSD flows", "all flows", "build s", "sim s", "wall s",
-                "flows/s"):
+    table = Table(
+        title=f"Simulator speed ({args.hw}, {args.model}; target: 1,000 x 64 x 8 in under 30 s)"
+    )
+    for col in (
+        "steps",
+        "SSDs",
+        "ops",
+        "SSD flows",
+        "all flows",
+        "build s",
+        "sim s",
+        "wall s",
+        "flows/s",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row(f"{r['steps']:,}", str(r["ssds"]), f"{r['ops']:,}", f"{r['ssd_flows']:,}",
-                      f"{r['flows']:,}", f"{r['build_s']:.2f}", f"{r['sim_s']:.2f}",
-                      f"{r['wall_s']:.2f}", f"{r['flows_per_s']:,.0f}")
+        table.add_row(
+            f"{r['steps']:,}",
+            str(r["ssds"]),
+            f"{r['ops']:,}",
+            f"{r['ssd_flows']:,}",
+            f"{r['flows']:,}",
+            f"{r['build_s']:.2f}",
+            f"{r['sim_s']:.2f}",
+            f"{r['wall_s']:.2f}",
+            f"{r['flows_per_s']:,.0f}",
+        )
     console.print(table)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

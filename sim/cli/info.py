@@ -44,8 +44,14 @@ def profiles(args: argparse.Namespace) -> int:
         ssd_bw = sum(p.ssd(s).read_gbps for s in p.ssd_names)
         ssd_models = ", ".join(f"{g.count}x {g.model}" for g in p.ssds) or "none"
         dram = sum(m.capacity_gib for m in p.dram)
-        table.add_row(name, f"{p.gpu.count}x {p.gpu.model}", f"{dram:.0f} GiB", ssd_models,
-                      f"{ssd_bw:.1f} GB/s", p.description)
+        table.add_row(
+            name,
+            f"{p.gpu.count}x {p.gpu.model}",
+            f"{dram:.0f} GiB",
+            ssd_models,
+            f"{ssd_bw:.1f} GB/s",
+            p.description,
+        )
     console.print(table)
     return 0
 
@@ -54,26 +60,34 @@ def show_profile(console: Console, name: str) -> None:
     p = load_profile(name)
     console.print(f"[bold]{p.name}[/bold]: {p.description}  ({p.source_file})")
     g = p.gpu
-    console.print(f"  GPUs: {g.count}x {g.model}, {g.hbm_capacity_gib} GiB HBM at "
-                  f"{g.hbm_gbps:g} GB/s, {g.bf16_tflops:g} TFLOP/s bf16")
+    console.print(
+        f"  GPUs: {g.count}x {g.model}, {g.hbm_capacity_gib} GiB HBM at "
+        f"{g.hbm_gbps:g} GB/s, {g.bf16_tflops:g} TFLOP/s bf16"
+    )
     console.print(f"  CPU: {p.cpu.model}, {p.cpu.cores} cores")
     for m in p.dram:
         console.print(f"  DRAM {m.name}: {m.capacity_gib:g} GiB at {m.gbps:g} GB/s")
     for s in p.ssds:
-        console.print(f"  SSD: {s.count}x {s.model}: read {s.read_gbps:g} GB/s "
-                      f"{s.read_iops:,.0f} IOPS {s.read_latency_us:g} us; write {s.write_gbps:g} "
-                      f"GB/s {s.write_iops:,.0f} IOPS {s.write_latency_us:g} us; "
-                      f"QD<= {s.max_queue_depth}")
+        console.print(
+            f"  SSD: {s.count}x {s.model}: read {s.read_gbps:g} GB/s "
+            f"{s.read_iops:,.0f} IOPS {s.read_latency_us:g} us; write {s.write_gbps:g} "
+            f"GB/s {s.write_iops:,.0f} IOPS {s.write_latency_us:g} us; "
+            f"QD<= {s.max_queue_depth}"
+        )
     sw = p.software
-    console.print(f"  software (us per I/O): kernel fs {sw.kernel_fs_per_io_us:g}, io_uring "
-                  f"{sw.io_uring_per_io_us:g}, passthrough {sw.passthrough_per_io_us:g}, "
-                  f"GDS +{sw.gds_per_io_us:g}; syscall {sw.syscall_us:g}; "
-                  f"GPUDirect {'yes' if sw.gpudirect else 'no'}")
+    console.print(
+        f"  software (us per I/O): kernel fs {sw.kernel_fs_per_io_us:g}, io_uring "
+        f"{sw.io_uring_per_io_us:g}, passthrough {sw.passthrough_per_io_us:g}, "
+        f"GDS +{sw.gds_per_io_us:g}; syscall {sw.syscall_us:g}; "
+        f"GPUDirect {'yes' if sw.gpudirect else 'no'}"
+    )
     if p.ssd_names:
         read = sum(p.ssd(s).read_gbps for s in p.ssd_names)
         iops = sum(p.ssd(s).read_iops for s in p.ssd_names)
-        console.print(f"  aggregate SSD read: {read:.1f} GB/s, {iops / 1e6:.2f} M IOPS "
-                      f"({iops * 4096 / 1e9:.1f} GB/s at 4 KiB)")
+        console.print(
+            f"  aggregate SSD read: {read:.1f} GB/s, {iops / 1e6:.2f} M IOPS "
+            f"({iops * 4096 / 1e9:.1f} GB/s at 4 KiB)"
+        )
     table = Table(title="Concurrent transfers (max-min over the topology)")
     for col in ("transfer", "flows", "GB/s", "at capacity"):
         table.add_column(col)
@@ -90,8 +104,10 @@ def models(args: argparse.Namespace) -> int:
         card = get_model(args.name)
         for key, value in card.__dict__.items():
             console.print(f"  {key}: {value}")
-        console.print(f"  KV bytes/token: {card.kv_bytes_per_token:,} "
-                      f"({card.kv_bytes_per_token / 2**20:.3f} MiB)")
+        console.print(
+            f"  KV bytes/token: {card.kv_bytes_per_token:,} "
+            f"({card.kv_bytes_per_token / 2**20:.3f} MiB)"
+        )
         return 0
     table = Table(title="Model catalog")
     for col in ("model", "layers", "q/kv heads", "head dim", "params (B)", "KV/token", "context"):
@@ -100,8 +116,14 @@ def models(args: argparse.Namespace) -> int:
         params = f"{card.params_total_b:g}"
         if card.is_moe:
             params += f" ({card.params_active_b:g} active)"
-        table.add_row(card.name, str(card.layers), f"{card.q_heads}/{card.kv_heads}",
-                      str(card.head_dim), params, f"{card.kv_bytes_per_token / 2**10:.0f} KiB",
-                      f"{card.max_context:,}")
+        table.add_row(
+            card.name,
+            str(card.layers),
+            f"{card.q_heads}/{card.kv_heads}",
+            str(card.head_dim),
+            params,
+            f"{card.kv_bytes_per_token / 2**10:.0f} KiB",
+            f"{card.max_context:,}",
+        )
     console.print(table)
     return 0

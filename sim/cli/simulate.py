@@ -48,11 +48,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.steps is not None:
         if args.steps <= 0:
             raise ConfigError(f"--steps must be > 0, got {args.steps}")
-        cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload,
-                                                                     steps=args.steps))
+        cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, steps=args.steps))
     out = Path(args.out) / cfg.name / profile.name
-    console.print(f"[bold]kvtier sim[/bold]: scenario [cyan]{cfg.name}[/cyan] on "
-                  f"[cyan]{profile.name}[/cyan] ({cfg.description}), seed {cfg.seed}")
+    console.print(
+        f"[bold]kvtier sim[/bold]: scenario [cyan]{cfg.name}[/cyan] on "
+        f"[cyan]{profile.name}[/cyan] ({cfg.description}), seed {cfg.seed}"
+    )
     with _progress(console) as bar:
         tasks: dict[str, int] = {}
 
@@ -63,26 +64,37 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
         result = run(cfg, profile, out, progress=update, trace=args.trace)
     console.print(summary_table(result.summary(), cfg.workload.batch))
-    console.print(f"results: {out}/ (summary.csv, per-variant records, run.json); "
-                  f"simulated in {result.wall_s:.1f} s")
+    for name, why in result.skipped.items():
+        console.print(f"skipped [yellow]{name}[/yellow]: {why}")
+    console.print(
+        f"results: {out}/ (summary.csv, per-variant records, run.json); "
+        f"simulated in {result.wall_s:.1f} s"
+    )
     return 0
 
 
 def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("ops"), TimeElapsedColumn(), console=console, transient=False)
+    return Progress(
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("ops"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
 
 
 def summary_table(df: pd.DataFrame, batch: int) -> Table:
-    per_step = fmt_bytes(float(df["read_bytes_per_step"].iloc[0])) if len(df) else "-"
-    table = Table(title=f"Decode with SSD-resident KV: batch {batch}, {per_step} read per step")
+    per_step = fmt_bytes(float(df["fetch_bytes_per_step"].iloc[0])) if len(df) else "-"
+    table = Table(title=f"Sparse decode, batch {batch}: {per_step} of KV fetched per step")
     cols = [
         ("design", "variant", str),
         ("step ms", "step_ms", lambda v: f"{v:,.1f}"),
         ("tokens/s", "tokens_per_s", lambda v: f"{v:,.2f}"),
-        ("I/O ms/step", "io_ms_per_step", lambda v: f"{v:,.1f}"),
-        ("SSD GB/s", "ssd_gbps_during_io", lambda v: f"{v:.2f}"),
-        ("of SSD BW", "ssd_share_of_aggregate", lambda v: f"{100 * v:.0f}%"),
+        ("fetch ms/step", "fetch_ms_per_step", lambda v: f"{v:,.1f}"),
+        ("fetch GB/s", "fetch_gbps", lambda v: f"{v:.2f}"),
+        ("of SSD BW", "ssd_share_of_aggregate", lambda v: "-" if v != v else f"{100 * v:.0f}%"),
         ("CPU cores", "cpu_cores_busy", lambda v: f"{v:.1f}"),
     ]
     for header, _, _ in cols:
@@ -116,9 +128,15 @@ def _sim_plan(console: Console, args: argparse.Namespace, profile) -> int:
     for col in ("device", "type", "bytes read", "bytes written", "I/Os", "busy s", "util"):
         table.add_column(col, justify="left" if col in ("device", "type") else "right")
     for _, r in dev.iterrows():
-        table.add_row(r["device"], r["type"], fmt_bytes(r["bytes_read"]),
-                      fmt_bytes(r["bytes_written"]), f"{r['n_ios']:,}", f"{r['busy_s']:.6f}",
-                      f"{100 * r['util_mean']:.1f}%")
+        table.add_row(
+            r["device"],
+            r["type"],
+            fmt_bytes(r["bytes_read"]),
+            fmt_bytes(r["bytes_written"]),
+            f"{r['n_ios']:,}",
+            f"{r['busy_s']:.6f}",
+            f"{100 * r['util_mean']:.1f}%",
+        )
     console.print(table)
     console.print(f"records: {out}/")
     return 0

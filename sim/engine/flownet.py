@@ -53,9 +53,7 @@ class _Late(Event):
 class Flow:
     """One transfer: ``amount`` units over ``path`` [(resource, coef), ...]."""
 
-    __slots__ = (
-        "path", "amount", "remaining", "rate", "cap", "on_done", "start_s", "end_s", "sig"
-    )
+    __slots__ = ("path", "amount", "remaining", "rate", "cap", "on_done", "start_s", "end_s", "sig")
 
     def __init__(
         self,

@@ -53,18 +53,28 @@ def path_figures(profile: HardwareProfile) -> list[PathFigure]:
     ssds, gpus, dram = profile.ssd_names, profile.gpu_names, profile.dram_names
     out: list[PathFigure] = []
     if ssds:
-        out.append(_concurrent(m, f"all SSDs -> {dram[0]} (1 MiB reads)",
-                               [(s, dram[0]) for s in ssds], "read"))
-        out.append(_concurrent(m, f"{dram[0]} -> all SSDs (1 MiB writes)",
-                               [(dram[0], s) for s in ssds], "write"))
+        out.append(
+            _concurrent(
+                m, f"all SSDs -> {dram[0]} (1 MiB reads)", [(s, dram[0]) for s in ssds], "read"
+            )
+        )
+        out.append(
+            _concurrent(
+                m, f"{dram[0]} -> all SSDs (1 MiB writes)", [(dram[0], s) for s in ssds], "write"
+            )
+        )
         if profile.software.gpudirect:
-            out.append(_concurrent(m, f"all SSDs -> {gpus[0]} (GPUDirect)",
-                                   [(s, gpus[0]) for s in ssds], "read"))
+            out.append(
+                _concurrent(
+                    m, f"all SSDs -> {gpus[0]} (GPUDirect)", [(s, gpus[0]) for s in ssds], "read"
+                )
+            )
     out.append(_concurrent(m, f"{dram[0]} -> {gpus[0]}", [(dram[0], gpus[0])], "copy"))
     if len(gpus) > 1:
         out.append(_concurrent(m, f"{dram[0]} -> all GPUs", [(dram[0], g) for g in gpus], "copy"))
         out.append(_concurrent(m, f"{gpus[0]} -> {gpus[1]}", [(gpus[0], gpus[1])], "copy"))
     if len(dram) > 1:
-        out.append(_concurrent(m, "all DRAM modules -> " + gpus[0],
-                               [(d, gpus[0]) for d in dram], "copy"))
+        out.append(
+            _concurrent(m, "all DRAM modules -> " + gpus[0], [(d, gpus[0]) for d in dram], "copy")
+        )
     return out

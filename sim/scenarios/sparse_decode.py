@@ -1,20 +1,24 @@
-"""Sparse-attention decoding that reads a fixed working set from SSDs.
+"""Sparse-attention decoding that fetches a fixed-size working set every step.
 
 Every decode step, every layer fetches the KV entries that sparse attention
-selects (``sparsity`` x context x batch entries) from the SSDs into host
-memory, copies them to the GPU and runs the layer.  The selected set is the
-same size every step and is spread evenly over the SSDs: this is the
-placement-agnostic baseline every smarter design is compared with, and the
-shape of the simulator benchmark.
+selects (``sparsity`` x context x batch entries) from the tier the KV lives
+in, and runs the layer.  Tiers:
 
-Pipeline (per step s, layer l; double-buffered):
+* ``ssd``: the entries are striped over the SSDs; each layer reads its share
+  from every SSD (one I/O per entry) into host memory and copies it to the
+  GPU, or with GPUDirect reads straight into GPU memory;
+* ``dram``: the entries are in host memory; one DRAM -> GPU copy per layer;
+* ``peer``: the entries are in a peer GPU's HBM; one NVLink copy per layer.
 
-* ``read[s,l,k]`` from SSD k into DRAM waits for the reads of the previous
-  layer (one fetch stream at a time) and for the compute two layers back
-  (its buffer must be free);
-* ``copy[s,l]`` DRAM -> GPU waits for all reads of (s, l);
-* ``compute[s,l]`` waits for ``copy[s,l]`` and ``compute`` of the previous
-  layer.
+The selected set has the same size every step: this is the placement-agnostic
+baseline smarter designs are compared with, and the simulator benchmark.
+
+Pipeline (per step s, layer l = group g; double-buffered):
+
+* the fetch ops of g wait for the fetch ops of g-1 (one fetch stream at a
+  time) and for the compute of g-2 (its buffer must be free);
+* the bounce copy of g (SSD tier without GPUDirect) waits for g's reads;
+* the compute of g waits for g's data on the GPU and for the compute of g-1.
 
 So fetching layer l+1 overlaps computing layer l, as offloading systems do.
 """
@@ -30,6 +34,12 @@ from hwprofiles import HardwareProfile
 from sim.config import SparseDecodeParams
 from sim.models import decode_layer_cost, get_model
 from sim.plan import plan_from_columns
+
+TIERS = ("ssd", "dram", "peer")
+
+
+class Unsupported(ValueError):
+    """The profile lacks what a workload variant needs (SSDs, GPUDirect, a peer)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class SparseDecodeShape:
     io_path: str = "io_uring"
     queue_depth: int = 0
     gds: bool = False  # read straight into GPU memory, no DRAM bounce
+    tier: str = "ssd"  # where the KV lives: ssd | dram | peer
+    peer: str = ""  # the peer GPU holding the KV (tier 'peer')
 
 
 def split_even(total: int, parts: int) -> np.ndarray:
@@ -55,8 +67,9 @@ def split_even(total: int, parts: int) -> np.ndarray:
     return np.array([base + (k < extra) for k in range(parts)], dtype=np.int64)
 
 
-def entry_counts(shape: SparseDecodeShape, balance: str, rng: np.random.Generator | None
-                 ) -> np.ndarray:
+def entry_counts(
+    shape: SparseDecodeShape, balance: str, rng: np.random.Generator | None
+) -> np.ndarray:
     """Entries each SSD serves, per (step, layer): shape (steps * layers, ssds).
 
     ``even``: the exact split.  ``random``: the selected entries were striped
@@ -71,118 +84,154 @@ def entry_counts(shape: SparseDecodeShape, balance: str, rng: np.random.Generato
     return rng.multinomial(shape.entries_per_layer, np.full(d, 1.0 / d), size=groups)
 
 
+def _group_layout(shape: SparseDecodeShape) -> tuple[int, int, bool]:
+    """(fetch ops per group, ops per group, has a bounce copy)."""
+    n_fetch = len(shape.ssds) if shape.tier == "ssd" else 1
+    bounce = shape.tier == "ssd" and not shape.gds
+    return n_fetch, n_fetch + bounce + 1, bounce
+
+
 def build_plan(shape: SparseDecodeShape, counts: np.ndarray | None = None) -> pa.Table:
     """The plan, built with numpy; ``counts`` as from :func:`entry_counts`
     (default: the even split).  SSDs with no entry in a group get no op."""
     S, L, D = shape.steps, shape.layers, len(shape.ssds)
-    if min(S, L, D, shape.entries_per_layer) <= 0:
+    if shape.tier not in TIERS:
+        raise ValueError(f"tier must be one of {TIERS}, got {shape.tier!r}")
+    if min(S, L, shape.entries_per_layer) <= 0 or (shape.tier == "ssd" and D == 0):
         raise ValueError("steps, layers, ssds and entries must be positive")
-    if counts is None:
+    G = S * L
+    if shape.tier != "ssd":
+        counts = np.full((G, 1), shape.entries_per_layer, dtype=np.int64)
+    elif counts is None:
         counts = entry_counts(shape, "even", None)
     counts = np.asarray(counts, dtype=np.int64)
-    if counts.shape != (S * L, D):
-        raise ValueError(f"counts must have shape {(S * L, D)}, got {counts.shape}")
-    copy = not shape.gds
-    per = D + copy + 1  # ops per (step, layer): D reads, [copy], compute
-    n = S * L * per
-    g = np.arange(S * L, dtype=np.int64)  # group index = step * L + layer
-    base = g * per
-    read_ids = base[:, None] + np.arange(D)[None, :]
-    copy_ids = base + D
-    comp_ids = base + D + copy
+    n_fetch, per, bounce = _group_layout(shape)
+    if counts.shape != (G, n_fetch):
+        raise ValueError(f"counts must have shape {(G, n_fetch)}, got {counts.shape}")
+    n = G * per
+    g = np.arange(G, dtype=np.int64)  # group index = step * L + layer
+    fetch = g[:, None] * per + np.arange(n_fetch)[None, :]
+    copy = g * per + n_fetch  # the bounce copy (only when ``bounce``)
+    comp = g * per + per - 1
+    f = fetch.ravel()
+    layer_bytes = counts.sum(axis=1) * shape.entry_bytes
 
     kind = np.empty(n, dtype=object)
-    src = np.empty(n, dtype=object)
-    dst = np.empty(n, dtype=object)
-    kind[read_ids.ravel()] = "read"
-    src[read_ids.ravel()] = np.tile(np.array(shape.ssds, dtype=object), S * L)
-    dst[read_ids.ravel()] = shape.gpu if shape.gds else shape.dram
+    src = np.full(n, "", dtype=object)
+    dst = np.full(n, shape.gpu, dtype=object)
     nbytes = np.zeros(n, dtype=np.int64)
     n_ios = np.zeros(n, dtype=np.int64)
-    nbytes[read_ids.ravel()] = counts.ravel() * shape.entry_bytes
-    n_ios[read_ids.ravel()] = counts.ravel() * shape.ios_per_entry
     io_path = np.full(n, "none", dtype=object)
-    io_path[read_ids.ravel()] = "gds" if shape.gds else shape.io_path
-    if copy:
-        kind[copy_ids] = "copy"
-        src[copy_ids] = shape.dram
-        dst[copy_ids] = shape.gpu
-        nbytes[copy_ids] = counts.sum(axis=1) * shape.entry_bytes
-        n_ios[copy_ids] = 1
-    kind[comp_ids] = "compute"
-    src[comp_ids] = ""
-    dst[comp_ids] = shape.gpu
+    tag = np.full(n, "attn", dtype=object)
+    nbytes[f] = counts.ravel() * shape.entry_bytes
+    tag[f] = "kv_fetch"
+    if shape.tier == "ssd":
+        kind[f] = "read"
+        src[f] = np.tile(np.array(shape.ssds, dtype=object), G)
+        dst[f] = shape.gpu if shape.gds else shape.dram
+        n_ios[f] = counts.ravel() * shape.ios_per_entry
+        io_path[f] = "gds" if shape.gds else shape.io_path
+    else:
+        kind[f] = "copy"
+        src[f] = shape.dram if shape.tier == "dram" else shape.peer
+        n_ios[f] = 1
+    if bounce:
+        kind[copy] = "copy"
+        src[copy] = shape.dram
+        nbytes[copy] = layer_bytes
+        n_ios[copy] = 1
+        tag[copy] = "h2d"
+    kind[comp] = "compute"
     flops = np.zeros(n)
     hbm = np.zeros(n)
-    flops[comp_ids] = shape.flops_per_layer
-    hbm[comp_ids] = shape.hbm_bytes_per_layer
-    tag = np.where(kind == "compute", "attn", np.where(kind == "copy", "h2d", "kv_fetch"))
-    deps = _dependencies(read_ids, copy_ids if copy else None, comp_ids, n)
+    flops[comp] = shape.flops_per_layer
+    hbm[comp] = shape.hbm_bytes_per_layer
 
+    op, dep = _dependency_pairs(fetch, copy if bounce else None, comp)
     keep = (kind != "read") | (nbytes > 0)
+    ok = keep[op] & keep[dep]
     new_id = np.cumsum(keep) - 1
-    lengths, values = [], []
-    for i in np.nonzero(keep)[0]:
-        d = sorted(int(new_id[j]) for j in deps[i] if keep[j])
-        lengths.append(len(d))
-        values.extend(d)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    op, dep = new_id[op[ok]], new_id[dep[ok]]
+    order = np.lexsort((dep, op))
+    op, dep = op[order], dep[order]
+    n_kept = int(keep.sum())
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(op, minlength=n_kept))])
     step = np.repeat(g // L, per).astype(np.int32)
     layer = np.repeat(g % L, per).astype(np.int32)
     cols = {
-        "step": step, "layer": layer, "kind": kind, "src": src, "dst": dst,
-        "bytes": nbytes, "n_ios": n_ios, "queue_depth": np.full(n, shape.queue_depth),
-        "io_path": io_path, "flops": flops, "hbm_bytes": hbm, "tag": tag,
+        "step": step,
+        "layer": layer,
+        "kind": kind,
+        "src": src,
+        "dst": dst,
+        "bytes": nbytes,
+        "n_ios": n_ios,
+        "queue_depth": np.full(n, shape.queue_depth),
+        "io_path": io_path,
+        "flops": flops,
+        "hbm_bytes": hbm,
+        "tag": tag,
     }
-    return plan_from_columns({k: v[keep] for k, v in cols.items()}, offsets,
-                             np.asarray(values, dtype=np.int64))
+    return plan_from_columns({k: v[keep] for k, v in cols.items()}, offsets, dep)
 
 
-def _dependencies(read_ids: np.ndarray, copy_ids: np.ndarray | None, comp_ids: np.ndarray,
-                  n: int) -> list[list[int]]:
-    deps: list[list[int]] = [[] for _ in range(n)]
-    groups = len(comp_ids)
-    for gi in range(groups):
-        reads = read_ids[gi].tolist()
-        for r in reads:
-            if gi >= 1:
-                deps[r].extend(read_ids[gi - 1].tolist())
-            if gi >= 2:
-                deps[r].append(int(comp_ids[gi - 2]))
-        comp = int(comp_ids[gi])
-        if copy_ids is not None:
-            deps[int(copy_ids[gi])] = list(reads)
-            deps[comp] = [int(copy_ids[gi])]
-        else:
-            deps[comp] = list(reads)
-        if gi >= 1:
-            deps[comp].append(int(comp_ids[gi - 1]))
-    return deps
+def _dependency_pairs(
+    fetch: np.ndarray, copy: np.ndarray | None, comp: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(op, depends-on) pairs of the pipeline described in the module docstring."""
+    nf = fetch.shape[1]
+    ops: list[np.ndarray] = []
+    deps: list[np.ndarray] = []
+    # fetch of g after every fetch of g-1
+    ops.append(np.repeat(fetch[1:], nf, axis=1).ravel())
+    deps.append(np.tile(fetch[:-1], (1, nf)).ravel())
+    # fetch of g after compute of g-2 (buffer reuse)
+    ops.append(fetch[2:].ravel())
+    deps.append(np.repeat(comp[:-2], nf))
+    ready = fetch
+    if copy is not None:  # bounce copy after all reads of its group
+        ops.append(np.repeat(copy, nf))
+        deps.append(fetch.ravel())
+        ready = copy[:, None]
+    # compute after its data and after the previous layer's compute
+    ops.append(np.repeat(comp, ready.shape[1]))
+    deps.append(ready.ravel())
+    ops.append(comp[1:])
+    deps.append(comp[:-1])
+    return np.concatenate(ops), np.concatenate(deps)
 
 
-def plan_for(params: SparseDecodeParams, profile: HardwareProfile, seed: int
-             ) -> tuple[pa.Table, SparseDecodeShape]:
+def plan_for(
+    params: SparseDecodeParams, profile: HardwareProfile, seed: int
+) -> tuple[pa.Table, SparseDecodeShape]:
     """The plan of a scenario's sparse-decode workload on ``profile``.
 
-    Raises :class:`ValueError` (one line) when the profile cannot run it.
+    Raises :class:`Unsupported` when the profile lacks what the variant needs
+    (SSDs, enough SSDs, GPUDirect, a peer GPU) and :class:`ValueError` for
+    impossible parameters.
     """
     card = get_model(params.model)
-    n_ssd = params.ssds or len(profile.ssd_names)
-    if not profile.ssd_names:
-        raise ValueError(f"profile {profile.name} has no SSDs; this workload reads from SSDs")
-    if n_ssd > len(profile.ssd_names):
-        raise ValueError(
-            f"ssds: {n_ssd} requested but profile {profile.name} has {len(profile.ssd_names)}"
-        )
-    if params.gds and not profile.software.gpudirect:
-        raise ValueError(f"gds: profile {profile.name} has no GPUDirect Storage")
+    ssds: tuple[str, ...] = ()
+    if params.tier == "ssd":
+        if not profile.ssd_names:
+            raise Unsupported(f"profile {profile.name} has no SSDs")
+        n_ssd = params.ssds or len(profile.ssd_names)
+        if n_ssd > len(profile.ssd_names):
+            raise Unsupported(
+                f"ssds: needs {n_ssd}, profile {profile.name} has {len(profile.ssd_names)} SSDs"
+            )
+        if params.gds and not profile.software.gpudirect:
+            raise Unsupported(f"gds: profile {profile.name} has no GPUDirect Storage")
+        ssds = profile.ssd_names[:n_ssd]
+    if params.tier == "peer" and profile.gpu.count < 2:
+        raise Unsupported(f"profile {profile.name} has no peer GPU")
     layers = params.layers or card.layers
     selected = max(1, round(params.context_tokens * params.sparsity))
     cost = decode_layer_cost(card, params.batch, params.context_tokens, params.sparsity)
     shape = SparseDecodeShape(
         steps=params.steps,
         layers=layers,
-        ssds=profile.ssd_names[:n_ssd],
+        ssds=ssds,
         gpu=profile.gpu_names[0],
         dram=profile.dram_names[0],
         entries_per_layer=selected * params.batch,
@@ -193,6 +242,9 @@ def plan_for(params: SparseDecodeParams, profile: HardwareProfile, seed: int
         io_path=params.io_path,
         queue_depth=params.queue_depth,
         gds=params.gds,
+        tier=params.tier,
+        peer=profile.gpu_names[1] if profile.gpu.count > 1 else "",
     )
     rng = np.random.default_rng(seed)
-    return build_plan(shape, entry_counts(shape, params.balance, rng)), shape
+    counts = entry_counts(shape, params.balance, rng) if params.tier == "ssd" else None
+    return build_plan(shape, counts), shape

@@ -16,14 +16,26 @@ from hwprofiles import (
 # Samsung PM9A3 data-sheet figures (seed 000 §6.1: 6.9 GB/s, 1.1M IOPS);
 # latency 80 us as in hwprofiles/h20-8ssd.yaml
 PM9A3 = SsdGroup(
-    model="PM9A3", count=2, capacity_gib=3576, read_gbps=6.9, write_gbps=4.1,
-    read_iops=1_100_000, write_iops=200_000, read_latency_us=80.0, write_latency_us=20.0,
+    model="PM9A3",
+    count=2,
+    capacity_gib=3576,
+    read_gbps=6.9,
+    write_gbps=4.1,
+    read_iops=1_100_000,
+    write_iops=200_000,
+    read_latency_us=80.0,
+    write_latency_us=20.0,
     max_queue_depth=128,
 )
 
 
-def make_profile(ssd: SsdGroup = PM9A3, ssd_link_gbps: float = 7.88, uplink_gbps: float = 100.0,
-                 cores: int = 4, gpudirect: bool = True) -> HardwareProfile:
+def make_profile(
+    ssd: SsdGroup = PM9A3,
+    ssd_link_gbps: float = 7.88,
+    uplink_gbps: float = 100.0,
+    cores: int = 4,
+    gpudirect: bool = True,
+) -> HardwareProfile:
     """2 SSDs -> switch sw0 --uplink--> rc0 -> dram0; gpu0, gpu1 on rc0; NVLink between GPUs."""
     links = (
         LinkSpec("ssd0.pcie", ("ssd0", "sw0"), ssd_link_gbps, "pcie"),
@@ -42,9 +54,14 @@ def make_profile(ssd: SsdGroup = PM9A3, ssd_link_gbps: float = 7.88, uplink_gbps
         cpu=CpuSpec("C", cores),
         dram=(DramModule("dram0", 64.0, 50.0),),
         ssds=(ssd,),
-        software=SoftwareSpec(kernel_fs_per_io_us=5.0, io_uring_per_io_us=1.0,
-                              passthrough_per_io_us=0.25, syscall_us=2.0, gds_per_io_us=3.0,
-                              gpudirect=gpudirect),
+        software=SoftwareSpec(
+            kernel_fs_per_io_us=5.0,
+            io_uring_per_io_us=1.0,
+            passthrough_per_io_us=0.25,
+            syscall_us=2.0,
+            gds_per_io_us=3.0,
+            gpudirect=gpudirect,
+        ),
         topology=Topology(("sw0", "rc0", "nvsw"), links),
     )
 

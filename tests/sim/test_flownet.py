@@ -53,8 +53,9 @@ def test_late_joiner_rerates_both():
 def test_textbook_two_links_over_time():
     # A=10, B=4; f0 on A+B (8 units), f1 on A (8 units): f0 gets 4, f1 6.
     # f1 ends at 8/6 = 1.333; f0 has 8 - 4*1.333 = 2.667 left at 4/s -> 2.0
-    ends, _ = run([10.0, 4.0], [(0.0, [(0, 1), (1, 1)], 8.0, math.inf),
-                                (0.0, [(0, 1)], 8.0, math.inf)])
+    ends, _ = run(
+        [10.0, 4.0], [(0.0, [(0, 1), (1, 1)], 8.0, math.inf), (0.0, [(0, 1)], 8.0, math.inf)]
+    )
     assert ends == pytest.approx([2.0, 4 / 3])
 
 

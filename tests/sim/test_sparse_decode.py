@@ -284,3 +284,43 @@ def test_plan_for_rejects_gds_without_gpudirect(profile, workload) -> None:
         plan_for(dataclasses.replace(workload, gds=True), no_gds, 0)
     msg = str(exc.value)
     assert "\n" not in msg and "gds" in msg and profile.name in msg
+
+
+@pytest.mark.parametrize("tier, src", [("dram", "dram0"), ("peer", "gpu1")])
+def test_dram_and_peer_tiers_fetch_one_copy_per_layer(tier: str, src: str) -> None:
+    shape = dataclasses.replace(make_shape(), tier=tier, ssds=(), peer="gpu1")
+    plan = build_plan(shape)
+    assert plan.num_rows == 2 * 3 * 2  # steps x layers x (copy, compute)
+    kind = plan.column("kind").to_pylist()
+    assert kind == ["copy", "compute"] * 6
+    assert set(plan.column("src").to_pylist()[0::2]) == {src}
+    assert set(plan.column("bytes").to_pylist()[0::2]) == {10 * EB}
+    deps = deps_of(plan)
+    # copy of group g after the copy of g-1 and the compute of g-2
+    assert deps[4] == [1, 2]
+    # compute of g after its copy and the previous compute
+    assert deps[5] == [3, 4]
+    validate_plan(plan, {"dram0", "gpu0", "gpu1", "rc0"}, set(), {"gpu0", "gpu1"})
+
+
+def test_plan_for_peer_tier_needs_two_gpus(profile, workload) -> None:
+    plan, shape = plan_for(dataclasses.replace(workload, tier="peer", layers=2), profile, 0)
+    assert shape.peer == "gpu1" and shape.ssds == ()
+    one_gpu = dataclasses.replace(profile, gpu=dataclasses.replace(profile.gpu, count=1))
+    with pytest.raises(ValueError, match="no peer GPU"):
+        plan_for(dataclasses.replace(workload, tier="peer"), one_gpu, 0)
+
+
+def test_fetch_time_follows_the_tier_bandwidth(profile, workload) -> None:
+    # one layer, one step: the fetch of S bytes takes S / (narrowest link)
+    from sim.executor import simulate
+
+    small = dataclasses.replace(workload, steps=1, layers=1)
+    card = get_model(small.model)
+    nbytes = round(small.context_tokens * small.sparsity) * small.batch
+    nbytes *= card.kv_bytes_per_token_layer
+    for tier, gbps in (("dram", 63.0), ("peer", 450.0)):  # PCIe 5.0 x16, H20 NVLink
+        plan, _ = plan_for(dataclasses.replace(small, tier=tier), profile, 0)
+        ops = simulate(plan, profile).ops.to_pandas()
+        fetch = ops[ops["tag"] == "kv_fetch"].iloc[0]
+        assert fetch["end_s"] - fetch["start_s"] == pytest.approx(nbytes / (gbps * 1e9))
