@@ -15,10 +15,10 @@ import json
 import time
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
+from sim.cli.console import make_console
 from sim.config import ConfigError
 from sim.executor import simulate
 from sim.models import decode_layer_cost, get_model
@@ -103,7 +103,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for flag, value in (("--steps", args.steps), ("--layers", args.layers)):
         if value <= 0:
             raise ConfigError(f"{flag} must be > 0, got {value}")
-    console = Console()
+    console = make_console()
     runs = [(args.steps, 1)]
     if args.scaling:
         runs += [(2 * args.steps, 1), (args.steps, 2)]

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hwprofiles import list_profiles, load_profile
+from sim.cli.console import make_console
 from sim.hw.figures import path_figures
 from sim.models import get_model, load_catalog
 
@@ -30,30 +31,36 @@ def _need_name(command: str) -> int:
 
 
 def profiles(args: argparse.Namespace) -> int:
-    console = Console()
+    console = make_console()
     if args.action == "show":
         if not args.name:
             return _need_name("profiles")
         show_profile(console, args.name)
         return 0
     table = Table(title="Hardware profiles")
-    for col in ("name", "GPUs", "DRAM", "SSDs", "SSD read (sum)", "description"):
-        table.add_column(col)
+    for col in ("name", "GPUs", "HBM", "DRAM", "SSDs", "SSD read (sum)"):
+        table.add_column(col, justify="left" if col in ("name", "GPUs", "SSDs") else "right")
     for name in list_profiles():
         p = load_profile(name)
         ssd_bw = sum(p.ssd(s).read_gbps for s in p.ssd_names)
-        ssd_models = ", ".join(f"{g.count}x {g.model}" for g in p.ssds) or "none"
+        ssd_models = ", ".join(f"{g.count}x {_short(g.model)}" for g in p.ssds) or "none"
         dram = sum(m.capacity_gib for m in p.dram)
         table.add_row(
             name,
-            f"{p.gpu.count}x {p.gpu.model}",
+            f"{p.gpu.count}x {_short(p.gpu.model)}",
+            f"{p.gpu.hbm_capacity_gib:g} GiB",
             f"{dram:.0f} GiB",
             ssd_models,
             f"{ssd_bw:.1f} GB/s",
-            p.description,
         )
     console.print(table)
+    console.print("details and derived path figures: kvtier profiles show NAME")
     return 0
+
+
+def _short(model: str) -> str:
+    """A model name without its parenthesised remarks."""
+    return model.split(" (")[0]
 
 
 def show_profile(console: Console, name: str) -> None:
@@ -97,7 +104,7 @@ def show_profile(console: Console, name: str) -> None:
 
 
 def models(args: argparse.Namespace) -> int:
-    console = Console()
+    console = make_console()
     if args.action == "show":
         if not args.name:
             return _need_name("models")

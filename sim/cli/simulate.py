@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hwprofiles import load_profile
+from sim.cli.console import make_console
 from sim.config import ConfigError, load_scenario
 from sim.core.units import fmt_bytes
 from sim.executor import simulate
@@ -29,12 +30,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", action="store_true", help="also write Perfetto timelines")
     p.add_argument("--plan", help="simulate this transfer-plan Parquet file instead")
     p.set_defaults(handler=cmd_sim)
-
-
-def make_console() -> Console:
-    """A console; when output is not a terminal, wide enough for the tables."""
-    console = Console()
-    return console if console.is_terminal else Console(width=140)
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
