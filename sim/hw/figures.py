@@ -26,10 +26,15 @@ class PathFigure:
     bottleneck: str  # resources at capacity, or "device" when each flow hits its own cap
 
 
-def _concurrent(m: Machine, label: str, pairs: list[tuple[str, str]], kind: str) -> PathFigure:
+def _concurrent(
+    m: Machine, label: str, pairs: list[tuple[str, str]], kind: str, via: str = ""
+) -> PathFigure:
+    """``via``: every byte is staged in that node (a bounce buffer), so it
+    crosses both routes and, on a shared memory bus, the bus twice."""
     paths, caps = [], []
     for src, dst in pairs:
-        path = [(r, 1.0) for r in m.route(src, dst)]
+        hops = m.route(src, via) + m.route(via, dst) if via else m.route(src, dst)
+        path = [(r, 1.0) for r in hops]
         cap = math.inf
         if kind in ("read", "write"):
             ssd = src if kind == "read" else dst
@@ -61,6 +66,15 @@ def path_figures(profile: HardwareProfile) -> list[PathFigure]:
         out.append(
             _concurrent(
                 m, f"{dram[0]} -> all SSDs (1 MiB writes)", [(dram[0], s) for s in ssds], "write"
+            )
+        )
+        out.append(
+            _concurrent(
+                m,
+                f"all SSDs -> {gpus[0]} via {dram[0]} (bounce)",
+                [(s, gpus[0]) for s in ssds],
+                "read",
+                via=dram[0],
             )
         )
         if profile.software.gpudirect:
