@@ -181,16 +181,24 @@ def _check_topology(p: HardwareProfile, where: _Where) -> None:
             raise where.error("topology.links", f"node '{n}' is not attached to any link")
 
 
-def load_profile(source: str | Path) -> HardwareProfile:
-    """Load a profile by name (``h20-8ssd``) or by path to a YAML file."""
+def resolve_yaml(
+    source: str | Path, directory: Path, what: str, error: type[ValueError] = ProfileError
+) -> Path:
+    """A YAML path given by name (a file in ``directory``) or by path."""
     path = Path(source)
     if path.suffix not in (".yaml", ".yml"):
-        path = PROFILE_DIR / f"{source}.yaml"
+        path = directory / f"{source}.yaml"
         if not path.exists():
-            known = ", ".join(list_profiles())
-            raise ProfileError(f"unknown hardware profile '{source}' (known: {known})")
+            known = ", ".join(sorted(p.stem for p in directory.glob("*.yaml")))
+            raise error(f"unknown {what} '{source}' (known: {known})")
     if not path.exists():
-        raise ProfileError(f"{path}: no such file")
+        raise error(f"{path}: no such file")
+    return path
+
+
+def load_profile(source: str | Path) -> HardwareProfile:
+    """Load a profile by name (``h20-8ssd``) or by path to a YAML file."""
+    path = resolve_yaml(source, PROFILE_DIR, "hardware profile")
     data, where = read_yaml(path)
     profile = build_dataclass(HardwareProfile, data, where)
     profile = dataclasses.replace(profile, source_file=str(path))
@@ -239,4 +247,5 @@ __all__ = [
     "list_profiles",
     "load_profile",
     "read_yaml",
+    "resolve_yaml",
 ]

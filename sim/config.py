@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hwprofiles.loader import build_dataclass, read_yaml
+from hwprofiles.loader import build_dataclass, read_yaml, resolve_yaml
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -84,14 +84,7 @@ class ScenarioConfig:
 
 def load_scenario(source: str | Path) -> ScenarioConfig:
     """Load a scenario by name (``default``) or path to a YAML file."""
-    path = Path(source)
-    if path.suffix not in (".yaml", ".yml"):
-        path = SCENARIO_DIR / f"{source}.yaml"
-        if not path.exists():
-            known = ", ".join(list_scenarios())
-            raise ConfigError(f"unknown scenario '{source}' (known: {known})")
-    if not path.exists():
-        raise ConfigError(f"{path}: no such file")
+    path = resolve_yaml(source, SCENARIO_DIR, "scenario", ConfigError)
     data, where = read_yaml(path, error=ConfigError)
     if not isinstance(data, dict):
         raise where.error("", "a scenario must be a mapping")
