@@ -53,7 +53,7 @@ def test_default_scenario_loads() -> None:
     cfg = load_scenario("default")
     assert cfg.name == "default"
     assert cfg.source_file.endswith("default.yaml")
-    assert cfg.workload.model == "Llama-3.1-8B"
+    assert cfg.workload.model == "Qwen3-32B"  # Swarm Table 2 (seed 000 §8.1)
     assert 0 < cfg.workload.sparsity <= 1
     assert cfg.workload.steps > 0
     names = [v.name for v in cfg.variants]
