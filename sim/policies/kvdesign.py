@@ -1,0 +1,137 @@
+"""The protocol every sparse-attention KV offloading design implements.
+
+Swarm, its ablations and its baselines (No Cluster, InfLLM-style blocks,
+PQCache-style k-means) all answer the same two questions for one layer:
+
+* offline (:meth:`KVDesign.build`): given profiling activations and the keys
+  of the prefix, where does every KV entry live (which SSD, which byte
+  offset; replicas allowed) and what stays in DRAM (index, window, cache)?
+* online (:meth:`KVDesign.step`): given this step's query, which entries does
+  attention use, and which byte extents must be read from which SSD, in how
+  many batched submission rounds?
+
+The answer is a :class:`StepDecision`: pure data.  The driver
+(``sim.scenarios.swarm``) turns it into transfer-plan ops, so I/O volume and
+per-device bytes and I/O counts come from the decision and the time from the
+simulator.  Entry ids are token positions: the prefix is ``0..N-1`` and the
+token generated at decode step ``t`` is ``N + t``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the machine and workload give a design for one layer."""
+
+    n_ssd: int
+    entry_bytes: int  # one token's K and V for this layer (all KV heads)
+    key_bytes: int  # the K half alone (what scoring reads)
+    budget: int  # entries attention may use per step (sparsity x context)
+    local_window: int  # most recent tokens always kept in DRAM
+    sink_tokens: int  # first tokens always kept in DRAM
+    dram_cache_entries: int  # DRAM for cached clusters/blocks, in entries
+    ssd_latency_us: float  # SSD addressing latency (Swarm's cost-effectiveness score)
+    ssd_entry_us: float  # per-entry transfer time at the SSD's bandwidth
+
+
+@dataclass
+class StepDecision:
+    """One layer's decisions at one decode step.
+
+    ``ssd_extents[k]`` is an ``(n, 2)`` int64 array of (byte offset, length)
+    read from SSD k, in submission order; adjacent extents are *not* merged by
+    the driver (a design that lays entries out contiguously returns one long
+    extent, and that is one large I/O).  ``prefetch_extents`` are reads that
+    must finish *before* selection can run (No Cluster loads the keys to
+    score them); ``ssd_extents`` are the reads of the selected entries.
+    """
+
+    selected: np.ndarray  # entry ids attention uses (recall is measured on these)
+    dram_entries: int  # how many of ``selected`` were already in DRAM
+    ssd_extents: list[np.ndarray]
+    rounds: int = 1  # batched submissions across all devices
+    duplicate_entries: int = 0  # entries read more than once this step
+    score_flops: float = 0.0  # selection compute (query x index keys)
+    score_bytes: float = 0.0  # index bytes scanned by selection
+    prefetch_extents: list[np.ndarray] | None = None
+    info: dict[str, float] = field(default_factory=dict)  # design-specific counters
+
+    @property
+    def read_bytes(self) -> int:
+        return int(sum(int(e[:, 1].sum()) for e in self.ssd_extents))
+
+
+class KVDesign(Protocol):
+    """A sparse-attention KV offloading design for one layer."""
+
+    name: str
+
+    def build(
+        self,
+        activations: sp.csr_matrix,
+        keys: np.ndarray,
+        layout: Layout,
+        rng: np.random.Generator,
+    ) -> None:
+        """Offline phase.  ``activations``: profiling observations x prefix
+        entries (bool, one row per profiled query); ``keys``: (N, d)."""
+        ...
+
+    def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
+        """Online phase for decode step ``t``: ``query`` (d,) is this step's
+        query, ``new_key`` (d,) the key of the token generated at step t
+        (entry ``N + t``)."""
+        ...
+
+    def index_bytes(self) -> int:
+        """DRAM held by the design's index (medoids, centroids, block
+        representatives), excluding the window and cached data."""
+        ...
+
+
+DESIGNS: dict[str, Callable[..., KVDesign]] = {}
+
+
+def register(name: str) -> Callable[[Callable[..., KVDesign]], Callable[..., KVDesign]]:
+    """Class decorator: ``@register("swarm")`` makes a design available by name."""
+
+    def deco(factory: Callable[..., KVDesign]) -> Callable[..., KVDesign]:
+        if name in DESIGNS:
+            raise ValueError(f"design '{name}' registered twice")
+        DESIGNS[name] = factory
+        return factory
+
+    return deco
+
+
+def get_design(name: str, **params: object) -> KVDesign:
+    if name not in DESIGNS:
+        raise KeyError(f"unknown design '{name}' (known: {', '.join(sorted(DESIGNS))})")
+    return DESIGNS[name](**params)
+
+
+def extents_from_slots(slots: np.ndarray, entry_bytes: int, merge: bool = False) -> np.ndarray:
+    """(offset, length) extents of entry slots on one SSD.
+
+    ``slots`` are slot numbers on the device (byte offset = slot x
+    entry_bytes).  With ``merge``, runs of consecutive slots become one
+    extent (one larger I/O), as a contiguous block layout allows.
+    """
+    slots = np.asarray(slots, dtype=np.int64)
+    if slots.size == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    if not merge:
+        return np.stack([slots * entry_bytes, np.full(slots.size, entry_bytes)], axis=1)
+    s = np.sort(slots)
+    breaks = np.nonzero(np.diff(s) != 1)[0] + 1
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [s.size]])
+    return np.stack([s[starts] * entry_bytes, (ends - starts) * entry_bytes], axis=1)
