@@ -136,6 +136,10 @@ def _convert(
             _convert(a, v, where, f"{key}[{i}]", name, positive)
             for i, (a, v) in enumerate(zip(args, value, strict=True))
         )
+    if tp is dict or origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise where.error(key, f"must be a mapping with string keys, got {value!r}")
+        return dict(value)
     if tp is bool:
         if not isinstance(value, bool):
             raise where.error(key, f"must be true or false, got {value!r}")

@@ -51,6 +51,36 @@ class SparseDecodeParams:
     balance: str = "random"  # random: entries striped at random; even: exact split
     layers: int = 0  # 0 = the model's layer count
     tier: str = "ssd"  # where the KV lives: ssd | dram (host memory) | peer (NVLink GPU)
+    kind: str = "sparse_decode"
+
+
+@dataclass(frozen=True)
+class SwarmParams:
+    """Sparse-attention decoding through a KV design on an access trace (see
+    :mod:`sim.scenarios.swarm`): Swarm, its ablations and its baselines."""
+
+    kind: str = "swarm"
+    model: str = "Qwen3-32B"
+    context_tokens: int = field(default=32768, metadata={"positive": True})
+    batch: int = field(default=4, metadata={"positive": True})
+    sparsity: float = field(default=0.1, metadata={"positive": True})
+    steps: int = field(default=16, metadata={"positive": True})  # decode steps simulated
+    profile_steps: int = field(default=256, metadata={"positive": True})  # offline profiling
+    layers_modeled: int = field(default=1, metadata={"positive": True})  # distinct layer traces
+    layers: int = 0  # model layers simulated (cycling the modeled ones); 0 = the model's
+    trace: str = "default"  # access-trace generator preset (traces.generator.PRESETS)
+    local_window: int = 256  # Swarm §5.2: "a local window (e.g., 256 tokens)"
+    sink_tokens: int = 4
+    dram_cache: float = 0.05  # DRAM for cached clusters/blocks, as a fraction of the prefix
+    design: str = "swarm"  # a registered KV design (sim.policies.DESIGNS)
+    design_params: dict = field(default_factory=dict)
+    ssds: int = 0  # SSDs used, the first N of the profile; 0 = all
+    io_path: str = "io_uring"
+    queue_depth: int = 0  # per-op in-flight I/Os; 0 = the device maximum
+
+
+WORKLOADS: dict[str, type] = {"sparse_decode": SparseDecodeParams, "swarm": SwarmParams}
+Workload = SparseDecodeParams | SwarmParams
 
 
 @dataclass(frozen=True)
@@ -64,11 +94,11 @@ class ScenarioConfig:
     name: str
     description: str
     seed: int
-    workload: SparseDecodeParams
+    workload: Workload
     variants: tuple[Variant, ...]
     source_file: str = ""
 
-    def variant_params(self, variant: Variant) -> SparseDecodeParams:
+    def variant_params(self, variant: Variant) -> Workload:
         return dataclasses.replace(self.workload, **dict(variant.overrides))
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,12 +119,19 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
     if not isinstance(data, dict):
         raise where.error("", "a scenario must be a mapping")
     raw_variants = data.pop("variants", None) or [{"name": "default"}]
-    head = build_dataclass(_Head, data, where)
-    workload = head.workload
+    raw_workload = data.get("workload")
+    kind = raw_workload.get("kind", "sparse_decode") if isinstance(raw_workload, dict) else ""
+    if kind not in WORKLOADS:
+        raise where.error("workload.kind", f"must be one of {sorted(WORKLOADS)}, got {kind!r}")
+    cls = WORKLOADS[kind]
+    head = build_dataclass(_Head, {k: v for k, v in data.items() if k != "workload"}, where)
+    if raw_workload is None:
+        raise where.error("", "missing required key 'workload'")
+    workload = build_dataclass(cls, raw_workload, where, "workload")
     _check_workload(workload, where, "workload")
     variants = []
     names: set[str] = set()
-    fields = {f.name for f in dataclasses.fields(SparseDecodeParams)}
+    fields = {f.name for f in dataclasses.fields(cls)} - {"kind"}
     if not isinstance(raw_variants, list):
         raise where.error("variants", "must be a list")
     for i, raw in enumerate(raw_variants):
@@ -108,7 +145,7 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
                     f"{key}.{k}", f"unknown workload key (one of: {', '.join(sorted(fields))})"
                 )
         merged = {**dataclasses.asdict(workload), **overrides}
-        params = build_dataclass(SparseDecodeParams, merged, where, key)
+        params = build_dataclass(cls, merged, where, key)
         _check_workload(params, where, key)
         name = str(raw["name"])
         if name in names:
@@ -125,21 +162,32 @@ class _Head:
     name: str
     description: str
     seed: int
-    workload: SparseDecodeParams
 
 
-def _check_workload(p: SparseDecodeParams, where: Any, key: str) -> None:
+def _check_workload(p: Workload, where: Any, key: str) -> None:
     from sim.plan import IO_PATHS
 
+    if isinstance(p, SwarmParams):
+        _check_swarm(p, where, key)
     if not 0 < p.sparsity <= 1:
         raise where.error(f"{key}.sparsity", f"must be in (0, 1], got {p.sparsity}")
     if p.io_path not in IO_PATHS or p.io_path == "none":
         raise where.error(f"{key}.io_path", f"must be one of {IO_PATHS[:-1]}, got {p.io_path!r}")
+    if isinstance(p, SwarmParams):
+        return
     if p.tier not in ("ssd", "dram", "peer"):
         raise where.error(f"{key}.tier", f"must be 'ssd', 'dram' or 'peer', got {p.tier!r}")
     if p.balance not in ("random", "even"):
         raise where.error(f"{key}.balance", f"must be 'random' or 'even', got {p.balance!r}")
     for name in ("ssds", "queue_depth", "layers"):
+        if getattr(p, name) < 0:
+            raise where.error(f"{key}.{name}", f"must be >= 0, got {getattr(p, name)}")
+
+
+def _check_swarm(p: SwarmParams, where: Any, key: str) -> None:
+    if not 0 <= p.dram_cache < 1:
+        raise where.error(f"{key}.dram_cache", f"must be in [0, 1), got {p.dram_cache}")
+    for name in ("ssds", "queue_depth", "layers", "local_window", "sink_tokens"):
         if getattr(p, name) < 0:
             raise where.error(f"{key}.{name}", f"must be >= 0, got {getattr(p, name)}")
 
