@@ -91,3 +91,65 @@ def decode_summary(
         "busiest_util": float(dev.loc[busiest, "util_mean"]) if busiest else np.nan,
         "makespan_s": makespan,
     }
+
+
+def design_summary(
+    ops_table: pa.Table,
+    profile: HardwareProfile,
+    lanes: dict,
+    ssds_used: list[str],
+    batch: int,
+    steps: int,
+    entry_bytes: int,
+    bottleneck_gbps: float,
+) -> dict[str, Any]:
+    """Swarm-style metrics of a KV design run (seed 000 §8): throughput, I/O
+    time and volume, effective SSD bandwidth, DRAM hit rate, recall of the
+    oracle top-k, selection latency and index size.
+
+    ``lanes`` maps (sequence, layer) to objects with ``decisions``,
+    ``oracle``, ``always`` and ``index_bytes`` (``sim.scenarios.swarm``).
+    """
+    ops = ops_table.to_pandas()
+    makespan = float(ops["end_s"].max()) if len(ops) else 0.0
+    spans = fetch_spans(ops)
+    span_total = float(spans.sum()) if len(spans) else 0.0
+    reads = ops[ops["kind"] == "read"]
+    fetch = reads[reads["tag"] == "kv_fetch"]
+    read_bytes = int(reads["bytes"].sum())
+    groups = max(1, ops.groupby(["step", "layer"]).ngroups)
+    select = ops[ops["tag"] == "select"]
+    agg_bw = sum(profile.ssd(s).read_gbps for s in ssds_used) * GB
+    bw = int(fetch["bytes"].sum()) / span_total if span_total > 0 else 0.0
+    recall, hits, misses, amplification = [], 0, 0, []
+    for lane in lanes.values():
+        for dec, orc in zip(lane.decisions, lane.oracle, strict=True):
+            recall.append(np.intersect1d(dec.selected, orc).size / max(1, orc.size))
+            cached = dec.dram_entries - lane.always
+            hits += max(cached, 0)
+            need = len(dec.selected) - dec.dram_entries
+            misses += need
+            if need > 0:
+                amplification.append(dec.read_bytes / (need * entry_bytes))
+    index = sum(lane.index_bytes for lane in lanes.values())
+    layers_modeled = len({k[1] for k in lanes})
+    return {
+        "steps": steps,
+        "tokens_per_s": batch * steps / makespan if makespan > 0 else np.nan,
+        "step_ms": 1e3 * makespan / steps if steps else np.nan,
+        "io_ms_per_step": 1e3 * span_total / steps if steps else np.nan,
+        "io_ms_per_layer": 1e3 * span_total / groups,
+        "read_bytes_per_step": read_bytes / steps if steps else 0,
+        "ios_per_step": int(reads["n_ios"].sum()) / steps if steps else 0,
+        "ssd_gbps": bw / GB,
+        "ssd_share_of_aggregate": bw / agg_bw if agg_bw else np.nan,
+        "ssd_share_of_bottleneck": bw / (bottleneck_gbps * GB) if bottleneck_gbps else np.nan,
+        "dram_hit_rate": hits / (hits + misses) if hits + misses else 0.0,
+        "recall": float(np.mean(recall)) if recall else np.nan,
+        "read_amplification": float(np.mean(amplification)) if amplification else 1.0,
+        "select_ms": 1e3 * float((select["end_s"] - select["start_s"]).mean())
+        if len(select)
+        else 0.0,
+        "index_mb_per_layer": index / layers_modeled / batch / 1e6 if lanes else 0.0,
+        "makespan_s": makespan,
+    }

@@ -25,14 +25,14 @@ import pyarrow as pa
 import yaml
 
 from hwprofiles import HardwareProfile
-from sim.config import ConfigError, ScenarioConfig, Variant
+from sim.config import ConfigError, ScenarioConfig, SparseDecodeParams, SwarmParams, Variant
 from sim.executor import simulate
-from sim.metrics import decode_summary
+from sim.metrics import decode_summary, design_summary
 from sim.perfetto import write_trace
 from sim.plan import write_plan
 from sim.provenance import file_digest, provenance
 from sim.records import Records
-from sim.scenarios.sparse_decode import SparseDecodeShape, Unsupported, plan_for
+from sim.scenarios.sparse_decode import Unsupported, plan_for
 
 # (variant name, ops done, ops total) -> None
 Progress = Callable[[str, int, int], None]
@@ -62,11 +62,73 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "variant"
 
 
-PlannedVariant = tuple[Variant, pa.Table, SparseDecodeShape]
+@dataclass
+class PlannedVariant:
+    variant: Variant
+    plan: pa.Table
+    summarize: Callable[[Records], dict]
+
+
+def _plan_sparse_decode(
+    params: SparseDecodeParams, profile: HardwareProfile, seed: int, progress: Callable | None
+) -> tuple[pa.Table, Callable[[Records], dict]]:
+    plan, shape = plan_for(params, profile, seed)
+    ssd_path = params.tier == "ssd"
+
+    def summarize(records: Records) -> dict:
+        qd = params.queue_depth or profile.ssd(shape.ssds[0]).max_queue_depth if ssd_path else 0
+        return {
+            "tier": params.tier,
+            "ssds": len(shape.ssds),
+            "io_path": ("gds" if params.gds else params.io_path) if ssd_path else "none",
+            "queue_depth": qd,
+            **decode_summary(
+                records.ops,
+                records.devices,
+                profile,
+                params.batch,
+                list(shape.ssds),
+                params.queue_depth,
+            ),
+        }
+
+    return plan, summarize
+
+
+def _plan_swarm(
+    params: SwarmParams, profile: HardwareProfile, seed: int, progress: Callable | None
+) -> tuple[pa.Table, Callable[[Records], dict]]:
+    from sim.hw.figures import path_figures
+    from sim.scenarios.swarm import plan_swarm
+
+    splan = plan_swarm(params, profile, seed, progress)
+    figures = path_figures(profile)
+    bottleneck = next((f.total_gbps for f in figures if f.label.startswith("all SSDs -> dram")), 0)
+
+    def summarize(records: Records) -> dict:
+        return {
+            "design": params.design,
+            "ssds": len(splan.ssds),
+            **design_summary(
+                records.ops,
+                profile,
+                splan.lanes,
+                list(splan.ssds),
+                params.batch,
+                params.steps,
+                splan.layout.entry_bytes,
+                bottleneck,
+            ),
+        }
+
+    return splan.plan, summarize
+
+
+PLANNERS: dict[str, Callable] = {"sparse_decode": _plan_sparse_decode, "swarm": _plan_swarm}
 
 
 def plan_variants(
-    cfg: ScenarioConfig, profile: HardwareProfile
+    cfg: ScenarioConfig, profile: HardwareProfile, progress: Progress | None = None
 ) -> tuple[list[PlannedVariant], dict[str, str]]:
     """Plan every variant before simulating any (so a bad one fails fast).
 
@@ -76,14 +138,17 @@ def plan_variants(
     planned: list[PlannedVariant] = []
     skipped: dict[str, str] = {}
     for variant in cfg.variants:
+        params = cfg.variant_params(variant)
+        tick = _ticker(progress, f"{variant.name} (plan)", _plan_units(params))
         try:
-            plan, shape = plan_for(cfg.variant_params(variant), profile, cfg.seed)
+            plan, summarize = PLANNERS[params.kind](params, profile, cfg.seed, tick)
         except Unsupported as exc:
             skipped[variant.name] = str(exc)
             continue
-        except ValueError as exc:
-            raise ConfigError(f"{cfg.source_file}: variant '{variant.name}': {exc}") from None
-        planned.append((variant, plan, shape))
+        except (ValueError, KeyError) as exc:
+            msg = exc.args[0] if exc.args else str(exc)
+            raise ConfigError(f"{cfg.source_file}: variant '{variant.name}': {msg}") from None
+        planned.append(PlannedVariant(variant, plan, summarize))
     if not planned:
         reasons = "; ".join(f"'{k}': {v}" for k, v in skipped.items())
         raise ConfigError(
@@ -92,35 +157,35 @@ def plan_variants(
     return planned, skipped
 
 
+def _plan_units(params: SparseDecodeParams | SwarmParams) -> int:
+    if isinstance(params, SwarmParams):
+        return params.batch * params.layers_modeled * params.steps
+    return 0
+
+
+def _ticker(progress: Progress | None, name: str, total: int) -> Callable[[], None] | None:
+    if progress is None or total <= 0:
+        return None
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        progress(name, done[0], total)
+
+    return tick
+
+
 def run_variant(
     cfg: ScenarioConfig,
     planned: PlannedVariant,
     profile: HardwareProfile,
     progress: Progress | None = None,
 ) -> VariantResult:
-    variant, plan, shape = planned
-    params = cfg.variant_params(variant)
-    cb = (lambda done, total: progress(variant.name, done, total)) if progress else None
-    records = simulate(plan, profile, cb)
-    records.plan = plan  # type: ignore[attr-defined]
-    ssd_path = params.tier == "ssd"
-    summary = {
-        "tier": params.tier,
-        "ssds": len(shape.ssds),
-        "io_path": ("gds" if params.gds else params.io_path) if ssd_path else "none",
-        "queue_depth": (params.queue_depth or profile.ssd(shape.ssds[0]).max_queue_depth)
-        if ssd_path
-        else 0,
-        **decode_summary(
-            records.ops,
-            records.devices,
-            profile,
-            params.batch,
-            list(shape.ssds),
-            params.queue_depth,
-        ),
-    }
-    return VariantResult(variant, records, summary)
+    name = planned.variant.name
+    cb = (lambda done, total: progress(name, done, total)) if progress else None
+    records = simulate(planned.plan, profile, cb)
+    records.plan = planned.plan  # type: ignore[attr-defined]
+    return VariantResult(planned.variant, records, planned.summarize(records))
 
 
 def run(
@@ -131,7 +196,7 @@ def run(
     trace: bool = False,
 ) -> ScenarioResult:
     t0 = time.perf_counter()
-    planned, skipped = plan_variants(cfg, profile)
+    planned, skipped = plan_variants(cfg, profile, progress)
     results = [run_variant(cfg, p, profile, progress) for p in planned]
     result = ScenarioResult(
         cfg, profile, results, Path(out_dir) if out_dir else None, time.perf_counter() - t0, skipped

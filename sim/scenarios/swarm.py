@@ -1,0 +1,240 @@
+"""Sparse-attention decoding through a KV design (Swarm, ablations, baselines).
+
+For every sequence of the batch and every *modeled* layer ("lane") an access
+trace generator provides keys and queries with a tunable co-activation
+structure.  The first ``profile_steps`` queries are the offline profiling
+observations (Swarm §5.1 Step 1); the prefix the design places is the
+context plus the tokens generated while profiling, so entry ids stay
+positions.  Each decode step, each lane's design returns a
+:class:`~sim.policies.StepDecision`; model layers cycle through the modeled
+layers (all layers of a real model behave alike for I/O purposes, and
+generating 64 distinct 128K-entry layers would only cost memory).
+
+Per (step, layer) group the plan holds, in pipeline order:
+
+* ``prefetch`` reads per SSD (designs that must load keys to score them);
+* ``select``: the scoring work (query x index keys) as a GPU compute op;
+* ``read`` per SSD: the selected entries not in DRAM, as the decision's
+  extents (bytes = their lengths, one I/O per extent);
+* ``copy`` DRAM -> GPU of every selected entry;
+* ``compute``: the layer's decode at the selected KV fraction (roofline).
+
+Fetching layer l+1 overlaps computing layer l (Swarm §7 pipelined
+prefetching): reads of g wait for the selection of g, the reads of g-1 and
+the compute of g-2 (double buffering).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+from traces.generator import PRESETS, AccessGenerator
+
+import sim.policies.baselines  # noqa: F401  (registers the baseline designs)
+import sim.policies.swarm.design  # noqa: F401  (registers Swarm and its ablations)
+from hwprofiles import HardwareProfile
+from sim.config import SwarmParams
+from sim.models import decode_layer_cost, get_model
+from sim.plan import PlanBuilder
+from sim.policies import KVDesign, Layout, StepDecision, get_design
+from sim.scenarios.sparse_decode import Unsupported
+
+
+@dataclass
+class LaneResult:
+    """One (sequence, modeled layer): its decisions and what to score them by."""
+
+    decisions: list[StepDecision]
+    oracle: list[np.ndarray]
+    always: int  # sinks + window entries selected every step
+    index_bytes: int
+
+
+@dataclass
+class SwarmPlan:
+    plan: pa.Table
+    lanes: dict[tuple[int, int], LaneResult]
+    ssds: tuple[str, ...]
+    params: SwarmParams
+    layout: Layout
+    info: dict[str, float] = field(default_factory=dict)
+
+
+def layout_for(p: SwarmParams, profile: HardwareProfile, n_ssd: int, prefix: int) -> Layout:
+    card = get_model(p.model)
+    spec = profile.ssd(profile.ssd_names[0])
+    entry = card.kv_bytes_per_token_layer
+    return Layout(
+        n_ssd=n_ssd,
+        entry_bytes=entry,
+        key_bytes=entry // 2,
+        budget=max(1, round(p.sparsity * prefix)),
+        local_window=p.local_window,
+        sink_tokens=p.sink_tokens,
+        dram_cache_entries=int(p.dram_cache * prefix),
+        ssd_latency_us=spec.read_latency_us,
+        ssd_entry_us=entry / (spec.read_gbps * 1e3),
+    )
+
+
+def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneResult:
+    """Generate one lane's trace, build the design offline, run it online."""
+    gen = AccessGenerator(
+        PRESETS[p.trace],
+        context_tokens=p.context_tokens,
+        steps=p.profile_steps + p.steps,
+        layers=1,
+        sparsity=p.sparsity,
+        local_window=p.local_window,
+        sink_tokens=p.sink_tokens,
+        seed=seed,
+        model=p.model,
+    )
+    prefix = p.context_tokens + p.profile_steps
+    keys = gen.keys()
+    queries = gen.queries()
+    rows = [gen.oracle(s) for s in range(p.profile_steps)]
+    activations = _activations(rows, prefix)
+    design: KVDesign = get_design(p.design, **p.design_params)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
+    design.build(activations, keys[:prefix], layout, rng)
+    decisions, oracle = [], []
+    for t in range(p.steps):
+        s = p.profile_steps + t
+        decisions.append(design.step(t, queries[s], keys[prefix + t]))
+        oracle.append(gen.oracle(s))
+        if progress is not None:
+            progress()
+    always = min(p.sink_tokens, prefix) + p.local_window
+    return LaneResult(decisions, oracle, always, design.index_bytes())
+
+
+def _activations(rows: list[np.ndarray], n: int):
+    import scipy.sparse as sp
+
+    indptr = np.cumsum([0] + [int((r < n).sum()) for r in rows])
+    idx = np.concatenate([r[r < n] for r in rows]) if rows else np.zeros(0, np.int64)
+    data = np.ones(len(idx), dtype=bool)
+    return sp.csr_matrix((data, idx, indptr), shape=(len(rows), n))
+
+
+def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=None) -> SwarmPlan:
+    """Run every lane's design and assemble the transfer plan."""
+    if not profile.ssd_names:
+        raise Unsupported(f"profile {profile.name} has no SSDs")
+    n_ssd = p.ssds or len(profile.ssd_names)
+    if n_ssd > len(profile.ssd_names):
+        raise Unsupported(
+            f"ssds: needs {n_ssd}, profile {profile.name} has {len(profile.ssd_names)} SSDs"
+        )
+    if p.trace not in PRESETS:
+        raise ValueError(f"trace: unknown preset '{p.trace}' (known: {', '.join(PRESETS)})")
+    ssds = profile.ssd_names[:n_ssd]
+    prefix = p.context_tokens + p.profile_steps
+    layout = layout_for(p, profile, n_ssd, prefix)
+    lanes = {}
+    for b in range(p.batch):
+        for lm in range(p.layers_modeled):
+            lane_seed = int(np.random.SeedSequence([seed, b, lm]).generate_state(1)[0])
+            lanes[(b, lm)] = run_lane(p, layout, lane_seed, progress)
+    plan = _assemble(p, profile, ssds, layout, lanes, prefix)
+    return SwarmPlan(plan, lanes, ssds, p, layout)
+
+
+def _assemble(p, profile, ssds, layout, lanes, prefix) -> pa.Table:
+    card = get_model(p.model)
+    layers = p.layers or card.layers
+    gpu, dram = profile.gpu_names[0], profile.dram_names[0]
+    b = PlanBuilder()
+    prev_reads: list[int] = []
+    prev_prefetch: list[int] = []
+    prev_select = -1
+    computes: list[int] = []
+    for t in range(p.steps):
+        for layer in range(layers):
+            decs = [lanes[(s, layer % p.layers_modeled)].decisions[t] for s in range(p.batch)]
+            back2 = [computes[-2]] if len(computes) >= 2 else []
+            prefetch = _reads(
+                b, decs, ssds, dram, p, t, layer, "prefetch", prev_prefetch + back2, "kv_prefetch"
+            )
+            flops = sum(d.score_flops for d in decs)
+            sbytes = sum(d.score_bytes for d in decs)
+            after = prefetch + ([prev_select] if prev_select >= 0 else [])
+            select = (
+                b.compute(gpu, flops, sbytes, depends_on=after, step=t, layer=layer, tag="select")
+                if flops or sbytes
+                else -1
+            )
+            gate = [select] if select >= 0 else after
+            reads = _reads(
+                b, decs, ssds, dram, p, t, layer, "ssd", prev_reads + back2 + gate, "kv_fetch"
+            )
+            n_sel = sum(len(d.selected) for d in decs)
+            copy = b.copy(
+                dram,
+                gpu,
+                n_sel * layout.entry_bytes,
+                depends_on=reads or gate,
+                step=t,
+                layer=layer,
+                tag="h2d",
+            )
+            visible = prefix + t + 1
+            frac = min(1.0, n_sel / (p.batch * visible))
+            cost = decode_layer_cost(card, p.batch, visible, frac)
+            deps = [copy] + ([computes[-1]] if computes else [])
+            computes.append(
+                b.compute(
+                    gpu,
+                    cost.flops,
+                    cost.hbm_bytes,
+                    depends_on=deps,
+                    step=t,
+                    layer=layer,
+                    tag="attn",
+                )
+            )
+            prev_reads, prev_prefetch = reads or prev_reads, prefetch or prev_prefetch
+            prev_select = select if select >= 0 else prev_select
+    return b.table()
+
+
+def _reads(
+    b: PlanBuilder,
+    decs: list[StepDecision],
+    ssds,
+    dram,
+    p: SwarmParams,
+    t: int,
+    layer: int,
+    which: str,
+    deps: list[int],
+    tag: str,
+) -> list[int]:
+    """One read op per SSD with the lanes' extents of kind ``which``."""
+    ops = []
+    for k, ssd in enumerate(ssds):
+        nbytes = n_ios = 0
+        for d in decs:
+            ext = d.ssd_extents if which == "ssd" else (d.prefetch_extents or [])
+            if k < len(ext) and len(ext[k]):
+                nbytes += int(ext[k][:, 1].sum())
+                n_ios += len(ext[k])
+        if nbytes:
+            ops.append(
+                b.read(
+                    ssd,
+                    dram,
+                    nbytes,
+                    n_ios,
+                    depends_on=sorted(set(deps)),
+                    step=t,
+                    layer=layer,
+                    tag=tag,
+                    io_path=p.io_path,
+                    queue_depth=p.queue_depth,
+                )
+            )
+    return ops
