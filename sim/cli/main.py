@@ -23,7 +23,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sim.cli import bench, info, simulate
+    from sim.cli import bench, info, simulate, sweep
 
     parser = argparse.ArgumentParser(
         prog="kvtier",
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     simulate.add_parser(sub)
+    sweep.add_parser(sub)
     bench.add_parser(sub)
     info.add_parsers(sub)
     return parser

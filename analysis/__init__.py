@@ -1,0 +1,1 @@
+"""Analysis: plots and reports drawn from kvtier's Parquet results."""
