@@ -107,7 +107,7 @@ def build_dataclass(cls: type, data: Any, where: _Where, key: str = "") -> Any:
     for name, f in fields.items():
         sub = f"{key}.{name}" if key else name
         if name not in data:
-            if f.default is dataclasses.MISSING:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise where.error(key or "", f"missing required key '{name}'")
             continue
         positive = bool(f.metadata.get("positive", False))

@@ -105,8 +105,9 @@ def test_subprocess_error_is_one_line_without_traceback(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sim")
-    assert main(["sim", "--hw", "h20-8ssd", "--steps", "2", "--out", str(out), "--trace"]) == 0
-    return out / "default" / "h20-8ssd"
+    argv = ["sim", "--scenario", "tiers", "--hw", "h20-8ssd", "--steps", "2", "--out", str(out)]
+    assert main([*argv, "--trace"]) == 0
+    return out / "tiers" / "h20-8ssd"
 
 
 def test_sim_writes_results_and_provenance(sim_run: Path) -> None:
@@ -115,7 +116,7 @@ def test_sim_writes_results_and_provenance(sim_run: Path) -> None:
     assert (sim_run / "profile.yaml").read_bytes() == (PROFILE_DIR / "h20-8ssd.yaml").read_bytes()
     run = json.loads((sim_run / "run.json").read_text())
     assert re.fullmatch(r"[0-9a-f]{40}", run["git"]["sha"])
-    assert run["seed"] == load_scenario("default").seed
+    assert run["seed"] == load_scenario("tiers").seed
     assert run["machine"]["cpus"] == os.cpu_count()
     assert run["packages"]["simpy"] == importlib.metadata.version("simpy")
     assert run["scenario"]["workload"]["steps"] == 2
@@ -124,7 +125,7 @@ def test_sim_writes_results_and_provenance(sim_run: Path) -> None:
 
 
 def test_sim_summary_has_one_row_per_variant(sim_run: Path) -> None:
-    cfg = load_scenario("default")
+    cfg = load_scenario("tiers")
     csv = pd.read_csv(sim_run / "summary.csv")
     parquet = pd.read_parquet(sim_run / "summary.parquet")
     names = [v.name for v in cfg.variants]
@@ -145,7 +146,7 @@ def test_sim_summary_has_one_row_per_variant(sim_run: Path) -> None:
 
 
 def test_sim_writes_per_variant_records(sim_run: Path) -> None:
-    for v in load_scenario("default").variants:
+    for v in load_scenario("tiers").variants:
         vdir = sim_run / "variants" / slug(v.name)
         for name in VARIANT_FILES:
             assert (vdir / name).is_file(), (v.name, name)

@@ -58,7 +58,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
             bar.update(tasks[name], completed=done)
 
         result = run(cfg, profile, out, progress=update, trace=args.trace)
-    console.print(summary_table(result.summary(), cfg.workload.batch))
+    if cfg.workload.kind == "swarm":
+        console.print(design_table(result.summary(), cfg))
+    else:
+        console.print(summary_table(result.summary(), cfg.workload.batch))
     for name, why in result.skipped.items():
         console.print(f"skipped [yellow]{name}[/yellow]: {why}")
     console.print(
@@ -98,6 +101,33 @@ def summary_table(df: pd.DataFrame, batch: int) -> Table:
     for _, row in df.iterrows():
         cells = [fmt(row[key]) for _, key, fmt in cols]
         table.add_row(*cells, limiter(row))
+    return table
+
+
+def design_table(df: pd.DataFrame, cfg) -> Table:
+    """Swarm's comparison (seed 000 §8.2/8.3): one row per design."""
+    w = cfg.workload
+    table = Table(
+        title=f"{w.model}, {w.context_tokens:,}-token prefix, batch {w.batch}, "
+        f"{100 * w.sparsity:g}% sparsity, {w.steps} decode steps"
+    )
+    cols = [
+        ("design", "variant", str),
+        ("tokens/s", "tokens_per_s", lambda v: f"{v:,.2f}"),
+        ("I/O ms/step", "io_ms_per_step", lambda v: f"{v:,.1f}"),
+        ("read/step", "read_bytes_per_step", fmt_bytes),
+        ("I/Os/step", "ios_per_step", lambda v: f"{v:,.0f}"),
+        ("SSD GB/s", "ssd_gbps", lambda v: f"{v:.2f}"),
+        ("of SSD BW", "ssd_share_of_aggregate", lambda v: f"{100 * v:.0f}%"),
+        ("DRAM hit", "dram_hit_rate", lambda v: f"{100 * v:.1f}%"),
+        ("recall", "recall", lambda v: f"{v:.3f}"),
+        ("select ms", "select_ms", lambda v: f"{v:.3f}"),
+        ("index MB", "index_mb_per_layer", lambda v: f"{v:.2f}"),
+    ]
+    for header, _, _ in cols:
+        table.add_column(header, justify="left" if header == "design" else "right")
+    for _, row in df.iterrows():
+        table.add_row(*[fmt(row[key]) for _, key, fmt in cols])
     return table
 
 

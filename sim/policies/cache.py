@@ -48,6 +48,25 @@ class LRUCache:
             self._order[u] = None
             self.used += size
 
+    def resize(self, unit: int, size: int) -> None:
+        """``unit`` grew (or is new): keep ``used`` exact; evict the least
+        recently used units (possibly ``unit`` itself) while over capacity."""
+        old = self.sizes[unit] if unit in self._order else 0
+        _set_size(self.sizes, unit, size)
+        if unit not in self._order:
+            return
+        self.used += size - old
+        while self.used > self.capacity:
+            gone, _ = self._order.popitem(last=False)
+            self.used -= self.sizes[gone]
+
+
+def _set_size(sizes: dict[int, int] | list[int], unit: int, size: int) -> None:
+    if isinstance(sizes, list) and unit == len(sizes):
+        sizes.append(size)
+    else:
+        sizes[unit] = size
+
 
 class ScoreCache:
     """Keep the units with the highest cost-effectiveness score."""
@@ -62,8 +81,9 @@ class ScoreCache:
     ):
         self.capacity = int(capacity_entries)
         self.sizes = sizes
-        self.freq = {u: float(freq[u]) for u in range(len(freq))} if isinstance(freq, list) \
-            else dict(freq)
+        self.freq = (
+            {u: float(freq[u]) for u in range(len(freq))} if isinstance(freq, list) else dict(freq)
+        )
         self.latency_us = latency_us
         self.entry_us = entry_us
         self.used = 0
@@ -96,6 +116,20 @@ class ScoreCache:
             self._push(u)  # scores changed: re-key (old entries become stale)
         for u in sorted(act - self._in, key=lambda u: (-self.score(u), u)):
             self._admit(u)
+
+    def resize(self, unit: int, size: int) -> None:
+        """``unit`` grew (or is new): keep ``used`` exact and re-key its score;
+        evict the lowest-scoring units (possibly ``unit``) while over capacity."""
+        old = self.sizes[unit] if unit in self._in else 0
+        _set_size(self.sizes, unit, size)
+        if unit not in self._in:
+            return
+        self.used += size - old
+        self._push(unit)
+        while self.used > self.capacity:
+            _, w = self._min()
+            self._in.discard(w)
+            self.used -= self.sizes[w]
 
     def _push(self, u: int) -> None:
         v = self._version.get(u, 0) + 1

@@ -49,10 +49,10 @@ def tiny(tmp_path: Path) -> ScenarioConfig:
 
 
 def test_default_scenario_loads() -> None:
-    assert "default" in list_scenarios()
-    cfg = load_scenario("default")
-    assert cfg.name == "default"
-    assert cfg.source_file.endswith("default.yaml")
+    assert "tiers" in list_scenarios()
+    cfg = load_scenario("tiers")
+    assert cfg.name == "tiers"
+    assert cfg.source_file.endswith("tiers.yaml")
     assert cfg.workload.model == "Qwen3-32B"  # Swarm Table 2 (seed 000 §8.1)
     assert 0 < cfg.workload.sparsity <= 1
     assert cfg.workload.steps > 0
@@ -100,7 +100,7 @@ def test_to_dict_round_trips(tiny: ScenarioConfig, tmp_path: Path) -> None:
 
 
 def test_to_dict_round_trips_the_default_scenario(tmp_path: Path) -> None:
-    cfg = load_scenario("default")
+    cfg = load_scenario("tiers")
     path = write(tmp_path, yaml.safe_dump(cfg.to_dict()), "default-effective.yaml")
     assert load_scenario(path).to_dict() == cfg.to_dict()
 

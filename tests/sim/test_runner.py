@@ -11,7 +11,7 @@ from sim.runner import run
 
 @pytest.fixture(scope="module")
 def small():
-    cfg = load_scenario("default")
+    cfg = load_scenario("tiers")
     w = dataclasses.replace(cfg.workload, steps=2, layers=4, context_tokens=16384)
     return dataclasses.replace(cfg, workload=w)
 

@@ -226,7 +226,7 @@ def profile():
 
 @pytest.fixture(scope="module")
 def workload():
-    return dataclasses.replace(load_scenario("default").workload, steps=2)
+    return dataclasses.replace(load_scenario("tiers").workload, steps=2)
 
 
 def test_plan_for_reads_the_working_set_every_step(profile, workload) -> None:

@@ -1,0 +1,179 @@
+"""InfLLM-style fixed blocks (Swarm §8.1 baseline 2).
+
+"KV entries are organized into fixed-size blocks.  Token importance is
+determined at the block level, and only the selected blocks are retrieved
+during inference."  Our reading, after InfLLM (Xiao et al. 2024):
+
+* blocks: ``block_tokens`` (B) consecutive tokens; the prefix gives blocks
+  ``[bB, min((b+1)B, N))`` (the last may be short), decode tokens form new
+  blocks of B starting at N once all B have left the local window;
+* representatives: InfLLM keeps, per block, the few tokens that *receive the
+  most attention*.  For the prefix we take the ``representatives`` (R) tokens
+  most often active in the profiling activations (ties: lower position); for
+  a decode block, the tokens that received the most attention (softmax over
+  the not-yet-blocked tokens, summed over the steps they spent in DRAM).
+  Their keys are the index in DRAM: ``index_bytes = blocks x R x key_bytes``
+  (a short block pads with its first representative);
+* selection: block score = max over its representatives of query . key;
+  blocks in descending score until their entries reach the budget
+  (:func:`take_units`, sinks and window excluded from the count);
+* layout: block b on SSD ``b mod D`` at slot ``(b // D) x B``, contiguous, so
+  reading a block is ONE extent of up to ``B x entry_bytes`` (a large I/O).
+  That is what helps blocks; the price is read amplification: the whole
+  block is read (and takes budget) for the few tokens that matter.  A block
+  overlapping sinks/window reads only its non-resident run (still one
+  extent); blocks are never merged with their neighbours;
+* DRAM: sinks, the local window, tokens that left the window while their
+  block is not complete yet (at most B - 1, kept in DRAM and always selected),
+  and an LRU cache of blocks (``layout.dram_cache_entries``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from sim.policies.baselines.nocluster import KeyLog, extents_by_disk, io_rounds
+from sim.policies.cache import LRUCache
+from sim.policies.kvdesign import Layout, StepDecision, extents_from_slots, register
+from sim.policies.selection import always_selected, take_units
+
+
+@dataclass(frozen=True)
+class Params:
+    block_tokens: int = 128  # consecutive tokens per block
+    representatives: int = 4  # representative keys per block (the index)
+    ios_per_round: int = 64  # I/Os per SSD per batched submission
+
+    def __post_init__(self) -> None:
+        if min(self.block_tokens, self.representatives, self.ios_per_round) < 1:
+            raise ValueError(f"block_tokens, representatives, ios_per_round must be >= 1: {self}")
+
+
+@register("infllm")
+class InfLLM:
+    """Fixed blocks, scored by their representative keys, read as one extent each."""
+
+    name = "infllm"
+
+    def __init__(self, **params: Any):
+        self.params = Params(**params)
+
+    def build(
+        self,
+        activations: sp.csr_matrix,
+        keys: np.ndarray,
+        layout: Layout,
+        rng: np.random.Generator,
+    ) -> None:
+        self.layout = layout
+        self.n_prefix = n = len(keys)
+        self.keys = KeyLog(keys)
+        self.starts: list[int] = []
+        self.sizes: list[int] = []  # live list: the cache reads block sizes from it
+        self.members: list[np.ndarray] = []
+        self.reps: list[np.ndarray] = []  # representative token ids, most important first
+        self.rep_keys = KeyLog(np.zeros((0, keys.shape[1]), dtype=np.float32))
+        counts = np.asarray(activations.sum(axis=0), dtype=np.float64).ravel()
+        for start in range(0, n, self.params.block_tokens):
+            self._add_block(start, counts[start : start + self.params.block_tokens])
+        self.next_start = n  # first decode token not yet in a block
+        self.received = np.zeros(0)  # attention received by tokens next_start..visible-1
+        self.cache = LRUCache(layout.dram_cache_entries, self.sizes)
+
+    def _add_block(self, start: int, weight: np.ndarray) -> None:
+        size, r = len(weight), self.params.representatives
+        order = np.lexsort((np.arange(size), -weight))[:r]
+        reps = start + order
+        padded = np.concatenate([reps, np.full(r - len(reps), reps[0])])
+        for row in self.keys.rows()[padded]:
+            self.rep_keys.append(row)
+        self.starts.append(start)
+        self.sizes.append(size)
+        self.members.append(np.arange(start, start + size, dtype=np.int64))
+        self.reps.append(reps.astype(np.int64))
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self.starts)
+
+    @property
+    def slots_used(self) -> np.ndarray:
+        """Slots reserved per disk: B for every block placed there."""
+        d = self.layout.n_ssd
+        per_disk = np.maximum(self.n_blocks - np.arange(d) + d - 1, 0) // d
+        return per_disk * self.params.block_tokens
+
+    def block_disk_slot(self, b: int) -> tuple[int, int]:
+        """SSD and first slot of block b."""
+        d = self.layout.n_ssd
+        return b % d, (b // d) * self.params.block_tokens
+
+    def index_bytes(self) -> int:
+        return self.n_blocks * self.params.representatives * self.layout.key_bytes
+
+    def block_scores(self, query: np.ndarray) -> np.ndarray:
+        s = self.rep_keys.rows() @ np.asarray(query, dtype=np.float32)
+        return s.reshape(self.n_blocks, self.params.representatives).max(axis=1)
+
+    def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
+        lay, bt = self.layout, self.params.block_tokens
+        if self.keys.n != self.n_prefix + t:
+            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
+        self.keys.append(new_key)
+        visible = self.keys.n
+        self.received = np.append(self.received, 0.0)
+        while self.next_start + bt <= visible - lay.local_window:
+            self._add_block(self.next_start, self.received[:bt])
+            self.received = self.received[bt:]
+            self.next_start += bt
+        s = self.keys.rows(self.next_start) @ np.asarray(query, dtype=np.float32)
+        p = np.exp(s - s.max())
+        self.received += p / p.sum()
+
+        pending = np.arange(self.next_start, max(visible - lay.local_window, self.next_start))
+        resident = np.union1d(always_selected(visible, lay.sink_tokens, lay.local_window), pending)
+        k = max(lay.budget - len(resident), 0)
+        chosen, extra = take_units(self.block_scores(query), self.members, k, exclude=resident)
+        hits = [int(b) for b in chosen if self.cache.contains(int(b))]
+        hit_entries = sum(len(np.setdiff1d(self.members[b], resident)) for b in hits)
+        extents = self._reads([int(b) for b in chosen if not self.cache.contains(int(b))], resident)
+        self.cache.touch(int(b) for b in chosen)
+        d = self.keys.rows().shape[1]
+        n_rep = self.n_blocks * self.params.representatives
+        return StepDecision(
+            selected=np.union1d(resident, extra),
+            dram_entries=len(resident) + hit_entries,
+            ssd_extents=extents,
+            rounds=io_rounds(extents, self.params.ios_per_round),
+            score_flops=2.0 * d * n_rep,
+            score_bytes=float(n_rep * lay.key_bytes),
+            info={
+                "blocks": float(self.n_blocks),
+                "blocks_chosen": float(len(chosen)),
+                "blocks_read": float(len(chosen) - len(hits)),
+                "cache_hits": float(len(hits)),
+                "pending": float(len(pending)),
+            },
+        )
+
+    def _reads(self, blocks: list[int], resident: np.ndarray) -> list[np.ndarray]:
+        """One extent per block: its non-resident run (the whole block, usually)."""
+        disks, offsets, lengths = [], [], []
+        for b in blocks:
+            ids = self.members[b]
+            ids = ids[~np.isin(ids, resident, assume_unique=True)]
+            disk, first = self.block_disk_slot(b)
+            ext = extents_from_slots(first + ids - self.starts[b], self.layout.entry_bytes, True)
+            disks.extend([disk] * len(ext))
+            offsets.extend(ext[:, 0].tolist())
+            lengths.extend(ext[:, 1].tolist())
+        return extents_by_disk(
+            np.array(disks, np.int64),
+            np.array(offsets, np.int64),
+            np.array(lengths, np.int64),
+            self.layout.n_ssd,
+        )
