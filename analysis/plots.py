@@ -27,10 +27,40 @@ LABELS = {
 }
 
 
-def plot_sweep(
-    df: pd.DataFrame, factor: str, metrics: Sequence[str], out_dir: str | Path, title: str = ""
-) -> list[Path]:
-    """Line plots of ``metrics`` against ``factor``, one line per variant."""
+def draw_metric(ax, df: pd.DataFrame, factor: str, metric: str) -> None:
+    """One line per variant of ``metric`` against ``factor`` on ``ax``."""
+    numeric = pd.api.types.is_numeric_dtype(df[factor])
+    for variant, g in df.groupby("variant", sort=False):
+        g = g.sort_values(factor) if numeric else g
+        x = g[factor] if numeric else g[factor].astype(str)
+        ax.plot(x, g[metric], marker="o", label=str(variant))
+    if numeric and df[factor].min() > 0 and df[factor].max() / df[factor].min() >= 16:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(factor)
+    ax.set_ylabel(LABELS.get(metric, metric))
+    ax.grid(True, alpha=0.3)
+
+
+def sweep_figure(df: pd.DataFrame, factor: str, metrics: Sequence[str], title: str = ""):
+    """A row of panels, one per metric present in ``df``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    present = [m for m in metrics if m in df.columns]
+    fig, axes = plt.subplots(1, len(present), figsize=(4.2 * len(present), 3.4), squeeze=False)
+    for ax, metric in zip(axes[0], present, strict=True):
+        draw_metric(ax, df, factor, metric)
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle(title or f"sweep over {factor}")
+    fig.tight_layout()
+    return fig
+
+
+def plot_sweep(df: pd.DataFrame, factor: str, metrics: Sequence[str], out_dir: str | Path,
+               title: str = "") -> list[Path]:
+    """One PNG per metric of ``metrics`` against ``factor``, one line per variant."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,25 +69,12 @@ def plot_sweep(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    numeric = pd.api.types.is_numeric_dtype(df[factor])
     for metric in metrics:
         if metric not in df.columns:
             continue
         fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-        for variant, g in df.groupby("variant", sort=False):
-            g = g.sort_values(factor) if numeric else g
-            ax.plot(
-                g[factor].astype(str) if not numeric else g[factor],
-                g[metric],
-                marker="o",
-                label=str(variant),
-            )
-        if numeric and df[factor].min() > 0 and df[factor].max() / df[factor].min() >= 16:
-            ax.set_xscale("log", base=2)
-        ax.set_xlabel(factor)
-        ax.set_ylabel(LABELS.get(metric, metric))
+        draw_metric(ax, df, factor, metric)
         ax.set_title(title or f"{metric} vs {factor}")
-        ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
         path = out / f"{metric}-vs-{factor}.png"
