@@ -131,7 +131,9 @@ class AccessTrace:
         """Boolean steps x entries matrix; columns are all ``context_tokens + steps`` ids."""
         m = self.meta
         if not (0 <= layer < m.layers and 0 <= head < m.kv_heads):
-            raise IndexError(f"(layer, head) = ({layer}, {head}) outside ({m.layers}, {m.kv_heads})")
+            raise IndexError(
+                f"(layer, head) = ({layer}, {head}) outside ({m.layers}, {m.kv_heads})"
+            )
         step_ids = np.arange(m.steps)[steps if steps is not None else slice(None)]
         rows = (step_ids * m.layers + layer) * m.kv_heads + head
         starts, ends = self.offsets[rows], self.offsets[rows + 1]
@@ -140,9 +142,7 @@ class AccessTrace:
         np.cumsum(lengths, out=indptr[1:])
         gather = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1])
         data = np.ones(int(indptr[-1]), dtype=bool)
-        return sp.csr_matrix(
-            (data, self.indices[gather], indptr), shape=(len(rows), m.entries)
-        )
+        return sp.csr_matrix((data, self.indices[gather], indptr), shape=(len(rows), m.entries))
 
     def split(self, n_first: int) -> tuple[AccessTrace, AccessTrace]:
         """The first ``n_first`` steps (e.g. profiling) and the rest.
@@ -371,7 +371,9 @@ def _meta_from_schema(schema: pa.Schema, where: str) -> AccessMeta:
     try:
         doc = json.loads(raw)
     except ValueError as exc:
-        raise AccessTraceError(f"{where}: {META_KEY.decode()} metadata is not JSON ({exc})") from None
+        raise AccessTraceError(
+            f"{where}: {META_KEY.decode()} metadata is not JSON ({exc})"
+        ) from None
     if not isinstance(doc, dict):
         raise AccessTraceError(f"{where}: {META_KEY.decode()} metadata is not a JSON object")
     version = doc.pop("format_version", None)
@@ -411,10 +413,13 @@ def trace_stats(trace: AccessTrace, sample: int = 2000, seed: int = 0) -> dict[s
     * ``coact_*``: pairwise co-activation of layer 0, head 0 on a sample of up
       to ``sample`` entries that are active in some but not all steps (sinks and
       entries always in the window are left out): ``coact_mean`` is the mean of
-      P(i and j active), ``coact_indep`` the mean of P(i) P(j), ``coact_lift``
-      their ratio (1 = no structure beyond chance), ``coact_cond`` the mean of
-      P(j active | i active) and ``coact_best`` the mean over i of the best
-      P(j | i) -- what a clustering could exploit.
+      P(i and j active) over sampled pairs and ``coact_indep`` the mean of
+      P(i) P(j) (the two agree whatever the structure: the selection size is
+      fixed); ``coact_chi2`` is the mean of ``steps * phi_ij**2`` (phi: the
+      correlation of the two activation series), about 1 when entries
+      co-activate by chance and far above 1 when they come in groups;
+      ``coact_cond`` is the mean P(j active | i active) and ``coact_best`` the
+      mean over i of the best P(j | i) -- what a clustering could exploit.
     """
     m = trace.meta
     sizes = np.diff(trace.offsets)
@@ -444,7 +449,7 @@ def trace_stats(trace: AccessTrace, sample: int = 2000, seed: int = 0) -> dict[s
 def _coactivation(trace: AccessTrace, sample: int, seed: int) -> dict[str, float]:
     m = trace.meta
     nan = float("nan")
-    keys = ("coact_pairs", "coact_mean", "coact_indep", "coact_lift", "coact_cond", "coact_best")
+    keys = ("coact_pairs", "coact_mean", "coact_indep", "coact_chi2", "coact_cond", "coact_best")
     if m.steps < 2:
         return dict.fromkeys(keys, nan)
     x = trace.activations(0, 0).tocsc()
@@ -460,13 +465,15 @@ def _coactivation(trace: AccessTrace, sample: int, seed: int) -> dict[str, float
     iu = np.triu_indices(len(pick), k=1)
     joint = both[iu] / m.steps
     indep = (p[:, None] * p[None, :])[iu]
+    var = p * (1 - p)
+    phi2 = (joint - indep) ** 2 / (var[:, None] * var[None, :])[iu]
     cond = both / counts[pick][:, None]
     np.fill_diagonal(cond, np.nan)
     return {
         "coact_pairs": float(len(joint)),
         "coact_mean": float(joint.mean()),
         "coact_indep": float(indep.mean()),
-        "coact_lift": float(joint.mean() / indep.mean()),
+        "coact_chi2": float(m.steps * phi2.mean()),
         "coact_cond": float(np.nanmean(cond)),
         "coact_best": float(np.nanmax(cond, axis=1).mean()),
     }

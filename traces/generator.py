@@ -12,10 +12,10 @@ The model (all sizes are per layer and KV-head group; nothing is O(N^2)):
   belongs to many (tens at N = 20K; cf. Swarm Fig. 5a, where some entries
   take part in more than 20 co-activation relationships).  It then joins
   ``m`` distinct groups drawn with weight ``sqrt(p_g)``: popular groups are
-  larger, but the largest stays a few times ``group_size`` rather than a
-  fixed fraction of the context (weight ``p_g`` would put ~15% of all
-  entries in one group).  Memberships are a sparse ``(N + steps) x G``
-  matrix.
+  larger (with the defaults the largest holds ~5x ``group_size`` at N = 4K
+  and ~100x at N = 1M), yet none holds a fixed share of the context, as it
+  would with weight ``p_g`` (~15% of all entries in the top group).
+  Memberships are a sparse ``(N + steps) x G`` matrix.
 * **Keys.** ``k_i = sqrt(structure) * u_i + sqrt(1 - structure) * xi_i`` with
   ``u_i`` the normalised sum of its groups' centroids and ``xi_i ~ N(0, I/dim)``
   (unit expected norm).  Entries without a group (decode tokens when
@@ -37,7 +37,10 @@ With ``structure = 0`` keys carry no group signal and queries are independent
 noise: entries sharing a group co-activate exactly as often as random pairs.
 What remains is the incidental geometry of random vectors in ``dim``
 dimensions (pair cosines ~ N(0, 1/dim)), which any key-similarity method can
-exploit a little; raise ``dim`` to shrink it.
+exploit a little (``trace_stats``' ``coact_chi2`` is ~1.7 at ``dim = 64``,
+~1.3 at 512, against ~8 for the default structure); raise ``dim`` to shrink
+it.  With ``structure = 1`` entries of the same single group have identical
+keys, so their scores tie; ties are broken by ``argpartition`` order.
 
 Randomness: one :class:`numpy.random.SeedSequence` per ``(seed, layer,
 head)``, spawned into independent streams (centroids, prefix memberships,
@@ -114,16 +117,20 @@ def membership_pmf(mean: float, tail: float, k_max: int) -> np.ndarray:
         return np.eye(1, k_max).ravel()
 
     def pmf(c: float) -> np.ndarray:
-        w = (k + c) ** -(tail + 1.0)
+        w = np.exp(-(tail + 1.0) * np.log(k + c))
         return w / w.sum()
 
     lo, hi = -1.0 + 1e-12, 1.0
-    while pmf(hi) @ k < mean and hi < 1e9:
+    while _mean(pmf(hi), k) < mean and hi < 1e9:
         lo, hi = hi, hi * 4
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if pmf(mid) @ k < mean else (lo, mid)
+        lo, hi = (mid, hi) if _mean(pmf(mid), k) < mean else (lo, mid)
     return pmf(hi)
+
+
+def _mean(pmf: np.ndarray, k: np.ndarray) -> float:
+    return float(np.sum(pmf * k))  # not ``pmf @ k``: a BLAS call per bisection step is slow
 
 
 @dataclass
@@ -154,7 +161,9 @@ class AccessGenerator:
         name: str | None = None,
     ) -> None:
         if context_tokens < 1 or steps < 0 or layers < 1 or kv_heads < 1 or seed < 0:
-            raise ValueError("need context_tokens >= 1, steps >= 0, layers, kv_heads >= 1, seed >= 0")
+            raise ValueError(
+                "need context_tokens >= 1, steps >= 0, layers, kv_heads >= 1, seed >= 0"
+            )
         if not 0 < sparsity <= 1 or local_window < 0 or sink_tokens < 0:
             raise ValueError("need 0 < sparsity <= 1, local_window >= 0, sink_tokens >= 0")
         self.params = params
@@ -176,7 +185,9 @@ class AccessGenerator:
 
     def _world(self, layer: int, head: int) -> _World:
         if not (0 <= layer < self.layers and 0 <= head < self.kv_heads):
-            raise IndexError(f"(layer, head) = ({layer}, {head}) outside ({self.layers}, {self.kv_heads})")
+            raise IndexError(
+                f"(layer, head) = ({layer}, {head}) outside ({self.layers}, {self.kv_heads})"
+            )
         if self._cache is None or self._cache[0] != (layer, head):
             self._cache = None  # free the previous world before building the next
             self._cache = ((layer, head), self._build(layer, head))
@@ -264,7 +275,11 @@ class AccessGenerator:
         part = np.argpartition(neg, k_max - 1, axis=1)[:, :k_max]
         order = np.argsort(np.take_along_axis(neg, part, axis=1), axis=1, kind="stable")
         top = np.take_along_axis(part, order, axis=1)
-        return [np.union1d(f, top[j, :k]).astype(np.int32) for j, (f, k) in enumerate(zip(forced, ks))]
+        # forced ids scored +inf, so the top k never repeat them
+        return [
+            np.sort(np.concatenate([f, top[j, :k].astype(np.int32)]))
+            for j, (f, k) in enumerate(zip(forced, ks, strict=True))
+        ]
 
     def trace(
         self,
@@ -287,7 +302,7 @@ class AccessGenerator:
                 w = self._world(layer, head)
                 for t0 in range(0, T, chunk):
                     t1 = min(T, t0 + chunk)
-                    for t, ids in zip(range(t0, t1), self._select(w, t0, t1)):
+                    for t, ids in zip(range(t0, t1), self._select(w, t0, t1), strict=True):
                         r = (t * L + layer) * H + head
                         rows[r] = ids
                         if with_scores:
@@ -299,7 +314,11 @@ class AccessGenerator:
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum([len(r) for r in rows], out=offsets[1:])
         indices = np.concatenate(rows) if rows else np.empty(0, np.int32)
-        scores = (np.concatenate(row_scores) if rows else np.empty(0, np.float16)) if with_scores else None
+        scores = (
+            (np.concatenate(row_scores) if rows else np.empty(0, np.float16))
+            if with_scores
+            else None
+        )
         return AccessTrace(self.meta(), offsets, indices, scores)
 
     def meta(self) -> AccessMeta:
@@ -358,25 +377,32 @@ def _draw_memberships(
 ) -> sp.csr_matrix:
     """n x G boolean memberships: a count from ``pmf`` per entry, distinct groups by ``weights``.
 
-    Duplicate draws are redrawn up to ``_REDRAWS`` times; any left are dropped
-    (only entries in nearly all groups can be affected).
+    Duplicate draws are redrawn up to ``_REDRAWS`` times, each round touching
+    only the entries that still have one; any left are dropped (only entries
+    in a large share of all groups can be affected).
     """
     g = len(weights)
     counts = np.searchsorted(_cdf(pmf), rng.random(n), side="right") + 1
     rows = np.repeat(np.arange(n), counts)
     cdf = _cdf(weights)
     groups = np.searchsorted(cdf, rng.random(len(rows)), side="right")
+    pending = np.repeat(counts > 1, counts)  # positions of entries that may hold duplicates
     dup = np.zeros(len(rows), dtype=bool)
-    for _ in range(_REDRAWS + 1):
-        order = np.lexsort((groups, rows))
-        rows, groups = rows[order], groups[order]
-        dup[1:] = (rows[1:] == rows[:-1]) & (groups[1:] == groups[:-1])
-        if not dup.any():
+    for attempt in range(_REDRAWS + 1):
+        pos = np.flatnonzero(pending)
+        r, gr = rows[pos], groups[pos]
+        gr = gr[np.lexsort((gr, r))]  # rows stay in order: sorts groups within each entry
+        groups[pos] = gr
+        d = np.zeros(len(pos), dtype=bool)
+        d[1:] = (r[1:] == r[:-1]) & (gr[1:] == gr[:-1])
+        if not d.any():
             break
-        groups[dup] = np.searchsorted(cdf, rng.random(int(dup.sum())), side="right")
-    order = np.lexsort((groups, rows))
-    rows, groups = rows[order], groups[order]
-    dup[1:] = (rows[1:] == rows[:-1]) & (groups[1:] == groups[:-1])
+        if attempt == _REDRAWS:
+            dup[pos[d]] = True
+            break
+        groups[pos[d]] = np.searchsorted(cdf, rng.random(int(d.sum())), side="right")
+        pending[:] = False
+        pending[np.isin(rows, r[d])] = True
     rows, groups = rows[~dup], groups[~dup]
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
