@@ -41,20 +41,23 @@ from sim.policies.cache import LRUCache
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.selection import always_selected, take_units
 
-_CHUNK_FLOATS = 1 << 24  # distance-matrix chunk for assignments (64 MiB of float32)
+_CHUNK_FLOATS = 1 << 20  # distance-matrix chunk for assignments (4 MiB: stays in cache)
 
 
 def _assign(x: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Nearest centroid of every row and its squared distance (chunked GEMMs)."""
     half = 0.5 * (c * c).sum(axis=1)
+    ct = np.ascontiguousarray(c.T)
     rows = max(1, _CHUNK_FLOATS // max(len(c), 1))
+    buf = np.empty((min(rows, len(x)), len(c)), dtype=np.float32)
     labels = np.empty(len(x), dtype=np.int64)
     best = np.empty(len(x), dtype=np.float32)
     for s in range(0, len(x), rows):
-        g = x[s : s + rows] @ c.T
+        g = np.matmul(x[s : s + rows], ct, out=buf[: min(rows, len(x) - s)])
         g -= half
-        labels[s : s + rows] = g.argmax(axis=1)
-        best[s : s + rows] = g[np.arange(len(g)), labels[s : s + rows]]
+        lab = g.argmax(axis=1)
+        labels[s : s + rows] = lab
+        best[s : s + rows] = g[np.arange(len(g)), lab]
     dist = np.maximum((x * x).sum(axis=1) - 2.0 * best, 0.0)
     return labels, dist
 
@@ -70,7 +73,8 @@ def _kmeans_pp(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
         if cum[-1] <= 0.0:  # fewer distinct keys than centres: any key will do
             idx[i] = rng.integers(len(x))
         else:
-            idx[i] = min(int(np.searchsorted(cum, rng.random() * cum[-1], side="right")), len(x) - 1)
+            pick = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
+            idx[i] = min(pick, len(x) - 1)
         np.minimum(d, np.maximum(sq + sq[idx[i]] - 2.0 * (x @ x[idx[i]]), 0.0), out=d)
     return x[idx].copy()
 
