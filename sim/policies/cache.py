@@ -112,8 +112,7 @@ class ScoreCache:
             self.freq[u] = self.freq.get(u, 0.0) + 1.0
         for u in self._in - act:
             self.freq[u] = self.freq.get(u, 0.0) - 1.0
-        for u in self._in:
-            self._push(u)  # scores changed: re-key (old entries become stale)
+        self._rekey()
         for u in sorted(act - self._in, key=lambda u: (-self.score(u), u)):
             self._admit(u)
 
@@ -130,6 +129,14 @@ class ScoreCache:
             _, w = self._min()
             self._in.discard(w)
             self.used -= self.sizes[w]
+
+    def _rekey(self) -> None:
+        """Scores changed: rebuild the heap from the cached units (no stale entries
+        pile up, so a step costs O(cached), not O(steps x cached))."""
+        for u in self._in:
+            self._version[u] = self._version.get(u, 0) + 1
+        self._heap = [(self.score(u), u, self._version[u]) for u in self._in]
+        heapq.heapify(self._heap)
 
     def _push(self, u: int) -> None:
         v = self._version.get(u, 0) + 1
@@ -156,6 +163,9 @@ class ScoreCache:
         # evict lower-scoring units while they make room and are worth less
         victims: list[int] = []
         freed = self.capacity - self.used
+        low = self._min()
+        if freed < size and low is not None and low[0] >= score:
+            return  # the cheapest cached unit is worth as much: no need to rank them all
         for s, w in self._lowest():
             if freed >= size:
                 break

@@ -166,11 +166,13 @@ class SwarmDesign:
         self._final = n  # next new token to leave the window
         self._window: dict[int, tuple[int, Counter[int]]] = {}  # token -> (n active, co-active)
         self.totals = {"joins": 0, "new_clusters": 0}
+        # route records = replicas of the medoids; only new tokens gain replicas later,
+        # and a new token is either a singleton's medoid (1 replica) or no medoid at all
+        self._routes = int(self.placement.replication()[medoids].sum())
 
     def index_bytes(self) -> int:
         k = len(self.clustering.members)
-        reps = self.placement.replication()[self.clustering.medoids]
-        return int(k * self.layout.key_bytes + ROUTE_BYTES * reps.sum())
+        return int(k * self.layout.key_bytes + ROUTE_BYTES * self._routes)
 
     # -- online -----------------------------------------------------------
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
@@ -274,6 +276,7 @@ class SwarmDesign:
         self._mkeys = _append_row(self._mkeys, c, self._keys[e])
         self.clustering.n_entries = max(self.clustering.n_entries, e + 1)
         self.cache.resize(c, 1)
+        self._routes += 1
 
 
 @register("swarm")

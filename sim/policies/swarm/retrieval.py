@@ -76,48 +76,45 @@ def _from_replicas(pl: Placement, reps: np.ndarray, entries: np.ndarray, dup: in
     return Buckets(slots, ents, dup)
 
 
-def _distinct_disks(pl: Placement, e: int) -> tuple[list[int], list[int]]:
-    """Distinct disks holding ``e`` (ascending) and the first replica on each."""
-    a, b = int(pl.indptr[e]), int(pl.indptr[e + 1])
-    first: dict[int, int] = {}
-    for r, d in zip(range(a, b), pl.disk[a:b].tolist(), strict=True):
-        first.setdefault(d, r)
-    disks = sorted(first)
-    return disks, [first[d] for d in disks]
+def _disk_choices(pl: Placement, entries: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Distinct disks holding each of ``entries`` and the first replica on each.
 
-
-def _n_distinct(pl: Placement, entries: np.ndarray) -> np.ndarray:
-    """Replication factor of each entry: distinct disks holding a replica."""
+    Returns ``(ptr, disk, rep)``: entry i's disks (ascending) are
+    ``disk[ptr[i]:ptr[i + 1]]`` and the replica read there ``rep[...]``.
+    """
     counts = pl.indptr[entries + 1] - pl.indptr[entries]
     pos = np.repeat(np.arange(entries.size), counts)
     rep = np.arange(pos.size) - np.repeat(np.cumsum(counts) - counts, counts)
     rep += np.repeat(pl.indptr[entries], counts)
-    pairs = np.unique(pos * pl.n_ssd + pl.disk[rep])
-    return np.bincount(pairs // pl.n_ssd, minlength=entries.size)
+    none = np.iinfo(np.int64).max
+    table = np.full((entries.size, pl.n_ssd), none, dtype=np.int64)
+    np.minimum.at(table, (pos, pl.disk[rep]), rep)  # lowest replica per (entry, disk)
+    row, disk = np.nonzero(table != none)  # row-major: disks ascending per entry
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=entries.size))])
+    return ptr, disk.astype(np.int64), table[row, disk]
 
 
 def assign(entries: np.ndarray, pl: Placement, policy: str = "balanced") -> Buckets:
-    """Bucket a deduplicated entry set (ascending replication, see module doc)."""
-    entries = np.unique(np.asarray(entries, dtype=np.int64))
-    first_rep = pl.indptr[entries]
-    if policy == "first" or pl.n_ssd == 1 or entries.size == 0:
-        n_dist = np.ones(entries.size, dtype=np.int64)
-    else:
-        n_dist = _n_distinct(pl, entries)
-    order = np.lexsort((entries, n_dist))
-    entries, n_dist = entries[order], n_dist[order]
-    reps = first_rep[order].copy()
-    if policy == "balanced":
-        single = n_dist == 1
-        load = np.bincount(pl.disk[reps[single]], minlength=pl.n_ssd).tolist()
-        for i in np.nonzero(~single)[0]:
-            disks, rs = _distinct_disks(pl, int(entries[i]))
-            j = min(range(len(disks)), key=lambda j: (load[disks[j]], disks[j]))
-            load[disks[j]] += 1
-            reps[i] = rs[j]
-    elif policy not in ("first", "static"):
+    """Bucket an entry set once per entry: ``balanced`` by the greedy of the
+    module doc; ``first``/``static`` from first replicas, in id order."""
+    if policy not in POLICIES:
         raise ValueError(f"unknown retrieval policy '{policy}' (known: {', '.join(POLICIES)})")
-    return _from_replicas(pl, reps, entries, 0)
+    entries = np.unique(np.asarray(entries, dtype=np.int64))
+    if policy != "balanced" or pl.n_ssd == 1:
+        return _from_replicas(pl, pl.indptr[entries], entries, 0)  # first replicas, by id
+    ptr, disk, rep = _disk_choices(pl, entries)
+    n_dist = np.diff(ptr)
+    order = np.lexsort((entries, n_dist))
+    single = n_dist[order] == 1
+    reps = rep[ptr[:-1]][order]  # single-disk entries: their (first) replica there
+    load = np.bincount(disk[ptr[:-1]][order][single], minlength=pl.n_ssd).tolist()
+    ptr_l, disk_l, rep_l = ptr.tolist(), disk.tolist(), rep.tolist()
+    for i in np.nonzero(~single)[0].tolist():
+        p = int(order[i])
+        j = min(range(ptr_l[p], ptr_l[p + 1]), key=lambda j: (load[disk_l[j]], disk_l[j]))
+        load[disk_l[j]] += 1
+        reps[i] = rep_l[j]
+    return _from_replicas(pl, reps, entries[order], 0)
 
 
 def schedule(
@@ -140,7 +137,7 @@ def schedule(
         return assign(np.zeros(0, dtype=np.int64), placement, policy)
     ents = np.concatenate([np.asarray(members[c], dtype=np.int64) for c in cl])
     reps = np.concatenate([placement.cluster_replicas(c) for c in cl])
-    if resident is not None:
+    if resident is not None and len(resident):
         res = np.asarray(resident, dtype=bool)
         keep = ~np.where(ents < res.size, res[np.minimum(ents, res.size - 1)], False)
         ents, reps = ents[keep], reps[keep]
@@ -156,7 +153,8 @@ def optimal_makespan(entries: np.ndarray, placement: Placement, limit: int = 200
     """Smallest possible largest bucket for a deduplicated entry set, by brute
     force over every entry's distinct disks (tests only: tiny inputs)."""
     entries = np.unique(np.asarray(entries, dtype=np.int64))
-    choices = [_distinct_disks(placement, int(e))[0] for e in entries]
+    ptr, disk, _ = _disk_choices(placement, entries)
+    choices = [disk[a:b].tolist() for a, b in zip(ptr[:-1], ptr[1:], strict=True)]
     if int(np.prod([len(c) for c in choices], dtype=np.float64)) > limit:
         raise ValueError("too many assignments for brute force")
     best = entries.size
