@@ -26,11 +26,12 @@ the compute of g-2 (double buffering).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-from traces.generator import PRESETS, AccessGenerator
+import scipy.sparse as sp
 
 import sim.policies.baselines  # noqa: F401  (registers the baseline designs)
 import sim.policies.swarm.design  # noqa: F401  (registers Swarm and its ablations)
@@ -39,7 +40,11 @@ from sim.config import SwarmParams
 from sim.models import decode_layer_cost, get_model
 from sim.plan import PlanBuilder
 from sim.policies import KVDesign, Layout, StepDecision, get_design
+from sim.policies.swarm.cluster import ClusterParams, cluster
+from sim.policies.swarm.design import SwarmDesign
+from sim.policies.swarm.types import Clustering
 from sim.scenarios.sparse_decode import Unsupported
+from traces.generator import PRESETS, AccessGenerator
 
 
 @dataclass
@@ -79,45 +84,90 @@ def layout_for(p: SwarmParams, profile: HardwareProfile, n_ssd: int, prefix: int
     )
 
 
-def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneResult:
-    """Generate one lane's trace, build the design offline, run it online."""
+@dataclass(frozen=True, eq=False)
+class LaneData:
+    """What one lane's generator gives every design: keys, queries, the
+    profiling activations over the prefix and the oracle of each decode step."""
+
+    keys: np.ndarray
+    queries: np.ndarray
+    activations: sp.csr_matrix
+    oracle: tuple[np.ndarray, ...]
+
+
+@functools.lru_cache(maxsize=32)
+def lane_data(
+    trace: str,
+    model: str,
+    context: int,
+    profile_steps: int,
+    steps: int,
+    sparsity: float,
+    window: int,
+    sinks: int,
+    seed: int,
+) -> LaneData:
+    """Generated once per lane and shared by every variant of a run (all
+    designs see the very same trace)."""
     gen = AccessGenerator(
-        PRESETS[p.trace],
-        context_tokens=p.context_tokens,
-        steps=p.profile_steps + p.steps,
+        PRESETS[trace],
+        context_tokens=context,
+        steps=profile_steps + steps,
         layers=1,
-        sparsity=p.sparsity,
-        local_window=p.local_window,
-        sink_tokens=p.sink_tokens,
+        sparsity=sparsity,
+        local_window=window,
+        sink_tokens=sinks,
         seed=seed,
-        model=p.model,
+        model=model,
+    )
+    prefix = context + profile_steps
+    tr = gen.trace()
+    act = tr.activations(steps=slice(0, profile_steps))[:, :prefix].tocsr()
+    oracle = tuple(tr.selection(profile_steps + t).astype(np.int64) for t in range(steps))
+    return LaneData(gen.keys(), gen.queries(), act, oracle)
+
+
+@functools.lru_cache(maxsize=32)
+def _clustering(data: LaneData, params: ClusterParams, seed: int) -> Clustering:
+    """Swarm variants with the same cluster parameters share one clustering."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 11]))
+    return cluster(data.activations, params, rng)
+
+
+def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneResult:
+    """Build the design offline on the lane's profile, then run it online."""
+    data = lane_data(
+        p.trace,
+        p.model,
+        p.context_tokens,
+        p.profile_steps,
+        p.steps,
+        p.sparsity,
+        p.local_window,
+        p.sink_tokens,
+        seed,
     )
     prefix = p.context_tokens + p.profile_steps
-    keys = gen.keys()
-    queries = gen.queries()
-    rows = [gen.oracle(s) for s in range(p.profile_steps)]
-    activations = _activations(rows, prefix)
     design: KVDesign = get_design(p.design, **p.design_params)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
-    design.build(activations, keys[:prefix], layout, rng)
-    decisions, oracle = [], []
+    if isinstance(design, SwarmDesign):
+        cparams = ClusterParams(**design.params.cluster_kwargs())
+        design.build(
+            data.activations,
+            data.keys[:prefix],
+            layout,
+            rng,
+            clustering=_clustering(data, cparams, seed),
+        )
+    else:
+        design.build(data.activations, data.keys[:prefix], layout, rng)
+    decisions = []
     for t in range(p.steps):
-        s = p.profile_steps + t
-        decisions.append(design.step(t, queries[s], keys[prefix + t]))
-        oracle.append(gen.oracle(s))
+        decisions.append(design.step(t, data.queries[p.profile_steps + t], data.keys[prefix + t]))
         if progress is not None:
             progress()
     always = min(p.sink_tokens, prefix) + p.local_window
-    return LaneResult(decisions, oracle, always, design.index_bytes())
-
-
-def _activations(rows: list[np.ndarray], n: int):
-    import scipy.sparse as sp
-
-    indptr = np.cumsum([0] + [int((r < n).sum()) for r in rows])
-    idx = np.concatenate([r[r < n] for r in rows]) if rows else np.zeros(0, np.int64)
-    data = np.ones(len(idx), dtype=bool)
-    return sp.csr_matrix((data, idx, indptr), shape=(len(rows), n))
+    return LaneResult(decisions, list(data.oracle), always, design.index_bytes())
 
 
 def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=None) -> SwarmPlan:
