@@ -8,7 +8,9 @@ from pathlib import Path
 import nbformat as nbf
 
 CELLS = [
-    ("md", """# Swarm on the simulator: sweeps
+    (
+        "md",
+        """# Swarm on the simulator: sweeps
 
 Figures of seed 000 (Swarm) §8.4 redrawn from `kvtier sweep` results (Parquet).
 Produce them with, for example:
@@ -22,8 +24,11 @@ kvtier sweep --factor hw --values h20-8ssd,h20-8ssd-900p
 ```
 
 Set `KVTIER_RESULTS` to the folder that holds the `sweep-*.parquet` files
-(default: `results/sweeps/default`, searched recursively)."""),
-    ("code", """import os
+(default: `results/sweeps/default`, searched recursively).""",
+    ),
+    (
+        "code",
+        """import os
 from pathlib import Path
 
 import pandas as pd
@@ -31,17 +36,23 @@ import pandas as pd
 RESULTS = Path(os.environ.get("KVTIER_RESULTS", "../results/sweeps/default"))
 files = sorted(RESULTS.rglob("sweep-*.parquet"))
 print(f"{len(files)} sweep tables under {RESULTS}")
-sweeps = {f.stem.removeprefix("sweep-"): pd.read_parquet(f) for f in files}"""),
+sweeps = {f.stem.removeprefix("sweep-"): pd.read_parquet(f) for f in files}""",
+    ),
     ("md", "## One figure per sweep: throughput, effective SSD bandwidth, I/O time, recall"),
-    ("code", """from analysis.plots import sweep_figure
+    (
+        "code",
+        """from analysis.plots import sweep_figure
 
 METRICS = ["tokens_per_s", "ssd_gbps", "io_ms_per_step", "recall"]
 figures = {
     factor: sweep_figure(df, "hw" if factor == "hw" else factor, METRICS, f"sweep over {factor}")
     for factor, df in sweeps.items()
 }
-list(figures)"""),
-    ("md", """## Expected by mechanism
+list(figures)""",
+    ),
+    (
+        "md",
+        """## Expected by mechanism
 
 * **SSD count** — Swarm's bandwidth grows with SSDs (co-activated entries are
   spread and balanced), No balance stays near one SSD's; with one SSD every
@@ -49,20 +60,29 @@ list(figures)"""),
 * **Prefix length / batch** — small prefixes are IOPS-bound, long ones
   bandwidth-bound (seed §8.4, Fig. 16).
 * **SSD type** — the 900P leaves the IOPS-bound regime at shorter prefixes.
-* **Unstructured traces** — clustering gains nothing (`trace: unstructured`)."""),
-    ("code", """frames = [df.assign(sweep=f) for f, df in sweeps.items()]
+* **Unstructured traces** — clustering gains nothing (`trace: unstructured`).""",
+    ),
+    (
+        "code",
+        """frames = [df.assign(sweep=f) for f, df in sweeps.items()]
 summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 cols = [c for c in ("sweep", "variant", "tokens_per_s", "ssd_gbps", "recall") if c in summary]
-summary[cols].groupby(["sweep", "variant"]).mean().round(3) if len(summary) else summary"""),
+summary[cols].groupby(["sweep", "variant"]).mean().round(3) if len(summary) else summary""",
+    ),
 ]
 
 
 def main() -> None:
     nb = nbf.v4.new_notebook()
-    nb.cells = [nbf.v4.new_markdown_cell(src) if kind == "md" else nbf.v4.new_code_cell(src)
-                for kind, src in CELLS]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
+    nb.cells = [
+        nbf.v4.new_markdown_cell(src) if kind == "md" else nbf.v4.new_code_cell(src)
+        for kind, src in CELLS
+    ]
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbf.write(nb, Path(__file__).with_name("swarm.ipynb"))
 
 

@@ -58,8 +58,9 @@ def sweep_figure(df: pd.DataFrame, factor: str, metrics: Sequence[str], title: s
     return fig
 
 
-def plot_sweep(df: pd.DataFrame, factor: str, metrics: Sequence[str], out_dir: str | Path,
-               title: str = "") -> list[Path]:
+def plot_sweep(
+    df: pd.DataFrame, factor: str, metrics: Sequence[str], out_dir: str | Path, title: str = ""
+) -> list[Path]:
     """One PNG per metric of ``metrics`` against ``factor``, one line per variant."""
     import matplotlib
 

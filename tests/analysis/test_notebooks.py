@@ -23,8 +23,9 @@ def execute(name: str, env: dict[str, str]) -> nbformat.NotebookNode:
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                resources={"metadata": {"path": str(ANALYSIS)}}).execute()
+        nbclient.NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ANALYSIS)}}
+        ).execute()
     finally:
         for k, v in old.items():
             if v is None:
