@@ -61,7 +61,7 @@ _MAX_WINDOW = 4096
 _RUN = 64  # candidates tried as one run of joins
 _LOWER = np.tril(np.ones((_RUN, _RUN), dtype=np.float32))
 _BATCH = 128  # medoid rows per BLAS product
-_CACHE_IDS = 1 << 25  # candidate ids cached by the medoid queue (256 MB as int64)
+_HEAD = 4  # candidate-queue heads of max_cluster * _HEAD ids are cached (int32)
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def cluster(
     X = as_activations(X)
     rng = rng if rng is not None else np.random.default_rng(0)
     index = CoactivationIndex(X, _radius(X, params, rng, params.radius_probes))
-    density = index.densities(params.density_probes, rng, max_ids=_CACHE_IDS)
+    density = index.densities(params.density_probes, rng, head=_head(params))
     return grow_clusters(index, density, params)
 
 
@@ -168,12 +168,13 @@ def grow_clusters(
     n_covered = 0
     cap = params.replica_cap
     members: list[np.ndarray] = []
-    queue = _MedoidQueue(index, density, covered)
+    queue = _MedoidQueue(index, density, covered, _head(params))
     while n_covered < n:
-        m, cand = queue.pop()
-        if cap is not None:
-            cand = cand[count[cand] < cap]
-        cl = _expand(index, m, cand, params)
+        m, cand, complete = queue.pop()
+        cl = _expand(index, m, cand if cap is None else cand[count[cand] < cap], params)
+        if not complete and len(cl) < params.max_cluster:  # the head ran out: redo in full
+            cand = index.neighbours(m)
+            cl = _expand(index, m, cand if cap is None else cand[count[cand] < cap], params)
         new = cl[~covered[cl]]
         covered[new] = True
         count[cl] += 1
@@ -192,11 +193,15 @@ class _MedoidQueue:
     top is the medoid once no waiting entry has a higher estimate.  With all
     densities exact this is the reference order; with estimates,
     over-estimated entries sink to their place and only under-estimated ones
-    can come late.  Candidate queues are cached up to ``_CACHE_IDS`` ids in
-    all; a queue not cached is recomputed when its entry is popped.
+    can come late.  Only the head of each candidate queue is kept
+    (``head`` ids, int32); an expansion that runs past it is redone from the
+    full queue, which is rare (it has to reject most of the head).
     """
 
-    def __init__(self, index: CoactivationIndex, density: Densities, covered: np.ndarray):
+    def __init__(
+        self, index: CoactivationIndex, density: Densities, covered: np.ndarray, head: int
+    ):
+        self.head = head
         self.index = index
         self.estimate = density.value
         waiting = np.flatnonzero(~density.exact)
@@ -207,14 +212,14 @@ class _MedoidQueue:
         keys = (-density.value[exact]).astype(np.int64).tolist()
         self.heap = list(zip(keys, exact.tolist(), strict=True))
         heapq.heapify(self.heap)  # (-exact density, entry)
-        self.cands = dict(density.neighbours)
-        self.cached = sum(len(c) for c in self.cands.values())
+        self.cands = density.neighbours  # heads of candidate queues, for exact entries
 
-    def pop(self) -> tuple[int, np.ndarray]:
-        """The uncovered entry of highest density (ties: lower id) and its candidates."""
+    def pop(self) -> tuple[int, np.ndarray, bool]:
+        """The uncovered entry of highest density (ties: lower id), the head of its
+        candidate queue, and whether that head is the whole queue."""
         while True:
             while self.heap and self.covered[self.heap[0][1]]:
-                self._take(heapq.heappop(self.heap)[1])
+                self.cands.pop(heapq.heappop(self.heap)[1], None)
             while self.next < len(self.order) and self.covered[self.order[self.next]]:
                 self.next += 1
             waiting = self.next < len(self.order)
@@ -222,17 +227,14 @@ class _MedoidQueue:
                 not waiting
                 or self.heap[0] <= (-self.estimate[self.order[self.next]], self.order[self.next])
             ):
-                m = heapq.heappop(self.heap)[1]
-                cand = self._take(m)
-                return m, self.index.neighbours(m) if cand is None else cand
+                rho, m = heapq.heappop(self.heap)
+                cand = self.cands.pop(m, None)
+                if cand is None:  # ineligible (no candidates) or a probe beyond the budget
+                    cand = self.index.neighbours(m)
+                return m, cand, len(cand) == -rho
             if not waiting:
                 raise RuntimeError("medoid queue exhausted with uncovered entries")
             self._refine()
-
-    def _take(self, entry: int) -> np.ndarray | None:
-        cand = self.cands.pop(entry, None)
-        self.cached -= 0 if cand is None else len(cand)
-        return cand
 
     def _refine(self) -> None:
         """Exact densities and candidates of the next waiting entries (``_BATCH`` eligible)."""
@@ -250,9 +252,12 @@ class _MedoidQueue:
         for m, ok in zip(ids.tolist(), eligible.tolist(), strict=True):
             cand = self.index.neighbours(m, next(rows)) if ok else np.empty(0, np.int64)
             heapq.heappush(self.heap, (-len(cand), m))
-            if len(cand) <= 2 * _BATCH or self.cached + len(cand) <= _CACHE_IDS:
-                self.cands[m] = cand
-                self.cached += len(cand)
+            if ok:
+                self.cands[m] = cand[: self.head].astype(np.int32)
+
+
+def _head(params: ClusterParams) -> int:
+    return _HEAD * params.max_cluster
 
 
 def _expand(

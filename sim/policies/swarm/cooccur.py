@@ -183,7 +183,7 @@ class CoactivationIndex:
         return self._dense[pos]
 
     def densities(
-        self, n_probes: int, rng: np.random.Generator | None = None, max_ids: int = 1 << 25
+        self, n_probes: int, rng: np.random.Generator | None = None, head: int = 1024
     ) -> Densities:
         """Eq. 4 densities, exact for ``n_probes`` probes and estimated for the rest.
 
@@ -194,8 +194,8 @@ class CoactivationIndex:
         ``hits * (E - 1) / n_probes``, where ``hits`` is how many probes have it
         as a neighbour and ``E`` the number of eligible entries (unbiased: the
         probes are a uniform sample of its ``E - 1`` possible neighbours).
-        Ineligible entries have density 0, exactly.  The probes' candidate
-        queues are kept while they total at most ``max_ids`` ids.  Cost:
+        Ineligible entries have density 0, exactly.  The first ``head`` ids of
+        each probe's candidate queue are kept (int32).  Cost:
         ``2 * n_probes * E * T`` flops.
         """
         n_el = len(self.eligible)
@@ -208,7 +208,6 @@ class CoactivationIndex:
             rng = rng if rng is not None else np.random.default_rng(0)
             probes = np.sort(rng.choice(n_el, size=max(1, n_probes), replace=False))
         hits = np.zeros(n_el, dtype=np.int64)
-        kept = 0
         for lo in range(0, len(probes), _BLOCK):
             chunk = probes[lo : lo + _BLOCK]
             rows = self._dense[chunk] @ self._dense.T
@@ -218,9 +217,7 @@ class CoactivationIndex:
             for q, row, count in zip(chunk.tolist(), rows, near.sum(axis=1).tolist(), strict=True):
                 entry = int(self.eligible[q])
                 out.value[entry] = count
-                if kept + count <= max_ids:
-                    out.neighbours[entry] = self.neighbours(entry, row)
-                    kept += count
+                out.neighbours[entry] = self.neighbours(entry, row)[:head].astype(np.int32)
         est = hits * ((n_el - 1) / len(probes))
         est[probes] = out.value[self.eligible[probes]]
         out.value[self.eligible] = est
@@ -234,4 +231,4 @@ class Densities:
 
     value: np.ndarray  # float64, length N: exact where `exact`, else an estimate
     exact: np.ndarray  # bool, length N
-    neighbours: dict[int, np.ndarray]  # candidate queues of some exactly counted entries
+    neighbours: dict[int, np.ndarray]  # heads of the probes' candidate queues (int32)
