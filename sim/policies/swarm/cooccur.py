@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 MAX_DENSE_ENTRIES = 20_000  # largest N for which an N x N matrix is built
+_BINS = 16  # selection-count bins pooled for the density prior
 _BLOCK = 256  # probe rows per BLAS product (256 x N float32 = 128 MB at N = 128K)
 
 
@@ -218,8 +219,13 @@ class CoactivationIndex:
                 entry = int(self.eligible[q])
                 out.value[entry] = count
                 out.neighbours[entry] = self.neighbours(entry, row)[:head].astype(np.int32)
-        est = hits * ((n_el - 1) / len(probes))
-        est[probes] = out.value[self.eligible[probes]]
+        exact = out.value[self.eligible[probes]]
+        if len(probes) < n_el:
+            rate = len(probes) / (n_el - 1)
+            est = _shrunk(hits, rate, self.freq[self.eligible], probes, exact)
+        else:
+            est = np.zeros(n_el)
+        est[probes] = exact
         out.value[self.eligible] = est
         out.exact[self.eligible[probes]] = True
         return out
@@ -232,3 +238,25 @@ class Densities:
     value: np.ndarray  # float64, length N: exact where `exact`, else an estimate
     exact: np.ndarray  # bool, length N
     neighbours: dict[int, np.ndarray]  # heads of the probes' candidate queues (int32)
+
+
+def _shrunk(
+    hits: np.ndarray, rate: float, freq: np.ndarray, probes: np.ndarray, exact: np.ndarray
+) -> np.ndarray:
+    """Posterior-mean densities from probe hits, pooled by selection count.
+
+    ``hits_j ~ Poisson(rate * rho_j)`` with ``rate = n_probes / (E - 1)``;
+    the prior of ``rho`` is a Gamma fitted (by moments) to the exact
+    densities of the probes in the same ``freq`` bin (``_BINS`` quantile bins).
+    Without pooling, one hit alone reads as ``1 / rate`` neighbours.
+    """
+    edges = np.unique(np.quantile(freq[probes], np.linspace(0, 1, _BINS + 1)[1:-1]))
+    bins, probe_bins = np.searchsorted(edges, freq), np.searchsorted(edges, freq[probes])
+    est = hits / rate
+    for b in np.unique(bins).tolist():
+        sample = exact[probe_bins == b]
+        mean, var = (sample.mean(), sample.var()) if len(sample) > 1 else (0.0, 0.0)
+        if mean > 0 and var > 0:
+            sel = bins == b
+            est[sel] = (mean * mean / var + hits[sel]) / (mean / var + rate)
+    return est
