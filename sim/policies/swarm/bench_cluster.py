@@ -1,12 +1,16 @@
 """Benchmark of Swarm's clustering: ``python -m sim.policies.swarm.bench_cluster``.
 
 *Scale*: profile one layer (N entries, T queries, each selecting
-``sparsity * N``), then time the stages of :func:`~sim.policies.swarm.cluster.cluster`
-(radius choice, counting index, densities, medoid loop) and report peak
-memory.  *Quality*: on a small layer, compare ``cluster`` with estimated
-densities (same probe fraction as the scale run) against ``cluster_exact``:
+``sparsity * N``; built in a child process), then time the stages of
+:func:`~sim.policies.swarm.cluster.cluster` (radius choice, counting,
+densities, expansion) and report peak RSS.  *Quality*: on a small layer,
+compare ``cluster`` with estimated densities (same probe fraction as the
+scale run) against ``cluster_exact``:
 co-membership F1, adjusted Rand of the No-Replica partitions, and
-:func:`~sim.policies.swarm.cluster.clustering_quality` side by side.
+:func:`~sim.policies.swarm.cluster.clustering_quality` side by side.  Two F1
+references: ``f1_one_probe`` (densities from one probe: nearly arbitrary
+medoid order) and ``f1_tiebreak`` (the reference itself on renumbered
+entries, so ties break differently: the floor for any equally valid run).
 
 Sources: ``planted`` (:func:`planted_activations`) or ``generator`` (the
 "default" preset of :mod:`traces.generator`, prefix columns only).
@@ -16,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import multiprocessing
+import os
 import resource
 import time
-import tracemalloc
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
@@ -120,28 +126,44 @@ def _labels(c: Clustering) -> np.ndarray:
     return labels
 
 
+class _TimedIndex(CoactivationIndex):
+    """Counts and times the on-demand medoid rows of the clustering loop."""
+
+    rows_done = 0
+    rows_seconds = 0.0
+
+    def rows(self, entries: np.ndarray) -> np.ndarray:
+        t0 = time.perf_counter()
+        out = super().rows(entries)
+        self.rows_seconds += time.perf_counter() - t0
+        self.rows_done += len(entries)
+        return out
+
+
 def run_scale(X: sp.csr_matrix, params: ClusterParams, seed: int) -> dict[str, float]:
-    """Stage timings (s), sizes and peak memory of one ``cluster`` run."""
+    """Stage timings (s) and sizes of one ``cluster`` run, stage by stage.
+
+    ``t_count`` = building the index + the medoid rows computed in the loop;
+    ``t_expand`` = the rest of the loop (medoid queue, Eq. 5 expansions).
+    """
     rng = np.random.default_rng(seed)
-    tracemalloc.start()
     t0 = time.perf_counter()
     level = choose_level(X, params.target_size, rng, params.radius_probes)
     radius = radius_for_level(level, X.shape[0])
     t1 = time.perf_counter()
-    index = CoactivationIndex(X, radius)
+    index = _TimedIndex(X, radius)
     t2 = time.perf_counter()
-    density = index.densities(params.density_probes, rng)
+    density = index.densities(params.density_probes, rng, head=4 * params.max_cluster)
     t3 = time.perf_counter()
     result = grow_clusters(index, density, params)
     t4 = time.perf_counter()
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
     sizes = result.sizes
     return {
         "radius": radius,
         "level": level,
         "eligible": len(index.eligible),
         "probes": min(params.density_probes, len(index.eligible)),
+        "medoid_rows": index.rows_done,
         "clusters": len(sizes),
         "singletons": int((sizes == 1).sum()),
         "mean_size": float(sizes.mean()),
@@ -149,11 +171,10 @@ def run_scale(X: sp.csr_matrix, params: ClusterParams, seed: int) -> dict[str, f
         "max_size": int(sizes.max()),
         "mean_replication": float(result.replication().mean()),
         "t_radius": t1 - t0,
-        "t_counting": t2 - t1,
+        "t_count": t2 - t1 + index.rows_seconds,
         "t_density": t3 - t2,
-        "t_expansion": t4 - t3,
+        "t_expand": t4 - t3 - index.rows_seconds,
         "t_total": t4 - t0,
-        "peak_traced_mb": peak / 2**20,
     }
 
 
@@ -176,19 +197,29 @@ def run_quality(X: sp.csr_matrix, params: ClusterParams, probe_fraction: float) 
         if name == "no_replica":
             row["ari"] = adjusted_rand(exact, approx)
         if name == "swarm":
-            random_order = cluster(X, dataclasses.replace(p, density_probes=1))
-            row["f1_one_probe"] = comembership_f1(exact, random_order)
+            one_probe = cluster(X, dataclasses.replace(p, density_probes=1))
+            row["f1_one_probe"] = comembership_f1(exact, one_probe)
+            row["f1_tiebreak"] = comembership_f1(exact, _exact_permuted(X, p))
             row["exact"] = clustering_quality(exact, X)
             row["approx"] = clustering_quality(approx, X)
         out[name] = row
     return out
 
 
+def _exact_permuted(X: sp.csr_matrix, params: ClusterParams) -> Clustering:
+    """The reference on randomly renumbered entries: ties in density and
+    distance break differently (the F1 noise floor of an equally valid run)."""
+    perm = np.random.default_rng(2).permutation(X.shape[1])
+    c = cluster_exact(X[:, perm], params)
+    return Clustering([perm[m] for m in c.members], c.radius, c.n_entries)
+
+
 def _print_quality(q: dict) -> None:
     print(f"  radius {q['radius']:.4f}  eligible {q['eligible']}  density probes {q['probes']}")
     for name in ("swarm", "no_replica", "medoid_only"):
         row = q[name]
-        extra = "".join(f"  {k} {row[k]:.3f}" for k in ("ari", "f1_one_probe") if k in row)
+        keys = ("ari", "f1_one_probe", "f1_tiebreak")
+        extra = "".join(f"  {k} {row[k]:.3f}" for k in keys if k in row)
         print(f"  {name:12s} co-membership F1 {row['f1']:.3f}{extra}")
     ex, ap = q["swarm"]["exact"], q["swarm"]["approx"]
     print(f"  {'metric':18s} {'exact':>10s} {'scalable':>10s}")
@@ -196,10 +227,12 @@ def _print_quality(q: dict) -> None:
         print(f"  {key:18s} {ex[key]:10.4f} {ap[key]:10.4f}")
 
 
-def _activations(source: str, n: int, t: int, sparsity: float, seed: int) -> sp.csr_matrix:
+def profile(source: str, n: int, t: int, sparsity: float, seed: int, skew: float) -> sp.csr_matrix:
+    """The ``T x N`` profile of one source (see the module docstring)."""
     if source == "generator":
         return generated_activations(n, t, sparsity, seed)
-    return planted_activations(n, t, round(sparsity * n), np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    return planted_activations(n, t, round(sparsity * n), rng, popularity_skew=skew)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -208,27 +241,33 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=131072, help="entries in the scale run")
     ap.add_argument("--t", type=int, default=512, help="profiled queries")
     ap.add_argument("--sparsity", type=float, default=0.1)
+    ap.add_argument("--skew", type=float, default=0.0, help="planted group popularity skew")
     ap.add_argument("--small-n", type=int, default=4096, help="entries in the quality run")
     ap.add_argument("--target-size", type=int, default=32)
+    ap.add_argument("--max-replicas", type=int, default=None)
     ap.add_argument("--probes", type=int, default=ClusterParams.density_probes)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    params = ClusterParams(target_size=args.target_size, density_probes=args.probes)
+    params = ClusterParams(
+        target_size=args.target_size, density_probes=args.probes, max_replicas=args.max_replicas
+    )
     sources = ("planted", "generator") if args.source == "both" else (args.source,)
+    spawn = multiprocessing.get_context("spawn")
     for source in sources:
-        t0 = time.perf_counter()
-        X = _activations(source, args.n, args.t, args.sparsity, args.seed)
-        k = X.nnz / X.shape[0]
-        print(f"[{source}] N {X.shape[1]}  T {X.shape[0]}  k {k:.0f}  "
-              f"(profile built in {time.perf_counter() - t0:.1f} s)")  # fmt: skip
+        shape = (args.n, args.t, args.sparsity, args.seed, args.skew)
+        with ProcessPoolExecutor(1, mp_context=spawn) as pool:  # keeps its memory out of ours
+            X = pool.submit(profile, source, *shape).result()
+        print(f"[{source}] N {X.shape[1]}  T {X.shape[0]}  k {X.nnz / X.shape[0]:.0f}  {params}")
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         s = run_scale(X, params, args.seed)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print("  " + "  ".join(f"{key} {_fmt(v)}" for key, v in s.items()))
+        print(f"  peak RSS {rss:.0f} MB (before clustering {rss0:.0f} MB)  "
+              f"load average {os.getloadavg()[0]:.2f}")  # fmt: skip
         fraction = s["probes"] / max(1, s["eligible"])
-        small = _activations(source, args.small_n, args.t, args.sparsity, args.seed)
+        small = profile(source, args.small_n, *shape[1:])
         print(f"[{source}] quality at N {args.small_n}, probe fraction {fraction:.3f}")
         _print_quality(run_quality(small, params, fraction))
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"process peak RSS {rss:.0f} MB")
 
 
 def _fmt(v: float) -> str:

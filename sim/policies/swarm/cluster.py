@@ -19,21 +19,32 @@ prose because the equations and Algorithm 1 were lost in extraction:
   ("the algorithm naturally creates replicas").  Clustering stops once every
   entry is in a cluster; an entry without neighbours is a singleton.
 * ``max_cluster`` (ours; the paper bounds size by r alone) stops an
-  expansion once C has that many members.
+  expansion once C has that many members.  ``max_replicas`` (ours, off by
+  default) skips candidates already in that many clusters.
 * **§8.3 ablations.**  *Medoid Only*: C is the medoid plus its candidates
   (capped), with no Eq. 5 test, so it is a superset of Swarm's cluster for the
   same medoid.  *No Replica*: candidates already in a cluster are skipped, so
-  every entry is in exactly one cluster.
+  every entry is in exactly one cluster (``max_replicas = 1``).
 * **Eq. 9** (§6.2 maintenance): the distance of a new entry e to cluster c is
   ``1 - a_e,m_c / w``, with ``a_e,m_c`` the number of the ``w`` local-window
   steps that select both e and c's medoid; e joins every c with distance < r.
 
+Popularity caveat: ``d_ij`` is not normalised by frequency, so an entry
+selected by most queries is near everything, comes first in every candidate
+queue and passes every Eq. 5 test.  With replicas unbounded, such entries
+join nearly every cluster (on the default generated trace at N = 128K: mean
+replication ~54, most clusters full at ``max_cluster``).  ``max_replicas``
+bounds that; dropping always-selected entries (sinks, local window) from the
+profile helps too.
+
 :func:`cluster_exact` is Algorithm 1 on the dense ``N x N`` matrix (the
 reference).  :func:`cluster` runs the same algorithm from a
 :class:`~sim.policies.swarm.cooccur.CoactivationIndex`: candidate queues and
-Eq. 5 sums are exact; only the densities that order the medoid queue are
-estimated from ``density_probes`` sampled entries once a layer has more
-eligible entries than that, and below it the result equals the reference.
+Eq. 5 sums are exact, and a medoid's density is made exact before it is
+chosen (:class:`_MedoidQueue`); only the order in which not-yet-counted
+entries are examined comes from densities estimated from ``density_probes``
+sampled entries.  With no more eligible entries than that, the result equals
+the reference.
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from sim.policies.swarm.cluster_metrics import clustering_quality, comembership_f1
 from sim.policies.swarm.cooccur import (
     MAX_DENSE_ENTRIES,
     CoactivationIndex,
@@ -52,9 +64,18 @@ from sim.policies.swarm.cooccur import (
     choose_level,
     coactivation,
     radius_for_level,
-    selection_counts,
 )
 from sim.policies.swarm.types import Clustering
+
+__all__ = [
+    "ClusterParams",
+    "assign_new_entry",
+    "cluster",
+    "cluster_exact",
+    "clustering_quality",
+    "comembership_f1",
+    "grow_clusters",
+]
 
 _WINDOW = 128  # candidates whose vectors are gathered at once during an expansion
 _MAX_WINDOW = 4096
@@ -75,8 +96,8 @@ class ClusterParams:
     max_cluster: int = 256  # cap on members per cluster (medoid included)
     max_replicas: int | None = None  # cap on clusters per entry (ours); None = unbounded
     exact: bool = False  # cluster() runs cluster_exact
-    density_probes: int = 16384  # entries with exact densities; others estimated
-    radius_probes: int = 1024  # entries sampled to choose the radius
+    density_probes: int = 4096  # entries whose densities are counted; the rest estimated
+    radius_probes: int = 512  # entries sampled to choose the radius
 
     def __post_init__(self) -> None:
         if self.radius is not None and not 0.0 < self.radius <= 1.0:
@@ -331,76 +352,3 @@ def assign_new_entry(
     steps = X.tocsc()[:, entry].indices
     counts = np.asarray(X[steps][:, medoids].sum(axis=0)).ravel()
     return np.flatnonzero(1.0 - counts / w < r).tolist()
-
-
-def clustering_quality(clustering: Clustering, X: sp.spmatrix | np.ndarray) -> dict[str, float]:
-    """Summary statistics of a clustering against the profile ``X`` it came from.
-
-    ``intra_coact``: mean ``P_ij`` over member pairs, pooled over clusters;
-    ``random_coact``: mean ``P_ij`` over all pairs ``i != j`` (exact,
-    ``sum_t (k_t^2 - k_t) / (N (N - 1) T)``); ``lift`` = their ratio;
-    ``medoid_coact``: mean ``P_mj`` of members with their medoid;
-    ``medoid_hit``: mean over clusters of ``mean_j A_mj / f_m``, the fraction of
-    a cluster's other members that are selected when its medoid is;
-    ``mean_replication``: clusters per entry; ``coverage``: share of entries in
-    a cluster.
-    """
-    X = as_activations(X)
-    T, n = X.shape
-    f = selection_counts(X)
-    k = np.diff(X.indptr).astype(np.float64)
-    random = float((k @ k - k.sum()) / (n * (n - 1) * T)) if n > 1 else 0.0
-    csc = X.tocsc()
-    pair_sum = pair_n = med_sum = med_n = hit_sum = hit_n = 0.0
-    for mem in clustering.members:
-        c = len(mem)
-        if c < 2:
-            continue
-        V = csc[:, mem].toarray().astype(np.float64)
-        G = V.T @ V
-        pair_sum += (G.sum() - np.trace(G)) / 2
-        pair_n += c * (c - 1) / 2
-        med_sum += G[0, 1:].sum()
-        med_n += c - 1
-        if f[mem[0]] > 0:
-            hit_sum += G[0, 1:].mean() / f[mem[0]]
-            hit_n += 1
-    sizes = clustering.sizes
-    rep = clustering.replication()
-    intra = pair_sum / pair_n / T if pair_n else 0.0
-    return {
-        "clusters": float(len(sizes)),
-        "singletons": float((sizes == 1).sum()),
-        "mean_size": float(sizes.mean()) if len(sizes) else 0.0,
-        "max_size": float(sizes.max()) if len(sizes) else 0.0,
-        "mean_replication": float(rep.mean()) if n else 0.0,
-        "coverage": float((rep > 0).mean()) if n else 1.0,
-        "intra_coact": float(intra),
-        "medoid_coact": float(med_sum / med_n / T) if med_n else 0.0,
-        "medoid_hit": float(hit_sum / hit_n) if hit_n else 0.0,
-        "random_coact": random,
-        "lift": float(intra / random) if random > 0 else 0.0,
-    }
-
-
-def comembership_f1(a: Clustering, b: Clustering) -> float:
-    """F1 between the sets of entry pairs that share a cluster in ``a`` and in ``b``."""
-    if a.n_entries != b.n_entries:
-        raise ValueError("clusterings of different layers")
-    pa, pb = _comembers(a), _comembers(b)
-    total = pa.nnz + pb.nnz
-    return 1.0 if total == 0 else 2.0 * pa.multiply(pb).nnz / total
-
-
-def _comembers(c: Clustering) -> sp.csr_matrix:
-    """Boolean ``N x N``: entries i != j that share at least one cluster."""
-    sizes = c.sizes
-    rows = np.concatenate(c.members) if len(sizes) else np.empty(0, np.int64)
-    cols = np.repeat(np.arange(len(sizes)), sizes)
-    M = sp.csr_matrix(
-        (np.ones(len(rows), np.float32), (rows, cols)), shape=(c.n_entries, len(sizes))
-    )
-    co = (M @ M.T).tocsr()
-    co.setdiag(0)
-    co.eliminate_zeros()
-    return co.astype(bool)
