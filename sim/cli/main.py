@@ -12,18 +12,19 @@ import sys
 from collections.abc import Callable
 
 from hwprofiles import ProfileError
+from real.errors import RealError
 from sim.config import ConfigError
 from sim.hw.machine import RouteError
 from sim.models import ModelError
 from sim.plan import PlanError
 
-USER_ERRORS = (ProfileError, ConfigError, ModelError, PlanError, RouteError)
+USER_ERRORS = (ProfileError, ConfigError, ModelError, PlanError, RouteError, RealError)
 
 Handler = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sim.cli import bench, info, simulate, sweep
+    from sim.cli import bench, info, real, simulate, sweep
 
     parser = argparse.ArgumentParser(
         prog="kvtier",
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_parser(sub)
     bench.add_parser(sub)
     info.add_parsers(sub)
+    real.add_parser(sub)
     return parser
 
 
