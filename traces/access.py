@@ -126,9 +126,27 @@ class AccessTrace:
         return view
 
     def activations(
-        self, layer: int = 0, head: int = 0, steps: slice | None = None
+        self, layer: int = 0, head: int = 0, steps: slice | None = None, scored_only: bool = False
     ) -> sp.csr_matrix:
-        """Boolean steps x entries matrix; columns are all ``context_tokens + steps`` ids."""
+        """Boolean steps x entries matrix; columns are all ``context_tokens + steps`` ids.
+
+        ``scored_only`` drops the sinks and the local window of every step:
+        they are selected whatever the query (and live in DRAM), so in a
+        co-activation profile they would be co-activated with everything.
+        """
+        X = self._activations(layer, head, steps)
+        if not scored_only:
+            return X
+        m = self.meta
+        step_ids = np.arange(m.steps)[steps if steps is not None else slice(None)]
+        coo = X.tocoo()
+        window_start = m.context_tokens + step_ids[coo.row] + 1 - m.local_window
+        keep = (coo.col >= m.sink_tokens) & (coo.col < window_start)
+        return sp.csr_matrix(
+            (coo.data[keep], (coo.row[keep], coo.col[keep])), shape=X.shape, dtype=bool
+        )
+
+    def _activations(self, layer: int, head: int, steps: slice | None) -> sp.csr_matrix:
         m = self.meta
         if not (0 <= layer < m.layers and 0 <= head < m.kv_heads):
             raise IndexError(

@@ -27,6 +27,13 @@ The model (all sizes are per layer and KV-head group; nothing is O(N^2)):
   decode.  ``q_t = sqrt(structure) * normalise(sum of active centroids) +
   sqrt(1 - structure + noise**2) * zeta_t`` with ``zeta_t ~ N(0, I/dim)``:
   ``noise`` is per-step jitter on top of the drift.
+* **Position** (``positional > 0``): keys gain ``8`` columns of slow
+  sinusoids of the token position (0.5..4 cycles per context, random
+  phases, mean squared norm ``positional``) where every query is 0.  Scores
+  and selections are exactly those of ``positional = 0``; only the key
+  geometry changes -- nearby tokens look alike, as rotary position
+  embeddings make them -- so methods that cluster keys by distance
+  (PQCache's k-means) see position, while co-activation does not.
 * **Selection** (:meth:`AccessGenerator.oracle`): at step ``t`` the visible
   entries are ``0..N+t``; the sinks ``0..sink_tokens-1`` and the most recent
   ``local_window`` are always selected, plus the top
@@ -64,6 +71,8 @@ _CHUNK_BYTES = 256 << 20  # scores + argpartition indices per chunk of steps
 _KEY_BLOCK = 1 << 16  # entries per block when building keys or scoring
 _REDRAWS = 16  # rounds of redrawing duplicate group memberships
 _STREAMS = 7
+_POS_DIMS = 8  # columns of the positional key part
+_POS_STREAM = 1 << 20  # spawn key of its stream (the other streams stay as they were)
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,7 @@ class GeneratorParams:
     structure: float = 0.9  # 0 = keys and queries pure noise, 1 = keys set by their groups
     noise: float = 0.3  # per-step query noise on top of the drift
     new_token_groups: bool = True  # decode tokens join groups like the prefix did
+    positional: float = 0.0  # energy of a slowly varying positional key part no query probes
 
     def __post_init__(self) -> None:
         checks = {
@@ -92,6 +102,7 @@ class GeneratorParams:
             "drift": 0 <= self.drift <= 1,
             "structure": 0 <= self.structure <= 1,
             "noise": self.noise >= 0,
+            "positional": self.positional >= 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -104,6 +115,8 @@ PRESETS: dict[str, GeneratorParams] = {
     "weak": GeneratorParams(structure=0.4),
     "stable": GeneratorParams(drift=0.01),
     "drifting": GeneratorParams(drift=0.3),
+    # same selections as "default", but key geometry dominated by position
+    "positional": GeneratorParams(positional=2.0),
 }
 
 
@@ -220,6 +233,11 @@ class AccessGenerator:
         mix /= np.maximum(np.linalg.norm(mix, axis=1, keepdims=True), 1e-300)
         zeta = r_query.standard_normal((self.steps, p.dim)) / np.sqrt(p.dim)
         queries = np.sqrt(p.structure) * mix + np.sqrt(1 - p.structure + p.noise**2) * zeta
+        if p.positional > 0:  # extra key columns; queries are 0 there, so scores are unchanged
+            pos_seq = np.random.SeedSequence(self.seed, spawn_key=(layer, head, _POS_STREAM))
+            pos = _positional(np.random.default_rng(pos_seq), n + self.steps, n, p.positional)
+            keys = np.hstack([keys, pos])
+            queries = np.hstack([queries, np.zeros((self.steps, _POS_DIMS))])
         keys.flags.writeable = False
         return _World(memberships, keys, active, queries.astype(np.float32))
 
@@ -431,6 +449,19 @@ def _mix_keys(
         scale = np.where(has, np.sqrt((1 - structure) / dim), np.sqrt(1 / dim))
         block = keys[lo:hi] * scale + np.where(has, np.sqrt(structure) * u, 0.0)
         keys[lo:hi] = block.astype(np.float32)
+
+
+def _positional(rng: np.random.Generator, n: int, context: int, energy: float) -> np.ndarray:
+    """``n x _POS_DIMS`` float32: sinusoids of position with 0.5..4 cycles per
+    context and random phases, mean squared norm ``energy``.  Keys of nearby
+    positions are close whatever their groups (cf. rotary embeddings), which
+    misleads clustering on key geometry but not selection."""
+    freq = rng.uniform(0.5, 4.0, _POS_DIMS) / max(context, 1)
+    phase = rng.uniform(0, 2 * np.pi, _POS_DIMS)
+    pos = np.arange(n, dtype=np.float64)[:, None]
+    return (np.sqrt(2 * energy / _POS_DIMS) * np.cos(2 * np.pi * freq * pos + phase)).astype(
+        np.float32
+    )
 
 
 def _schedule(

@@ -122,7 +122,8 @@ def lane_data(
     )
     prefix = context + profile_steps
     tr = gen.trace()
-    act = tr.activations(steps=slice(0, profile_steps))[:, :prefix].tocsr()
+    # sinks and window are selected whatever the query: not co-activation (see activations)
+    act = tr.activations(steps=slice(0, profile_steps), scored_only=True)[:, :prefix].tocsr()
     oracle = tuple(tr.selection(profile_steps + t).astype(np.int64) for t in range(steps))
     return LaneData(gen.keys(), gen.queries(), act, oracle)
 

@@ -38,12 +38,16 @@ def test_round_robin_sizes_3_2_4_on_4_ssds():
     assert pl.slots_used.tolist() == [3, 2, 2, 2]
 
 
-def test_no_balance_starts_every_cluster_at_disk_0():
+def test_no_balance_puts_each_cluster_whole_on_one_disk():
+    # c0 -> disk 0 (slots 0..2), c1 -> disk 1 (0..1), c2 -> disk 2 (0..3)
     pl = place(clustering([0, 1, 2], [3, 4], [5, 6, 7, 8]), 4, balance=False)
-    expect = [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (0, 2), (1, 2), (2, 1), (3, 0)]
+    expect = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (2, 3)]
     assert [where(pl, e) for e in range(9)] == [[x] for x in expect]
-    assert pl.start == [0, 0, 0]
-    assert pl.slots_used.tolist() == [3, 3, 2, 1]
+    assert pl.start == [0, 1, 2]
+    assert pl.slots_used.tolist() == [3, 2, 4, 0]
+    # a new member stays on its cluster's disk; a new singleton takes the next disk
+    assert pl.add(9, 1) == (1, 2)
+    assert pl.new_cluster(10) == 3 and pl.replicas(10) == [(3, 0)]
 
 
 def test_replicas_land_where_their_clusters_put_them():

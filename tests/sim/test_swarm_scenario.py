@@ -90,6 +90,44 @@ def test_swarm_bandwidth_grows_with_ssds(h20):
     assert eight["read_bytes_per_step"] == one["read_bytes_per_step"]
 
 
+def test_no_balance_placement_does_not_scale_with_ssds(h20):
+    # routing fixed to the first replica, so only the placement differs: striped
+    # clusters spread every read over all disks, whole clusters on one disk do not
+    def gain(design):
+        one, eight = (run(h20, design=design, ssds=n)[2] for n in (1, 8))
+        assert one["read_bytes_per_step"] == eight["read_bytes_per_step"]
+        return eight["ssd_gbps"] / one["ssd_gbps"]
+
+    assert gain("swarm-first-replica") > 5.0
+    nb = gain("swarm-no-balance-first")
+    assert nb < 0.6 * gain("swarm-first-replica")
+
+
+def test_clustering_gains_nothing_on_unstructured_traces(h20):
+    # the worth of the co-activation clusters = recall over clusters of the same
+    # sizes with random members, at (nearly) the same read volume
+    def gain(trace):
+        swarm = run(h20, design="swarm", trace=trace)[2]
+        shuffled = run(h20, design="swarm-shuffled", trace=trace)[2]
+        ratio = swarm["read_bytes_per_step"] / shuffled["read_bytes_per_step"]
+        assert 0.8 < ratio < 1.25
+        return swarm["recall"] - shuffled["recall"]
+
+    structured, unstructured = gain("default"), gain("unstructured")
+    assert structured > 0.25
+    assert unstructured < 0.1
+    assert unstructured < structured / 3
+
+
+def test_key_clustering_follows_key_geometry_coactivation_does_not(h20):
+    # "positional" selects exactly what "default" selects; only keys gain a
+    # position part no query probes, which PQCache's k-means clusters on
+    swarm = [run(h20, design="swarm", trace=t)[2] for t in ("default", "positional")]
+    pq = [run(h20, design="pqcache", trace=t)[2] for t in ("default", "positional")]
+    assert swarm[0]["recall"] == pytest.approx(swarm[1]["recall"])
+    assert pq[1]["recall"] < pq[0]["recall"] - 0.1
+
+
 def test_balanced_routing_beats_first_replica(h20):
     bal = run(h20, design="swarm")[2]
     first = run(h20, design="swarm-first-replica")[2]

@@ -273,3 +273,20 @@ def test_million_token_context():
     assert gen.keys().shape == (1_000_002, 64) and gen.keys().dtype == np.float32
     assert [len(trace.selection(t)) for t in range(2)] == [100_000, 100_000]
     assert peak < 1.5 * 2**30  # bounded memory: keys are 256 MB, scores go in chunks
+
+
+def test_positional_part_changes_key_geometry_not_selections():
+    base = AccessGenerator(PRESETS["default"], 2048, steps=8, seed=3)
+    pos = AccessGenerator(PRESETS["positional"], 2048, steps=8, seed=3)
+    tb, tp = base.trace(), pos.trace()  # queries are 0 on the extra columns
+    assert np.array_equal(tb.offsets, tp.offsets) and np.array_equal(tb.indices, tp.indices)
+    assert tp.meta.source == "generator:positional"
+    kb, kp = base.keys(), pos.keys()
+    assert kp.shape == (kb.shape[0], kb.shape[1] + 8)
+    assert np.array_equal(kp[:, : kb.shape[1]], kb)
+    extra = kp[:, kb.shape[1] :].astype(np.float64)
+    assert np.mean((extra**2).sum(axis=1)) == pytest.approx(2.0, rel=0.1)  # its energy
+    # neighbours in position are near in key space, far-apart tokens are not
+    near = np.linalg.norm(extra[1:] - extra[:-1], axis=1).mean()
+    far = np.linalg.norm(extra[1024:] - extra[:-1024], axis=1).mean()
+    assert near < 0.05 * far

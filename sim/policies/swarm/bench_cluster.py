@@ -95,11 +95,7 @@ def generated_activations(n_entries: int, n_queries: int, sparsity: float, seed:
     from traces import generate
 
     gen = generate("default", n_entries, n_queries, sparsity=sparsity, seed=seed)
-    X = gen.trace().activations(0)[:, :n_entries].tocoo()
-    window_start = n_entries + X.row + 1 - gen.local_window  # step t sees 0..N+t
-    keep = (X.col >= gen.sink_tokens) & (X.col < window_start)
-    shape = (n_queries, n_entries)
-    return sp.csr_matrix((X.data[keep], (X.row[keep], X.col[keep])), shape=shape)
+    return gen.trace().activations(0, scored_only=True)[:, :n_entries].tocsr()
 
 
 def adjusted_rand(a: Clustering, b: Clustering) -> float:

@@ -66,12 +66,13 @@ class SwarmParams:
     target_size: int | None = None
     replicate: bool | None = None
     medoid_only: bool | None = None
-    balance_placement: bool = True  # False: every cluster starts at disk 0 ("No Balance")
+    balance_placement: bool = True  # False: each cluster whole on one disk ("No Balance")
     retrieval: str = "balanced"  # balanced | static | first (see retrieval.py)
     dedup: bool = True
     cache: str = "score"  # score (Eq. 6) | lru
     maintenance: bool = True
     join_radius: float | None = None  # None: derived from the offline radius
+    shuffle: bool = False  # control: same cluster sizes, members drawn at random
 
     def __post_init__(self) -> None:
         if self.retrieval not in POLICIES:
@@ -140,11 +141,11 @@ class SwarmDesign:
 
             clustering = cluster(x, ClusterParams(**p.cluster_kwargs()), rng)
         clustering.check()
-        self.clustering = Clustering(
-            [np.asarray(m, dtype=np.int64) for m in clustering.members],
-            clustering.radius,
-            clustering.n_entries,
-        )
+        members = [np.asarray(m, dtype=np.int64) for m in clustering.members]
+        if p.shuffle:  # relabel entries at random: sizes and replication kept, co-activation lost
+            perm = rng.permutation(clustering.n_entries)
+            members = [perm[m] for m in members]
+        self.clustering = Clustering(members, clustering.radius, clustering.n_entries)
         self.layout, self.n_prefix = layout, n
         self.placement: Placement = place(self.clustering, layout.n_ssd, p.balance_placement)
         self._keys = np.array(keys, dtype=np.float64)
@@ -291,6 +292,11 @@ ABLATIONS: dict[str, dict[str, object]] = {
     "swarm-static": {"retrieval": "static"},  # §8.3 Online Retrieval
     "swarm-no-dedup": {"dedup": False},
     "swarm-first-replica": {"retrieval": "first"},
+    # placement alone: first-replica routing, so replicas cannot hide the placement
+    "swarm-no-balance-first": {"balance_placement": False, "retrieval": "first"},
+    # control (ours): clusters of the same sizes with random members; what the
+    # co-activation structure is worth (nothing on an unstructured trace)
+    "swarm-shuffled": {"shuffle": True},
     "swarm-lru": {"cache": "lru"},  # §8.3 Online Update-Cache
 }
 

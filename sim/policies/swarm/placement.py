@@ -7,13 +7,20 @@ disks ``(start_c + i) mod D`` (wrap-around); then ``p += |c|``, so the next
 cluster starts on the disk after the one this cluster ended on.  Each replica
 takes the next free slot of its disk (byte offset = slot x entry_bytes).
 
-``balance=False`` is the "No Balance" ablation of §8.3: every cluster starts
-at disk 0, so small clusters pile onto the first disks.
+``balance=False`` is the "No Balance" ablation of §8.3 ("organizes tokens
+by clusters but places them starting from a single SSD, leading to
+imbalanced utilization").  Our reading: a cluster is not striped -- all its
+members go to one disk, clusters taking disks in turn (cluster c on disk
+``c mod D``), so storage stays even but one cluster's read hits one disk.
+(The other reading, every cluster striped from disk 0, is almost balanced
+as soon as clusters have ``D`` or more members, which contradicts the
+paper's finding.)
 
 Maintenance (§6.2): a new token that joins cluster c goes "on the next SSD
-allocated for that cluster", disk ``(start_c + |c|) mod D``, and ``|c|``
-grows by one; a new singleton cluster starts where the global pointer is
-(or at disk 0 without balance), as any other cluster would.
+allocated for that cluster", disk ``(start_c + |c|) mod D`` (without
+balance: the cluster's disk), and ``|c|`` grows by one; a new singleton
+cluster starts where the global pointer is (without balance: on the next
+disk in turn), as any other cluster would.
 """
 
 from __future__ import annotations
@@ -88,9 +95,15 @@ class Placement:
 
     # -- building -------------------------------------------------------------
     def _next_start(self, size: int) -> int:
-        start = self.pointer % self.n_ssd if self.balance else 0
+        """Start disk of the next cluster (of ``size`` members)."""
+        start = (self.pointer if self.balance else self.n_clusters) % self.n_ssd
         self.pointer += size
         return start
+
+    def _disk_of(self, cluster: int, member: int) -> int:
+        """Disk of the ``member``-th member of ``cluster``."""
+        step = member if self.balance else 0
+        return (self.start[cluster] + step) % self.n_ssd
 
     def _alloc(self, disks: np.ndarray) -> np.ndarray:
         """Next free slot on each of ``disks`` (in order; repeats allowed)."""
@@ -118,7 +131,7 @@ class Placement:
             raise ValueError(f"entries are appended in id order: {entry} < {self.n_entries - 1}")
         while self.n_entries <= entry:
             self._indptr = np.append(self._indptr, self._indptr[-1])
-        disk = (self.start[cluster] + self.size[cluster]) % self.n_ssd
+        disk = self._disk_of(cluster, self.size[cluster])
         self.size[cluster] += 1
         slot = int(self._alloc(np.array([disk]))[0])
         self._reserve(1)
@@ -143,13 +156,16 @@ def place(clustering: Clustering, n_ssd: int, balance: bool = True) -> Placement
     """Round-robin placement of ``clustering`` on ``n_ssd`` disks (Eq. 7, see module doc)."""
     pl = Placement(n_ssd, balance)
     sizes = clustering.sizes
-    starts = np.array([pl._next_start(int(s)) for s in sizes], dtype=np.int64)
-    pl.start, pl.size = starts.tolist(), sizes.tolist()
+    starts = np.empty(sizes.size, dtype=np.int64)
+    for c, s in enumerate(sizes.tolist()):
+        starts[c] = pl._next_start(s)
+        pl.start.append(int(starts[c]))
+    pl.size = sizes.tolist()
     n_rep = int(sizes.sum())
     entry = np.concatenate(clustering.members).astype(np.int64) if n_rep else np.zeros(0, np.int64)
     owner = np.repeat(np.arange(sizes.size), sizes)
     offset = np.arange(n_rep) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    disk = (np.repeat(starts, sizes) + offset) % n_ssd
+    disk = (np.repeat(starts, sizes) + (offset if balance else 0)) % n_ssd
     slot = pl._alloc(disk)  # replicas take slots in cluster order, members in order
     order = np.argsort(entry, kind="stable")  # CSR by entry, placement order kept
     pl._reserve(n_rep)
