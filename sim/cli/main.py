@@ -24,7 +24,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sim.cli import bench, info, real, simulate, sweep
+    from sim.cli import bench, info, real, simulate, sweep, trace
 
     parser = argparse.ArgumentParser(
         prog="kvtier",
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(sub)
     info.add_parsers(sub)
     real.add_parser(sub)
+    trace.add_parser(sub)
     return parser
 
 
