@@ -17,8 +17,19 @@ from sim.config import ConfigError
 from sim.hw.machine import RouteError
 from sim.models import ModelError
 from sim.plan import PlanError
+from traces.access import AccessTraceError
+from traces.errors import TraceError
 
-USER_ERRORS = (ProfileError, ConfigError, ModelError, PlanError, RouteError, RealError)
+USER_ERRORS = (
+    ProfileError,
+    ConfigError,
+    ModelError,
+    PlanError,
+    RouteError,
+    RealError,
+    TraceError,
+    AccessTraceError,
+)
 
 Handler = Callable[[argparse.Namespace], int]
 
