@@ -1,0 +1,396 @@
+"""The replayer's data files: where each SSD node of a plan lives, made safe.
+
+:func:`prepare_targets` turns a plan and the places the user chose into one
+:class:`~real.targets.Target` per SSD node, and fills each with self-checking
+KV-shaped blocks (format in :mod:`real._blocks`) covering the plan's largest
+offset + extent on that node.  The result, :class:`DataFiles`, owns what it
+created and removes it on :meth:`DataFiles.cleanup` (or on leaving its
+``with`` block, Ctrl-C included).
+
+Places, one per SSD node (nodes in natural order: ``ssd2`` before ``ssd10``):
+
+* a targets directory: one sub-directory per node (``DIR/ssd0/``, perhaps a
+  mount point the user made), holding ``kvtier-ssd0.dat``;
+* a directory: the file ``kvtier-<node>.dat`` is created in it;
+* a path that does not exist: that file is created;
+* an existing regular file or a raw block device: used only with
+  ``allow_write_existing=True`` (``--i-own-this-device``), and a block device
+  holding a filesystem or partition table (``blkid -p``, or superblock magic
+  where blkid is missing) is refused even then.
+
+Files are created with ``O_EXCL``, preallocated with ``posix_fallocate`` (so a
+full disk fails before any data is written) and filled with O_DIRECT writes.
+Any failure (no space, I/O error, no O_DIRECT on that filesystem) removes every
+file and directory created so far and raises a one-line
+:class:`~real.errors.RealError` naming the node, the path and the offset.
+
+The plan's read/write I/Os must be 4 KiB-aligned (offset, stride, bytes), the
+granularity of the block format and of O_DIRECT on 4Kn devices; an op's bytes
+are split into ``n_ios`` I/Os of whole blocks as evenly as possible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import mmap
+import os
+import re
+import stat
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from real._blocks import BLOCK, MAGIC, BlockFormat
+from real.errors import RealError
+from real.targets import Limits, Target
+from sim.core.units import fmt_bytes
+
+FILL_CHUNK = 4 << 20
+PathLike = str | Path
+
+
+# ---- the plan's footprint ---------------------------------------------------------------
+def natural_key(name: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+@dataclass(frozen=True)
+class IOLayout:
+    """Per read/write op (other ops: node -1): device, first offset, stride and I/O sizes.
+
+    I/O ``i`` of op ``j`` is ``blocks[j] + (i < extra[j])`` blocks long and starts at
+    ``offset[j] + i * stride[j]`` (strided) or right after I/O ``i - 1`` (stride 0).
+    """
+
+    nodes: list[str]
+    node: np.ndarray  # index into nodes, -1 for copy/compute
+    offset: np.ndarray
+    stride: np.ndarray
+    blocks: np.ndarray
+    extra: np.ndarray
+    end: np.ndarray  # one past the last byte the op touches
+
+    def extents(self) -> dict[str, int]:
+        """Bytes each node needs from offset 0 (a multiple of 4 KiB, at least one block)."""
+        out = {}
+        for k, name in enumerate(self.nodes):
+            sel = self.node == k
+            out[name] = max(BLOCK, int(self.end[sel].max()) if sel.any() else BLOCK)
+        return out
+
+
+def io_layout(plan: pa.Table) -> IOLayout:
+    """The plan's I/O geometry; a :class:`RealError` names the first unaligned op."""
+    kind = np.asarray(plan.column("kind").to_pylist(), dtype=object)
+    src = np.asarray(plan.column("src").to_pylist(), dtype=object)
+    dst = np.asarray(plan.column("dst").to_pylist(), dtype=object)
+    cols = {c: plan.column(c).to_numpy().astype(np.int64) for c in ("bytes", "n_ios", "offset")}
+    stride = plan.column("stride").to_numpy().astype(np.int64)
+    is_read, is_io = kind == "read", np.isin(kind, ["read", "write"])
+    dev = np.where(is_read, src, dst)
+    nodes = sorted({str(d) for d in dev[is_io]}, key=natural_key)
+    index = {n: i for i, n in enumerate(nodes)}
+    node = np.array([index[d] if io else -1 for d, io in zip(dev, is_io, strict=True)], np.int64)
+    nbytes, n_ios, offset = cols["bytes"], np.maximum(cols["n_ios"], 1), cols["offset"]
+    nblk = nbytes // BLOCK
+    bad = is_io & (
+        (nbytes % BLOCK != 0) | (offset % BLOCK != 0) | (stride % BLOCK != 0) | (nblk < n_ios)
+    )
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise RealError(
+            f"op {j}: {kind[j]} of {int(nbytes[j])} bytes in {int(n_ios[j])} I/Os at offset "
+            f"{int(offset[j])} (stride {int(stride[j])}) is not made of whole 4 KiB blocks; "
+            "the replayer needs 4 KiB-aligned offsets, strides and I/O sizes"
+        )
+    blocks, extra = nblk // n_ios, nblk % n_ios
+    max_io = (blocks + (extra > 0)) * BLOCK
+    end = np.where(stride == 0, offset + nbytes, offset + (n_ios - 1) * stride + max_io)
+    end = np.where(is_io, end, 0)
+    return IOLayout(nodes, node, offset, stride, blocks, extra, end)
+
+
+# ---- what kvtier owns ---------------------------------------------------------------------
+@dataclass
+class DataFiles:
+    """The prepared targets (``node -> Target``) and what was created for them."""
+
+    targets: dict[str, Target]
+    seed: int
+    created_files: list[Path] = field(default_factory=list)
+    created_dirs: list[Path] = field(default_factory=list)
+
+    def cleanup(self) -> None:
+        """Remove every file and directory created for this run (idempotent)."""
+        for path in reversed(self.created_files):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        self.created_files.clear()
+        for path in reversed(self.created_dirs):
+            with contextlib.suppress(OSError):  # not empty: something else lives there now
+                path.rmdir()
+        self.created_dirs.clear()
+
+    def __enter__(self) -> DataFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+def prepare_targets(
+    plan: pa.Table,
+    where: PathLike | Sequence[PathLike] | Mapping[str, PathLike],
+    *,
+    seed: int = 0,
+    allow_write_existing: bool = False,
+    limits: Limits | Mapping[str, Limits] | None = None,
+    pacing: bool = False,
+    queue_depth: int = 0,
+    log: Callable[[str], None] | None = None,
+) -> DataFiles:
+    """Create and fill one data file (or claim one device) per SSD node of ``plan``.
+
+    ``where``: a targets directory (one sub-directory per node), a sequence of
+    paths (one per SSD node, in natural order) or a mapping ``node -> path``.
+    ``limits``/``pacing``/``queue_depth`` are copied into each :class:`Target`.
+    """
+    layout = io_layout(plan)
+    extents = layout.extents()
+    files = DataFiles({}, seed)
+    try:
+        places = _places(where, layout.nodes, files)
+        for node in layout.nodes:
+            lim = limits.get(node, Limits()) if isinstance(limits, Mapping) else limits
+            target, fd = _claim(node, places[node], extents[node], files, allow_write_existing)
+            try:
+                if log:
+                    log(f"{node}: filling {fmt_bytes(extents[node])} of {target.path}")
+                _fill(fd, target, BlockFormat(node, seed), extents[node])
+            finally:
+                os.close(fd)
+            files.targets[node] = replace(
+                target, limits=lim or Limits(), pacing=pacing, queue_depth=queue_depth
+            )
+    except BaseException:
+        files.cleanup()
+        raise
+    return files
+
+
+def fill_targets(targets: Mapping[str, Target], plan: pa.Table, seed: int = 0) -> None:
+    """Fill targets made elsewhere (e.g. loop devices of ``--emulate``) for ``plan``.
+
+    Only targets kvtier created (``created=True``) are written.
+    """
+    extents = io_layout(plan).extents()
+    for node, need in extents.items():
+        if node not in targets:
+            raise RealError(f"no target for {node}: the plan reads or writes it")
+        t = targets[node]
+        if not t.created:
+            raise RealError(f"{node}: {t.path} was not created by kvtier; refusing to write it")
+        if t.size < need:
+            raise RealError(f"{node}: {t.path} holds {t.size} bytes, the plan needs {need}")
+        fd = _open_direct(node, Path(t.path), os.O_RDWR)
+        try:
+            _fill(fd, t, BlockFormat(node, seed), need)
+        finally:
+            os.close(fd)
+
+
+# ---- places and claims --------------------------------------------------------------------
+def _places(where, nodes: list[str], files: DataFiles) -> dict[str, Path]:
+    if isinstance(where, Mapping):
+        missing = [n for n in nodes if n not in where]
+        if missing:
+            raise RealError(f"no target given for {', '.join(missing)}")
+        return {n: Path(where[n]) for n in nodes}
+    if isinstance(where, (str, Path)):
+        root = Path(where)
+        _mkdir(root, files)
+        out = {}
+        for n in nodes:
+            _mkdir(root / n, files)
+            out[n] = root / n
+        return out
+    paths = [Path(p) for p in where]
+    if len(paths) != len(nodes):
+        raise RealError(
+            f"the plan uses {len(nodes)} SSD node(s) ({', '.join(nodes)}) but {len(paths)} "
+            "target(s) were given: give one per node, or a targets directory"
+        )
+    return dict(zip(nodes, paths, strict=True))
+
+
+def _mkdir(path: Path, files: DataFiles) -> None:
+    if path.is_dir():
+        return
+    if not path.parent.is_dir():
+        raise RealError(f"{path.parent}: no such directory")
+    try:
+        path.mkdir()
+    except OSError as exc:
+        raise RealError(f"{path}: cannot create directory: {exc.strerror}") from None
+    files.created_dirs.append(path)
+
+
+def _claim(
+    node: str, place: Path, need: int, files: DataFiles, allow_existing: bool
+) -> tuple[Target, int]:
+    path = place / f"kvtier-{node}.dat" if place.is_dir() else place
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return _create(node, path, need, files)
+    flag = "pass allow_write_existing=True (--i-own-this-device) if it is yours to overwrite"
+    if stat.S_ISBLK(st.st_mode):
+        if not allow_existing:
+            raise RealError(f"{node}: {path} is a block device kvtier did not set up; {flag}")
+        sig = block_signature(path)
+        if sig:
+            raise RealError(f"{node}: {path} holds {sig}; refusing to overwrite it")
+        fd = _open_direct(node, path, os.O_RDWR | os.O_EXCL)
+        size = os.lseek(fd, 0, os.SEEK_END)
+        if size < need:
+            os.close(fd)
+            raise RealError(f"{node}: {path} holds {fmt_bytes(size)}, the plan needs {need} bytes")
+        return Target(node, str(path), size, kind="block", created=False), fd
+    if not stat.S_ISREG(st.st_mode):
+        raise RealError(f"{node}: {path} is neither a regular file nor a block device")
+    if not allow_existing:
+        ours = " (a kvtier data file left by --keep-files?)" if _has_magic(path) else ""
+        raise RealError(f"{node}: {path} exists and was not created by this run{ours}; {flag}")
+    fd = _open_direct(node, path, os.O_RDWR)
+    size = max(st.st_size, need)
+    _preallocate(fd, node, path, size)
+    return Target(node, str(path), size, kind="file", created=False), fd
+
+
+def _create(node: str, path: Path, need: int, files: DataFiles) -> tuple[Target, int]:
+    if not path.parent.is_dir():
+        raise RealError(f"{node}: {path.parent}: no such directory")
+    fd = _open_direct(node, path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+    files.created_files.append(path)
+    _preallocate(fd, node, path, need)
+    return Target(node, str(path), need, kind="file", created=True), fd
+
+
+def _open_direct(node: str, path: Path, flags: int) -> int:
+    try:
+        return os.open(path, flags | os.O_DIRECT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            raise RealError(
+                f"{node}: {path}: this filesystem does not support O_DIRECT; "
+                "choose a directory on a local disk (or /dev/shm on Linux 6.6+)"
+            ) from None
+        if exc.errno == errno.EBUSY:
+            raise RealError(f"{node}: {path} is in use (mounted or held open)") from None
+        raise RealError(f"{node}: cannot open {path}: {exc.strerror}") from None
+
+
+def _preallocate(fd: int, node: str, path: Path, size: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        os.close(fd)
+        raise io_failure(node, path, "preallocating", 0, size, exc.errno) from None
+
+
+def _fill(fd: int, target: Target, fmt: BlockFormat, size: int) -> None:
+    buf = mmap.mmap(-1, FILL_CHUNK)
+    try:
+        mv = memoryview(buf)
+        for off in range(0, size, FILL_CHUNK):
+            n = min(FILL_CHUNK, size - off)
+            fmt.render(off // BLOCK, mv[:n])
+            try:
+                done = os.pwrite(fd, mv[:n], off)
+            except OSError as exc:
+                raise io_failure(target.node, target.path, "writing", off, n, exc.errno) from None
+            if done != n:
+                raise RealError(
+                    f"{target.node}: short write to {target.path} at offset {off}: "
+                    f"{done} of {n} bytes"
+                )
+        mv.release()
+    finally:
+        buf.close()
+
+
+def io_failure(node: str, path: PathLike, what: str, offset: int, length: int, err: int | None):
+    """A :class:`RealError` for a failed I/O, naming node, path, offset and the cause."""
+    err = err or errno.EIO
+    name = errno.errorcode.get(err, str(err))
+    hint = {
+        errno.ENOSPC: "; free space or choose another directory",
+        errno.EIO: "; the device reported an I/O error",
+    }.get(err, "")
+    return RealError(
+        f"{node}: {os.strerror(err)} ({name}) {what} {fmt_bytes(length)} of {path} "
+        f"at offset {offset}{hint}"
+    )
+
+
+# ---- what a block device holds -----------------------------------------------------------
+_MAGICS = (  # (offset, bytes, what): fallback where blkid is missing
+    (1080, b"\x53\xef", "an ext2/3/4 filesystem"),
+    (0, b"XFSB", "an XFS filesystem"),
+    (65600, b"_BHRfS_M", "a btrfs filesystem"),
+    (0, b"LUKS\xba\xbe", "a LUKS volume"),
+    (4086, b"SWAPSPACE2", "a swap area"),
+    (512, b"EFI PART", "a GPT partition table"),
+    (3, b"NTFS    ", "an NTFS filesystem"),
+)
+
+
+def block_signature(path: PathLike) -> str | None:
+    """What recognisable data a block device holds (filesystem, partition table), or None.
+
+    A device whose first block is a kvtier block holds nothing to protect.
+    """
+    if _has_magic(path):
+        return None
+    try:
+        out = subprocess.run(
+            ["blkid", "-p", "-o", "export", str(path)], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return _magic_signature(path)
+    if out.returncode == 2:  # nothing found
+        return None
+    if out.returncode == 0:
+        info = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
+        if "PTTYPE" in info and "TYPE" not in info:
+            return f"a {info['PTTYPE']} partition table"
+        usage = info.get("USAGE", "filesystem")
+        return f"a {info.get('TYPE', 'unknown')} {usage}"
+    if out.returncode == 8:
+        return "several signatures (blkid: ambivalent result)"
+    return _magic_signature(path)
+
+
+def _head(path: PathLike, n: int) -> bytes:
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            return fh.read(n)
+    except OSError as exc:
+        raise RealError(f"cannot read {path} to check what it holds: {exc.strerror}") from None
+
+
+def _has_magic(path: PathLike) -> bool:
+    return _head(path, len(MAGIC)) == MAGIC
+
+
+def _magic_signature(path: PathLike) -> str | None:
+    head = _head(path, 65600 + 8)
+    for off, magic, what in _MAGICS:
+        if head[off : off + len(magic)] == magic:
+            return what
+    return None

@@ -1,0 +1,153 @@
+"""I/O engines of the replayer: io_uring, a thread pool, and GPUDirect Storage reads.
+
+An engine moves bytes and nothing else; the scheduler (:mod:`real.scheduler`)
+decides what is in flight.  Every engine has the same four calls::
+
+    queue(tag, fd, write, buf, offset, flags)   # one readv/writev of one buffer
+    submit()                                    # hand the queued batch over
+    wait(timeout) -> [(tag, result), ...]       # >= 1 completion, or [] at timeout
+    close()
+
+``result`` is the byte count or ``-errno``, as in a CQE.
+
+* :class:`UringEngine`: one ring for all devices (:mod:`real._uring`); a batch
+  is one ``io_uring_submit``; completions are drained in bulk.
+* :class:`ThreadEngine`: ``os.preadv``/``os.pwritev`` on a pool with one
+  worker per in-flight slot, completions posted to a queue; for kernels or
+  CPUs where the io_uring binding does not work.
+* GPUDirect Storage: with ``flags & GDS`` a thread-engine read goes through
+  kvikio into GPU memory (:mod:`real._gds`) and is copied back for
+  verification.
+
+:func:`make_engine` picks one: ``uring`` (or a :class:`RealError` saying why
+not), ``threads``, or ``auto`` = io_uring where its probe passes, else threads
+with a one-line note saying why.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import queue
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from real import _gds, _uring
+from real.errors import RealError
+
+ENGINES = ("auto", "uring", "threads")
+GDS = 1 << 30  # engine flag: read into GPU memory (not an io_uring flag)
+MAX_THREADS = 256
+
+
+class Engine(Protocol):
+    name: str
+
+    def queue(
+        self, tag: int, fd: int, write: bool, buf: memoryview, offset: int, flags: int
+    ) -> None: ...
+
+    def submit(self) -> None: ...
+
+    def wait(self, timeout: float | None) -> list[tuple[int, int]]: ...
+
+    def close(self) -> None: ...
+
+
+class UringEngine:
+    """All devices share one ring sized to the total in-flight slots."""
+
+    name = "io_uring"
+
+    def __init__(self, slots: int) -> None:
+        entries = 1 << max(3, (max(1, slots) - 1).bit_length())
+        self._ring = _uring.open_ring(min(entries, 32768))
+        self.async_flag = _uring.async_flag()
+
+    def queue(self, tag, fd, write, buf, offset, flags):
+        self._ring.queue(tag, fd, write, buf, offset, flags)
+
+    def submit(self) -> None:
+        self._ring.submit()
+
+    def wait(self, timeout):
+        return self._ring.wait(timeout)
+
+    def close(self) -> None:
+        self._ring.close()
+
+
+class ThreadEngine:
+    """Synchronous ``preadv``/``pwritev`` on a pool: same semantics, no io_uring."""
+
+    name = "threads"
+    async_flag = 0
+
+    def __init__(self, slots: int, gds: _gds.GdsReader | None = None) -> None:
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, min(slots, MAX_THREADS)), thread_name_prefix="kvtier-io"
+        )
+        self._done: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+        self._batch: list[tuple] = []
+        self._gds = gds
+
+    def queue(self, tag, fd, write, buf, offset, flags):
+        self._batch.append((tag, fd, write, buf, offset, flags))
+
+    def submit(self) -> None:
+        for args in self._batch:
+            self._pool.submit(self._run, *args)
+        self._batch.clear()
+
+    def _run(self, tag, fd, write, buf, offset, flags) -> None:
+        try:
+            if flags & GDS and self._gds is not None:
+                n = self._gds.read(fd, buf, offset)
+            elif write:
+                n = os.pwritev(fd, [buf], offset)
+            else:
+                n = os.preadv(fd, [buf], offset)
+        except OSError as exc:
+            n = -(exc.errno or errno.EIO)
+        self._done.put((tag, n))
+
+    def wait(self, timeout):
+        try:
+            if timeout is None:
+                first = self._done.get()
+            elif timeout > 0:
+                first = self._done.get(timeout=timeout)
+            else:
+                first = self._done.get_nowait()
+        except queue.Empty:
+            return []
+        out = [first]
+        try:
+            while True:
+                out.append(self._done.get_nowait())
+        except queue.Empty:
+            return out
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def make_engine(name: str, slots: int, gds: _gds.GdsReader | None = None) -> tuple[Engine, str]:
+    """An engine for ``slots`` in-flight I/Os, and a one-line note on the choice.
+
+    GPUDirect reads (``gds``) need the thread engine, so they make ``auto`` pick it.
+    """
+    if name not in ENGINES:
+        raise RealError(f"unknown engine {name!r}: choose one of {', '.join(ENGINES)}")
+    if name == "threads":
+        return ThreadEngine(slots, gds), "thread-pool preadv/pwritev engine (as requested)"
+    ok, why = _uring.probe()
+    if gds is not None:
+        if name == "uring":
+            raise RealError("GPUDirect Storage reads need --engine threads or auto")
+        return ThreadEngine(slots, gds), "thread-pool engine: GPUDirect Storage reads use kvikio"
+    if ok:
+        return UringEngine(slots), why
+    if name == "uring":
+        raise RealError(f"io_uring is not usable here: {why}")
+    return ThreadEngine(slots), f"io_uring unavailable ({why}); using the thread-pool preadv engine"

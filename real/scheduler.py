@@ -1,0 +1,472 @@
+"""The replay loop: a transfer plan's ops, in dependency order, against real devices.
+
+Each op goes through the simulator's life cycle (:mod:`sim.executor`):
+*ready* (every ``depends_on`` op ended) -> *start* (not before ``release_s``)
+-> *end*.  A read/write op is ``n_ios`` I/Os (layout in
+:func:`real.datafile.io_layout`) and ends when its last I/O has completed and,
+for reads, been verified; a copy or compute op (no GPU here) is waited out for
+the seconds the caller gives (the simulator's modelled time).  Times are
+seconds from the start of the loop, taken with ``perf_counter``.
+
+One loop iteration is one *round*: fire due timers (releases, ends of modelled
+ops), let every device fill its free in-flight slots from its started ops, hand
+the whole batch to the engine in one submit, then wait for completions (or the
+next timer) and reap them all.  Slots are per device -- a device keeps at most
+its queue depth in flight (``Target.queue_depth``, else the replay's ``qd``),
+an op at most its own ``queue_depth`` (0 = the device's) -- so a slow device
+never takes a fast one's slots; within a device, started ops take turns one I/O
+at a time (round robin), like the simulator's fair sharing.  A paced device
+(:mod:`real._pacing`) issues an I/O only when its token buckets allow.
+
+Every I/O has its own slot of a page-aligned per-device ``mmap`` arena (O_DIRECT
+needs aligned memory); a write renders the blocks it stores, a read is checked
+against what its blocks must hold (:mod:`real._blocks`) and any error, short
+transfer or mismatch stops the run with a :class:`~real.errors.RealError`
+after the I/Os still in flight have drained.
+
+Device measures: bytes and I/Os completed; ``busy_s``, the time with at least
+one I/O in flight; ``util_mean``, the time-average of in-flight I/Os over the
+device's queue depth across the run, and ``util_peak``, the largest in-flight
+count over the queue depth.  (The simulator's utilisation is bytes over
+capacity; a real device's capacity is what is being measured, so queue
+occupancy is what the replay can state without a model.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import mmap
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from real import _gds
+from real._blocks import BLOCK, BlockFormat
+from real._pacing import Pacer
+from real.datafile import io_failure, io_layout
+from real.engine import GDS, Engine, make_engine
+from real.errors import RealError
+from real.targets import Target
+from sim.core.units import fmt_bytes
+from sim.plan import depends_csr
+from sim.records import DEVICE_RECORD_SCHEMA, Records, op_records
+
+DEFAULT_QD = 32
+ARENA_LIMIT = 4 << 30
+_START, _END = 0, 1
+
+
+@dataclass(eq=False)
+class _Device:
+    name: str
+    target: Target
+    fd: int
+    fmt: BlockFormat
+    qd: int
+    flags: int
+    pacer: Pacer | None
+    slots: list[memoryview]
+    free: list[int]
+    active: deque = field(default_factory=deque)
+    inflight: int = 0
+    wake: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    n_ios: int = 0
+    busy_s: float = 0.0
+    busy_since: float = 0.0
+    area: float = 0.0
+    t_last: float = 0.0
+    peak: int = 0
+
+
+class Replayer:
+    """Replays one plan once; see :func:`real.replay.replay` for the usual entry point."""
+
+    def __init__(
+        self,
+        plan: pa.Table,
+        targets: Mapping[str, Target],
+        *,
+        seed: int = 0,
+        engine: str = "auto",
+        qd: int = DEFAULT_QD,
+        nonio_s: Mapping[int, float] | Sequence[float] | None = None,
+        verify: bool = True,
+        gds: str = "auto",
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.plan, self.n, self.verify, self.notes = plan, plan.num_rows, verify, []
+        layout = io_layout(plan)
+        missing = [n for n in layout.nodes if n not in targets]
+        if missing:
+            raise RealError(f"no target for {', '.join(missing)}: the plan reads or writes it")
+        self._load_ops(plan, layout, nonio_s)
+        self._progress, self._tick = progress, max(1, self.n // 200)
+        self.devs: list[_Device] = []
+        try:
+            gds_reader = self._open_devices(layout, targets, seed, qd, gds)
+            slots = sum(d.qd for d in self.devs)
+            self.engine, self.engine_note = make_engine(engine, slots, gds_reader)
+            for d in self.devs:
+                limited = not d.target.limits.unlimited and not d.target.pacing
+                if d.target.kind == "loop" or limited:
+                    d.flags |= getattr(self.engine, "async_flag", 0)
+        except BaseException:
+            self._close_devices()
+            raise
+
+    # ---- set-up ---------------------------------------------------------------------------
+    def _load_ops(self, plan, layout, nonio_s) -> None:
+        n = self.n
+        kind = plan.column("kind").to_pylist()
+        self.write = [k == "write" for k in kind]
+        self.dev_of = layout.node.tolist()
+        self.n_ios = [
+            int(v) if d >= 0 else 0
+            for v, d in zip(plan.column("n_ios").to_numpy().tolist(), self.dev_of, strict=True)
+        ]
+        self.offset, self.stride = layout.offset.tolist(), layout.stride.tolist()
+        self.blocks, self.extra = layout.blocks.tolist(), layout.extra.tolist()
+        self.op_qd = plan.column("queue_depth").to_numpy().tolist()
+        self.gds_op = [
+            p == "gds" and k == "read"
+            for p, k in zip(plan.column("io_path").to_pylist(), kind, strict=True)
+        ]
+        self.release = plan.column("release_s").to_numpy().tolist()
+        self.nonio = _durations(nonio_s, n)
+        if nonio_s is None and any(d < 0 for d in self.dev_of):
+            self.notes.append("copy/compute ops took 0 s: no modelled durations were given")
+        offsets, values = depends_csr(plan)
+        self.pending = np.diff(offsets).tolist()
+        owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+        order = np.argsort(values, kind="stable")
+        self.dep_of = owner[order].tolist()
+        self.dep_ptr = np.searchsorted(values[order], np.arange(n + 1)).tolist()
+        self.ready_s, self.start_s, self.end_s = [np.nan] * n, [np.nan] * n, [np.nan] * n
+        self.next_io, self.op_inflight, self.op_done = [0] * n, [0] * n, [0] * n
+        self.op_cap = [0] * n
+        self.done = self.inflight = 0
+        self.timers: list[tuple[float, int, int, int]] = []
+        self.tags: dict[int, tuple] = {}
+        self._seq = 0
+
+    def _open_devices(self, layout, targets, seed, qd, gds) -> _gds.GdsReader | None:
+        io_size = np.where(layout.node >= 0, (layout.blocks + (layout.extra > 0)) * BLOCK, 0)
+        budget = min(ARENA_LIMIT, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
+        for k, name in enumerate(layout.nodes):
+            t = targets[name]
+            dqd = max(1, t.queue_depth or qd)
+            slot = int(io_size[layout.node == k].max())
+            if dqd * slot * len(layout.nodes) > budget:
+                raise RealError(
+                    f"{name}: {dqd} in-flight I/Os of {fmt_bytes(slot)} need "
+                    f"{fmt_bytes(dqd * slot)} of buffers per device; lower --qd"
+                )
+            flags = (
+                os.O_RDWR
+                if any(self.write[j] for j in range(self.n) if self.dev_of[j] == k)
+                else os.O_RDONLY
+            )
+            if flags == os.O_RDWR and not t.created:
+                raise RealError(f"{name}: {t.path} was not created by kvtier; refusing to write it")
+            try:
+                fd = os.open(t.path, flags | os.O_DIRECT | os.O_CLOEXEC)
+            except OSError as exc:
+                raise RealError(f"{name}: cannot open {t.path}: {exc.strerror}") from None
+            arena = mmap.mmap(-1, dqd * slot)
+            view = memoryview(arena)
+            pacer = Pacer(t.limits, slot) if t.pacing and not t.limits.unlimited else None
+            self.devs.append(
+                _Device(
+                    name,
+                    t,
+                    fd,
+                    BlockFormat(name, seed),
+                    dqd,
+                    0,
+                    pacer,
+                    [view[i * slot : (i + 1) * slot] for i in range(dqd)],
+                    list(range(dqd)),
+                )
+            )
+        for j in range(self.n):
+            d = self.dev_of[j]
+            if d >= 0:
+                cap = self.devs[d].qd
+                self.op_cap[j] = min(self.op_qd[j] or cap, cap)
+        return self._gds_reader(gds)
+
+    def _gds_reader(self, mode: str) -> _gds.GdsReader | None:
+        if mode not in ("auto", "host", "require"):
+            raise RealError(f"unknown gds mode {mode!r}: choose auto, host or require")
+        if not any(self.gds_op) or mode == "host":
+            self.gds_op = [False] * self.n
+            return None
+        ok, why = _gds.gds_status()
+        if not ok:
+            if mode == "require":
+                raise RealError(f"the plan has GPUDirect Storage reads but {why}")
+            self.gds_op = [False] * self.n
+            self.notes.append(f"io_path 'gds' reads went through host memory: {why}")
+            return None
+        self.notes.append(why)
+        used = {self.dev_of[j] for j in range(self.n) if self.gds_op[j]}
+        return _gds.GdsReader({self.devs[d].fd: self.devs[d].target.path for d in used})
+
+    def _close_devices(self) -> None:
+        for d in self.devs:
+            with contextlib.suppress(OSError):
+                os.close(d.fd)
+            d.slots = []
+
+    # ---- the loop -------------------------------------------------------------------------
+    def run(self) -> Records:
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        clock = lambda: time.perf_counter() - t0  # noqa: E731
+        try:
+            for j in range(self.n):
+                if self.pending[j] == 0:
+                    self._ready(j, 0.0)
+            engine: Engine = self.engine
+            while self.done < self.n:
+                now = clock()
+                self._fire(now)
+                if self._issue(now):
+                    engine.submit()
+                if self.done == self.n:
+                    break
+                deadline = self._deadline()
+                if self.inflight:
+                    timeout = None if deadline == np.inf else max(0.0, deadline - clock())
+                    done = engine.wait(timeout)
+                    if done:
+                        t = clock()
+                        for tag, res in done:
+                            self._complete(tag, res, t)
+                elif deadline < np.inf:
+                    time.sleep(max(0.0, deadline - clock()))
+                else:  # pragma: no cover - dependencies only point backwards
+                    raise RuntimeError(f"replay stalled with {self.n - self.done} ops left")
+            makespan = clock()
+        finally:
+            self._drain()
+            self.engine.close()
+            self._close_devices()
+        return self._records(makespan, time.process_time() - cpu0)
+
+    def _ready(self, j: int, t: float) -> None:
+        self.ready_s[j] = t
+        if self.release[j] > t:
+            self._timer(self.release[j], _START, j)
+        elif self._begin(j, t):
+            self._end(j, t)
+
+    def _begin(self, j: int, t: float) -> bool:
+        """Start op ``j``; True when it ends at once (a modelled op of 0 s)."""
+        self.start_s[j] = t
+        d = self.dev_of[j]
+        if d >= 0:
+            self.devs[d].active.append(j)
+            return False
+        if self.nonio[j] > 0:
+            self._timer(t + self.nonio[j], _END, j)
+            return False
+        return True
+
+    def _end(self, j: int, t: float) -> None:
+        """End op ``j`` and every op that, as a result, starts and ends at once."""
+        stack = [j]
+        while stack:
+            j = stack.pop()
+            self.end_s[j] = t
+            self.done += 1
+            if self._progress and (self.done % self._tick == 0 or self.done == self.n):
+                self._progress(self.done, self.n)
+            for k in self.dep_of[self.dep_ptr[j] : self.dep_ptr[j + 1]]:
+                self.pending[k] -= 1
+                if self.pending[k] == 0:
+                    self.ready_s[k] = t
+                    if self.release[k] > t:
+                        self._timer(self.release[k], _START, k)
+                    elif self._begin(k, t):
+                        stack.append(k)
+
+    def _timer(self, at: float, what: int, j: int) -> None:
+        self._seq += 1
+        heapq.heappush(self.timers, (at, self._seq, what, j))
+
+    def _fire(self, now: float) -> None:
+        while self.timers and self.timers[0][0] <= now:
+            _, _, what, j = heapq.heappop(self.timers)
+            if what == _END or self._begin(j, now):
+                self._end(j, now)
+
+    def _deadline(self) -> float:
+        deadline = self.timers[0][0] if self.timers else np.inf
+        for d in self.devs:
+            if d.active and d.wake > 0 and d.inflight < d.qd:
+                deadline = min(deadline, d.wake)
+        return deadline
+
+    # ---- I/O --------------------------------------------------------------------------------
+    def _issue(self, now: float) -> int:
+        """Fill every device's free slots from its started ops; the number of I/Os queued."""
+        issued = 0
+        for d in self.devs:
+            active = d.active
+            if not active or d.inflight >= d.qd or d.wake > now:
+                continue
+            blocked = 0
+            while d.inflight < d.qd and active and blocked < len(active):
+                j = active[0]
+                if self.op_inflight[j] >= self.op_cap[j]:
+                    active.rotate(-1)
+                    blocked += 1
+                    continue
+                i = self.next_io[j]
+                size = (self.blocks[j] + (i < self.extra[j])) * BLOCK
+                if d.pacer is not None:
+                    wait = d.pacer.delay(self.write[j], size, now)
+                    if wait > 0:
+                        d.wake = now + wait
+                        break
+                if self.stride[j]:
+                    off = self.offset[j] + i * self.stride[j]
+                else:
+                    off = self.offset[j] + (i * self.blocks[j] + min(i, self.extra[j])) * BLOCK
+                self._queue(d, j, off, size, now)
+                issued += 1
+                blocked = 0
+                self.next_io[j] = i + 1
+                if i + 1 == self.n_ios[j]:
+                    active.popleft()
+                else:
+                    active.rotate(-1)
+        return issued
+
+    def _queue(self, d: _Device, j: int, off: int, size: int, now: float) -> None:
+        slot = d.free.pop()
+        buf = d.slots[slot][:size]
+        write = self.write[j]
+        if write:
+            d.fmt.render(off // BLOCK, buf)
+        self._seq += 1
+        tag = self._seq
+        self.tags[tag] = (d, j, off, size, slot)
+        if d.inflight == 0:
+            d.busy_since = now
+        d.area += d.inflight * (now - d.t_last)
+        d.t_last = now
+        d.inflight += 1
+        d.peak = max(d.peak, d.inflight)
+        self.op_inflight[j] += 1
+        self.inflight += 1
+        flags = d.flags | (GDS if self.gds_op[j] else 0)
+        self.engine.queue(tag, d.fd, write, buf, off, flags)
+
+    def _complete(self, tag: int, res: int, t: float) -> None:
+        d, j, off, size, slot = self.tags.pop(tag)
+        self.inflight -= 1
+        d.area += d.inflight * (t - d.t_last)
+        d.t_last = t
+        d.inflight -= 1
+        if d.inflight == 0:
+            d.busy_s += t - d.busy_since
+        write = self.write[j]
+        what = "writing" if write else "reading"
+        if res < 0:
+            raise io_failure(d.name, d.target.path, what, off, size, -res)
+        if res != size:
+            raise RealError(
+                f"{d.name}: short {what[:-3]} of {d.target.path} at offset {off}: "
+                f"{res} of {size} bytes (was the file truncated?)"
+            )
+        if not write and self.verify:
+            buf = d.slots[slot][:size]
+            bad = d.fmt.first_mismatch(buf, off // BLOCK)
+            if bad >= 0:
+                at = off + bad * BLOCK
+                got = bytes(buf[bad * BLOCK : (bad + 1) * BLOCK])
+                raise RealError(
+                    f"{d.name}: data mismatch in {d.target.path} at offset {at}: "
+                    f"{d.fmt.describe(got, at // BLOCK)}"
+                )
+        d.free.append(slot)
+        d.n_ios += 1
+        if write:
+            d.bytes_written += size
+        else:
+            d.bytes_read += size
+        self.op_inflight[j] -= 1
+        self.op_done[j] += 1
+        if self.op_done[j] == self.n_ios[j]:
+            self._end(j, t)
+
+    def _drain(self, limit_s: float = 30.0) -> None:
+        """Wait for I/Os still in flight (after an error): the kernel owns their buffers."""
+        end = time.monotonic() + limit_s
+        while self.inflight > 0 and time.monotonic() < end:
+            try:
+                done = self.engine.wait(1.0)
+            except OSError:
+                break
+            for tag, _ in done:
+                if self.tags.pop(tag, None) is not None:
+                    self.inflight -= 1
+
+    # ---- results ----------------------------------------------------------------------------
+    def _records(self, makespan: float, cpu: float) -> Records:
+        total_ios = sum(self.n_ios) or 1
+        cpu_s = [cpu * k / total_ios for k in self.n_ios]
+        ops = op_records(self.plan, self.ready_s, self.start_s, self.end_s, cpu_s, "real")
+        rows = {f.name: [] for f in DEVICE_RECORD_SCHEMA}
+        for d in self.devs:
+            for col, val in (
+                ("device", d.name),
+                ("type", "ssd"),
+                ("bytes_read", d.bytes_read),
+                ("bytes_written", d.bytes_written),
+                ("n_ios", d.n_ios),
+                ("busy_s", d.busy_s),
+                ("util_mean", d.area / (d.qd * makespan) if makespan > 0 else 0.0),
+                ("util_peak", d.peak / d.qd),
+            ):
+                rows[col].append(val)
+        devices = pa.Table.from_pydict(rows, schema=DEVICE_RECORD_SCHEMA)
+        stats = {
+            "backend": "real",
+            "ops": self.n,
+            "ios": sum(d.n_ios for d in self.devs),
+            "makespan_s": makespan,
+            "cpu_s": cpu,
+            "engine": self.engine.name,
+            "engine_note": self.engine_note,
+            "verified": self.verify,
+            "queue_depth": {d.name: d.qd for d in self.devs},
+            "paced": [d.name for d in self.devs if d.pacer is not None],
+            "cpu_s_method": "process CPU time of the replay loop, shared over I/O ops by I/O count",
+            "util_method": "in-flight I/Os / device queue depth (time-average and peak)",
+            "notes": self.notes,
+        }
+        return Records(ops=ops, devices=devices, stats=stats)
+
+
+def _durations(nonio_s, n: int) -> list[float]:
+    if nonio_s is None:
+        return [0.0] * n
+    if isinstance(nonio_s, Mapping):
+        out = [0.0] * n
+        for j, s in nonio_s.items():
+            out[int(j)] = float(s)
+        return out
+    arr = np.nan_to_num(np.asarray(nonio_s, dtype=np.float64), nan=0.0)
+    if len(arr) != n:
+        raise RealError(f"{len(arr)} modelled durations given for a plan of {n} ops")
+    return arr.tolist()
