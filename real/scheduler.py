@@ -155,6 +155,7 @@ class Replayer:
         self.done = self.inflight = 0
         self.timers: list[tuple[float, int, int, int]] = []
         self.tags: dict[int, tuple] = {}
+        self._reaped: deque[tuple[int, int]] = deque()
         self._seq = 0
 
     def _open_devices(self, layout, targets, seed, qd, gds) -> _gds.GdsReader | None:
@@ -245,16 +246,15 @@ class Replayer:
                 deadline = self._deadline()
                 if self.inflight:
                     timeout = None if deadline == np.inf else max(0.0, deadline - clock())
-                    done = engine.wait(timeout)
-                    if done:
-                        t = clock()
-                        for tag, res in done:
-                            self._complete(tag, res, t)
+                    reaped = self._reaped = deque(engine.wait(timeout))
+                    t = clock()
+                    while reaped:
+                        self._complete(*reaped.popleft(), t)
                 elif deadline < np.inf:
                     time.sleep(max(0.0, deadline - clock()))
                 else:  # pragma: no cover - dependencies only point backwards
                     raise RuntimeError(f"replay stalled with {self.n - self.done} ops left")
-            makespan = clock()
+            makespan = max(self.end_s, default=0.0)
         finally:
             self._drain()
             self.engine.close()
@@ -411,6 +411,9 @@ class Replayer:
 
     def _drain(self, limit_s: float = 30.0) -> None:
         """Wait for I/Os still in flight (after an error): the kernel owns their buffers."""
+        for tag, _ in self._reaped:  # reaped, not yet handled when the error struck
+            if self.tags.pop(tag, None) is not None:
+                self.inflight -= 1
         end = time.monotonic() + limit_s
         while self.inflight > 0 and time.monotonic() < end:
             try:
