@@ -10,7 +10,9 @@ ARGS     ?=
 EXTRAS   ?= dev
 
 .DEFAULT_GOAL := help
-.PHONY: help venv sim test bench lint profiles models clean
+REAL_ARGS ?= --pace $(HW) --n 4
+
+.PHONY: help venv sim test bench real calibrate lint profiles models clean
 
 help: ## print this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-10s %s\n",$$1,$$2}' $(MAKEFILE_LIST)
@@ -29,6 +31,12 @@ test: venv ## run the test suite
 
 bench: venv ## simulator speed benchmark (sparse-attention decoding plan on h20-8ssd)
 	$(BIN)/kvtier bench --out $(OUT)/bench $(ARGS)
+
+real: venv ## replay a validation plan on real (emulated) SSDs vs the simulator; prints the error table
+	$(BIN)/kvtier real validate $(REAL_ARGS) --out $(OUT)/real $(ARGS)
+
+calibrate: venv ## fio sweeps on the local devices -> hwprofiles/local.yaml
+	$(BIN)/kvtier real calibrate $(ARGS)
 
 lint: venv ## ruff lint and format check
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -1,0 +1,324 @@
+"""``kvtier real validate``: how far is the simulator from the real replay?
+
+The same transfer plan runs twice: through the simulator on a profile that
+describes the devices (the scaled profile of ``--emulate``, or a calibrated
+one), and through :func:`real.replay.replay` on the devices themselves.  The
+report compares the two per step and per op, by regime, and checks that both
+moved exactly the same bytes on every device.
+
+The plan.  :func:`regime_plan` builds steps in the three SSD regimes of the
+design's fidelity rules, each step reading (or writing) on every device at
+once and depending on the whole previous step, so steps do not overlap:
+
+* ``latency``   -- 4 KiB I/Os at queue depth 1: time = n x latency;
+* ``iops``      -- 4 KiB I/Os at a queue depth deep enough to saturate the
+  device's IOPS limit (Little's law: IOPS x latency in flight, at least 32);
+* ``bandwidth`` -- 1 MiB I/Os at queue depth 8: time = bytes / bandwidth;
+* ``write``     -- 1 MiB writes at queue depth 8 (bandwidth-bound writes).
+
+I/O counts are sized from the profile so that every step lasts about
+``step_s`` seconds in the model (short enough for a quick run, long enough to
+average over the throttle's accounting period).
+
+Errors are relative to the real time: ``(sim - real) / real``; the report
+gives the median, p90 and max of ``|error|`` per regime, over steps and over
+ops.  A run is within target when the median per-step error is <= 10% in
+the IOPS- and bandwidth-bound regimes (the issue's target); the latency
+regime is reported too, but its error says more about the emulated device's
+latency (a loop device over ``/dev/shm`` answers in microseconds, not in the
+profile's 80 us) than about the model, unless the profile was calibrated on
+the same devices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from hwprofiles import HardwareProfile
+from sim.plan import PlanBuilder
+from sim.records import Records
+
+KIB, MIB = 1 << 10, 1 << 20
+REGIMES = ("latency", "iops", "bandwidth", "write")
+TARGET_MEDIAN_ERROR = 0.10  # IOPS- and bandwidth-bound regimes (issue 4)
+
+
+@dataclass(frozen=True)
+class RegimeShape:
+    """One regime's I/O: size, queue depth and direction."""
+
+    io_bytes: int
+    queue_depth: int
+    kind: str = "read"
+
+
+def regime_shapes(profile: HardwareProfile) -> dict[str, RegimeShape]:
+    ssd = profile.ssds[0]
+    little = math.ceil(ssd.read_iops * ssd.read_latency_us * 1e-6)  # in flight to saturate
+    iops_qd = int(min(max(32, 2 * little), max(ssd.max_queue_depth, 32)))
+    return {
+        "latency": RegimeShape(4 * KIB, 1),
+        "iops": RegimeShape(4 * KIB, iops_qd),
+        "bandwidth": RegimeShape(1 * MIB, 8),
+        "write": RegimeShape(1 * MIB, 8, "write"),
+    }
+
+
+def _ios_for(profile: HardwareProfile, shape: RegimeShape, step_s: float) -> int:
+    """I/Os per device so that the model's step lasts about ``step_s``."""
+    ssd = profile.ssds[0]
+    if shape.kind == "read":
+        bw, iops, lat = ssd.read_gbps * 1e9, ssd.read_iops, ssd.read_latency_us * 1e-6
+    else:
+        bw, iops, lat = ssd.write_gbps * 1e9, ssd.write_iops, ssd.write_latency_us * 1e-6
+    rate = min(bw / shape.io_bytes, iops, shape.queue_depth / max(lat, 1e-9))
+    return max(8, round(step_s * rate))
+
+
+def regime_plan(
+    profile: HardwareProfile,
+    *,
+    regimes: tuple[str, ...] = REGIMES,
+    steps_per_regime: int = 3,
+    step_s: float = 0.1,
+    n_ssd: int = 0,
+    io_path: str = "io_uring",
+    max_bytes_per_device: int = 0,
+) -> tuple[pa.Table, pd.DataFrame]:
+    """The validation plan and a table ``step -> regime`` (see the module doc).
+
+    ``n_ssd``: first N SSDs of the profile (0 = all).  ``max_bytes_per_device``
+    caps the span of one step on one device (0 = no cap): I/Os are contiguous
+    from offset 0, so this is also the file size a step needs.
+    """
+    ssds = profile.ssd_names[: n_ssd or None]
+    dram = profile.dram_names[0]
+    shapes = regime_shapes(profile)
+    b = PlanBuilder()
+    prev: list[int] = []
+    rows = []
+    step = 0
+    for regime in regimes:
+        if regime not in shapes:
+            raise ValueError(f"unknown regime {regime!r} (one of {', '.join(REGIMES)})")
+        shape = shapes[regime]
+        n_ios = _ios_for(profile, shape, step_s)
+        if max_bytes_per_device:
+            n_ios = max(1, min(n_ios, max_bytes_per_device // shape.io_bytes))
+        for _ in range(steps_per_regime):
+            ops = []
+            for ssd in ssds:
+                common = dict(
+                    depends_on=prev,
+                    step=step,
+                    tag=regime,
+                    io_path=io_path,
+                    queue_depth=shape.queue_depth,
+                    offset=0,
+                    stride=shape.io_bytes,
+                )
+                nbytes = n_ios * shape.io_bytes
+                if shape.kind == "read":
+                    ops.append(b.read(ssd, dram, nbytes, n_ios, **common))
+                else:
+                    ops.append(b.write(dram, ssd, nbytes, n_ios, **common))
+            rows.append(
+                {
+                    "step": step,
+                    "regime": regime,
+                    "io_bytes": shape.io_bytes,
+                    "queue_depth": shape.queue_depth,
+                    "n_ios_per_device": n_ios,
+                }
+            )
+            prev = ops
+            step += 1
+    return b.table(), pd.DataFrame(rows)
+
+
+# -- comparison ---------------------------------------------------------------------------
+
+
+def step_times(records: Records) -> pd.Series:
+    """Duration of every step: last end - first start of its ops."""
+    ops = records.ops.to_pandas()
+    g = ops.groupby("step")
+    return g["end_s"].max() - g["start_s"].min()
+
+
+def compare(sim: Records, real: Records, steps: pd.DataFrame) -> dict[str, Any]:
+    """Per-step and per-op sim-vs-real tables, errors by regime, byte check."""
+    st = steps.set_index("step").copy()
+    st["sim_s"] = step_times(sim)
+    st["real_s"] = step_times(real)
+    st["error"] = (st["sim_s"] - st["real_s"]) / st["real_s"]
+    so, ro = sim.ops.to_pandas(), real.ops.to_pandas()
+    ops = so[["op_id", "step", "tag", "kind", "src", "dst", "bytes", "n_ios"]].copy()
+    ops["sim_s"] = (so["end_s"] - so["start_s"]).to_numpy()
+    ops["real_s"] = (
+        (ro.set_index("op_id").loc[so["op_id"], "end_s"]).to_numpy()
+        - (ro.set_index("op_id").loc[so["op_id"], "start_s"]).to_numpy()
+    )
+    io = ops["kind"].isin(["read", "write"])
+    ops = ops[io].reset_index(drop=True)
+    ops["error"] = (ops["sim_s"] - ops["real_s"]) / ops["real_s"]
+    by_regime = {}
+    for regime, grp in st.groupby("regime", sort=False):
+        e = grp["error"].abs()
+        oe = ops.loc[ops["tag"] == regime, "error"].abs()
+        by_regime[regime] = {
+            "steps": int(len(grp)),
+            "median": float(e.median()),
+            "p90": float(e.quantile(0.9)),
+            "max": float(e.max()),
+            "bias": float(grp["error"].median()),  # > 0: the model is slower than reality
+            "op_median": float(oe.median()) if len(oe) else float("nan"),
+            "real_gbps": float(
+                grp["n_ios_per_device"].mul(grp["io_bytes"]).sum() / grp["real_s"].sum() / 1e9
+            ),
+            "sim_gbps": float(
+                grp["n_ios_per_device"].mul(grp["io_bytes"]).sum() / grp["sim_s"].sum() / 1e9
+            ),
+        }
+    return {
+        "steps": st.reset_index(),
+        "ops": ops,
+        "by_regime": by_regime,
+        "bytes": device_bytes(sim, real),
+    }
+
+
+def device_bytes(sim: Records, real: Records) -> pd.DataFrame:
+    """Bytes and I/Os per SSD in both runs; ``match`` must hold on every row."""
+    cols = ["device", "bytes_read", "bytes_written", "n_ios"]
+    s = sim.devices.to_pandas()
+    s = s[s["type"] == "ssd"][cols].set_index("device")
+    r = real.devices.to_pandas()[cols].set_index("device")
+    t = s.join(r, suffixes=("_sim", "_real"), how="outer").fillna(0).astype(np.int64)
+    t["match"] = (
+        (t["bytes_read_sim"] == t["bytes_read_real"])
+        & (t["bytes_written_sim"] == t["bytes_written_real"])
+        & (t["n_ios_sim"] == t["n_ios_real"])
+    )
+    return t.reset_index()
+
+
+def within_target(result: dict[str, Any]) -> bool:
+    br = result["by_regime"]
+    keys = [k for k in ("iops", "bandwidth", "write") if k in br]
+    return all(br[k]["median"] <= TARGET_MEDIAN_ERROR for k in keys)
+
+
+def write_report(result: dict[str, Any], out: Path, meta: dict[str, Any]) -> None:
+    """``steps.parquet``, ``ops.parquet``, ``bytes.csv``, ``report.json`` and plots."""
+    out.mkdir(parents=True, exist_ok=True)
+    result["steps"].to_parquet(out / "steps.parquet", index=False)
+    result["ops"].to_parquet(out / "ops.parquet", index=False)
+    result["bytes"].to_csv(out / "bytes.csv", index=False)
+    report = {
+        **meta,
+        "by_regime": result["by_regime"],
+        "bytes_match": bool(result["bytes"]["match"].all()),
+        "within_target": within_target(result),
+        "target_median_error": TARGET_MEDIAN_ERROR,
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    plot_report(result, out)
+
+
+def plot_report(result: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    st = result["steps"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for regime, grp in st.groupby("regime", sort=False):
+        a.scatter(grp["real_s"] * 1e3, grp["sim_s"] * 1e3, label=regime, s=18)
+    lim = max(st["real_s"].max(), st["sim_s"].max()) * 1e3 * 1.05
+    a.plot([0, lim], [0, lim], "k--", lw=0.8)
+    a.set(xlabel="real step time (ms)", ylabel="simulated step time (ms)", title="per step")
+    a.legend()
+    regimes = list(dict.fromkeys(st["regime"]))
+    b.boxplot([st.loc[st["regime"] == r, "error"] * 100 for r in regimes], tick_labels=regimes)
+    b.axhline(0, color="k", lw=0.8)
+    b.set(ylabel="(sim - real) / real  (%)", title="error by regime")
+    fig.tight_layout()
+    fig.savefig(out / "validation.png", dpi=110)
+    plt.close(fig)
+
+
+def add_cli(group: argparse._SubParsersAction) -> None:  # wired by the orchestration below
+    from real.validate_cli import add_parser
+
+    add_parser(group)
+
+
+# -- the replayer's own costs ----------------------------------------------------------------
+
+
+def engine_costs(
+    target_kw: dict[str, Any], engine: str = "auto", n_ssd: int = 1, n: int = 1000
+) -> dict:
+    """Measure the replayer on this machine, unpaced, on ``n_ssd`` files of
+    ``target_kw['where']`` at once: the QD1 4 KiB read and write time per I/O of
+    each device (what a latency-bound step sees: device plus the software of one
+    replay thread serving every device) and the per-I/O time at QD64
+    (software-bound on a fast backing store).  These become the model's
+    latencies and per-I/O CPU cost."""
+    from real.replay import prepare_targets, replay
+
+    b = PlanBuilder()
+    common = {"io_path": "io_uring", "offset": 0, "stride": 4 * KIB}
+    nodes = [f"ssd{k}" for k in range(n_ssd)]
+    r1 = [b.read(s, "dram0", n * 4 * KIB, n, queue_depth=1, step=0, **common) for s in nodes]
+    w1 = [
+        b.write("dram0", s, n * 4 * KIB, n, queue_depth=1, step=1, depends_on=r1, **common)
+        for s in nodes
+    ]
+    many = 8 * n
+    b.read("ssd0", "dram0", many * 4 * KIB, many, queue_depth=64, step=2, depends_on=w1, **common)
+    plan = b.table()
+    kw = {"where": target_kw["where"]} if "where" in target_kw else {}
+    files = prepare_targets(plan, **kw)
+    try:
+        rec = replay(plan, files, engine=engine)
+    finally:
+        files.cleanup()
+    ops = rec.ops.to_pandas()
+    dur = (ops["end_s"] - ops["start_s"]).groupby(ops["step"]).median()
+    last = ops[ops["step"] == 2]
+    return {
+        "read_latency_us": float(dur[0] / n * 1e6),
+        "write_latency_us": float(dur[1] / n * 1e6),
+        "per_io_us": float((last["end_s"] - last["start_s"]).iloc[0] / many * 1e6),
+        "engine": rec.stats.get("engine_note", ""),
+    }
+
+
+def with_engine_costs(profile: HardwareProfile, costs: dict) -> HardwareProfile:
+    """``profile`` with the measured replayer costs: QD1 latencies, per-I/O CPU
+    time on one core (the replay loop is one thread; syscalls folded in)."""
+    import dataclasses
+
+    g = profile.ssds[0]
+    group = dataclasses.replace(
+        g,
+        read_latency_us=max(costs["read_latency_us"], 1e-3),
+        write_latency_us=max(costs["write_latency_us"], 1e-3),
+    )
+    sw = dataclasses.replace(
+        profile.software, io_uring_per_io_us=costs["per_io_us"], syscall_us=0.0
+    )
+    cpu = dataclasses.replace(profile.cpu, cores=1)
+    return dataclasses.replace(profile, ssds=(group,) + profile.ssds[1:], software=sw, cpu=cpu)

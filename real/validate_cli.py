@@ -1,0 +1,213 @@
+"""The ``kvtier real validate`` command: set up devices, run the plan in the
+simulator and for real, print the error table (see :mod:`real.validate`).
+
+Devices, in order of preference:
+
+* ``--emulate PROFILE`` (root, loop devices, cgroup v1 blkio): N loop
+  devices over files, throttled by the kernel to the profile's per-device
+  rates scaled to what this machine sustains (:mod:`real.emulate`); the
+  simulator models the scaled profile it writes.  Without root or blkio it
+  falls back to user-space pacing and says so.
+* ``--pace PROFILE``: plain files in ``--dir``, each paced in user space to
+  the profile's per-device rates times ``--scale``.
+* ``--hw PROFILE --dir DIR`` (or ``--target``): the devices as they are,
+  modelled by a (calibrated) profile -- e.g. ``hwprofiles/local.yaml`` from
+  ``make calibrate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from hwprofiles import HardwareProfile, load_profile
+from real.errors import RealError
+from real.targets import Limits
+from real.validate import (
+    REGIMES,
+    TARGET_MEDIAN_ERROR,
+    compare,
+    engine_costs,
+    regime_plan,
+    with_engine_costs,
+    within_target,
+    write_report,
+)
+from sim.cli.console import make_console
+from sim.executor import simulate
+from sim.plan import write_plan
+from sim.records import Records
+
+
+def add_parser(group: argparse._SubParsersAction) -> None:
+    p = group.add_parser(
+        "validate",
+        help="run a plan in the simulator and on real (or emulated) SSDs; report the error",
+        description=__doc__.split("\n\n")[0],
+    )
+    dev = p.add_mutually_exclusive_group(required=True)
+    dev.add_argument("--emulate", metavar="PROFILE", help="emulate the profile's SSDs (root)")
+    dev.add_argument("--pace", metavar="PROFILE", help="files paced in user space to PROFILE")
+    dev.add_argument("--hw", metavar="PROFILE", help="model the devices with this profile")
+    p.add_argument("--n", type=int, default=4, help="SSDs to use (default 4)")
+    p.add_argument("--dir", default="/dev/shm", help="where data/backing files go")
+    p.add_argument("--scale", type=float, default=0.0, help="rate scale (--pace; 0 = auto)")
+    p.add_argument("--steps", type=int, default=3, help="steps per regime")
+    p.add_argument("--step-s", type=float, default=0.1, help="modelled seconds per step")
+    p.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated subset")
+    p.add_argument("--engine", default="auto", choices=("auto", "uring", "threads"))
+    p.add_argument("--out", default="results/real", help="output directory")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--no-engine-costs",
+        action="store_true",
+        help="model with the profile's own latencies and software costs (no replayer measurement)",
+    )
+    p.set_defaults(handler=cmd_validate)
+
+
+def paced_profile(profile: HardwareProfile, scale: float, n: int) -> HardwareProfile:
+    """``profile`` with its first SSD group's bandwidths and IOPS times ``scale``:
+    the devices user-space pacing makes (the plan uses the first ``n``)."""
+    if not profile.ssds or profile.ssds[0].count < n:
+        raise RealError(f"profile '{profile.name}' has fewer than {n} SSDs in its first group")
+    g = profile.ssds[0]
+    group = dataclasses.replace(
+        g,
+        read_gbps=g.read_gbps * scale,
+        write_gbps=g.write_gbps * scale,
+        read_iops=g.read_iops * scale,
+        write_iops=g.write_iops * scale,
+    )
+    return dataclasses.replace(profile, name=f"{profile.name}-paced-x{scale:g}", ssds=(group,))
+
+
+def limits_of(profile: HardwareProfile) -> Limits:
+    g = profile.ssds[0]
+    return Limits(
+        read_bps=int(g.read_gbps * 1e9),
+        write_bps=int(g.write_gbps * 1e9),
+        read_iops=int(g.read_iops),
+        write_iops=int(g.write_iops),
+    )
+
+
+@contextlib.contextmanager
+def devices(args: argparse.Namespace, console) -> Iterator[tuple[HardwareProfile, dict[str, Any]]]:
+    """Yield (model profile, prepare_targets keyword arguments)."""
+    if args.n < 1:
+        raise RealError(f"--n must be >= 1, got {args.n}")
+    if args.emulate:
+        from real.emulate import emulated_devices
+
+        with emulated_devices(args.emulate, args.n, args.dir, console) as (profile, kw):
+            yield profile, kw
+        return
+    if args.pace:
+        base = load_profile(args.pace)
+        scale = args.scale or min(1.0, 0.4e9 / (args.n * base.ssds[0].read_gbps * 1e9))
+        profile = paced_profile(base, scale, args.n)
+        console.print(
+            f"user-space pacing: {args.n} files in {args.dir}, each held to "
+            f"{profile.ssds[0].read_gbps * 1e3:.0f} MB/s and {profile.ssds[0].read_iops:,.0f} "
+            f"read IOPS ({scale:.4g} x {base.ssds[0].model})"
+        )
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
+        yield profile, {"where": args.dir, "limits": limits_of(profile), "pacing": True}
+        return
+    profile = load_profile(args.hw)
+    yield profile, {"where": args.dir}
+
+
+def run_validation(
+    profile: HardwareProfile, target_kw: dict[str, Any], args: argparse.Namespace, console
+) -> tuple[dict[str, Any], Records, Records]:
+    from real.replay import prepare_targets, replay, sigterm_as_interrupt
+
+    regimes = tuple(r for r in args.regimes.split(",") if r)
+    plan, steps = regime_plan(
+        profile,
+        regimes=regimes,
+        steps_per_regime=args.steps,
+        step_s=args.step_s,
+        n_ssd=args.n,
+        max_bytes_per_device=256 * (1 << 20),
+    )
+    sim = simulate(plan, profile)
+    with sigterm_as_interrupt():
+        files = prepare_targets(plan, seed=args.seed, log=console.print, **target_kw)
+        try:
+            real = replay(plan, files, engine=args.engine)
+        finally:
+            files.cleanup()
+    return compare(sim, real, steps) | {"plan": plan}, sim, real
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from real.replay import write_results
+    from sim.provenance import provenance
+
+    console = make_console()
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    with devices(args, console) as (profile, kw):
+        costs = None
+        if not args.no_engine_costs:
+            costs = engine_costs(kw, args.engine, args.n)
+            profile = with_engine_costs(profile, costs)
+            console.print(
+                f"replayer on this machine ({args.n} devices): QD1 4 KiB read "
+                f"{costs['read_latency_us']:.1f} us, write {costs['write_latency_us']:.1f} us, "
+                f"{costs['per_io_us']:.1f} us/I/O at "
+                "QD64 (the model's latencies and per-I/O CPU cost, one core)"
+            )
+        result, sim, real = run_validation(profile, kw, args, console)
+    out.mkdir(parents=True, exist_ok=True)
+    write_plan(result["plan"], out / "plan.parquet")
+    sim.write(out / "sim")
+    write_results(real, out / "real")
+    meta = provenance(
+        seed=args.seed,
+        profile=dataclasses.asdict(profile),
+        devices={"emulate": args.emulate, "pace": args.pace, "hw": args.hw, "n": args.n},
+        engine=real.stats.get("engine_note"),
+        engine_costs=costs,
+        notes=real.stats.get("notes", []),
+        wall_s=time.perf_counter() - t0,
+    )
+    write_report(result, out, meta)
+    console.print(error_table(result, profile))
+    ok_bytes = bool(result["bytes"]["match"].all())
+    console.print(
+        f"per-device bytes and I/Os sim = real: {'yes' if ok_bytes else '[red]NO[/]'};  "
+        f"median step error <= {TARGET_MEDIAN_ERROR:.0%} in IOPS/bandwidth regimes: "
+        f"{'yes' if within_target(result) else 'no'}"
+    )
+    console.print(f"report: {out}/report.json, validation.png, steps/ops Parquet")
+    return 0 if ok_bytes else 1
+
+
+def error_table(result: dict[str, Any], profile: HardwareProfile) -> Table:
+    t = Table(title=f"Simulated vs real, per step ({profile.name})")
+    cols = ("regime", "steps", "real GB/s", "sim GB/s", "median |err|", "p90", "max", "bias")
+    for c in cols:
+        t.add_column(c, justify="left" if c == "regime" else "right")
+    for regime, r in result["by_regime"].items():
+        t.add_row(
+            regime,
+            str(r["steps"]),
+            f"{r['real_gbps']:.3f}",
+            f"{r['sim_gbps']:.3f}",
+            f"{r['median']:.1%}",
+            f"{r['p90']:.1%}",
+            f"{r['max']:.1%}",
+            f"{r['bias']:+.1%}",
+        )
+    return t

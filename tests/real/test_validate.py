@@ -1,0 +1,136 @@
+"""The sim-vs-real validation: plan shapes by hand, comparison arithmetic, and
+one tiny end-to-end run on paced files (no root needed)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from hwprofiles import load_profile
+from real.validate import compare, regime_plan, regime_shapes, within_target
+from real.validate_cli import paced_profile
+from sim.cli.main import main
+from sim.executor import simulate
+from sim.records import Records
+
+
+@pytest.fixture
+def direct_dir(tmp_path: Path):
+    """A directory whose filesystem accepts O_DIRECT: tmp_path, else /dev/shm."""
+    try:
+        os.close(os.open(tmp_path / "probe", os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600))
+        (tmp_path / "probe").unlink()
+        yield tmp_path
+        return
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no filesystem here accepts O_DIRECT")
+    shm = Path("/dev/shm") / f"kvtier-test-{uuid.uuid4().hex}"
+    shm.mkdir()
+    try:
+        yield shm
+    finally:
+        for p in sorted(shm.rglob("*"), reverse=True):
+            p.unlink() if p.is_file() else p.rmdir()
+        shm.rmdir()
+
+
+def test_regime_shapes_follow_littles_law():
+    h20 = load_profile("h20-8ssd")
+    s = regime_shapes(h20)
+    # PM9A3: 1.1M IOPS x 80 us = 88 in flight; twice that, capped at the device's 128
+    assert s["iops"].queue_depth == 128 and s["iops"].io_bytes == 4096
+    assert s["latency"].queue_depth == 1
+    assert s["write"].kind == "write"
+
+
+def test_regime_plan_sizes_steps_from_the_profile():
+    prof = paced_profile(load_profile("h20-8ssd"), 0.02, 2)  # 138 MB/s, 22k IOPS, 80 us
+    plan, steps = regime_plan(prof, steps_per_regime=2, step_s=0.1, n_ssd=2)
+    assert len(steps) == 8 and plan.num_rows == 16  # 4 regimes x 2 steps x 2 SSDs
+    n = dict(zip(steps["regime"], steps["n_ios_per_device"], strict=False))
+    assert n["latency"] == round(0.1 / 80e-6)  # QD1: one I/O per latency
+    assert n["iops"] == round(0.1 * 22000)  # IOPS-bound
+    assert n["bandwidth"] == round(0.1 * 0.138e9 / 2**20)  # bandwidth-bound
+    # steps run one after the other: each op depends on every op of the step before
+    deps = plan.column("depends_on").to_pylist()
+    assert deps[2] == [0, 1] and deps[0] == []
+    # and the simulator agrees with the hand numbers within 5%
+    rec = simulate(plan, prof)
+    ops = rec.ops.to_pandas()
+    t = (ops.groupby("step")["end_s"].max() - ops.groupby("step")["start_s"].min()).to_numpy()
+    assert t[:6] == pytest.approx([0.1] * 6, rel=0.05)
+
+
+def _records(step_times: list[float], backend: str) -> Records:
+    n = len(step_times)
+    ends = pd.Series(step_times).cumsum()
+    ops = pa.table(
+        {
+            "op_id": list(range(n)),
+            "step": list(range(n)),
+            "layer": [-1] * n,
+            "kind": ["read"] * n,
+            "src": ["ssd0"] * n,
+            "dst": ["dram0"] * n,
+            "bytes": [4096] * n,
+            "n_ios": [1] * n,
+            "tag": ["iops"] * n,
+            "ready_s": (ends - step_times).tolist(),
+            "start_s": (ends - step_times).tolist(),
+            "end_s": ends.tolist(),
+            "cpu_s": [0.0] * n,
+            "backend": [backend] * n,
+        }
+    )
+    dev = pa.table(
+        {
+            "device": ["ssd0"],
+            "type": ["ssd"],
+            "bytes_read": [4096 * n],
+            "bytes_written": [0],
+            "n_ios": [n],
+            "busy_s": [float(ends.iloc[-1])],
+            "util_mean": [1.0],
+            "util_peak": [1.0],
+        }
+    )
+    return Records(ops, dev)
+
+
+def test_compare_errors_by_hand():
+    steps = pd.DataFrame(
+        {"step": [0, 1, 2], "regime": ["iops"] * 3, "io_bytes": [4096] * 3,
+         "queue_depth": [32] * 3, "n_ios_per_device": [1] * 3}
+    )  # fmt: skip
+    res = compare(_records([1.05, 0.95, 1.0], "sim"), _records([1.0, 1.0, 1.0], "real"), steps)
+    r = res["by_regime"]["iops"]
+    assert r["median"] == pytest.approx(0.05) and r["max"] == pytest.approx(0.05)
+    assert r["bias"] == pytest.approx(0.0)
+    assert res["bytes"]["match"].all()
+    assert within_target(res)
+
+
+@pytest.mark.skipif(os.cpu_count() is None, reason="cpu count unknown")
+def test_validate_end_to_end_on_paced_files(direct_dir: Path, tmp_path: Path):
+    out = tmp_path / "val"
+    rc = main(
+        ["real", "validate", "--pace", "h20-8ssd", "--n", "2", "--steps", "2", "--step-s",
+         "0.03", "--dir", str(direct_dir), "--out", str(out), "--engine", "threads"]
+    )  # fmt: skip
+    assert rc == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["bytes_match"] is True
+    assert set(report["by_regime"]) == {"latency", "iops", "bandwidth", "write"}
+    assert (out / "validation.png").stat().st_size > 0
+    assert "git" in report and "machine" in report  # provenance
+    assert not list(direct_dir.rglob("kvtier-*.dat"))  # the replay removed its files
