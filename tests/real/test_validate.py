@@ -134,3 +134,24 @@ def test_validate_end_to_end_on_paced_files(direct_dir: Path, tmp_path: Path):
     assert (out / "validation.png").stat().st_size > 0
     assert "git" in report and "machine" in report  # provenance
     assert not list(direct_dir.rglob("kvtier-*.dat"))  # the replay removed its files
+
+
+def test_validation_notebook_renders_the_report(direct_dir: Path, tmp_path: Path):
+    nbformat = pytest.importorskip("nbformat", reason="notebook extras not installed")
+    nbclient = pytest.importorskip("nbclient", reason="notebook extras not installed")
+    out = tmp_path / "val"
+    args = ["real", "validate", "--pace", "h20-8ssd", "--n", "1", "--steps", "1",
+            "--step-s", "0.02", "--dir", str(direct_dir), "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    analysis = Path(__file__).resolve().parents[2] / "analysis"
+    nb = nbformat.read(analysis / "validation.ipynb", as_version=4)
+    os.environ["KVTIER_VALIDATION"] = str(out)
+    try:
+        nbclient.NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(analysis)}}
+        ).execute()
+    finally:
+        os.environ.pop("KVTIER_VALIDATION", None)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert any("bytes match: True" in o.get("text", "") for o in outputs)
