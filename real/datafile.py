@@ -118,10 +118,14 @@ def io_layout(plan: pa.Table) -> IOLayout:
 # ---- what kvtier owns ---------------------------------------------------------------------
 @dataclass
 class DataFiles:
-    """The prepared targets (``node -> Target``) and what was created for them."""
+    """The prepared targets (``node -> Target``) and what was created for them.
+
+    ``allow_write_existing``: the user allowed writing targets kvtier did not create.
+    """
 
     targets: dict[str, Target]
     seed: int
+    allow_write_existing: bool = False
     created_files: list[Path] = field(default_factory=list)
     created_dirs: list[Path] = field(default_factory=list)
 
@@ -162,7 +166,7 @@ def prepare_targets(
     """
     layout = io_layout(plan)
     extents = layout.extents()
-    files = DataFiles({}, seed)
+    files = DataFiles({}, seed, allow_write_existing)
     try:
         places = _places(where, layout.nodes, files)
         for node in layout.nodes:

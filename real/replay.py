@@ -73,7 +73,9 @@ def replay(
     nonio_s: Mapping[int, float] | Sequence[float] | None = None,
     verify: bool = True,
     gds: str = "auto",
+    allow_write_existing: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> Records:
     """Execute ``plan`` on ``targets`` (filled by :func:`prepare_targets`) and record it.
 
@@ -82,10 +84,13 @@ def replay(
     device where the target sets none.  ``nonio_s``: seconds to wait out per
     copy/compute op (op id -> seconds, or one value per op).  ``gds``: ``auto``
     (GPUDirect where kvikio and a GPU work, else host memory with a note),
-    ``host`` or ``require``.
+    ``host`` or ``require``.  ``allow_write_existing``: let plan writes reach targets
+    kvtier did not create (a :class:`DataFiles` carries the choice made when preparing).
+    ``log`` hears, before the run, which engine runs it and why.
     """
     if isinstance(targets, DataFiles):
         seed = targets.seed if seed is None else seed
+        allow_write_existing = allow_write_existing or targets.allow_write_existing
         targets = targets.targets
     runner = Replayer(
         plan,
@@ -96,8 +101,11 @@ def replay(
         nonio_s=nonio_s,
         verify=verify,
         gds=gds,
+        allow_write_existing=allow_write_existing,
         progress=progress,
     )
+    if log:
+        log(f"engine: {runner.engine_note}")
     return runner.run()
 
 
@@ -218,6 +226,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 nonio_s=nonio,
                 verify=not args.no_verify,
                 gds=args.gds,
+                log=console.print,
             )
         finally:
             if args.keep_files:
@@ -233,7 +242,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
         seed=args.seed,
         targets={n: t.__dict__ | {"limits": t.limits.__dict__} for n, t in files.targets.items()},
     )
-    console.print(f"engine: {records.stats['engine_note']}")
     for note in records.stats["notes"]:
         console.print(f"note: {note}")
     console.print(device_table(records))

@@ -11,11 +11,12 @@ seconds from the start of the loop, taken with ``perf_counter``.
 One loop iteration is one *round*: fire due timers (releases, ends of modelled
 ops), let every device fill its free in-flight slots from its started ops, hand
 the whole batch to the engine in one submit, then wait for completions (or the
-next timer) and reap them all.  Slots are per device -- a device keeps at most
-its queue depth in flight (``Target.queue_depth``, else the replay's ``qd``),
-an op at most its own ``queue_depth`` (0 = the device's) -- so a slow device
-never takes a fast one's slots; within a device, started ops take turns one I/O
-at a time (round robin), like the simulator's fair sharing.  A paced device
+next timer) and reap them all.  Slots are per device, so a slow device never
+takes a fast one's: a device keeps at most its queue depth in flight
+(``Target.queue_depth``, else the larger of the replay's ``qd`` and its ops'
+``queue_depth``), an op at most its own ``queue_depth`` (0 = the device's).
+Within a device, started ops take turns one I/O at a time (round robin), like
+the simulator's fair sharing.  A paced device
 (:mod:`real._pacing`) issues an I/O only when its token buckets allow.
 
 Every I/O has its own slot of a page-aligned per-device ``mmap`` arena (O_DIRECT
@@ -100,6 +101,7 @@ class Replayer:
         nonio_s: Mapping[int, float] | Sequence[float] | None = None,
         verify: bool = True,
         gds: str = "auto",
+        allow_write_existing: bool = False,
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
         self.plan, self.n, self.verify, self.notes = plan, plan.num_rows, verify, []
@@ -111,6 +113,7 @@ class Replayer:
         self._progress, self._tick = progress, max(1, self.n // 200)
         self.devs: list[_Device] = []
         try:
+            self._allow_write = allow_write_existing
             gds_reader = self._open_devices(layout, targets, seed, qd, gds)
             slots = sum(d.qd for d in self.devs)
             self.engine, self.engine_note = make_engine(engine, slots, gds_reader)
@@ -163,8 +166,9 @@ class Replayer:
         budget = min(ARENA_LIMIT, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
         for k, name in enumerate(layout.nodes):
             t = targets[name]
-            dqd = max(1, t.queue_depth or qd)
-            slot = int(io_size[layout.node == k].max())
+            mine = layout.node == k
+            dqd = max(1, t.queue_depth or max(qd, int(np.max(np.asarray(self.op_qd)[mine]))))
+            slot = int(io_size[mine].max())
             if dqd * slot * len(layout.nodes) > budget:
                 raise RealError(
                     f"{name}: {dqd} in-flight I/Os of {fmt_bytes(slot)} need "
@@ -175,7 +179,7 @@ class Replayer:
                 if any(self.write[j] for j in range(self.n) if self.dev_of[j] == k)
                 else os.O_RDONLY
             )
-            if flags == os.O_RDWR and not t.created:
+            if flags == os.O_RDWR and not (t.created or self._allow_write):
                 raise RealError(f"{name}: {t.path} was not created by kvtier; refusing to write it")
             try:
                 fd = os.open(t.path, flags | os.O_DIRECT | os.O_CLOEXEC)

@@ -163,6 +163,55 @@ def test_a_corrupted_block_stops_the_run_naming_its_offset(direct_dir, engine):
             replay(plan, files, engine=engine)
 
 
+def test_an_io_error_names_device_path_and_offset(direct_dir, monkeypatch):
+    from real import scheduler
+
+    real_make = scheduler.make_engine
+
+    class FailingSecondIO:
+        """The thread engine, but the I/O tagged 2 reports EIO."""
+
+        def __init__(self, inner):
+            self.inner, self.name, self.async_flag = inner, inner.name, 0
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def wait(self, timeout):
+            return [(t, -errno.EIO if t == 2 else r) for t, r in self.inner.wait(timeout)]
+
+    def make(name, slots, gds=None):
+        engine, note = real_make("threads", slots, gds)
+        return FailingSecondIO(engine), note
+
+    monkeypatch.setattr(scheduler, "make_engine", make)
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", 4 * MiB, 4, offset=MiB)
+    plan = b.table()
+    with prepare_targets(plan, direct_dir / "t") as files:
+        path = files.targets["ssd0"].path
+        with pytest.raises(RealError) as err:
+            replay(plan, files)
+    assert str(err.value) == (
+        f"ssd0: Input/output error (EIO) reading 1.00 MiB of {path} at offset {2 * MiB}; "
+        "the device reported an I/O error"
+    )
+
+
+def test_writes_to_a_file_the_user_owns_need_the_flag(direct_dir):
+    theirs = direct_dir / "theirs.img"
+    theirs.write_bytes(bytes(MiB))
+    b = PlanBuilder()
+    b.write("dram0", "ssd0", MiB, 1)
+    plan = b.table()
+    with prepare_targets(plan, [theirs], allow_write_existing=True) as files:
+        with pytest.raises(RealError, match="was not created by kvtier; refusing to write"):
+            replay(plan, files.targets)
+        rec = replay(plan, files)  # the choice made when preparing travels with the files
+    assert rec.devices.to_pylist()[0]["bytes_written"] == MiB
+    assert theirs.exists()
+
+
 def test_writes_store_blocks_that_later_reads_verify(direct_dir):
     b = PlanBuilder()
     w = b.write("dram0", "ssd0", MiB, 16, offset=MiB)
