@@ -25,66 +25,41 @@ against what its blocks must hold (:mod:`real._blocks`) and any error, short
 transfer or mismatch stops the run with a :class:`~real.errors.RealError`
 after the I/Os still in flight have drained.
 
-Device measures: bytes and I/Os completed; ``busy_s``, the time with at least
-one I/O in flight; ``util_mean``, the time-average of in-flight I/Os over the
-device's queue depth across the run, and ``util_peak``, the largest in-flight
-count over the queue depth.  (The simulator's utilisation is bytes over
-capacity; a real device's capacity is what is being measured, so queue
-occupancy is what the replay can state without a model.)
+Device measures (:mod:`real._devices`): bytes and I/Os completed; ``busy_s``,
+the time with at least one I/O in flight; ``util_mean``, the time-average of
+in-flight I/Os over the device's queue depth across the run, and ``util_peak``,
+the largest in-flight count over the queue depth.  (The simulator's utilisation
+is bytes over capacity; a real device's capacity is what is being measured, so
+queue occupancy is what the replay can state without a model.)  ``cpu_s`` of an
+op is the loop's process CPU time shared over I/O ops by I/O count: per-op CPU
+cannot be separated when one thread serves every op.
 """
 
 from __future__ import annotations
 
-import contextlib
 import heapq
-import mmap
 import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from real import _gds
-from real._blocks import BLOCK, BlockFormat
-from real._pacing import Pacer
+from real._blocks import BLOCK
+from real._devices import Device, device_records, open_device
 from real.datafile import io_failure, io_layout
 from real.engine import GDS, Engine, make_engine
 from real.errors import RealError
 from real.targets import Target
 from sim.core.units import fmt_bytes
 from sim.plan import depends_csr
-from sim.records import DEVICE_RECORD_SCHEMA, Records, op_records
+from sim.records import Records, op_records
 
 DEFAULT_QD = 32
 ARENA_LIMIT = 4 << 30
 _START, _END = 0, 1
-
-
-@dataclass(eq=False)
-class _Device:
-    name: str
-    target: Target
-    fd: int
-    fmt: BlockFormat
-    qd: int
-    flags: int
-    pacer: Pacer | None
-    slots: list[memoryview]
-    free: list[int]
-    active: deque = field(default_factory=deque)
-    inflight: int = 0
-    wake: float = 0.0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    n_ios: int = 0
-    busy_s: float = 0.0
-    busy_since: float = 0.0
-    area: float = 0.0
-    t_last: float = 0.0
-    peak: int = 0
 
 
 class Replayer:
@@ -111,7 +86,7 @@ class Replayer:
             raise RealError(f"no target for {', '.join(missing)}: the plan reads or writes it")
         self._load_ops(plan, layout, nonio_s)
         self._progress, self._tick = progress, max(1, self.n // 200)
-        self.devs: list[_Device] = []
+        self.devs: list[Device] = []
         try:
             self._allow_write = allow_write_existing
             gds_reader = self._open_devices(layout, targets, seed, qd, gds)
@@ -164,43 +139,18 @@ class Replayer:
     def _open_devices(self, layout, targets, seed, qd, gds) -> _gds.GdsReader | None:
         io_size = np.where(layout.node >= 0, (layout.blocks + (layout.extra > 0)) * BLOCK, 0)
         budget = min(ARENA_LIMIT, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
+        op_qd, write = np.asarray(self.op_qd), np.asarray(self.write)
         for k, name in enumerate(layout.nodes):
-            t = targets[name]
-            mine = layout.node == k
-            dqd = max(1, t.queue_depth or max(qd, int(np.max(np.asarray(self.op_qd)[mine]))))
+            t, mine = targets[name], layout.node == k
+            dqd = max(1, t.queue_depth or max(qd, int(op_qd[mine].max())))
             slot = int(io_size[mine].max())
             if dqd * slot * len(layout.nodes) > budget:
                 raise RealError(
                     f"{name}: {dqd} in-flight I/Os of {fmt_bytes(slot)} need "
                     f"{fmt_bytes(dqd * slot)} of buffers per device; lower --qd"
                 )
-            flags = (
-                os.O_RDWR
-                if any(self.write[j] for j in range(self.n) if self.dev_of[j] == k)
-                else os.O_RDONLY
-            )
-            if flags == os.O_RDWR and not (t.created or self._allow_write):
-                raise RealError(f"{name}: {t.path} was not created by kvtier; refusing to write it")
-            try:
-                fd = os.open(t.path, flags | os.O_DIRECT | os.O_CLOEXEC)
-            except OSError as exc:
-                raise RealError(f"{name}: cannot open {t.path}: {exc.strerror}") from None
-            arena = mmap.mmap(-1, dqd * slot)
-            view = memoryview(arena)
-            pacer = Pacer(t.limits, slot) if t.pacing and not t.limits.unlimited else None
-            self.devs.append(
-                _Device(
-                    name,
-                    t,
-                    fd,
-                    BlockFormat(name, seed),
-                    dqd,
-                    0,
-                    pacer,
-                    [view[i * slot : (i + 1) * slot] for i in range(dqd)],
-                    list(range(dqd)),
-                )
-            )
+            writes = bool(write[mine].any())
+            self.devs.append(open_device(t, seed, dqd, slot, writes, self._allow_write))
         for j in range(self.n):
             d = self.dev_of[j]
             if d >= 0:
@@ -227,9 +177,7 @@ class Replayer:
 
     def _close_devices(self) -> None:
         for d in self.devs:
-            with contextlib.suppress(OSError):
-                os.close(d.fd)
-            d.slots = []
+            d.close()
 
     # ---- the loop -------------------------------------------------------------------------
     def run(self) -> Records:
@@ -355,7 +303,7 @@ class Replayer:
                     active.rotate(-1)
         return issued
 
-    def _queue(self, d: _Device, j: int, off: int, size: int, now: float) -> None:
+    def _queue(self, d: Device, j: int, off: int, size: int, now: float) -> None:
         slot = d.free.pop()
         buf = d.slots[slot][:size]
         write = self.write[j]
@@ -364,12 +312,7 @@ class Replayer:
         self._seq += 1
         tag = self._seq
         self.tags[tag] = (d, j, off, size, slot)
-        if d.inflight == 0:
-            d.busy_since = now
-        d.area += d.inflight * (now - d.t_last)
-        d.t_last = now
-        d.inflight += 1
-        d.peak = max(d.peak, d.inflight)
+        d.issued(now)
         self.op_inflight[j] += 1
         self.inflight += 1
         flags = d.flags | (GDS if self.gds_op[j] else 0)
@@ -378,11 +321,7 @@ class Replayer:
     def _complete(self, tag: int, res: int, t: float) -> None:
         d, j, off, size, slot = self.tags.pop(tag)
         self.inflight -= 1
-        d.area += d.inflight * (t - d.t_last)
-        d.t_last = t
-        d.inflight -= 1
-        if d.inflight == 0:
-            d.busy_s += t - d.busy_since
+        d.completed(t)
         write = self.write[j]
         what = "writing" if write else "reading"
         if res < 0:
@@ -403,11 +342,7 @@ class Replayer:
                     f"{d.fmt.describe(got, at // BLOCK)}"
                 )
         d.free.append(slot)
-        d.n_ios += 1
-        if write:
-            d.bytes_written += size
-        else:
-            d.bytes_read += size
+        d.counted(write, size)
         self.op_inflight[j] -= 1
         self.op_done[j] += 1
         if self.op_done[j] == self.n_ios[j]:
@@ -433,20 +368,7 @@ class Replayer:
         total_ios = sum(self.n_ios) or 1
         cpu_s = [cpu * k / total_ios for k in self.n_ios]
         ops = op_records(self.plan, self.ready_s, self.start_s, self.end_s, cpu_s, "real")
-        rows = {f.name: [] for f in DEVICE_RECORD_SCHEMA}
-        for d in self.devs:
-            for col, val in (
-                ("device", d.name),
-                ("type", "ssd"),
-                ("bytes_read", d.bytes_read),
-                ("bytes_written", d.bytes_written),
-                ("n_ios", d.n_ios),
-                ("busy_s", d.busy_s),
-                ("util_mean", d.area / (d.qd * makespan) if makespan > 0 else 0.0),
-                ("util_peak", d.peak / d.qd),
-            ):
-                rows[col].append(val)
-        devices = pa.Table.from_pydict(rows, schema=DEVICE_RECORD_SCHEMA)
+        devices = device_records(self.devs, makespan)
         stats = {
             "backend": "real",
             "ops": self.n,
