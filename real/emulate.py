@@ -1,0 +1,385 @@
+"""Emulated SSDs: N throttled devices on a machine with one disk.
+
+``emulate(profile, n)`` builds ``ssd0..ssd{n-1}`` of a hardware profile from
+files (on ``/dev/shm`` by default, or any directory):
+
+1. each file becomes a loop device with direct I/O (:mod:`real.blkio`);
+2. the backing store's sustainable rates are measured with fio, all devices
+   at once (1 MiB reads and writes at QD16, 4 KiB random reads and writes at
+   QD32), unless ``scale`` is given;
+3. one scale factor shrinks the profile's devices to what the machine can
+   hold: ``scale = min(1, headroom * sustainable / sum(device rate))`` over
+   read and write bandwidth and IOPS.  The same factor applies to bandwidth
+   and IOPS, so the block size where a device turns from IOPS- to
+   bandwidth-bound (``bw / IOPS``) -- the regime of each I/O -- is the
+   source's.  ``headroom`` (0.8) keeps the throttle, not the machine, the
+   binding limit;
+4. the scaled rates become per-device cgroup v1 blkio limits (whoever
+   replays joins the group: :meth:`EmulatedSet.join`, or ``cgroup=`` of
+   :func:`real.fio.run_fio`);
+5. the scaled profile is written as YAML beside them (``<name>-emu<n>.yaml``)
+   so the simulator models the same devices: scaled bandwidth and IOPS, the
+   emulated capacity, the source's latency and queue depth (an emulated
+   device's own latency is the backing store's, recorded in the header when
+   measured), links and everything else unchanged.
+
+Where the kernel cannot throttle (not root, no losetup, no blkio) the devices
+are plain files and ``Target.pacing`` tells the replayer to hold the same
+limits itself; a one-line warning says so.
+
+:class:`EmulatedSet` is a context manager; leaving it -- normally, by an
+exception or Ctrl-C -- detaches the loop devices, removes the cgroup and
+deletes the files.  It never touches loop devices or cgroups it did not
+create.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import itertools
+import logging
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+from hwprofiles.loader import ProfileError, load_profile
+from hwprofiles.schema import HardwareProfile
+from real import blkio, fio
+from real.capacity import Rates, check_limits, measure_rates, scale_for
+from real.errors import RealError
+from real.profile_yaml import scaled_profile, write_scaled_profile
+from real.targets import Limits, Target
+
+log = logging.getLogger("kvtier.real")
+MODES = ("auto", "throttle", "pacing")
+_seq = itertools.count()
+
+
+class EmulatedSet:
+    """The emulated devices of one :func:`emulate` call; close (or leave ``with``) to remove.
+
+    ``targets``: one :class:`Target` per SSD node, in node order.
+    ``profile`` / ``profile_path``: the scaled profile, as loaded from its YAML.
+    ``scale``: the factor applied to the source's bandwidth and IOPS.
+    ``mode``: ``throttle`` (kernel limits, loop devices) or ``pacing``.
+    ``cgroup``: the blkio group to join (None when pacing).
+    ``sustainable``: measured rates of the backing store (None if ``scale`` was given).
+    ``note``: one line describing the set (printed by the CLI).
+    """
+
+    def __init__(self, workdir: Path, source: HardwareProfile, mode: str) -> None:
+        self.workdir = workdir
+        self.source = source
+        self.mode = mode
+        self.targets: tuple[Target, ...] = ()
+        self.profile: HardwareProfile | None = None
+        self.profile_path: Path | None = None
+        self.scale = 1.0
+        self.sustainable: Rates | None = None
+        self.note = ""
+        self.group: blkio.ThrottleGroup | None = None
+        self.loops: list[tuple[str, Path]] = []
+        self.closed = False
+        atexit.register(self.close)
+
+    @property
+    def cgroup(self) -> Path | None:
+        return self.group.path if self.group else None
+
+    def join(self, pid: int | None = None) -> None:
+        """Put process ``pid`` (default: this one) under the devices' limits."""
+        if self.group is not None:
+            self.group.join(pid)
+
+    def leave(self, pid: int | None = None) -> None:
+        if self.group is not None:
+            self.group.leave(pid)
+
+    @contextlib.contextmanager
+    def joined(self, pid: int | None = None) -> Iterator[EmulatedSet]:
+        """``with es.joined():`` -- this process is throttled inside the block."""
+        self.join(pid)
+        try:
+            yield self
+        finally:
+            self.leave(pid)
+
+    def close(self) -> None:
+        """Detach the loop devices, remove the cgroup, delete the files (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        atexit.unregister(self.close)
+        problems = []
+        if self.group is not None:
+            try:
+                self.group.remove()
+            except RealError as exc:
+                problems.append(str(exc))
+        for dev, backing in reversed(self.loops):
+            blkio.loop_detach(dev, backing)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        if problems:
+            raise RealError("; ".join(problems))
+
+    def __enter__(self) -> EmulatedSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def emulate(
+    profile: str | Path | HardwareProfile,
+    n: int | None = None,
+    *,
+    where: str | Path = "/dev/shm",
+    size: int = 1 << 30,
+    scale: float | None = None,
+    mode: str = "auto",
+    out: str | Path | None = None,
+    headroom: float = 0.8,
+    fill: bool = False,
+    latency: str = "source",
+    cgroup_root: str | Path = blkio.CGROUP_ROOT,
+) -> EmulatedSet:
+    """Build ``n`` emulated SSDs of ``profile`` (default: all its SSDs); see the module doc.
+
+    ``size``: bytes per device.  ``scale``: skip the measurement and use this
+    factor.  ``mode``: ``auto`` (throttle where possible, else pacing),
+    ``throttle`` (refuse if impossible) or ``pacing``.  ``out``: directory for
+    the scaled profile and fio evidence (default: inside the emulation's own
+    directory, removed on close).  ``fill``: write every byte of the backing
+    files first (needed on a disk for reads to reach it; tmpfs needs none).
+    ``latency``: ``source`` keeps the profile's QD1 latencies; ``measured``
+    puts the emulated devices' own (measured with the rates) in the profile.
+    """
+    if latency not in ("source", "measured"):
+        raise RealError(f"latency must be 'source' or 'measured', got {latency!r}")
+    if latency == "measured" and scale is not None:
+        raise RealError("latency='measured' needs the measurement: leave scale unset")
+    if mode not in MODES:
+        raise RealError(f"mode must be one of {MODES}, got {mode!r}")
+    source = profile if isinstance(profile, HardwareProfile) else _load(profile)
+    count = len(source.ssd_names)
+    n = count if n is None else n
+    if not 1 <= n <= count:
+        raise RealError(f"profile {source.name} has {count} SSDs; n must be 1..{count}, got {n}")
+    if size < (1 << 20) or size % 4096:
+        raise RealError(f"size must be a multiple of 4096 and >= 1 MiB, got {size}")
+    if scale is not None and not 0 < scale <= 1:
+        raise RealError(f"scale must be in (0, 1], got {scale}")
+    where = Path(where)
+    _check_space(where, n * size)
+    reason = blkio.throttle_unavailable(cgroup_root) if mode != "pacing" else None
+    if reason and mode == "throttle":
+        raise RealError(f"cannot throttle emulated devices: {reason}")
+    chosen = "pacing" if (mode == "pacing" or reason) else "throttle"
+    if reason:
+        log.warning("kvtier: %s: emulated SSDs are plain files paced by the replayer", reason)
+    workdir = where / f"kvtier-emu-{os.getpid()}-{next(_seq)}"
+    try:
+        workdir.mkdir(parents=True)
+    except OSError as exc:
+        raise RealError(f"cannot create {workdir}: {exc.strerror}") from None
+    es = EmulatedSet(workdir, source, chosen)
+    try:
+        out_dir = Path(out) if out else workdir
+        _build(es, n, size, scale, headroom, fill, out_dir, cgroup_root, latency == "measured")
+    except BaseException:
+        es.close()
+        raise
+    return es
+
+
+def _load(name: str | Path) -> HardwareProfile:
+    try:
+        return load_profile(name)
+    except ProfileError as exc:
+        raise RealError(str(exc)) from None
+
+
+def _check_space(where: Path, need: int) -> None:
+    try:
+        st = os.statvfs(where)
+    except OSError as exc:
+        raise RealError(f"{where}: {exc.strerror}") from None
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        raise RealError(f"{where}: {need / 2**30:.2f} GiB needed, {free / 2**30:.2f} GiB free")
+
+
+def _build(
+    es: EmulatedSet,
+    n: int,
+    size: int,
+    scale: float | None,
+    headroom: float,
+    fill: bool,
+    out: Path,
+    cgroup_root: str | Path,
+    measured_latency: bool,
+) -> None:
+    backing = [es.workdir / f"ssd{i}.img" for i in range(n)]
+    for path in backing:
+        _allocate(path, size, fill or (scale is None and not _in_memory(path)))
+    paths = [str(p) for p in backing]
+    if es.mode == "throttle":
+        for path in backing:
+            es.loops.append((blkio.loop_attach(path), path))
+        paths = [dev for dev, _ in es.loops]
+        name = f"kvtier-{os.getpid()}-{es.workdir.name.rsplit('-', 1)[1]}"
+        es.group = blkio.ThrottleGroup(cgroup_root, name)
+    if scale is None:
+        if fio.fio_binary() is None:
+            raise RealError("fio is not installed: give scale= to emulate without measuring")
+        es.sustainable = measure_rates(paths, out / "capacity", size)
+        scale = scale_for(es.source, n, es.sustainable, headroom)
+    es.scale = scale
+    scaled = scaled_profile(es.source, n, scale, size)
+    targets = []
+    for i, path in enumerate(paths):
+        group = scaled.ssd(f"ssd{i}")
+        limits = Limits(
+            read_bps=round(group.read_gbps * 1e9),
+            write_bps=round(group.write_gbps * 1e9),
+            read_iops=int(group.read_iops),
+            write_iops=int(group.write_iops),
+        )
+        if es.group is not None:
+            es.group.limit(path, limits)
+        kind = "loop" if es.mode == "throttle" else "file"
+        targets.append(
+            Target(
+                node=f"ssd{i}",
+                path=path,
+                size=size,
+                kind=kind,
+                created=True,
+                limits=limits,
+                pacing=es.mode == "pacing",
+                queue_depth=group.max_queue_depth,
+            )
+        )
+    es.targets = tuple(targets)
+    es.profile_path = out / f"{scaled.name}.yaml"
+    latency = (
+        (es.sustainable.read_latency_us, es.sustainable.write_latency_us)
+        if (measured_latency and es.sustainable)
+        else None
+    )
+    es.profile = write_scaled_profile(
+        es.source,
+        scaled_profile(es.source, n, scale, size, latency),
+        es.profile_path,
+        scale=scale,
+        held_by="kernel blkio throttling of loop devices"
+        if es.mode == "throttle"
+        else "replayer pacing",
+        sustainable=es.sustainable,
+        backing=es.workdir.parent,
+        measured_latency=latency is not None,
+    )
+    es.note = (
+        f"{n} emulated SSDs of {es.source.name} ({es.mode}) at scale {scale:.4g}: "
+        f"{_mbs(targets[0].limits.read_bps)} read, {_mbs(targets[0].limits.write_bps)} write, "
+        f"{targets[0].limits.read_iops} / {targets[0].limits.write_iops} IOPS per device"
+    )
+
+
+def _mbs(bps: float) -> str:
+    return f"{bps / 1e6:.1f} MB/s"
+
+
+def _in_memory(path: Path) -> bool:
+    """Whether ``path`` lies on tmpfs/ramfs (allocated pages are real storage there)."""
+    best, fstype = "", ""
+    target = str(path.resolve())
+    with open("/proc/self/mounts") as fh:
+        for line in fh:
+            parts = line.split()
+            mnt = parts[1]
+            if (target == mnt or target.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(
+                best
+            ):
+                best, fstype = mnt, parts[2]
+    return fstype in ("tmpfs", "ramfs")
+
+
+def _allocate(path: Path, size: int, fill: bool) -> None:
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, size)
+            if fill:
+                chunk = bytes(8 << 20)
+                for off in range(0, size, len(chunk)):
+                    os.pwrite(fd, chunk[: size - off], off)
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise RealError(f"cannot create {path} ({size} bytes): {exc.strerror}") from None
+
+
+# ---- CLI -------------------------------------------------------------------------
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("emulate", help="build throttled emulated SSDs of a profile and check them")
+    p.add_argument("--profile", required=True, help="hardware profile name or YAML path")
+    p.add_argument("--n", type=int, default=None, help="number of SSDs (default: all)")
+    p.add_argument("--where", default="/dev/shm", help="directory for the backing files")
+    p.add_argument("--size", default="1GiB", help="bytes per device (default 1GiB)")
+    p.add_argument("--scale", type=float, default=None, help="scale factor (default: measure)")
+    p.add_argument("--mode", choices=MODES, default="auto")
+    p.add_argument("--out", required=True, help="directory for the scaled profile and fio JSON")
+    p.add_argument("--no-check", action="store_true", help="skip the fio check of the limits")
+    p.set_defaults(handler=_cli)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` cleans up like Ctrl-C
+    out = Path(args.out)
+    with emulate(
+        args.profile,
+        args.n,
+        where=args.where,
+        size=fio.parse_size(args.size),
+        scale=args.scale,
+        mode=args.mode,
+        out=out,
+    ) as es:
+        print_set(es)
+        if args.no_check:
+            pass
+        elif es.mode != "throttle":
+            print("check skipped: pacing mode (the replayer holds the limits, not the kernel)")
+        else:
+            for check in check_limits(es.targets, es.cgroup, out / "check"):
+                print(check.line())
+    print(f"scaled profile: {es.profile_path} (devices removed)")
+    return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def print_set(es: EmulatedSet) -> None:
+    print(es.note)
+    print(
+        f"{'node':6} {'path':28} {'kind':5} {'read MB/s':>10} {'write MB/s':>10} "
+        f"{'read IOPS':>10} {'write IOPS':>10}"
+    )
+    for t in es.targets:
+        lim = t.limits
+        print(
+            f"{t.node:6} {t.path:28} {t.kind:5} {lim.read_bps / 1e6:10.1f} "
+            f"{lim.write_bps / 1e6:10.1f} {lim.read_iops:10d} {lim.write_iops:10d}"
+        )
+    if es.cgroup:
+        print(f"cgroup: {es.cgroup}")
+    print(f"scaled profile: {es.profile_path}")
