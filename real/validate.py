@@ -267,16 +267,15 @@ def add_cli(group: argparse._SubParsersAction) -> None:  # wired by the orchestr
 # -- the replayer's own costs ----------------------------------------------------------------
 
 
-def engine_costs(
-    target_kw: dict[str, Any], engine: str = "auto", n_ssd: int = 1, n: int = 1000
-) -> dict:
-    """Measure the replayer on this machine, unpaced, on ``n_ssd`` files of
-    ``target_kw['where']`` at once: the QD1 4 KiB read and write time per I/O of
-    each device (what a latency-bound step sees: device plus the software of one
-    replay thread serving every device) and the per-I/O time at QD64
+def engine_costs(devices, engine: str = "auto", n_ssd: int = 1, n: int = 1000) -> dict:
+    """Measure the replayer on this machine, unpaced and unthrottled, on ``n_ssd``
+    of the validation's devices (:class:`real.validate_cli.Devices`) at once:
+    the QD1 4 KiB read and write time per I/O of each device (what a
+    latency-bound step sees: device plus the software of one replay thread
+    serving every device) and the per-I/O time at QD64
     (software-bound on a fast backing store).  These become the model's
     latencies and per-I/O CPU cost."""
-    from real.replay import prepare_targets, replay
+    from real.replay import replay
 
     b = PlanBuilder()
     common = {"io_path": "io_uring", "offset": 0, "stride": 4 * KIB}
@@ -289,12 +288,8 @@ def engine_costs(
     many = 8 * n
     b.read("ssd0", "dram0", many * 4 * KIB, many, queue_depth=64, step=2, depends_on=w1, **common)
     plan = b.table()
-    kw = {"where": target_kw["where"]} if "where" in target_kw else {}
-    files = prepare_targets(plan, **kw)
-    try:
-        rec = replay(plan, files, engine=engine)
-    finally:
-        files.cleanup()
+    with devices.prepared(plan, 0, None, unpaced=True) as targets:
+        rec = replay(plan, targets, engine=engine)
     ops = rec.ops.to_pandas()
     dur = (ops["end_s"] - ops["start_s"]).groupby(ops["step"]).median()
     last = ops[ops["step"] == 2]

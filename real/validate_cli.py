@@ -21,15 +21,18 @@ import argparse
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
 from real.errors import RealError
-from real.targets import Limits
+from real.profile_yaml import scaled_profile
+from real.targets import Limits, Target
 from real.validate import (
     REGIMES,
     TARGET_MEDIAN_ERROR,
@@ -73,20 +76,80 @@ def add_parser(group: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_validate)
 
 
-def paced_profile(profile: HardwareProfile, scale: float, n: int) -> HardwareProfile:
-    """``profile`` with its first SSD group's bandwidths and IOPS times ``scale``:
-    the devices user-space pacing makes (the plan uses the first ``n``)."""
-    if not profile.ssds or profile.ssds[0].count < n:
-        raise RealError(f"profile '{profile.name}' has fewer than {n} SSDs in its first group")
-    g = profile.ssds[0]
-    group = dataclasses.replace(
-        g,
-        read_gbps=g.read_gbps * scale,
-        write_gbps=g.write_gbps * scale,
-        read_iops=g.read_iops * scale,
-        write_iops=g.write_iops * scale,
-    )
-    return dataclasses.replace(profile, name=f"{profile.name}-paced-x{scale:g}", ssds=(group,))
+@dataclass
+class Devices:
+    """The devices a validation runs on and the profile that models them.
+
+    ``targets``: ready-made targets (emulated loop devices) or None, in which
+    case data files are created in ``where``; ``limits``/``pacing``: what the
+    replayer holds them to; ``throttled``: a context the replay runs in (the
+    emulation's blkio group).
+    """
+
+    profile: HardwareProfile
+    where: str
+    targets: dict[str, Target] | None = None
+    limits: Limits | None = None
+    pacing: bool = False
+    throttled: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+    @contextlib.contextmanager
+    def prepared(self, plan: pa.Table, seed: int, log, unpaced: bool = False) -> Iterator[dict]:
+        """Targets holding ``plan``'s data; ``unpaced`` drops the limits (measurements)."""
+        from real.datafile import fill_targets, prepare_targets
+
+        if self.targets is not None:
+            targets = self.targets
+            if unpaced:
+                targets = {k: dataclasses.replace(t, pacing=False) for k, t in targets.items()}
+            fill_targets(targets, plan, seed)
+            yield targets
+            return
+        pace = self.pacing and not unpaced
+        files = prepare_targets(
+            plan, self.where, seed=seed, limits=self.limits if pace else None, pacing=pace, log=log
+        )
+        try:
+            yield files.targets
+        finally:
+            files.cleanup()
+
+
+@contextlib.contextmanager
+def devices(args: argparse.Namespace, console) -> Iterator[Devices]:
+    if args.n < 1:
+        raise RealError(f"--n must be >= 1, got {args.n}")
+    if args.emulate:
+        from real.emulate import emulate
+
+        size = 320 << 20  # the plan's steps are capped at 256 MiB per device
+        with emulate(args.emulate, args.n, where=args.dir, size=size, out=args.out) as es:
+            console.print(es.note)
+            limits = es.targets[0].limits
+            yield Devices(
+                es.profile,
+                args.dir,
+                targets={t.node: t for t in es.targets},
+                limits=limits,
+                pacing=es.mode == "pacing",
+                throttled=es.joined,
+            )
+        return
+    if args.pace:
+        base = load_profile(args.pace)
+        if len(base.ssd_names) < args.n:
+            raise RealError(f"profile '{base.name}' has fewer than {args.n} SSDs")
+        scale = args.scale or min(1.0, 0.4e9 / (args.n * base.ssds[0].read_gbps * 1e9))
+        profile = scaled_profile(base, args.n, scale, 1 << 30)
+        console.print(
+            f"user-space pacing: {args.n} files in {args.dir}, each held to "
+            f"{profile.ssds[0].read_gbps * 1e3:.0f} MB/s and {profile.ssds[0].read_iops:,.0f} "
+            f"read IOPS ({scale:.4g} x {base.ssds[0].model})"
+        )
+        Path(args.dir).mkdir(parents=True, exist_ok=True)
+        yield Devices(profile, args.dir, limits=limits_of(profile), pacing=True)
+        return
+    yield Devices(load_profile(args.hw), args.dir)
 
 
 def limits_of(profile: HardwareProfile) -> Limits:
@@ -99,54 +162,27 @@ def limits_of(profile: HardwareProfile) -> Limits:
     )
 
 
-@contextlib.contextmanager
-def devices(args: argparse.Namespace, console) -> Iterator[tuple[HardwareProfile, dict[str, Any]]]:
-    """Yield (model profile, prepare_targets keyword arguments)."""
-    if args.n < 1:
-        raise RealError(f"--n must be >= 1, got {args.n}")
-    if args.emulate:
-        from real.emulate import emulated_devices
-
-        with emulated_devices(args.emulate, args.n, args.dir, console) as (profile, kw):
-            yield profile, kw
-        return
-    if args.pace:
-        base = load_profile(args.pace)
-        scale = args.scale or min(1.0, 0.4e9 / (args.n * base.ssds[0].read_gbps * 1e9))
-        profile = paced_profile(base, scale, args.n)
-        console.print(
-            f"user-space pacing: {args.n} files in {args.dir}, each held to "
-            f"{profile.ssds[0].read_gbps * 1e3:.0f} MB/s and {profile.ssds[0].read_iops:,.0f} "
-            f"read IOPS ({scale:.4g} x {base.ssds[0].model})"
-        )
-        Path(args.dir).mkdir(parents=True, exist_ok=True)
-        yield profile, {"where": args.dir, "limits": limits_of(profile), "pacing": True}
-        return
-    profile = load_profile(args.hw)
-    yield profile, {"where": args.dir}
-
-
 def run_validation(
-    profile: HardwareProfile, target_kw: dict[str, Any], args: argparse.Namespace, console
+    dev: Devices, args: argparse.Namespace, console
 ) -> tuple[dict[str, Any], Records, Records]:
-    from real.replay import prepare_targets, replay, sigterm_as_interrupt
+    from real.replay import replay, sigterm_as_interrupt
 
     regimes = tuple(r for r in args.regimes.split(",") if r)
     plan, steps = regime_plan(
-        profile,
+        dev.profile,
         regimes=regimes,
         steps_per_regime=args.steps,
         step_s=args.step_s,
         n_ssd=args.n,
         max_bytes_per_device=256 * (1 << 20),
     )
-    sim = simulate(plan, profile)
-    with sigterm_as_interrupt():
-        files = prepare_targets(plan, seed=args.seed, log=console.print, **target_kw)
-        try:
-            real = replay(plan, files, engine=args.engine)
-        finally:
-            files.cleanup()
+    sim = simulate(plan, dev.profile)
+    with (
+        sigterm_as_interrupt(),
+        dev.prepared(plan, args.seed, console.print) as targets,
+        dev.throttled(),
+    ):
+        real = replay(plan, targets, seed=args.seed, engine=args.engine)
     return compare(sim, real, steps) | {"plan": plan}, sim, real
 
 
@@ -157,18 +193,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
     console = make_console()
     out = Path(args.out)
     t0 = time.perf_counter()
-    with devices(args, console) as (profile, kw):
+    with devices(args, console) as dev:
         costs = None
         if not args.no_engine_costs:
-            costs = engine_costs(kw, args.engine, args.n)
-            profile = with_engine_costs(profile, costs)
+            costs = engine_costs(dev, args.engine, args.n)
+            dev = dataclasses.replace(dev, profile=with_engine_costs(dev.profile, costs))
             console.print(
                 f"replayer on this machine ({args.n} devices): QD1 4 KiB read "
                 f"{costs['read_latency_us']:.1f} us, write {costs['write_latency_us']:.1f} us, "
                 f"{costs['per_io_us']:.1f} us/I/O at "
                 "QD64 (the model's latencies and per-I/O CPU cost, one core)"
             )
-        result, sim, real = run_validation(profile, kw, args, console)
+        result, sim, real = run_validation(dev, args, console)
+        profile = dev.profile
     out.mkdir(parents=True, exist_ok=True)
     write_plan(result["plan"], out / "plan.parquet")
     sim.write(out / "sim")

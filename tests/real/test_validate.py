@@ -15,7 +15,7 @@ import pytest
 
 from hwprofiles import load_profile
 from real.validate import compare, regime_plan, regime_shapes, within_target
-from real.validate_cli import paced_profile
+from real.profile_yaml import scaled_profile
 from sim.cli.main import main
 from sim.executor import simulate
 from sim.records import Records
@@ -54,7 +54,7 @@ def test_regime_shapes_follow_littles_law():
 
 
 def test_regime_plan_sizes_steps_from_the_profile():
-    prof = paced_profile(load_profile("h20-8ssd"), 0.02, 2)  # 138 MB/s, 22k IOPS, 80 us
+    prof = scaled_profile(load_profile("h20-8ssd"), 2, 0.02, 1 << 30)  # 138 MB/s, 22k IOPS, 80 us
     plan, steps = regime_plan(prof, steps_per_regime=2, step_s=0.1, n_ssd=2)
     assert len(steps) == 8 and plan.num_rows == 16  # 4 regimes x 2 steps x 2 SSDs
     n = dict(zip(steps["regime"], steps["n_ios_per_device"], strict=False))
