@@ -90,13 +90,16 @@ def regime_plan(
     regimes: tuple[str, ...] = REGIMES,
     steps_per_regime: int = 3,
     step_s: float = 0.1,
+    warmup: int = 1,
     n_ssd: int = 0,
     io_path: str = "io_uring",
     max_bytes_per_device: int = 0,
 ) -> tuple[pa.Table, pd.DataFrame]:
     """The validation plan and a table ``step -> regime`` (see the module doc).
 
-    ``n_ssd``: first N SSDs of the profile (0 = all).  ``max_bytes_per_device``
+    ``n_ssd``: first N SSDs of the profile (0 = all).  ``warmup`` extra steps
+    open every regime and are left out of the statistics (a throttle's budget
+    carries over from the previous regime).  ``max_bytes_per_device``
     caps the span of one step on one device (0 = no cap): I/Os are contiguous
     from offset 0, so this is also the file size a step needs.
     """
@@ -114,7 +117,7 @@ def regime_plan(
         n_ios = _ios_for(profile, shape, step_s)
         if max_bytes_per_device:
             n_ios = max(1, min(n_ios, max_bytes_per_device // shape.io_bytes))
-        for _ in range(steps_per_regime):
+        for k in range(warmup + steps_per_regime):
             ops = []
             for ssd in ssds:
                 common = dict(
@@ -138,6 +141,7 @@ def regime_plan(
                     "io_bytes": shape.io_bytes,
                     "queue_depth": shape.queue_depth,
                     "n_ios_per_device": n_ios,
+                    "warmup": k < warmup,
                 }
             )
             prev = ops
@@ -172,9 +176,10 @@ def compare(sim: Records, real: Records, steps: pd.DataFrame) -> dict[str, Any]:
     ops = ops[io].reset_index(drop=True)
     ops["error"] = (ops["sim_s"] - ops["real_s"]) / ops["real_s"]
     by_regime = {}
-    for regime, grp in st.groupby("regime", sort=False):
+    measured = st[~st["warmup"]] if "warmup" in st else st
+    for regime, grp in measured.groupby("regime", sort=False):
         e = grp["error"].abs()
-        oe = ops.loc[ops["tag"] == regime, "error"].abs()
+        oe = ops.loc[(ops["tag"] == regime) & ops["step"].isin(grp.index), "error"].abs()
         by_regime[regime] = {
             "steps": int(len(grp)),
             "median": float(e.median()),

@@ -63,7 +63,12 @@ def add_parser(group: argparse._SubParsersAction) -> None:
     p.add_argument("--dir", default="/dev/shm", help="where data/backing files go")
     p.add_argument("--scale", type=float, default=0.0, help="rate scale (--pace; 0 = auto)")
     p.add_argument("--steps", type=int, default=3, help="steps per regime")
-    p.add_argument("--step-s", type=float, default=0.1, help="modelled seconds per step")
+    p.add_argument(
+        "--step-s",
+        type=float,
+        default=0.3,
+        help="modelled seconds per step (several of the throttle's 100 ms slices)",
+    )
     p.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated subset")
     p.add_argument("--engine", default="auto", choices=("auto", "uring", "threads"))
     p.add_argument("--out", default="results/real", help="output directory")

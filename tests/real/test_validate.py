@@ -55,7 +55,7 @@ def test_regime_shapes_follow_littles_law():
 
 def test_regime_plan_sizes_steps_from_the_profile():
     prof = scaled_profile(load_profile("h20-8ssd"), 2, 0.02, 1 << 30)  # 138 MB/s, 22k IOPS, 80 us
-    plan, steps = regime_plan(prof, steps_per_regime=2, step_s=0.1, n_ssd=2)
+    plan, steps = regime_plan(prof, steps_per_regime=2, step_s=0.1, n_ssd=2, warmup=0)
     assert len(steps) == 8 and plan.num_rows == 16  # 4 regimes x 2 steps x 2 SSDs
     n = dict(zip(steps["regime"], steps["n_ios_per_device"], strict=False))
     assert n["latency"] == round(0.1 / 80e-6)  # QD1: one I/O per latency
@@ -69,6 +69,9 @@ def test_regime_plan_sizes_steps_from_the_profile():
     ops = rec.ops.to_pandas()
     t = (ops.groupby("step")["end_s"].max() - ops.groupby("step")["start_s"].min()).to_numpy()
     assert t[:6] == pytest.approx([0.1] * 6, rel=0.05)
+    # a warm-up step opens every regime
+    _, warm = regime_plan(prof, steps_per_regime=2, n_ssd=2)
+    assert len(warm) == 12 and warm["warmup"].sum() == 4 and warm["warmup"].iloc[0]
 
 
 def _records(step_times: list[float], backend: str) -> Records:
