@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from hwprofiles import load_profile
-from real.validate import compare, regime_plan, regime_shapes, within_target
 from real.profile_yaml import scaled_profile
+from real.validate import compare, regime_plan, regime_shapes, within_target
 from sim.cli.main import main
 from sim.executor import simulate
 from sim.records import Records
