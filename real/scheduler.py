@@ -37,6 +37,7 @@ cannot be separated when one thread serves every op.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import os
 import time
@@ -59,6 +60,7 @@ from sim.records import Records, op_records
 
 DEFAULT_QD = 32
 ARENA_LIMIT = 4 << 30
+DRAIN_S = 30.0  # give up waiting for in-flight I/Os after an error
 _START, _END = 0, 1
 
 
@@ -348,12 +350,18 @@ class Replayer:
         if self.op_done[j] == self.n_ios[j]:
             self._end(j, t)
 
-    def _drain(self, limit_s: float = 30.0) -> None:
-        """Wait for I/Os still in flight (after an error): the kernel owns their buffers."""
+    def _drain(self) -> None:
+        """Wait for I/Os still in flight (after an error): the kernel owns their buffers.
+
+        I/Os queued but not yet submitted (an interrupt mid-round) are submitted
+        first, so that every counted I/O completes.
+        """
+        with contextlib.suppress(Exception):
+            self.engine.submit()
         for tag, _ in self._reaped:  # reaped, not yet handled when the error struck
             if self.tags.pop(tag, None) is not None:
                 self.inflight -= 1
-        end = time.monotonic() + limit_s
+        end = time.monotonic() + DRAIN_S
         while self.inflight > 0 and time.monotonic() < end:
             try:
                 done = self.engine.wait(1.0)

@@ -269,6 +269,30 @@ def test_interrupt_drains_and_cleans_up(direct_dir):
     assert not root.exists()
 
 
+@pytest.mark.parametrize("engine", ["threads", pytest.param("uring", marks=needs_uring)])
+def test_interrupt_mid_round_drains_every_io(direct_dir, monkeypatch, engine):
+    from real import scheduler
+
+    queue, calls = scheduler.Replayer._queue, []
+
+    def queue_then_interrupt(self, *args):
+        queue(self, *args)  # queued, not yet submitted
+        calls.append(1)
+        if len(calls) == 40:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(scheduler.Replayer, "_queue", queue_then_interrupt)
+    monkeypatch.setattr(scheduler, "DRAIN_S", 5.0)
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", 4 * MiB, 1024)
+    plan = b.table()
+    with prepare_targets(plan, direct_dir / "t") as files:
+        runner = scheduler.Replayer(plan, files.targets, engine=engine)
+        with pytest.raises(KeyboardInterrupt):
+            runner.run()
+    assert runner.inflight == 0 and not runner.tags
+
+
 def test_sigterm_becomes_keyboard_interrupt():
     with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
         os.kill(os.getpid(), signal.SIGTERM)
