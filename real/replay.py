@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
@@ -218,16 +219,26 @@ def cmd_replay(args: argparse.Namespace) -> int:
             log=console.print,
         )
         try:
-            records = replay(
-                plan,
-                files,
-                engine=args.engine,
-                qd=args.qd,
-                nonio_s=nonio,
-                verify=not args.no_verify,
-                gds=args.gds,
-                log=console.print,
-            )
+            with Progress(
+                TextColumn("replay"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("ops"),
+                TimeElapsedColumn(),
+                console=console,
+            ) as bar:
+                task = bar.add_task("replay", total=plan.num_rows)
+                records = replay(
+                    plan,
+                    files,
+                    engine=args.engine,
+                    qd=args.qd,
+                    nonio_s=nonio,
+                    verify=not args.no_verify,
+                    gds=args.gds,
+                    log=console.print,
+                    progress=lambda done, _total: bar.update(task, completed=done),
+                )
         finally:
             if args.keep_files:
                 console.print("kept: " + ", ".join(t.path for t in files.targets.values()))
