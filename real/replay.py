@@ -219,26 +219,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             log=console.print,
         )
         try:
-            with Progress(
-                TextColumn("replay"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("ops"),
-                TimeElapsedColumn(),
-                console=console,
-            ) as bar:
-                task = bar.add_task("replay", total=plan.num_rows)
-                records = replay(
-                    plan,
-                    files,
-                    engine=args.engine,
-                    qd=args.qd,
-                    nonio_s=nonio,
-                    verify=not args.no_verify,
-                    gds=args.gds,
-                    log=console.print,
-                    progress=lambda done, _total: bar.update(task, completed=done),
-                )
+            records = _replay_with_progress(console, plan, files, nonio, args)
         finally:
             if args.keep_files:
                 console.print("kept: " + ", ".join(t.path for t in files.targets.values()))
@@ -258,6 +239,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
     console.print(device_table(records))
     console.print(f"records: {args.out}/ (ops, devices, steps Parquet; run.json)")
     return 0
+
+
+def _replay_with_progress(console, plan, files, nonio, args) -> Records:
+    columns = (BarColumn(), MofNCompleteColumn(), TextColumn("ops"), TimeElapsedColumn())
+    with Progress(TextColumn("replay"), *columns, console=console) as bar:
+        task = bar.add_task("replay", total=plan.num_rows)
+        return replay(
+            plan,
+            files,
+            engine=args.engine,
+            qd=args.qd,
+            nonio_s=nonio,
+            verify=not args.no_verify,
+            gds=args.gds,
+            log=console.print,
+            progress=lambda done, _total: bar.update(task, completed=done),
+        )
 
 
 def _profile(name: str | None, plan_path: Path) -> HardwareProfile | None:
