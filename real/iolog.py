@@ -1,0 +1,343 @@
+"""Export a transfer plan as fio iologs and replay it with fio: an independent cross-check.
+
+One fio iolog v3 per SSD (``<node>.iolog``), each naming only that device's
+path, and one fio job per log (``read_iolog=``), so fio drives the devices
+in parallel as kvtier's replayer does.  fio's ``replay_redirect`` is not
+used: it sends every log's I/O to one device.
+
+The v3 format (fio HOWTO, "Trace file format v3"): the first line is
+``fio version 3 iolog``; then ``<timestamp_us> <file> add|open|close`` and
+``<timestamp_us> <file> read|write <offset> <length>``, timestamps in
+microseconds from the start of the run.  Each plan op becomes ``n_ios``
+lines (``bytes / n_ios`` long, ``stride`` apart or contiguous) stamped with
+the op's start: ``start_s`` from a records table (simulated or real) when
+one is given, else the op's ``release_s``.  Lines are ordered by time, then
+op, then I/O.
+
+Replay mode: ``replay_no_stall=1`` by default -- fio ignores the timestamps
+and issues each device's I/Os in order as fast as ``iodepth`` allows.  That
+is the throughput cross-check: the same bytes, offsets, sizes and per-device
+split as the plan, at the devices' own pace, which is what kvtier's replay of
+a plan of large reads should approach (ratio >= 0.9).  With ``no_stall=False``
+fio honours the timestamps (a timing replay, throughput set by the plan).
+fio knows nothing of ``depends_on``: within a device it keeps log order,
+across devices nothing, so it bounds kvtier's throughput from above.
+
+Throttled targets: fio runs inside the emulated set's cgroup (``cgroup=``);
+paced targets get the same limits as fio ``rate``/``rate_iops`` options.
+fio reports runtimes in milliseconds: compare plans that run for 0.5 s or
+more.  fio 3.33 leaves an iolog replay's last ``iodepth - 1`` completions
+out of its byte counts, so the bytes reported are the plan's (fio's issued
+I/O count is checked against the plan).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from real import fio
+from real.errors import RealError
+from real.targets import Target
+from sim.plan import read_plan
+
+HEADER = "fio version 3 iolog"
+SECTOR = 512  # O_DIRECT alignment fio needs for offsets and lengths
+
+
+def op_start_times(plan: pa.Table, records: pa.Table | None = None) -> np.ndarray:
+    """Start time (s) of every plan op: ``records.start_s`` by ``op_id``, else ``release_s``."""
+    start = plan.column("release_s").to_numpy().astype(float).copy()
+    if records is not None:
+        ids = records.column("op_id").to_numpy()
+        times = records.column("start_s").to_numpy().astype(float)
+        ok = (ids >= 0) & (ids < len(start)) & np.isfinite(times)
+        start[ids[ok]] = times[ok]
+    return start
+
+
+def iolog_lines(plan: pa.Table, target: Target, start_s: np.ndarray) -> list[str]:
+    """The iolog v3 lines of ``target``'s node (empty when the plan never touches it)."""
+    kind = np.asarray(plan.column("kind").to_pylist(), dtype=object)
+    src = np.asarray(plan.column("src").to_pylist(), dtype=object)
+    dst = np.asarray(plan.column("dst").to_pylist(), dtype=object)
+    mine = ((kind == "read") & (src == target.node)) | ((kind == "write") & (dst == target.node))
+    ops = np.nonzero(mine)[0]
+    if not len(ops):
+        return []
+    nbytes, n_ios, first, stride = (
+        plan.column(c).to_numpy()[ops].astype(np.int64)
+        for c in ("bytes", "n_ios", "offset", "stride")
+    )
+    bad = np.nonzero((n_ios <= 0) | (nbytes % np.maximum(n_ios, 1) != 0))[0]
+    if len(bad):
+        b = bad[0]
+        raise RealError(f"op {ops[b]}: {nbytes[b]} bytes do not split into {n_ios[b]} equal I/Os")
+    length = nbytes // n_ios
+    step = np.where(stride > 0, stride, length)
+    bad = np.nonzero((first % SECTOR) | (length % SECTOR) | (step % SECTOR))[0]
+    if len(bad):
+        raise RealError(
+            f"op {ops[bad[0]]}: offset/length/stride not multiples of {SECTOR} (O_DIRECT)"
+        )
+    end = first + (n_ios - 1) * step + length
+    bad = np.nonzero(end > target.size)[0]
+    if len(bad):
+        b = bad[0]
+        raise RealError(f"op {ops[b]}: ends at byte {end[b]}, beyond {target.path} ({target.size})")
+    stamp = np.maximum(0, np.round(start_s[ops] * 1e6)).astype(np.int64)
+    op = np.repeat(ops, n_ios)
+    k = np.arange(len(op)) - np.repeat(np.cumsum(n_ios) - n_ios, n_ios)
+    offset = np.repeat(first, n_ios) + k * np.repeat(step, n_ios)
+    order = np.lexsort((k, op, np.repeat(stamp, n_ios)))
+    ts = np.repeat(stamp, n_ios)[order].tolist()
+    act = kind[op[order]].tolist()
+    off = offset[order].tolist()
+    size = np.repeat(length, n_ios)[order].tolist()
+    path = target.path
+    lines = [HEADER, f"0 {path} add", f"0 {path} open"]
+    lines += [f"{t} {path} {a} {o} {n}" for t, a, o, n in zip(ts, act, off, size, strict=True)]
+    lines.append(f"{ts[-1]} {path} close")
+    return lines
+
+
+def export_iologs(
+    plan: pa.Table,
+    targets: Sequence[Target],
+    out_dir: str | Path,
+    records: pa.Table | None = None,
+) -> dict[str, Path]:
+    """Write ``<node>.iolog`` for every target the plan touches; return node -> path."""
+    _check_nodes(plan, targets)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    start = op_start_times(plan, records)
+    logs = {}
+    for t in targets:
+        lines = iolog_lines(plan, t, start)
+        if lines:
+            logs[t.node] = out / f"{t.node}.iolog"
+            logs[t.node].write_text("\n".join(lines) + "\n")
+    return logs
+
+
+def _check_nodes(plan: pa.Table, targets: Sequence[Target]) -> None:
+    kinds = plan.column("kind").to_pylist()
+    used = {s for k, s in zip(kinds, plan.column("src").to_pylist(), strict=True) if k == "read"}
+    used |= {d for k, d in zip(kinds, plan.column("dst").to_pylist(), strict=True) if k == "write"}
+    missing = sorted(used - {t.node for t in targets})
+    if missing:
+        raise RealError(f"no target for plan SSD node(s) {', '.join(missing)}")
+
+
+def job_file(
+    logs: Mapping[str, Path],
+    targets: Sequence[Target],
+    plan: pa.Table,
+    *,
+    no_stall: bool = True,
+    iodepth: int | None = None,
+) -> str:
+    """A fio job file: one job per log; ``iodepth`` per device: the argument, else the
+    target's queue depth, else the deepest op of that device in the plan, else 32."""
+    lines = ["[global]", "ioengine=io_uring", "direct=1", f"replay_no_stall={int(no_stall)}"]
+    by_node = {t.node: t for t in targets}
+    for node, log in logs.items():
+        t = by_node[node]
+        depth = iodepth or t.queue_depth or _plan_depth(plan, node) or 32
+        lines += ["", f"[{node}]", f"read_iolog={Path(log).resolve()}", f"iodepth={depth}"]
+        if t.pacing and not t.limits.unlimited:
+            lim = t.limits
+            lines += [f"rate={lim.read_bps},{lim.write_bps}"]
+            lines += [f"rate_iops={lim.read_iops},{lim.write_iops}"]
+    return "\n".join(lines) + "\n"
+
+
+def _plan_depth(plan: pa.Table, node: str) -> int:
+    kind = plan.column("kind").to_pylist()
+    src, dst = plan.column("src").to_pylist(), plan.column("dst").to_pylist()
+    qd = plan.column("queue_depth").to_pylist()
+    mine = [
+        q
+        for k, s, d, q in zip(kind, src, dst, qd, strict=True)
+        if (k == "read" and s == node) or (k == "write" and d == node)
+    ]
+    return max(mine, default=0)
+
+
+def fio_replay_throughput(
+    plan: pa.Table,
+    targets: Sequence[Target],
+    out_dir: str | Path,
+    *,
+    records: pa.Table | None = None,
+    no_stall: bool = True,
+    iodepth: int | None = None,
+    cgroup: str | Path | None = None,
+    allow_write: bool = False,
+) -> dict[str, Any]:
+    """Export, run fio on the logs, and report what fio moved and how fast.
+
+    Returns ``bytes``, ``read_bytes``, ``write_bytes``, ``elapsed_s`` (the
+    longest job), ``throughput_bps`` (bytes / elapsed_s), ``per_device``
+    (node -> bytes, elapsed_s, throughput_bps) and the paths of the job
+    file, logs and fio JSON.  Writes go only to targets kvtier created unless
+    ``allow_write``.
+    """
+    out = Path(out_dir)
+    logs = export_iologs(plan, targets, out, records)
+    if not logs:
+        raise RealError("the plan has no reads or writes on the given targets")
+    writers = _written_nodes(plan)
+    for t in targets:
+        if t.node in writers and not t.created and not allow_write:
+            raise RealError(f"{t.path}: the plan writes to it and kvtier did not create it")
+    job = out / "replay.fio"
+    job.write_text(job_file(logs, targets, plan, no_stall=no_stall, iodepth=iodepth))
+    doc = fio.run_fio([str(job)], out / "replay.json", cgroup=cgroup)
+    return summarize_replay(doc, plan) | {
+        "job_file": str(job),
+        "iologs": {n: str(p) for n, p in logs.items()},
+        "fio_json": str(out / "replay.json"),
+        "no_stall": no_stall,
+    }
+
+
+def _written_nodes(plan: pa.Table) -> set[str]:
+    kinds = plan.column("kind").to_pylist()
+    return {d for k, d in zip(kinds, plan.column("dst").to_pylist(), strict=True) if k == "write"}
+
+
+def device_totals(plan: pa.Table, node: str) -> dict[str, int]:
+    """Bytes read, bytes written and I/Os of ``node`` in ``plan``."""
+    kind = np.asarray(plan.column("kind").to_pylist(), dtype=object)
+    src = np.asarray(plan.column("src").to_pylist(), dtype=object)
+    dst = np.asarray(plan.column("dst").to_pylist(), dtype=object)
+    nbytes, n_ios = plan.column("bytes").to_numpy(), plan.column("n_ios").to_numpy()
+    reads = (kind == "read") & (src == node)
+    writes = (kind == "write") & (dst == node)
+    return {
+        "read": int(nbytes[reads].sum()),
+        "write": int(nbytes[writes].sum()),
+        "ios": int(n_ios[reads | writes].sum()),
+    }
+
+
+def summarize_replay(doc: Mapping[str, Any], plan: pa.Table) -> dict[str, Any]:
+    """Bytes and throughput of a fio iolog replay (jobs named by node, run concurrently).
+
+    The bytes are the plan's: fio 3.33 leaves the last ``iodepth - 1``
+    completions of an iolog replay out of ``io_bytes`` (its ``total_ios``
+    counts them all, and is checked against the plan), so ``io_bytes`` would
+    under-report; the time is fio's ``job_runtime`` (ms).
+    """
+    per_device = {}
+    total = {"read": 0, "write": 0}
+    for job in doc.get("jobs", []):
+        node = job["jobname"]
+        if job.get("error"):
+            raise RealError(f"fio job {node} failed: error {job['error']}")
+        want = device_totals(plan, node)
+        issued = int(job["read"]["total_ios"]) + int(job["write"]["total_ios"])
+        if issued != want["ios"]:
+            raise RealError(f"fio issued {issued} I/Os on {node}, the plan has {want['ios']}")
+        total["read"] += want["read"]
+        total["write"] += want["write"]
+        nbytes = want["read"] + want["write"]
+        elapsed = job["job_runtime"] / 1e3
+        per_device[node] = {
+            "bytes": nbytes,
+            "fio_io_bytes": int(job["read"]["io_bytes"]) + int(job["write"]["io_bytes"]),
+            "elapsed_s": elapsed,
+            "throughput_bps": nbytes / elapsed if elapsed else float("nan"),
+        }
+    elapsed = max((d["elapsed_s"] for d in per_device.values()), default=0.0)
+    nbytes = total["read"] + total["write"]
+    return {
+        "bytes": nbytes,
+        "read_bytes": total["read"],
+        "write_bytes": total["write"],
+        "elapsed_s": elapsed,
+        "throughput_bps": nbytes / elapsed if elapsed else float("nan"),
+        "per_device": per_device,
+    }
+
+
+# ---- CLI -------------------------------------------------------------------------
+def add_cli(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "iolog", help="export a plan as fio iologs (one per SSD); --run replays them"
+    )
+    p.add_argument("--plan", required=True, help="transfer plan (Parquet)")
+    p.add_argument(
+        "--target",
+        action="append",
+        required=True,
+        metavar="NODE=PATH",
+        help="an existing file or block device for a plan SSD (repeat per SSD)",
+    )
+    p.add_argument("--records", help="op records (ops.parquet or its directory) for the times")
+    p.add_argument("--out", required=True, help="directory for the logs, job file and fio JSON")
+    p.add_argument("--run", action="store_true", help="replay the logs with fio")
+    p.add_argument("--stall", action="store_true", help="honour the timestamps (default: no stall)")
+    p.add_argument("--iodepth", type=int, default=None, help="fio iodepth per device")
+    p.add_argument("--allow-write", action="store_true", help="let fio write the given targets")
+    p.set_defaults(handler=_cli)
+
+
+def cli_targets(specs: Sequence[str]) -> list[Target]:
+    """``NODE=PATH`` pairs as targets the user owns (``created=False``)."""
+    targets = []
+    for spec in specs:
+        node, sep, path = spec.partition("=")
+        if not sep or not node or not path:
+            raise RealError(f"--target wants NODE=PATH, got {spec!r}")
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise RealError(f"{path}: {exc.strerror}") from None
+        try:
+            size = os.lseek(fd, 0, os.SEEK_END)
+        finally:
+            os.close(fd)
+        targets.append(Target(node=node, path=path, size=size, kind="file", created=False))
+    return targets
+
+
+def _cli(args: argparse.Namespace) -> int:
+    plan = read_plan(args.plan)
+    targets = cli_targets(args.target)
+    records = None
+    if args.records:
+        path = Path(args.records)
+        records = pq.read_table(path / "ops.parquet" if path.is_dir() else path)
+    if not args.run:
+        logs = export_iologs(plan, targets, args.out, records)
+        for node, log in logs.items():
+            print(f"{node}: {log}")
+        return 0
+    got = fio_replay_throughput(
+        plan,
+        targets,
+        args.out,
+        records=records,
+        no_stall=not args.stall,
+        iodepth=args.iodepth,
+        allow_write=args.allow_write,
+    )
+    for node, d in got["per_device"].items():
+        rate = d["throughput_bps"] / 1e6
+        print(f"{node}: {d['bytes']} bytes in {d['elapsed_s']:.3f} s, {rate:.1f} MB/s")
+    print(
+        f"fio replay: {got['bytes']} bytes in {got['elapsed_s']:.3f} s = "
+        f"{got['throughput_bps'] / 1e6:.1f} MB/s ({'no stall' if got['no_stall'] else 'timed'}); "
+        f"JSON {got['fio_json']}"
+    )
+    return 0
