@@ -127,7 +127,7 @@ def detect_format(path: str | Path) -> str:
 def _open_text(path: str | Path):
     opener = gzip.open if str(path).endswith(".gz") else open
     try:
-        return opener(path, "rt", encoding="utf-8")
+        return opener(path, "rt", encoding="utf-8-sig")  # a BOM is not part of the header
     except OSError as exc:
         raise TraceError(f"{path}: cannot open ({exc.strerror or exc})") from None
 

@@ -238,6 +238,25 @@ class RequestTrace:
             raise TraceError(f"with_rate: {self.source} has no defined rate to scale")
         return self.scale_rate(rate_rps / current)
 
+    def with_block_tokens(self, block_tokens: int) -> RequestTrace:
+        """Hashes of coarser blocks, ``block_tokens`` a multiple ``k`` of the current
+        size: a chained id stands for its whole prefix, so the id of every
+        ``k``-th block is the id of the coarse block ending there."""
+        k, rest = divmod(block_tokens, self.block_tokens)
+        if block_tokens <= 0 or rest:
+            raise TraceError(
+                f"with_block_tokens: {block_tokens} is not a multiple of {self.block_tokens}"
+            )
+        offsets, values = self.hashes()
+        lengths = np.diff(offsets)
+        pos = np.arange(len(values)) - np.repeat(offsets[:-1], lengths)
+        new_offsets = np.r_[0, np.cumsum(lengths // k)]
+        column = pa.ListArray.from_arrays(
+            pa.array(new_offsets.astype(np.int32)), pa.array(values[pos % k == k - 1], pa.int64())
+        )
+        table = self.table.set_column(6, "block_hashes", column)
+        return self._with(table, block_tokens=block_tokens)
+
     def validate(self) -> None:
         """Raise :class:`TraceError` naming the first request that breaks the schema."""
         _validate(self)

@@ -176,6 +176,12 @@ def test_trailing_blank_lines_are_fine(tmp_path: Path):
     assert len(read_azure(path)) == 2
 
 
+def test_byte_order_mark_is_not_part_of_the_header(tmp_path: Path):
+    path = tmp_path / "bom.csv"
+    path.write_text("\ufeff" + AZURE_HEAD + AZURE_OK, encoding="utf-8")
+    assert detect_format(path) == "azure" and len(read_trace(path)) == 1
+
+
 def test_out_of_order_lines_are_sorted_with_a_warning(tmp_path: Path):
     path = tmp_path / "t.jsonl"
     path.write_text(

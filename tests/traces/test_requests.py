@@ -123,6 +123,16 @@ def test_scale_rate_and_with_rate():
         t.scale_rate(0)
 
 
+def test_coarser_blocks_keep_every_kth_id():
+    t = small().with_block_tokens(8)  # 2 blocks of 4 tokens -> 1 block of 8
+    assert t.block_tokens == 8
+    assert [t.block_hashes(i).tolist() for i in range(4)] == [[11], [11], [], [11, 13]]
+    t.validate()
+    assert t.stats().reused_blocks == 2
+    with pytest.raises(TraceError, match="not a multiple"):
+        small().with_block_tokens(6)
+
+
 def test_parquet_round_trip_keeps_metadata(tmp_path: Path):
     t = RequestTrace(
         small().table, 4, "test:small", "CC-BY-4.0", "someone", clipped_outputs=2, reordered=1
