@@ -79,8 +79,48 @@ class SwarmParams:
     queue_depth: int = 0  # per-op in-flight I/Os; 0 = the device maximum
 
 
-WORKLOADS: dict[str, type] = {"sparse_decode": SparseDecodeParams, "swarm": SwarmParams}
-Workload = SparseDecodeParams | SwarmParams
+@dataclass(frozen=True)
+class ServingParams:
+    """LLM serving with prefix caching over GPU, host-memory and SSD tiers (see
+    :mod:`sim.serving` and :mod:`sim.scenarios.serving`): SSD-backed
+    PagedAttention, Unified KV Pooling and their baselines."""
+
+    kind: str = "serving"
+    model: str = "Llama-3.1-8B"
+    design: str = "gpu-only"  # a registered serving design (sim.serving.designs.DESIGNS)
+    design_params: dict = field(default_factory=dict)
+    # workload field -> list of values: every variant runs at every point of the product
+    matrix: dict = field(default_factory=dict)
+    trace: str = "conversation"  # conversation | long_doc | a request-table Parquet file
+    requests: int = 0  # use the first N requests of the trace; 0 = all
+    max_inflight: int = 0  # client: outstanding requests at most; 0 = open loop
+    # long_doc: seed 004's Long Doc QA, each document warmed up, then queried
+    context_tokens: int = field(default=8192, metadata={"positive": True})
+    docs: int = field(default=2, metadata={"positive": True})
+    output_tokens: int = field(default=100, metadata={"positive": True})
+    # conversation: multi-turn sessions re-sending their history
+    sessions: int = field(default=32, metadata={"positive": True})
+    turns: float = field(default=4.0, metadata={"positive": True})  # mean turns per session
+    session_rate: float = field(default=1.0, metadata={"positive": True})  # sessions/s
+    think_s: float = 5.0  # mean pause before a session's next turn
+    prompt_tokens: int = field(default=128, metadata={"positive": True})  # median new prompt
+    reply_tokens: int = field(default=128, metadata={"positive": True})  # median reply
+    max_context: int = field(default=4096, metadata={"positive": True})  # history cap
+    # engine
+    block_tokens: int = field(default=16, metadata={"positive": True})
+    max_batch: int = field(default=128, metadata={"positive": True})
+    max_batched_tokens: int = 0  # per iteration (chunked prefill); 0 = whole prompts
+    gpu_memory_utilization: float = 0.9  # KV = this share of HBM minus the weights
+    gpu_kv_tokens: int = 0  # GPU KV cache in tokens; 0 = from gpu_memory_utilization
+    gpu_prefix_cache: bool = True
+
+
+WORKLOADS: dict[str, type] = {
+    "sparse_decode": SparseDecodeParams,
+    "swarm": SwarmParams,
+    "serving": ServingParams,
+}
+Workload = SparseDecodeParams | SwarmParams | ServingParams
 
 
 @dataclass(frozen=True)
@@ -167,6 +207,9 @@ class _Head:
 def _check_workload(p: Workload, where: Any, key: str) -> None:
     from sim.plan import IO_PATHS
 
+    if isinstance(p, ServingParams):
+        _check_serving(p, where, key)
+        return
     if isinstance(p, SwarmParams):
         _check_swarm(p, where, key)
     if not 0 < p.sparsity <= 1:
@@ -190,6 +233,27 @@ def _check_swarm(p: SwarmParams, where: Any, key: str) -> None:
     for name in ("ssds", "queue_depth", "layers", "local_window", "sink_tokens"):
         if getattr(p, name) < 0:
             raise where.error(f"{key}.{name}", f"must be >= 0, got {getattr(p, name)}")
+
+
+def _check_serving(p: ServingParams, where: Any, key: str) -> None:
+    for name in ("requests", "max_inflight", "max_batched_tokens", "gpu_kv_tokens"):
+        if getattr(p, name) < 0:
+            raise where.error(f"{key}.{name}", f"must be >= 0, got {getattr(p, name)}")
+    if p.think_s < 0:
+        raise where.error(f"{key}.think_s", f"must be >= 0, got {p.think_s}")
+    if not 0 < p.gpu_memory_utilization <= 1:
+        raise where.error(f"{key}.gpu_memory_utilization", "must be in (0, 1]")
+    fields = {f.name for f in dataclasses.fields(ServingParams)} - {"kind", "matrix"}
+    for name, values in p.matrix.items():
+        if name not in fields:
+            raise where.error(f"{key}.matrix.{name}", "unknown workload key")
+        if not isinstance(values, list) or not values:
+            raise where.error(f"{key}.matrix.{name}", "must be a non-empty list of values")
+        want = type(getattr(p, name))
+        for v in values:
+            ok = isinstance(v, want) or (want is float and isinstance(v, int))
+            if not ok or (want is not bool and isinstance(v, bool)):
+                raise where.error(f"{key}.matrix.{name}", f"{v!r} is not a {want.__name__}")
 
 
 def list_scenarios() -> list[str]:

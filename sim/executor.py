@@ -19,6 +19,7 @@ an op exactly as much as the CPU work exceeds the device work.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
+from sim.engine.flownet import FlowNetwork
 from sim.hw.machine import Machine
 from sim.plan import depends_csr, validate_plan
 from sim.records import Records, device_records, op_records
@@ -40,6 +42,72 @@ class ExecStats:
     flows: int
     reratings: int
     makespan_s: float
+
+
+@dataclass(frozen=True)
+class OpPhysics:
+    """The parts of one op: a data (or compute) flow and a concurrent CPU flow.
+
+    ``path`` crosses resources of ``net``; ``amount`` is bytes (GPU-seconds for
+    compute); ``cap`` is the flow's own rate bound (the SSD queue-depth bound);
+    ``latency_s`` delays the data flow (an SSD's unloaded access latency);
+    ``cpu_s`` is the software path's CPU time (0: no CPU flow).
+    """
+
+    net: FlowNetwork
+    path: tuple
+    amount: float
+    cap: float
+    latency_s: float
+    cpu_s: float
+
+
+def op_physics(
+    m: Machine,
+    kind: str,
+    src: str,
+    dst: str,
+    nbytes: float,
+    n_ios: int,
+    queue_depth: int,
+    io_path: str,
+    flops: float,
+    hbm_bytes: float,
+) -> OpPhysics:
+    """How one plan op becomes flows on ``m`` (see the module docstring)."""
+    if kind == "compute":
+        secs = m.gpu_seconds(dst, flops, hbm_bytes)
+        return OpPhysics(m.gpu_net, ((m.gpu_res[dst], 1.0),), secs, math.inf, 0.0, 0.0)
+    path = [(r, 1.0) for r in m.route(src, dst)]
+    cap, latency = math.inf, 0.0
+    if kind in ("read", "write"):
+        ssd = src if kind == "read" else dst
+        spec = m.profile.ssd(ssd)
+        qd = min(queue_depth or spec.max_queue_depth, n_ios)
+        access, rates = m.ssd_access(ssd, kind == "write", nbytes / n_ios, qd)
+        path.insert(0 if kind == "read" else len(path), access)
+        cap, latency = rates.queue_rate, rates.latency_s
+    cpu_s = m.cpu_seconds(io_path, n_ios, queue_depth or n_ios)
+    return OpPhysics(m.net, tuple(path), float(nbytes), cap, latency, cpu_s)
+
+
+def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
+    """Start an op's parts now; ``done()`` is called once per part as it ends.
+
+    Returns the number of parts (1, or 2 with a CPU flow); the op ends when
+    ``done`` has been called that many times.
+    """
+    env, net = m.env, phys.net
+    if phys.cpu_s > 0:
+        m.cpu_net.start(((m.cpu_res, 1.0),), phys.cpu_s, lambda _f: done(), cap=1.0)
+    if phys.latency_s > 0:
+        ev = env.timeout(phys.latency_s)
+        ev.callbacks.append(
+            lambda _e: net.start(phys.path, phys.amount, lambda _f: done(), cap=phys.cap)
+        )
+    else:
+        net.start(phys.path, phys.amount, lambda _f: done(), cap=phys.cap)
+    return 1 + (phys.cpu_s > 0)
 
 
 class PlanExecutor:
@@ -102,22 +170,10 @@ class PlanExecutor:
 
     def _start(self, i: int) -> None:
         self.start_s[i] = self.env.now
-        net, data, amount, cap, latency, cpu_s = self._op_plan(i)
-        self.cpu_s[i] = cpu_s
-        parts = 1 + (cpu_s > 0)
-        self._parts[i] = parts
-        done = self._part_done
-        if cpu_s > 0:
-            self.flows += 1
-            self.machine.cpu_net.start(
-                ((self.machine.cpu_res, 1.0),), cpu_s, lambda _f: done(i), cap=1.0
-            )
-        self.flows += 1
-        if latency > 0:
-            ev = self.env.timeout(latency)
-            ev.callbacks.append(lambda _e: net.start(data, amount, lambda _f: done(i), cap=cap))
-        else:
-            net.start(data, amount, lambda _f: done(i), cap=cap)
+        phys = self._op_plan(i)
+        self.cpu_s[i] = phys.cpu_s
+        self._parts[i] = launch(self.machine, phys, lambda i=i: self._part_done(i))
+        self.flows += self._parts[i]
 
     def _part_done(self, i: int) -> None:
         self._parts[i] -= 1
@@ -135,32 +191,31 @@ class PlanExecutor:
                 self._ready(j)
 
     # ---- per-op physics ----------------------------------------------------------
-    def _op_plan(self, i: int) -> tuple:
-        """(network, path, amount, rate cap, latency, cpu seconds) of op ``i``."""
-        kind, src, dst = self.kind[i], self.src[i], self.dst[i]
-        m = self.machine
+    def _op_plan(self, i: int) -> OpPhysics:
+        """The flows of op ``i`` (memoised per distinct op shape)."""
+        kind = self.kind[i]
         if kind == "compute":
-            secs = m.gpu_seconds(dst, self.flops[i], self.hbm[i])
-            return m.gpu_net, ((m.gpu_res[dst], 1.0),), secs, math.inf, 0.0, 0.0
+            return op_physics(
+                self.machine, kind, "", self.dst[i], 0, 0, 0, "none", self.flops[i], self.hbm[i]
+            )
         n_ios, nbytes = self.n_ios[i], self.nbytes[i]
-        key = (kind, src, dst, nbytes / n_ios, self.qd[i], self.io_path[i], n_ios)
+        key = (kind, self.src[i], self.dst[i], nbytes / n_ios, self.qd[i], self.io_path[i], n_ios)
         cached = self._plans.get(key)
         if cached is None:
-            path = [(r, 1.0) for r in m.route(src, dst)]
-            cap, latency = math.inf, 0.0
-            if kind in ("read", "write"):
-                ssd = src if kind == "read" else dst
-                spec = m.profile.ssd(ssd)
-                qd = self.qd[i] or spec.max_queue_depth
-                qd = min(qd, n_ios)
-                access, rates = m.ssd_access(ssd, kind == "write", nbytes / n_ios, qd)
-                path.insert(0 if kind == "read" else len(path), access)
-                cap, latency = rates.queue_rate, rates.latency_s
-            cpu_s = m.cpu_seconds(self.io_path[i], n_ios, self.qd[i] or n_ios)
-            cached = (tuple(path), cap, latency, cpu_s)
+            cached = op_physics(
+                self.machine,
+                kind,
+                self.src[i],
+                self.dst[i],
+                nbytes,
+                n_ios,
+                self.qd[i],
+                self.io_path[i],
+                0.0,
+                0.0,
+            )
             self._plans[key] = cached
-        path, cap, latency, cpu_s = cached
-        return m.net, path, float(nbytes), cap, latency, cpu_s
+        return cached if cached.amount == nbytes else dataclasses.replace(cached, amount=nbytes)
 
     # ---- results -------------------------------------------------------------------
     def records(self) -> Records:

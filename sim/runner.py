@@ -25,7 +25,14 @@ import pyarrow as pa
 import yaml
 
 from hwprofiles import HardwareProfile
-from sim.config import ConfigError, ScenarioConfig, SparseDecodeParams, SwarmParams, Variant
+from sim.config import (
+    ConfigError,
+    ScenarioConfig,
+    ServingParams,
+    SparseDecodeParams,
+    SwarmParams,
+    Variant,
+)
 from sim.executor import simulate
 from sim.metrics import decode_summary, design_summary
 from sim.perfetto import write_trace
@@ -65,8 +72,9 @@ def slug(name: str) -> str:
 @dataclass
 class PlannedVariant:
     variant: Variant
-    plan: pa.Table
+    plan: pa.Table | None  # None for closed-loop kinds, whose plan is what ``drive`` issued
     summarize: Callable[[Records], dict]
+    drive: Callable[[], Records] | None = None
 
 
 def _plan_sparse_decode(
@@ -127,6 +135,29 @@ def _plan_swarm(
 PLANNERS: dict[str, Callable] = {"sparse_decode": _plan_sparse_decode, "swarm": _plan_swarm}
 
 
+def _drive_serving(
+    params: ServingParams, profile: HardwareProfile, seed: int, name: str
+) -> tuple[Callable[[], Records], Callable[[Records], dict]]:
+    from sim.scenarios.serving import prepare
+
+    return prepare(params, profile, seed, name)
+
+
+def _serving_variants(cfg: ScenarioConfig) -> tuple[Variant, ...]:
+    from sim.scenarios.serving import expand_variants
+
+    return expand_variants(cfg)
+
+
+# Closed-loop kinds: no plan ahead; the driver issues ops while it simulates
+# (and returns the plan it issued, for open-loop replay).
+DRIVERS: dict[str, Callable] = {"serving": _drive_serving}
+# kinds whose scenario expands its variants (a matrix of workload values)
+EXPANDERS: dict[str, Callable[[ScenarioConfig], tuple[Variant, ...]]] = {
+    "serving": _serving_variants
+}
+
+
 def plan_variants(
     cfg: ScenarioConfig, profile: HardwareProfile, progress: Progress | None = None
 ) -> tuple[list[PlannedVariant], dict[str, str]]:
@@ -137,10 +168,15 @@ def plan_variants(
     """
     planned: list[PlannedVariant] = []
     skipped: dict[str, str] = {}
-    for variant in cfg.variants:
+    expand = EXPANDERS.get(cfg.workload.kind)
+    for variant in expand(cfg) if expand else cfg.variants:
         params = cfg.variant_params(variant)
         tick = _ticker(progress, f"{variant.name} (plan)", _plan_units(params))
         try:
+            if params.kind in DRIVERS:
+                drive, summarize = DRIVERS[params.kind](params, profile, cfg.seed, variant.name)
+                planned.append(PlannedVariant(variant, None, summarize, drive))
+                continue
             plan, summarize = PLANNERS[params.kind](params, profile, cfg.seed, tick)
         except Unsupported as exc:
             skipped[variant.name] = str(exc)
@@ -182,6 +218,11 @@ def run_variant(
     progress: Progress | None = None,
 ) -> VariantResult:
     name = planned.variant.name
+    if planned.drive is not None:
+        records = planned.drive()
+        if progress:
+            progress(name, 1, 1)
+        return VariantResult(planned.variant, records, planned.summarize(records))
     cb = (lambda done, total: progress(name, done, total)) if progress else None
     records = simulate(planned.plan, profile, cb)
     records.plan = planned.plan  # type: ignore[attr-defined]

@@ -60,6 +60,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
         result = run(cfg, profile, out, progress=update, trace=args.trace)
     if cfg.workload.kind == "swarm":
         console.print(design_table(result.summary(), cfg))
+    elif cfg.workload.kind == "serving":
+        from sim.serving.report import serving_tables
+
+        for table in serving_tables(result.summary(), f"{cfg.name} on {profile.name}"):
+            console.print(table)
     else:
         console.print(summary_table(result.summary(), cfg.workload.batch))
     for name, why in result.skipped.items():

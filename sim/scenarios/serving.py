@@ -1,0 +1,184 @@
+"""Serving scenarios: request traces, the variant matrix and the driver.
+
+Two traces come built in (a request-table Parquet file is the third way):
+
+* ``long_doc`` — seed 004's setup (§III-A, §V-A): LMCache's Long Doc QA,
+  ``docs`` documents of ``context_tokens`` tokens each, every one served once
+  (the warm-up pass, whose KV the design offloads) and then queried again
+  with the same prompt, the queries all sent at once (``max_inflight``
+  bounds them like the benchmark's client) with ``output_tokens`` to
+  generate ("we fix the maximum output length to 100 tokens").  The warm-up
+  is not simulated: its blocks are placed in the design's tiers as its own
+  store path would (:meth:`sim.serving.manager.BlockManager.preload`), so
+  the run measures retrieval, which is what the seed's TTFT and blocked I/O
+  figures are about.  The GPU prefix cache is off in that scenario, so
+  every hit comes from the offload tiers.
+* ``conversation`` — multi-turn chat sessions (seed 001's future work,
+  §4.3.2): each turn re-sends the whole history plus a new prompt, so a
+  session's turns share a growing prefix.  Sessions start as a Poisson
+  process; turns per session are geometric; prompt and reply lengths are
+  log-normal around the given medians; a session ends before its history
+  would pass ``max_context`` (seed 001 ran with ``--max-model-len 4096``).
+
+A scenario's ``matrix`` (workload field -> values) runs every variant at
+every point: ``unified-pooling`` crosses three models with context lengths
+1K..128K, each point an independent simulation named
+``design | model | context``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from hwprofiles import HardwareProfile
+from sim.config import ConfigError, ScenarioConfig, ServingParams, Variant
+from sim.models import get_model
+from sim.serving.build import (
+    GIB,
+    build_engine,
+    default_gpu_kv_bytes,
+    design_devices,
+    gpu_blocks,
+)
+from sim.serving.designs import get_design
+from sim.serving.engine import EngineConfig
+from sim.serving.metrics import ServingRecords, serving_summary
+from sim.serving.requests import Request, load_requests, request_table
+
+
+# ---- variants ------------------------------------------------------------------------
+def expand_variants(cfg: ScenarioConfig) -> tuple[Variant, ...]:
+    """Every variant at every point of its ``matrix`` (the variant's own
+    overrides of a matrix field are replaced by the point's value)."""
+    out = []
+    for v in cfg.variants:
+        matrix = cfg.variant_params(v).matrix
+        if not matrix:
+            out.append(v)
+            continue
+        keys = list(matrix)
+        for combo in itertools.product(*(matrix[k] for k in keys)):
+            point = dict(zip(keys, combo, strict=True))
+            name = " | ".join([v.name, *(_fmt(x) for x in point.values())])
+            overrides = {**dict(v.overrides), **point, "matrix": {}}
+            out.append(Variant(name, tuple(overrides.items())))
+    return tuple(out)
+
+
+def design_label(variant_name: str) -> str:
+    return variant_name.split(" | ")[0]
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, int) and not isinstance(x, bool) and x >= 1024 and x % 1024 == 0:
+        return f"{x // 1024}K"
+    return str(x)
+
+
+# ---- traces ----------------------------------------------------------------------------
+def long_doc_tables(p: ServingParams) -> tuple[pa.Table, pa.Table]:
+    """(queries, warm-up) of the Long Doc QA workload; document d is session d."""
+    warm = [
+        {"request_id": p.docs + d, "arrival_s": 0.0, "session_id": d, "turn": 0,
+         "input_tokens": p.context_tokens, "output_tokens": p.output_tokens}
+        for d in range(p.docs)
+    ]  # fmt: skip
+    queries = [{**w, "request_id": d, "turn": 1} for d, w in enumerate(warm)]
+    return request_table(queries, p.block_tokens), request_table(warm, p.block_tokens)
+
+
+def conversation_table(p: ServingParams, seed: int) -> pa.Table:
+    """Multi-turn sessions (see the module docstring)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xC0A7]))
+    rows: list[dict] = []
+    start = 0.0
+    for session in range(p.sessions):
+        start += rng.exponential(1.0 / p.session_rate)
+        t, history = start, 0
+        for turn in range(int(rng.geometric(1.0 / max(p.turns, 1.0)))):
+            prompt = max(1, int(rng.lognormal(np.log(p.prompt_tokens), 1.0)))
+            reply = max(1, min(2048, int(rng.lognormal(np.log(p.reply_tokens), 0.7))))
+            if history + prompt + reply > p.max_context:
+                break
+            rows.append(
+                {"request_id": len(rows), "arrival_s": t, "session_id": session, "turn": turn,
+                 "input_tokens": history + prompt, "output_tokens": reply}
+            )  # fmt: skip
+            history += prompt + reply
+            t += rng.exponential(p.think_s) if p.think_s > 0 else 0.0
+    return request_table(rows, p.block_tokens)
+
+
+def trace_tables(p: ServingParams, seed: int) -> tuple[pa.Table, pa.Table | None]:
+    """(requests, warm-up requests or None) of the workload's trace."""
+    if p.trace == "long_doc":
+        queries, warm = long_doc_tables(p)
+        return queries, warm
+    if p.trace == "conversation":
+        table = conversation_table(p, seed)
+    else:
+        path = Path(p.trace)
+        if not path.exists():
+            raise ConfigError(
+                f"trace: '{p.trace}' is neither conversation, long_doc nor a Parquet file"
+            )
+        table = pq.read_table(path)
+    if p.requests:
+        order = np.argsort(table.column("arrival_s").to_numpy(), kind="stable")[: p.requests]
+        table = table.take(pa.array(np.sort(order)))
+    return table, None
+
+
+# ---- driver ----------------------------------------------------------------------------
+def engine_config(p: ServingParams, profile: HardwareProfile) -> EngineConfig:
+    card = get_model(p.model)
+    if p.gpu_kv_tokens:
+        blocks = p.gpu_kv_tokens // p.block_tokens
+    else:
+        kv = default_gpu_kv_bytes(profile, card, p.gpu_memory_utilization)
+        blocks = gpu_blocks(max(kv, 0.0), card, p.block_tokens)
+    if blocks < 1:
+        raise ConfigError(
+            f"model {card.name} ({card.weight_bytes / GIB:.1f} GiB of weights) leaves no room "
+            f"for KV on {profile.name} at gpu_memory_utilization {p.gpu_memory_utilization}"
+        )
+    return EngineConfig(
+        gpu_blocks=blocks,
+        block_tokens=p.block_tokens,
+        max_batch=p.max_batch,
+        max_batched_tokens=p.max_batched_tokens,
+        prefix_cache=p.gpu_prefix_cache,
+        max_inflight=p.max_inflight,
+        gpu=profile.gpu_names[0],
+    )
+
+
+def prepare(
+    p: ServingParams, profile: HardwareProfile, seed: int, name: str
+) -> tuple[Callable[[], ServingRecords], Callable[[Any], dict]]:
+    """(drive, summarize) of one variant; raises early if it cannot run."""
+    card = get_model(p.model)
+    design = get_design(p.design, p.design_params)
+    design_devices(design, profile)  # Unsupported if the profile lacks devices
+    cfg = engine_config(p, profile)
+    table, warm = trace_tables(p, seed)
+
+    def drive() -> ServingRecords:
+        reqs = load_requests(table, p.block_tokens)
+        pre: list[Request] = load_requests(warm, p.block_tokens) if warm is not None else []
+        return build_engine(profile, card, design, cfg, reqs, pre).run()
+
+    def summarize(records: ServingRecords) -> dict:
+        head: dict[str, Any] = {"design": design_label(name), "model": card.name}
+        if p.trace == "long_doc":
+            head["context_tokens"] = p.context_tokens
+        return {**head, "gpu_kv_blocks": cfg.gpu_blocks, **serving_summary(records, p.block_tokens)}
+
+    return drive, summarize

@@ -1,0 +1,263 @@
+"""KV block storage of one tier: the GPU cache and the offload tiers.
+
+Plain state, no clock: the engine (:mod:`sim.serving.engine`) decides when
+things happen; these classes only keep the books and refuse what is unsafe.
+
+**GPU cache** (:class:`GpuCache`): ``capacity`` blocks of ``block_tokens``
+tokens.  Hashed (prefix-cacheable) blocks live in ``cached`` with a
+reference count (requests using them) and a ``ready`` flag (False while
+their KV is being loaded).  Blocks of a running request that carry no hash
+(its partial last block, generated tokens, duplicates) are counted in
+``private``.  Blocks nobody references stay cached and evictable in LRU
+order; a finishing request releases its blocks tail first, so its prefix is
+evicted last (as vLLM's free-block queue does).
+
+**Offload tier** (:class:`OffloadTier`): host-memory modules and/or SSDs
+holding offload blocks (each ``k`` GPU blocks, seed 001's
+``block_size_factor``), spread over the tier's devices by layer ranges (see
+:mod:`sim.serving.placement`).  Each entry carries seed 001's reference
+count: ``-1`` not ready (being stored), ``0`` ready, ``> 0`` in use (being
+loaded from, or demoted to the next tier).  Eviction is LRU over ready
+entries with count 0 only, so blocks in flight are never evicted: every
+eviction checks it and raises if the books say otherwise.  An evicted entry
+is either dropped, or, when the engine demotes it to a lower tier, kept
+(``draining``) until its copy there is complete.  In a tier of several
+devices a block whose bandwidth share does not fit on a full device spills
+to the devices with room (the seed does not say what a full pool device
+does; evicting while other devices are empty would waste the pool), and
+only a tier with no room anywhere evicts.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+from sim.serving.placement import layer_runs
+
+NOT_READY = -1
+READY = 0
+
+Runs = tuple[tuple[int, int, int], ...]  # (device index, first layer, end layer)
+
+
+class GpuBlock:
+    __slots__ = ("key", "ref_cnt", "ready")
+
+    def __init__(self, key: int, ready: bool):
+        self.key = key
+        self.ref_cnt = 1
+        self.ready = ready
+
+
+class GpuCache:
+    """The GPU's KV blocks: cached (hashed) ones and per-request private ones."""
+
+    def __init__(self, capacity: int, prefix_cache: bool = True):
+        if capacity <= 0:
+            raise ValueError(f"GPU cache needs > 0 blocks, got {capacity}")
+        self.capacity = capacity
+        self.prefix_cache = prefix_cache
+        self.cached: dict[int, GpuBlock] = {}
+        self.evictable: OrderedDict[int, GpuBlock] = OrderedDict()  # ref 0, LRU first
+        self.private = 0
+        self.evictions = 0
+
+    @property
+    def used(self) -> int:
+        return len(self.cached) + self.private
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+    def lookup(self, key: int) -> GpuBlock | None:
+        b = self.cached.get(key) if self.prefix_cache else None
+        return b if b is not None and b.ready else None
+
+    def acquire(self, block: GpuBlock) -> None:
+        if block.ref_cnt == 0:
+            del self.evictable[block.key]
+        block.ref_cnt += 1
+
+    def allocate(self, n: int) -> bool:
+        """Reserve ``n`` private blocks, evicting unreferenced cached ones (LRU)."""
+        if self.free + len(self.evictable) < n:
+            return False
+        while self.free < n:
+            key, block = self.evictable.popitem(last=False)
+            if block.ref_cnt != 0 or not block.ready:  # pragma: no cover - book-keeping bug
+                raise RuntimeError(f"GPU block {key} evicted while in use")
+            del self.cached[key]
+            self.evictions += 1
+        self.private += n
+        return True
+
+    def promote(self, key: int, ready: bool) -> GpuBlock | None:
+        """Turn one of the caller's private blocks into cached block ``key``
+        (held once by the caller); None if ``key`` is cached already."""
+        if key in self.cached:
+            return None
+        self.private -= 1
+        block = self.cached[key] = GpuBlock(key, ready)
+        return block
+
+    def release(self, blocks: Sequence[GpuBlock], private: int) -> None:
+        """A request lets go of its blocks: tail first, so its prefix is the
+        most recently used."""
+        self.private -= private
+        for block in reversed(blocks):
+            block.ref_cnt -= 1
+            if block.ref_cnt:
+                continue
+            if self.prefix_cache and block.ready:
+                self.evictable[block.key] = block
+            else:
+                del self.cached[block.key]
+
+
+class Entry:
+    __slots__ = ("key", "ref_cnt", "runs", "draining")
+
+    def __init__(self, key: int, runs: Runs):
+        self.key = key
+        self.ref_cnt = NOT_READY
+        self.runs = runs
+        self.draining = False
+
+
+# the engine's answer when an entry is evicted: True = it is being demoted
+EvictFn = Callable[["OffloadTier", Entry], bool]
+
+
+class OffloadTier:
+    """One offload tier over ``devices`` with per-device byte capacities."""
+
+    def __init__(
+        self,
+        name: str,
+        devices: Sequence[str],
+        ratios: Sequence[float],
+        capacity_bytes: Sequence[float],
+        layers: int,
+        layer_bytes: float,
+    ):
+        self.name = name
+        self.devices = tuple(devices)
+        self.ratios = tuple(ratios)
+        self.capacity = [float(c) for c in capacity_bytes]
+        self.layers = layers
+        self.layer_bytes = float(layer_bytes)  # one offload block, one layer
+        self.entries: OrderedDict[int, Entry] = OrderedDict()
+        self.used = [0.0] * len(self.devices)
+        self.draining = 0
+        self.evictions = 0
+
+    # ---- books ----------------------------------------------------------------
+    def bytes_on(self, runs: Runs) -> list[float]:
+        out = [0.0] * len(self.devices)
+        for dev, l0, l1 in runs:
+            out[dev] += (l1 - l0) * self.layer_bytes
+        return out
+
+    def lookup(self, key: int) -> Entry | None:
+        e = self.entries.get(key)
+        return e if e is not None and e.ref_cnt >= READY and not e.draining else None
+
+    def touch(self, key: int) -> None:
+        self.entries.move_to_end(key)
+
+    def pin(self, e: Entry) -> None:
+        if e.ref_cnt < READY:
+            raise RuntimeError(f"{self.name}: pinning entry {e.key} that is not ready")
+        e.ref_cnt += 1
+
+    def unpin(self, e: Entry) -> None:
+        e.ref_cnt -= 1
+
+    def complete(self, e: Entry) -> None:
+        """A store into this tier finished: the entry becomes ready."""
+        e.ref_cnt = READY
+
+    def drained(self, e: Entry) -> None:
+        """A demoted entry's copy below is done: free its bytes."""
+        self.draining -= 1
+        self._drop(e)
+
+    # ---- placement -------------------------------------------------------------
+    def place(self, keys: Sequence[int], evict: EvictFn | None) -> tuple[list[Entry], list[int]]:
+        """New not-ready entries for ``keys`` (one offload set, Algorithm 1).
+
+        Returns (entries placed, keys that must wait for demotions to drain);
+        keys already present and keys for which no room can be made are
+        skipped.
+        """
+        new = [k for k in keys if k not in self.entries]
+        placed: list[Entry] = []
+        waiting: list[int] = []
+        for key, planned in zip(new, layer_runs(self.ratios, len(new), self.layers), strict=True):
+            runs = self._spill(planned)
+            verdict = self._make_room(self.bytes_on(runs), evict)
+            if verdict == "ok":
+                e = self.entries[key] = Entry(key, runs)
+                for i, b in enumerate(self.bytes_on(runs)):
+                    self.used[i] += b
+                placed.append(e)
+            elif verdict == "wait":
+                waiting.append(key)
+        return placed, waiting
+
+    def _spill(self, runs: Runs) -> Runs:
+        """``runs`` if they fit; else the same Algorithm 1 over the devices that
+        still have room (a full device's share spills to the others); else
+        ``runs`` (room must then be made by eviction)."""
+        if all(s <= 1e-6 for s in self._short(self.bytes_on(runs))) or len(self.devices) == 1:
+            return runs
+        room = [c - u >= self.layer_bytes for u, c in zip(self.used, self.capacity, strict=True)]
+        while any(room):
+            ratios = [p if ok else 0.0 for p, ok in zip(self.ratios, room, strict=True)]
+            total = sum(ratios)
+            alt = layer_runs([p / total for p in ratios], 1, self.layers)[0]
+            short = self._short(self.bytes_on(alt))
+            if all(s <= 1e-6 for s in short):
+                return alt
+            room = [ok and s <= 1e-6 for ok, s in zip(room, short, strict=True)]
+        return runs
+
+    def _short(self, need: Sequence[float]) -> list[float]:
+        return [u + n - c for u, n, c in zip(self.used, need, self.capacity, strict=True)]
+
+    def _make_room(self, need: Sequence[float], evict: EvictFn | None) -> str:
+        short = self._short(need)
+        if all(s <= 1e-6 for s in short):
+            return "ok"
+        if any(n > c for n, c in zip(need, self.capacity, strict=True)):
+            return "full"
+        victims: list[Entry] = []
+        for e in self.entries.values():  # LRU first
+            if all(s <= 1e-6 for s in short):
+                break
+            if e.ref_cnt != READY or e.draining:
+                continue
+            freed = self.bytes_on(e.runs)
+            if any(s > 1e-6 and f > 0 for s, f in zip(short, freed, strict=True)):
+                victims.append(e)
+                short = [s - f for s, f in zip(short, freed, strict=True)]
+        for e in victims:
+            self.evictions += 1
+            if evict is not None and evict(self, e):
+                e.draining = True
+                self.draining += 1
+                e.ref_cnt += 1  # in use by its demotion
+            else:
+                self._drop(e)
+        if all(s <= 1e-6 for s in self._short(need)):
+            return "ok"
+        return "wait" if self.draining else "full"
+
+    def _drop(self, e: Entry) -> None:
+        if e.ref_cnt > (1 if e.draining else READY):  # pragma: no cover - book-keeping bug
+            raise RuntimeError(f"{self.name}: entry {e.key} evicted while in use")
+        del self.entries[e.key]
+        for i, b in enumerate(self.bytes_on(e.runs)):
+            self.used[i] -= b

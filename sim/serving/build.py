@@ -1,0 +1,89 @@
+"""Build a serving engine from a design, a profile and a model.
+
+Offload tiers: a design with ``pool`` puts its DRAM modules and SSDs in one
+tier (seed 004's unified pool); otherwise a ``cpu`` tier (its DRAM modules)
+sits above an ``ssd`` tier (its SSDs).  Within a tier, devices share the
+offloaded KV by Algorithm 1's bandwidth ratios (a tier of one device holds
+it all); capacities split evenly over the tier's devices of each kind.
+SSD transfers without GPUDirect bounce through host memory: SSD ``i`` uses
+the design's DRAM module ``i mod n`` (dram0 if the design uses none).
+"""
+
+from __future__ import annotations
+
+from hwprofiles import HardwareProfile
+from sim.hw.machine import Machine
+from sim.models import ModelCard
+from sim.scenarios.sparse_decode import Unsupported
+from sim.serving.blocks import OffloadTier
+from sim.serving.designs import DesignParams
+from sim.serving.engine import Engine, EngineConfig
+from sim.serving.placement import device_bandwidth, placement_ratios
+from sim.serving.requests import Request
+
+__all__ = ["Unsupported", "build_engine", "make_tiers"]
+
+GIB = 2**30
+
+
+def design_devices(d: DesignParams, profile: HardwareProfile) -> tuple[list[str], list[str]]:
+    """(DRAM modules, SSDs) the design's tiers use."""
+    drams, ssds = list(profile.dram_names), list(profile.ssd_names)
+    for what, want, have in (("DRAM modules", d.dram_modules, drams), ("SSDs", d.ssds, ssds)):
+        if want > len(have):
+            raise Unsupported(f"needs {want} {what}, profile {profile.name} has {len(have)}")
+    drams = drams[: d.dram_modules or None] if d.cpu_gib > 0 else []
+    ssds = ssds[: d.ssds or None] if d.ssd_gib > 0 else []
+    if d.ssd_gib > 0 and not ssds:
+        raise Unsupported(f"profile {profile.name} has no SSDs")
+    return drams, ssds
+
+
+def make_tiers(
+    d: DesignParams, profile: HardwareProfile, card: ModelCard, block_tokens: int
+) -> tuple[list[OffloadTier], dict[str, str]]:
+    """The design's offload tiers and each SSD's bounce-buffer DRAM module."""
+    drams, ssds = design_devices(d, profile)
+    layer_bytes = d.block_factor * block_tokens * card.kv_bytes_per_token_layer
+    cap = {m: d.cpu_gib * GIB / len(drams) for m in drams}
+    cap.update({s: d.ssd_gib * GIB / len(ssds) for s in ssds})
+    groups = [("pool", drams + ssds)] if d.pool else [("cpu", drams), ("ssd", ssds)]
+    tiers = []
+    for name, devices in groups:
+        if not devices:
+            continue
+        ratios = placement_ratios([device_bandwidth(profile, x) for x in devices])
+        caps = [cap[x] for x in devices]
+        tiers.append(OffloadTier(name, devices, ratios, caps, card.layers, layer_bytes))
+    bounce_from = drams or list(profile.dram_names[:1])
+    bounce = {
+        s: bounce_from[i % len(bounce_from)] for i, s in enumerate(profile.ssd_names) if bounce_from
+    }
+    return tiers, bounce
+
+
+def gpu_blocks(kv_bytes: float, card: ModelCard, block_tokens: int) -> int:
+    """GPU KV cache blocks in ``kv_bytes``."""
+    return int(kv_bytes // (block_tokens * card.kv_bytes_per_token))
+
+
+def default_gpu_kv_bytes(profile: HardwareProfile, card: ModelCard, share: float = 0.9) -> float:
+    """vLLM's default: ``share`` of HBM minus the weights (activations ignored)."""
+    return share * profile.gpu.hbm_capacity_gib * GIB - card.weight_bytes
+
+
+def build_engine(
+    profile: HardwareProfile,
+    card: ModelCard,
+    design: DesignParams,
+    cfg: EngineConfig,
+    requests: list[Request],
+    preload: list[Request] = (),  # type: ignore[assignment]
+) -> Engine:
+    tiers, bounce = make_tiers(design, profile, card, cfg.block_tokens)
+    uses_ssd = any(t.name != "cpu" and set(t.devices) & set(profile.ssd_names) for t in tiers)
+    if uses_ssd and not bounce and not (design.gds and profile.software.gpudirect):
+        raise Unsupported(f"profile {profile.name} has no host memory for bounce buffers")
+    if cfg.gpu_blocks < 1:
+        raise Unsupported("the GPU has no room for KV blocks")
+    return Engine(Machine(profile), card, design, tiers, bounce, cfg, requests, list(preload))

@@ -1,0 +1,142 @@
+"""Serving designs: where offloaded KV lives and how it moves.
+
+A design is a frozen :class:`DesignParams`; the registry :data:`DESIGNS`
+names the ones the seeds evaluate, and a scenario variant may override any
+field (``design_params``).  Two families:
+
+**SSD-backed PagedAttention** (seed 001).  vLLM's paged KV cache with a
+GPU -> CPU -> SSD hierarchy: each tier has a capacity (GiB here, blocks in
+vLLM), an offload block is ``block_factor`` GPU blocks ("4 GPU blocks (16
+tokens each) = 1 SSD block (64 tokens)", §2.3), every newly computed block
+is offloaded once (the scheduler "identifies blocks to offload", §2.2), the
+CPU tier demotes its LRU victims to the SSD tier ("LRU-based rotation",
+§4.1), and loads are asynchronous: the request is scheduled after its
+blocks arrive (§2.2 Load, step 7), parked meanwhile.  SSD transfers use
+GPUDirect Storage through KvikIO/cuFile (``io_path: gds``) where the
+profile has it.  Configurations: GPU only, +CPU, +CPU+SSD (§3.2-3.5).
+
+**Unified KV Pooling** (seed 004) and its baselines.  LMCache (the
+baseline, §II-A, Fig. 1): one host-memory module and one SSD, every stored
+chunk written to host memory and through it to the SSD via the kernel
+filesystem, retrieval "serialized through host-memory and SSD" (§III-B): one
+I/O stream.  Kernel-filesystem reads go through the page cache, which the
+kernel handles page by page, so the per-I/O CPU cost of ``kernel_fs`` is
+paid per 4 KiB (``io_kib`` default for that path); SPDK passthrough issues
+NVMe commands of up to 128 KiB (a common MDTS).  +LP: layer-wise pipelining
+(§II-B1); +AsyncKV: loads start when the request arrives (§II-B2).  Unified
+KV pooling (§IV): every DRAM module and SSD in one flat pool, placement by
+bandwidth (Algorithm 1, :mod:`sim.serving.placement`), one I/O stream per
+pool device, KV-passthrough (``io_path: passthrough``), with LP and
+AsyncKV.  Ablations (§V-C): orchestrator only (pool, kernel filesystem) and
+passthrough only (LMCache's single module and SSD, passthrough).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from sim.plan import IO_PATHS
+
+LOADS = ("off", "schedule", "arrival")
+
+
+@dataclass(frozen=True)
+class DesignParams:
+    """How KV is kept and moved below the GPU (see the module docstring)."""
+
+    cpu_gib: float = 0.0  # host-memory KV capacity, over the design's DRAM modules; 0 = none
+    ssd_gib: float = 0.0  # SSD KV capacity, over the design's SSDs; 0 = none
+    pool: bool = False  # DRAM modules and SSDs form one flat pool (seed 004) vs CPU above SSD
+    dram_modules: int = 1  # DRAM modules used, the first N of the profile; 0 = all
+    ssds: int = 1  # SSDs used, the first N of the profile; 0 = all
+    block_factor: int = 1  # an offload block is this many GPU blocks (seed 001 §2.3)
+    cpu_to_ssd: str = "on_evict"  # on_evict: CPU victims demoted to SSD; write_through: both
+    io_path: str = "io_uring"  # SSD software path (kernel_fs | io_uring | passthrough | gds)
+    io_kib: int = 0  # SSD I/O size; 0 = the path's default (4 KiB kernel_fs, else 128 KiB)
+    gds: bool = False  # SSD <-> GPU directly (GPUDirect Storage) where the profile allows
+    layerwise: bool = False  # layer-wise pipelining: layer l computes once its KV is in
+    async_load: str = "off"  # off: in the forward pass; schedule: park while loading; arrival
+    parallel: bool = True  # one I/O stream per device; False: one serialized stream
+    max_transfers: int = 16  # transfer ops in flight at once (all streams)
+    queue_depth: int = 0  # I/Os in flight per SSD op; 0 = the device maximum
+
+    def io_bytes(self) -> int:
+        """Size of one SSD I/O on this design's software path."""
+        if self.io_kib:
+            return self.io_kib * 1024
+        return 4096 if self.io_path == "kernel_fs" else 128 * 1024
+
+    @property
+    def has_offload(self) -> bool:
+        return self.cpu_gib > 0 or self.ssd_gib > 0
+
+
+_PAGED = DesignParams(async_load="schedule", io_path="gds", gds=True, block_factor=4)
+_LMCACHE = DesignParams(
+    cpu_to_ssd="write_through", io_path="kernel_fs", parallel=False, dram_modules=1, ssds=1
+)
+_POOL = dataclasses.replace(
+    _LMCACHE,
+    pool=True,
+    dram_modules=0,
+    ssds=0,
+    io_path="passthrough",
+    parallel=True,
+    layerwise=True,
+    async_load="arrival",
+)
+
+DESIGNS: dict[str, DesignParams] = {
+    # seed 001: SSD-backed PagedAttention (capacities set by the scenario)
+    "gpu-only": DesignParams(),
+    "paged-cpu": dataclasses.replace(_PAGED, cpu_gib=1.0),
+    "paged-cpu-ssd": dataclasses.replace(_PAGED, cpu_gib=1.0, ssd_gib=64.0),
+    "paged-ssd": dataclasses.replace(_PAGED, ssd_gib=64.0),
+    # seed 004: LMCache baselines, unified KV pooling, ablations
+    "lmcache": _LMCACHE,
+    "lmcache-lp": dataclasses.replace(_LMCACHE, layerwise=True),
+    "lmcache-lp-async": dataclasses.replace(_LMCACHE, layerwise=True, async_load="arrival"),
+    "pool": _POOL,
+    "pool-orchestrator-only": dataclasses.replace(_POOL, io_path="kernel_fs"),
+    "pool-passthrough-only": dataclasses.replace(
+        _POOL, pool=False, dram_modules=1, ssds=1, parallel=False
+    ),
+}
+
+
+def get_design(name: str, overrides: dict[str, Any] | None = None) -> DesignParams:
+    """The registered design ``name`` with ``overrides`` applied and checked."""
+    if name not in DESIGNS:
+        raise ValueError(f"design: unknown serving design '{name}' (known: {', '.join(DESIGNS)})")
+    base = DESIGNS[name]
+    fields = {f.name: f for f in dataclasses.fields(DesignParams)}
+    clean: dict[str, Any] = {}
+    for key, value in (overrides or {}).items():
+        if key not in fields:
+            raise ValueError(f"design_params.{key}: unknown (one of: {', '.join(fields)})")
+        want = type(getattr(base, key))
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            raise ValueError(f"design_params.{key}: must be {want.__name__}, got {value!r}")
+        clean[key] = value
+    d = dataclasses.replace(base, **clean)
+    _check(d)
+    return d
+
+
+def _check(d: DesignParams) -> None:
+    if d.io_path not in IO_PATHS or d.io_path == "none":
+        raise ValueError(f"design_params.io_path: must be one of {IO_PATHS[:-1]}")
+    if d.async_load not in LOADS:
+        raise ValueError(f"design_params.async_load: must be one of {LOADS}")
+    if d.cpu_to_ssd not in ("on_evict", "write_through"):
+        raise ValueError("design_params.cpu_to_ssd: must be 'on_evict' or 'write_through'")
+    for name in ("cpu_gib", "ssd_gib", "dram_modules", "ssds", "io_kib", "queue_depth"):
+        if getattr(d, name) < 0:
+            raise ValueError(f"design_params.{name}: must be >= 0")
+    for name in ("block_factor", "max_transfers"):
+        if getattr(d, name) < 1:
+            raise ValueError(f"design_params.{name}: must be >= 1")

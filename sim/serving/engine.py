@@ -1,0 +1,301 @@
+"""The serving engine: iteration-level continuous batching as a simpy process.
+
+Serving is closed loop (when a request is admitted depends on when its
+blocks finished loading), so nothing is planned ahead: the engine drives the
+machine's flow network op by op through :class:`sim.serving.online.OnlineOps`
+and writes every op down as it goes.
+
+* **Client.**  Requests are sent at their ``arrival_s``, a session's turns in
+  order (a user sends turn t+1 only after reading reply t), and with
+  ``max_inflight`` at most that many outstanding (a closed-loop benchmark
+  client such as LMCache's long-document QA).
+* **Admission** (FCFS, vLLM-style): the head of the queue is looked up in
+  every tier and admitted if the GPU can hold its whole context (prompt plus
+  output: blocks are reserved for its lifetime, so no preemption is needed);
+  otherwise the queue waits.  A request larger than the GPU cache is
+  rejected.
+* **Loading.**  ``async_load: off``: the hits are loaded by the forward pass
+  of the request's first iteration, which waits for them (all of them, or
+  layer by layer with layer-wise pipelining: layer l computes as soon as
+  layer l's KV is in).  ``schedule``: loads start at admission, the request
+  is parked until they end (vLLM's WAITING_FOR_REMOTE_KVS).  ``arrival``:
+  loads start when the request arrives, overlapping its queueing; a
+  prefetch never takes GPU blocks that the requests queued ahead of it will
+  need, so it cannot block them.
+* **Iteration.**  Decodes first (one token each), then prefill chunks within
+  ``max_batched_tokens`` (0 = whole prompts, no chunking).  One compute op
+  of roofline time (:mod:`sim.serving.costs`); with layer-wise loads one op
+  per layer.  The iteration that finishes a prompt emits its first token.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from itertools import groupby
+
+import simpy
+
+from sim.hw.machine import Machine
+from sim.models import ModelCard
+from sim.serving.blocks import GpuCache, OffloadTier
+from sim.serving.costs import iteration_cost
+from sim.serving.designs import DesignParams
+from sim.serving.manager import BlockManager, Seq
+from sim.serving.metrics import ServingRecords, request_records, timeline_table
+from sim.serving.online import OnlineOps
+from sim.serving.requests import Request
+from sim.serving.transfers import Mover
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    gpu_blocks: int  # GPU KV cache, in blocks of block_tokens
+    block_tokens: int = 16
+    max_batch: int = 128  # running (and parked) requests at most
+    max_batched_tokens: int = 0  # tokens per iteration; 0 = unlimited (no chunked prefill)
+    prefix_cache: bool = True  # keep finished requests' blocks on the GPU for reuse
+    max_inflight: int = 0  # client: outstanding requests at most; 0 = open loop
+    gpu: str = "gpu0"
+
+
+class Engine:
+    """One serving run: requests through a design on a machine."""
+
+    def __init__(
+        self,
+        machine: Machine,
+        card: ModelCard,
+        design: DesignParams,
+        tiers: list[OffloadTier],
+        bounce: dict[str, str],
+        cfg: EngineConfig,
+        requests: list[Request],
+        preload: list[Request] = (),  # type: ignore[assignment]
+    ):
+        self.env = machine.env
+        self.card, self.design, self.cfg = card, design, cfg
+        self.B = cfg.block_tokens
+        self.ops = OnlineOps(machine)
+        layer_bytes = design.block_factor * self.B * card.kv_bytes_per_token_layer
+        mover = Mover(self.ops, design, machine.profile, layer_bytes, bounce, cfg.gpu)
+        gpu = GpuCache(cfg.gpu_blocks, cfg.prefix_cache)
+        self.mgr = BlockManager(gpu, tiers, design, mover, self.B, cfg.gpu)
+        for r in preload:
+            self.mgr.preload(r)
+        self.seqs = [
+            Seq(r, math.ceil((r.input_tokens + r.output_tokens) / self.B)) for r in requests
+        ]
+        for s in self.seqs:
+            s.finished = self.env.event()
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.parked: list[Seq] = []
+        self.remaining = len(self.seqs)
+        self.inflight = simpy.Resource(self.env, cfg.max_inflight) if cfg.max_inflight else None
+        self._slots: dict[int, simpy.Request] = {}
+        self._wake = self.env.event()
+        self.prev_compute: int | None = None
+        self.iterations = 0
+        self.timeline: list[tuple] = []
+
+    # ---- lifecycle ------------------------------------------------------------------
+    def run(self) -> ServingRecords:
+        by_session = sorted(self.seqs, key=lambda s: (_session_key(s.req), s.req.turn))
+        for _, group in groupby(by_session, key=lambda s: _session_key(s.req)):
+            self.env.process(self._client(list(group)))
+        self.env.process(self._loop())
+        self.env.run()
+        if self.remaining:  # pragma: no cover - a scheduling bug
+            raise RuntimeError(f"serving engine stalled with {self.remaining} requests left")
+        return self._records()
+
+    def _kick(self) -> None:
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def _client(self, seqs: list[Seq]):
+        prev = None
+        for s in seqs:
+            wait = s.req.arrival_s - self.env.now
+            if wait > 0:
+                yield self.env.timeout(wait)
+            if prev is not None:
+                yield prev.finished
+            if self.inflight is not None:
+                slot = self._slots[s.req.rid] = self.inflight.request()
+                yield slot
+            self._release(s)
+            prev = s
+
+    def _release(self, s: Seq) -> None:
+        s.req.release_s = self.env.now
+        if s.total_blocks > self.mgr.gpu.capacity:
+            s.req.rejected = True
+            self._finish(s)
+            return
+        self.waiting.append(s)
+        if self.design.async_load == "arrival":
+            self._prefetch(s)
+        self._kick()
+
+    def _finish(self, s: Seq) -> None:
+        s.req.finish_s = self.env.now
+        if not s.req.rejected:
+            self.mgr.release(s)
+            self.running.remove(s)
+        if self.inflight is not None:
+            self.inflight.release(self._slots.pop(s.req.rid))
+        self.remaining -= 1
+        s.finished.succeed()
+
+    # ---- admission and loading ------------------------------------------------------
+    def _prefetch(self, s: Seq) -> None:
+        """Asynchronous loading on arrival, if the GPU can spare the blocks."""
+        hit = self.mgr.lookup(s)
+        n_load = sum(n for *_, n in hit.lower)
+        if not n_load:
+            return
+        gpu = self.mgr.gpu
+        ahead = sum(q.total_blocks - len(q.blocks) - q.private for q in self.waiting if q is not s)
+        if gpu.free + len(gpu.evictable) - n_load < ahead:
+            return
+        if self.mgr.acquire(s, hit, n_load):
+            self._start_async(s)
+
+    def _start_async(self, s: Seq) -> None:
+        job = self.mgr.load(s, self.design.layerwise)
+
+        def landed(_e) -> None:
+            self.mgr.loaded(s)
+            if s in self.parked:
+                self.parked.remove(s)
+                self.running.append(s)
+            self._kick()
+
+        job.done.callbacks.append(landed)
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) + len(self.parked) < self.cfg.max_batch:
+            s = self.waiting[0]
+            if s.blocks or s.private:  # prefetched on arrival
+                if not self.mgr.grow(s, s.total_blocks - len(s.blocks) - s.private):
+                    return
+            else:
+                hit = self.mgr.lookup(s)
+                if not self.mgr.acquire(s, hit, s.total_blocks - len(hit.gpu)):
+                    return
+                if s.lookup is not None and self.design.async_load != "off":
+                    self._start_async(s)
+            self.waiting.popleft()
+            s.req.admit_s = self.env.now
+            (self.parked if s.job is not None else self.running).append(s)
+
+    # ---- iterations -----------------------------------------------------------------
+    def _loop(self):
+        while self.remaining:
+            self._admit()
+            batch = self._batch()
+            self._sample()
+            if not batch:
+                self._wake = self.env.event()
+                yield self._wake
+                continue
+            yield from self._iterate(batch)
+            self._advance(batch)
+
+    def _batch(self) -> list[tuple[Seq, int]]:
+        budget = self.cfg.max_batched_tokens or math.inf
+        batch = [(s, 1) for s in self.running if s.prefill_left == 0]
+        budget -= len(batch)
+        for s in self.running:
+            left = s.prefill_left
+            if left > 0 and budget > 0:
+                chunk = int(min(left, budget))
+                batch.append((s, chunk))
+                budget -= chunk
+        return batch
+
+    def _iterate(self, batch: list[tuple[Seq, int]]):
+        prefills = [(c, s.cached_tokens + s.prefilled) for s, c in batch if s.prefill_left > 0]
+        decodes = [s.req.input_tokens + s.generated - 1 for s, _ in batch if s.prefill_left == 0]
+        outputs = len(decodes) + sum(1 for s, c in batch if 0 < s.prefill_left == c)
+        layer, head = iteration_cost(self.card, prefills, decodes, outputs)
+        loading = [s for s, _ in batch if s.lookup is not None]
+        jobs = [self.mgr.load(s, self.design.layerwise) for s in loading]
+        deps = [self.prev_compute] if self.prev_compute is not None else []
+        step, gpu, n_layers = self.iterations, self.cfg.gpu, self.card.layers
+        if not (jobs and self.design.layerwise):
+            if jobs:
+                yield self.env.all_of([j.done for j in jobs])
+                deps += [op for j in jobs for op in j.ops()]
+            total = layer * n_layers + head
+            op, ev = self.ops.submit(
+                "compute", "", gpu, flops=total.flops, hbm_bytes=total.hbm_bytes,
+                depends_on=deps, step=step, tag="iteration",
+            )  # fmt: skip
+            yield ev
+        else:
+            for li in range(n_layers):
+                ready = [j.layer_done[li] for j in jobs if li in j.layer_done]
+                if ready:
+                    yield self.env.all_of(ready)
+                cost = layer + head if li == n_layers - 1 else layer
+                op, ev = self.ops.submit(
+                    "compute", "", gpu, flops=cost.flops, hbm_bytes=cost.hbm_bytes,
+                    depends_on=deps + [o for j in jobs for o in j.ops(li)],
+                    step=step, layer=li, tag="iteration",
+                )  # fmt: skip
+                yield ev
+                deps = [op]
+        for s in loading:
+            self.mgr.loaded(s)
+        self.prev_compute = op
+        self.iterations += 1
+
+    def _advance(self, batch: list[tuple[Seq, int]]) -> None:
+        now = self.env.now
+        for s, chunk in batch:
+            if s.prefill_left > 0:
+                s.prefilled += chunk
+                s.req.computed_tokens += chunk
+                self.mgr.computed(s)
+                if s.prefill_left == 0:
+                    s.req.first_token_s = now
+                    s.generated = 1
+            else:
+                s.generated += 1
+            if s.prefill_left == 0 and s.generated >= s.req.output_tokens:
+                self._finish(s)
+
+    # ---- results --------------------------------------------------------------------
+    def _sample(self) -> None:
+        gpu = self.mgr.gpu
+        row = (len(self.waiting), len(self.parked), len(self.running), gpu.used)
+        if not self.timeline or self.timeline[-1][1:] != row:
+            self.timeline.append((self.env.now, *row))
+
+    def _records(self) -> ServingRecords:
+        self._sample()
+        base = self.ops.records(
+            {
+                "iterations": self.iterations,
+                "gpu_blocks": self.mgr.gpu.capacity,
+                "gpu_evictions": self.mgr.gpu.evictions,
+                **{f"{t.name}_evictions": t.evictions for t in self.mgr.tiers},
+            }
+        )
+        return ServingRecords(
+            ops=base.ops,
+            devices=base.devices,
+            stats=base.stats,
+            plan=self.ops.plan(),
+            requests=request_records([s.req for s in self.seqs], base.ops),
+            timeline=timeline_table(self.timeline),
+        )
+
+
+def _session_key(r: Request) -> tuple[int, int]:
+    """Requests of one known session share a client; the others each have one."""
+    return (0, r.session) if r.session >= 0 else (1, r.rid)

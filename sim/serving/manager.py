@@ -1,0 +1,319 @@
+"""The block manager: prefix lookups over every tier, loads, stores, demotions.
+
+On every admission (and, with asynchronous loading on arrival, on every
+arrival) a request's block hashes are looked up in **every** tier, GPU
+first, then the offload tiers in order: the hit is the longest prefix of
+blocks found somewhere.  GPU hits are shared (reference counted); lower
+hits are loaded upward into fresh GPU blocks that stay not ready until the
+load ends, while their source entries are pinned (in use) so they cannot
+be evicted mid-flight.  At least one prompt token is always computed (as
+in vLLM, the last block is never a hit).
+
+After each iteration the request's newly computed full blocks get their
+hash (they become shareable) and every complete offload block (``k`` GPU
+blocks) not yet stored anywhere is offloaded to the first offload tier
+(write-through from the GPU, seed 001 §2.2 "Store"), the GPU blocks pinned
+until the copy ends.  Below that: LMCache writes everything through to the
+SSD tier (``cpu_to_ssd: write_through``); seed 001's hierarchy demotes the
+CPU tier's LRU victims to the SSD tier (``on_evict``), keeping them until
+the SSD copy is complete.  Stores are best effort: a block that finds no
+room (everything pinned) is simply not offloaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
+from sim.serving.designs import DesignParams
+from sim.serving.requests import Request
+from sim.serving.transfers import Job, Mover, Piece
+
+
+@dataclass
+class Lookup:
+    """A prefix hit: GPU blocks, then (tier, entry, first block, blocks) below."""
+
+    gpu: list[GpuBlock]
+    lower: list[tuple[OffloadTier, Entry, int, int]]
+    blocks: int
+
+
+@dataclass(eq=False)
+class Seq:
+    """The engine's state of one request."""
+
+    req: Request
+    total_blocks: int
+    blocks: list[GpuBlock | None] = field(default_factory=list)  # per input block
+    private: int = 0
+    cached_tokens: int = 0
+    prefilled: int = 0
+    generated: int = 0
+    stored_groups: int = 0
+    lookup: Lookup | None = None  # hits still to load
+    job: Job | None = None
+    finished: simpy.Event | None = None
+
+    @property
+    def prefill_left(self) -> int:
+        return self.req.input_tokens - self.cached_tokens - self.prefilled
+
+
+class BlockManager:
+    """GPU cache and offload tiers of one engine, and the transfers between them."""
+
+    def __init__(
+        self,
+        gpu: GpuCache,
+        tiers: list[OffloadTier],
+        design: DesignParams,
+        mover: Mover,
+        block_tokens: int,
+        gpu_name: str,
+    ):
+        self.gpu = gpu
+        self.tiers = tiers
+        self.design = design
+        self.mover = mover
+        self.env = mover.env
+        self.B = block_tokens
+        self.k = design.block_factor
+        self.gpu_name = gpu_name
+        self._drain = {t.name: self.env.event() for t in tiers}
+
+    # ---- lookup and admission ----------------------------------------------------
+    def lookup(self, s: Seq) -> Lookup:
+        hs = s.req.hashes
+        limit = min(len(hs), (s.req.input_tokens - 1) // self.B)
+        gpu: list[GpuBlock] = []
+        j = 0
+        while j < limit and (b := self.gpu.lookup(hs[j])) is not None:
+            gpu.append(b)
+            j += 1
+        lower = []
+        while j < limit:
+            last = (j // self.k) * self.k + self.k - 1
+            if last >= len(hs):
+                break
+            n = min(last + 1, limit) - j
+            if any(hs[i] in self.gpu.cached for i in range(j, j + n)):
+                break
+            found = self._find(hs[last])
+            if found is None:
+                break
+            lower.append((*found, j, n))
+            j += n
+        return Lookup(gpu, lower, j)
+
+    def _find(self, key: int) -> tuple[OffloadTier, Entry] | None:
+        for tier in self.tiers:
+            e = tier.lookup(key)
+            if e is not None:
+                return tier, e
+        return None
+
+    def acquire(self, s: Seq, hit: Lookup, new_blocks: int) -> bool:
+        """Take the hit and ``new_blocks`` more GPU blocks for ``s``; False
+        (and nothing taken) if the GPU cannot make room."""
+        for b in hit.gpu:
+            self.gpu.acquire(b)
+        if not self.gpu.allocate(new_blocks):
+            self.gpu.release(hit.gpu, 0)
+            return False
+        s.blocks = list(hit.gpu)
+        s.private = new_blocks
+        s.cached_tokens = hit.blocks * self.B
+        hits = {"gpu": len(hit.gpu)}
+        for tier, e, j, n in hit.lower:
+            tier.pin(e)
+            tier.touch(e.key)
+            hits[tier.name] = hits.get(tier.name, 0) + n
+            for i in range(j, j + n):
+                s.blocks.append(self.gpu.promote(s.req.hashes[i], ready=False))
+                s.private -= 1
+        s.req.hits = hits
+        s.lookup = hit if hit.lower else None
+        return True
+
+    def grow(self, s: Seq, new_blocks: int) -> bool:
+        """More private GPU blocks for an admitted (prefetched) request."""
+        if not self.gpu.allocate(new_blocks):
+            return False
+        s.private += new_blocks
+        return True
+
+    def release(self, s: Seq) -> None:
+        self.gpu.release([b for b in s.blocks if b is not None], s.private)
+        s.blocks, s.private = [], 0
+
+    # ---- loads --------------------------------------------------------------------
+    def load(self, s: Seq, layerwise: bool) -> Job:
+        """Load ``s``'s lower hits into its GPU blocks; pieces per layer with
+        layer-wise pipelining, per offload block otherwise."""
+        hit = s.lookup
+        assert hit is not None
+        if layerwise:
+            pieces = self._layer_pieces(hit.lower)
+        else:
+            pieces = [
+                Piece(tier.devices[dev], self.gpu_name, (l1 - l0) * tier.layer_bytes)
+                for tier, e, _j, _n in hit.lower
+                for dev, l0, l1 in e.runs
+            ]
+        job = self.mover.start(pieces, "src", s.req.rid, "load")
+        s.job = job
+        return job
+
+    def _layer_pieces(self, lower) -> list[Piece]:
+        per: dict[tuple[int, str], float] = {}
+        for tier, e, _j, _n in lower:
+            for dev, l0, l1 in e.runs:
+                for layer in range(l0, l1):
+                    key = (layer, tier.devices[dev])
+                    per[key] = per.get(key, 0.0) + tier.layer_bytes
+        return [Piece(d, self.gpu_name, b, layer) for (layer, d), b in sorted(per.items())]
+
+    def loaded(self, s: Seq) -> None:
+        """``s``'s load ended: its GPU blocks are ready, the sources unpinned."""
+        hit = s.lookup
+        assert hit is not None
+        for b in s.blocks[len(hit.gpu) :]:
+            if b is not None:
+                b.ready = True
+        for tier, e, _j, _n in hit.lower:
+            tier.unpin(e)
+        s.lookup = None
+        s.job = None
+
+    # ---- stores -------------------------------------------------------------------
+    def computed(self, s: Seq) -> None:
+        """Hash ``s``'s newly computed full blocks and offload complete groups."""
+        hs = s.req.hashes
+        frontier = min(len(hs), (s.cached_tokens + s.prefilled) // self.B)
+        while len(s.blocks) < frontier:
+            b = self.gpu.promote(hs[len(s.blocks)], ready=True)
+            if b is not None:
+                s.private -= 1
+            s.blocks.append(b)
+        if not self.tiers:
+            return
+        groups: list[tuple[int, list[GpuBlock]]] = []
+        while (s.stored_groups + 1) * self.k <= frontier:
+            g = s.stored_groups
+            s.stored_groups += 1
+            key = hs[g * self.k + self.k - 1]
+            blocks = s.blocks[g * self.k : (g + 1) * self.k]
+            if any(b is None for b in blocks) or any(key in t.entries for t in self.tiers):
+                continue
+            groups.append((key, blocks))  # type: ignore[arg-type]
+        if groups:
+            self.env.process(self._store_from_gpu(groups, s.req.rid))
+
+    def _store_from_gpu(self, groups: list[tuple[int, list[GpuBlock]]], rid: int):
+        tier = self.tiers[0]
+        sources = dict(groups)
+        for blocks in sources.values():
+            for b in blocks:
+                self.gpu.acquire(b)
+        pending = [key for key, _ in groups]
+        while pending:
+            placed, waiting = tier.place(pending, self._evict)
+            for key in set(pending) - {e.key for e in placed} - set(waiting):
+                self.gpu.release(sources[key], 0)  # no room: not offloaded
+            if placed:
+                self.env.process(self._finish_gpu_store(tier, placed, sources, rid))
+            if not waiting:
+                break
+            yield self._drain[tier.name]
+            pending = waiting
+
+    def _finish_gpu_store(self, tier: OffloadTier, entries: list[Entry], sources, rid: int):
+        pieces = self._pieces(None, tier, entries)
+        yield self.mover.start(pieces, "dst", rid, "store").done
+        for e in entries:
+            tier.complete(e)
+            self.gpu.release(sources[e.key], 0)
+        if self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
+            self._write_through(0, entries, rid)
+
+    def _pieces(self, src: OffloadTier | None, dst: OffloadTier, entries: list[Entry]):
+        """Per (source device, destination device): the bytes of ``entries``."""
+        per: dict[tuple[str, str], float] = {}
+        for e in entries:
+            src_runs = src.entries[e.key].runs if src is not None else ((-1, 0, dst.layers),)
+            for dd, d0, d1 in e.runs:
+                for sd, s0, s1 in src_runs:
+                    overlap = min(d1, s1) - max(d0, s0)
+                    if overlap > 0:
+                        name = src.devices[sd] if src is not None else self.gpu_name
+                        k = (name, dst.devices[dd])
+                        per[k] = per.get(k, 0.0) + overlap * dst.layer_bytes
+        return [Piece(a, b, n) for (a, b), n in per.items()]
+
+    def _write_through(self, i: int, entries: list[Entry], rid: int) -> None:
+        src, dst = self.tiers[i], self.tiers[i + 1]
+        live = [e for e in entries if src.entries.get(e.key) is e]
+        placed, _ = dst.place([e.key for e in live], None)
+        if placed:
+            self.env.process(self._copy_down(src, dst, placed, rid, drain=False))
+
+    def _evict(self, tier: OffloadTier, e: Entry) -> bool:
+        """An entry leaves ``tier``: demote it (True) or drop it (False)."""
+        i = self.tiers.index(tier)
+        if self.design.cpu_to_ssd != "on_evict" or i + 1 >= len(self.tiers):
+            return False
+        below = self.tiers[i + 1]
+        if e.key in below.entries:
+            return False
+        placed, _ = below.place([e.key], None)
+        if not placed:
+            return False
+        self.env.process(self._copy_down(tier, below, placed, -1, drain=True))
+        return True
+
+    def _copy_down(self, src: OffloadTier, dst: OffloadTier, entries: list[Entry], rid, drain):
+        olds = [src.entries[e.key] for e in entries]
+        if not drain:
+            for e in olds:
+                src.pin(e)
+        pieces = self._pieces(src, dst, entries)
+        tag = "demote" if drain else "store"
+        yield self.mover.start(pieces, "dst", rid, tag).done
+        for e, old in zip(entries, olds, strict=True):
+            dst.complete(e)
+            if drain:
+                src.drained(old)
+            else:
+                src.unpin(old)
+        if drain:
+            ev, self._drain[src.name] = self._drain[src.name], self.env.event()
+            ev.succeed()
+
+    # ---- warm-up ------------------------------------------------------------------
+    def preload(self, req: Request) -> None:
+        """Store ``req``'s prompt blocks in the offload tiers at no time cost, as
+        the design would have after serving it once (seed 004's warm-up pass)."""
+        if not self.tiers:
+            return
+        hs, k = req.hashes, self.k
+        keys = [hs[g * k + k - 1] for g in range(len(hs) // k)]
+        keys = [key for key in keys if not any(key in t.entries for t in self.tiers)]
+        placed, _ = self.tiers[0].place(keys, self._evict_now)
+        for e in placed:
+            self.tiers[0].complete(e)
+        if self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
+            below, _ = self.tiers[1].place([e.key for e in placed], None)
+            for e in below:
+                self.tiers[1].complete(e)
+
+    def _evict_now(self, tier: OffloadTier, e: Entry) -> bool:
+        i = self.tiers.index(tier)
+        if self.design.cpu_to_ssd == "on_evict" and i + 1 < len(self.tiers):
+            below = self.tiers[i + 1]
+            if e.key not in below.entries:
+                for new in below.place([e.key], self._evict_now)[0]:
+                    below.complete(new)
+        return False

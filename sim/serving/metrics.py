@@ -1,0 +1,220 @@
+"""Serving metrics, computed from records only (never from engine state).
+
+Per request (``requests.parquet``): release (the client sent it), admission,
+first token and finish times; queueing time = admission - release; TTFT =
+first token - release; TPOT = (finish - first token) / (output - 1); hit
+blocks per tier; prompt tokens computed; and **blocked I/O time**: seed
+004's "duration during which only I/O for KV retrieval proceeds, with no
+overlapping GPU computation" (§II-B1), i.e. the time covered by the
+request's load ops (tag ``load``, ``step`` = request id) and by no compute
+op.  Over time (``timeline.parquet``): waiting, loading (parked) and
+running requests and GPU blocks in use, one row per change.
+
+The run summary: TTFT mean/P50/P90/P99, TPOT, queueing, throughput, hit
+rate per tier (share of prompt tokens served from it), blocked I/O, bytes
+loaded and stored, device utilisation (GPU compute, busiest SSD).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sim.records import Records
+from sim.serving.requests import Request
+
+TIERS = ("gpu", "cpu", "ssd", "pool")
+
+REQUEST_RECORD_SCHEMA = pa.schema(
+    [
+        ("request_id", pa.int64()),
+        ("session_id", pa.int64()),
+        ("turn", pa.int32()),
+        ("input_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("arrival_s", pa.float64()),
+        ("release_s", pa.float64()),
+        ("admit_s", pa.float64()),
+        ("first_token_s", pa.float64()),
+        ("finish_s", pa.float64()),
+        ("queue_s", pa.float64()),
+        ("ttft_s", pa.float64()),
+        ("tpot_s", pa.float64()),
+        ("computed_tokens", pa.int64()),
+        *[(f"hit_blocks_{t}", pa.int64()) for t in TIERS],
+        ("blocked_io_s", pa.float64()),
+        ("rejected", pa.bool_()),
+    ]
+)
+
+TIMELINE_SCHEMA = pa.schema(
+    [
+        ("t_s", pa.float64()),
+        ("waiting", pa.int64()),
+        ("loading", pa.int64()),
+        ("running", pa.int64()),
+        ("gpu_blocks_used", pa.int64()),
+    ]
+)
+
+
+@dataclass
+class ServingRecords(Records):
+    """Records of a serving run: ops and devices plus the plan it issued,
+    one row per request and the queue/batch timeline."""
+
+    plan: pa.Table | None = None
+    requests: pa.Table | None = None
+    timeline: pa.Table | None = None
+
+    def write(self, out_dir: str | Path) -> None:
+        super().write(out_dir)
+        out = Path(out_dir)
+        if self.requests is not None:
+            pq.write_table(self.requests, out / "requests.parquet")
+        if self.timeline is not None:
+            pq.write_table(self.timeline, out / "timeline.parquet")
+
+
+def request_records(reqs: list[Request], ops: pa.Table | None = None) -> pa.Table:
+    blocked = blocked_io(ops) if ops is not None else {}
+    rows: dict[str, list] = {f.name: [] for f in REQUEST_RECORD_SCHEMA}
+    for r in sorted(reqs, key=lambda r: r.rid):
+        tpot = (
+            (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
+            if r.output_tokens > 1
+            else float("nan")
+        )
+        values = {
+            "request_id": r.rid,
+            "session_id": r.session,
+            "turn": r.turn,
+            "input_tokens": r.input_tokens,
+            "output_tokens": r.output_tokens,
+            "arrival_s": r.arrival_s,
+            "release_s": r.release_s,
+            "admit_s": r.admit_s,
+            "first_token_s": r.first_token_s,
+            "finish_s": r.finish_s,
+            "queue_s": r.admit_s - r.release_s,
+            "ttft_s": r.first_token_s - r.release_s,
+            "tpot_s": tpot,
+            "computed_tokens": r.computed_tokens,
+            **{f"hit_blocks_{t}": r.hits.get(t, 0) for t in TIERS},
+            "blocked_io_s": blocked.get(r.rid, 0.0),
+            "rejected": r.rejected,
+        }
+        for k, v in values.items():
+            rows[k].append(v)
+    return pa.Table.from_pydict(rows, schema=REQUEST_RECORD_SCHEMA)
+
+
+def timeline_table(rows: list[tuple]) -> pa.Table:
+    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in TIMELINE_SCHEMA]
+    return pa.Table.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(cols, TIMELINE_SCHEMA, strict=True)],
+        schema=TIMELINE_SCHEMA,
+    )
+
+
+# ---- blocked I/O ------------------------------------------------------------------
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals covering the same time as [starts, ends)."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], np.maximum.accumulate(ends[order])
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > e[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.append(e[idx[1:] - 1], e[-1])
+
+
+def _covered(cs: np.ndarray, ce: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Time covered by the disjoint intervals [cs, ce) before each ``t``."""
+    if len(cs) == 0:
+        return np.zeros_like(t)
+    cum = np.concatenate([[0.0], np.cumsum(ce - cs)])
+    i = np.searchsorted(cs, t, side="right") - 1
+    inside = np.clip(t - cs[np.maximum(i, 0)], 0.0, (ce - cs)[np.maximum(i, 0)])
+    return np.where(i >= 0, cum[np.maximum(i, 0)] + inside, 0.0)
+
+
+def uncovered(ls: np.ndarray, le: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> float:
+    """Time in the union of [ls, le) not covered by the union of [cs, ce)."""
+    us, ue = _union(ls, le)
+    cs, ce = _union(cs, ce)
+    total = float(np.sum(ue - us))
+    return total - float(np.sum(_covered(cs, ce, ue) - _covered(cs, ce, us)))
+
+
+def blocked_io(ops: pa.Table) -> dict[int, float]:
+    """Per request: its load time not overlapped by any GPU computation."""
+    df = ops.select(["kind", "step", "tag", "start_s", "end_s"]).to_pandas()
+    comp = df[df["kind"] == "compute"]
+    cs, ce = comp["start_s"].to_numpy(), comp["end_s"].to_numpy()
+    loads = df[df["tag"] == "load"]
+    out = {}
+    for rid, g in loads.groupby("step", sort=True):
+        out[int(rid)] = uncovered(g["start_s"].to_numpy(), g["end_s"].to_numpy(), cs, ce)
+    return out
+
+
+# ---- summary --------------------------------------------------------------------
+def _pct(x: pd.Series, q: float) -> float:
+    return float(np.percentile(x, q)) if len(x) else float("nan")
+
+
+def serving_summary(rec: ServingRecords, block_tokens: int) -> dict[str, Any]:
+    """One row of numbers for a run (see the module docstring)."""
+    req = rec.requests.to_pandas() if rec.requests is not None else pd.DataFrame()
+    done = req[~req["rejected"]]
+    ops = rec.ops.select(["kind", "src", "dst", "tag", "bytes", "start_s", "end_s"]).to_pandas()
+    dev = rec.devices.to_pandas()
+    span = float(done["finish_s"].max() - done["release_s"].min()) if len(done) else 0.0
+    prompt = float(done["input_tokens"].sum())
+    loads = ops[ops["tag"] == "load"]
+    all_blocked = uncovered(
+        loads["start_s"].to_numpy(),
+        loads["end_s"].to_numpy(),
+        ops.loc[ops["kind"] == "compute", "start_s"].to_numpy(),
+        ops.loc[ops["kind"] == "compute", "end_s"].to_numpy(),
+    )
+    ssd = dev[dev["type"] == "ssd"]
+    gpu = dev[dev["type"] == "gpu"]
+    tl = rec.timeline.to_pandas() if rec.timeline is not None else pd.DataFrame()
+    out = {
+        "requests": int(len(req)),
+        "rejected": int(req["rejected"].sum()),
+        "ttft_mean_s": float(done["ttft_s"].mean()),
+        "ttft_p50_s": _pct(done["ttft_s"], 50),
+        "ttft_p90_s": _pct(done["ttft_s"], 90),
+        "ttft_p99_s": _pct(done["ttft_s"], 99),
+        "tpot_mean_s": float(done["tpot_s"].mean()),
+        "tpot_p50_s": _pct(done["tpot_s"].dropna(), 50),
+        "tpot_p99_s": _pct(done["tpot_s"].dropna(), 99),
+        "queue_mean_s": float(done["queue_s"].mean()),
+        "throughput_tok_s": float(done["output_tokens"].sum()) / span if span > 0 else 0.0,
+        "requests_per_s": len(done) / span if span > 0 else 0.0,
+        "duration_s": span,
+        "blocked_io_s": all_blocked,
+        "blocked_io_mean_s": float(done["blocked_io_s"].mean()),
+        "load_gb": float(loads["bytes"].sum()) / 1e9,
+        "store_gb": float(ops.loc[ops["tag"].isin(["store", "demote"]), "bytes"].sum()) / 1e9,
+        "prefill_tokens_computed": int(done["computed_tokens"].sum()),
+        "gpu_util": float(gpu["util_mean"].max()) if len(gpu) else 0.0,
+        "ssd_util": float(ssd["util_mean"].max()) if len(ssd) else 0.0,
+        "ssd_read_gb": float(ssd["bytes_read"].sum()) / 1e9,
+        "ssd_write_gb": float(ssd["bytes_written"].sum()) / 1e9,
+        "max_waiting": int(tl["waiting"].max()) if len(tl) else 0,
+    }
+    for t in TIERS:
+        hit = float(done[f"hit_blocks_{t}"].sum()) * block_tokens
+        out[f"hit_rate_{t}"] = hit / prompt if prompt else 0.0
+    return out

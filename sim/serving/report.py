@@ -1,0 +1,81 @@
+"""Rich tables of a serving scenario's summary (printed by ``kvtier sim``).
+
+A scenario whose variants span several context lengths (``unified-pooling``)
+gets seed 004's two figures as tables, one row per (model, design) and one
+column per context length: mean TTFT, and mean blocked I/O time.  Any other
+serving scenario gets one row per design with the serving metrics.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.table import Table
+
+
+def serving_tables(df: pd.DataFrame, title: str) -> list[Table]:
+    if "context_tokens" in df.columns and df["context_tokens"].nunique() > 1:
+        return [
+            context_table(df, "ttft_mean_s", f"{title}: mean TTFT (s)"),
+            context_table(df, "blocked_io_mean_s", f"{title}: mean blocked I/O time (s)"),
+        ]
+    return [design_table(df, title)]
+
+
+def _ctx(n: int) -> str:
+    return f"{n // 1024}K" if n % 1024 == 0 else str(n)
+
+
+def context_table(df: pd.DataFrame, metric: str, title: str) -> Table:
+    """Rows (model, design) in scenario order, columns context lengths."""
+    contexts = sorted(df["context_tokens"].unique())
+    table = Table(title=title)
+    table.add_column("model")
+    table.add_column("design")
+    for c in contexts:
+        table.add_column(_ctx(int(c)), justify="right")
+    models = list(dict.fromkeys(df["model"]))
+    designs = list(dict.fromkeys(df["design"]))
+    for model, design in ((m, d) for m in models for d in designs):
+        sub = df[(df["model"] == model) & (df["design"] == design)].set_index("context_tokens")
+        if sub.empty:
+            continue
+        cells = [f"{sub.at[c, metric]:.3f}" if c in sub.index else "-" for c in contexts]
+        table.add_row(model, design, *cells)
+    return table
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}%"
+
+
+def design_table(df: pd.DataFrame, title: str) -> Table:
+    """One row per design: latency, throughput, hits, blocked I/O (hit-rate
+    columns of tiers no design has are left out)."""
+    table = Table(title=title)
+    ms = lambda v: f"{1e3 * v:,.0f}"  # noqa: E731
+    cols = [
+        ("design", "variant", str),
+        ("TTFT ms", "ttft_mean_s", ms),
+        ("p50", "ttft_p50_s", ms),
+        ("p90", "ttft_p90_s", ms),
+        ("p99", "ttft_p99_s", ms),
+        ("TPOT ms", "tpot_mean_s", lambda v: f"{1e3 * v:.1f}"),
+        ("tok/s", "throughput_tok_s", lambda v: f"{v:,.0f}"),
+        ("queue s", "queue_mean_s", lambda v: f"{v:.2f}"),
+    ]
+    for tier in ("gpu", "cpu", "ssd", "pool"):
+        if df[f"hit_rate_{tier}"].any():
+            cols.append(
+                (f"hit {tier.upper() if tier != 'pool' else tier}", f"hit_rate_{tier}", _pct)
+            )
+    cols += [
+        ("blocked I/O s", "blocked_io_s", lambda v: f"{v:.3f}"),
+        ("SSD util", "ssd_util", _pct),
+        ("span s", "duration_s", lambda v: f"{v:.1f}"),
+    ]
+    for header, _, _ in cols:
+        left = header == "design"
+        table.add_column(header, justify="left" if left else "right", no_wrap=left)
+    for _, row in df.iterrows():
+        table.add_row(*[fmt(row[key]) for _, key, fmt in cols])
+    return table
