@@ -10,7 +10,7 @@ ARGS     ?=
 EXTRAS   ?= dev
 
 .DEFAULT_GOAL := help
-REAL_ARGS ?= --pace $(HW) --n 4
+REAL_ARGS ?= --emulate $(HW) --n 4
 
 .PHONY: help venv sim test bench real calibrate lint profiles models clean
 

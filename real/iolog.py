@@ -154,10 +154,23 @@ def job_file(
         depth = iodepth or t.queue_depth or _plan_depth(plan, node) or 32
         lines += ["", f"[{node}]", f"read_iolog={Path(log).resolve()}", f"iodepth={depth}"]
         if t.pacing and not t.limits.unlimited:
-            lim = t.limits
-            lines += [f"rate={lim.read_bps},{lim.write_bps}"]
-            lines += [f"rate_iops={lim.read_iops},{lim.write_iops}"]
+            lines += [f"rate={_paced_rate(t, plan)}"]
     return "\n".join(lines) + "\n"
+
+
+def _paced_rate(t: Target, plan: pa.Table) -> str:
+    """fio's ``rate=read,write`` (bytes/s) for a paced target: fio takes ``rate``
+    or ``rate_iops``, not both, so each direction gets the tighter of its
+    byte limit and its IOPS limit times the plan's mean I/O size there."""
+    lim, tot = t.limits, device_totals(plan, t.node)
+    rates = []
+    for bps, iops, nbytes, ios in (
+        (lim.read_bps, lim.read_iops, tot["read"], tot["read_ios"]),
+        (lim.write_bps, lim.write_iops, tot["write"], tot["write_ios"]),
+    ):
+        cands = [b for b in (bps, iops * nbytes // ios if iops and ios else 0) if b > 0]
+        rates.append(str(int(min(cands))) if cands else "")
+    return ",".join(rates)
 
 
 def _plan_depth(plan: pa.Table, node: str) -> int:
@@ -216,7 +229,7 @@ def _written_nodes(plan: pa.Table) -> set[str]:
 
 
 def device_totals(plan: pa.Table, node: str) -> dict[str, int]:
-    """Bytes read, bytes written and I/Os of ``node`` in ``plan``."""
+    """Bytes read and written and I/Os (all, reads, writes) of ``node`` in ``plan``."""
     kind = np.asarray(plan.column("kind").to_pylist(), dtype=object)
     src = np.asarray(plan.column("src").to_pylist(), dtype=object)
     dst = np.asarray(plan.column("dst").to_pylist(), dtype=object)
@@ -227,6 +240,8 @@ def device_totals(plan: pa.Table, node: str) -> dict[str, int]:
         "read": int(nbytes[reads].sum()),
         "write": int(nbytes[writes].sum()),
         "ios": int(n_ios[reads | writes].sum()),
+        "read_ios": int(n_ios[reads].sum()),
+        "write_ios": int(n_ios[writes].sum()),
     }
 
 
@@ -236,7 +251,10 @@ def summarize_replay(doc: Mapping[str, Any], plan: pa.Table) -> dict[str, Any]:
     The bytes are the plan's: fio 3.33 leaves the last ``iodepth - 1``
     completions of an iolog replay out of ``io_bytes`` (its ``total_ios``
     counts them all, and is checked against the plan), so ``io_bytes`` would
-    under-report; the time is fio's ``job_runtime`` (ms).
+    under-report; the time is fio's ``job_runtime`` (ms), which ends with the
+    last counted completion, so ``bytes / elapsed`` over-states the rate by
+    about ``iodepth / I/Os``; ``measured_bps`` (fio's counted bytes over the
+    same time) does not.
     """
     per_device = {}
     total = {"read": 0, "write": 0}
@@ -260,8 +278,12 @@ def summarize_replay(doc: Mapping[str, Any], plan: pa.Table) -> dict[str, Any]:
         }
     elapsed = max((d["elapsed_s"] for d in per_device.values()), default=0.0)
     nbytes = total["read"] + total["write"]
+    counted = sum(d["fio_io_bytes"] for d in per_device.values())
     return {
         "bytes": nbytes,
+        # what fio counted over the time it counted it: the rate without the tail bias
+        "fio_io_bytes": counted,
+        "measured_bps": counted / elapsed if elapsed else float("nan"),
         "read_bytes": total["read"],
         "write_bytes": total["write"],
         "elapsed_s": elapsed,

@@ -30,6 +30,7 @@ import pyarrow as pa
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
+from real.crosscheck import describe, fio_cross_check
 from real.errors import RealError
 from real.profile_yaml import scaled_profile
 from real.targets import Limits, Target
@@ -77,6 +78,9 @@ def add_parser(group: argparse._SubParsersAction) -> None:
         "--no-engine-costs",
         action="store_true",
         help="model with the profile's own latencies and software costs (no replayer measurement)",
+    )
+    p.add_argument(
+        "--no-fio", action="store_true", help="skip the fio replay of the bandwidth steps"
     )
     p.set_defaults(handler=cmd_validate)
 
@@ -188,7 +192,10 @@ def run_validation(
         dev.throttled(),
     ):
         real = replay(plan, targets, seed=args.seed, engine=args.engine)
-    return compare(sim, real, steps) | {"plan": plan}, sim, real
+        fio = {"skipped": "--no-fio"}
+        if not args.no_fio:
+            fio = fio_cross_check(plan, steps, real, targets, Path(args.out) / "fio")
+    return compare(sim, real, steps) | {"plan": plan, "fio": fio}, sim, real
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -222,6 +229,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         engine=real.stats.get("engine_note"),
         engine_costs=costs,
         notes=real.stats.get("notes", []),
+        fio_cross_check=result["fio"],
         wall_s=time.perf_counter() - t0,
     )
     write_report(result, out, meta)
@@ -232,13 +240,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
         f"median step error <= {TARGET_MEDIAN_ERROR:.0%} in IOPS/bandwidth regimes: "
         f"{'yes' if within_target(result) else 'no'}"
     )
+    console.print(describe(result["fio"]))
     console.print(f"report: {out}/report.json, validation.png, steps/ops Parquet")
     return 0 if ok_bytes else 1
 
 
 def error_table(result: dict[str, Any], profile: HardwareProfile) -> Table:
     t = Table(title=f"Simulated vs real, per step ({profile.name})")
-    cols = ("regime", "steps", "real GB/s", "sim GB/s", "median |err|", "p90", "max", "bias")
+    cols = (
+        "regime",
+        "steps",
+        "real GB/s/SSD",
+        "sim GB/s/SSD",
+        "median |err|",
+        "p90",
+        "max",
+        "bias",
+    )
     for c in cols:
         t.add_column(c, justify="left" if c == "regime" else "right")
     for regime, r in result["by_regime"].items():

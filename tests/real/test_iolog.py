@@ -81,7 +81,12 @@ def test_job_file_has_one_job_per_device_and_no_redirect(tmp_path: Path) -> None
     assert "replay_redirect" not in text and "replay_no_stall=1" in text
     assert text.count("read_iolog=") == 2 and "[ssd0]" in text and "[ssd1]" in text
     assert "iodepth=4" in text  # the target's queue depth
-    assert "rate=100,200\nrate_iops=3,4" in text  # paced targets carry their limits
+    # paced targets carry their limits; fio refuses rate with rate_iops, so each
+    # direction gets the tighter of bytes/s and IOPS x the plan's I/O size there
+    assert "rate=100,200\n" in text and "rate_iops" not in text
+    iops_bound = Target("ssd1", t1.path, t1.size, pacing=True, limits=Limits(10**9, 10**9, 3, 4))
+    text = job_file(logs, [t0, iops_bound], three_ops())
+    assert "rate=1000000000,16384\n" in text  # no reads; 4 IOPS x one 4 KiB write
     assert "replay_no_stall=0" in job_file(logs, [t0, paced], three_ops(), no_stall=False)
 
 
