@@ -293,6 +293,7 @@ class Engine:
             plan=self.ops.plan(),
             requests=request_records([s.req for s in self.seqs], base.ops),
             timeline=timeline_table(self.timeline),
+            gpus=(self.cfg.gpu,),
         )
 
 

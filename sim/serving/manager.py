@@ -210,14 +210,14 @@ class BlockManager:
                 continue
             groups.append((key, blocks))  # type: ignore[arg-type]
         if groups:
+            for _key, blocks in groups:  # held now: the request may finish before the copy
+                for b in blocks:
+                    self.gpu.acquire(b)
             self.env.process(self._store_from_gpu(groups, s.req.rid))
 
     def _store_from_gpu(self, groups: list[tuple[int, list[GpuBlock]]], rid: int):
         tier = self.tiers[0]
         sources = dict(groups)
-        for blocks in sources.values():
-            for b in blocks:
-                self.gpu.acquire(b)
         pending = [key for key, _ in groups]
         while pending:
             placed, waiting = tier.place(pending, self._evict)

@@ -72,6 +72,7 @@ class ServingRecords(Records):
     plan: pa.Table | None = None
     requests: pa.Table | None = None
     timeline: pa.Table | None = None
+    gpus: tuple[str, ...] = ("gpu0",)  # the GPUs loads land on
 
     def write(self, out_dir: str | Path) -> None:
         super().write(out_dir)
@@ -205,7 +206,8 @@ def serving_summary(rec: ServingRecords, block_tokens: int) -> dict[str, Any]:
         "duration_s": span,
         "blocked_io_s": all_blocked,
         "blocked_io_mean_s": float(done["blocked_io_s"].mean()),
-        "load_gb": float(loads["bytes"].sum()) / 1e9,
+        # KV that reached the GPU (an SSD read into a bounce buffer is not counted twice)
+        "load_gb": float(loads.loc[loads["dst"].isin(rec.gpus), "bytes"].sum()) / 1e9,
         "store_gb": float(ops.loc[ops["tag"].isin(["store", "demote"]), "bytes"].sum()) / 1e9,
         "prefill_tokens_computed": int(done["computed_tokens"].sum()),
         "gpu_util": float(gpu["util_mean"].max()) if len(gpu) else 0.0,

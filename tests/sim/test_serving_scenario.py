@@ -1,0 +1,116 @@
+"""The serving scenarios, shrunk: every assertion is a mechanism the issue names."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from hwprofiles import load_profile
+from sim.config import ConfigError, load_scenario
+from sim.runner import run
+from sim.scenarios.serving import conversation_table, expand_variants
+
+
+def pooling(designs: list[str], **workload) -> pd.DataFrame:
+    cfg = load_scenario("unified-pooling")
+    w = dataclasses.replace(cfg.workload, **workload)
+    variants = tuple(v for v in cfg.variants if dict(v.overrides)["design"] in designs)
+    cfg = dataclasses.replace(cfg, workload=w, variants=variants)
+    df = run(cfg, load_profile("h100-2dimm-2ssd"), None).summary()
+    return df.set_index(["design", "context_tokens"])
+
+
+@pytest.fixture(scope="module")
+def pool_vs_lmcache() -> pd.DataFrame:
+    matrix = {"model": ["Llama-3.1-8B"], "context_tokens": [4096, 32768]}
+    return pooling(["lmcache", "pool"], matrix=matrix)
+
+
+def test_matrix_expands_every_variant_at_every_point() -> None:
+    cfg = load_scenario("unified-pooling")
+    names = [v.name for v in expand_variants(cfg)]
+    assert len(names) == 6 * 3 * 8
+    assert "Unified KV pooling | Qwen3-30B-A3B | 128K" in names
+
+
+def test_pooling_gain_grows_with_context(pool_vs_lmcache: pd.DataFrame) -> None:
+    ttft = pool_vs_lmcache["ttft_mean_s"]
+    gain = {n: ttft[("LMCache", n)] / ttft[("Unified KV pooling", n)] for n in (4096, 32768)}
+    assert gain[4096] > 1.0
+    assert gain[32768] > gain[4096]
+
+
+def test_every_query_hits_the_pool_and_loads_its_kv(pool_vs_lmcache: pd.DataFrame) -> None:
+    df = pool_vs_lmcache
+    for (design, n), r in df.iterrows():
+        tier = "pool" if design == "Unified KV pooling" else "cpu"
+        blocks = (n - 1) // 256  # 256-token chunks; the last one is recomputed
+        assert r[f"hit_rate_{tier}"] == pytest.approx(blocks * 256 / n)
+        kv = get_kv(n)
+        assert r["load_gb"] == pytest.approx(2 * kv * blocks * 256 / n / 1e9, rel=1e-6)
+
+
+def get_kv(n: int) -> float:
+    from sim.models import get_model
+
+    return n * get_model("Llama-3.1-8B").kv_bytes_per_token
+
+
+def test_passthrough_matters_most_when_ios_are_many_and_small() -> None:
+    matrix = {"model": ["Llama-3.1-8B"], "context_tokens": [32768]}
+    gaps = {}
+    for kib in (4, 512):
+        cfg = load_scenario("unified-pooling")
+        variants = []
+        for v in cfg.variants:
+            o = dict(v.overrides)
+            if o["design"] in ("pool", "pool-orchestrator-only"):
+                o["design_params"] = {"cpu_gib": 18.63, "ssd_gib": 186.26, "io_kib": kib}
+                variants.append(dataclasses.replace(v, overrides=tuple(o.items())))
+        w = dataclasses.replace(cfg.workload, matrix=matrix)
+        cfg = dataclasses.replace(cfg, workload=w, variants=tuple(variants))
+        df = run(cfg, load_profile("h100-2dimm-2ssd"), None).summary().set_index("design")
+        ttft = df["ttft_mean_s"]
+        gaps[kib] = ttft["Ablation: orchestrator only"] / ttft["Unified KV pooling"]
+    assert gaps[4] > gaps[512] >= 1.0
+
+
+def test_conversation_turns_resend_a_growing_history() -> None:
+    cfg = load_scenario("paged-ssd")
+    t = conversation_table(cfg.workload, seed=0).to_pandas()
+    assert (t["input_tokens"] + t["output_tokens"] <= cfg.workload.max_context).all()
+    for _, s in t.groupby("session_id"):
+        assert s["turn"].tolist() == list(range(len(s)))
+        assert s["input_tokens"].is_monotonic_increasing
+        assert s["arrival_s"].is_monotonic_increasing
+    same = conversation_table(cfg.workload, seed=0)
+    assert same.equals(conversation_table(cfg.workload, seed=0))
+
+
+def test_paged_ssd_tiers_serve_what_the_gpu_lost() -> None:
+    cfg = load_scenario("paged-ssd")
+    w = dataclasses.replace(cfg.workload, sessions=24, session_rate=8.0)
+    keep = ("GPU only", "+CPU (minimal)", "+CPU (minimal) +SSD")
+    variants = tuple(v for v in cfg.variants if v.name in keep)
+    df = run(
+        dataclasses.replace(cfg, workload=w, variants=variants), load_profile("dgx-spark"), None
+    )
+    s = df.summary().set_index("design")
+    assert s.loc["GPU only", "hit_rate_cpu"] == s.loc["GPU only", "hit_rate_ssd"] == 0.0
+    assert s.loc["+CPU (minimal) +SSD", "hit_rate_ssd"] > 0.0
+    assert s.loc["+CPU (minimal)", "hit_rate_ssd"] == 0.0
+    # every hit below the GPU saves the compute of its tokens
+    for design, r in s.iterrows():
+        hit = sum(r[f"hit_rate_{t}"] for t in ("gpu", "cpu", "ssd"))
+        assert hit <= 1.0, design
+    gpu_only = s.loc["GPU only", "prefill_tokens_computed"]
+    assert s.loc["+CPU (minimal) +SSD", "prefill_tokens_computed"] < gpu_only
+
+
+def test_a_bad_trace_name_is_a_config_error(tmp_path) -> None:
+    cfg = load_scenario("paged-ssd")
+    w = dataclasses.replace(cfg.workload, trace=str(tmp_path / "missing.parquet"))
+    with pytest.raises(ConfigError, match="neither conversation, long_doc nor a Parquet file"):
+        run(dataclasses.replace(cfg, workload=w), load_profile("dgx-spark"), None)
