@@ -51,20 +51,33 @@ def cmd_sim(args: argparse.Namespace) -> int:
     )
     with _progress(console) as bar:
         tasks: dict[str, int] = {}
+        if cfg.workload.kind == "serving":  # many small closed-loop runs: one bar
+            from sim.scenarios.serving import expand_variants
 
-        def update(name: str, done: int, total: int) -> None:
-            if name not in tasks:
-                tasks[name] = bar.add_task(name, total=total)
-            bar.update(tasks[name], completed=done)
+            total = len(expand_variants(cfg))
+            one = bar.add_task("serving simulations", total=total)
+
+            def update(name: str, done: int, total: int) -> None:
+                if done == total:
+                    bar.advance(one)
+        else:
+
+            def update(name: str, done: int, total: int) -> None:
+                if name not in tasks:
+                    tasks[name] = bar.add_task(name, total=total)
+                bar.update(tasks[name], completed=done)
 
         result = run(cfg, profile, out, progress=update, trace=args.trace)
     if cfg.workload.kind == "swarm":
         console.print(design_table(result.summary(), cfg))
     elif cfg.workload.kind == "serving":
+        from analysis.serving_plots import write_serving_plots
         from sim.serving.report import serving_tables
 
         for table in serving_tables(result.summary(), f"{cfg.name} on {profile.name}"):
             console.print(table)
+        plots = write_serving_plots(out)
+        console.print(f"plots: {', '.join(p.name for p in plots)}")
     else:
         console.print(summary_table(result.summary(), cfg.workload.batch))
     for name, why in result.skipped.items():

@@ -45,3 +45,30 @@ def test_swarm_notebook_draws_every_sweep(tmp_path: Path) -> None:
     assert any("1 sweep tables" in o.get("text", "") for o in outputs)
     errors = [o for o in outputs if o.get("output_type") == "error"]
     assert not errors
+
+
+def test_serving_notebook_draws_both_scenarios(tmp_path: Path) -> None:
+    from sim.runner import run
+
+    chat = load_scenario("paged-ssd")
+    chat = dataclasses.replace(
+        chat,
+        workload=dataclasses.replace(chat.workload, sessions=6, session_rate=6.0),
+        variants=chat.variants[:2],
+    )
+    run(chat, load_profile("dgx-spark"), tmp_path / "paged-ssd")
+    pool = load_scenario("unified-pooling")
+    matrix = {"model": ["Llama-3.1-8B"], "context_tokens": [1024, 4096]}
+    pool = dataclasses.replace(
+        pool,
+        workload=dataclasses.replace(pool.workload, matrix=matrix),
+        variants=pool.variants[:2],
+    )
+    run(pool, load_profile("h100-2dimm-2ssd"), tmp_path / "pooling")
+    nb = execute("serving.ipynb", {"KVTIER_RESULTS": str(tmp_path)})
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    errors = [o for o in outputs if o.get("output_type") == "error"]
+    assert not errors, errors
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "2 serving runs" in text
+    assert "4 figures" in text  # TTFT and blocked I/O vs context; remaining and TTFT CDF
