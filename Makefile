@@ -11,6 +11,7 @@ EXTRAS   ?= dev
 
 .DEFAULT_GOAL := help
 REAL_ARGS ?= --emulate $(HW) --n 4
+CAL_ARGS  ?= --emulate $(HW) --n 4
 
 .PHONY: help venv sim test bench real calibrate lint profiles models clean
 
@@ -35,8 +36,8 @@ bench: venv ## simulator speed benchmark (sparse-attention decoding plan on h20-
 real: venv ## replay a validation plan on real (emulated) SSDs vs the simulator; prints the error table
 	$(BIN)/kvtier real validate $(REAL_ARGS) --out $(OUT)/real $(ARGS)
 
-calibrate: venv ## fio sweeps on the local devices -> hwprofiles/local.yaml
-	$(BIN)/kvtier real calibrate $(ARGS)
+calibrate: venv ## fio sweeps (emulated SSDs, or CAL_ARGS="--dir D1 --dir D2") -> hwprofiles/local.yaml
+	$(BIN)/kvtier real calibrate $(CAL_ARGS) $(ARGS)
 
 lint: venv ## ruff lint and format check
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

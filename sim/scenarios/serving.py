@@ -1,6 +1,9 @@
 """Serving scenarios: request traces, the variant matrix and the driver.
 
-Two traces come built in (a request-table Parquet file is the third way):
+Two traces come built in; a request trace file is the third way (any format
+:mod:`traces.request_readers` reads: kvtier Parquet, Mooncake JSONL, Azure
+or Vidur CSV; hashes map onto the engine's blocks, see
+:mod:`sim.serving.requests`):
 
 * ``long_doc`` — seed 004's setup (§III-A, §V-A): LMCache's Long Doc QA,
   ``docs`` documents of ``context_tokens`` tokens each, every one served once
@@ -35,7 +38,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from hwprofiles import HardwareProfile
 from sim.config import ConfigError, ScenarioConfig, ServingParams, Variant
@@ -121,19 +123,22 @@ def trace_tables(p: ServingParams, seed: int) -> tuple[pa.Table, pa.Table | None
     if p.trace == "long_doc":
         queries, warm = long_doc_tables(p)
         return queries, warm
-    if p.trace == "conversation":
-        table = conversation_table(p, seed)
-    else:
-        path = Path(p.trace)
-        if not path.exists():
-            raise ConfigError(
-                f"trace: '{p.trace}' is neither conversation, long_doc nor a Parquet file"
-            )
-        table = pq.read_table(path)
+    table = conversation_table(p, seed) if p.trace == "conversation" else file_table(p.trace)
     if p.requests:
         order = np.argsort(table.column("arrival_s").to_numpy(), kind="stable")[: p.requests]
         table = table.take(pa.array(np.sort(order)))
     return table, None
+
+
+def file_table(path: str) -> pa.Table:
+    """A request trace file (kvtier Parquet, Mooncake JSONL, Azure or Vidur CSV,
+    read by :func:`traces.request_readers.read_trace`) as an engine request table."""
+    from traces.request_readers import read_trace
+
+    if not Path(path).exists():
+        raise ConfigError(f"trace: '{path}' is neither conversation, long_doc nor a trace file")
+    trace = read_trace(path)
+    return trace.table.replace_schema_metadata({"block_tokens": str(trace.block_tokens)})
 
 
 # ---- driver ----------------------------------------------------------------------------

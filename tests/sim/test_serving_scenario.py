@@ -112,5 +112,35 @@ def test_paged_ssd_tiers_serve_what_the_gpu_lost() -> None:
 def test_a_bad_trace_name_is_a_config_error(tmp_path) -> None:
     cfg = load_scenario("paged-ssd")
     w = dataclasses.replace(cfg.workload, trace=str(tmp_path / "missing.parquet"))
-    with pytest.raises(ConfigError, match="neither conversation, long_doc nor a Parquet file"):
+    with pytest.raises(ConfigError, match="neither conversation, long_doc nor a trace file"):
         run(dataclasses.replace(cfg, workload=w), load_profile("dgx-spark"), None)
+
+
+def test_a_mooncake_trace_drives_the_engine_with_its_prefix_hashes(tmp_path) -> None:
+    from sim.models import get_model
+    from sim.scenarios.serving import file_table
+    from sim.serving.build import build_engine
+    from sim.serving.designs import get_design
+    from sim.serving.engine import EngineConfig
+    from sim.serving.requests import load_requests
+
+    path = tmp_path / "trace.jsonl"
+    path.write_text(
+        '{"timestamp": 0, "input_length": 1100, "output_length": 2, "hash_ids": [7, 8, 9]}\n'
+        '{"timestamp": 2000, "input_length": 1200, "output_length": 2, "hash_ids": [7, 8, 5]}\n'
+    )
+    reqs = load_requests(file_table(str(path)), 16)
+    # only full 512-token trace blocks are hashed: 2 of each prompt, 32 engine blocks each
+    assert [len(r.hashes) for r in reqs] == [64, 64]
+    cfg = EngineConfig(gpu_blocks=1000, block_tokens=16)
+    rec = build_engine(
+        load_profile("h100-2dimm-2ssd"),
+        get_model("Llama-3.1-8B"),
+        get_design("gpu-only"),
+        cfg,
+        reqs,
+    ).run()
+    r = rec.requests.to_pandas().set_index("request_id")
+    # two shared 512-token blocks = 64 engine blocks of 16 tokens
+    assert r["hit_blocks_gpu"].tolist() == [0, 64]
+    assert r.loc[1, "arrival_s"] == 2.0
