@@ -209,3 +209,56 @@ def test_design_params_are_checked() -> None:
     assert dataclasses.asdict(d)["cpu_gib"] == 2.0
     assert get_design("lmcache").io_bytes() == 4096
     assert get_design("pool").io_bytes() == 128 * 1024
+
+
+def test_chunked_prefill_ttft_is_the_sum_of_its_chunks() -> None:
+    rec = run([row(0, 0.0, 1024, [])], max_batched_tokens=256)
+    expect = sum(prefill_seconds(256, 256 * i) for i in range(4))
+    # only the last chunk runs the output head: take the head out of the first three
+    c, g = LLAMA, PROFILE.gpu
+    head_flops = 2 * c.vocab_size * c.hidden_size
+    head_bytes = c.vocab_size * c.hidden_size * c.dtype_bytes
+    for i in range(3):
+        pairs = 256 * 256 * i + 256 * 257 / 2
+        flops = c.layers * (2 * c.layer_active_params * 256 + 4 * c.q_heads * c.head_dim * pairs)
+        hbm = c.layers * c.layer_dense_params * c.dtype_bytes + 256 * (i + 1) * c.kv_bytes_per_token
+        with_head = max(
+            (flops + head_flops) / (g.bf16_tflops * 1e12), (hbm + head_bytes) / (g.hbm_gbps * 1e9)
+        )
+        expect += max(flops / (g.bf16_tflops * 1e12), hbm / (g.hbm_gbps * 1e9)) - with_head
+    assert requests(rec).loc[0, "ttft_s"] == pytest.approx(expect, rel=1e-9)
+    assert rec.stats["iterations"] == 4
+
+
+def ssd_only(profile_name: str) -> ServingRecords:
+    warm = [row(9, 0.0, 2048, [], session=0)]
+    query = [row(0, 0.0, 2048, [], session=0)]
+    profile = load_profile(profile_name)
+    reqs = load_requests(request_table(query, B), B)
+    pre = load_requests(request_table(warm, B), B)
+    d = get_design("paged-ssd", {"ssd_gib": 4.0})
+    cfg = EngineConfig(gpu_blocks=4096, block_tokens=B, prefix_cache=False)
+    return build_engine(profile, LLAMA, d, cfg, reqs, pre).run()
+
+
+def test_ssd_loads_go_straight_to_the_gpu_only_with_gpudirect() -> None:
+    direct = ssd_only("dgx-spark").plan.to_pandas().query("tag == 'load'")
+    assert set(direct["kind"]) == {"read"} and set(direct["dst"]) == {"gpu0"}
+    assert set(direct["io_path"]) == {"gds"}
+    bounce = ssd_only("h100-2dimm-2ssd").plan.to_pandas().query("tag == 'load'")
+    reads, copies = bounce.query("kind == 'read'"), bounce.query("kind == 'copy'")
+    assert set(reads["dst"]) == {"dram0"} and set(copies["src"]) == {"dram0"}
+    assert reads["bytes"].sum() == copies["bytes"].sum() == direct["bytes"].sum()
+
+
+def test_transfers_in_flight_never_exceed_the_design_bound() -> None:
+    def most_in_flight(bound: int) -> int:
+        params = {"cpu_gib": 0.05, "ssd_gib": 2.0, "block_factor": 2, "max_transfers": bound}
+        ops = run(chat_rows(40, 4), "paged-cpu-ssd", params, gpu_blocks=400).ops.to_pandas()
+        io = ops[ops["kind"] != "compute"]
+        # at equal times an end comes before a start: back-to-back ops do not overlap
+        events = sorted([(t, 1) for t in io["start_s"]] + [(t, -1) for t in io["end_s"]])
+        return int(np.cumsum([d for _, d in events]).max())
+
+    assert most_in_flight(16) > 1  # stores, demotions and loads do overlap ...
+    assert most_in_flight(1) == 1  # ... unless the design allows one transfer at a time
