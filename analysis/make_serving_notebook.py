@@ -5,7 +5,7 @@ Kept as code so the notebook's cells are reviewable in a diff.
 
 from pathlib import Path
 
-import nbformat as nbf
+from analysis.notebook import write_notebook
 
 CELLS = [
     (
@@ -94,17 +94,7 @@ print(f"{len(figures)} figures")""",
 
 
 def main() -> None:
-    nb = nbf.v4.new_notebook()
-    nb.cells = [
-        nbf.v4.new_markdown_cell(src) if kind == "md" else nbf.v4.new_code_cell(src)
-        for kind, src in CELLS
-    ]
-    nb.metadata["kernelspec"] = {
-        "name": "python3",
-        "display_name": "Python 3",
-        "language": "python",
-    }
-    nbf.write(nb, Path(__file__).with_name("serving.ipynb"))
+    write_notebook(CELLS, Path(__file__).with_name("serving.ipynb"))
 
 
 if __name__ == "__main__":

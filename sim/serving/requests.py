@@ -1,6 +1,6 @@
 """Request tables -> the serving engine's requests (plain state).
 
-The request table is the contract shared with ``traces/requests.py``:
+The request table is the contract of :mod:`traces.requests` (its ``SCHEMA``):
 
 ==============  ================  ===========================================
 column          type              meaning
@@ -44,17 +44,9 @@ from typing import Any
 
 import pyarrow as pa
 
-REQUEST_SCHEMA = pa.schema(
-    [
-        ("request_id", pa.int64()),
-        ("arrival_s", pa.float64()),
-        ("session_id", pa.int64()),
-        ("turn", pa.int32()),
-        ("input_tokens", pa.int64()),
-        ("output_tokens", pa.int64()),
-        ("block_hashes", pa.list_(pa.int64())),
-    ]
-)
+from traces.requests import SCHEMA
+
+REQUEST_SCHEMA = SCHEMA  # one request-table contract (traces/requests.py)
 
 _MASK = (1 << 64) - 1
 _SESSION_SALT = 0x5E55_10A5

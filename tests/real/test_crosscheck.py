@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import errno
-import os
 import shutil
-import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -64,24 +61,6 @@ def test_steps_of_keeps_only_the_chosen_steps() -> None:
     sub = steps_of(plan, [1])
     assert sub.column("op_id").to_pylist() == [2, 3]
     assert steps_of(plan, []).num_rows == 0
-
-
-@pytest.fixture
-def direct_dir(tmp_path: Path):
-    try:
-        os.close(os.open(tmp_path / "probe", os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600))
-        (tmp_path / "probe").unlink()
-        yield tmp_path
-        return
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise
-    shm = Path("/dev/shm") / f"kvtier-test-{uuid.uuid4().hex}"
-    shm.mkdir()
-    try:
-        yield shm
-    finally:
-        shutil.rmtree(shm, ignore_errors=True)
 
 
 @pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed")

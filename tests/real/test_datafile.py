@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import errno
 import mmap
-import os
 import shutil
 import subprocess
-import uuid
 import zlib
 from pathlib import Path
 
@@ -27,25 +24,6 @@ from real.targets import Target
 from sim.plan import PlanBuilder
 
 MiB = 1 << 20
-
-
-@pytest.fixture
-def direct_dir(tmp_path: Path):
-    """A directory whose filesystem accepts O_DIRECT: tmp_path, else /dev/shm."""
-    try:
-        os.close(os.open(tmp_path / "probe", os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600))
-        (tmp_path / "probe").unlink()
-        yield tmp_path
-        return
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise
-    shm = Path("/dev/shm") / f"kvtier-test-{uuid.uuid4().hex}"
-    shm.mkdir()
-    try:
-        yield shm
-    finally:
-        shutil.rmtree(shm, ignore_errors=True)
 
 
 def aligned(n: int) -> memoryview:

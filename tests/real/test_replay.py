@@ -12,8 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,25 +32,6 @@ KiB = 1 << 10
 URING_OK, URING_WHY = _uring.probe()
 needs_uring = pytest.mark.skipif(not URING_OK, reason=f"io_uring unavailable: {URING_WHY}")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
-
-
-@pytest.fixture
-def direct_dir(tmp_path: Path):
-    """A directory whose filesystem accepts O_DIRECT: tmp_path, else /dev/shm."""
-    try:
-        os.close(os.open(tmp_path / "probe", os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600))
-        (tmp_path / "probe").unlink()
-        yield tmp_path
-        return
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise
-    shm = Path("/dev/shm") / f"kvtier-test-{uuid.uuid4().hex}"
-    shm.mkdir()
-    try:
-        yield shm
-    finally:
-        shutil.rmtree(shm, ignore_errors=True)
 
 
 def mixed_plan():

@@ -3,10 +3,8 @@ one tiny end-to-end run on paced files (no root needed)."""
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -19,29 +17,6 @@ from real.validate import compare, regime_plan, regime_shapes, within_target
 from sim.cli.main import main
 from sim.executor import simulate
 from sim.records import Records
-
-
-@pytest.fixture
-def direct_dir(tmp_path: Path):
-    """A directory whose filesystem accepts O_DIRECT: tmp_path, else /dev/shm."""
-    try:
-        os.close(os.open(tmp_path / "probe", os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600))
-        (tmp_path / "probe").unlink()
-        yield tmp_path
-        return
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise
-    if not Path("/dev/shm").is_dir():
-        pytest.skip("no filesystem here accepts O_DIRECT")
-    shm = Path("/dev/shm") / f"kvtier-test-{uuid.uuid4().hex}"
-    shm.mkdir()
-    try:
-        yield shm
-    finally:
-        for p in sorted(shm.rglob("*"), reverse=True):
-            p.unlink() if p.is_file() else p.rmdir()
-        shm.rmdir()
 
 
 def test_regime_shapes_follow_littles_law():
