@@ -155,6 +155,10 @@ def job_file(
         lines += ["", f"[{node}]", f"read_iolog={Path(log).resolve()}", f"iodepth={depth}"]
         if t.pacing and not t.limits.unlimited:
             lines += [f"rate={_paced_rate(t, plan)}"]
+        elif not t.limits.unlimited:
+            # kernel-throttled: an inline submission would block in the throttle and
+            # stall the job's queue; IOSQE_ASYNC on every I/O, as kvtier's replayer does
+            lines += ["force_async=1"]
     return "\n".join(lines) + "\n"
 
 

@@ -63,7 +63,7 @@ def add_parser(group: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=4, help="SSDs to use (default 4)")
     p.add_argument("--dir", default="/dev/shm", help="where data/backing files go")
     p.add_argument("--scale", type=float, default=0.0, help="rate scale (--pace; 0 = auto)")
-    p.add_argument("--steps", type=int, default=3, help="steps per regime")
+    p.add_argument("--steps", type=int, default=5, help="steps per regime")
     p.add_argument(
         "--step-s",
         type=float,
@@ -208,7 +208,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     with devices(args, console) as dev:
         costs = None
         if not args.no_engine_costs:
-            costs = engine_costs(dev, args.engine, args.n)
+            with dev.throttled():  # the same kernel path as the run (throttle, io-wq)
+                costs = engine_costs(dev, args.engine, args.n)
             dev = dataclasses.replace(dev, profile=with_engine_costs(dev.profile, costs))
             console.print(
                 f"replayer on this machine ({args.n} devices): QD1 4 KiB read "
