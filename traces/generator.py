@@ -117,6 +117,17 @@ PRESETS: dict[str, GeneratorParams] = {
     "drifting": GeneratorParams(drift=0.3),
     # same selections as "default", but key geometry dominated by position
     "positional": GeneratorParams(positional=2.0),
+    # fitted by `kvtier trace fit` to SmolLM2-135M-Instruct captures (pydoc text, 8K context,
+    # 10% sparsity, window 256): medians over its 90 (layer, KV head)s, see traces/fit.py
+    "smollm2-fitted": GeneratorParams(
+        group_size=32.0,
+        memberships_mean=1.0,
+        popularity_skew=1.75,
+        active_groups=8,
+        drift=0.01,
+        structure=0.7,
+        noise=0.05,
+    ),
 }
 
 

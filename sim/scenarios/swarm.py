@@ -109,6 +109,8 @@ def lane_data(
 ) -> LaneData:
     """Generated once per lane and shared by every variant of a run (all
     designs see the very same trace)."""
+    if is_capture(trace):
+        return captured_lane_data(trace, seed, context, profile_steps, steps)
     gen = AccessGenerator(
         PRESETS[trace],
         context_tokens=context,
@@ -126,6 +128,43 @@ def lane_data(
     act = tr.activations(steps=slice(0, profile_steps), scored_only=True)[:, :prefix].tocsr()
     oracle = tuple(tr.selection(profile_steps + t).astype(np.int64) for t in range(steps))
     return LaneData(gen.keys(), gen.queries(), act, oracle)
+
+
+def is_capture(trace: str) -> bool:
+    """``trace`` names a captured access trace file rather than a generator preset."""
+    return trace.endswith(".parquet")
+
+
+@functools.lru_cache(maxsize=2)
+def _load_capture(path: str):
+    from traces.access import read_access_trace  # noqa: PLC0415
+    from traces.capture import read_vectors, vectors_path  # noqa: PLC0415
+
+    return read_access_trace(path), *read_vectors(vectors_path(path))
+
+
+def captured_lane_data(
+    path: str, lane: int, context: int, profile_steps: int, steps: int
+) -> LaneData:
+    """Lane ``lane`` of a captured trace (``kvtier trace capture --keep-vectors``): its
+    ``(layer, KV head)`` is ``divmod(lane, kv_heads)`` of the flattened heads, so lanes
+    are distinct heads of one real text (spread out by :func:`plan_swarm`)."""
+    tr, keys, queries = _load_capture(path)
+    m = tr.meta
+    if context != m.context_tokens or profile_steps + steps > m.steps:
+        raise ValueError(
+            f"trace: {path} has context {m.context_tokens} and {m.steps} steps; the workload "
+            f"needs context_tokens = {m.context_tokens} and profile_steps + steps <= {m.steps}"
+        )
+    layer, head = divmod(lane % (m.layers * m.kv_heads), m.kv_heads)
+    prefix = context + profile_steps
+    act = tr.activations(layer, head, slice(0, profile_steps), scored_only=True)[:, :prefix]
+    oracle = tuple(
+        tr.selection(profile_steps + t, layer, head).astype(np.int64) for t in range(steps)
+    )
+    k = np.ascontiguousarray(keys[layer, head], dtype=np.float32)
+    q = np.ascontiguousarray(queries[:, layer, head], dtype=np.float32)
+    return LaneData(k, q, act.tocsr(), oracle)
 
 
 @functools.lru_cache(maxsize=32)
@@ -180,7 +219,11 @@ def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=Non
         raise Unsupported(
             f"ssds: needs {n_ssd}, profile {profile.name} has {len(profile.ssd_names)} SSDs"
         )
-    if p.trace not in PRESETS:
+    heads = 0  # a captured trace's (layer, KV head)s; its lanes are distinct heads
+    if is_capture(p.trace):
+        m = _load_capture(p.trace)[0].meta  # a missing or malformed file fails here
+        heads = m.layers * m.kv_heads
+    elif p.trace not in PRESETS:
         raise ValueError(f"trace: unknown preset '{p.trace}' (known: {', '.join(PRESETS)})")
     ssds = profile.ssd_names[:n_ssd]
     prefix = p.context_tokens + p.profile_steps
@@ -189,9 +232,16 @@ def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=Non
     for b in range(p.batch):
         for lm in range(p.layers_modeled):
             lane_seed = int(np.random.SeedSequence([seed, b, lm]).generate_state(1)[0])
+            if heads:
+                lane_seed = _spread(b * p.layers_modeled + lm, p.batch * p.layers_modeled, heads)
             lanes[(b, lm)] = run_lane(p, layout, lane_seed, progress)
     plan = _assemble(p, profile, ssds, layout, lanes, prefix)
     return SwarmPlan(plan, lanes, ssds, p, layout)
+
+
+def _spread(lane: int, lanes: int, heads: int) -> int:
+    """Lane ``lane`` of ``lanes`` -> a flattened head index spread evenly over ``heads``."""
+    return (lane * heads) // lanes + heads // (2 * lanes)
 
 
 def _assemble(p, profile, ssds, layout, lanes, prefix) -> pa.Table:
