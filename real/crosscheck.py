@@ -26,9 +26,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kvtier.records import Records
 from real.iolog import fio_replay_throughput
 from real.targets import Target
-from sim.records import Records
 
 TARGET_RATIO = 0.9
 

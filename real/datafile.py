@@ -45,10 +45,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from kvtier.units import fmt_bytes
 from real._blocks import BLOCK, MAGIC, BlockFormat
 from real.errors import RealError
 from real.targets import Limits, Target
-from sim.core.units import fmt_bytes
 
 FILL_CHUNK = 4 << 20
 PathLike = str | Path

@@ -43,10 +43,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kvtier.plan import read_plan
 from real import fio
 from real.errors import RealError
 from real.targets import Target
-from sim.plan import read_plan
 
 HEADER = "fio version 3 iolog"
 SECTOR = 512  # O_DIRECT alignment fio needs for offsets and lengths

@@ -47,6 +47,9 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
+from kvtier.plan import depends_csr
+from kvtier.records import Records, op_records
+from kvtier.units import fmt_bytes
 from real import _gds
 from real._blocks import BLOCK
 from real._devices import Device, device_records, open_device
@@ -54,9 +57,6 @@ from real.datafile import io_failure, io_layout
 from real.engine import GDS, Engine, make_engine
 from real.errors import RealError
 from real.targets import Target
-from sim.core.units import fmt_bytes
-from sim.plan import depends_csr
-from sim.records import Records, op_records
 
 DEFAULT_QD = 32
 ARENA_LIMIT = 4 << 30

@@ -32,7 +32,6 @@ the same devices.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import dataclass
@@ -44,8 +43,8 @@ import pandas as pd
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
-from sim.plan import PlanBuilder
-from sim.records import Records
+from kvtier.plan import PlanBuilder
+from kvtier.records import Records
 
 KIB, MIB = 1 << 10, 1 << 20
 REGIMES = ("latency", "iops", "bandwidth", "write")
@@ -263,18 +262,12 @@ def plot_report(result: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
-def add_cli(group: argparse._SubParsersAction) -> None:  # wired by the orchestration below
-    from real.validate_cli import add_parser
-
-    add_parser(group)
-
-
 # -- the replayer's own costs ----------------------------------------------------------------
 
 
 def engine_costs(devices, engine: str = "auto", n_ssd: int = 1, n: int = 1000) -> dict:
     """Measure the replayer on this machine, unpaced and unthrottled, on ``n_ssd``
-    of the validation's devices (:class:`real.validate_cli.Devices`) at once:
+    of the validation's devices (:class:`kvtier.cli.validate.Devices`) at once:
     the QD1 4 KiB read and write time per I/O of each device (what a
     latency-bound step sees: device plus the software of one replay thread
     serving every device) and the per-I/O time with every device read at

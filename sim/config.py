@@ -205,7 +205,7 @@ class _Head:
 
 
 def _check_workload(p: Workload, where: Any, key: str) -> None:
-    from sim.plan import IO_PATHS
+    from kvtier.plan import IO_PATHS
 
     if isinstance(p, ServingParams):
         _check_serving(p, where, key)

@@ -23,15 +23,16 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
+from kvtier.plan import depends_csr, validate_plan
+from kvtier.records import DEVICE_RECORD_SCHEMA, Records, op_records, ssd_totals
 from sim.engine.flownet import FlowNetwork
 from sim.hw.machine import Machine
-from sim.plan import depends_csr, validate_plan
-from sim.records import Records, device_records, op_records
 
 ProgressFn = Callable[[int, int], None]
 
@@ -233,3 +234,30 @@ def simulate(
 ) -> Records:
     """Execute ``plan`` on a fresh simulated ``profile`` machine."""
     return PlanExecutor(plan, Machine(profile), progress).run()
+
+
+def device_records(plan: pa.Table, machine: Machine, makespan: float) -> pa.Table:
+    totals = ssd_totals(plan)
+    rows: dict[str, list[Any]] = {f.name: [] for f in DEVICE_RECORD_SCHEMA}
+    ssds = set(machine.ssd_res.values())
+    for net, r, name in machine.resources():
+        if net is machine.net:
+            kind = "ssd" if r in ssds else "link"
+        else:
+            kind = "cpu" if net is machine.cpu_net else "gpu"
+        if kind == "ssd":
+            b_read, b_written, n_ios = totals.get(name, (0, 0, 0))
+        elif kind == "link":
+            b_read, b_written, n_ios = int(round(net.work[r])), 0, 0
+        else:
+            b_read, b_written, n_ios = 0, 0, 0
+        rows["device"].append(name)
+        rows["type"].append(kind)
+        rows["bytes_read"].append(b_read)
+        rows["bytes_written"].append(b_written)
+        rows["n_ios"].append(n_ios)
+        rows["busy_s"].append(net.busy_s[r])
+        mean = net.work[r] / (net.capacity[r] * makespan) if makespan > 0 else 0.0
+        rows["util_mean"].append(mean)
+        rows["util_peak"].append(net.peak[r])
+    return pa.Table.from_pydict(rows, schema=DEVICE_RECORD_SCHEMA)

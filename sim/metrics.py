@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
-from sim.core.units import GB
+from kvtier.units import GB
 
 
 def fetch_spans(ops: pd.DataFrame) -> pd.Series:

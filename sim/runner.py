@@ -25,6 +25,9 @@ import pyarrow as pa
 import yaml
 
 from hwprofiles import HardwareProfile
+from kvtier.plan import write_plan
+from kvtier.provenance import file_digest, provenance
+from kvtier.records import Records
 from sim.config import (
     ConfigError,
     ScenarioConfig,
@@ -36,9 +39,6 @@ from sim.config import (
 from sim.executor import simulate
 from sim.metrics import decode_summary, design_summary
 from sim.perfetto import write_trace
-from sim.plan import write_plan
-from sim.provenance import file_digest, provenance
-from sim.records import Records
 from sim.scenarios.sparse_decode import Unsupported, plan_for
 
 # (variant name, ops done, ops total) -> None

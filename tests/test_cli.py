@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from hwprofiles import PROFILE_DIR
-from sim.cli.main import main
+from kvtier.cli.main import main
+from kvtier.plan import PlanBuilder, read_plan, write_plan
 from sim.config import load_scenario
 from sim.models import get_model
-from sim.plan import PlanBuilder, read_plan, write_plan
 from sim.runner import slug
 
 VARIANT_FILES = ("plan.parquet", "ops.parquet", "devices.parquet", "steps.parquet", "trace.json")

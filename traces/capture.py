@@ -253,7 +253,7 @@ def add_cli(group: argparse._SubParsersAction) -> None:
 def capture_command(args: argparse.Namespace) -> int:
     from rich import progress as rp  # noqa: PLC0415
 
-    from sim.cli.console import make_console  # noqa: PLC0415
+    from kvtier.console import make_console  # noqa: PLC0415
 
     params = CaptureParams(
         context_tokens=args.context, steps=args.steps, sparsity=args.sparsity,

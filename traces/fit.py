@@ -128,7 +128,7 @@ def add_cli(group: argparse._SubParsersAction) -> None:
 
 
 def fit_command(args: argparse.Namespace) -> int:
-    from sim.cli.console import make_console  # noqa: PLC0415
+    from kvtier.console import make_console  # noqa: PLC0415
 
     console = make_console()
     trace = read_access_trace(args.trace)

@@ -18,14 +18,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sim.cli.console import make_console
+from kvtier.console import make_console
 from traces.conversation import ConversationParams, Exponential, generate_conversations
 from traces.errors import TraceError
 from traces.request_readers import FORMATS, TraceWarning, read_trace
 from traces.requests import RequestTrace, TraceStats
 
 
-def add_commands(group: argparse._SubParsersAction) -> None:
+def add_cli(group: argparse._SubParsersAction) -> None:
     s = group.add_parser("stats", help="rate, lengths and prefix-reuse ratio of a request trace")
     _input_args(s)
     s.set_defaults(handler=stats_command)

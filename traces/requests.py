@@ -372,10 +372,3 @@ def _reused_blocks(offsets: np.ndarray, values: np.ndarray) -> int:
     owner = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
     _, first, inverse = np.unique(values, return_index=True, return_inverse=True)
     return int((owner > owner[first[inverse]]).sum())
-
-
-def add_cli(group) -> None:  # group: argparse._SubParsersAction of ``kvtier trace``
-    """Add ``stats``, ``convert`` and ``gen-conversations`` to ``kvtier trace``."""
-    from traces.request_cli import add_commands
-
-    add_commands(group)

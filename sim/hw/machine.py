@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import simpy
 
 from hwprofiles import HardwareProfile, SsdGroup
-from sim.core.units import gbps, us
+from kvtier.units import gbps, us
 from sim.engine.flownet import FlowNetwork
 from sim.models.cost import LayerCost, roofline_seconds
 

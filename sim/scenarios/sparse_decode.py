@@ -31,9 +31,9 @@ import numpy as np
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
+from kvtier.plan import plan_from_columns
 from sim.config import SparseDecodeParams
 from sim.models import decode_layer_cost, get_model
-from sim.plan import plan_from_columns
 
 TIERS = ("ssd", "dram", "peer")
 

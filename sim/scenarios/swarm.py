@@ -36,9 +36,9 @@ import scipy.sparse as sp
 import sim.policies.baselines  # noqa: F401  (registers the baseline designs)
 import sim.policies.swarm.design  # noqa: F401  (registers Swarm and its ablations)
 from hwprofiles import HardwareProfile
+from kvtier.plan import PlanBuilder
 from sim.config import SwarmParams
 from sim.models import decode_layer_cost, get_model
-from sim.plan import PlanBuilder
 from sim.policies import KVDesign, Layout, StepDecision, get_design
 from sim.policies.swarm.cluster import ClusterParams, cluster
 from sim.policies.swarm.design import SwarmDesign

@@ -37,7 +37,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from sim.plan import IO_PATHS
+from kvtier.plan import IO_PATHS
 
 LOADS = ("off", "schedule", "arrival")
 

@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sim.records import Records
+from kvtier.records import Records
 from sim.serving.requests import Request
 
 TIERS = ("gpu", "cpu", "ssd", "pool")

@@ -23,10 +23,10 @@ from typing import Any
 import pyarrow as pa
 import simpy
 
-from sim.executor import OpPhysics, launch, op_physics
+from kvtier.plan import PlanBuilder
+from kvtier.records import Records, op_records
+from sim.executor import OpPhysics, device_records, launch, op_physics
 from sim.hw.machine import Machine
-from sim.plan import PlanBuilder
-from sim.records import Records, device_records, op_records
 
 
 class OnlineOps:

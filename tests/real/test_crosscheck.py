@@ -8,12 +8,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from kvtier.plan import PlanBuilder
 from real.crosscheck import describe, fio_cross_check, steps_of
 from real.datafile import prepare_targets
 from real.errors import RealError
 from real.iolog import summarize_replay
 from real.replay import replay
-from sim.plan import PlanBuilder
 
 MIB = 1 << 20
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvtier.plan import PlanBuilder
 from real._blocks import BLOCK, BlockFormat
 from real.datafile import (
     _magic_signature,
@@ -21,7 +22,6 @@ from real.datafile import (
 )
 from real.errors import RealError
 from real.targets import Target
-from sim.plan import PlanBuilder
 
 MiB = 1 << 20
 

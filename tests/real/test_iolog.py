@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from kvtier.plan import PlanBuilder
 from real.errors import RealError
 from real.iolog import export_iologs, fio_replay_throughput, job_file
 from real.targets import Limits, Target
-from sim.plan import PlanBuilder
 
 MIB = 1 << 20
 

@@ -16,16 +16,17 @@ import subprocess
 import numpy as np
 import pytest
 
+from kvtier.cli.main import main
+from kvtier.cli.replay import modelled_durations
+from kvtier.plan import PlanBuilder, write_plan
+from kvtier.records import ssd_totals
 from real import _gds, _uring
 from real._pacing import BURST_S
 from real.datafile import prepare_targets
 from real.engine import make_engine
 from real.errors import RealError
-from real.replay import modelled_durations, replay, sigterm_as_interrupt, validate_for_replay
+from real.replay import replay, sigterm_as_interrupt, validate_for_replay
 from real.targets import Limits
-from sim.cli.main import main
-from sim.plan import PlanBuilder, write_plan
-from sim.records import ssd_totals
 
 MiB = 1 << 20
 KiB = 1 << 10

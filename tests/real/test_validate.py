@@ -12,11 +12,11 @@ import pyarrow as pa
 import pytest
 
 from hwprofiles import load_profile
+from kvtier.cli.main import main
+from kvtier.records import Records
 from real.profile_yaml import scaled_profile
 from real.validate import compare, regime_plan, regime_shapes, within_target
-from sim.cli.main import main
 from sim.executor import simulate
-from sim.records import Records
 
 
 def test_regime_shapes_follow_littles_law():

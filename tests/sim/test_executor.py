@@ -7,8 +7,8 @@ from conftest import make_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvtier.plan import PlanBuilder
 from sim.executor import simulate
-from sim.plan import PlanBuilder
 
 MIB = 1 << 20
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from kvtier.plan import PlanBuilder
+from kvtier.records import op_records
 from sim.perfetto import trace_events, write_trace
-from sim.plan import PlanBuilder
-from sim.records import op_records
 
 # (start_s, end_s) of each op of the plan below
 TIMES = [(0.0, 0.25), (0.0, 0.5), (0.5, 0.75), (0.75, 1.0), (1.0, 1.125)]

@@ -10,9 +10,9 @@ import pyarrow.compute as pc
 import pytest
 
 from hwprofiles import load_profile
+from kvtier.plan import depends_csr, validate_plan
 from sim.config import load_scenario
 from sim.models import get_model
-from sim.plan import depends_csr, validate_plan
 from sim.scenarios.sparse_decode import (
     SparseDecodeShape,
     build_plan,

@@ -15,9 +15,9 @@ latency per op (the pipeline fill).  With L = 80 us, 1.1M IOPS, 6.9 GB/s:
 import pytest
 from conftest import PM9A3
 
+from kvtier.plan import PlanBuilder
 from sim.executor import simulate
 from sim.hw.machine import ssd_rates
-from sim.plan import PlanBuilder
 
 L = 80e-6
 KIB4 = 4096

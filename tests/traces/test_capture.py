@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the 'model' extra (torch) is not installed")
 pytest.importorskip("gguf", reason="the 'model' extra (gguf) is not installed")
 
-from sim.cli.main import main  # noqa: E402
+from kvtier.cli.main import main  # noqa: E402
 from traces import capture as cap  # noqa: E402
 from traces._llama import smollm2_gguf_path, unpermute  # noqa: E402
 from traces.access import (  # noqa: E402

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sim.cli.main import main
+from kvtier.cli.main import main
 from traces import fit
 from traces.access import write_access_trace
 from traces.generator import PRESETS, generate

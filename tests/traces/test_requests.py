@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sim.cli.main import main
+from kvtier.cli.main import main
 from traces.errors import TraceError
 from traces.requests import META_KEY, SCHEMA, RequestTrace, build_table, read_parquet
 

@@ -12,11 +12,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hwprofiles import load_profile
-from sim.cli.console import make_console
+from kvtier.console import make_console
+from kvtier.plan import read_plan
+from kvtier.units import fmt_bytes
 from sim.config import ConfigError, load_scenario
-from sim.core.units import fmt_bytes
 from sim.executor import simulate
-from sim.plan import read_plan
 from sim.runner import run
 
 

@@ -30,6 +30,9 @@ import pyarrow as pa
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
+from kvtier.console import make_console
+from kvtier.plan import write_plan
+from kvtier.records import Records
 from real.crosscheck import describe, fio_cross_check
 from real.errors import RealError
 from real.profile_yaml import scaled_profile
@@ -44,13 +47,10 @@ from real.validate import (
     within_target,
     write_report,
 )
-from sim.cli.console import make_console
 from sim.executor import simulate
-from sim.plan import write_plan
-from sim.records import Records
 
 
-def add_parser(group: argparse._SubParsersAction) -> None:
+def add_cli(group: argparse._SubParsersAction) -> None:
     p = group.add_parser(
         "validate",
         help="run a plan in the simulator and on real (or emulated) SSDs; report the error",
@@ -199,8 +199,8 @@ def run_validation(
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from kvtier.provenance import provenance
     from real.replay import write_results
-    from sim.provenance import provenance
 
     console = make_console()
     out = Path(args.out)

@@ -19,15 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-if TYPE_CHECKING:
-    from sim.hw.machine import Machine
 
 OP_RECORD_SCHEMA = pa.schema(
     [
@@ -144,30 +141,3 @@ def ssd_totals(plan: pa.Table) -> dict[str, tuple[int, int, int]]:
                 else (r, w + b, n + int(row["n_ios"]))
             )
     return totals
-
-
-def device_records(plan: pa.Table, machine: Machine, makespan: float) -> pa.Table:
-    totals = ssd_totals(plan)
-    rows: dict[str, list[Any]] = {f.name: [] for f in DEVICE_RECORD_SCHEMA}
-    ssds = set(machine.ssd_res.values())
-    for net, r, name in machine.resources():
-        if net is machine.net:
-            kind = "ssd" if r in ssds else "link"
-        else:
-            kind = "cpu" if net is machine.cpu_net else "gpu"
-        if kind == "ssd":
-            b_read, b_written, n_ios = totals.get(name, (0, 0, 0))
-        elif kind == "link":
-            b_read, b_written, n_ios = int(round(net.work[r])), 0, 0
-        else:
-            b_read, b_written, n_ios = 0, 0, 0
-        rows["device"].append(name)
-        rows["type"].append(kind)
-        rows["bytes_read"].append(b_read)
-        rows["bytes_written"].append(b_written)
-        rows["n_ios"].append(n_ios)
-        rows["busy_s"].append(net.busy_s[r])
-        mean = net.work[r] / (net.capacity[r] * makespan) if makespan > 0 else 0.0
-        rows["util_mean"].append(mean)
-        rows["util_peak"].append(net.peak[r])
-    return pa.Table.from_pydict(rows, schema=DEVICE_RECORD_SCHEMA)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-MODULES = ("traces.requests", "traces.capture", "traces.fit")
+MODULES = ("traces.request_cli", "traces.capture", "traces.fit")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -19,10 +19,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     group = p.add_subparsers(dest="trace_command", metavar="COMMAND")
     p.set_defaults(handler=lambda _args: p.print_help() or 0)
     for name in MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue  # not written yet
-        module.add_cli(group)
+        importlib.import_module(name).add_cli(group)

@@ -9,9 +9,9 @@ from pathlib import Path
 from rich.progress import Progress
 
 from hwprofiles import load_profile
-from sim.cli.console import make_console
+from kvtier.console import make_console
+from kvtier.provenance import provenance
 from sim.config import load_scenario
-from sim.provenance import provenance
 from sim.sweep import parse_values, sweep
 
 DEFAULT_METRICS = (

@@ -18,11 +18,11 @@ from pathlib import Path
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
-from sim.cli.console import make_console
+from kvtier.console import make_console
+from kvtier.provenance import provenance
 from sim.config import ConfigError
 from sim.executor import simulate
 from sim.models import decode_layer_cost, get_model
-from sim.provenance import provenance
 from sim.scenarios.sparse_decode import SparseDecodeShape, build_plan, entry_counts
 
 

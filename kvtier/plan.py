@@ -20,12 +20,30 @@ queue_depth   int32       I/Os kept in flight by this op; 0 = device maximum
 io_path       string      kernel_fs | io_uring | passthrough | gds | none
 offset        int64       byte offset of the first I/O in the device's file
 stride        int64       distance between consecutive I/Os; 0 = contiguous
+extents       list<struct<offset int64, length int64>>
+                          scattered geometry: one (offset, length) per I/O,
+                          in submission order; empty = the regular pattern
+                          of ``offset``/``stride``/``n_ios``
 flops         float64     compute op: floating-point operations
 hbm_bytes     float64     compute op: bytes moved to/from HBM
 release_s     float64     the op may not start before this time (arrivals)
 depends_on    list<int64> ops that must finish before this one starts
 tag           string      free label for reports (``kv_fetch``, ``attn``)
 ============  ==========  ==================================================
+
+Geometry.  Every read/write op names exactly the byte ranges it touches in
+its device's file, in one of two forms:
+
+* regular: ``n_ios`` I/Os of ``bytes / n_ios`` (whole 4 KiB blocks, the first
+  ``bytes/4096 mod n_ios`` of them one block longer), I/O ``i`` at ``offset +
+  i * stride``, or right after I/O ``i - 1`` when ``stride`` is 0;
+* scattered: the ``extents`` list, one I/O per extent; then ``n_ios`` is the
+  number of extents, ``bytes`` their total length, ``offset`` the first
+  extent's offset and ``stride`` 0 (:func:`validate_plan` checks all four).
+
+A design's layout decides these ranges; :func:`io_extents` expands either form
+into one (op, offset, length) row per I/O, which is what the real backend
+issues and what the simulator counts I/Os and sizes from.
 
 Policies build plans with :class:`PlanBuilder` (or whole columns at once with
 :func:`plan_from_columns`); executors take the table as it is.
@@ -34,6 +52,7 @@ Policies build plans with :class:`PlanBuilder` (or whole columns at once with
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +62,9 @@ import pyarrow.parquet as pq
 
 KINDS = ("read", "write", "copy", "compute")
 IO_PATHS = ("kernel_fs", "io_uring", "passthrough", "gds", "none")
+
+EXTENT = pa.struct([("offset", pa.int64()), ("length", pa.int64())])
+BLOCK = 4096  # the granularity of regular-pattern I/O sizes (and of O_DIRECT on 4Kn devices)
 
 PLAN_SCHEMA = pa.schema(
     [
@@ -58,6 +80,7 @@ PLAN_SCHEMA = pa.schema(
         ("io_path", pa.string()),
         ("offset", pa.int64()),
         ("stride", pa.int64()),
+        ("extents", pa.list_(EXTENT)),
         ("flops", pa.float64()),
         ("hbm_bytes", pa.float64()),
         ("release_s", pa.float64()),
@@ -88,29 +111,49 @@ class PlanError(ValueError):
 
 
 class PlanBuilder:
-    """Append ops one at a time; ``add`` returns the new op's id."""
+    """Append ops one at a time; ``add`` returns the new op's id.
+
+    A read/write given ``extents`` (an ``(n, 2)`` array of (offset, length), one
+    I/O each) takes its ``bytes``, ``n_ios``, ``offset`` and ``stride`` from them.
+    """
 
     def __init__(self) -> None:
         self._cols: dict[str, list[Any]] = {f.name: [] for f in PLAN_SCHEMA}
+        self._ext: list[np.ndarray] = []
 
     def __len__(self) -> int:
         return len(self._cols["op_id"])
 
-    def add(self, kind: str, dst: str, *, depends_on: Iterable[int] = (), **fields: Any) -> int:
+    def add(
+        self,
+        kind: str,
+        dst: str,
+        *,
+        depends_on: Iterable[int] = (),
+        extents: np.ndarray | None = None,
+        **fields: Any,
+    ) -> int:
         op_id = len(self)
         unknown = set(fields) - set(_DEFAULTS)
         if unknown:
             raise TypeError(f"unknown plan column(s): {sorted(unknown)}")
         row = {**_DEFAULTS, **fields, "op_id": op_id, "kind": kind, "dst": dst}
+        ext = _EMPTY if extents is None else np.asarray(extents, dtype=np.int64).reshape(-1, 2)
+        if len(ext):
+            row.update(_from_extents(ext))
         row["depends_on"] = list(depends_on)
+        row["extents"] = None
         for name, col in self._cols.items():
             col.append(row[name])
+        self._ext.append(ext)
         return op_id
 
-    def read(self, ssd: str, dst: str, nbytes: int, n_ios: int, **kw: Any) -> int:
+    def read(self, ssd: str, dst: str, nbytes: int = 0, n_ios: int = 0, **kw: Any) -> int:
+        """A read of ``nbytes`` in ``n_ios`` I/Os, or of ``extents=`` (then leave both 0)."""
         return self.add("read", dst, src=ssd, bytes=nbytes, n_ios=n_ios, **kw)
 
-    def write(self, src: str, ssd: str, nbytes: int, n_ios: int, **kw: Any) -> int:
+    def write(self, src: str, ssd: str, nbytes: int = 0, n_ios: int = 0, **kw: Any) -> int:
+        """A write of ``nbytes`` in ``n_ios`` I/Os, or of ``extents=`` (then leave both 0)."""
         return self.add("write", ssd, src=src, bytes=nbytes, n_ios=n_ios, **kw)
 
     def copy(self, src: str, dst: str, nbytes: int, **kw: Any) -> int:
@@ -120,25 +163,47 @@ class PlanBuilder:
         return self.add("compute", gpu, flops=flops, hbm_bytes=hbm_bytes, **kw)
 
     def table(self) -> pa.Table:
-        return pa.Table.from_pydict(self._cols, schema=PLAN_SCHEMA)
+        cols = {k: v for k, v in self._cols.items() if k not in ("op_id", "depends_on", "extents")}
+        dep_ptr = np.cumsum([0] + [len(d) for d in self._cols["depends_on"]], dtype=np.int64)
+        deps = [x for d in self._cols["depends_on"] for x in d]
+        ext_ptr = np.cumsum([0] + [len(e) for e in self._ext], dtype=np.int64)
+        ext = np.concatenate(self._ext) if self._ext else _EMPTY
+        return plan_from_columns(cols, dep_ptr, deps, (ext_ptr, ext))
+
+
+_EMPTY = np.zeros((0, 2), dtype=np.int64)
+
+
+def _from_extents(ext: np.ndarray) -> dict[str, int]:
+    """The regular columns an extents list implies (see the module docstring)."""
+    return {
+        "bytes": int(ext[:, 1].sum()),
+        "n_ios": len(ext),
+        "offset": int(ext[0, 0]),
+        "stride": 0,
+    }
 
 
 def plan_from_columns(
     columns: dict[str, Any],
     depends_offsets: Sequence[int] | None = None,
     depends_values: Sequence[int] | None = None,
+    extents: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> pa.Table:
     """Build a plan from whole columns (numpy arrays or lists).
 
     ``op_id`` defaults to 0..N-1 and missing columns to their defaults.
     Dependencies come as CSR: op i depends on
-    ``depends_values[depends_offsets[i]:depends_offsets[i+1]]``.
+    ``depends_values[depends_offsets[i]:depends_offsets[i+1]]``.  Extents too:
+    ``extents = (ptr, table)``, op i's being the ``(n, 2)`` rows
+    ``table[ptr[i]:ptr[i+1]]`` of (offset, length); give ``bytes``, ``n_ios``,
+    ``offset`` and ``stride`` consistent with them (:func:`extents_columns`).
     """
     n = len(columns["kind"])
     cols: dict[str, Any] = {"op_id": np.arange(n, dtype=np.int64)}
     for field in PLAN_SCHEMA:
         name = field.name
-        if name in ("op_id", "depends_on"):
+        if name in ("op_id", "depends_on", "extents"):
             continue
         if name in columns:
             cols[name] = columns[name]
@@ -159,13 +224,37 @@ def plan_from_columns(
     else:
         offsets = pa.array(np.asarray(depends_offsets, dtype=np.int32))
         values = pa.array(np.asarray(depends_values, dtype=np.int64))
+    if extents is None:
+        ext_ptr, ext = np.zeros(n + 1, dtype=np.int64), _EMPTY
+    else:
+        ext_ptr = np.asarray(extents[0], dtype=np.int64)
+        ext = np.asarray(extents[1], dtype=np.int64).reshape(-1, 2)
+    structs = pa.StructArray.from_arrays(
+        [pa.array(ext[:, 0]), pa.array(ext[:, 1])], fields=list(EXTENT)
+    )
     arrays = []
     for field in PLAN_SCHEMA:
         if field.name == "depends_on":
             arrays.append(pa.ListArray.from_arrays(offsets, values).cast(field.type))
+        elif field.name == "extents":
+            arrays.append(pa.ListArray.from_arrays(pa.array(ext_ptr, pa.int32()), structs))
         else:
             arrays.append(pa.array(cols[field.name], type=field.type))
     return pa.Table.from_arrays(arrays, schema=PLAN_SCHEMA)
+
+
+def extents_columns(ptr: np.ndarray, ext: np.ndarray) -> dict[str, np.ndarray]:
+    """Per op, the ``bytes``, ``n_ios``, ``offset`` and ``stride`` its extents imply
+    (ops without extents get 0s: fill those from their regular pattern)."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    ext = np.asarray(ext, dtype=np.int64).reshape(-1, 2)
+    count = np.diff(ptr)
+    has = count > 0
+    cum = np.concatenate([[0], np.cumsum(ext[:, 1])]).astype(np.int64)
+    nbytes = cum[ptr[1:]] - cum[ptr[:-1]]
+    first = np.zeros(len(count), dtype=np.int64)
+    first[has] = ext[ptr[:-1][has], 0]
+    return {"bytes": nbytes, "n_ios": count, "offset": first, "stride": np.zeros_like(count)}
 
 
 def depends_csr(plan: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -174,6 +263,64 @@ def depends_csr(plan: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.asarray(col.offsets, dtype=np.int64)
     values = np.asarray(col.values, dtype=np.int64)
     return offsets - offsets[0], values[offsets[0] : offsets[-1]] if len(values) else values
+
+
+def extents_csr(plan: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(ptr, table) of the extents column: op i's (offset, length) rows are
+    ``table[ptr[i]:ptr[i+1]]``."""
+    col = plan.column("extents").combine_chunks()
+    ptr = np.asarray(col.offsets, dtype=np.int64)
+    vals = col.values
+    off = np.asarray(vals.field("offset"), dtype=np.int64)[ptr[0] : ptr[-1]]
+    length = np.asarray(vals.field("length"), dtype=np.int64)[ptr[0] : ptr[-1]]
+    return ptr - ptr[0], np.stack([off, length], axis=1) if len(off) else _EMPTY
+
+
+@dataclass(frozen=True)
+class IOExtents:
+    """Every I/O of a plan's read/write ops, in op order and, within an op, in
+    submission order: I/O ``k`` of op ``op[k]`` touches ``length[k]`` bytes at
+    ``offset[k]`` of the op's device; op i's I/Os are rows ``ptr[i]:ptr[i+1]``."""
+
+    ptr: np.ndarray
+    op: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+
+
+def io_extents(plan: pa.Table, ops: np.ndarray | None = None) -> IOExtents:
+    """Expand both geometry forms (module docstring) into one row per I/O,
+    for all read/write ops or the ids ``ops`` of some (vectorised)."""
+    kind = np.asarray(plan.column("kind").to_pylist(), dtype=object)
+    ids = np.nonzero(np.isin(kind, ["read", "write"]))[0] if ops is None else np.asarray(ops)
+    ptr, ext = extents_csr(plan)
+    nbytes = plan.column("bytes").to_numpy()[ids].astype(np.int64)
+    n_ios = np.maximum(plan.column("n_ios").to_numpy()[ids].astype(np.int64), 1)
+    offset = plan.column("offset").to_numpy()[ids].astype(np.int64)
+    stride = plan.column("stride").to_numpy()[ids].astype(np.int64)
+    scattered = np.diff(ptr)[ids] > 0
+    count = np.where(scattered, np.diff(ptr)[ids], n_ios)
+    out_ptr = np.concatenate([[0], np.cumsum(count)]).astype(np.int64)
+    total = int(out_ptr[-1])
+    op = np.repeat(ids.astype(np.int64), count)
+    i = np.arange(total, dtype=np.int64) - np.repeat(out_ptr[:-1], count)  # I/O index in op
+    # regular pattern: whole blocks where the bytes allow it, else bytes
+    unit = np.where((nbytes % BLOCK == 0) & (nbytes // BLOCK >= n_ios), BLOCK, 1)
+    units = nbytes // unit
+    base, extra = units // n_ios, units % n_ios
+    r = lambda a: np.repeat(a, count)  # noqa: E731
+    length = (r(base) + (i < r(extra))) * r(unit)
+    start = np.where(
+        r(stride) > 0,
+        r(offset) + i * r(stride),
+        r(offset) + (i * r(base) + np.minimum(i, r(extra))) * r(unit),
+    )
+    sc = r(scattered)
+    if sc.any():
+        rows = np.repeat(ptr[:-1][ids], count) + i
+        start[sc] = ext[rows[sc], 0]
+        length[sc] = ext[rows[sc], 1]
+    return IOExtents(out_ptr, op, start, length)
 
 
 def validate_plan(
@@ -200,6 +347,7 @@ def validate_plan(
     io_path = plan.column("io_path").to_pylist()
     flops = plan.column("flops").to_numpy()
     hbm = plan.column("hbm_bytes").to_numpy()
+    _check_extents(plan, np.asarray(kind, dtype=object), nbytes, n_ios)
     for i in range(n):
         _check_row(
             i,
@@ -225,6 +373,35 @@ def validate_plan(
         arr = plan.column(col).to_numpy()
         if len(arr) and (arr < 0).any():
             raise PlanError(f"op {int(np.argmax(arr < 0))}: {col} must be >= 0")
+
+
+def _check_extents(plan: pa.Table, kind: np.ndarray, nbytes: np.ndarray, n_ios: np.ndarray):
+    """Scattered ops: read/write only, extents positive and consistent with the columns."""
+    ptr, ext = extents_csr(plan)
+    if not len(ext):
+        return
+    count = np.diff(ptr)
+    owner = np.repeat(np.arange(len(count)), count)
+    bad = (ext[:, 0] < 0) | (ext[:, 1] <= 0)
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise PlanError(
+            f"op {owner[j]}: extent ({ext[j, 0]}, {ext[j, 1]}) needs offset >= 0 and length > 0"
+        )
+    has = count > 0
+    io = np.isin(kind, ["read", "write"])
+    if (has & ~io).any():
+        raise PlanError(f"op {int(np.argmax(has & ~io))}: only read/write ops carry extents")
+    implied = extents_columns(ptr, ext)
+    offset = plan.column("offset").to_numpy()
+    stride = plan.column("stride").to_numpy()
+    for col, arr in (("bytes", nbytes), ("n_ios", n_ios), ("offset", offset), ("stride", stride)):
+        wrong = has & (np.asarray(arr, dtype=np.int64) != implied[col])
+        if wrong.any():
+            i = int(np.argmax(wrong))
+            raise PlanError(
+                f"op {i}: {col} {int(arr[i])} disagrees with its extents ({int(implied[col][i])})"
+            )
 
 
 def _check_row(

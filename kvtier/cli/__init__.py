@@ -1,5 +1,5 @@
 """The ``kvtier`` command line."""
 
-from sim.cli.main import main
+from kvtier.cli.main import main
 
 __all__ = ["main"]

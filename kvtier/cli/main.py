@@ -12,11 +12,11 @@ import sys
 from collections.abc import Callable
 
 from hwprofiles import ProfileError
+from kvtier.plan import PlanError
 from real.errors import RealError
 from sim.config import ConfigError
 from sim.hw.machine import RouteError
 from sim.models import ModelError
-from sim.plan import PlanError
 from traces.access import AccessTraceError
 from traces.errors import TraceError
 
@@ -35,7 +35,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sim.cli import bench, info, real, simulate, sweep, trace
+    from kvtier.cli import bench, info, real, simulate, sweep, trace
 
     parser = argparse.ArgumentParser(
         prog="kvtier",

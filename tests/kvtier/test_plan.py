@@ -9,11 +9,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sim.plan import (
+from kvtier.plan import (
     PLAN_SCHEMA,
     PlanBuilder,
     PlanError,
     depends_csr,
+    extents_csr,
+    io_extents,
     plan_from_columns,
     read_plan,
     validate_plan,
@@ -236,3 +238,74 @@ def test_validate_accepts_good_plans_and_empty_plan() -> None:
     gds = PlanBuilder()
     gds.read("ssd0", "gpu0", 4096, 1, io_path="gds")
     check(gds.table())
+
+
+# ---- geometry: offset/stride patterns and the extents side table ------------------------
+def test_extents_set_the_regular_columns_and_survive_parquet(tmp_path: Path) -> None:
+    b = PlanBuilder()
+    ext = np.array([[8192, 4096], [40960, 12288], [4096, 4096]])
+    b.read("ssd0", "dram0", extents=ext, io_path="io_uring")
+    b.copy("dram0", "gpu0", 20480, depends_on=[0])
+    plan = b.table()
+    check(plan)
+    row = plan.slice(0, 1).to_pylist()[0]
+    # 4096 + 12288 + 4096 bytes in 3 I/Os, first at 8192, no stride
+    assert (row["bytes"], row["n_ios"], row["offset"], row["stride"]) == (20480, 3, 8192, 0)
+    assert row["extents"] == [
+        {"offset": 8192, "length": 4096},
+        {"offset": 40960, "length": 12288},
+        {"offset": 4096, "length": 4096},
+    ]
+    write_plan(plan, tmp_path / "p.parquet")
+    back = read_plan(tmp_path / "p.parquet")
+    assert back.equals(plan)
+    ptr, table = extents_csr(back)
+    assert ptr.tolist() == [0, 3, 3]
+    np.testing.assert_array_equal(table, ext)
+
+
+def test_io_extents_expand_both_forms() -> None:
+    b = PlanBuilder()
+    # 5 blocks in 2 I/Os from offset 0, contiguous: 3 + 2 blocks
+    b.read("ssd0", "dram0", 5 * 4096, 2, io_path="io_uring")
+    # 3 I/Os of 2 blocks, 1 MiB apart, from 64 KiB
+    b.read("ssd0", "dram0", 6 * 4096, 3, io_path="io_uring", offset=65536, stride=1 << 20)
+    b.compute("gpu0", 1e9, 0.0)
+    b.write("dram0", "ssd0", extents=np.array([[0, 8192], [16384, 4096]]), io_path="io_uring")
+    io = io_extents(b.table())
+    assert io.op.tolist() == [0, 0, 1, 1, 1, 3, 3]
+    assert io.offset.tolist() == [0, 12288, 65536, 65536 + (1 << 20), 65536 + (2 << 20), 0, 16384]
+    assert io.length.tolist() == [12288, 8192, 8192, 8192, 8192, 8192, 4096]
+    assert io.ptr.tolist() == [0, 2, 5, 7]
+    only = io_extents(b.table(), np.array([3]))
+    assert only.offset.tolist() == [0, 16384] and only.op.tolist() == [3, 3]
+
+
+@pytest.mark.parametrize(
+    "col, value, match",
+    [
+        ("bytes", 4096, "bytes 4096 disagrees with its extents \\(8192\\)"),
+        ("n_ios", 1, "n_ios 1 disagrees"),
+        ("offset", 0, "offset 0 disagrees"),
+        ("stride", 4096, "stride 4096 disagrees"),
+    ],
+)
+def test_validate_rejects_columns_that_contradict_extents(col: str, value: int, match: str):
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", extents=np.array([[4096, 4096], [12288, 4096]]), io_path="io_uring")
+    plan = b.table()
+    i = plan.schema.get_field_index(col)
+    plan = plan.set_column(i, col, pa.array([value], plan.schema.field(col).type))
+    with pytest.raises(PlanError, match=f"op 0: {match}"):
+        check(plan)
+
+
+def test_validate_rejects_bad_extents() -> None:
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", extents=np.array([[4096, 0]]), io_path="io_uring")
+    with pytest.raises(PlanError, match="op 0: extent \\(4096, 0\\) needs"):
+        check(b.table())
+    cols = {"kind": ["copy"], "src": ["dram0"], "dst": ["gpu0"], "bytes": [4096], "n_ios": [1]}
+    plan = plan_from_columns(cols, extents=(np.array([0, 1]), np.array([[0, 4096]])))
+    with pytest.raises(PlanError, match="op 0: only read/write ops carry extents"):
+        check(plan)

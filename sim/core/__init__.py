@@ -1,1 +1,0 @@
-"""Simulation core: units, time and the seeded random generator."""
