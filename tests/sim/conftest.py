@@ -1,4 +1,9 @@
-"""Shared fixtures: a tiny hand-checkable machine."""
+"""Shared fixtures: a tiny hand-checkable machine.
+
+Test modules take these as fixtures (never ``from conftest import``: which
+``conftest`` module that names depends on how pytest was invoked)."""
+
+from collections.abc import Callable
 
 import pytest
 
@@ -29,7 +34,7 @@ PM9A3 = SsdGroup(
 )
 
 
-def make_profile(
+def tiny_profile(
     ssd: SsdGroup = PM9A3,
     ssd_link_gbps: float = 7.88,
     uplink_gbps: float = 100.0,
@@ -66,6 +71,19 @@ def make_profile(
     )
 
 
+@pytest.fixture(scope="session")
+def pm9a3() -> SsdGroup:
+    """The PM9A3 SSD group (2 drives) of the tiny machine."""
+    return PM9A3
+
+
+@pytest.fixture(scope="session")
+def make_profile() -> Callable[..., HardwareProfile]:
+    """:func:`tiny_profile`, to build variants of the tiny machine (session-scoped,
+    so hypothesis tests may use it)."""
+    return tiny_profile
+
+
 @pytest.fixture
 def tiny() -> HardwareProfile:
-    return make_profile()
+    return tiny_profile()

@@ -3,7 +3,6 @@
 import math
 
 import pytest
-from conftest import make_profile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +30,7 @@ def test_chain_of_read_copy_compute(tiny):
     assert ops.loc[k, "end_s"] == pytest.approx(t_read + t_copy + 0.01)
 
 
-def test_two_ssds_share_the_uplink():
+def test_two_ssds_share_the_uplink(make_profile):
     # uplink 10 GB/s < 2 x 6.9: both reads get 5 GB/s each
     p = make_profile(uplink_gbps=10.0)
     b = PlanBuilder()
@@ -55,7 +54,7 @@ def test_cpu_bound_software_path_stretches_the_op(tiny):
     assert ops.loc[0, "cpu_s"] == pytest.approx(0.7)
 
 
-def test_cpu_cores_are_finite():
+def test_cpu_cores_are_finite(make_profile):
     # 1 core, two CPU-bound ops: they share the core, each takes twice as long
     p = make_profile(cores=1)
     b = PlanBuilder()
@@ -122,7 +121,7 @@ def build(spec):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(op_spec, min_size=1, max_size=25))
-def test_execution_invariants(spec):
+def test_execution_invariants(make_profile, spec):
     profile = make_profile(uplink_gbps=9.0)
     plan = build(spec)
     rec = simulate(plan, profile)

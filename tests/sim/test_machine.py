@@ -1,7 +1,6 @@
 """Routes, software-path CPU costs and the GPU roofline on the tiny machine."""
 
 import pytest
-from conftest import make_profile
 
 from sim.hw.machine import Machine, RouteError
 
@@ -31,7 +30,7 @@ def test_route_errors(tiny):
         m.route("gpu0", "gpu0")
 
 
-def test_endpoints_do_not_forward():
+def test_endpoints_do_not_forward(make_profile):
     # with gpu0's PCIe link removed, gpu0 is reachable only over NVLink; a
     # route from ssd0 must not hop through gpu1 and its NVLink to get there
     p = make_profile()

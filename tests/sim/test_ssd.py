@@ -13,7 +13,6 @@ latency per op (the pipeline fill).  With L = 80 us, 1.1M IOPS, 6.9 GB/s:
 """
 
 import pytest
-from conftest import PM9A3
 
 from kvtier.plan import PlanBuilder
 from sim.executor import simulate
@@ -35,17 +34,17 @@ def one_read(profile, nbytes, n_ios, qd, kind="read"):
     return float(ops["end_s"][0] - ops["start_s"][0])
 
 
-def test_rates_by_regime():
-    qd1 = ssd_rates(PM9A3, False, KIB4, 1)
+def test_rates_by_regime(pm9a3):
+    qd1 = ssd_rates(pm9a3, False, KIB4, 1)
     assert qd1.solo_rate == pytest.approx(KIB4 / L)
-    qd32 = ssd_rates(PM9A3, False, KIB4, 32)
+    qd32 = ssd_rates(pm9a3, False, KIB4, 32)
     assert qd32.solo_rate == pytest.approx(32 * KIB4 / L)
-    qd128 = ssd_rates(PM9A3, False, KIB4, 128)
+    qd128 = ssd_rates(pm9a3, False, KIB4, 128)
     assert qd128.solo_rate == pytest.approx(1.1e6 * KIB4)
-    big = ssd_rates(PM9A3, False, MIB, 32)
+    big = ssd_rates(pm9a3, False, MIB, 32)
     assert big.solo_rate == pytest.approx(6.9e9)
     # queue depth is clamped to the device's useful maximum
-    assert ssd_rates(PM9A3, False, KIB4, 4096).queue_rate == pytest.approx(128 * KIB4 / L)
+    assert ssd_rates(pm9a3, False, KIB4, 4096).queue_rate == pytest.approx(128 * KIB4 / L)
 
 
 def test_qd1_4k_latency_bound(tiny):
