@@ -1,24 +1,21 @@
-"""analysis/attention.ipynb runs end to end on two tiny captures from the real model."""
+"""The attention notebook (built from analysis/attention.py) runs end to end on two
+tiny captures from the real model."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-nbformat = pytest.importorskip("nbformat", reason="notebook extras not installed")
-nbclient = pytest.importorskip("nbclient", reason="notebook extras not installed")
 torch = pytest.importorskip("torch", reason="the 'model' extra (torch) is not installed")
 pytest.importorskip("gguf", reason="the 'model' extra (gguf) is not installed")
 
 from traces import capture as cap  # noqa: E402
 from traces.access import write_access_trace  # noqa: E402
 
-ANALYSIS = Path(__file__).resolve().parents[2] / "analysis"
 
-
-def test_attention_notebook_runs_on_tiny_captures(tmp_path: Path) -> None:
+def test_attention_notebook_runs_on_tiny_captures(run_notebook, tmp_path: Path) -> None:
     try:
         model, tok = cap.load_model()
     except cap.TraceError as exc:
@@ -31,19 +28,25 @@ def test_attention_notebook_runs_on_tiny_captures(tmp_path: Path) -> None:
         ids = tok.encode(text[offset : offset + 3000])
         c = cap.capture(model, ids, p, source=f"capture:test@{offset}")
         write_access_trace(c.trace, tmp_path / f"{name}.parquet")
-    nb = nbformat.read(ANALYSIS / "attention.ipynb", as_version=4)
-    old = os.environ.get("KVTIER_TRACES")
-    os.environ["KVTIER_TRACES"] = str(tmp_path)
-    try:
-        nbclient.NotebookClient(
-            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ANALYSIS)}}
-        ).execute()
-    finally:
-        if old is None:
-            os.environ.pop("KVTIER_TRACES", None)
-        else:
-            os.environ["KVTIER_TRACES"] = old
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-    assert not [o for o in outputs if o.get("output_type") == "error"]
-    text_out = "".join(o.get("text", "") for o in outputs)
-    assert "2 captures; per-head statistics of a: 90 heads" in text_out
+    probes = {
+        "names": "names",
+        "df": "df",
+        "het_cols": "het_cols",
+        "grids": "[np.asarray(ax.images[0].get_array()).tolist() for ax in np.atleast_1d(axes)]",
+        "persist": "len(persist)",
+        "cross": "type(cross).__name__",
+    }
+    _, got = run_notebook("attention", {"FOLDER": str(tmp_path)}, probes)
+    df = got["df"]
+    assert got["names"] == ["a", "b"]  # 2 captures, sorted by name: text A and text B
+    # per-head statistics of a: one row per (layer, head) of SmolLM2-135M, 30 x 3 = 90 heads
+    assert len(df) == 90 and got["persist"] == 90
+    assert sorted(zip(df["layer"], df["head"], strict=True)) == [
+        (layer, head) for layer in range(30) for head in range(3)
+    ]
+    # each heat map draws its column of the per-head table, layer by head
+    assert len(got["grids"]) == len(got["het_cols"])
+    for col, grid in zip(got["het_cols"], got["grids"], strict=True):
+        want = df.pivot(index="layer", columns="head", values=col).to_numpy()
+        np.testing.assert_array_equal(np.asarray(grid, dtype=float), want)
+    assert got["cross"] == "DataFrame"  # two texts: a cross-text comparison, not a note
