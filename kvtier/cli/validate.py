@@ -96,6 +96,12 @@ def add_cli(group: argparse._SubParsersAction) -> None:
         metavar="SCENARIO",
         help="also replay this swarm scenario's design plans, scaled down ('none' skips)",
     )
+    p.add_argument(
+        "--design-variants",
+        default="",
+        metavar="NAMES",
+        help="comma-separated variants of --designs, or 'all' (default: the key designs)",
+    )
     p.set_defaults(handler=cmd_validate)
 
 

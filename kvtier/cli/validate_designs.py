@@ -67,11 +67,31 @@ DESIGN_CAPS: dict[str, int] = {
     "profile_steps": 256,
 }
 WARMUP_STEPS = 1
+# The designs replayed by default: the baselines and the Swarm ablations that change
+# what is read (medoid-only index, no replicas, static routing, no dedup); the
+# others move the same bytes as Swarm within a few I/Os, so their order among
+# themselves would be decided by noise.  ``--design-variants all`` replays every one.
+KEY_DESIGNS = (
+    "Swarm",
+    "No Cluster",
+    "InfLLM",
+    "PQCache",
+    "Swarm: medoid only",
+    "Swarm: no replica",
+    "Swarm: static routing",
+    "Swarm: no dedup",
+)
 
 
-def scaled_designs(source: str, n_ssd: int, caps: dict[str, int] = DESIGN_CAPS) -> ScenarioConfig:
-    """Scenario ``source`` with its workload capped by ``caps`` on ``n_ssd`` SSDs."""
+def scaled_designs(
+    source: str, n_ssd: int, names: str = "", caps: dict[str, int] = DESIGN_CAPS
+) -> ScenarioConfig:
+    """Scenario ``source`` with its workload capped by ``caps`` on ``n_ssd`` SSDs.
+
+    ``names``: comma-separated variants to keep (each must exist), ``all``, or
+    empty for those of :data:`KEY_DESIGNS` the scenario has (all if none)."""
     cfg = load_scenario(source)
+    cfg = dataclasses.replace(cfg, variants=_chosen(cfg, names))
     w = cfg.workload
     if not isinstance(w, SwarmParams):
         raise ConfigError(f"{cfg.source_file}: --designs needs a swarm scenario, not {w.kind!r}")
@@ -79,6 +99,20 @@ def scaled_designs(source: str, n_ssd: int, caps: dict[str, int] = DESIGN_CAPS) 
     if w.steps <= WARMUP_STEPS or capped["steps"] <= WARMUP_STEPS:
         raise ConfigError(f"{cfg.source_file}: workload.steps must be > {WARMUP_STEPS}")
     return dataclasses.replace(cfg, workload=dataclasses.replace(w, ssds=n_ssd, **capped))
+
+
+def _chosen(cfg: ScenarioConfig, names: str) -> tuple:
+    have = {v.name: v for v in cfg.variants}
+    if names == "all":
+        return cfg.variants
+    if not names:
+        key = tuple(have[n] for n in KEY_DESIGNS if n in have)
+        return key or cfg.variants
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    for n in wanted:
+        if n not in have:
+            raise ConfigError(f"{cfg.source_file}: no variant '{n}' (have: {', '.join(have)})")
+    return tuple(have[n] for n in dict.fromkeys(wanted))
 
 
 def io_signature(plan: pa.Table) -> str:
@@ -302,7 +336,7 @@ def plan_for_devices(args: argparse.Namespace, console) -> DesignRun | None:
     if args.designs == "none":
         return None
     t0 = time.perf_counter()
-    cfg = scaled_designs(args.designs, args.n)
+    cfg = scaled_designs(args.designs, args.n, args.design_variants)
     plans, skipped = plan_designs(cfg, planning_profile(args))
     w = cfg.workload
     console.print(
