@@ -30,6 +30,12 @@ import pyarrow as pa
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
+from kvtier.cli.validate_designs import (
+    footprint,
+    plan_for_devices,
+    report_designs,
+    run_designs,
+)
 from kvtier.console import make_console
 from kvtier.plan import write_plan
 from kvtier.records import Records
@@ -48,6 +54,8 @@ from real.validate import (
     write_report,
 )
 from sim.executor import simulate
+
+REGIME_DEVICE_BYTES = 320 << 20  # the regime plan's steps are capped at 256 MiB per device
 
 
 def add_cli(group: argparse._SubParsersAction) -> None:
@@ -81,6 +89,18 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--no-fio", action="store_true", help="skip the fio replay of the bandwidth steps"
+    )
+    p.add_argument(
+        "--designs",
+        default="default",
+        metavar="SCENARIO",
+        help="also replay this swarm scenario's design plans, scaled down ('none' skips)",
+    )
+    p.add_argument(
+        "--design-variants",
+        default="",
+        metavar="NAMES",
+        help="comma-separated variants of --designs, or 'all' (default: the key designs)",
     )
     p.set_defaults(handler=cmd_validate)
 
@@ -125,13 +145,15 @@ class Devices:
 
 
 @contextlib.contextmanager
-def devices(args: argparse.Namespace, console) -> Iterator[Devices]:
+def devices(
+    args: argparse.Namespace, console, size: int = REGIME_DEVICE_BYTES
+) -> Iterator[Devices]:
+    """The devices of ``args``; emulated ones hold ``size`` bytes each."""
     if args.n < 1:
         raise RealError(f"--n must be >= 1, got {args.n}")
     if args.emulate:
         from real.emulate import emulate
 
-        size = 320 << 20  # the plan's steps are capped at 256 MiB per device
         with emulate(args.emulate, args.n, where=args.dir, size=size, out=args.out) as es:
             console.print(es.note)
             limits = es.targets[0].limits
@@ -199,13 +221,13 @@ def run_validation(
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from kvtier.provenance import provenance
-    from real.replay import write_results
-
     console = make_console()
-    out = Path(args.out)
     t0 = time.perf_counter()
-    with devices(args, console) as dev:
+    designs = plan_for_devices(args, console)
+    size = REGIME_DEVICE_BYTES
+    if designs is not None:  # emulated devices hold every design's footprint too
+        size = max(size, -(-footprint(designs.plans) // (1 << 20)) << 20)
+    with devices(args, console, size) as dev:
         costs = None
         if not args.no_engine_costs:
             with dev.throttled():  # the same kernel path as the run (throttle, io-wq)
@@ -218,7 +240,26 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 "QD64 (the model's latencies and per-I/O CPU cost, one core)"
             )
         result, sim, real = run_validation(dev, args, console)
+        t1 = time.perf_counter()
+        if designs is not None:
+            designs.table, designs.records = run_designs(
+                dev, designs.plans, seed=args.seed, engine=args.engine
+            )
+        designs_s = time.perf_counter() - t1
         profile = dev.profile
+    wall_s = time.perf_counter() - t0
+    ok = report_regimes(result, sim, real, args, profile, costs, wall_s, console)
+    if designs is not None:
+        ok &= report_designs(designs, args, profile, size, designs_s + designs.plan_s, console)
+    return 0 if ok else 1
+
+
+def report_regimes(result, sim, real, args, profile, costs, wall_s: float, console) -> bool:
+    """Write and print the regime validation; True when every device's bytes matched."""
+    from kvtier.provenance import provenance
+    from real.replay import write_results
+
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_plan(result["plan"], out / "plan.parquet")
     sim.write(out / "sim")
@@ -231,7 +272,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         engine_costs=costs,
         notes=real.stats.get("notes", []),
         fio_cross_check=result["fio"],
-        wall_s=time.perf_counter() - t0,
+        wall_s=wall_s,
     )
     write_report(result, out, meta)
     console.print(error_table(result, profile))
@@ -243,7 +284,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     )
     console.print(describe(result["fio"]))
     console.print(f"report: {out}/report.json, validation.png, steps/ops Parquet")
-    return 0 if ok_bytes else 1
+    return ok_bytes
 
 
 def error_table(result: dict[str, Any], profile: HardwareProfile) -> Table:

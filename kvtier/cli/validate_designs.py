@@ -1,0 +1,382 @@
+"""The designs part of ``kvtier real validate``: each KV design's own plan, simulated
+and replayed on the same devices, and whether the two agree on which design is faster.
+
+The designs are a swarm scenario's variants (``--designs default``: Swarm, No
+Cluster, InfLLM, PQCache and the Swarm ablations), planned by the simulator's
+own runner (:func:`sim.runner.plan_variants`, i.e. :func:`sim.scenarios.swarm.plan_swarm`)
+at a reduced size (:data:`DESIGN_CAPS`).  Variants whose plans issue the very
+same I/O (same ops, devices, bytes, I/O counts and byte ranges) are replayed
+once: their measured difference could only be noise.
+
+Every kept plan is simulated on the profile that models the devices and
+replayed on the devices; copy and compute ops (no GPU here) wait out their
+simulated time (:func:`kvtier.cli.replay.modelled_durations`), so the
+comparison is about the I/O.  Per design the table gives:
+
+* mean step time: a decode step ends when its last op (the last layer's
+  attention) ends; step ``t`` lasts ``end(t) - end(t-1)`` -- the time between
+  tokens of the pipelined decode.  The first :data:`WARMUP_STEPS` steps
+  (pipeline fill, and a throttle's budget carried over from the previous
+  design) are left out;
+* effective read bandwidth: bytes the backend read from the SSDs / the time at
+  least one read op was in flight (the union of the read ops' intervals);
+* errors ``(sim - real) / real``, and the ranking of the designs by step time
+  in both backends with Kendall's tau (1: same order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from rich.table import Table
+from scipy.stats import kendalltau
+
+from hwprofiles import HardwareProfile, load_profile
+from kvtier.plan import extents_csr
+from kvtier.records import Records
+from sim.config import ConfigError, ScenarioConfig, SwarmParams, load_scenario
+from sim.runner import plan_variants, slug
+
+# Why these sizes: the default scenario (8K prefix, batch 4, all 64 layers of
+# Qwen3-32B, 16 steps) reads ~14 GB per design -- minutes on emulated SSDs
+# throttled to a few hundred MB/s -- and its offline clustering alone takes tens
+# of seconds per lane.  A 4K prefix keeps each design's I/O mix (Swarm's
+# cluster reads of single 4 KiB entries, No Cluster's key prefetch plus
+# entries, InfLLM's 128-entry blocks, PQCache's scattered entries) at 10%
+# sparsity; 2 sequences keep the batch's cross-sequence merging; 4 layers and
+# 6 steps give 5 measured decode steps of 4 pipelined layers each.  Every design
+# then moves 5-600 MB in about a second.  A scenario already smaller keeps its own
+# values (these are caps).
+DESIGN_CAPS: dict[str, int] = {
+    "context_tokens": 4096,
+    "batch": 2,
+    "layers": 4,
+    "steps": 6,
+    "profile_steps": 256,
+}
+WARMUP_STEPS = 1
+# The designs replayed by default: the baselines and the Swarm ablations that change
+# what is read (medoid-only index, no replicas, static routing, no dedup); the
+# others move the same bytes as Swarm within a few I/Os, so their order among
+# themselves would be decided by noise.  ``--design-variants all`` replays every one.
+KEY_DESIGNS = (
+    "Swarm",
+    "No Cluster",
+    "InfLLM",
+    "PQCache",
+    "Swarm: medoid only",
+    "Swarm: no replica",
+    "Swarm: static routing",
+    "Swarm: no dedup",
+)
+
+
+def scaled_designs(
+    source: str, n_ssd: int, names: str = "", caps: dict[str, int] = DESIGN_CAPS
+) -> ScenarioConfig:
+    """Scenario ``source`` with its workload capped by ``caps`` on ``n_ssd`` SSDs.
+
+    ``names``: comma-separated variants to keep (each must exist), ``all``, or
+    empty for those of :data:`KEY_DESIGNS` the scenario has (all if none)."""
+    cfg = load_scenario(source)
+    cfg = dataclasses.replace(cfg, variants=_chosen(cfg, names))
+    w = cfg.workload
+    if not isinstance(w, SwarmParams):
+        raise ConfigError(f"{cfg.source_file}: --designs needs a swarm scenario, not {w.kind!r}")
+    capped = {k: min(getattr(w, k) or cap, cap) for k, cap in caps.items()}
+    if w.steps <= WARMUP_STEPS or capped["steps"] <= WARMUP_STEPS:
+        raise ConfigError(f"{cfg.source_file}: workload.steps must be > {WARMUP_STEPS}")
+    return dataclasses.replace(cfg, workload=dataclasses.replace(w, ssds=n_ssd, **capped))
+
+
+def _chosen(cfg: ScenarioConfig, names: str) -> tuple:
+    have = {v.name: v for v in cfg.variants}
+    if names == "all":
+        return cfg.variants
+    if not names:
+        key = tuple(have[n] for n in KEY_DESIGNS if n in have)
+        return key or cfg.variants
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    for n in wanted:
+        if n not in have:
+            raise ConfigError(f"{cfg.source_file}: no variant '{n}' (have: {', '.join(have)})")
+    return tuple(have[n] for n in dict.fromkeys(wanted))
+
+
+def io_signature(plan: pa.Table) -> str:
+    """Digest of every I/O the plan issues (op order, devices, sizes, byte ranges)."""
+    h = hashlib.sha256()
+    for col in ("kind", "src", "dst", "bytes", "n_ios", "offset", "stride", "queue_depth"):
+        h.update(repr(plan.column(col).to_pylist()).encode())
+    ptr, table = extents_csr(plan)
+    h.update(np.ascontiguousarray(ptr).tobytes())
+    h.update(np.ascontiguousarray(table).tobytes())
+    return h.hexdigest()
+
+
+def plan_designs(
+    cfg: ScenarioConfig, profile: HardwareProfile
+) -> tuple[dict[str, pa.Table], dict[str, str]]:
+    """``name -> plan`` of every variant with distinct I/O, and ``name -> why`` skipped."""
+    planned, skipped = plan_variants(cfg, profile)
+    plans: dict[str, pa.Table] = {}
+    seen: dict[str, str] = {}
+    for p in planned:
+        sig = io_signature(p.plan)
+        if sig in seen:
+            skipped[p.variant.name] = f"same I/O as {seen[sig]}"
+            continue
+        seen[sig] = p.variant.name
+        plans[p.variant.name] = p.plan
+    return plans, skipped
+
+
+def footprint(plans: dict[str, pa.Table]) -> int:
+    """Bytes each device must hold for every plan (the replayer's own footprint)."""
+    from real.datafile import io_layout
+
+    return max(max(io_layout(p).extents().values()) for p in plans.values())
+
+
+# -- metrics --------------------------------------------------------------------------------
+
+
+def busy_time(start: np.ndarray, end: np.ndarray) -> float:
+    """Length of the union of the intervals ``[start, end)`` (sorted sweep, O(n log n))."""
+    if len(start) == 0:
+        return 0.0
+    order = np.argsort(start, kind="stable")
+    s, e = np.asarray(start)[order], np.asarray(end)[order]
+    reach = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0], new[1:] = True, s[1:] > reach[:-1]  # a gap before this interval
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, len(s) - 1]
+    return float((reach[last] - s[first]).sum())
+
+
+def step_times(ops: pd.DataFrame, warmup: int = WARMUP_STEPS) -> np.ndarray:
+    """Seconds per decode step: end of its last op minus the previous step's end."""
+    ends = ops.groupby("step")["end_s"].max().sort_index()
+    prev = np.r_[ops["start_s"].min(), ends.to_numpy()[:-1]]
+    return (ends.to_numpy() - prev)[warmup:]
+
+
+def design_metrics(records: Records, warmup: int = WARMUP_STEPS) -> dict[str, float]:
+    """Mean step time, bytes and I/Os read (as the backend counted them), read bandwidth."""
+    ops = records.ops.to_pandas()
+    dev = records.devices.to_pandas()
+    dev = dev[dev["type"] == "ssd"] if "type" in dev else dev
+    reads = ops[ops["kind"] == "read"]
+    io_s = busy_time(reads["start_s"].to_numpy(), reads["end_s"].to_numpy())
+    nbytes = int(dev["bytes_read"].sum())
+    return {
+        "step_ms": float(step_times(ops, warmup).mean() * 1e3),
+        "bytes_read": nbytes,
+        "n_ios": int(dev["n_ios"].sum()),
+        "read_io_s": io_s,
+        "read_gbps": nbytes / io_s / 1e9 if io_s > 0 else 0.0,
+    }
+
+
+def design_table(sim: dict[str, dict], real: dict[str, dict]) -> pd.DataFrame:
+    """One row per design: both backends' metrics and the errors relative to real."""
+    rows = []
+    for name in sim:
+        s, r = sim[name], real[name]
+        rows.append(
+            {
+                "design": name,
+                "sim_step_ms": s["step_ms"],
+                "real_step_ms": r["step_ms"],
+                "step_error": (s["step_ms"] - r["step_ms"]) / r["step_ms"],
+                "sim_read_gbps": s["read_gbps"],
+                "real_read_gbps": r["read_gbps"],
+                "gbps_error": (s["read_gbps"] - r["read_gbps"]) / r["read_gbps"]
+                if r["read_gbps"] > 0
+                else math.nan,
+                "sim_bytes_read": s["bytes_read"],
+                "real_bytes_read": r["bytes_read"],
+                "sim_n_ios": s["n_ios"],
+                "real_n_ios": r["n_ios"],
+                "bytes_match": s["bytes_read"] == r["bytes_read"] and s["n_ios"] == r["n_ios"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def ranking(table: pd.DataFrame) -> dict[str, Any]:
+    """Designs fastest first by simulated and by real step time, and Kendall's tau."""
+    sim_order = table.sort_values("sim_step_ms", kind="stable")["design"].tolist()
+    real_order = table.sort_values("real_step_ms", kind="stable")["design"].tolist()
+    tau = math.nan
+    if len(table) > 1:
+        tau = float(kendalltau(table["sim_step_ms"], table["real_step_ms"]).statistic)
+    return {
+        "sim_order": sim_order,
+        "real_order": real_order,
+        "same_order": sim_order == real_order,
+        "kendall_tau": tau,
+    }
+
+
+# -- running and reporting ------------------------------------------------------------------
+
+
+def run_designs(
+    dev, plans: dict[str, pa.Table], *, seed: int, engine: str
+) -> tuple[pd.DataFrame, dict[str, tuple[Records, Records]]]:
+    """Simulate and replay every plan on ``dev`` (:class:`kvtier.cli.validate.Devices`)."""
+    from kvtier.cli.replay import modelled_durations
+    from real.replay import replay
+    from sim.executor import simulate
+
+    sim_m: dict[str, dict] = {}
+    real_m: dict[str, dict] = {}
+    records: dict[str, tuple[Records, Records]] = {}
+    for name, plan in plans.items():
+        sim = simulate(plan, dev.profile)
+        nonio = modelled_durations(plan, dev.profile)
+        with dev.prepared(plan, seed, None) as targets, dev.throttled():
+            real = replay(plan, targets, seed=seed, engine=engine, nonio_s=nonio)
+        sim_m[name], real_m[name] = design_metrics(sim), design_metrics(real)
+        records[name] = (sim, real)
+    return design_table(sim_m, real_m), records
+
+
+def write_designs(
+    table: pd.DataFrame,
+    records: dict[str, tuple[Records, Records]],
+    plans: dict[str, pa.Table],
+    out: Path,
+    meta: dict[str, Any],
+) -> dict[str, Any]:
+    """``designs.parquet``, ``designs.json`` (provenance, ranking) and per-design records."""
+    from kvtier.plan import write_plan
+    from kvtier.provenance import provenance
+
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_parquet(out / "designs.parquet", index=False)
+    for name, (sim, real) in records.items():
+        sim.write(out / slug(name) / "sim")
+        real.write(out / slug(name) / "real")
+        write_plan(plans[name], out / slug(name) / "plan.parquet")
+    report = provenance(
+        **meta,
+        ranking=ranking(table),
+        warmup_steps=WARMUP_STEPS,
+        bytes_match=bool(table["bytes_match"].all()),
+        designs=table.to_dict(orient="records"),
+    )
+    (out / "designs.json").write_text(json.dumps(report, indent=2, default=str))
+    return report
+
+
+def designs_table(table: pd.DataFrame, title: str) -> Table:
+    """The per-design comparison as a rich table."""
+    t = Table(title=title)
+    cols: list[tuple[str, str, Callable[[Any], str]]] = [
+        ("design", "design", str),
+        ("sim ms/step", "sim_step_ms", lambda v: f"{v:,.1f}"),
+        ("real ms/step", "real_step_ms", lambda v: f"{v:,.1f}"),
+        ("err", "step_error", lambda v: f"{v:+.1%}"),
+        ("sim GB/s", "sim_read_gbps", lambda v: f"{v:.3f}"),
+        ("real GB/s", "real_read_gbps", lambda v: f"{v:.3f}"),
+        ("err ", "gbps_error", lambda v: f"{v:+.1%}"),
+        ("MB read", "real_bytes_read", lambda v: f"{v / 1e6:,.1f}"),
+        ("I/Os", "real_n_ios", lambda v: f"{v:,}"),
+        ("sim = real", "bytes_match", lambda v: "yes" if v else "[red]NO[/]"),
+    ]
+    for header, _, _ in cols:
+        t.add_column(header, justify="left" if header == "design" else "right")
+    for _, row in table.iterrows():
+        t.add_row(*[fmt(row[key]) for _, key, fmt in cols])
+    return t
+
+
+def ranking_lines(rank: dict[str, Any]) -> list[str]:
+    """Both orders, fastest first, and Kendall's tau."""
+    return [
+        "by simulated step time: " + " < ".join(rank["sim_order"]),
+        "by measured step time:  " + " < ".join(rank["real_order"]),
+        f"Kendall's tau {rank['kendall_tau']:.3f}; same order: "
+        + ("yes" if rank["same_order"] else "no"),
+    ]
+
+
+# -- the command's glue (kvtier.cli.validate) ---------------------------------------------
+
+
+@dataclass
+class DesignRun:
+    """The designs part of a validation: what was planned, skipped and measured."""
+
+    scenario: ScenarioConfig
+    plans: dict[str, pa.Table]
+    skipped: dict[str, str]
+    plan_s: float
+    table: pd.DataFrame | None = None
+    records: dict[str, tuple[Records, Records]] | None = None
+
+
+def plan_for_devices(args: argparse.Namespace, console) -> DesignRun | None:
+    """Plan ``--designs`` (None for ``none``) on the profile of the devices."""
+    if args.designs == "none":
+        return None
+    t0 = time.perf_counter()
+    cfg = scaled_designs(args.designs, args.n, args.design_variants)
+    plans, skipped = plan_designs(cfg, planning_profile(args))
+    w = cfg.workload
+    console.print(
+        f"designs of scenario {cfg.name}: {len(plans)} with distinct I/O ({w.model}, "
+        f"{w.context_tokens:,}-token prefix, batch {w.batch}, {w.layers} layers, {w.steps} "
+        f"steps), planned in {time.perf_counter() - t0:.1f} s"
+    )
+    return DesignRun(cfg, plans, skipped, time.perf_counter() - t0)
+
+
+def planning_profile(args: argparse.Namespace) -> HardwareProfile:
+    """The profile the designs plan for: the one emulated, paced or given."""
+    return load_profile(args.emulate or args.pace or args.hw)
+
+
+def report_designs(
+    run: DesignRun, args: argparse.Namespace, profile, size: int, wall_s: float, console
+) -> bool:
+    """Write and print the per-design table; True when sim and real read the same bytes."""
+    out = Path(args.out) / "designs"
+    w = run.scenario.workload
+    meta = {
+        "scenario": run.scenario.to_dict(),
+        "caps": DESIGN_CAPS,
+        "skipped": run.skipped,
+        "profile": profile.name,
+        "devices": {"emulate": args.emulate, "pace": args.pace, "hw": args.hw, "n": args.n},
+        "device_bytes": size,
+        "seed": args.seed,
+        "wall_s": wall_s,
+    }
+    report = write_designs(run.table, run.records, run.plans, out, meta)
+    title = (
+        f"Designs, simulated vs real ({profile.name}): {w.model}, {w.context_tokens:,}-token "
+        f"prefix, batch {w.batch}, {w.layers} layers, {w.steps - WARMUP_STEPS} measured steps"
+    )
+    console.print(designs_table(run.table, title))
+    for line in ranking_lines(report["ranking"]):
+        console.print(line)
+    for name, why in run.skipped.items():
+        console.print(f"not replayed: {name} ({why})")
+    console.print(f"designs: {wall_s:.1f} s (planning {run.plan_s:.1f} s); report: {out}/")
+    return bool(report["bytes_match"])
