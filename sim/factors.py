@@ -40,7 +40,8 @@ def at_point(cfg: ScenarioConfig, point: Point) -> ScenarioConfig:
     try:
         workload = dataclasses.replace(cfg.workload, **point)
     except ParamError as exc:
-        raise ConfigError(f"{cfg.source_file}: {exc.field}: {exc.message} at {point}") from None
+        where = f"factor {exc.field}" if exc.field in point else f"{cfg.source_file}: {exc.field}"
+        raise ConfigError(f"{where}: {exc.message} (at {point})") from None
     variants = tuple(
         Variant(v.name, tuple((k, x) for k, x in v.overrides if k not in point))
         for v in cfg.variants
@@ -49,18 +50,26 @@ def at_point(cfg: ScenarioConfig, point: Point) -> ScenarioConfig:
 
 
 def points(
-    cfg: ScenarioConfig, factors: Mapping[str, Sequence[Any]]
+    cfg: ScenarioConfig, factors: Mapping[str, Sequence[Any]], passthrough: Sequence[str] = ()
 ) -> list[tuple[Point, ScenarioConfig]]:
     """Every point of ``factors`` (workload field -> values) with the scenario
-    there; values are typed and checked against the workload dataclass."""
+    there, in :func:`grid` order; values are typed and checked against the
+    workload dataclass, except the ``passthrough`` factors (not workload
+    fields: the caller applies them)."""
     cls = type(cfg.workload)
     typed = {}
     for name, values in factors.items():
+        if name in passthrough:
+            typed[name] = list(values)
+            continue
         try:
             typed[name] = factor_values(cls, name, list(values), name)
         except ParamError as exc:
             raise ConfigError(f"factor {exc.field}: {exc.message}") from None
-    return [(p, at_point(cfg, p)) for p in grid(typed)]
+    out = []
+    for p in grid(typed):
+        out.append((p, at_point(cfg, {k: v for k, v in p.items() if k not in passthrough})))
+    return out
 
 
 def expand_matrix(cfg: ScenarioConfig) -> tuple[Variant, ...]:
