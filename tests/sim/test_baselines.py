@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.policies import Layout, StepDecision, get_design
-from sim.registry import RegistryError
 from sim.policies.baselines.nocluster import Stripe
 from sim.policies.baselines.pqcache import kmeans
 from sim.policies.selection import always_selected
+from sim.registry import RegistryError
 
 EB, KB = 1000, 400  # entry bytes, key bytes: round numbers for hand-checked offsets
 
