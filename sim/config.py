@@ -21,11 +21,14 @@ Errors are one line naming the file, the line and the key.
 from __future__ import annotations
 
 import dataclasses
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hwprofiles.loader import build_dataclass, read_yaml, resolve_yaml
+from sim.registry import WORKLOADS, Entry, ParamError, RegistryError, checked
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -53,6 +56,14 @@ class SparseDecodeParams:
     tier: str = "ssd"  # where the KV lives: ssd | dram (host memory) | peer (NVLink GPU)
     kind: str = "sparse_decode"
 
+    def __post_init__(self) -> None:
+        _check_decode(self)
+        if self.tier not in ("ssd", "dram", "peer"):
+            raise ParamError("tier", f"must be 'ssd', 'dram' or 'peer', got {self.tier!r}")
+        if self.balance not in ("random", "even"):
+            raise ParamError("balance", f"must be 'random' or 'even', got {self.balance!r}")
+        _non_negative(self, "ssds", "queue_depth", "layers")
+
 
 @dataclass(frozen=True)
 class SwarmParams:
@@ -72,11 +83,17 @@ class SwarmParams:
     local_window: int = 256  # Swarm §5.2: "a local window (e.g., 256 tokens)"
     sink_tokens: int = 4
     dram_cache: float = 0.05  # DRAM for cached clusters/blocks, as a fraction of the prefix
-    design: str = "swarm"  # a registered KV design (sim.policies.DESIGNS)
+    design: str = "swarm"  # a registered KV design (sim.registry.KV_DESIGNS)
     design_params: dict = field(default_factory=dict)
     ssds: int = 0  # SSDs used, the first N of the profile; 0 = all
     io_path: str = "io_uring"
     queue_depth: int = 0  # per-op in-flight I/Os; 0 = the device maximum
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.dram_cache < 1:
+            raise ParamError("dram_cache", f"must be in [0, 1), got {self.dram_cache}")
+        _non_negative(self, "ssds", "queue_depth", "layers", "local_window", "sink_tokens")
+        _check_decode(self)
 
 
 @dataclass(frozen=True)
@@ -87,7 +104,7 @@ class ServingParams:
 
     kind: str = "serving"
     model: str = "Llama-3.1-8B"
-    design: str = "gpu-only"  # a registered serving design (sim.serving.designs.DESIGNS)
+    design: str = "gpu-only"  # a registered serving design (sim.registry.SERVING_DESIGNS)
     design_params: dict = field(default_factory=dict)
     # workload field -> list of values: every variant runs at every point of the product
     matrix: dict = field(default_factory=dict)
@@ -114,12 +131,48 @@ class ServingParams:
     gpu_kv_tokens: int = 0  # GPU KV cache in tokens; 0 = from gpu_memory_utilization
     gpu_prefix_cache: bool = True
 
+    def __post_init__(self) -> None:
+        _non_negative(self, "requests", "max_inflight", "max_batched_tokens", "gpu_kv_tokens")
+        _non_negative(self, "think_s")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ParamError("gpu_memory_utilization", "must be in (0, 1]")
+        for name, values in self.matrix.items():
+            if name == "matrix":
+                raise ParamError("matrix.matrix", "a matrix cannot vary itself")
+            factor_values(type(self), name, values, f"matrix.{name}")
 
-WORKLOADS: dict[str, type] = {
-    "sparse_decode": SparseDecodeParams,
-    "swarm": SwarmParams,
-    "serving": ServingParams,
-}
+
+def _check_decode(p: SparseDecodeParams | SwarmParams) -> None:
+    from kvtier.plan import IO_PATHS
+
+    if not 0 < p.sparsity <= 1:
+        raise ParamError("sparsity", f"must be in (0, 1], got {p.sparsity}")
+    if p.io_path not in IO_PATHS or p.io_path == "none":
+        raise ParamError("io_path", f"must be one of {IO_PATHS[:-1]}, got {p.io_path!r}")
+
+
+def _non_negative(p: Any, *names: str) -> None:
+    for name in names:
+        if getattr(p, name) < 0:
+            raise ParamError(name, f"must be >= 0, got {getattr(p, name)}")
+
+
+def factor_values(cls: type, name: str, values: Any, key: str) -> list[Any]:
+    """``values`` of workload field ``name`` of ``cls``, typed from the
+    dataclass (ints accepted for floats); a :class:`ParamError` naming ``key``
+    for an unknown field, an empty list or a value of the wrong type."""
+    hints = typing.get_type_hints(cls)
+    if name not in hints or name == "kind":
+        known = ", ".join(f for f in hints if f != "kind")
+        raise ParamError(key, f"unknown workload key (one of: {known})")
+    if not isinstance(values, list | tuple) or not values:
+        raise ParamError(key, "must be a non-empty list of values")
+    try:
+        return [checked(hints[name], v, key) for v in values]
+    except RegistryError as exc:
+        raise ParamError(key, exc.message) from None
+
+
 Workload = SparseDecodeParams | SwarmParams | ServingParams
 
 
@@ -153,7 +206,12 @@ class ScenarioConfig:
 
 
 def load_scenario(source: str | Path) -> ScenarioConfig:
-    """Load a scenario by name (``default``) or path to a YAML file."""
+    """Load a scenario by name (``default``) or path to a YAML file.
+
+    The workload kind, every variant's design and its ``design_params`` are
+    looked up in the registries (:mod:`sim.registry`) and checked here, so a
+    typo is one line naming the file, the line and the key.
+    """
     path = resolve_yaml(source, SCENARIO_DIR, "scenario", ConfigError)
     data, where = read_yaml(path, error=ConfigError)
     if not isinstance(data, dict):
@@ -161,19 +219,16 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
     raw_variants = data.pop("variants", None) or [{"name": "default"}]
     raw_workload = data.get("workload")
     kind = raw_workload.get("kind", "sparse_decode") if isinstance(raw_workload, dict) else ""
-    if kind not in WORKLOADS:
-        raise where.error("workload.kind", f"must be one of {sorted(WORKLOADS)}, got {kind!r}")
-    cls = WORKLOADS[kind]
+    entry = _registered(lambda: WORKLOADS.entry(kind), where, "workload")
     head = build_dataclass(_Head, {k: v for k, v in data.items() if k != "workload"}, where)
     if raw_workload is None:
         raise where.error("", "missing required key 'workload'")
-    workload = build_dataclass(cls, raw_workload, where, "workload")
-    _check_workload(workload, where, "workload")
-    variants = []
-    names: set[str] = set()
-    fields = {f.name for f in dataclasses.fields(cls)} - {"kind"}
+    workload = _workload(entry, raw_workload, where, "workload")
     if not isinstance(raw_variants, list):
         raise where.error("variants", "must be a list")
+    variants = []
+    names: set[str] = set()
+    fields = {f.name for f in dataclasses.fields(entry.params)} - {"kind"}
     for i, raw in enumerate(raw_variants):
         key = f"variants[{i}]"
         if not isinstance(raw, dict) or "name" not in raw:
@@ -184,9 +239,7 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
                 raise where.error(
                     f"{key}.{k}", f"unknown workload key (one of: {', '.join(sorted(fields))})"
                 )
-        merged = {**dataclasses.asdict(workload), **overrides}
-        params = build_dataclass(cls, merged, where, key)
-        _check_workload(params, where, key)
+        params = _workload(entry, {**dataclasses.asdict(workload), **overrides}, where, key)
         name = str(raw["name"])
         if name in names:
             raise where.error(f"{key}.name", f"duplicate variant name '{name}'")
@@ -197,63 +250,30 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
     )
 
 
+def _workload(entry: Entry, raw: Any, where: Any, key: str) -> Workload:
+    """The kind's Params from ``raw`` at ``key``; its design and design_params checked."""
+    params = _registered(lambda: build_dataclass(entry.params, raw, where, key), where, key)
+    if entry.designs is not None:
+        design = params.design
+        _registered(lambda: entry.designs.params(design, params.design_params), where, key)
+    return params
+
+
+def _registered(build: Callable[[], Any], where: Any, key: str) -> Any:
+    """``build()``, with registry and Params errors as one line at ``key``."""
+    try:
+        return build()
+    except RegistryError as exc:
+        raise where.error(f"{key}.{exc.key}", exc.message) from None
+    except ParamError as exc:
+        raise where.error(f"{key}.{exc.field}", exc.message) from None
+
+
 @dataclass(frozen=True)
 class _Head:
     name: str
     description: str
     seed: int
-
-
-def _check_workload(p: Workload, where: Any, key: str) -> None:
-    from kvtier.plan import IO_PATHS
-
-    if isinstance(p, ServingParams):
-        _check_serving(p, where, key)
-        return
-    if isinstance(p, SwarmParams):
-        _check_swarm(p, where, key)
-    if not 0 < p.sparsity <= 1:
-        raise where.error(f"{key}.sparsity", f"must be in (0, 1], got {p.sparsity}")
-    if p.io_path not in IO_PATHS or p.io_path == "none":
-        raise where.error(f"{key}.io_path", f"must be one of {IO_PATHS[:-1]}, got {p.io_path!r}")
-    if isinstance(p, SwarmParams):
-        return
-    if p.tier not in ("ssd", "dram", "peer"):
-        raise where.error(f"{key}.tier", f"must be 'ssd', 'dram' or 'peer', got {p.tier!r}")
-    if p.balance not in ("random", "even"):
-        raise where.error(f"{key}.balance", f"must be 'random' or 'even', got {p.balance!r}")
-    for name in ("ssds", "queue_depth", "layers"):
-        if getattr(p, name) < 0:
-            raise where.error(f"{key}.{name}", f"must be >= 0, got {getattr(p, name)}")
-
-
-def _check_swarm(p: SwarmParams, where: Any, key: str) -> None:
-    if not 0 <= p.dram_cache < 1:
-        raise where.error(f"{key}.dram_cache", f"must be in [0, 1), got {p.dram_cache}")
-    for name in ("ssds", "queue_depth", "layers", "local_window", "sink_tokens"):
-        if getattr(p, name) < 0:
-            raise where.error(f"{key}.{name}", f"must be >= 0, got {getattr(p, name)}")
-
-
-def _check_serving(p: ServingParams, where: Any, key: str) -> None:
-    for name in ("requests", "max_inflight", "max_batched_tokens", "gpu_kv_tokens"):
-        if getattr(p, name) < 0:
-            raise where.error(f"{key}.{name}", f"must be >= 0, got {getattr(p, name)}")
-    if p.think_s < 0:
-        raise where.error(f"{key}.think_s", f"must be >= 0, got {p.think_s}")
-    if not 0 < p.gpu_memory_utilization <= 1:
-        raise where.error(f"{key}.gpu_memory_utilization", "must be in (0, 1]")
-    fields = {f.name for f in dataclasses.fields(ServingParams)} - {"kind", "matrix"}
-    for name, values in p.matrix.items():
-        if name not in fields:
-            raise where.error(f"{key}.matrix.{name}", "unknown workload key")
-        if not isinstance(values, list) or not values:
-            raise where.error(f"{key}.matrix.{name}", "must be a non-empty list of values")
-        want = type(getattr(p, name))
-        for v in values:
-            ok = isinstance(v, want) or (want is float and isinstance(v, int))
-            if not ok or (want is not bool and isinstance(v, bool)):
-                raise where.error(f"{key}.matrix.{name}", f"{v!r} is not a {want.__name__}")
 
 
 def list_scenarios() -> list[str]:

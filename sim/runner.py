@@ -28,18 +28,12 @@ from hwprofiles import HardwareProfile
 from kvtier.plan import write_plan
 from kvtier.provenance import file_digest, provenance
 from kvtier.records import Records
-from sim.config import (
-    ConfigError,
-    ScenarioConfig,
-    ServingParams,
-    SparseDecodeParams,
-    SwarmParams,
-    Variant,
-)
+from sim.config import ConfigError, ScenarioConfig, Variant
 from sim.executor import simulate
-from sim.metrics import decode_summary, design_summary
+from sim.factors import expand_matrix
 from sim.perfetto import write_trace
-from sim.scenarios.sparse_decode import Unsupported, plan_for
+from sim.registry import WORKLOADS
+from sim.scenarios.sparse_decode import Unsupported
 
 # (variant name, ops done, ops total) -> None
 Progress = Callable[[str, int, int], None]
@@ -77,138 +71,38 @@ class PlannedVariant:
     drive: Callable[[], Records] | None = None
 
 
-def _plan_sparse_decode(
-    params: SparseDecodeParams, profile: HardwareProfile, seed: int, progress: Callable | None
-) -> tuple[pa.Table, Callable[[Records], dict]]:
-    plan, shape = plan_for(params, profile, seed)
-    ssd_path = params.tier == "ssd"
-
-    def summarize(records: Records) -> dict:
-        qd = params.queue_depth or profile.ssd(shape.ssds[0]).max_queue_depth if ssd_path else 0
-        return {
-            "tier": params.tier,
-            "ssds": len(shape.ssds),
-            "io_path": ("gds" if params.gds else params.io_path) if ssd_path else "none",
-            "queue_depth": qd,
-            **decode_summary(
-                records.ops,
-                records.devices,
-                profile,
-                params.batch,
-                list(shape.ssds),
-                params.queue_depth,
-            ),
-        }
-
-    return plan, summarize
-
-
-def _plan_swarm(
-    params: SwarmParams, profile: HardwareProfile, seed: int, progress: Callable | None
-) -> tuple[pa.Table, Callable[[Records], dict]]:
-    from sim.hw.figures import path_figures
-    from sim.scenarios.swarm import plan_swarm
-
-    splan = plan_swarm(params, profile, seed, progress)
-    figures = path_figures(profile)
-    bottleneck = next((f.total_gbps for f in figures if f.label.startswith("all SSDs -> dram")), 0)
-
-    def summarize(records: Records) -> dict:
-        return {
-            "design": params.design,
-            "ssds": len(splan.ssds),
-            **design_summary(
-                records.ops,
-                profile,
-                splan.lanes,
-                list(splan.ssds),
-                params.batch,
-                params.steps,
-                splan.layout.entry_bytes,
-                bottleneck,
-            ),
-        }
-
-    return splan.plan, summarize
-
-
-PLANNERS: dict[str, Callable] = {"sparse_decode": _plan_sparse_decode, "swarm": _plan_swarm}
-
-
-def _drive_serving(
-    params: ServingParams, profile: HardwareProfile, seed: int, name: str
-) -> tuple[Callable[[], Records], Callable[[Records], dict]]:
-    from sim.scenarios.serving import prepare
-
-    return prepare(params, profile, seed, name)
-
-
-def _serving_variants(cfg: ScenarioConfig) -> tuple[Variant, ...]:
-    from sim.scenarios.serving import expand_variants
-
-    return expand_variants(cfg)
-
-
-# Closed-loop kinds: no plan ahead; the driver issues ops while it simulates
-# (and returns the plan it issued, for open-loop replay).
-DRIVERS: dict[str, Callable] = {"serving": _drive_serving}
-# kinds whose scenario expands its variants (a matrix of workload values)
-EXPANDERS: dict[str, Callable[[ScenarioConfig], tuple[Variant, ...]]] = {
-    "serving": _serving_variants
-}
-
-
 def plan_variants(
     cfg: ScenarioConfig, profile: HardwareProfile, progress: Progress | None = None
 ) -> tuple[list[PlannedVariant], dict[str, str]]:
     """Plan every variant before simulating any (so a bad one fails fast).
 
-    Variants the profile cannot run (too few SSDs, no GPUDirect, no peer GPU)
-    are skipped with the reason; if none is left that is an error.
+    The workload kind's registered factory (:mod:`sim.workloads`) plans or
+    prepares each variant; a ``matrix`` expands the variants first
+    (:func:`sim.factors.expand_matrix`).  Variants the profile cannot run
+    (too few SSDs, no GPUDirect, no peer GPU) are skipped with the reason;
+    if none is left that is an error.
     """
     planned: list[PlannedVariant] = []
     skipped: dict[str, str] = {}
-    expand = EXPANDERS.get(cfg.workload.kind)
-    for variant in expand(cfg) if expand else cfg.variants:
+    for variant in expand_matrix(cfg):
         params = cfg.variant_params(variant)
-        tick = _ticker(progress, f"{variant.name} (plan)", _plan_units(params))
+        factory = WORKLOADS.entry(params.kind).factory
+        tick = (lambda d, t, n=variant.name: progress(f"{n} (plan)", d, t)) if progress else None
         try:
-            if params.kind in DRIVERS:
-                drive, summarize = DRIVERS[params.kind](params, profile, cfg.seed, variant.name)
-                planned.append(PlannedVariant(variant, None, summarize, drive))
-                continue
-            plan, summarize = PLANNERS[params.kind](params, profile, cfg.seed, tick)
+            p = factory(params, profile, cfg.seed, variant.name, tick)
         except Unsupported as exc:
             skipped[variant.name] = str(exc)
             continue
         except (ValueError, KeyError) as exc:
             msg = exc.args[0] if exc.args else str(exc)
             raise ConfigError(f"{cfg.source_file}: variant '{variant.name}': {msg}") from None
-        planned.append(PlannedVariant(variant, plan, summarize))
+        planned.append(PlannedVariant(variant, p.plan, p.summarize, p.drive))
     if not planned:
         reasons = "; ".join(f"'{k}': {v}" for k, v in skipped.items())
         raise ConfigError(
             f"{cfg.source_file}: no variant can run on profile {profile.name} ({reasons})"
         )
     return planned, skipped
-
-
-def _plan_units(params: SparseDecodeParams | SwarmParams) -> int:
-    if isinstance(params, SwarmParams):
-        return params.batch * params.layers_modeled * params.steps
-    return 0
-
-
-def _ticker(progress: Progress | None, name: str, total: int) -> Callable[[], None] | None:
-    if progress is None or total <= 0:
-        return None
-    done = [0]
-
-    def tick() -> None:
-        done[0] += 1
-        progress(name, done[0], total)
-
-    return tick
 
 
 def run_variant(

@@ -1,98 +1,109 @@
-"""Parameter sweeps: one scenario, one factor, many values, in a process pool.
+"""Parameter sweeps: one scenario over the cartesian product of any number of factors.
 
-``sweep(cfg, profiles, factor, values)`` runs the scenario's variants at every
-value of one workload field (``ssds``, ``context_tokens``, ``batch``,
-``sparsity``, ...) or over several hardware profiles (``factor="hw"``), each
-point an independent simulation with the scenario's seed.  Points run in a
-local process pool (``jobs`` workers); results are one table, one row per
-(point, variant), with the factor's value in a column.
+``sweep(cfg, profile, {"ssds": [1, 2, 4], "context_tokens": [4096, 8192]})``
+runs the scenario's variants at every point of the product
+(:func:`sim.factors.points`: values typed from the workload dataclass, a
+point's values replacing the workload's and every variant's), each point an
+independent simulation with the scenario's seed.  The factor ``hw`` names
+hardware profiles instead of a workload field.  Points run in a local
+process pool (``jobs`` workers); the result is one table, one row per
+(point, variant), with a column per factor (and ``hw``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from hwprofiles import HardwareProfile, load_profile
-from sim.config import ConfigError, ScenarioConfig, Variant
+from sim.config import ConfigError, ScenarioConfig
+from sim.factors import Point, points
+
+HW = "hw"  # the factor that varies the hardware profile
 
 
-def parse_values(field: str, text: str, cfg: ScenarioConfig) -> list[Any]:
-    """``"1,2,4,8"`` -> typed values for workload field ``field`` (or ``hw``)."""
-    items = [v.strip() for v in text.split(",") if v.strip()]
-    if not items:
-        raise ConfigError(f"--values: no values given for '{field}'")
-    if field == "hw":
-        return items
-    fields = {f.name: f for f in dataclasses.fields(cfg.workload)}
-    if field not in fields or field == "kind":
-        raise ConfigError(
-            f"--factor: '{field}' is not a workload field (one of: "
-            f"{', '.join(sorted(set(fields) - {'kind'}))}, hw)"
-        )
-    kind = type(getattr(cfg.workload, field))
-    out = []
-    for item in items:
-        try:
-            out.append(kind(float(item)) if kind is int else kind(item))
-        except ValueError:
-            raise ConfigError(f"--values: '{item}' is not a valid {field}") from None
-    return out
+def parse_factor(text: str, values: str | None = None) -> tuple[str, list[Any]]:
+    """``"ssds=1,2,4"`` (or ``"ssds"`` with ``values="1,2,4"``) -> (name, raw
+    values); each item is read as a YAML scalar, typed later against the workload."""
+    name, sep, rest = text.partition("=")
+    if sep and values is not None:
+        raise ConfigError(f"--factor {text}: give the values after '=' or in --values, not both")
+    rest = rest if sep else values
+    if rest is None:
+        raise ConfigError(f"--factor {text}: no values (write --factor {name}=V1,V2,...)")
+    items = [v.strip() for v in rest.split(",") if v.strip()]
+    if not name.strip() or not items:
+        raise ConfigError(f"--factor {text}: no values given for '{name}'")
+    if name == HW:
+        return name, items
+    return name.strip(), [_scalar(v) for v in items]
 
 
-def _point(cfg: ScenarioConfig, hw: str, field: str, value: Any) -> pd.DataFrame:
+def _scalar(text: str) -> Any:
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, bool | int | float) else text
+
+
+def sweep_points(
+    cfg: ScenarioConfig, factors: Mapping[str, Sequence[Any]]
+) -> list[tuple[Point, ScenarioConfig]]:
+    """Every (point, scenario there) of ``factors``, the first factor varying
+    slowest; ``hw`` values pass through, and a workload field typed ``str``
+    takes a number's text back ("1" read as a YAML scalar)."""
+    fixed = {
+        k: [str(x) for x in v] if isinstance(getattr(cfg.workload, k, None), str) else list(v)
+        for k, v in factors.items()
+    }
+    return points(cfg, fixed, passthrough=(HW,))
+
+
+def _point(cfg: ScenarioConfig, hw: str, point: Point) -> pd.DataFrame:
     from sim.runner import run
 
     profile = load_profile(hw)
-    if field != "hw":
-        # the factor overrides the base workload and every variant
-        cfg = dataclasses.replace(
-            cfg,
-            workload=dataclasses.replace(cfg.workload, **{field: value}),
-            variants=tuple(
-                Variant(v.name, tuple((k, x) for k, x in v.overrides if k != field))
-                for v in cfg.variants
-            ),
-        )
-    result = run(cfg, profile, None)
-    df = result.summary()
-    df.insert(0, "hw", profile.name)
-    if field != "hw":
-        if field in df.columns:  # the summary reports it too (e.g. ssds): keep the factor's
-            df = df.drop(columns=[field])
-        df.insert(0, field, value)
+    df = run(cfg, profile, None).summary()
+    df = df.drop(columns=[c for c in point if c in df.columns])  # the factor's value wins
+    if HW not in point:
+        df.insert(0, HW, profile.name)
+    for i, (k, v) in enumerate(point.items()):
+        df.insert(i, k, v)
     return df
 
 
 def sweep(
     cfg: ScenarioConfig,
     profile: HardwareProfile,
-    field: str,
-    values: Sequence[Any],
+    factors: Mapping[str, Sequence[Any]] | str,
+    values: Sequence[Any] | None = None,
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
-    """Run every value of ``field``; ``jobs`` processes (default: CPU count)."""
-    points = [(profile.name if field != "hw" else v, v) for v in values]
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
+    """Run every point of ``factors`` (name -> values; or one factor name with
+    ``values``) on ``profile`` (or the ``hw`` factor's profiles); ``jobs``
+    processes (default: CPU count)."""
+    if isinstance(factors, str):
+        factors = {factors: list(values or [])}
+    todo = [(p.get(HW, profile.name), c, p) for p, c in sweep_points(cfg, factors)]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
     frames: dict[int, pd.DataFrame] = {}
     if jobs == 1:
-        for i, (hw, v) in enumerate(points):
-            frames[i] = _point(cfg, hw, field, v)
+        for i, (hw, c, p) in enumerate(todo):
+            frames[i] = _point(c, hw, p)
             if progress:
-                progress(i + 1, len(points))
+                progress(i + 1, len(todo))
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {
-                pool.submit(_point, cfg, hw, field, v): i for i, (hw, v) in enumerate(points)
-            }
+            futures = {pool.submit(_point, c, hw, p): i for i, (hw, c, p) in enumerate(todo)}
             for n, fut in enumerate(as_completed(futures), start=1):
                 frames[futures[fut]] = fut.result()
                 if progress:
-                    progress(n, len(points))
-    return pd.concat([frames[i] for i in range(len(points))], ignore_index=True)
+                    progress(n, len(todo))
+    return pd.concat([frames[i] for i in range(len(todo))], ignore_index=True)

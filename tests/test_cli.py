@@ -18,7 +18,7 @@ import pytest
 from hwprofiles import PROFILE_DIR
 from kvtier.cli.main import main
 from kvtier.plan import PlanBuilder, read_plan, write_plan
-from sim.config import load_scenario
+from sim.config import SCENARIO_DIR, load_scenario
 from sim.models import get_model
 from sim.runner import slug
 
@@ -250,3 +250,56 @@ def test_variants_the_profile_cannot_run_are_skipped_with_the_reason(
     assert list(run["skipped"]) == ["nine"] and "9" in run["skipped"]["nine"]
     summary = pd.read_csv(out / "mixed" / "h20-8ssd" / "summary.csv")
     assert summary["variant"].tolist() == ["two"]
+
+
+def test_sweep_two_factors_writes_one_table_with_a_column_per_factor(tmp_path: Path) -> None:
+    argv = ["sweep", "--scenario", "tiers", "--steps", "1", "--jobs", "1", "--out", str(tmp_path)]
+    factors = ["--factor", "ssds=1,2", "--factor", "batch=1,4"]
+    assert main([*argv, *factors]) == 0
+    out = tmp_path / "tiers" / "h20-8ssd"
+    df = pd.read_parquet(out / "sweep-ssds-batch.parquet")
+    n_variants = len(load_scenario("tiers").variants)
+    assert len(df) == 4 * n_variants
+    pairs = df[["ssds", "batch"]].drop_duplicates().itertuples(index=False)
+    assert [tuple(p) for p in pairs] == [(1, 1), (1, 4), (2, 1), (2, 4)]
+    assert any((out / "plots").glob("*.png"))
+    assert json.loads((out / "sweep-ssds-batch.json").read_text())["factors"] == {
+        "ssds": [1, 2],
+        "batch": [1, 4],
+    }
+
+
+@pytest.mark.parametrize(
+    "factors, needle",
+    [
+        (["--factor", "ssdz=1,2"], "factor ssdz: unknown workload key"),
+        (["--factor", "ssds=1,many"], "factor ssds: must be int, got 'many'"),
+        (["--factor", "ssds"], "--factor ssds: no values"),
+        (["--factor", "ssds=1", "--factor", "ssds=2"], "--factor ssds: given twice"),
+        (["--factor", "ssds=1", "--factor", "batch=1", "--values", "2"], "--values goes with"),
+    ],
+)
+def test_sweep_bad_factor_exits_2_with_one_line(
+    factors: list[str], needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["sweep", "--scenario", "tiers", "--steps", "1", "--out", str(tmp_path)]
+    assert main([*argv, *factors]) == 2
+    assert needle in error_line(capsys)
+    assert not any(tmp_path.iterdir())
+
+
+def test_misspelt_design_param_exits_2_naming_file_line_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (SCENARIO_DIR / "default.yaml").read_text()
+    bad = tmp_path / "x.yaml"
+    bad.write_text(
+        text.replace("  design: swarm\n", "  design: swarm\n  design_params: {radus: 1}\n")
+    )
+    line = bad.read_text().splitlines().index("  design_params: {radus: 1}") + 1
+    assert main(["sim", "--scenario", str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert error_line(capsys) == (
+        f"kvtier: error: {bad}:{line}: workload.design_params.radus: unknown parameter of swarm "
+        "(one of: radius, target_size, replicate, medoid_only, balance_placement, retrieval, "
+        "dedup, cache, maintenance, join_radius, shuffle)"
+    )

@@ -1,18 +1,21 @@
-"""``kvtier sweep``: one factor, many values, Parquet plus PNG plots."""
+"""``kvtier sweep``: the cartesian product of any number of factors, Parquet plus PNG plots."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
+import pandas as pd
 from rich.progress import Progress
 
 from hwprofiles import load_profile
 from kvtier.console import make_console
 from kvtier.provenance import provenance
-from sim.config import load_scenario
-from sim.sweep import parse_values, sweep
+from sim.config import ConfigError, load_scenario
+from sim.sweep import HW, parse_factor, sweep, sweep_points
 
 DEFAULT_METRICS = (
     "tokens_per_s",
@@ -31,76 +34,84 @@ DEFAULT_METRICS = (
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "sweep",
-        help="run a scenario over the values of one factor (writes Parquet and PNG plots)",
-        description="Examples: --factor ssds --values 1,2,4,8 | --factor context_tokens "
-        "--values 8192,32768,131072 | --factor batch --values 1,4,8 | --factor sparsity "
-        "--values 0.02,0.05,0.1,0.2 | --factor hw --values h20-8ssd,h20-8ssd-900p",
+        help="run a scenario over the cartesian product of factors (writes Parquet and PNG plots)",
+        description="Examples: --factor ssds=1,2,4,8 | --factor ssds=1,2,4 --factor "
+        "context_tokens=4096,8192 (every combination) | --factor batch=1,4,8 | --factor "
+        "sparsity=0.02,0.05,0.1,0.2 | --factor hw=h20-8ssd,h20-8ssd-900p.  "
+        "The older form --factor ssds --values 1,2,4,8 (one factor) works too.",
     )
     p.add_argument("--scenario", default="default", help="scenario name or YAML path")
-    p.add_argument("--hw", default="h20-8ssd", help="hardware profile (ignored for --factor hw)")
-    p.add_argument("--factor", required=True, help="workload field to vary, or 'hw'")
-    p.add_argument("--values", required=True, help="comma-separated values")
+    p.add_argument("--hw", default="h20-8ssd", help="hardware profile (unless 'hw' is a factor)")
+    p.add_argument(
+        "--factor",
+        action="append",
+        required=True,
+        help="NAME=V1,V2,... : a workload field (or 'hw') and its values; repeat for more factors",
+    )
+    p.add_argument("--values", help="comma-separated values of a single --factor NAME")
     p.add_argument("--steps", type=int, help="override the number of decode steps")
     p.add_argument("--jobs", type=int, help="worker processes (default: CPU count)")
     p.add_argument("--out", default="results/sweeps", help="output directory")
     p.set_defaults(handler=cmd_sweep)
 
 
+def parse_factors(texts: list[str], values: str | None) -> dict[str, list[Any]]:
+    """``--factor`` arguments (and the one-factor ``--values``) -> name -> raw values."""
+    if values is not None and len(texts) != 1:
+        raise ConfigError("--values goes with exactly one --factor NAME")
+    factors: dict[str, list[Any]] = {}
+    for text in texts:
+        name, vals = parse_factor(text, values)
+        if name in factors:
+            raise ConfigError(f"--factor {name}: given twice")
+        factors[name] = vals
+    return factors
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from sim.config import ConfigError
-
     console = make_console()
     cfg = load_scenario(args.scenario)
     if args.steps is not None:
         if args.steps <= 0:
             raise ConfigError(f"--steps must be > 0, got {args.steps}")
         cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, steps=args.steps))
-    values = parse_values(args.factor, args.values, cfg)
-    if args.factor == "hw":
-        for v in values:
-            load_profile(v)  # fail fast on a bad name
-    profile = load_profile(args.hw if args.factor != "hw" else values[0])
-    out = Path(args.out) / cfg.name / (profile.name if args.factor != "hw" else "hw")
-    console.print(f"[bold]kvtier sweep[/bold]: {cfg.name}, {args.factor} = {values}")
+    factors = parse_factors(args.factor, args.values)
+    todo = sweep_points(cfg, factors)  # fails fast on a bad factor or value
+    for hw in factors.get(HW, []):
+        load_profile(hw)  # fail fast on a bad name
+    profile = load_profile(factors[HW][0] if HW in factors else args.hw)
+    names = list(factors)
+    out = Path(args.out) / cfg.name / ("hw" if HW in factors else profile.name)
+    console.print(f"[bold]kvtier sweep[/bold]: {cfg.name}, {len(todo)} points of {factors}")
     with Progress(console=console) as bar:
-        task = bar.add_task(f"{args.factor} points", total=len(values))
+        task = bar.add_task("points", total=len(todo))
         df = sweep(
             cfg,
             profile,
-            args.factor,
-            values,
-            args.jobs,
-            lambda done, total: bar.update(task, completed=done),
+            factors,
+            jobs=args.jobs,
+            progress=lambda done, total: bar.update(task, completed=done),
         )
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"sweep-{args.factor}"
+    stem = "sweep-" + "-".join(names)
     df.to_parquet(out / f"{stem}.parquet", index=False)
     df.to_csv(out / f"{stem}.csv", index=False)
-    from analysis.plots import plot_sweep
-
-    factor_col = "hw" if args.factor == "hw" else args.factor
-    pngs = plot_sweep(
-        df, factor_col, DEFAULT_METRICS, out / "plots", title=f"{cfg.name}: {args.factor}"
-    )
-    meta = provenance(
-        seed=cfg.seed, scenario=cfg.to_dict(), factor=args.factor, values=values, hw=profile.name
-    )
+    pngs = _plots(df, names, out / "plots", f"{cfg.name}: {' x '.join(names)}")
+    meta = provenance(seed=cfg.seed, scenario=cfg.to_dict(), factors=factors, hw=profile.name)
     (out / f"{stem}.json").write_text(json.dumps(meta, indent=2, default=str))
-    cols = [
-        c
-        for c in (
-            "variant",
-            factor_col,
-            "tokens_per_s",
-            "ssd_gbps",
-            "fetch_gbps",
-            "io_ms_per_step",
-            "recall",
-        )
-        if c in df.columns
-    ]
+    shown = ("tokens_per_s", "ssd_gbps", "fetch_gbps", "io_ms_per_step", "recall")
+    cols = [c for c in ("variant", *names, *shown) if c in df.columns]
     console.print(df[cols].to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     console.print(f"written: {out}/{stem}.parquet, {len(pngs)} plots in {out}/plots")
     return 0
+
+
+def _plots(df: pd.DataFrame, names: list[str], out: Path, title: str) -> list[Path]:
+    """One line per variant against the first factor; with more factors, one
+    line per (variant, values of the others)."""
+    from analysis.plots import plot_sweep
+
+    if len(names) > 1:
+        rest = df[names[1:]].astype(str).agg(", ".join, axis=1)
+        df = df.assign(variant=df["variant"].astype(str) + " | " + rest)
+    return plot_sweep(df, names[0], DEFAULT_METRICS, out, title=title)

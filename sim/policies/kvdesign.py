@@ -19,12 +19,13 @@ token generated at decode step ``t`` is ``N + t``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
+
+from sim.registry import KV_DESIGNS
 
 
 @dataclass(frozen=True)
@@ -97,25 +98,14 @@ class KVDesign(Protocol):
         ...
 
 
-DESIGNS: dict[str, Callable[..., KVDesign]] = {}
-
-
-def register(name: str) -> Callable[[Callable[..., KVDesign]], Callable[..., KVDesign]]:
-    """Class decorator: ``@register("swarm")`` makes a design available by name."""
-
-    def deco(factory: Callable[..., KVDesign]) -> Callable[..., KVDesign]:
-        if name in DESIGNS:
-            raise ValueError(f"design '{name}' registered twice")
-        DESIGNS[name] = factory
-        return factory
-
-    return deco
+DESIGNS = KV_DESIGNS
+register = KV_DESIGNS.register  # register("name", Params, Factory) in the design's own file
 
 
 def get_design(name: str, **params: object) -> KVDesign:
-    if name not in DESIGNS:
-        raise KeyError(f"unknown design '{name}' (known: {', '.join(sorted(DESIGNS))})")
-    return DESIGNS[name](**params)
+    """The registered design ``name`` built with ``params`` (checked by the
+    registry: unknown names, unknown or mistyped parameters are errors)."""
+    return KV_DESIGNS.create(name, params)
 
 
 def extents_from_slots(slots: np.ndarray, entry_bytes: int, merge: bool = False) -> np.ndarray:

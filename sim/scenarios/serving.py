@@ -31,7 +31,6 @@ every point: ``unified-pooling`` crosses three models with context lengths
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ import pyarrow as pa
 
 from hwprofiles import HardwareProfile
 from sim.config import ConfigError, ScenarioConfig, ServingParams, Variant
+from sim.factors import expand_matrix
 from sim.models import get_model
 from sim.serving.build import (
     GIB,
@@ -58,30 +58,13 @@ from sim.serving.requests import Request, load_requests, request_table
 # ---- variants ------------------------------------------------------------------------
 def expand_variants(cfg: ScenarioConfig) -> tuple[Variant, ...]:
     """Every variant at every point of its ``matrix`` (the variant's own
-    overrides of a matrix field are replaced by the point's value)."""
-    out = []
-    for v in cfg.variants:
-        matrix = cfg.variant_params(v).matrix
-        if not matrix:
-            out.append(v)
-            continue
-        keys = list(matrix)
-        for combo in itertools.product(*(matrix[k] for k in keys)):
-            point = dict(zip(keys, combo, strict=True))
-            name = " | ".join([v.name, *(_fmt(x) for x in point.values())])
-            overrides = {**dict(v.overrides), **point, "matrix": {}}
-            out.append(Variant(name, tuple(overrides.items())))
-    return tuple(out)
+    overrides of a matrix field are replaced by the point's value); the
+    mechanism is the sweep's (:func:`sim.factors.expand_matrix`)."""
+    return expand_matrix(cfg)
 
 
 def design_label(variant_name: str) -> str:
     return variant_name.split(" | ")[0]
-
-
-def _fmt(x: Any) -> str:
-    if isinstance(x, int) and not isinstance(x, bool) and x >= 1024 and x % 1024 == 0:
-        return f"{x // 1024}K"
-    return str(x)
 
 
 # ---- traces ----------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Serving designs: where offloaded KV lives and how it moves.
 
-A design is a frozen :class:`DesignParams`; the registry :data:`DESIGNS`
-names the ones the seeds evaluate, and a scenario variant may override any
-field (``design_params``).  Two families:
+A design is a frozen :class:`DesignParams`; :data:`SERVING_DESIGNS`
+(:mod:`sim.registry`) names the ones the seeds evaluate, each a preset, and
+a scenario variant may override any field (``design_params``).  Two families:
 
 **SSD-backed PagedAttention** (seed 001).  vLLM's paged KV cache with a
 GPU -> CPU -> SSD hierarchy: each tier has a capacity (GiB here, blocks in
@@ -33,11 +33,13 @@ passthrough only (LMCache's single module and SSD, passthrough).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from kvtier.plan import IO_PATHS
+from sim.registry import SERVING_DESIGNS, ParamError
+
+register = SERVING_DESIGNS.register  # register("name", DesignParams, preset={...})
 
 LOADS = ("off", "schedule", "arrival")
 
@@ -62,6 +64,20 @@ class DesignParams:
     max_transfers: int = 16  # transfer ops in flight at once (all streams)
     queue_depth: int = 0  # I/Os in flight per SSD op; 0 = the device maximum
 
+    def __post_init__(self) -> None:
+        if self.io_path not in IO_PATHS or self.io_path == "none":
+            raise ParamError("io_path", f"must be one of {IO_PATHS[:-1]}, got {self.io_path!r}")
+        if self.async_load not in LOADS:
+            raise ParamError("async_load", f"must be one of {LOADS}, got {self.async_load!r}")
+        if self.cpu_to_ssd not in ("on_evict", "write_through"):
+            raise ParamError("cpu_to_ssd", "must be 'on_evict' or 'write_through'")
+        for name in ("cpu_gib", "ssd_gib", "dram_modules", "ssds", "io_kib", "queue_depth"):
+            if getattr(self, name) < 0:
+                raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
+        for name in ("block_factor", "max_transfers"):
+            if getattr(self, name) < 1:
+                raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
+
     def io_bytes(self) -> int:
         """Size of one SSD I/O on this design's software path."""
         if self.io_kib:
@@ -73,70 +89,44 @@ class DesignParams:
         return self.cpu_gib > 0 or self.ssd_gib > 0
 
 
-_PAGED = DesignParams(async_load="schedule", io_path="gds", gds=True, block_factor=4)
-_LMCACHE = DesignParams(
+_PAGED: dict[str, Any] = dict(async_load="schedule", io_path="gds", gds=True, block_factor=4)
+_LMCACHE: dict[str, Any] = dict(
     cpu_to_ssd="write_through", io_path="kernel_fs", parallel=False, dram_modules=1, ssds=1
 )
-_POOL = dataclasses.replace(
-    _LMCACHE,
-    pool=True,
-    dram_modules=0,
-    ssds=0,
-    io_path="passthrough",
-    parallel=True,
-    layerwise=True,
-    async_load="arrival",
-)
-
-DESIGNS: dict[str, DesignParams] = {
-    # seed 001: SSD-backed PagedAttention (capacities set by the scenario)
-    "gpu-only": DesignParams(),
-    "paged-cpu": dataclasses.replace(_PAGED, cpu_gib=1.0),
-    "paged-cpu-ssd": dataclasses.replace(_PAGED, cpu_gib=1.0, ssd_gib=64.0),
-    "paged-ssd": dataclasses.replace(_PAGED, ssd_gib=64.0),
-    # seed 004: LMCache baselines, unified KV pooling, ablations
-    "lmcache": _LMCACHE,
-    "lmcache-lp": dataclasses.replace(_LMCACHE, layerwise=True),
-    "lmcache-lp-async": dataclasses.replace(_LMCACHE, layerwise=True, async_load="arrival"),
-    "pool": _POOL,
-    "pool-orchestrator-only": dataclasses.replace(_POOL, io_path="kernel_fs"),
-    "pool-passthrough-only": dataclasses.replace(
-        _POOL, pool=False, dram_modules=1, ssds=1, parallel=False
-    ),
+_POOL: dict[str, Any] = {
+    **_LMCACHE,
+    "pool": True,
+    "dram_modules": 0,
+    "ssds": 0,
+    "io_path": "passthrough",
+    "parallel": True,
+    "layerwise": True,
+    "async_load": "arrival",
 }
+
+# seed 001: SSD-backed PagedAttention (capacities set by the scenario)
+register("gpu-only", DesignParams)
+register("paged-cpu", DesignParams, preset={**_PAGED, "cpu_gib": 1.0})
+register("paged-cpu-ssd", DesignParams, preset={**_PAGED, "cpu_gib": 1.0, "ssd_gib": 64.0})
+register("paged-ssd", DesignParams, preset={**_PAGED, "ssd_gib": 64.0})
+# seed 004: LMCache baselines, unified KV pooling, ablations
+register("lmcache", DesignParams, preset=_LMCACHE)
+register("lmcache-lp", DesignParams, preset={**_LMCACHE, "layerwise": True})
+register(
+    "lmcache-lp-async",
+    DesignParams,
+    preset={**_LMCACHE, "layerwise": True, "async_load": "arrival"},
+)
+register("pool", DesignParams, preset=_POOL)
+register("pool-orchestrator-only", DesignParams, preset={**_POOL, "io_path": "kernel_fs"})
+register(
+    "pool-passthrough-only",
+    DesignParams,
+    preset={**_POOL, "pool": False, "dram_modules": 1, "ssds": 1, "parallel": False},
+)
+DESIGNS = SERVING_DESIGNS
 
 
 def get_design(name: str, overrides: dict[str, Any] | None = None) -> DesignParams:
     """The registered design ``name`` with ``overrides`` applied and checked."""
-    if name not in DESIGNS:
-        raise ValueError(f"design: unknown serving design '{name}' (known: {', '.join(DESIGNS)})")
-    base = DESIGNS[name]
-    fields = {f.name: f for f in dataclasses.fields(DesignParams)}
-    clean: dict[str, Any] = {}
-    for key, value in (overrides or {}).items():
-        if key not in fields:
-            raise ValueError(f"design_params.{key}: unknown (one of: {', '.join(fields)})")
-        want = type(getattr(base, key))
-        if want is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-            raise ValueError(f"design_params.{key}: must be {want.__name__}, got {value!r}")
-        clean[key] = value
-    d = dataclasses.replace(base, **clean)
-    _check(d)
-    return d
-
-
-def _check(d: DesignParams) -> None:
-    if d.io_path not in IO_PATHS or d.io_path == "none":
-        raise ValueError(f"design_params.io_path: must be one of {IO_PATHS[:-1]}")
-    if d.async_load not in LOADS:
-        raise ValueError(f"design_params.async_load: must be one of {LOADS}")
-    if d.cpu_to_ssd not in ("on_evict", "write_through"):
-        raise ValueError("design_params.cpu_to_ssd: must be 'on_evict' or 'write_through'")
-    for name in ("cpu_gib", "ssd_gib", "dram_modules", "ssds", "io_kib", "queue_depth"):
-        if getattr(d, name) < 0:
-            raise ValueError(f"design_params.{name}: must be >= 0")
-    for name in ("block_factor", "max_transfers"):
-        if getattr(d, name) < 1:
-            raise ValueError(f"design_params.{name}: must be >= 1")
+    return SERVING_DESIGNS.params(name, overrides or {})

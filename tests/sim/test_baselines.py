@@ -15,6 +15,7 @@ from sim.policies import Layout, StepDecision, get_design
 from sim.policies.baselines.nocluster import Stripe
 from sim.policies.baselines.pqcache import kmeans
 from sim.policies.selection import always_selected
+from sim.registry import RegistryError
 
 EB, KB = 1000, 400  # entry bytes, key bytes: round numbers for hand-checked offsets
 
@@ -313,7 +314,7 @@ def test_every_design_same_seed_same_decisions(name: str):
 
 def test_params_are_checked_by_name():
     assert get_design("infllm", block_tokens=64).params.block_tokens == 64
-    with pytest.raises(TypeError):
+    with pytest.raises(RegistryError, match="design_params.target_sise: unknown parameter"):
         get_design("pqcache", target_sise=16)
     with pytest.raises(ValueError):
         get_design("nocluster", chunk_entries=0)

@@ -204,3 +204,124 @@ def test_unknown_scenario_name() -> None:
 def test_missing_scenario_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such file"):
         load_scenario(tmp_path / "absent.yaml")
+
+
+# A KV-design scenario; line numbers matter, as in BASE.
+SWARM = """\
+name: designs
+description: two KV designs
+seed: 0
+workload:
+  kind: swarm
+  context_tokens: 1024
+  design: swarm
+  design_params: {radius: 0.5}
+variants:
+  - {name: Swarm}
+  - {name: InfLLM, design: infllm, design_params: {block_tokens: 64}}
+"""
+
+# (edit of SWARM, line named in the message, key path named, words the message must hold)
+REGISTRY_ERRORS = {
+    "unknown kind": (
+        ("kind: swarm", "kind: swam"),
+        5,
+        "workload.kind",
+        ["unknown workload kind 'swam'", "known: serving, sparse_decode, swarm"],
+    ),
+    "unknown design": (
+        ("design: infllm", "design: inflm"),
+        11,
+        "variants[1].design",
+        ["unknown KV design 'inflm'", "infllm", "swarm-static"],
+    ),
+    "unknown design in the workload": (
+        ("  design: swarm", "  design: swarn"),
+        7,
+        "workload.design",
+        ["unknown KV design 'swarn'"],
+    ),
+    "unknown design param": (
+        ("{radius: 0.5}", "{radus: 0.5}"),
+        8,
+        "workload.design_params.radus",
+        ["unknown parameter of swarm", "radius"],
+    ),
+    "unknown design param in a variant": (
+        ("{block_tokens: 64}", "{block_token: 64}"),
+        11,
+        "variants[1].design_params.block_token",
+        ["unknown parameter of infllm", "block_tokens"],
+    ),
+    "design param of the wrong type": (
+        ("{block_tokens: 64}", "{block_tokens: big}"),
+        11,
+        "variants[1].design_params.block_tokens",
+        ["must be int, got 'big'"],
+    ),
+    "design param a bool for an int": (
+        ("{block_tokens: 64}", "{block_tokens: true}"),
+        11,
+        "variants[1].design_params.block_tokens",
+        ["must be int, got True"],
+    ),
+    "design param its Params rejects": (
+        ("{radius: 0.5}", "{retrieval: psychic}"),
+        8,
+        "workload.design_params",
+        ["retrieval must be one of"],
+    ),
+    "a design param of another design": (  # InfLLM has no radius: the design decides
+        ("{block_tokens: 64}", "{radius: 0.5}"),
+        11,
+        "variants[1].design_params.radius",
+        ["unknown parameter of infllm"],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "edit, line, key, words", REGISTRY_ERRORS.values(), ids=REGISTRY_ERRORS.keys()
+)
+def test_registry_errors_name_file_line_and_key(
+    tmp_path: Path, edit: tuple[str, str], line: int, key: str, words: list[str]
+) -> None:
+    old, new = edit
+    assert old in SWARM
+    path = write(tmp_path, SWARM.replace(old, new, 1))
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(path)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"{path}:{line}: {key}: "), msg
+    assert all(w in msg for w in words), msg
+
+
+def test_the_swarm_scenario_loads_with_its_design_params(tmp_path: Path) -> None:
+    cfg = load_scenario(write(tmp_path, SWARM))
+    swarm, infllm = (cfg.variant_params(v) for v in cfg.variants)
+    assert (swarm.design, swarm.design_params) == ("swarm", {"radius": 0.5})
+    assert (infllm.design, infllm.design_params) == ("infllm", {"block_tokens": 64})
+
+
+def test_serving_design_params_are_checked_at_load(tmp_path: Path) -> None:
+    text = SWARM.replace("kind: swarm", "kind: serving").replace("  context_tokens: 1024\n", "")
+    text = text.replace("design: swarm", "design: pool").replace("{radius: 0.5}", "{cpu_gb: 1}")
+    text = text.replace("design: infllm, design_params: {block_tokens: 64}", "design: lmcache")
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(path)
+    assert str(exc.value).startswith(f"{path}:7: workload.design_params.cpu_gb: unknown parameter")
+
+
+def test_matrix_values_are_typed_at_load(tmp_path: Path) -> None:
+    text = SWARM.replace("kind: swarm", "kind: serving").replace("  context_tokens: 1024\n", "")
+    text = text.replace("design: swarm", "design: pool").replace("{radius: 0.5}", "{}")
+    text = text.replace("design: infllm, design_params: {block_tokens: 64}", "design: lmcache")
+    ok = text.replace("variants:", "  matrix: {context_tokens: [1024, 2048]}\nvariants:")
+    assert load_scenario(write(tmp_path, ok)).workload.matrix == {"context_tokens": [1024, 2048]}
+    bad = text.replace("variants:", "  matrix: {context_tokens: [1024, many]}\nvariants:")
+    path = write(tmp_path, bad)
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(path)
+    assert str(exc.value).startswith(f"{path}:8: workload.matrix.context_tokens: must be int")

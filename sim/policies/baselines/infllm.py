@@ -31,7 +31,6 @@ during inference."  Our reading, after InfLLM (Xiao et al. 2024):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -53,14 +52,13 @@ class Params:
             raise ValueError(f"block_tokens, representatives, ios_per_round must be >= 1: {self}")
 
 
-@register("infllm")
 class InfLLM:
     """Fixed blocks, scored by their representative keys, read as one extent each."""
 
     name = "infllm"
 
-    def __init__(self, **params: Any):
-        self.params = Params(**params)
+    def __init__(self, params: Params | None = None):
+        self.params = params or Params()
 
     def build(
         self,
@@ -177,3 +175,6 @@ class InfLLM:
             np.array(lengths, np.int64),
             self.layout.n_ssd,
         )
+
+
+register("infllm", Params, InfLLM)

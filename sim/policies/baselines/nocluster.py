@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -132,14 +131,13 @@ class Params:
             raise ValueError(f"chunk_entries and ios_per_round must be >= 1: {self}")
 
 
-@register("nocluster")
 class NoCluster:
     """Sequential chunks over the SSDs; oracle top-k over every visible key."""
 
     name = "nocluster"
 
-    def __init__(self, **params: Any):
-        self.params = Params(**params)
+    def __init__(self, params: Params | None = None):
+        self.params = params or Params()
 
     def build(
         self,
@@ -210,3 +208,6 @@ class NoCluster:
         return extents_by_disk(
             self.stripe.disk(first), self.stripe.slot(first) * eb, lengths * eb, self.stripe.n_ssd
         )
+
+
+register("nocluster", Params, NoCluster)

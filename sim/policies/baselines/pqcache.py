@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -135,14 +134,13 @@ class Params:
             raise ValueError(f"kmeans_iters must be >= 0: {self}")
 
 
-@register("pqcache")
 class PQCache:
     """k-means clusters of keys, centroids as the index, entries striped by position."""
 
     name = "pqcache"
 
-    def __init__(self, **params: Any):
-        self.params = Params(**params)
+    def __init__(self, params: Params | None = None):
+        self.params = params or Params()
 
     def build(
         self,
@@ -220,3 +218,6 @@ class PQCache:
                 "read_entries": float(len(from_ssd)),
             },
         )
+
+
+register("pqcache", Params, PQCache)

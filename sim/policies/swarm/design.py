@@ -41,6 +41,7 @@ Without maintenance every leaving token becomes such a singleton.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import asdict, dataclass
 
@@ -280,11 +281,9 @@ class SwarmDesign:
         self._routes += 1
 
 
-@register("swarm")
-def swarm(**params: object) -> SwarmDesign:
-    return SwarmDesign(SwarmParams(**params), "swarm")  # type: ignore[arg-type]
+register("swarm", SwarmParams, SwarmDesign)
 
-
+# Ablations: Swarm with a preset; design_params may still override any knob.
 ABLATIONS: dict[str, dict[str, object]] = {
     "swarm-medoid-only": {"medoid_only": True},  # §8.3 Offline Modeling
     "swarm-no-replica": {"replicate": False},
@@ -301,12 +300,5 @@ ABLATIONS: dict[str, dict[str, object]] = {
 }
 
 
-def _ablation(name: str, fixed: dict[str, object]):
-    def factory(**params: object) -> SwarmDesign:
-        return SwarmDesign(SwarmParams(**{**params, **fixed}), name)  # type: ignore[arg-type]
-
-    return factory
-
-
-for _name, _fixed in ABLATIONS.items():
-    register(_name)(_ablation(_name, _fixed))
+for _name, _preset in ABLATIONS.items():
+    register(_name, SwarmParams, functools.partial(SwarmDesign, name=_name), preset=_preset)

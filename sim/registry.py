@@ -1,0 +1,162 @@
+"""One registry for KV designs, serving designs and workload kinds.
+
+Everything a scenario names -- a sparse-attention KV design (``design:
+swarm``), a serving design (``design: paged-ssd``), a workload kind
+(``kind: serving``) -- is registered the same way, in one line in its own
+file::
+
+    KV_DESIGNS.register("infllm", Params, InfLLM)
+
+a name, its frozen ``Params`` dataclass and the factory that turns a
+``Params`` into the thing (a design object; for serving designs the params
+*are* the design, so there is no factory; for workload kinds the factory
+plans or drives one variant, see :mod:`sim.workloads`).  ``preset`` gives
+field values a name starts from (an ablation, a serving configuration);
+``design_params`` in a scenario override them.
+
+Lookups validate: an unknown name lists the known ones, an unknown parameter
+lists the fields, a value of the wrong type names the field, and a
+``Params.__post_init__`` that raises :class:`ParamError` names its field.
+Errors are :class:`RegistryError` with the key path (``design_params.radius``)
+apart from the message, so the scenario loader turns them into
+``FILE:LINE: key: problem``.
+
+Which modules register is not left to import side effects: :mod:`sim.catalog`
+imports every one of them, and ``sim/__init__.py`` imports the catalog, so
+any ``import sim.x`` sees every registration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class RegistryError(ValueError):
+    """A name or parameter a registry rejects; ``key`` is the parameter path."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+class ParamError(ValueError):
+    """Raised by a ``Params.__post_init__`` for one bad field."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One registered name: its ``Params`` class, factory and preset values."""
+
+    name: str
+    params: type
+    factory: Callable[..., Any] | None = None
+    preset: Mapping[str, Any] = field(default_factory=dict)
+    designs: Registry | None = None  # workload kinds: the registry their ``design`` names
+
+
+class Registry:
+    """Names -> :class:`Entry`; ``what`` names the family in messages
+    ("KV design"), ``key`` the scenario key that names an entry ("design")."""
+
+    def __init__(self, what: str, key: str):
+        self.what = what
+        self.key = key
+        self._entries: dict[str, Entry] = {}
+
+    def register(
+        self,
+        name: str,
+        params: type,
+        factory: Callable[..., Any] | None = None,
+        *,
+        preset: Mapping[str, Any] | None = None,
+        designs: Registry | None = None,
+    ) -> Entry:
+        """Add ``name``; registering a name twice is an error."""
+        if name in self._entries:
+            raise ValueError(f"{self.what} '{name}' registered twice")
+        if not dataclasses.is_dataclass(params) or not params.__dataclass_params__.frozen:
+            raise TypeError(f"{self.what} '{name}': params must be a frozen dataclass")
+        entry = Entry(name, params, factory, dict(preset or {}), designs)
+        if entry.preset:
+            self.params(entry, {})  # the preset itself must be valid
+        self._entries[name] = entry
+        return entry
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def entry(self, name: str) -> Entry:
+        """The entry called ``name``, or a :class:`RegistryError` listing the known."""
+        if name not in self._entries:
+            known = ", ".join(self.names())
+            raise RegistryError(self.key, f"unknown {self.what} {name!r} (known: {known})")
+        return self._entries[name]
+
+    def params(
+        self, name: str | Entry, overrides: Mapping[str, Any], key: str = "design_params"
+    ) -> Any:
+        """``name``'s Params: its preset, then ``overrides``, checked by field
+        name and type (ints are accepted for floats)."""
+        entry = name if isinstance(name, Entry) else self.entry(name)
+        if not isinstance(overrides, Mapping):
+            raise RegistryError(key, f"must be a mapping, got {overrides!r}")
+        hints = typing.get_type_hints(entry.params)
+        fields = [f.name for f in dataclasses.fields(entry.params) if f.init]
+        values = dict(entry.preset)
+        for k, v in overrides.items():
+            if k not in fields:
+                raise RegistryError(
+                    f"{key}.{k}", f"unknown parameter of {entry.name} (one of: {', '.join(fields)})"
+                )
+            values[k] = checked(hints[k], v, f"{key}.{k}")
+        try:
+            return entry.params(**values)
+        except ParamError as exc:
+            raise RegistryError(f"{key}.{exc.field}", exc.message) from None
+        except (TypeError, ValueError) as exc:
+            raise RegistryError(key, str(exc)) from None
+
+    def create(self, name: str, overrides: Mapping[str, Any] | None = None) -> Any:
+        """The factory's product for ``name`` (the Params when there is no factory)."""
+        entry = self.entry(name)
+        p = self.params(entry, overrides or {})
+        return entry.factory(p) if entry.factory is not None else p
+
+
+def checked(tp: Any, value: Any, key: str) -> Any:
+    """``value`` as type ``tp`` (bool, int, float, str, dict, list, ``X | None``)."""
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return checked(inner[0], value, key)
+        raise TypeError(f"{key}: unsupported type {tp}")  # pragma: no cover
+    base = typing.get_origin(tp) or tp
+    ok = isinstance(value, base) and not (base in (int, float) and isinstance(value, bool))
+    if base is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not ok:
+        raise RegistryError(key, f"must be {getattr(base, '__name__', base)}, got {value!r}")
+    return value
+
+
+KV_DESIGNS = Registry("KV design", "design")
+SERVING_DESIGNS = Registry("serving design", "design")
+WORKLOADS = Registry("workload kind", "kind")

@@ -1,0 +1,134 @@
+"""Workload kinds: each a name, its Params dataclass and a factory.
+
+A factory turns one variant's params into a :class:`Planned`: either a
+transfer plan the executor times (open-loop kinds: ``sparse_decode``,
+``swarm``) or a ``drive`` callable that simulates while it issues ops and
+returns the records with the plan it issued (closed loop: ``serving``).
+``summarize`` turns the records into the variant's summary row.
+
+Factory signature: ``factory(params, profile, seed, name, progress)`` with
+``progress(done, total)`` or None; it raises
+:class:`~sim.scenarios.sparse_decode.Unsupported` when the profile cannot
+run the variant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sim.config import ServingParams, SparseDecodeParams, SwarmParams
+from sim.registry import KV_DESIGNS, SERVING_DESIGNS, WORKLOADS
+from sim.scenarios.sparse_decode import plan_for
+
+if TYPE_CHECKING:  # the heavy modules load when a variant is planned, not on `import sim`
+    import pyarrow as pa
+
+    from hwprofiles import HardwareProfile
+    from kvtier.records import Records
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass
+class Planned:
+    """One variant ready to run: a plan (or a driver) and its summary."""
+
+    plan: pa.Table | None  # None for closed-loop kinds: the plan is what ``drive`` issued
+    summarize: Callable[[Any], dict]
+    drive: Callable[[], Records] | None = None
+
+
+def plan_sparse_decode(
+    params: SparseDecodeParams,
+    profile: HardwareProfile,
+    seed: int,
+    name: str,
+    progress: Progress | None,
+) -> Planned:
+    """A fixed sparse working set read every decode step (:mod:`sim.scenarios.sparse_decode`)."""
+    from sim.metrics import decode_summary
+
+    plan, shape = plan_for(params, profile, seed)
+    ssd_path = params.tier == "ssd"
+
+    def summarize(records: Records) -> dict:
+        qd = params.queue_depth or profile.ssd(shape.ssds[0]).max_queue_depth if ssd_path else 0
+        return {
+            "tier": params.tier,
+            "ssds": len(shape.ssds),
+            "io_path": ("gds" if params.gds else params.io_path) if ssd_path else "none",
+            "queue_depth": qd,
+            **decode_summary(
+                records.ops,
+                records.devices,
+                profile,
+                params.batch,
+                list(shape.ssds),
+                params.queue_depth,
+            ),
+        }
+
+    return Planned(plan, summarize)
+
+
+def plan_swarm(
+    params: SwarmParams,
+    profile: HardwareProfile,
+    seed: int,
+    name: str,
+    progress: Progress | None,
+) -> Planned:
+    """Decoding through a registered KV design on an access trace (:mod:`sim.scenarios.swarm`)."""
+    from sim.hw.figures import path_figures
+    from sim.metrics import design_summary
+    from sim.scenarios.swarm import plan_swarm as plan
+
+    total = params.batch * params.layers_modeled * params.steps  # one tick per lane and step
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        progress(done[0], total)  # type: ignore[misc]
+
+    splan = plan(params, profile, seed, tick if progress else None)
+    figures = path_figures(profile)
+    bottleneck = next((f.total_gbps for f in figures if f.label.startswith("all SSDs -> dram")), 0)
+
+    def summarize(records: Records) -> dict:
+        return {
+            "design": params.design,
+            "ssds": len(splan.ssds),
+            **design_summary(
+                records.ops,
+                profile,
+                splan.lanes,
+                list(splan.ssds),
+                params.batch,
+                params.steps,
+                splan.layout.entry_bytes,
+                bottleneck,
+            ),
+        }
+
+    return Planned(splan.plan, summarize)
+
+
+def drive_serving(
+    params: ServingParams,
+    profile: HardwareProfile,
+    seed: int,
+    name: str,
+    progress: Progress | None,
+) -> Planned:
+    """LLM serving over tiers, closed loop (:mod:`sim.scenarios.serving`)."""
+    from sim.scenarios.serving import prepare
+
+    drive, summarize = prepare(params, profile, seed, name)
+    return Planned(None, summarize, drive)
+
+
+WORKLOADS.register("sparse_decode", SparseDecodeParams, plan_sparse_decode)
+WORKLOADS.register("swarm", SwarmParams, plan_swarm, designs=KV_DESIGNS)
+WORKLOADS.register("serving", ServingParams, drive_serving, designs=SERVING_DESIGNS)
