@@ -54,9 +54,11 @@ sweeps = {f.stem.removeprefix("sweep-"): pd.read_parquet(f) for f in files}
 
 # %%
 METRICS = ["tokens_per_s", "ssd_gbps", "io_ms_per_step", "recall"]
+# a sweep over several factors (sweep-ssds-batch) is drawn against its first factor,
+# one line per variant and value of the others (as `kvtier sweep` plots it)
 figures = {
-    factor: sweep_figure(df, "hw" if factor == "hw" else factor, METRICS, f"sweep over {factor}")
-    for factor, df in sweeps.items()
+    name: sweep_figure(df, name.split("-")[0], METRICS, f"sweep over {name}")
+    for name, df in sweeps.items()
 }
 list(figures)
 
