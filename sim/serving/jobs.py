@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim.serving.layout import layer_stride
+
 if TYPE_CHECKING:
     from sim.serving.blocks import Entry, GpuBlock, OffloadTier
 
@@ -100,18 +102,49 @@ def load_pieces(lower: Sequence[Hit], gpu: str, layerwise: bool) -> list[Piece]:
             for tier, e, _j, _n in lower
             for dev, l0, l1 in e.runs
         ]
-    per: dict[tuple[int, str], float] = {}
-    ext: dict[tuple[int, str], list[np.ndarray]] = {}
+    return _layer_pieces(lower, gpu)
+
+
+def _layer_pieces(lower: Sequence[Hit], gpu: str) -> list[Piece]:
+    """One piece per (layer, device), sorted by layer then device name; within
+    a piece the entries' ranges in hit order (vectorised over layers)."""
+    names: dict[str, int] = {}
+    slot, first, count, dev, lb, stride = [], [], [], [], [], []
     for tier, e, _j, _n in lower:
-        for dev, l0, l1 in e.runs:
-            ranges = tier.layer_extents(e, dev, l0, l1)
-            for layer in range(l0, l1):
-                key = (layer, tier.devices[dev])
-                per[key] = per.get(key, 0.0) + tier.layer_bytes
-                ext.setdefault(key, []).append(ranges[layer - l0 : layer - l0 + 1])
-    return [
-        Piece(d, gpu, b, layer, _stack(ext[(layer, d)])) for (layer, d), b in sorted(per.items())
-    ]
+        step = layer_stride(tier.layer_bytes)
+        for (d, l0, l1), at in zip(e.runs, e.slots, strict=True):
+            slot.append(at)
+            first.append(l0)
+            count.append(l1 - l0)
+            dev.append(names.setdefault(tier.devices[d], len(names)))
+            lb.append(tier.layer_bytes)
+            stride.append(step)
+    if not slot:
+        return []
+    n = np.asarray(count, dtype=np.int64)
+    run = np.repeat(np.arange(len(n)), n)
+    rel = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    layer = np.asarray(first, dtype=np.int64)[run] + rel
+    by_name = sorted(names)  # pieces of a layer go in device-name order
+    rank = np.array([by_name.index(x) for x in names], dtype=np.int64)
+    device = rank[np.asarray(dev, dtype=np.int64)][run]
+    order = np.lexsort((device, layer))  # stable: hit order within a (layer, device)
+    layer, device, run, rel = layer[order], device[order], run[order], rel[order]
+    lengths = np.asarray(lb, dtype=np.float64)[run]
+    ext = np.stack(
+        [
+            np.asarray(slot, dtype=np.int64)[run] + rel * np.asarray(stride, dtype=np.int64)[run],
+            np.rint(lengths).astype(np.int64),
+        ],
+        axis=1,
+    )
+    cut = np.flatnonzero((np.diff(layer) != 0) | (np.diff(device) != 0)) + 1
+    bounds = np.concatenate([[0], cut, [len(layer)]])
+    out = []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        nbytes = float(lengths[a:b].sum())
+        out.append(Piece(by_name[int(device[a])], gpu, nbytes, int(layer[a]), ext[a:b]))
+    return out
 
 
 def store_pieces(

@@ -92,6 +92,14 @@ def split_ios(ranges: np.ndarray, io_bytes: int) -> np.ndarray:
         return ranges
     if io_bytes <= 0:
         raise ValueError(f"I/O size must be > 0, got {io_bytes}")
+    length = int(ranges[0, 1])
+    if (ranges[:, 1] == length).all():  # the usual case, one layer each: broadcast
+        per = -(-length // io_bytes)
+        step = np.arange(per, dtype=np.int64) * io_bytes
+        out = np.empty((len(ranges) * per, 2), dtype=np.int64)
+        out[:, 0] = (ranges[:, :1] + step).ravel()
+        out[:, 1] = np.tile(np.minimum(io_bytes, length - step), len(ranges))
+        return out
     count = -(-ranges[:, 1] // io_bytes)
     owner = np.repeat(np.arange(len(ranges)), count)
     first = np.concatenate([[0], np.cumsum(count)[:-1]])

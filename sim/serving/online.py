@@ -45,6 +45,7 @@ class OnlineOps:
         self.cpu_s: list[float] = []
         self.flows = 0
         self._cache: dict[tuple, OpPhysics] = {}
+        self._plan: pa.Table | None = None
 
     def __len__(self) -> int:
         return len(self.builder)
@@ -121,7 +122,10 @@ class OnlineOps:
 
     # ---- results ---------------------------------------------------------------
     def plan(self) -> pa.Table:
-        return self.builder.table()
+        """The ops issued so far, as a plan (built once per number of ops)."""
+        if self._plan is None or self._plan.num_rows != len(self):
+            self._plan = self.builder.table()
+        return self._plan
 
     def records(self, stats: dict[str, Any] | None = None) -> Records:
         """Records of every op issued so far (all must have ended)."""

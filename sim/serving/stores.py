@@ -11,8 +11,6 @@ demotions completes, then ask the manager again.
 
 from __future__ import annotations
 
-import simpy
-
 from sim.serving.jobs import StoreRequest, Transfer
 from sim.serving.manager import BlockManager
 from sim.serving.transfers import Job, Mover

@@ -57,8 +57,8 @@ class Job:
     op: list[int] = field(default_factory=list)  # per piece, the op that completed it
 
     def ops(self, layer: int | None = None) -> list[int]:
-        pieces = self.transfer.pieces
-        return [o for p, o in zip(pieces, self.op, strict=True) if layer is None or p.layer == layer]
+        pieces = zip(self.transfer.pieces, self.op, strict=True)
+        return [o for p, o in pieces if layer is None or p.layer == layer]
 
 
 class Mover:

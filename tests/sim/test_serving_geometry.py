@@ -83,6 +83,9 @@ def test_each_layer_is_split_into_ios_of_the_design_size() -> None:
         [256 * KiB, 44 * KiB],
         [MiB, 128 * KiB],
     ]
+    same = split_ios(np.array([[0, 300 * KiB], [MiB, 300 * KiB]]), 128 * KiB)
+    assert same[:, 0].tolist() == [0, 128 * KiB, 256 * KiB, MiB, MiB + 128 * KiB, MiB + 256 * KiB]
+    assert same[:, 1].tolist() == [128 * KiB, 128 * KiB, 44 * KiB] * 2
 
 
 # ---- a tier's entries never overlap; evicted slots are reused ------------------------------
@@ -136,12 +139,17 @@ def test_a_load_reads_exactly_the_ranges_its_store_wrote() -> None:
 
     def by_hand(slot: int) -> list[tuple[int, int]]:
         # GDS path: 128 KiB I/Os, two per 256 KiB layer, layers back to back
-        return [(slot + layer * 256 * KiB + h * 128 * KiB, 128 * KiB) for layer in range(32) for h in (0, 1)]  # fmt: skip
+        return [
+            (slot + layer * 256 * KiB + h * 128 * KiB, 128 * KiB)
+            for layer in range(32)
+            for h in (0, 1)
+        ]
 
     writes = ios_of(rec.plan, "write", "store", "ssd0")
     reads = ios_of(rec.plan, "read", "load", "ssd0")
-    assert sorted(writes) == sorted(by_hand(0) + by_hand(8 * MiB) + by_hand(16 * MiB) + by_hand(24 * MiB))  # fmt: skip
-    assert sorted(reads) == sorted(by_hand(0) + by_hand(8 * MiB))
+    stored = [by_hand(slot * 8 * MiB) for slot in range(4)]
+    assert sorted(writes) == sorted(stored[0] + stored[1] + stored[2] + stored[3])
+    assert sorted(reads) == sorted(stored[0] + stored[1])
     assert set(reads) <= set(writes)
     assert rec.requests.to_pandas().set_index("request_id").loc[1, "hit_blocks_ssd"] == 8
 
