@@ -26,6 +26,12 @@ devices a block whose bandwidth share does not fit on a full device spills
 to the devices with room (the seed does not say what a full pool device
 does; evicting while other devices are empty would waste the pool), and
 only a tier with no room anywhere evicts.
+
+**Slots.**  Each entry's run on each device holds a slot of that device's
+address space (:class:`sim.serving.layout.SlotAllocator`, layout in
+:mod:`sim.serving.layout`), taken when the entry is placed and given back
+when it is dropped; :meth:`OffloadTier.layer_extents` names the byte ranges
+a transfer of some of its layers touches.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
+from sim.serving.layout import SlotAllocator, layer_ranges, layer_stride
 from sim.serving.placement import layer_runs
 
 NOT_READY = -1
@@ -117,12 +126,16 @@ class GpuCache:
 
 
 class Entry:
-    __slots__ = ("key", "ref_cnt", "runs", "draining")
+    """One offload block in a tier: ``runs`` of layers per device, ``slots[i]``
+    the byte offset of run ``i``'s slot on its device."""
 
-    def __init__(self, key: int, runs: Runs):
+    __slots__ = ("key", "ref_cnt", "runs", "slots", "draining")
+
+    def __init__(self, key: int, runs: Runs, slots: tuple[int, ...]):
         self.key = key
         self.ref_cnt = NOT_READY
         self.runs = runs
+        self.slots = slots
         self.draining = False
 
 
@@ -150,6 +163,7 @@ class OffloadTier:
         self.layer_bytes = float(layer_bytes)  # one offload block, one layer
         self.entries: OrderedDict[int, Entry] = OrderedDict()
         self.used = [0.0] * len(self.devices)
+        self.allocators = [SlotAllocator(layer_stride(layer_bytes)) for _ in self.devices]
         self.draining = 0
         self.evictions = 0
 
@@ -159,6 +173,15 @@ class OffloadTier:
         for dev, l0, l1 in runs:
             out[dev] += (l1 - l0) * self.layer_bytes
         return out
+
+    def layer_extents(self, e: Entry, dev: int, l0: int, l1: int) -> np.ndarray:
+        """(n, 2) byte ranges of layers ``[l0, l1)`` of ``e`` on device index ``dev``
+        (they must lie in ``e``'s run there), one range per layer."""
+        for (d, r0, r1), slot in zip(e.runs, e.slots, strict=True):
+            if d == dev and r0 <= l0 and l1 <= r1:
+                n = l1 - l0
+                return layer_ranges([slot] * n, range(l0 - r0, l1 - r0), self.layer_bytes)
+        raise ValueError(f"{self.name}: entry {e.key} holds no layers {l0}..{l1} on {dev}")
 
     def lookup(self, key: int) -> Entry | None:
         e = self.entries.get(key)
@@ -199,7 +222,8 @@ class OffloadTier:
             runs = self._spill(planned)
             verdict = self._make_room(self.bytes_on(runs), evict)
             if verdict == "ok":
-                e = self.entries[key] = Entry(key, runs)
+                slots = tuple(self.allocators[d].alloc(l1 - l0) for d, l0, l1 in runs)
+                e = self.entries[key] = Entry(key, runs, slots)
                 for i, b in enumerate(self.bytes_on(runs)):
                     self.used[i] += b
                 placed.append(e)
@@ -261,3 +285,5 @@ class OffloadTier:
         del self.entries[e.key]
         for i, b in enumerate(self.bytes_on(e.runs)):
             self.used[i] -= b
+        for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):
+            self.allocators[d].free(slot, l1 - l0)

@@ -22,6 +22,11 @@ and writes every op down as it goes.
   loads start when the request arrives, overlapping its queueing; a
   prefetch never takes GPU blocks that the requests queued ahead of it will
   need, so it cannot block them.
+* **Decisions and time.**  The block manager decides (lookups, loads,
+  stores, evictions, demotions: plain data, no clock); the engine, the
+  :class:`sim.serving.stores.Offloader` and the
+  :class:`sim.serving.transfers.Mover` own time and turn those decisions
+  into ops, telling the manager when each transfer ends.
 * **Iteration.**  Decodes first (one token each), then prefill chunks within
   ``max_batched_tokens`` (0 = whole prompts, no chunking).  One compute op
   of roofline time (:mod:`sim.serving.costs`); with layer-wise loads one op
@@ -46,7 +51,8 @@ from sim.serving.manager import BlockManager, Seq
 from sim.serving.metrics import ServingRecords, request_records, timeline_table
 from sim.serving.online import OnlineOps
 from sim.serving.requests import Request
-from sim.serving.transfers import Mover
+from sim.serving.stores import Offloader
+from sim.serving.transfers import Job, Mover
 
 
 @dataclass(frozen=True)
@@ -81,14 +87,14 @@ class Engine:
         layer_bytes = design.block_factor * self.B * card.kv_bytes_per_token_layer
         mover = Mover(self.ops, design, machine.profile, layer_bytes, bounce, cfg.gpu)
         gpu = GpuCache(cfg.gpu_blocks, cfg.prefix_cache)
-        self.mgr = BlockManager(gpu, tiers, design, mover, self.B, cfg.gpu)
+        self.mgr = BlockManager(gpu, tiers, design, self.B, cfg.gpu)
+        self.offload = Offloader(self.mgr, mover)
         for r in preload:
             self.mgr.preload(r)
         self.seqs = [
             Seq(r, math.ceil((r.input_tokens + r.output_tokens) / self.B)) for r in requests
         ]
-        for s in self.seqs:
-            s.finished = self.env.event()
+        self.finished = {s: self.env.event() for s in self.seqs}
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.parked: list[Seq] = []
@@ -122,7 +128,7 @@ class Engine:
             if wait > 0:
                 yield self.env.timeout(wait)
             if prev is not None:
-                yield prev.finished
+                yield self.finished[prev]
             if self.inflight is not None:
                 slot = self._slots[s.req.rid] = self.inflight.request()
                 yield slot
@@ -148,7 +154,7 @@ class Engine:
         if self.inflight is not None:
             self.inflight.release(self._slots.pop(s.req.rid))
         self.remaining -= 1
-        s.finished.succeed()
+        self.finished[s].succeed()
 
     # ---- admission and loading ------------------------------------------------------
     def _prefetch(self, s: Seq) -> None:
@@ -165,10 +171,10 @@ class Engine:
             self._start_async(s)
 
     def _start_async(self, s: Seq) -> None:
-        job = self.mgr.load(s, self.design.layerwise)
+        job = self.offload.load(self.mgr.load(s, self.design.layerwise))
 
         def landed(_e) -> None:
-            self.mgr.loaded(s)
+            self.mgr.on_loaded(s)
             if s in self.parked:
                 self.parked.remove(s)
                 self.running.append(s)
@@ -190,7 +196,7 @@ class Engine:
                     self._start_async(s)
             self.waiting.popleft()
             s.req.admit_s = self.env.now
-            (self.parked if s.job is not None else self.running).append(s)
+            (self.parked if s.load is not None else self.running).append(s)
 
     # ---- iterations -----------------------------------------------------------------
     def _loop(self):
@@ -223,7 +229,9 @@ class Engine:
         outputs = len(decodes) + sum(1 for s, c in batch if 0 < s.prefill_left == c)
         layer, head = iteration_cost(self.card, prefills, decodes, outputs)
         loading = [s for s, _ in batch if s.lookup is not None]
-        jobs = [self.mgr.load(s, self.design.layerwise) for s in loading]
+        jobs: list[Job] = [
+            self.offload.load(self.mgr.load(s, self.design.layerwise)) for s in loading
+        ]
         deps = [self.prev_compute] if self.prev_compute is not None else []
         step, gpu, n_layers = self.iterations, self.cfg.gpu, self.card.layers
         if not (jobs and self.design.layerwise):
@@ -250,7 +258,7 @@ class Engine:
                 yield ev
                 deps = [op]
         for s in loading:
-            self.mgr.loaded(s)
+            self.mgr.on_loaded(s)
         self.prev_compute = op
         self.iterations += 1
 
@@ -260,7 +268,7 @@ class Engine:
             if s.prefill_left > 0:
                 s.prefilled += chunk
                 s.req.computed_tokens += chunk
-                self.mgr.computed(s)
+                self.offload.store(self.mgr.computed(s))
                 if s.prefill_left == 0:
                     s.req.first_token_s = now
                     s.generated = 1

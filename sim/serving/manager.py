@@ -18,18 +18,36 @@ SSD tier (``cpu_to_ssd: write_through``); seed 001's hierarchy demotes the
 CPU tier's LRU victims to the SSD tier (``on_evict``), keeping them until
 the SSD copy is complete.  Stores are best effort: a block that finds no
 room (everything pinned) is simply not offloaded.
+
+**Decisions without a clock.**  The manager never waits: it returns its
+transfers as plain data (:class:`sim.serving.jobs.Transfer`, pieces with
+their byte ranges) and is told when they end.  Loads: :meth:`load` then
+:meth:`on_loaded`.  Stores: :meth:`computed` returns the blocks to offload
+(a :class:`~sim.serving.jobs.StoreRequest`); :meth:`place_store` places
+them and returns the demotions it caused, the store itself and what must
+wait for a demotion to drain (the executor asks again when one has);
+:meth:`on_stored` completes a store or demotion and returns the transfers
+that follow it (LMCache's write-through).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import simpy
-
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
+from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces
 from sim.serving.requests import Request
-from sim.serving.transfers import Job, Mover, Piece
+
+
+@dataclass
+class Placement:
+    """What :meth:`BlockManager.place_store` decided: demotions to start (first),
+    the store, and the groups that wait for a demotion of tier 0 to drain."""
+
+    demotions: list[Transfer]
+    store: Transfer | None
+    waiting: StoreRequest | None
 
 
 @dataclass
@@ -54,8 +72,7 @@ class Seq:
     generated: int = 0
     stored_groups: int = 0
     lookup: Lookup | None = None  # hits still to load
-    job: Job | None = None
-    finished: simpy.Event | None = None
+    load: Transfer | None = None  # their load, once started
 
     @property
     def prefill_left(self) -> int:
@@ -70,19 +87,16 @@ class BlockManager:
         gpu: GpuCache,
         tiers: list[OffloadTier],
         design: DesignParams,
-        mover: Mover,
         block_tokens: int,
         gpu_name: str,
     ):
         self.gpu = gpu
         self.tiers = tiers
         self.design = design
-        self.mover = mover
-        self.env = mover.env
         self.B = block_tokens
         self.k = design.block_factor
         self.gpu_name = gpu_name
-        self._drain = {t.name: self.env.event() for t in tiers}
+        self._demotions: list[Transfer] = []  # decided while placing, handed out after
 
     # ---- lookup and admission ----------------------------------------------------
     def lookup(self, s: Seq) -> Lookup:
@@ -150,33 +164,16 @@ class BlockManager:
         s.blocks, s.private = [], 0
 
     # ---- loads --------------------------------------------------------------------
-    def load(self, s: Seq, layerwise: bool) -> Job:
+    def load(self, s: Seq, layerwise: bool) -> Transfer:
         """Load ``s``'s lower hits into its GPU blocks; pieces per layer with
         layer-wise pipelining, per offload block otherwise."""
         hit = s.lookup
         assert hit is not None
-        if layerwise:
-            pieces = self._layer_pieces(hit.lower)
-        else:
-            pieces = [
-                Piece(tier.devices[dev], self.gpu_name, (l1 - l0) * tier.layer_bytes)
-                for tier, e, _j, _n in hit.lower
-                for dev, l0, l1 in e.runs
-            ]
-        job = self.mover.start(pieces, "src", s.req.rid, "load")
-        s.job = job
-        return job
+        pieces = load_pieces(hit.lower, self.gpu_name, layerwise)
+        s.load = Transfer("load", "src", s.req.rid, pieces)
+        return s.load
 
-    def _layer_pieces(self, lower) -> list[Piece]:
-        per: dict[tuple[int, str], float] = {}
-        for tier, e, _j, _n in lower:
-            for dev, l0, l1 in e.runs:
-                for layer in range(l0, l1):
-                    key = (layer, tier.devices[dev])
-                    per[key] = per.get(key, 0.0) + tier.layer_bytes
-        return [Piece(d, self.gpu_name, b, layer) for (layer, d), b in sorted(per.items())]
-
-    def loaded(self, s: Seq) -> None:
+    def on_loaded(self, s: Seq) -> None:
         """``s``'s load ended: its GPU blocks are ready, the sources unpinned."""
         hit = s.lookup
         assert hit is not None
@@ -186,11 +183,12 @@ class BlockManager:
         for tier, e, _j, _n in hit.lower:
             tier.unpin(e)
         s.lookup = None
-        s.job = None
+        s.load = None
 
     # ---- stores -------------------------------------------------------------------
-    def computed(self, s: Seq) -> None:
-        """Hash ``s``'s newly computed full blocks and offload complete groups."""
+    def computed(self, s: Seq) -> StoreRequest | None:
+        """Hash ``s``'s newly computed full blocks; the complete groups to offload
+        (their GPU blocks held from now: the request may finish before the copy)."""
         hs = s.req.hashes
         frontier = min(len(hs), (s.cached_tokens + s.prefilled) // self.B)
         while len(s.blocks) < frontier:
@@ -199,7 +197,7 @@ class BlockManager:
                 s.private -= 1
             s.blocks.append(b)
         if not self.tiers:
-            return
+            return None
         groups: list[tuple[int, list[GpuBlock]]] = []
         while (s.stored_groups + 1) * self.k <= frontier:
             g = s.stored_groups
@@ -209,56 +207,59 @@ class BlockManager:
             if any(b is None for b in blocks) or any(key in t.entries for t in self.tiers):
                 continue
             groups.append((key, blocks))  # type: ignore[arg-type]
-        if groups:
-            for _key, blocks in groups:  # held now: the request may finish before the copy
-                for b in blocks:
-                    self.gpu.acquire(b)
-            self.env.process(self._store_from_gpu(groups, s.req.rid))
+        if not groups:
+            return None
+        for _key, blocks in groups:
+            for b in blocks:
+                self.gpu.acquire(b)
+        return StoreRequest(s.req.rid, groups)
 
-    def _store_from_gpu(self, groups: list[tuple[int, list[GpuBlock]]], rid: int):
+    def place_store(self, req: StoreRequest) -> Placement:
+        """Place ``req``'s groups in the first tier, evicting (and demoting) as
+        needed; groups with no room at all are let go (not offloaded)."""
         tier = self.tiers[0]
-        sources = dict(groups)
-        pending = [key for key, _ in groups]
-        while pending:
-            placed, waiting = tier.place(pending, self._evict)
-            for key in set(pending) - {e.key for e in placed} - set(waiting):
-                self.gpu.release(sources[key], 0)  # no room: not offloaded
-            if placed:
-                self.env.process(self._finish_gpu_store(tier, placed, sources, rid))
-            if not waiting:
-                break
-            yield self._drain[tier.name]
-            pending = waiting
+        sources = dict(req.groups)
+        pending = [key for key, _ in req.groups]
+        placed, waiting = tier.place(pending, self._evict)
+        for key in set(pending) - {e.key for e in placed} - set(waiting):
+            self.gpu.release(sources[key], 0)  # no room: not offloaded
+        demotions, self._demotions = self._demotions, []
+        store = None
+        if placed:
+            pieces = store_pieces(None, tier, placed, self.gpu_name)
+            store = Transfer("store", "dst", req.rid, pieces, None, tier, placed, [], sources)
+        rest = StoreRequest(req.rid, [(k, sources[k]) for k in waiting]) if waiting else None
+        return Placement(demotions, store, rest)
 
-    def _finish_gpu_store(self, tier: OffloadTier, entries: list[Entry], sources, rid: int):
-        pieces = self._pieces(None, tier, entries)
-        yield self.mover.start(pieces, "dst", rid, "store").done
-        for e in entries:
-            tier.complete(e)
-            self.gpu.release(sources[e.key], 0)
-        if self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
-            self._write_through(0, entries, rid)
+    def on_stored(self, t: Transfer) -> list[Transfer]:
+        """Store or demotion ``t`` ended: its entries are ready below, its sources
+        let go; returns the transfers that follow (write-through to the next tier)."""
+        assert t.dst is not None
+        for e in t.entries:
+            t.dst.complete(e)
+        for old in t.olds:
+            if t.tag == "demote":
+                t.src.drained(old)  # type: ignore[union-attr]
+            else:
+                t.src.unpin(old)  # type: ignore[union-attr]
+        for e in t.entries:
+            if e.key in t.sources:
+                self.gpu.release(t.sources[e.key], 0)
+        if t.src is None and self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
+            return self._write_through(0, t.entries, t.rid)
+        return []
 
-    def _pieces(self, src: OffloadTier | None, dst: OffloadTier, entries: list[Entry]):
-        """Per (source device, destination device): the bytes of ``entries``."""
-        per: dict[tuple[str, str], float] = {}
-        for e in entries:
-            src_runs = src.entries[e.key].runs if src is not None else ((-1, 0, dst.layers),)
-            for dd, d0, d1 in e.runs:
-                for sd, s0, s1 in src_runs:
-                    overlap = min(d1, s1) - max(d0, s0)
-                    if overlap > 0:
-                        name = src.devices[sd] if src is not None else self.gpu_name
-                        k = (name, dst.devices[dd])
-                        per[k] = per.get(k, 0.0) + overlap * dst.layer_bytes
-        return [Piece(a, b, n) for (a, b), n in per.items()]
-
-    def _write_through(self, i: int, entries: list[Entry], rid: int) -> None:
+    def _write_through(self, i: int, entries: list[Entry], rid: int) -> list[Transfer]:
         src, dst = self.tiers[i], self.tiers[i + 1]
         live = [e for e in entries if src.entries.get(e.key) is e]
         placed, _ = dst.place([e.key for e in live], None)
-        if placed:
-            self.env.process(self._copy_down(src, dst, placed, rid, drain=False))
+        if not placed:
+            return []
+        olds = [src.entries[e.key] for e in placed]
+        for old in olds:
+            src.pin(old)
+        pieces = store_pieces(src, dst, placed, self.gpu_name)
+        return [Transfer("store", "dst", rid, pieces, src, dst, placed, olds)]
 
     def _evict(self, tier: OffloadTier, e: Entry) -> bool:
         """An entry leaves ``tier``: demote it (True) or drop it (False)."""
@@ -271,26 +272,9 @@ class BlockManager:
         placed, _ = below.place([e.key], None)
         if not placed:
             return False
-        self.env.process(self._copy_down(tier, below, placed, -1, drain=True))
+        pieces = store_pieces(tier, below, placed, self.gpu_name)
+        self._demotions.append(Transfer("demote", "dst", -1, pieces, tier, below, placed, [e]))
         return True
-
-    def _copy_down(self, src: OffloadTier, dst: OffloadTier, entries: list[Entry], rid, drain):
-        olds = [src.entries[e.key] for e in entries]
-        if not drain:
-            for e in olds:
-                src.pin(e)
-        pieces = self._pieces(src, dst, entries)
-        tag = "demote" if drain else "store"
-        yield self.mover.start(pieces, "dst", rid, tag).done
-        for e, old in zip(entries, olds, strict=True):
-            dst.complete(e)
-            if drain:
-                src.drained(old)
-            else:
-                src.unpin(old)
-        if drain:
-            ev, self._drain[src.name] = self._drain[src.name], self.env.event()
-            ev.succeed()
 
     # ---- warm-up ------------------------------------------------------------------
     def preload(self, req: Request) -> None:

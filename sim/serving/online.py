@@ -12,7 +12,10 @@ time it was issued, ``depends_on`` = the ops whose completion the engine
 waited for before issuing it), so the run can be replayed open loop: the
 plan executor, or the real backend, started on :meth:`OnlineOps.plan` issues
 every op at the same instant the engine did (tests check the simulator
-reproduces the same end times).
+reproduces the same end times).  A read/write given ``extents`` (one
+(offset, length) per I/O on its SSD) is written down with them, so the
+replay touches the byte ranges the design's layout chose; its bytes and
+I/O count, and so its physics, are the extents' total and number.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import simpy
 
@@ -41,6 +45,7 @@ class OnlineOps:
         self.cpu_s: list[float] = []
         self.flows = 0
         self._cache: dict[tuple, OpPhysics] = {}
+        self._plan: pa.Table | None = None
 
     def __len__(self) -> int:
         return len(self.builder)
@@ -58,14 +63,21 @@ class OnlineOps:
         flops: float = 0.0,
         hbm_bytes: float = 0.0,
         depends_on: Iterable[int] = (),
+        extents: np.ndarray | None = None,
         **fields: Any,
     ) -> tuple[int, simpy.Event]:
         """Start an op now; returns (op id, event that fires when it ends).
 
-        ``fields`` are the plan's free columns (``step``, ``layer``, ``tag``).
+        ``extents``: a read/write's (n, 2) I/Os (offset, length); they set
+        ``nbytes`` and ``n_ios``.  ``fields`` are the plan's free columns
+        (``step``, ``layer``, ``tag``).
         """
         now = self.env.now
         deps = sorted(set(depends_on))
+        if extents is not None and len(extents):
+            nbytes, n_ios = int(extents[:, 1].sum()), len(extents)
+        else:
+            extents = None
         op = self.builder.add(
             kind,
             dst,
@@ -78,6 +90,7 @@ class OnlineOps:
             hbm_bytes=float(hbm_bytes),
             release_s=now,
             depends_on=deps,
+            extents=extents,
             **fields,
         )
         phys = self._physics(kind, src, dst, nbytes, n_ios, queue_depth, io_path, flops, hbm_bytes)
@@ -109,7 +122,10 @@ class OnlineOps:
 
     # ---- results ---------------------------------------------------------------
     def plan(self) -> pa.Table:
-        return self.builder.table()
+        """The ops issued so far, as a plan (built once per number of ops)."""
+        if self._plan is None or self._plan.num_rows != len(self):
+            self._plan = self.builder.table()
+        return self._plan
 
     def records(self, stats: dict[str, Any] | None = None) -> Records:
         """Records of every op issued so far (all must have ended)."""

@@ -1,0 +1,57 @@
+"""Executor side of offloading: the manager's store decisions, run in time.
+
+The block manager (:mod:`sim.serving.manager`) decides what to store,
+demote and write through, as plain :class:`~sim.serving.jobs.Transfer` s;
+:class:`Offloader` runs each as a simpy process on the :class:`Mover`,
+tells the manager when it ended (:meth:`BlockManager.on_stored`) and starts
+what follows.  Stores that must wait for a demotion of the first tier to
+drain wait on that tier's *drain* event, fired each time one of its
+demotions completes, then ask the manager again.
+"""
+
+from __future__ import annotations
+
+from sim.serving.jobs import StoreRequest, Transfer
+from sim.serving.manager import BlockManager
+from sim.serving.transfers import Job, Mover
+
+
+class Offloader:
+    """Runs the manager's stores, demotions and write-throughs on a mover."""
+
+    def __init__(self, mgr: BlockManager, mover: Mover):
+        self.mgr = mgr
+        self.mover = mover
+        self.env = mover.env
+        self._drain = {t.name: self.env.event() for t in mgr.tiers}
+
+    def store(self, req: StoreRequest | None) -> None:
+        """Offload ``req``'s blocks, starting at this instant (after the caller yields)."""
+        if req is not None:
+            self.env.process(self._store(req))
+
+    def load(self, t: Transfer) -> Job:
+        """Start a load now."""
+        return self.mover.start(t)
+
+    def _store(self, req: StoreRequest):
+        tier = self.mgr.tiers[0]
+        while True:
+            placed = self.mgr.place_store(req)
+            for t in placed.demotions:  # started first, as they were decided first
+                self.env.process(self._run(t))
+            if placed.store is not None:
+                self.env.process(self._run(placed.store))
+            if placed.waiting is None:
+                return
+            yield self._drain[tier.name]
+            req = placed.waiting
+
+    def _run(self, t: Transfer):
+        yield self.mover.start(t).done
+        for follow in self.mgr.on_stored(t):
+            self.env.process(self._run(follow))
+        if t.tag == "demote":
+            assert t.src is not None
+            ev, self._drain[t.src.name] = self._drain[t.src.name], self.env.event()
+            ev.succeed()

@@ -1,0 +1,214 @@
+"""Where serving designs put KV on their devices: slots, extents, and the issued plan.
+
+Two independent views are compared: the tier's allocator (which slot each
+entry holds) and the plan rows the engine wrote (which ranges its ops touch);
+then the plan is replayed on the real backend, which must read back and
+verify exactly the bytes and I/Os the plan's extents name.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwprofiles import load_profile
+from kvtier.plan import io_extents, validate_plan
+from sim.models import get_model
+from sim.serving.blocks import OffloadTier
+from sim.serving.build import build_engine
+from sim.serving.designs import get_design
+from sim.serving.engine import Engine, EngineConfig
+from sim.serving.layout import SlotAllocator, layer_stride, split_ios
+from sim.serving.requests import load_requests, request_table
+
+B = 16
+KiB, MiB = 1024, 1024 * 1024
+PROFILE = load_profile("h100-2dimm-2ssd")
+LLAMA = get_model("Llama-3.1-8B")  # 32 layers, 4 KiB of K and V per token and layer
+
+
+def row(rid: int, t: float, tokens: int, hashes: list[int], out: int = 1) -> dict:
+    return {
+        "request_id": rid,
+        "arrival_s": t,
+        "session_id": -1,
+        "turn": 0,
+        "input_tokens": tokens,
+        "output_tokens": out,
+        "block_hashes": hashes,
+    }
+
+
+def engine(rows, design: str, params: dict, profile=PROFILE) -> Engine:
+    reqs = load_requests(request_table(rows, B), B)
+    cfg = EngineConfig(gpu_blocks=4096, block_tokens=B, prefix_cache=False)
+    return build_engine(profile, LLAMA, get_design(design, params), cfg, reqs)
+
+
+def ios_of(plan, kind: str, tag: str, ssd: str) -> list[tuple[int, int]]:
+    """(offset, length) of every I/O of the plan's ``kind`` ops on ``ssd`` tagged ``tag``."""
+    df = plan.to_pandas()
+    end = "src" if kind == "read" else "dst"
+    ids = df.index[(df["kind"] == kind) & (df["tag"] == tag) & (df[end] == ssd)].to_numpy()
+    io = io_extents(plan, ids)
+    return list(zip(io.offset.tolist(), io.length.tolist(), strict=True))
+
+
+# ---- the allocator and the I/O split, by hand -------------------------------------------
+def test_slots_are_handed_out_in_order_and_freed_ones_reused() -> None:
+    a = SlotAllocator(256 * KiB)
+    assert [a.alloc(32), a.alloc(32)] == [0, 8 * MiB]  # 32 layers of 256 KiB each
+    assert a.alloc(3) == 16 * MiB  # another size class: a fresh slot at the end
+    a.free(0, 32)
+    assert a.alloc(32) == 0  # the freed slot of that class, not the end
+    assert a.alloc(32) == 16 * MiB + 768 * KiB
+    assert (a.end, a.live) == (24 * MiB + 768 * KiB, 4)
+    assert layer_stride(64 * KiB) == 64 * KiB and layer_stride(6000) == 8 * KiB
+
+
+def test_each_layer_is_split_into_ios_of_the_design_size() -> None:
+    ranges = np.array([[0, 300 * KiB], [1 * MiB, 128 * KiB]])
+    ios = split_ios(ranges, 128 * KiB)  # 300 KiB = 128 + 128 + 44; an I/O never crosses ranges
+    assert ios.tolist() == [
+        [0, 128 * KiB],
+        [128 * KiB, 128 * KiB],
+        [256 * KiB, 44 * KiB],
+        [MiB, 128 * KiB],
+    ]
+    same = split_ios(np.array([[0, 300 * KiB], [MiB, 300 * KiB]]), 128 * KiB)
+    assert same[:, 0].tolist() == [0, 128 * KiB, 256 * KiB, MiB, MiB + 128 * KiB, MiB + 256 * KiB]
+    assert same[:, 1].tolist() == [128 * KiB, 128 * KiB, 44 * KiB] * 2
+
+
+# ---- a tier's entries never overlap; evicted slots are reused ------------------------------
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=120), st.integers(1, 3))
+def test_live_entries_never_overlap_on_any_device(keys: list[int], devices: int) -> None:
+    ratios = [0.5, 0.3, 0.2][:devices]
+    ratios = [p / sum(ratios) for p in ratios]
+    lb = 12 * KiB  # one layer of one offload block
+    cap = 9 * 8 * lb  # room for 9 whole blocks per device
+    t = OffloadTier("pool", [f"d{i}" for i in range(devices)], ratios, [cap] * devices, 8, lb)
+    for k in keys:
+        if k in t.entries:
+            t.touch(k)
+        for e in t.place([k], None)[0]:
+            t.complete(e)
+        for d in range(devices):
+            spans = sorted(
+                (slot, slot + (l1 - l0) * lb)
+                for e in t.entries.values()
+                for (dev, l0, l1), slot in zip(e.runs, e.slots, strict=True)
+                if dev == d
+            )
+            assert all(a_end <= b for (_, a_end), (b, _) in zip(spans, spans[1:], strict=False))
+            assert t.allocators[d].live == len(spans)
+    if devices == 1:  # one size class: freed slots are reused, the footprint is the capacity
+        assert t.allocators[0].end <= cap
+
+
+def test_an_evicted_entrys_slot_goes_to_the_next_entry() -> None:
+    t = OffloadTier("ssd", ["ssd0"], [1.0], [2 * 4 * 8192.0], 4, 8192.0)
+    for k in (1, 2):
+        t.complete(t.place([k], None)[0][0])
+    assert [t.entries[k].slots for k in (1, 2)] == [(0,), (4 * 8192,)]
+    (e3,) = t.place([3], None)[0]  # LRU 1 is evicted
+    assert set(t.entries) == {2, 3} and e3.slots == (0,)
+
+
+# ---- the issued plan: stores write, loads read back the same ranges -------------------------
+def test_a_load_reads_exactly_the_ranges_its_store_wrote() -> None:
+    first = list(range(1, 13))  # 12 blocks = 3 offload blocks of 4
+    second = first[:8] + [100 + i for i in range(4)]  # shares the first 2 offload blocks
+    eng = engine([row(0, 0.0, 192, first), row(1, 1.0, 192, second)], "paged-ssd", {})
+    rec = eng.run()
+    ssd = eng.mgr.tiers[0]
+    assert ssd.devices == ("ssd0",)
+    # allocator view: one slot of 32 layers x 256 KiB per entry, in order of store
+    h0, h1 = (s.req.hashes for s in eng.seqs)
+    keys = [h0[3], h0[7], h0[11], h1[11]]  # the last block of each offload block stored
+    assert [ssd.entries[k].slots for k in keys] == [(0,), (8 * MiB,), (16 * MiB,), (24 * MiB,)]
+
+    def by_hand(slot: int) -> list[tuple[int, int]]:
+        # GDS path: 128 KiB I/Os, two per 256 KiB layer, layers back to back
+        return [
+            (slot + layer * 256 * KiB + h * 128 * KiB, 128 * KiB)
+            for layer in range(32)
+            for h in (0, 1)
+        ]
+
+    writes = ios_of(rec.plan, "write", "store", "ssd0")
+    reads = ios_of(rec.plan, "read", "load", "ssd0")
+    stored = [by_hand(slot * 8 * MiB) for slot in range(4)]
+    assert sorted(writes) == sorted(stored[0] + stored[1] + stored[2] + stored[3])
+    assert sorted(reads) == sorted(stored[0] + stored[1])
+    assert set(reads) <= set(writes)
+    assert rec.requests.to_pandas().set_index("request_id").loc[1, "hit_blocks_ssd"] == 8
+
+
+def test_ssd_ops_count_ios_per_layer_as_the_simulator_does() -> None:
+    # LMCache on the kernel filesystem: 4 KiB I/Os; a 64 KiB layer (16 tokens) is 16 of them
+    rows = [row(0, 0.0, 512, list(range(1, 33))), row(1, 0.5, 512, list(range(1, 33)))]
+    rec = engine(rows, "lmcache", {"cpu_gib": 1.0, "ssd_gib": 1.0}).run()
+    plan = rec.plan.to_pandas()
+    io = plan[plan["kind"].isin(["read", "write"])]
+    assert len(io) and (io["n_ios"] == io["bytes"] // (64 * KiB) * 16).all()
+    lengths = io_extents(rec.plan).length
+    assert (lengths == 4 * KiB).all()
+    assert plan.loc[plan["kind"] == "copy", "extents"].map(len).eq(0).all()  # DRAM: none
+
+
+# ---- validation and real replay ------------------------------------------------------------
+@pytest.fixture
+def direct_dir(tmp_path: Path):
+    """A directory accepting O_DIRECT: tmp_path, else one in /dev/shm; skip if neither."""
+    try:
+        os.close(os.open(tmp_path / "probe", os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600))
+        yield tmp_path
+        return
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no filesystem here accepts O_DIRECT")
+    shm = Path("/dev/shm") / f"kvtier-test-{uuid.uuid4().hex}"
+    shm.mkdir()
+    try:
+        yield shm
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+
+
+def test_the_issued_plan_validates_and_replays_for_real(direct_dir: Path) -> None:
+    from real.datafile import prepare_targets
+    from real.replay import replay
+
+    # the unified pool: DRAM modules and both SSDs in one tier, layer ranges per device
+    first = list(range(1, 17))
+    rows = [row(0, 0.0, 256, first), row(1, 0.5, 256, first[:12] + [90, 91, 92, 93])]
+    rec = engine(rows, "pool", {"cpu_gib": 1.0, "ssd_gib": 1.0}).run()
+    plan = rec.plan
+    p = PROFILE
+    validate_plan(plan, p.node_names, p.ssd_names, p.gpu_names)
+    io = io_extents(plan)
+    df = plan.to_pandas()
+    kind = df["kind"].to_numpy()[io.op]
+    dev = np.where(kind == "read", df["src"].to_numpy()[io.op], df["dst"].to_numpy()[io.op])
+    assert {"ssd0", "ssd1"} <= set(dev)  # both pool SSDs are written and read
+    with prepare_targets(plan, direct_dir / "t", seed=3) as files:
+        real = replay(plan, files, engine="threads")
+    got = {r["device"]: r for r in real.devices.to_pylist()}
+    for ssd in ("ssd0", "ssd1"):
+        on = dev == ssd
+        read, written = on & (kind == "read"), on & (kind == "write")
+        assert got[ssd]["bytes_read"] == io.length[read].sum() > 0
+        assert got[ssd]["bytes_written"] == io.length[written].sum() > 0
+        assert got[ssd]["n_ios"] == on.sum()

@@ -1,0 +1,97 @@
+"""The serving block manager decides without a clock: driven by hand, no engine, no simpy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from sim.serving.blocks import GpuCache, OffloadTier
+from sim.serving.designs import DesignParams
+from sim.serving.manager import BlockManager, Seq
+from sim.serving.requests import Request
+
+B = 16
+LAYERS = 4
+LAYER_BYTES = 8192  # one GPU block (= one offload block here) of one layer
+
+
+def manager(cpu_blocks: int = 16) -> BlockManager:
+    gpu = GpuCache(64, prefix_cache=False)  # every hit has to come from the CPU tier
+    cap = float(cpu_blocks * LAYERS * LAYER_BYTES)
+    cpu = OffloadTier("cpu", ["dram0"], [1.0], [cap], LAYERS, LAYER_BYTES)
+    return BlockManager(gpu, [cpu], DesignParams(cpu_gib=1.0), B, "gpu0")
+
+
+def seq(rid: int, hashes: list[int]) -> Seq:
+    req = Request(rid, 0.0, -1, 0, len(hashes) * B, 1, tuple(hashes))
+    return Seq(req, len(hashes) + 1)
+
+
+def prefill(mgr: BlockManager, s: Seq) -> None:
+    """Admit ``s``, compute its whole prompt, store what it computed, release it."""
+    hit = mgr.lookup(s)
+    assert mgr.acquire(s, hit, s.total_blocks - len(hit.gpu))
+    s.prefilled = s.prefill_left
+    req = mgr.computed(s)
+    assert req is not None
+    placement = mgr.place_store(req)
+    assert placement.demotions == [] and placement.waiting is None
+    store = placement.store
+    assert store is not None and (store.tag, store.by) == ("store", "dst")
+    assert mgr.on_stored(store) == []  # one tier: nothing follows
+    mgr.release(s)
+
+
+def test_the_policy_modules_import_no_simpy() -> None:
+    code = (
+        "import sys, sim.serving.manager, sim.serving.jobs, sim.serving.layout, "
+        "sim.serving.blocks, sim.serving.placement; "
+        "print(sorted(m for m in sys.modules if m == 'simpy' or m.startswith('sim.executor')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_three_block_prefix_hit_is_one_load_of_those_three_entries() -> None:
+    mgr = manager()
+    cpu = mgr.tiers[0]
+    prefill(mgr, seq(0, [1, 2, 3, 4, 5, 6, 7, 8]))
+    assert [cpu.entries[k].slots for k in (1, 2, 3)] == [(0,), (4 * 8192,), (8 * 8192,)]
+    s = seq(1, [1, 2, 3, 40, 50])
+    hit = mgr.lookup(s)
+    assert (len(hit.gpu), hit.blocks) == (0, 3)
+    assert mgr.acquire(s, hit, s.total_blocks)
+    assert s.req.hits == {"gpu": 0, "cpu": 3}
+    assert all(cpu.entries[k].ref_cnt == 1 for k in (1, 2, 3))  # pinned while loading
+    load = mgr.load(s, layerwise=False)
+    assert (load.tag, load.by, load.rid) == ("load", "src", 1)
+    assert {(p.src, p.dst) for p in load.pieces} == {("dram0", "gpu0")}
+    assert load.nbytes == 3 * LAYERS * LAYER_BYTES  # exactly the 3 entries, all layers
+    ranges = sorted(tuple(r) for p in load.pieces for r in p.extents.tolist())
+    slots = (0, 4 * 8192, 8 * 8192)  # 4 layers of 8 KiB per slot, in order of store
+    assert ranges == [(slot + layer * 8192, 8192) for slot in slots for layer in range(4)]
+    assert not any(b.ready for b in s.blocks[:3])  # not until the executor says so
+    mgr.on_loaded(s)
+    assert all(b.ready for b in s.blocks[:3]) and s.load is None
+    assert all(cpu.entries[k].ref_cnt == 0 for k in (1, 2, 3))
+
+
+def test_layerwise_loads_are_one_piece_per_layer_of_every_entry() -> None:
+    mgr = manager()
+    prefill(mgr, seq(0, [1, 2, 3, 4]))
+    s = seq(1, [1, 2, 3, 9])
+    assert mgr.acquire(s, mgr.lookup(s), s.total_blocks)
+    load = mgr.load(s, layerwise=True)
+    assert [p.layer for p in load.pieces] == [0, 1, 2, 3]
+    for p in load.pieces:  # layer l of entries 1, 2, 3, in hit order
+        assert p.nbytes == 3 * LAYER_BYTES
+        assert p.extents[:, 0].tolist() == [p.layer * 8192 + slot for slot in (0, 32768, 65536)]
+
+
+def test_a_full_tier_evicts_its_lru_entry_and_reuses_its_slot() -> None:
+    mgr = manager(cpu_blocks=2)
+    cpu = mgr.tiers[0]
+    prefill(mgr, seq(0, [1, 2]))
+    prefill(mgr, seq(1, [3]))  # 1 (least recently used) goes
+    assert set(cpu.entries) == {2, 3} and cpu.evictions == 1
+    assert cpu.entries[3].slots == (0,)  # the slot 1 had
