@@ -17,9 +17,10 @@ import yaml
 
 import sim.scenarios.swarm as swarm_scenario
 from hwprofiles import load_profile
-from kvtier.plan import BLOCK, extents_csr
+from kvtier.plan import BLOCK, extents_csr, io_extents
 from sim.config import SwarmParams
 from sim.policies.swarm.types import Clustering
+from sim.scenarios.sparse_decode import SparseDecodeShape, build_plan
 from sim.scenarios.swarm import plan_swarm
 
 DEFAULT = Path(__file__).parents[2] / "sim" / "scenarios" / "default.yaml"
@@ -137,3 +138,35 @@ def test_every_read_lies_in_its_lanes_region_and_sums_to_the_decisions(design_pl
                     j = seen.get((t, layer, tag, k))
                     got = (int(nbytes[j]), int(n_ios[j])) if j is not None else (0, 0)
                     assert got == (want_b, want_n), f"step {t} layer {layer} {tag} SSD {k}"
+
+
+def test_sparse_decode_spreads_each_layers_entries_over_its_region():
+    # 4 SSDs, 40 entries per layer = 10 per SSD, 100-entry regions: 10 entries apart,
+    # step s starting s entries into layer l's region at l x 100 entries
+    eb = 8192
+    shape = SparseDecodeShape(
+        steps=3,
+        layers=2,
+        ssds=("ssd0", "ssd1", "ssd2", "ssd3"),
+        gpu="gpu0",
+        dram="dram0",
+        entries_per_layer=40,
+        entry_bytes=eb,
+        ios_per_entry=1,
+        flops_per_layer=1e9,
+        hbm_bytes_per_layer=1e6,
+        region_entries=100,
+    )
+    plan = build_plan(shape)
+    reads = np.nonzero(np.asarray(plan.column("kind").to_pylist()) == "read")[0]
+    assert len(reads) == 3 * 2 * 4
+    ios = io_extents(plan, reads)
+    step = plan.column("step").to_numpy()
+    layer = plan.column("layer").to_numpy()
+    for n, j in enumerate(reads):
+        mine = slice(ios.ptr[n], ios.ptr[n + 1])
+        s, lay = int(step[j]), int(layer[j])
+        want = lay * 100 * eb + s * eb + np.arange(10) * 10 * eb
+        assert ios.offset[mine].tolist() == want.tolist(), f"op {j}"
+        assert (ios.length[mine] == eb).all()
+        assert (ios.offset[mine] + ios.length[mine] <= (lay + 1) * 100 * eb).all()
