@@ -183,9 +183,10 @@ class Replayer:
         t0, cpu0 = time.perf_counter(), time.process_time()
         clock = lambda: time.perf_counter() - t0  # noqa: E731
         try:
-            for j in range(self.n):
-                if self.pending[j] == 0:
-                    self._ready(j, 0.0)
+            # the roots, taken before any runs: a 0 s root ends at once and readies its
+            # dependents itself (a scan of ``pending`` would start them a second time)
+            for j in [j for j in range(self.n) if self.pending[j] == 0]:
+                self._ready(j, 0.0)
             engine: Engine = self.engine
             while self.done < self.n:
                 now = clock()
