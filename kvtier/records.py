@@ -4,9 +4,9 @@ real backend.
 * ``ops``: one row per plan op with its ``ready_s``, ``start_s`` and
   ``end_s`` (seconds from the start of the run) and the op's identity
   columns copied from the plan;
-* ``devices``: one row per device or link: bytes moved (reads and writes
-  separately for SSDs), I/O count, busy time (at least one transfer active),
-  mean and peak utilisation of its capacity;
+* ``devices``: one row per device or link, the same definitions for both
+  backends (:data:`DEVICE_RECORD_SCHEMA`), each measured by the backend that
+  writes it, never copied from the plan;
 * ``steps``: per plan step, first start, last end and bytes (derived from
   ``ops``).
 
@@ -54,9 +54,32 @@ DEVICE_RECORD_SCHEMA = pa.schema(
         ("n_ios", pa.int64()),
         ("busy_s", pa.float64()),
         ("util_mean", pa.float64()),
-        ("util_peak", pa.float64()),
     ]
 )
+"""The device columns, one definition for the simulator and the real replay.
+
+==============  =============================================================
+column          meaning (how each backend measures it)
+==============  =============================================================
+bytes_read      bytes the backend moved *from* the device: simulator = the
+                bytes of every read whose data flow completed (an SSD), or
+                the integrated flow work (a link: all bytes that crossed it,
+                in that direction); replay = bytes read AND verified
+bytes_written   bytes moved *to* an SSD: simulator = writes whose data flow
+                completed; replay = bytes written (completed, full length)
+n_ios           I/Os of those bytes: simulator = the ``n_ios`` of each
+                completed op (one per extent); replay = I/Os completed
+busy_s          seconds with at least one I/O in flight on the device (the
+                simulator counts an SSD op's base-latency phase as in flight;
+                links, CPU and GPU: seconds with at least one flow active)
+util_mean       ``busy_s / makespan``
+==============  =============================================================
+
+What only one backend can state lives in ``Records.stats``: the simulator's
+``capacity_mean``/``capacity_peak`` (fraction of a resource's modelled capacity
+in use), the replay's ``inflight_mean``/``inflight_peak`` (I/Os in flight over
+the device's queue depth).
+"""
 
 _IDENTITY = ("op_id", "step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag")
 
@@ -125,7 +148,8 @@ def step_records(ops: pa.Table) -> pd.DataFrame:
 
 
 def ssd_totals(plan: pa.Table) -> dict[str, tuple[int, int, int]]:
-    """Per SSD: (bytes read, bytes written, I/Os) from the plan itself."""
+    """Per SSD: (bytes read, bytes written, I/Os) the plan *asks for*, to compare
+    a backend's measured device records with (no backend reports these)."""
     df = plan.select(["kind", "src", "dst", "bytes", "n_ios"]).to_pandas()
     io = df[df["kind"].isin(["read", "write"])]
     dev = np.where(io["kind"] == "read", io["src"], io["dst"])

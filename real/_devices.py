@@ -2,10 +2,12 @@
 
 A :class:`Device` owns an O_DIRECT descriptor of its target and a page-aligned
 anonymous ``mmap`` arena cut into ``qd`` slots of the device's largest I/O, one
-per in-flight I/O.  It keeps the measures the records report: bytes and I/Os
-completed, ``busy_s`` (time with at least one I/O in flight) and the integral
-of the in-flight count over time, from which ``util_mean`` (that integral over
-``qd x makespan``) and ``util_peak`` (most in flight over ``qd``) follow.
+per in-flight I/O.  It keeps the measures the records report (definitions in
+:data:`kvtier.records.DEVICE_RECORD_SCHEMA`): bytes and I/Os completed (reads
+counted once verified), ``busy_s`` (time with at least one I/O in flight, so
+``util_mean = busy_s / makespan``) and, for the replay-only stats, the integral
+of the in-flight count over time (``inflight_mean``: that integral over ``qd x
+makespan``) and the most in flight (``inflight_peak``: over ``qd``).
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ def open_device(
 
 
 def device_records(devs: list[Device], makespan: float) -> pa.Table:
+    """The shared device columns as this replay measured them."""
     rows: dict[str, list] = {f.name: [] for f in DEVICE_RECORD_SCHEMA}
     for d in devs:
         for col, val in (
@@ -112,8 +115,17 @@ def device_records(devs: list[Device], makespan: float) -> pa.Table:
             ("bytes_written", d.bytes_written),
             ("n_ios", d.n_ios),
             ("busy_s", d.busy_s),
-            ("util_mean", d.area / (d.qd * makespan) if makespan > 0 else 0.0),
-            ("util_peak", d.peak / d.qd),
+            ("util_mean", d.busy_s / makespan if makespan > 0 else 0.0),
         ):
             rows[col].append(val)
     return pa.Table.from_pydict(rows, schema=DEVICE_RECORD_SCHEMA)
+
+
+def inflight_stats(devs: list[Device], makespan: float) -> dict[str, dict[str, float]]:
+    """Replay-only measures: time-average and peak of in-flight I/Os over ``qd``."""
+    return {
+        "inflight_mean": {
+            d.name: d.area / (d.qd * makespan) if makespan > 0 else 0.0 for d in devs
+        },
+        "inflight_peak": {d.name: d.peak / d.qd for d in devs},
+    }

@@ -24,9 +24,10 @@ Any failure (no space, I/O error, no O_DIRECT on that filesystem) removes every
 file and directory created so far and raises a one-line
 :class:`~real.errors.RealError` naming the node, the path and the offset.
 
-The plan's read/write I/Os must be 4 KiB-aligned (offset, stride, bytes), the
-granularity of the block format and of O_DIRECT on 4Kn devices; an op's bytes
-are split into ``n_ios`` I/Os of whole blocks as evenly as possible.
+The plan's read/write I/Os (:func:`kvtier.plan.io_extents`: the regular
+``offset``/``stride`` pattern, or one I/O per extent of a scattered op) must be
+4 KiB-aligned in offset and length, the granularity of the block format and of
+O_DIRECT on 4Kn devices; the files cover every byte range any I/O touches.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from kvtier.plan import io_extents
 from kvtier.units import fmt_bytes
 from real._blocks import BLOCK, MAGIC, BlockFormat
 from real.errors import RealError
@@ -61,58 +63,64 @@ def natural_key(name: str) -> list:
 
 @dataclass(frozen=True)
 class IOLayout:
-    """Per read/write op (other ops: node -1): device, first offset, stride and I/O sizes.
+    """Every I/O the plan's read/write ops issue, exactly as the plan states it.
 
-    I/O ``i`` of op ``j`` is ``blocks[j] + (i < extra[j])`` blocks long and starts at
-    ``offset[j] + i * stride[j]`` (strided) or right after I/O ``i - 1`` (stride 0).
+    Op ``j`` (``node[j]`` indexes ``nodes``; -1 for copy/compute) issues, in
+    order, the I/Os ``first[j]:first[j + 1]``: ``length[k]`` bytes at byte
+    ``offset[k]`` of its node's file (:func:`kvtier.plan.io_extents`: the
+    regular pattern or the op's extents, never merged or re-split).
     """
 
     nodes: list[str]
-    node: np.ndarray  # index into nodes, -1 for copy/compute
+    node: np.ndarray
+    first: np.ndarray  # n_ops + 1 pointers into offset/length
     offset: np.ndarray
-    stride: np.ndarray
-    blocks: np.ndarray
-    extra: np.ndarray
-    end: np.ndarray  # one past the last byte the op touches
+    length: np.ndarray
+
+    @property
+    def io_node(self) -> np.ndarray:
+        """The node index of every I/O."""
+        return np.repeat(self.node, np.diff(self.first))
 
     def extents(self) -> dict[str, int]:
         """Bytes each node needs from offset 0 (a multiple of 4 KiB, at least one block)."""
-        out = {}
-        for k, name in enumerate(self.nodes):
-            sel = self.node == k
-            out[name] = max(BLOCK, int(self.end[sel].max()) if sel.any() else BLOCK)
-        return out
+        need = np.full(len(self.nodes), BLOCK, dtype=np.int64)
+        np.maximum.at(need, self.io_node, self.offset + self.length)
+        return dict(zip(self.nodes, need.tolist(), strict=True))
+
+    def largest_io(self) -> np.ndarray:
+        """Per node, the longest I/O issued to it (its buffer slot size)."""
+        big = np.zeros(len(self.nodes), dtype=np.int64)
+        np.maximum.at(big, self.io_node, self.length)
+        return big
 
 
 def io_layout(plan: pa.Table) -> IOLayout:
-    """The plan's I/O geometry; a :class:`RealError` names the first unaligned op."""
+    """The plan's I/O geometry; a :class:`RealError` names the first unaligned op and I/O."""
     kind = np.asarray(plan.column("kind").to_pylist(), dtype=object)
     src = np.asarray(plan.column("src").to_pylist(), dtype=object)
     dst = np.asarray(plan.column("dst").to_pylist(), dtype=object)
-    cols = {c: plan.column(c).to_numpy().astype(np.int64) for c in ("bytes", "n_ios", "offset")}
-    stride = plan.column("stride").to_numpy().astype(np.int64)
-    is_read, is_io = kind == "read", np.isin(kind, ["read", "write"])
-    dev = np.where(is_read, src, dst)
+    is_io = np.isin(kind, ["read", "write"])
+    dev = np.where(kind == "read", src, dst)
     nodes = sorted({str(d) for d in dev[is_io]}, key=natural_key)
     index = {n: i for i, n in enumerate(nodes)}
     node = np.array([index[d] if io else -1 for d, io in zip(dev, is_io, strict=True)], np.int64)
-    nbytes, n_ios, offset = cols["bytes"], np.maximum(cols["n_ios"], 1), cols["offset"]
-    nblk = nbytes // BLOCK
-    bad = is_io & (
-        (nbytes % BLOCK != 0) | (offset % BLOCK != 0) | (stride % BLOCK != 0) | (nblk < n_ios)
-    )
+    ios = io_extents(plan, np.nonzero(is_io)[0])
+    bad = (ios.offset % BLOCK != 0) | (ios.length % BLOCK != 0) | (ios.length <= 0)
     if bad.any():
-        j = int(np.argmax(bad))
+        k = int(np.argmax(bad))
+        j = int(ios.op[k])
+        i = k - int(ios.ptr[np.searchsorted(ios.ptr, k, side="right") - 1])
+        what = "extent" if len(plan.column("extents")[j]) else "I/O"
         raise RealError(
-            f"op {j}: {kind[j]} of {int(nbytes[j])} bytes in {int(n_ios[j])} I/Os at offset "
-            f"{int(offset[j])} (stride {int(stride[j])}) is not made of whole 4 KiB blocks; "
-            "the replayer needs 4 KiB-aligned offsets, strides and I/O sizes"
+            f"op {j}: {kind[j]} {what} {i} of {dev[j]} (offset {int(ios.offset[k])}, length "
+            f"{int(ios.length[k])}) is not made of whole 4 KiB blocks; the replayer needs "
+            "4 KiB-aligned offsets and lengths"
         )
-    blocks, extra = nblk // n_ios, nblk % n_ios
-    max_io = (blocks + (extra > 0)) * BLOCK
-    end = np.where(stride == 0, offset + nbytes, offset + (n_ios - 1) * stride + max_io)
-    end = np.where(is_io, end, 0)
-    return IOLayout(nodes, node, offset, stride, blocks, extra, end)
+    count = np.zeros(len(kind), dtype=np.int64)
+    count[is_io] = np.diff(ios.ptr)
+    first = np.concatenate([[0], np.cumsum(count)]).astype(np.int64)
+    return IOLayout(nodes, node, first, ios.offset, ios.length)
 
 
 # ---- what kvtier owns ---------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Each op goes through the simulator's life cycle (:mod:`sim.executor`):
 *ready* (every ``depends_on`` op ended) -> *start* (not before ``release_s``)
--> *end*.  A read/write op is ``n_ios`` I/Os (layout in
-:func:`real.datafile.io_layout`) and ends when its last I/O has completed and,
+-> *end*.  A read/write op is exactly the I/Os its plan row states (the
+regular pattern or its extents, :func:`real.datafile.io_layout`), issued in
+that order, and ends when its last I/O has completed and,
 for reads, been verified; a copy or compute op (no GPU here) is waited out for
 the seconds the caller gives (the simulator's modelled time).  Times are
 seconds from the start of the loop, taken with ``perf_counter``.
@@ -25,12 +26,11 @@ against what its blocks must hold (:mod:`real._blocks`) and any error, short
 transfer or mismatch stops the run with a :class:`~real.errors.RealError`
 after the I/Os still in flight have drained.
 
-Device measures (:mod:`real._devices`): bytes and I/Os completed; ``busy_s``,
-the time with at least one I/O in flight; ``util_mean``, the time-average of
-in-flight I/Os over the device's queue depth across the run, and ``util_peak``,
-the largest in-flight count over the queue depth.  (The simulator's utilisation
-is bytes over capacity; a real device's capacity is what is being measured, so
-queue occupancy is what the replay can state without a model.)  ``cpu_s`` of an
+Device measures (:mod:`real._devices`, definitions in :mod:`kvtier.records`):
+bytes and I/Os completed (reads once verified); ``busy_s``, the time with at
+least one I/O in flight; ``util_mean = busy_s / makespan``.  Replay-only stats:
+``inflight_mean``/``inflight_peak``, the time-average and the largest in-flight
+count over the device's queue depth.  ``cpu_s`` of an
 op is the loop's process CPU time shared over I/O ops by I/O count: per-op CPU
 cannot be separated when one thread serves every op.
 """
@@ -52,7 +52,7 @@ from kvtier.records import Records, op_records
 from kvtier.units import fmt_bytes
 from real import _gds
 from real._blocks import BLOCK
-from real._devices import Device, device_records, open_device
+from real._devices import Device, device_records, inflight_stats, open_device
 from real.datafile import io_failure, io_layout
 from real.engine import GDS, Engine, make_engine
 from real.errors import RealError
@@ -108,12 +108,9 @@ class Replayer:
         kind = plan.column("kind").to_pylist()
         self.write = [k == "write" for k in kind]
         self.dev_of = layout.node.tolist()
-        self.n_ios = [
-            int(v) if d >= 0 else 0
-            for v, d in zip(plan.column("n_ios").to_numpy().tolist(), self.dev_of, strict=True)
-        ]
-        self.offset, self.stride = layout.offset.tolist(), layout.stride.tolist()
-        self.blocks, self.extra = layout.blocks.tolist(), layout.extra.tolist()
+        self.first = layout.first.tolist()  # op j issues I/Os first[j]:first[j + 1]
+        self.n_ios = np.diff(layout.first).tolist()
+        self.io_off, self.io_len = layout.offset, layout.length
         self.op_qd = plan.column("queue_depth").to_numpy().tolist()
         self.gds_op = [
             p == "gds" and k == "read"
@@ -139,13 +136,13 @@ class Replayer:
         self._seq = 0
 
     def _open_devices(self, layout, targets, seed, qd, gds) -> _gds.GdsReader | None:
-        io_size = np.where(layout.node >= 0, (layout.blocks + (layout.extra > 0)) * BLOCK, 0)
+        largest = layout.largest_io()
         budget = min(ARENA_LIMIT, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
         op_qd, write = np.asarray(self.op_qd), np.asarray(self.write)
         for k, name in enumerate(layout.nodes):
             t, mine = targets[name], layout.node == k
             dqd = max(1, t.queue_depth or max(qd, int(op_qd[mine].max())))
-            slot = int(io_size[mine].max())
+            slot = int(largest[k])
             if dqd * slot * len(layout.nodes) > budget:
                 raise RealError(
                     f"{name}: {dqd} in-flight I/Os of {fmt_bytes(slot)} need "
@@ -186,9 +183,10 @@ class Replayer:
         t0, cpu0 = time.perf_counter(), time.process_time()
         clock = lambda: time.perf_counter() - t0  # noqa: E731
         try:
-            for j in range(self.n):
-                if self.pending[j] == 0:
-                    self._ready(j, 0.0)
+            # the roots, taken before any runs: a 0 s root ends at once and readies its
+            # dependents itself (a scan of ``pending`` would start them a second time)
+            for j in [j for j in range(self.n) if self.pending[j] == 0]:
+                self._ready(j, 0.0)
             engine: Engine = self.engine
             while self.done < self.n:
                 now = clock()
@@ -285,17 +283,14 @@ class Replayer:
                     blocked += 1
                     continue
                 i = self.next_io[j]
-                size = (self.blocks[j] + (i < self.extra[j])) * BLOCK
+                k = self.first[j] + i
+                size = int(self.io_len[k])
                 if d.pacer is not None:
                     wait = d.pacer.delay(self.write[j], size, now)
                     if wait > 0:
                         d.wake = now + wait
                         break
-                if self.stride[j]:
-                    off = self.offset[j] + i * self.stride[j]
-                else:
-                    off = self.offset[j] + (i * self.blocks[j] + min(i, self.extra[j])) * BLOCK
-                self._queue(d, j, off, size, now)
+                self._queue(d, j, int(self.io_off[k]), size, now)
                 issued += 1
                 blocked = 0
                 self.next_io[j] = i + 1
@@ -377,6 +372,7 @@ class Replayer:
         cpu_s = [cpu * k / total_ios for k in self.n_ios]
         ops = op_records(self.plan, self.ready_s, self.start_s, self.end_s, cpu_s, "real")
         devices = device_records(self.devs, makespan)
+        inflight = inflight_stats(self.devs, makespan)
         stats = {
             "backend": "real",
             "ops": self.n,
@@ -389,7 +385,7 @@ class Replayer:
             "queue_depth": {d.name: d.qd for d in self.devs},
             "paced": [d.name for d in self.devs if d.pacer is not None],
             "cpu_s_method": "process CPU time of the replay loop, shared over I/O ops by I/O count",
-            "util_method": "in-flight I/Os / device queue depth (time-average and peak)",
+            **inflight,
             "notes": self.notes,
         }
         return Records(ops=ops, devices=devices, stats=stats)

@@ -15,6 +15,12 @@ before ``release_s``) -> parts -> *end* (all parts finished).  The parts are
 
 The op ends when its last part does, so a CPU-bound software path stretches
 an op exactly as much as the CPU work exceeds the device work.
+
+Records are measured, not copied from the plan: an SSD's bytes and I/Os are
+counted when each op's data flow completes (:class:`sim.hw.iometer.IoMeter`),
+a link's bytes are its flow network's integrated work, and every device's
+``busy_s`` is the time it had work in flight (definitions in
+:mod:`kvtier.records`).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import pyarrow as pa
 
 from hwprofiles import HardwareProfile
 from kvtier.plan import depends_csr, validate_plan
-from kvtier.records import DEVICE_RECORD_SCHEMA, Records, op_records, ssd_totals
+from kvtier.records import DEVICE_RECORD_SCHEMA, Records, op_records
 from sim.engine.flownet import FlowNetwork
 from sim.hw.machine import Machine
 
@@ -52,7 +58,9 @@ class OpPhysics:
     ``path`` crosses resources of ``net``; ``amount`` is bytes (GPU-seconds for
     compute); ``cap`` is the flow's own rate bound (the SSD queue-depth bound);
     ``latency_s`` delays the data flow (an SSD's unloaded access latency);
-    ``cpu_s`` is the software path's CPU time (0: no CPU flow).
+    ``cpu_s`` is the software path's CPU time (0: no CPU flow); ``ssd`` names
+    the SSD a read/write moves ``n_ios`` I/Os on (``""`` otherwise), ``write``
+    its direction: the SSD's meter counts them when the data flow completes.
     """
 
     net: FlowNetwork
@@ -61,6 +69,9 @@ class OpPhysics:
     cap: float
     latency_s: float
     cpu_s: float
+    ssd: str = ""
+    write: bool = False
+    n_ios: int = 0
 
 
 def op_physics(
@@ -80,7 +91,7 @@ def op_physics(
         secs = m.gpu_seconds(dst, flops, hbm_bytes)
         return OpPhysics(m.gpu_net, ((m.gpu_res[dst], 1.0),), secs, math.inf, 0.0, 0.0)
     path = [(r, 1.0) for r in m.route(src, dst)]
-    cap, latency = math.inf, 0.0
+    cap, latency, ssd = math.inf, 0.0, ""
     if kind in ("read", "write"):
         ssd = src if kind == "read" else dst
         spec = m.profile.ssd(ssd)
@@ -89,7 +100,9 @@ def op_physics(
         path.insert(0 if kind == "read" else len(path), access)
         cap, latency = rates.queue_rate, rates.latency_s
     cpu_s = m.cpu_seconds(io_path, n_ios, queue_depth or n_ios)
-    return OpPhysics(m.net, tuple(path), float(nbytes), cap, latency, cpu_s)
+    return OpPhysics(
+        m.net, tuple(path), float(nbytes), cap, latency, cpu_s, ssd, kind == "write", n_ios
+    )
 
 
 def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
@@ -101,13 +114,20 @@ def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
     env, net = m.env, phys.net
     if phys.cpu_s > 0:
         m.cpu_net.start(((m.cpu_res, 1.0),), phys.cpu_s, lambda _f: done(), cap=1.0)
+    meter = m.meters[phys.ssd] if phys.ssd else None
+    if meter is not None:
+        meter.begin(env.now)
+
+    def data_done(_f: object) -> None:
+        if meter is not None:
+            meter.end(env.now, phys.write, phys.amount, phys.n_ios)
+        done()
+
     if phys.latency_s > 0:
         ev = env.timeout(phys.latency_s)
-        ev.callbacks.append(
-            lambda _e: net.start(phys.path, phys.amount, lambda _f: done(), cap=phys.cap)
-        )
+        ev.callbacks.append(lambda _e: net.start(phys.path, phys.amount, data_done, cap=phys.cap))
     else:
-        net.start(phys.path, phys.amount, lambda _f: done(), cap=phys.cap)
+        net.start(phys.path, phys.amount, data_done, cap=phys.cap)
     return 1 + (phys.cpu_s > 0)
 
 
@@ -226,7 +246,9 @@ class PlanExecutor:
         m = self.machine
         reratings = m.net.reratings + m.cpu_net.reratings + m.gpu_net.reratings
         stats = ExecStats(self.n, self.flows, reratings, makespan)
-        return Records(ops=ops, devices=devices, stats=stats.__dict__)
+        return Records(
+            ops=ops, devices=devices, stats={**stats.__dict__, **capacity_stats(m, makespan)}
+        )
 
 
 def simulate(
@@ -236,28 +258,46 @@ def simulate(
     return PlanExecutor(plan, Machine(profile), progress).run()
 
 
-def device_records(plan: pa.Table, machine: Machine, makespan: float) -> pa.Table:
-    totals = ssd_totals(plan)
+def device_records(plan: pa.Table | None, machine: Machine, makespan: float) -> pa.Table:
+    """The shared device columns (:data:`kvtier.records.DEVICE_RECORD_SCHEMA`) as
+    measured on ``machine``: SSD bytes and I/Os from its meters (what the flows
+    moved), a link's bytes from its integrated work, ``busy_s`` from the meters
+    (SSDs) or the flow networks (time with a flow active), ``util_mean =
+    busy_s / makespan``.  ``plan`` is not read (kept for callers' signature)."""
     rows: dict[str, list[Any]] = {f.name: [] for f in DEVICE_RECORD_SCHEMA}
-    ssds = set(machine.ssd_res.values())
+    ssds = {r: name for name, r in machine.ssd_res.items()}
     for net, r, name in machine.resources():
-        if net is machine.net:
-            kind = "ssd" if r in ssds else "link"
+        b_read = b_written = n_ios = 0
+        busy = net.busy_s[r]
+        if net is machine.net and r in ssds:
+            kind, meter = "ssd", machine.meters[ssds[r]]
+            b_read, b_written, n_ios, busy = (
+                meter.bytes_read,
+                meter.bytes_written,
+                meter.n_ios,
+                meter.busy_s,
+            )
+        elif net is machine.net:
+            kind, b_read = "link", int(round(net.work[r]))
         else:
             kind = "cpu" if net is machine.cpu_net else "gpu"
-        if kind == "ssd":
-            b_read, b_written, n_ios = totals.get(name, (0, 0, 0))
-        elif kind == "link":
-            b_read, b_written, n_ios = int(round(net.work[r])), 0, 0
-        else:
-            b_read, b_written, n_ios = 0, 0, 0
         rows["device"].append(name)
         rows["type"].append(kind)
         rows["bytes_read"].append(b_read)
         rows["bytes_written"].append(b_written)
         rows["n_ios"].append(n_ios)
-        rows["busy_s"].append(net.busy_s[r])
-        mean = net.work[r] / (net.capacity[r] * makespan) if makespan > 0 else 0.0
-        rows["util_mean"].append(mean)
-        rows["util_peak"].append(net.peak[r])
+        rows["busy_s"].append(busy)
+        rows["util_mean"].append(busy / makespan if makespan > 0 else 0.0)
     return pa.Table.from_pydict(rows, schema=DEVICE_RECORD_SCHEMA)
+
+
+def capacity_stats(machine: Machine, makespan: float) -> dict[str, dict[str, float]]:
+    """Simulator-only measures (stats, not shared columns: a real device's capacity
+    is what the replay measures): per resource, the mean and peak fraction of its
+    capacity in use (``capacity_mean`` = work / (capacity x makespan))."""
+    mean: dict[str, float] = {}
+    peak: dict[str, float] = {}
+    for net, r, name in machine.resources():
+        mean[name] = net.work[r] / (net.capacity[r] * makespan) if makespan > 0 else 0.0
+        peak[name] = net.peak[r]
+    return {"capacity_mean": mean, "capacity_peak": peak}

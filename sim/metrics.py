@@ -70,7 +70,6 @@ def decode_summary(
     span_total = float(spans.sum()) if len(spans) else 0.0
     fetch_bw = fetch_bytes / span_total if span_total > 0 else 0.0
     busiest = dev["util_mean"].idxmax() if len(dev) else ""
-    cpu = dev.loc["cpu"] if "cpu" in dev.index else None
     dur = reads["end_s"] - reads["start_s"]
     # an op is CPU-bound when its software path took (almost) as long as the op
     cpu_bound = float((reads["cpu_s"] >= 0.95 * dur).mean()) if len(reads) else 0.0
@@ -84,7 +83,8 @@ def decode_summary(
         "ios_per_step": per_step(int(reads["n_ios"].sum())),
         "fetch_gbps": fetch_bw / GB,
         "ssd_share_of_aggregate": fetch_bw / agg_bw if agg_bw and len(reads) else np.nan,
-        "cpu_cores_busy": float(cpu["util_mean"]) * profile.cpu.cores if cpu is not None else 0.0,
+        # mean cores busy = CPU-seconds of every op's software path over the run
+        "cpu_cores_busy": float(ops["cpu_s"].sum()) / makespan if makespan > 0 else 0.0,
         "cpu_bound_share": cpu_bound,
         "queue_bound_share": queue_bound_share(reads, profile, queue_depth),
         "busiest": busiest,

@@ -60,6 +60,7 @@ def bench_once(profile_name: str, steps: int, layers: int, model: str, ssd_facto
         ios_per_entry=1,
         flops_per_layer=cost.flops,
         hbm_bytes_per_layer=cost.hbm_bytes,
+        region_entries=-(-context * batch // len(ssds)),  # each layer's KV striped over SSDs
     )
     t0 = time.perf_counter()
     plan = build_plan(shape, entry_counts(shape, "even", None))

@@ -32,6 +32,7 @@ import simpy
 from hwprofiles import HardwareProfile, SsdGroup
 from kvtier.units import gbps, us
 from sim.engine.flownet import FlowNetwork
+from sim.hw.iometer import IoMeter
 from sim.models.cost import LayerCost, roofline_seconds
 
 
@@ -95,6 +96,7 @@ class Machine:
             names.append(ssd)
             caps.append(1.0)
         self.net = FlowNetwork(self.env, names, caps)
+        self.meters = {ssd: IoMeter() for ssd in profile.ssd_names}  # what each SSD moved
         # CPU and GPU work never shares a resource with data movement, so they
         # live in networks of their own (smaller re-ratings, same physics).
         self.cpu_res = 0

@@ -97,6 +97,12 @@ class KVDesign(Protocol):
         representatives), excluding the window and cached data."""
         ...
 
+    def ssd_bytes(self) -> np.ndarray:
+        """Bytes the design has placed on each SSD so far (``(n_ssd,)`` int64):
+        every extent it ever reads from SSD k lies in ``[0, ssd_bytes()[k])``.
+        Placement only grows, so the value after the last step bounds them all."""
+        ...
+
 
 DESIGNS = KV_DESIGNS
 register = KV_DESIGNS.register  # register("name", Params, Factory) in the design's own file

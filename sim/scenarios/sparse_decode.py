@@ -13,6 +13,20 @@ in, and runs the layer.  Tiers:
 The selected set has the same size every step: this is the placement-agnostic
 baseline smarter designs are compared with, and the simulator benchmark.
 
+Geometry (SSD tier, a regular pattern per op so the 1M-op benchmark plan stays
+columns of numbers, no extents): each SSD holds every layer's share of the KV
+in a region of its own, layer l's at ``l x R`` with ``R`` = ``region_entries``
+x entry bytes rounded up to 4 KiB (``region_entries``: the entries of one layer
+on one SSD, context x batch / SSDs in :func:`plan_for`).  The c entries an SSD
+serves for (step s, layer l) are spread evenly over that region: one I/O per
+entry, ``stride = (region_entries // c)`` entries apart, starting ``s mod
+(region_entries // c)`` entries in, so successive steps read different
+entries, as sparse attention does, and every I/O stays in its layer's region.
+An entry split into several I/Os (``ios_per_entry`` > 1) is read contiguously
+from the region's start.  Which entries a real selection picks is the designs'
+business (``sim.scenarios.swarm``); this workload only needs their number,
+size and spread.
+
 Pipeline (per step s, layer l = group g; double-buffered):
 
 * the fetch ops of g wait for the fetch ops of g-1 (one fetch stream at a
@@ -31,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
-from kvtier.plan import plan_from_columns
+from kvtier.plan import BLOCK, plan_from_columns
 from sim.config import SparseDecodeParams
 from sim.models import decode_layer_cost, get_model
 
@@ -59,6 +73,7 @@ class SparseDecodeShape:
     gds: bool = False  # read straight into GPU memory, no DRAM bounce
     tier: str = "ssd"  # where the KV lives: ssd | dram | peer
     peer: str = ""  # the peer GPU holding the KV (tier 'peer')
+    region_entries: int = 0  # entries of one layer on one SSD (0: just those fetched)
 
 
 def split_even(total: int, parts: int) -> np.ndarray:
@@ -141,6 +156,10 @@ def build_plan(shape: SparseDecodeShape, counts: np.ndarray | None = None) -> pa
         nbytes[copy] = layer_bytes
         n_ios[copy] = 1
         tag[copy] = "h2d"
+    offset = np.zeros(n, dtype=np.int64)
+    stride = np.zeros(n, dtype=np.int64)
+    if shape.tier == "ssd":
+        offset[f], stride[f] = _geometry(shape, counts)
     kind[comp] = "compute"
     flops = np.zeros(n)
     hbm = np.zeros(n)
@@ -170,9 +189,27 @@ def build_plan(shape: SparseDecodeShape, counts: np.ndarray | None = None) -> pa
         "io_path": io_path,
         "flops": flops,
         "hbm_bytes": hbm,
+        "offset": offset,
+        "stride": stride,
         "tag": tag,
     }
     return plan_from_columns({k: v[keep] for k, v in cols.items()}, offsets, dep)
+
+
+def _geometry(shape: SparseDecodeShape, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(offset, stride) of every fetch op, row-major like ``counts`` (module docstring)."""
+    G = counts.shape[0]
+    eb = shape.entry_bytes
+    region = max(shape.region_entries, int(counts.max()))
+    region_bytes = -(-region * eb // BLOCK) * BLOCK
+    layer = (np.arange(G, dtype=np.int64) % shape.layers)[:, None]
+    step = (np.arange(G, dtype=np.int64) // shape.layers)[:, None]
+    spacing = region // np.maximum(counts, 1)
+    if shape.ios_per_entry != 1:
+        spacing = np.ones_like(counts)
+    offset = layer * region_bytes + (step % spacing) * eb
+    stride = np.where(spacing > 1, spacing * eb, 0)
+    return offset.ravel(), stride.ravel()
 
 
 def _dependency_pairs(
@@ -244,6 +281,7 @@ def plan_for(
         gds=params.gds,
         tier=params.tier,
         peer=profile.gpu_names[1] if profile.gpu.count > 1 else "",
+        region_entries=-(-params.context_tokens * params.batch // max(len(ssds), 1)),
     )
     rng = np.random.default_rng(seed)
     counts = entry_counts(shape, params.balance, rng) if params.tier == "ssd" else None

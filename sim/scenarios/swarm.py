@@ -14,10 +14,21 @@ Per (step, layer) group the plan holds, in pipeline order:
 
 * ``prefetch`` reads per SSD (designs that must load keys to score them);
 * ``select``: the scoring work (query x index keys) as a GPU compute op;
-* ``read`` per SSD: the selected entries not in DRAM, as the decision's
-  extents (bytes = their lengths, one I/O per extent);
+* ``read`` per SSD: the selected entries not in DRAM, as the decisions'
+  extents (one I/O per extent, never merged: a design that lays entries out
+  contiguously already returns one long extent);
 * ``copy`` DRAM -> GPU of every selected entry;
 * ``compute``: the layer's decode at the selected KV fraction (roofline).
+
+Geometry.  Every read op carries its extents (``PlanBuilder.read(...,
+extents=)``): the batch's lanes in order, each lane's extents in its
+decision's submission order, shifted by the lane's *region* on that SSD.  The
+lanes (sequence b, modeled layer lm) share each device without overlapping:
+lane i's region on SSD k starts at the sum of the earlier lanes' footprints
+there (what their designs placed, :meth:`KVDesign.ssd_bytes` after the last
+step), each base rounded up to 4 KiB.  Model layer l reuses lane (b, l mod
+layers_modeled), so its extents lie in that lane's region too (every model
+layer of a lane reads the same byte ranges: the modeled layers stand for all).
 
 Fetching layer l+1 overlaps computing layer l (Swarm §7 pipelined
 prefetching): reads of g wait for the selection of g, the reads of g-1 and
@@ -36,7 +47,7 @@ import scipy.sparse as sp
 import sim.policies.baselines  # noqa: F401  (registers the baseline designs)
 import sim.policies.swarm.design  # noqa: F401  (registers Swarm and its ablations)
 from hwprofiles import HardwareProfile
-from kvtier.plan import PlanBuilder
+from kvtier.plan import BLOCK, PlanBuilder
 from sim.config import SwarmParams
 from sim.models import decode_layer_cost, get_model
 from sim.policies import KVDesign, Layout, StepDecision, get_design
@@ -55,6 +66,7 @@ class LaneResult:
     oracle: list[np.ndarray]
     always: int  # sinks + window entries selected every step
     index_bytes: int
+    ssd_bytes: np.ndarray  # per SSD: what the design placed there (its footprint)
 
 
 @dataclass
@@ -64,6 +76,7 @@ class SwarmPlan:
     ssds: tuple[str, ...]
     params: SwarmParams
     layout: Layout
+    bases: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)  # lane regions
     info: dict[str, float] = field(default_factory=dict)
 
 
@@ -207,7 +220,8 @@ def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneRe
         if progress is not None:
             progress()
     always = min(p.sink_tokens, prefix) + p.local_window
-    return LaneResult(decisions, list(data.oracle), always, design.index_bytes())
+    footprint = np.asarray(design.ssd_bytes(), dtype=np.int64)
+    return LaneResult(decisions, list(data.oracle), always, design.index_bytes(), footprint)
 
 
 def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=None) -> SwarmPlan:
@@ -235,8 +249,20 @@ def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=Non
             if heads:
                 lane_seed = _spread(b * p.layers_modeled + lm, p.batch * p.layers_modeled, heads)
             lanes[(b, lm)] = run_lane(p, layout, lane_seed, progress)
-    plan = _assemble(p, profile, ssds, layout, lanes, prefix)
-    return SwarmPlan(plan, lanes, ssds, p, layout)
+    bases = lane_bases(lanes, n_ssd)
+    plan = _assemble(p, profile, ssds, layout, lanes, bases, prefix)
+    return SwarmPlan(plan, lanes, ssds, p, layout, bases)
+
+
+def lane_bases(lanes: dict[tuple[int, int], LaneResult], n_ssd: int) -> dict:
+    """Per lane (in (b, lm) order), the byte offset of its region on each SSD:
+    the earlier lanes' footprints summed, every base 4 KiB-aligned."""
+    cursor = np.zeros(n_ssd, dtype=np.int64)
+    bases = {}
+    for lane in sorted(lanes):
+        bases[lane] = cursor.copy()
+        cursor = -(-(cursor + lanes[lane].ssd_bytes) // BLOCK) * BLOCK
+    return bases
 
 
 def _spread(lane: int, lanes: int, heads: int) -> int:
@@ -244,7 +270,7 @@ def _spread(lane: int, lanes: int, heads: int) -> int:
     return (lane * heads) // lanes + heads // (2 * lanes)
 
 
-def _assemble(p, profile, ssds, layout, lanes, prefix) -> pa.Table:
+def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
     card = get_model(p.model)
     layers = p.layers or card.layers
     gpu, dram = profile.gpu_names[0], profile.dram_names[0]
@@ -255,13 +281,14 @@ def _assemble(p, profile, ssds, layout, lanes, prefix) -> pa.Table:
     computes: list[int] = []
     for t in range(p.steps):
         for layer in range(layers):
-            decs = [lanes[(s, layer % p.layers_modeled)].decisions[t] for s in range(p.batch)]
+            keys = [(s, layer % p.layers_modeled) for s in range(p.batch)]
+            decs = [(lanes[k].decisions[t], bases[k]) for k in keys]
             back2 = [computes[-2]] if len(computes) >= 2 else []
             prefetch = _reads(
                 b, decs, ssds, dram, p, t, layer, "prefetch", prev_prefetch + back2, "kv_prefetch"
             )
-            flops = sum(d.score_flops for d in decs)
-            sbytes = sum(d.score_bytes for d in decs)
+            flops = sum(d.score_flops for d, _ in decs)
+            sbytes = sum(d.score_bytes for d, _ in decs)
             after = prefetch + ([prev_select] if prev_select >= 0 else [])
             select = (
                 b.compute(gpu, flops, sbytes, depends_on=after, step=t, layer=layer, tag="select")
@@ -272,7 +299,7 @@ def _assemble(p, profile, ssds, layout, lanes, prefix) -> pa.Table:
             reads = _reads(
                 b, decs, ssds, dram, p, t, layer, "ssd", prev_reads + back2 + gate, "kv_fetch"
             )
-            n_sel = sum(len(d.selected) for d in decs)
+            n_sel = sum(len(d.selected) for d, _ in decs)
             copy = b.copy(
                 dram,
                 gpu,
@@ -304,7 +331,7 @@ def _assemble(p, profile, ssds, layout, lanes, prefix) -> pa.Table:
 
 def _reads(
     b: PlanBuilder,
-    decs: list[StepDecision],
+    decs: list[tuple[StepDecision, np.ndarray]],
     ssds,
     dram,
     p: SwarmParams,
@@ -314,22 +341,21 @@ def _reads(
     deps: list[int],
     tag: str,
 ) -> list[int]:
-    """One read op per SSD with the lanes' extents of kind ``which``."""
+    """One read op per SSD with the lanes' extents of kind ``which`` (``ssd`` or
+    ``prefetch``), each lane's shifted by its region base on that SSD."""
     ops = []
     for k, ssd in enumerate(ssds):
-        nbytes = n_ios = 0
-        for d in decs:
+        parts = []
+        for d, base in decs:
             ext = d.ssd_extents if which == "ssd" else (d.prefetch_extents or [])
             if k < len(ext) and len(ext[k]):
-                nbytes += int(ext[k][:, 1].sum())
-                n_ios += len(ext[k])
-        if nbytes:
+                parts.append(ext[k] + np.array([base[k], 0], dtype=np.int64))
+        if parts:
             ops.append(
                 b.read(
                     ssd,
                     dram,
-                    nbytes,
-                    n_ios,
+                    extents=np.concatenate(parts),
                     depends_on=sorted(set(deps)),
                     step=t,
                     layer=layer,

@@ -85,12 +85,16 @@ def test_layout_extents_contiguous_strided_and_uneven():
     assert layout.nodes == ["ssd0", "ssd1", "ssd2", "ssd10"]  # natural order
     assert layout.extents() == {
         "ssd0": 12 * BLOCK,
-        "ssd1": 10 * BLOCK + 3 * BLOCK,  # the first (longer) I/O bounds the last one
+        "ssd1": 10 * BLOCK + 2 * BLOCK,  # exactly: the last (shorter) I/O ends at block 12
         "ssd2": BLOCK,
         "ssd10": MiB + BLOCK,
     }
-    assert layout.blocks.tolist()[:2] == [4, 2] and layout.extra.tolist()[:2] == [0, 1]
-    assert layout.node.tolist()[-1] == -1
+    ios = lambda j: slice(layout.first[j], layout.first[j + 1])  # noqa: E731
+    assert (layout.length[ios(0)] // BLOCK).tolist() == [4, 4]
+    assert (layout.offset[ios(0)] // BLOCK).tolist() == [4, 8]
+    assert (layout.length[ios(1)] // BLOCK).tolist() == [3, 2]
+    assert (layout.offset[ios(1)] // BLOCK).tolist() == [0, 10]
+    assert layout.node.tolist()[-1] == -1 and layout.first[-1] == layout.first[-2]
 
 
 @pytest.mark.parametrize(

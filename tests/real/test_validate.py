@@ -79,7 +79,6 @@ def _records(step_times: list[float], backend: str) -> Records:
             "n_ios": [n],
             "busy_s": [float(ends.iloc[-1])],
             "util_mean": [1.0],
-            "util_peak": [1.0],
         }
     )
     return Records(ops, dev)

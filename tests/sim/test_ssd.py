@@ -97,5 +97,4 @@ def test_small_and_large_share_device_time(tiny):
     assert ops["end_s"][0] == pytest.approx(L + n_small * KIB4 / r)
     left = n_big * MIB - n_small * KIB4
     assert ops["end_s"][1] == pytest.approx(ops["end_s"][0] + left / 6.9e9)
-    dev = rec.devices.to_pandas().set_index("device")
-    assert dev.loc["ssd0", "util_peak"] == pytest.approx(1.0)
+    assert rec.stats["capacity_peak"]["ssd0"] == pytest.approx(1.0)

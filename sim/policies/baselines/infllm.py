@@ -113,6 +113,10 @@ class InfLLM:
     def index_bytes(self) -> int:
         return self.n_blocks * self.params.representatives * self.layout.key_bytes
 
+    def ssd_bytes(self) -> np.ndarray:
+        """Whole blocks reserved per disk (a short last block still reserves B slots)."""
+        return self.slots_used * self.layout.entry_bytes
+
     def block_scores(self, query: np.ndarray) -> np.ndarray:
         s = self.rep_keys.rows() @ np.asarray(query, dtype=np.float32)
         return s.reshape(self.n_blocks, self.params.representatives).max(axis=1)

@@ -159,6 +159,9 @@ class NoCluster:
     def index_bytes(self) -> int:
         return 0
 
+    def ssd_bytes(self) -> np.ndarray:
+        return self.slots_used * self.layout.entry_bytes
+
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
         lay = self.layout
         if self.keys.n != self.n_prefix + t:

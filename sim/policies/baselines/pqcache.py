@@ -175,6 +175,9 @@ class PQCache:
     def index_bytes(self) -> int:
         return self.n_clusters * self.layout.key_bytes
 
+    def ssd_bytes(self) -> np.ndarray:
+        return self.slots_used * self.layout.entry_bytes
+
     def _join(self, pos: int) -> None:
         """Token ``pos`` left the window: nearest centroid, next stripe slot."""
         c = int(np.argmax(self.centroids @ self.keys.rows()[pos] - self._half))

@@ -176,6 +176,10 @@ class SwarmDesign:
         k = len(self.clustering.members)
         return int(k * self.layout.key_bytes + ROUTE_BYTES * self._routes)
 
+    def ssd_bytes(self) -> np.ndarray:
+        """Slots the placement allocated per disk (replicas included) x entry bytes."""
+        return self.placement.slots_used * self.layout.entry_bytes
+
     # -- online -----------------------------------------------------------
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
         if t != self._t:
