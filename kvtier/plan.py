@@ -21,9 +21,12 @@ io_path       string      kernel_fs | io_uring | passthrough | gds | none
 offset        int64       byte offset of the first I/O in the device's file
 stride        int64       distance between consecutive I/Os; 0 = contiguous
 extents       list<struct<offset int64, length int64>>
-                          scattered geometry: one (offset, length) per I/O,
-                          in submission order; empty = the regular pattern
-                          of ``offset``/``stride``/``n_ios``
+                          scattered geometry: the byte ranges the op
+                          touches, in submission order; empty = the regular
+                          pattern of ``offset``/``stride``/``n_ios``
+io_bytes      int64       scattered ops: each range is issued as I/Os of at
+                          most this many bytes (the design's I/O size, its
+                          path's maximum transfer); 0 = one I/O per range
 flops         float64     compute op: floating-point operations
 hbm_bytes     float64     compute op: bytes moved to/from HBM
 release_s     float64     the op may not start before this time (arrivals)
@@ -37,9 +40,13 @@ its device's file, in one of two forms:
 * regular: ``n_ios`` I/Os of ``bytes / n_ios`` (whole 4 KiB blocks, the first
   ``bytes/4096 mod n_ios`` of them one block longer), I/O ``i`` at ``offset +
   i * stride``, or right after I/O ``i - 1`` when ``stride`` is 0;
-* scattered: the ``extents`` list, one I/O per extent; then ``n_ios`` is the
-  number of extents, ``bytes`` their total length, ``offset`` the first
-  extent's offset and ``stride`` 0 (:func:`validate_plan` checks all four).
+* scattered: the ``extents`` list of byte ranges, each issued as one I/O, or
+  with ``io_bytes`` > 0 as ``ceil(length / io_bytes)`` I/Os of ``io_bytes``
+  (the last one shorter; an I/O never crosses two ranges); then ``n_ios`` is
+  that I/O count, ``bytes`` the ranges' total length, ``offset`` the first
+  range's offset and ``stride`` 0 (:func:`validate_plan` checks all four).
+  Adjacent ranges are never merged by an executor: a design that lays data
+  out contiguously gives one long range, and that is what makes large I/Os.
 
 A design's layout decides these ranges; :func:`io_extents` expands either form
 into one (op, offset, length) row per I/O, which is what the real backend
@@ -81,6 +88,7 @@ PLAN_SCHEMA = pa.schema(
         ("offset", pa.int64()),
         ("stride", pa.int64()),
         ("extents", pa.list_(EXTENT)),
+        ("io_bytes", pa.int64()),
         ("flops", pa.float64()),
         ("hbm_bytes", pa.float64()),
         ("release_s", pa.float64()),
@@ -99,6 +107,7 @@ _DEFAULTS: dict[str, Any] = {
     "io_path": "none",
     "offset": 0,
     "stride": 0,
+    "io_bytes": 0,
     "flops": 0.0,
     "hbm_bytes": 0.0,
     "release_s": 0.0,
@@ -140,7 +149,7 @@ class PlanBuilder:
         row = {**_DEFAULTS, **fields, "op_id": op_id, "kind": kind, "dst": dst}
         ext = _EMPTY if extents is None else np.asarray(extents, dtype=np.int64).reshape(-1, 2)
         if len(ext):
-            row.update(_from_extents(ext))
+            row.update(_from_extents(ext, int(row["io_bytes"])))
         row["depends_on"] = list(depends_on)
         row["extents"] = None
         for name, col in self._cols.items():
@@ -174,11 +183,39 @@ class PlanBuilder:
 _EMPTY = np.zeros((0, 2), dtype=np.int64)
 
 
-def _from_extents(ext: np.ndarray) -> dict[str, int]:
+def _pieces(length: np.ndarray, io_bytes: np.ndarray | int) -> np.ndarray:
+    """I/Os each range of ``length`` bytes is issued as (one where io_bytes is 0)."""
+    iob = np.asarray(io_bytes, dtype=np.int64)
+    return np.where(iob > 0, -(-length // np.maximum(iob, 1)), 1).astype(np.int64)
+
+
+def split_extents(ranges: np.ndarray, io_bytes: np.ndarray | int) -> np.ndarray:
+    """Each (offset, length) range cut into I/Os of ``io_bytes`` (per range, or one
+    value; 0 = the range whole), the last of a range shorter; (n, 2) int64."""
+    ranges = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
+    iob = np.broadcast_to(np.asarray(io_bytes, dtype=np.int64), (len(ranges),))
+    count = _pieces(ranges[:, 1], iob)
+    owner = np.repeat(np.arange(len(ranges)), count)
+    first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    i = np.arange(int(count.sum()), dtype=np.int64) - first[owner]
+    step = np.where(iob > 0, iob, ranges[:, 1])[owner]
+    out = np.empty((len(owner), 2), dtype=np.int64)
+    out[:, 0] = ranges[owner, 0] + i * step
+    out[:, 1] = np.minimum(step, ranges[owner, 1] - i * step)
+    return out
+
+
+def extent_totals(ext: np.ndarray, io_bytes: int = 0) -> tuple[int, int]:
+    """(bytes, n_ios) of an op with these (n, 2) extents and ``io_bytes``."""
+    ext = np.asarray(ext, dtype=np.int64).reshape(-1, 2)
+    return int(ext[:, 1].sum()), int(_pieces(ext[:, 1], io_bytes).sum())
+
+
+def _from_extents(ext: np.ndarray, io_bytes: int = 0) -> dict[str, int]:
     """The regular columns an extents list implies (see the module docstring)."""
     return {
         "bytes": int(ext[:, 1].sum()),
-        "n_ios": len(ext),
+        "n_ios": int(_pieces(ext[:, 1], io_bytes).sum()),
         "offset": int(ext[0, 0]),
         "stride": 0,
     }
@@ -243,18 +280,24 @@ def plan_from_columns(
     return pa.Table.from_arrays(arrays, schema=PLAN_SCHEMA)
 
 
-def extents_columns(ptr: np.ndarray, ext: np.ndarray) -> dict[str, np.ndarray]:
+def extents_columns(
+    ptr: np.ndarray, ext: np.ndarray, io_bytes: np.ndarray | int = 0
+) -> dict[str, np.ndarray]:
     """Per op, the ``bytes``, ``n_ios``, ``offset`` and ``stride`` its extents imply
-    (ops without extents get 0s: fill those from their regular pattern)."""
+    given its ``io_bytes`` (ops without extents get 0s: fill those from their
+    regular pattern)."""
     ptr = np.asarray(ptr, dtype=np.int64)
     ext = np.asarray(ext, dtype=np.int64).reshape(-1, 2)
     count = np.diff(ptr)
     has = count > 0
+    iob = np.broadcast_to(np.asarray(io_bytes, dtype=np.int64), count.shape)
     cum = np.concatenate([[0], np.cumsum(ext[:, 1])]).astype(np.int64)
     nbytes = cum[ptr[1:]] - cum[ptr[:-1]]
+    ios = np.concatenate([[0], np.cumsum(_pieces(ext[:, 1], np.repeat(iob, count)))])
     first = np.zeros(len(count), dtype=np.int64)
     first[has] = ext[ptr[:-1][has], 0]
-    return {"bytes": nbytes, "n_ios": count, "offset": first, "stride": np.zeros_like(count)}
+    n_ios = (ios[ptr[1:]] - ios[ptr[:-1]]).astype(np.int64)
+    return {"bytes": nbytes, "n_ios": n_ios, "offset": first, "stride": np.zeros_like(count)}
 
 
 def depends_csr(plan: pa.Table) -> tuple[np.ndarray, np.ndarray]:
@@ -299,7 +342,9 @@ def io_extents(plan: pa.Table, ops: np.ndarray | None = None) -> IOExtents:
     offset = plan.column("offset").to_numpy()[ids].astype(np.int64)
     stride = plan.column("stride").to_numpy()[ids].astype(np.int64)
     scattered = np.diff(ptr)[ids] > 0
-    count = np.where(scattered, np.diff(ptr)[ids], n_ios)
+    iob_all = plan.column("io_bytes").to_numpy().astype(np.int64)
+    implied = extents_columns(ptr, ext, iob_all)["n_ios"][ids]
+    count = np.where(scattered, implied, n_ios)
     out_ptr = np.concatenate([[0], np.cumsum(count)]).astype(np.int64)
     total = int(out_ptr[-1])
     op = np.repeat(ids.astype(np.int64), count)
@@ -317,9 +362,17 @@ def io_extents(plan: pa.Table, ops: np.ndarray | None = None) -> IOExtents:
     )
     sc = r(scattered)
     if sc.any():
-        rows = np.repeat(ptr[:-1][ids], count) + i
-        start[sc] = ext[rows[sc], 0]
-        length[sc] = ext[rows[sc], 1]
+        sids = ids[scattered]
+        nrange = np.diff(ptr)[sids]
+        rows = np.repeat(ptr[:-1][sids], nrange) + (
+            np.arange(int(nrange.sum())) - np.repeat(np.cumsum(nrange) - nrange, nrange)
+        )
+        iob = np.repeat(iob_all[sids], nrange)
+        pieces = split_extents(ext[rows], iob)
+        if len(pieces) != int(sc.sum()):
+            raise PlanError("n_ios disagrees with the extents (validate the plan first)")
+        start[sc] = pieces[:, 0]
+        length[sc] = pieces[:, 1]
     return IOExtents(out_ptr, op, start, length)
 
 
@@ -378,8 +431,6 @@ def validate_plan(
 def _check_extents(plan: pa.Table, kind: np.ndarray, nbytes: np.ndarray, n_ios: np.ndarray):
     """Scattered ops: read/write only, extents positive and consistent with the columns."""
     ptr, ext = extents_csr(plan)
-    if not len(ext):
-        return
     count = np.diff(ptr)
     owner = np.repeat(np.arange(len(count)), count)
     bad = (ext[:, 0] < 0) | (ext[:, 1] <= 0)
@@ -392,7 +443,11 @@ def _check_extents(plan: pa.Table, kind: np.ndarray, nbytes: np.ndarray, n_ios: 
     io = np.isin(kind, ["read", "write"])
     if (has & ~io).any():
         raise PlanError(f"op {int(np.argmax(has & ~io))}: only read/write ops carry extents")
-    implied = extents_columns(ptr, ext)
+    io_bytes = plan.column("io_bytes").to_numpy().astype(np.int64)
+    if (io_bytes < 0).any() or (io_bytes[~has] != 0).any():
+        i = int(np.argmax((io_bytes < 0) | (~has & (io_bytes != 0))))
+        raise PlanError(f"op {i}: io_bytes {int(io_bytes[i])} needs extents and must be >= 0")
+    implied = extents_columns(ptr, ext, io_bytes)
     offset = plan.column("offset").to_numpy()
     stride = plan.column("stride").to_numpy()
     for col, arr in (("bytes", nbytes), ("n_ios", n_ios), ("offset", offset), ("stride", stride)):

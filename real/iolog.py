@@ -8,8 +8,9 @@ used: it sends every log's I/O to one device.
 The v3 format (fio HOWTO, "Trace file format v3"): the first line is
 ``fio version 3 iolog``; then ``<timestamp_us> <file> add|open|close`` and
 ``<timestamp_us> <file> read|write <offset> <length>``, timestamps in
-microseconds from the start of the run.  Each plan op becomes ``n_ios``
-lines (``bytes / n_ios`` long, ``stride`` apart or contiguous) stamped with
+microseconds from the start of the run.  Each plan op becomes its ``n_ios``
+I/O lines (:func:`kvtier.plan.io_extents`: the regular pattern or the op's
+extents, exactly the ranges kvtier's replayer issues) stamped with
 the op's start: ``start_s`` from a records table (simulated or real) when
 one is given, else the op's ``release_s``.  Lines are ordered by time, then
 op, then I/O.
@@ -43,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kvtier.plan import read_plan
+from kvtier.plan import io_extents, read_plan
 from real import fio
 from real.errors import RealError
 from real.targets import Target
@@ -72,35 +73,28 @@ def iolog_lines(plan: pa.Table, target: Target, start_s: np.ndarray) -> list[str
     ops = np.nonzero(mine)[0]
     if not len(ops):
         return []
-    nbytes, n_ios, first, stride = (
-        plan.column(c).to_numpy()[ops].astype(np.int64)
-        for c in ("bytes", "n_ios", "offset", "stride")
-    )
-    bad = np.nonzero((n_ios <= 0) | (nbytes % np.maximum(n_ios, 1) != 0))[0]
-    if len(bad):
-        b = bad[0]
-        raise RealError(f"op {ops[b]}: {nbytes[b]} bytes do not split into {n_ios[b]} equal I/Os")
-    length = nbytes // n_ios
-    step = np.where(stride > 0, stride, length)
-    bad = np.nonzero((first % SECTOR) | (length % SECTOR) | (step % SECTOR))[0]
+    ios = io_extents(plan, ops)  # the plan's exact I/Os: regular pattern or extents
+    n_ios = np.diff(ios.ptr)
+    bad = np.nonzero((ios.offset % SECTOR) | (ios.length % SECTOR))[0]
     if len(bad):
         raise RealError(
-            f"op {ops[bad[0]]}: offset/length/stride not multiples of {SECTOR} (O_DIRECT)"
+            f"op {ios.op[bad[0]]}: I/O at offset {ios.offset[bad[0]]} of {ios.length[bad[0]]} "
+            f"bytes is not a multiple of {SECTOR} (O_DIRECT)"
         )
-    end = first + (n_ios - 1) * step + length
+    end = ios.offset + ios.length
     bad = np.nonzero(end > target.size)[0]
     if len(bad):
         b = bad[0]
-        raise RealError(f"op {ops[b]}: ends at byte {end[b]}, beyond {target.path} ({target.size})")
-    stamp = np.maximum(0, np.round(start_s[ops] * 1e6)).astype(np.int64)
-    op = np.repeat(ops, n_ios)
-    k = np.arange(len(op)) - np.repeat(np.cumsum(n_ios) - n_ios, n_ios)
-    offset = np.repeat(first, n_ios) + k * np.repeat(step, n_ios)
-    order = np.lexsort((k, op, np.repeat(stamp, n_ios)))
-    ts = np.repeat(stamp, n_ios)[order].tolist()
-    act = kind[op[order]].tolist()
-    off = offset[order].tolist()
-    size = np.repeat(length, n_ios)[order].tolist()
+        raise RealError(
+            f"op {ios.op[b]}: ends at byte {end[b]}, beyond {target.path} ({target.size})"
+        )
+    stamp = np.repeat(np.maximum(0, np.round(start_s[ops] * 1e6)).astype(np.int64), n_ios)
+    k = np.arange(len(ios.op)) - np.repeat(ios.ptr[:-1], n_ios)
+    order = np.lexsort((k, ios.op, stamp))
+    ts = stamp[order].tolist()
+    act = kind[ios.op[order]].tolist()
+    off = ios.offset[order].tolist()
+    size = ios.length[order].tolist()
     path = target.path
     lines = [HEADER, f"0 {path} add", f"0 {path} open"]
     lines += [f"{t} {path} {a} {o} {n}" for t, a, o, n in zip(ts, act, off, size, strict=True)]

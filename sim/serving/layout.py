@@ -82,29 +82,3 @@ def layer_ranges(slots: Sequence[int], layers: Sequence[int], layer_bytes: float
     out[:, 0] = np.asarray(slots, dtype=np.int64) + np.asarray(layers, dtype=np.int64) * stride
     out[:, 1] = int(round(layer_bytes))
     return out
-
-
-def split_ios(ranges: np.ndarray, io_bytes: int) -> np.ndarray:
-    """Split each (offset, length) range into I/Os of ``io_bytes`` (the last one
-    of a range shorter), in range order; (n, 2) int64 (offset, length)."""
-    ranges = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
-    if not len(ranges):
-        return ranges
-    if io_bytes <= 0:
-        raise ValueError(f"I/O size must be > 0, got {io_bytes}")
-    length = int(ranges[0, 1])
-    if (ranges[:, 1] == length).all():  # the usual case, one layer each: broadcast
-        per = -(-length // io_bytes)
-        step = np.arange(per, dtype=np.int64) * io_bytes
-        out = np.empty((len(ranges) * per, 2), dtype=np.int64)
-        out[:, 0] = (ranges[:, :1] + step).ravel()
-        out[:, 1] = np.tile(np.minimum(io_bytes, length - step), len(ranges))
-        return out
-    count = -(-ranges[:, 1] // io_bytes)
-    owner = np.repeat(np.arange(len(ranges)), count)
-    first = np.concatenate([[0], np.cumsum(count)[:-1]])
-    i = np.arange(int(count.sum()), dtype=np.int64) - first[owner]
-    out = np.empty((len(owner), 2), dtype=np.int64)
-    out[:, 0] = ranges[owner, 0] + i * io_bytes
-    out[:, 1] = np.minimum(io_bytes, ranges[owner, 1] - i * io_bytes)
-    return out

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import simpy
 
-from kvtier.plan import PlanBuilder
+from kvtier.plan import PlanBuilder, extent_totals
 from kvtier.records import Records, op_records
 from sim.executor import OpPhysics, device_records, launch, op_physics
 from sim.hw.machine import Machine
@@ -68,14 +68,15 @@ class OnlineOps:
     ) -> tuple[int, simpy.Event]:
         """Start an op now; returns (op id, event that fires when it ends).
 
-        ``extents``: a read/write's (n, 2) I/Os (offset, length); they set
-        ``nbytes`` and ``n_ios``.  ``fields`` are the plan's free columns
+        ``extents``: a read/write's (n, 2) byte ranges (offset, length), cut
+        into I/Os of ``io_bytes`` (a plan column in ``fields``; 0 = one I/O per
+        range); they set ``nbytes`` and ``n_ios``.  ``fields`` are the plan's free columns
         (``step``, ``layer``, ``tag``).
         """
         now = self.env.now
         deps = sorted(set(depends_on))
         if extents is not None and len(extents):
-            nbytes, n_ios = int(extents[:, 1].sum()), len(extents)
+            nbytes, n_ios = extent_totals(extents, int(fields.get("io_bytes", 0)))
         else:
             extents = None
         op = self.builder.add(

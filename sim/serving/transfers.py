@@ -41,7 +41,6 @@ import simpy
 from hwprofiles import HardwareProfile
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import Piece, Transfer
-from sim.serving.layout import split_ios
 from sim.serving.online import OnlineOps
 
 
@@ -127,12 +126,13 @@ class Mover:
     def _fields(self, kind: str, src: str, dst: str, p: Piece) -> dict:
         if kind == "copy":
             return {"nbytes": int(round(p.nbytes)), "n_ios": 1}
-        ios = split_ios(p.extents, self.io_bytes)
-        if int(ios[:, 1].sum()) != int(round(p.nbytes)):  # pragma: no cover - a layout bug
-            raise RuntimeError(f"{src}->{dst}: extents cover {ios[:, 1].sum()} of {p.nbytes} B")
+        covered = int(p.extents[:, 1].sum())
+        if covered != int(round(p.nbytes)):  # pragma: no cover - a layout bug
+            raise RuntimeError(f"{src}->{dst}: extents cover {covered} of {p.nbytes} B")
         direct = self.gpu in (src, dst)
         return {
-            "extents": ios,
+            "extents": p.extents,
+            "io_bytes": self.io_bytes,
             "io_path": "gds" if direct else self.io_path,
             "queue_depth": self.design.queue_depth,
         }

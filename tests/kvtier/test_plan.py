@@ -14,6 +14,7 @@ from kvtier.plan import (
     PlanBuilder,
     PlanError,
     depends_csr,
+    extent_totals,
     extents_csr,
     io_extents,
     plan_from_columns,
@@ -308,4 +309,36 @@ def test_validate_rejects_bad_extents() -> None:
     cols = {"kind": ["copy"], "src": ["dram0"], "dst": ["gpu0"], "bytes": [4096], "n_ios": [1]}
     plan = plan_from_columns(cols, extents=(np.array([0, 1]), np.array([[0, 4096]])))
     with pytest.raises(PlanError, match="op 0: only read/write ops carry extents"):
+        check(plan)
+
+
+def test_io_bytes_cuts_ranges_into_ios_that_never_cross_a_range() -> None:
+    b = PlanBuilder()
+    # ranges of 300 KiB and 128 KiB at 128 KiB I/Os: 128 + 128 + 44, then 128 -> 4 I/Os
+    ext = np.array([[1 << 20, 300 << 10], [0, 128 << 10]])
+    b.read("ssd0", "dram0", extents=ext, io_bytes=128 << 10, io_path="io_uring")
+    b.write("dram0", "ssd0", extents=np.array([[8192, 8192]]), io_path="io_uring")
+    plan = b.table()
+    check(plan)
+    row = plan.slice(0, 1).to_pylist()[0]
+    assert (row["bytes"], row["n_ios"], row["offset"]) == (428 << 10, 4, 1 << 20)
+    io = io_extents(plan)
+    kib = [(int(o) >> 10, int(n) >> 10) for o, n in zip(io.offset, io.length, strict=True)]
+    assert kib == [(1024, 128), (1152, 128), (1280, 44), (0, 128), (8, 8)]
+    assert io.ptr.tolist() == [0, 4, 5]
+    assert extent_totals(ext, 128 << 10) == (428 << 10, 4)
+    assert extent_totals(ext, 0) == (428 << 10, 2)
+
+
+def test_validate_rejects_io_bytes_without_extents_or_wrong_io_count() -> None:
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", 8192, 2, io_bytes=4096, io_path="io_uring")
+    with pytest.raises(PlanError, match="op 0: io_bytes 4096 needs extents"):
+        check(b.table())
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", extents=np.array([[0, 16384]]), io_bytes=4096, io_path="io_uring")
+    plan = b.table()
+    i = plan.schema.get_field_index("n_ios")
+    plan = plan.set_column(i, "n_ios", pa.array([1], pa.int64()))  # 16 KiB / 4 KiB is 4
+    with pytest.raises(PlanError, match="op 0: n_ios 1 disagrees with its extents \\(4\\)"):
         check(plan)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 from kvtier.plan import PlanBuilder
 from real.errors import RealError
-from real.iolog import export_iologs, fio_replay_throughput, job_file
+from real.iolog import export_iologs, fio_replay_throughput, iolog_lines, job_file
 from real.targets import Limits, Target
 
 MIB = 1 << 20
@@ -98,11 +99,11 @@ def test_refusals(tmp_path: Path) -> None:
         export_iologs(three_ops(), [Target("ssd0", t0.path, 65536), t1], tmp_path)
     b = PlanBuilder()
     b.read("ssd0", "dram0", 4096 + 100, 1, io_path="io_uring")
-    with pytest.raises(RealError, match="multiples of 512"):
+    with pytest.raises(RealError, match="4196 bytes is not a multiple of 512"):
         export_iologs(b.table(), [t0], tmp_path)
-    b = PlanBuilder()
+    b = PlanBuilder()  # 4097 bytes in 2 I/Os: 2049 + 2048, neither sector-aligned
     b.read("ssd0", "dram0", 4097, 2, io_path="io_uring")
-    with pytest.raises(RealError, match="equal I/Os"):
+    with pytest.raises(RealError, match="2049 bytes is not a multiple of 512"):
         export_iologs(b.table(), [t0], tmp_path)
     users = [
         Target("ssd0", t0.path, MIB, created=False),
@@ -121,3 +122,15 @@ def test_fio_replays_the_logs_on_temporary_files(tmp_path: Path) -> None:
     assert got["per_device"]["ssd1"]["bytes"] == 4096
     assert got["elapsed_s"] >= 0 and Path(got["fio_json"]).exists()
     assert (tmp_path / "ssd1.dat").stat().st_size == MIB  # written in place, not extended
+
+
+def test_scattered_extents_are_logged_exactly(tmp_path: Path) -> None:
+    """A scattered op's I/Os are its extents cut at io_bytes, in submission order."""
+    t0, _ = targets(tmp_path)
+    b = PlanBuilder()
+    # 8 KiB at 64 KiB, then 12 KiB at 0 cut into 8 KiB I/Os: 3 lines
+    ext = np.array([[65536, 8192], [0, 12288]])
+    b.read("ssd0", "dram0", extents=ext, io_bytes=8192, io_path="io_uring")
+    lines = iolog_lines(b.table(), t0, np.zeros(1))
+    io = [line.split()[2:] for line in lines if " read " in line]
+    assert io == [["read", "65536", "8192"], ["read", "0", "8192"], ["read", "8192", "4096"]]

@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 
 from hwprofiles import load_profile
 from kvtier.plan import io_extents, validate_plan
+from kvtier.plan import split_extents as split_ios
 from sim.models import get_model
 from sim.serving.blocks import OffloadTier
 from sim.serving.build import build_engine
 from sim.serving.designs import get_design
 from sim.serving.engine import Engine, EngineConfig
-from sim.serving.layout import SlotAllocator, layer_stride, split_ios
+from sim.serving.layout import SlotAllocator, layer_stride
 from sim.serving.requests import load_requests, request_table
 
 B = 16
