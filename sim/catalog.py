@@ -2,10 +2,16 @@
 
 ``sim/__init__.py`` imports this module, so every registration below has
 happened before any ``sim`` module runs a lookup, whatever the user imported
-first.  Adding a KV design, a serving design or a workload kind means adding
-its module here (and its one ``register`` line in that module).
+first.  KV designs are found, not listed: every module under
+:mod:`sim.policies` is imported, so a new design is one policy file with its
+``register`` line (README, "Adding a KV design").  Serving designs and
+workload kinds are the modules below.
 """
 
+import importlib
+import pkgutil
+
+import sim.policies
 import sim.policies.baselines.infllm  # noqa: F401 KV design: infllm
 import sim.policies.baselines.nocluster  # noqa: F401 KV design: nocluster
 import sim.policies.baselines.pqcache  # noqa: F401 KV design: pqcache
@@ -15,3 +21,7 @@ import sim.workloads  # noqa: F401 workload kinds: sparse_decode, swarm, serving
 from sim.registry import KV_DESIGNS, SERVING_DESIGNS, WORKLOADS
 
 REGISTRIES = (KV_DESIGNS, SERVING_DESIGNS, WORKLOADS)
+
+# any other policy module (a design added as one file registers itself on import)
+for _info in pkgutil.walk_packages(sim.policies.__path__, "sim.policies."):
+    importlib.import_module(_info.name)

@@ -44,8 +44,6 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
-import sim.policies.baselines  # noqa: F401  (registers the baseline designs)
-import sim.policies.swarm.design  # noqa: F401  (registers Swarm and its ablations)
 from hwprofiles import HardwareProfile
 from kvtier.plan import BLOCK, PlanBuilder
 from sim.config import SwarmParams
