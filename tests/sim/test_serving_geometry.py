@@ -8,14 +8,9 @@ verify exactly the bytes and I/Os the plan's extents name.
 
 from __future__ import annotations
 
-import errno
-import os
-import shutil
-import uuid
 from pathlib import Path
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -168,26 +163,6 @@ def test_ssd_ops_count_ios_per_layer_as_the_simulator_does() -> None:
 
 
 # ---- validation and real replay ------------------------------------------------------------
-@pytest.fixture
-def direct_dir(tmp_path: Path):
-    """A directory accepting O_DIRECT: tmp_path, else one in /dev/shm; skip if neither."""
-    try:
-        os.close(os.open(tmp_path / "probe", os.O_CREAT | os.O_RDWR | os.O_DIRECT, 0o600))
-        yield tmp_path
-        return
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise
-    if not Path("/dev/shm").is_dir():
-        pytest.skip("no filesystem here accepts O_DIRECT")
-    shm = Path("/dev/shm") / f"kvtier-test-{uuid.uuid4().hex}"
-    shm.mkdir()
-    try:
-        yield shm
-    finally:
-        shutil.rmtree(shm, ignore_errors=True)
-
-
 def test_the_issued_plan_validates_and_replays_for_real(direct_dir: Path) -> None:
     from real.datafile import prepare_targets
     from real.replay import replay

@@ -1,4 +1,4 @@
-"""Shared fixtures of the real-backend tests."""
+"""Fixtures shared by every test directory (the real backend and the serving replays)."""
 
 from __future__ import annotations
 
