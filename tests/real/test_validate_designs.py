@@ -5,6 +5,7 @@ throttled loop devices (root)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from hwprofiles import load_profile
 from kvtier.cli.main import main
 from kvtier.cli.validate import Devices
 from kvtier.cli.validate_designs import (
@@ -25,7 +27,9 @@ from kvtier.cli.validate_designs import (
     ranking,
     run_designs,
     scaled_designs,
+    warmup_plan,
 )
+from kvtier.plan import PlanBuilder, io_extents
 from kvtier.records import Records
 from real import blkio
 from sim.config import ConfigError
@@ -251,3 +255,23 @@ def test_designs_on_throttled_loop_devices(tiny: Path, tmp_path: Path):
     assert table["design"].tolist() == list(plans)
     assert table["bytes_match"].all()
     assert (table["real_bytes_read"] == table["sim_bytes_read"]).all()
+
+
+def test_warmup_spends_three_slices_of_each_devices_budget_inside_the_footprint():
+    """h20-8ssd's PM9A3: 6.9 GB/s and 1,100,000 read IOPS (profile).  Three 100 ms
+    slices: ceil(3 x 0.1 x 6.9e9 / 1 MiB) = 1,975 reads of 1 MiB, then
+    3 x 0.1 x 1.1e6 = 330,000 reads of 4 KiB, all inside the plan's 3 MiB file."""
+    profile = load_profile("h20-8ssd")
+    spec = profile.ssd("ssd1")
+    b = PlanBuilder()
+    b.read("ssd1", "dram0", extents=np.array([[2 << 20, 1 << 20]]), io_path="io_uring")
+    warm = warmup_plan(b.table(), profile)
+    rows = warm.to_pylist()
+    assert [r["src"] for r in rows] == ["ssd1", "ssd1"]
+    big = math.ceil(3 * 0.1 * spec.read_gbps * 1e9 / (1 << 20))
+    small = math.ceil(3 * 0.1 * spec.read_iops)
+    assert [r["n_ios"] for r in rows] == [big, small]
+    assert [r["bytes"] for r in rows] == [big << 20, small * 4096]
+    io = io_extents(warm)
+    assert int((io.offset + io.length).max()) <= 3 << 20  # the file the plan needs
+    assert set(io.offset[io.length == 1 << 20].tolist()) == {0, 1 << 20, 2 << 20}
