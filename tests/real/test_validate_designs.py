@@ -5,7 +5,6 @@ throttled loop devices (root)."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -23,15 +22,15 @@ from kvtier.cli.validate_designs import (
     design_metrics,
     design_table,
     footprint,
+    paced,
     plan_designs,
     ranking,
     run_designs,
     scaled_designs,
-    warmup_plan,
 )
-from kvtier.plan import PlanBuilder, io_extents
 from kvtier.records import Records
 from real import blkio
+from real.targets import Limits, Target
 from sim.config import ConfigError
 from sim.executor import simulate
 
@@ -168,7 +167,6 @@ def test_caps_only_shrink_and_names_are_checked(tiny: Path):
 
 
 def test_each_design_reads_its_plans_bytes_per_step(tiny: Path):
-    from hwprofiles import load_profile
 
     cfg = scaled_designs(str(tiny), 2, "all")
     plans, skipped = plan_designs(cfg, load_profile("h20-8ssd"))
@@ -235,7 +233,6 @@ NO_THROTTLE = blkio.throttle_unavailable()
 
 @pytest.mark.skipif(NO_THROTTLE is not None, reason=f"needs root and blkio: {NO_THROTTLE}")
 def test_designs_on_throttled_loop_devices(tiny: Path, tmp_path: Path):
-    from hwprofiles import load_profile
     from real.emulate import emulate
 
     plans, _ = plan_designs(scaled_designs(str(tiny), 2), load_profile("h20-8ssd"))
@@ -257,21 +254,14 @@ def test_designs_on_throttled_loop_devices(tiny: Path, tmp_path: Path):
     assert (table["real_bytes_read"] == table["sim_bytes_read"]).all()
 
 
-def test_warmup_spends_three_slices_of_each_devices_budget_inside_the_footprint():
-    """h20-8ssd's PM9A3: 6.9 GB/s and 1,100,000 read IOPS (profile).  Three 100 ms
-    slices: ceil(3 x 0.1 x 6.9e9 / 1 MiB) = 1,975 reads of 1 MiB, then
-    3 x 0.1 x 1.1e6 = 330,000 reads of 4 KiB, all inside the plan's 3 MiB file."""
-    profile = load_profile("h20-8ssd")
-    spec = profile.ssd("ssd1")
-    b = PlanBuilder()
-    b.read("ssd1", "dram0", extents=np.array([[2 << 20, 1 << 20]]), io_path="io_uring")
-    warm = warmup_plan(b.table(), profile)
-    rows = warm.to_pylist()
-    assert [r["src"] for r in rows] == ["ssd1", "ssd1"]
-    big = math.ceil(3 * 0.1 * spec.read_gbps * 1e9 / (1 << 20))
-    small = math.ceil(3 * 0.1 * spec.read_iops)
-    assert [r["n_ios"] for r in rows] == [big, small]
-    assert [r["bytes"] for r in rows] == [big << 20, small * 4096]
-    io = io_extents(warm)
-    assert int((io.offset + io.length).max()) <= 3 << 20  # the file the plan needs
-    assert set(io.offset[io.length == 1 << 20].tolist()) == {0, 1 << 20, 2 << 20}
+def test_design_replays_are_paced_at_the_targets_own_limits():
+    """Throttled targets keep their limits and are paced I/O by I/O too; a target
+    without limits is left alone."""
+    lim = Limits(read_bps=272_000_000, write_bps=160_000_000, read_iops=43_000, write_iops=7_800)
+    targets = {
+        "ssd0": Target("ssd0", "/dev/loop7", 1 << 30, limits=lim),
+        "ssd1": Target("ssd1", "/dev/loop8", 1 << 30),
+    }
+    out = paced(targets)
+    assert out["ssd0"].pacing and out["ssd0"].limits == lim
+    assert out["ssd1"] == targets["ssd1"]
