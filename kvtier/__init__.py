@@ -1,6 +1,7 @@
 """kvtier's shared contracts, imported by both backends, and the CLI on top.
 
-* :mod:`kvtier.plan` — the transfer plan (schema, builder, geometry, validation);
+* :mod:`kvtier.plan` — the transfer plan (schema, builder, validation);
+* :mod:`kvtier.geometry` — the byte ranges and I/Os of its read/write ops;
 * :mod:`kvtier.records` — what an executor measured (one schema for sim and real);
 * :mod:`kvtier.units` — unit conversions and formatting;
 * :mod:`kvtier.provenance` — git SHA, machine, package versions of a result;

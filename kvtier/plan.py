@@ -59,7 +59,6 @@ Policies build plans with :class:`PlanBuilder` (or whole columns at once with
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +66,43 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kvtier.geometry import (  # re-exported: the plan's geometry is part of its contract
+    BLOCK,
+    NO_EXTENTS,
+    IOExtents,
+    extent_totals,
+    extents_columns,
+    extents_csr,
+    implied_columns,
+    io_extents,
+    split_extents,
+)
+
+__all__ = [
+    "BLOCK",
+    "EXTENT",
+    "IO_PATHS",
+    "KINDS",
+    "PLAN_SCHEMA",
+    "IOExtents",
+    "PlanBuilder",
+    "PlanError",
+    "depends_csr",
+    "extent_totals",
+    "extents_columns",
+    "extents_csr",
+    "io_extents",
+    "plan_from_columns",
+    "read_plan",
+    "split_extents",
+    "validate_plan",
+    "write_plan",
+]
+
 KINDS = ("read", "write", "copy", "compute")
 IO_PATHS = ("kernel_fs", "io_uring", "passthrough", "gds", "none")
 
 EXTENT = pa.struct([("offset", pa.int64()), ("length", pa.int64())])
-BLOCK = 4096  # the granularity of regular-pattern I/O sizes (and of O_DIRECT on 4Kn devices)
 
 PLAN_SCHEMA = pa.schema(
     [
@@ -147,9 +178,9 @@ class PlanBuilder:
         if unknown:
             raise TypeError(f"unknown plan column(s): {sorted(unknown)}")
         row = {**_DEFAULTS, **fields, "op_id": op_id, "kind": kind, "dst": dst}
-        ext = _EMPTY if extents is None else np.asarray(extents, dtype=np.int64).reshape(-1, 2)
+        ext = NO_EXTENTS if extents is None else np.asarray(extents, dtype=np.int64).reshape(-1, 2)
         if len(ext):
-            row.update(_from_extents(ext, int(row["io_bytes"])))
+            row.update(implied_columns(ext, int(row["io_bytes"])))
         row["depends_on"] = list(depends_on)
         row["extents"] = None
         for name, col in self._cols.items():
@@ -176,49 +207,8 @@ class PlanBuilder:
         dep_ptr = np.cumsum([0] + [len(d) for d in self._cols["depends_on"]], dtype=np.int64)
         deps = [x for d in self._cols["depends_on"] for x in d]
         ext_ptr = np.cumsum([0] + [len(e) for e in self._ext], dtype=np.int64)
-        ext = np.concatenate(self._ext) if self._ext else _EMPTY
+        ext = np.concatenate(self._ext) if self._ext else NO_EXTENTS
         return plan_from_columns(cols, dep_ptr, deps, (ext_ptr, ext))
-
-
-_EMPTY = np.zeros((0, 2), dtype=np.int64)
-
-
-def _pieces(length: np.ndarray, io_bytes: np.ndarray | int) -> np.ndarray:
-    """I/Os each range of ``length`` bytes is issued as (one where io_bytes is 0)."""
-    iob = np.asarray(io_bytes, dtype=np.int64)
-    return np.where(iob > 0, -(-length // np.maximum(iob, 1)), 1).astype(np.int64)
-
-
-def split_extents(ranges: np.ndarray, io_bytes: np.ndarray | int) -> np.ndarray:
-    """Each (offset, length) range cut into I/Os of ``io_bytes`` (per range, or one
-    value; 0 = the range whole), the last of a range shorter; (n, 2) int64."""
-    ranges = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
-    iob = np.broadcast_to(np.asarray(io_bytes, dtype=np.int64), (len(ranges),))
-    count = _pieces(ranges[:, 1], iob)
-    owner = np.repeat(np.arange(len(ranges)), count)
-    first = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
-    i = np.arange(int(count.sum()), dtype=np.int64) - first[owner]
-    step = np.where(iob > 0, iob, ranges[:, 1])[owner]
-    out = np.empty((len(owner), 2), dtype=np.int64)
-    out[:, 0] = ranges[owner, 0] + i * step
-    out[:, 1] = np.minimum(step, ranges[owner, 1] - i * step)
-    return out
-
-
-def extent_totals(ext: np.ndarray, io_bytes: int = 0) -> tuple[int, int]:
-    """(bytes, n_ios) of an op with these (n, 2) extents and ``io_bytes``."""
-    ext = np.asarray(ext, dtype=np.int64).reshape(-1, 2)
-    return int(ext[:, 1].sum()), int(_pieces(ext[:, 1], io_bytes).sum())
-
-
-def _from_extents(ext: np.ndarray, io_bytes: int = 0) -> dict[str, int]:
-    """The regular columns an extents list implies (see the module docstring)."""
-    return {
-        "bytes": int(ext[:, 1].sum()),
-        "n_ios": int(_pieces(ext[:, 1], io_bytes).sum()),
-        "offset": int(ext[0, 0]),
-        "stride": 0,
-    }
 
 
 def plan_from_columns(
@@ -262,7 +252,7 @@ def plan_from_columns(
         offsets = pa.array(np.asarray(depends_offsets, dtype=np.int32))
         values = pa.array(np.asarray(depends_values, dtype=np.int64))
     if extents is None:
-        ext_ptr, ext = np.zeros(n + 1, dtype=np.int64), _EMPTY
+        ext_ptr, ext = np.zeros(n + 1, dtype=np.int64), NO_EXTENTS
     else:
         ext_ptr = np.asarray(extents[0], dtype=np.int64)
         ext = np.asarray(extents[1], dtype=np.int64).reshape(-1, 2)
@@ -280,100 +270,12 @@ def plan_from_columns(
     return pa.Table.from_arrays(arrays, schema=PLAN_SCHEMA)
 
 
-def extents_columns(
-    ptr: np.ndarray, ext: np.ndarray, io_bytes: np.ndarray | int = 0
-) -> dict[str, np.ndarray]:
-    """Per op, the ``bytes``, ``n_ios``, ``offset`` and ``stride`` its extents imply
-    given its ``io_bytes`` (ops without extents get 0s: fill those from their
-    regular pattern)."""
-    ptr = np.asarray(ptr, dtype=np.int64)
-    ext = np.asarray(ext, dtype=np.int64).reshape(-1, 2)
-    count = np.diff(ptr)
-    has = count > 0
-    iob = np.broadcast_to(np.asarray(io_bytes, dtype=np.int64), count.shape)
-    cum = np.concatenate([[0], np.cumsum(ext[:, 1])]).astype(np.int64)
-    nbytes = cum[ptr[1:]] - cum[ptr[:-1]]
-    ios = np.concatenate([[0], np.cumsum(_pieces(ext[:, 1], np.repeat(iob, count)))])
-    first = np.zeros(len(count), dtype=np.int64)
-    first[has] = ext[ptr[:-1][has], 0]
-    n_ios = (ios[ptr[1:]] - ios[ptr[:-1]]).astype(np.int64)
-    return {"bytes": nbytes, "n_ios": n_ios, "offset": first, "stride": np.zeros_like(count)}
-
-
 def depends_csr(plan: pa.Table) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, values) of the depends_on column as numpy arrays."""
     col = plan.column("depends_on").combine_chunks()
     offsets = np.asarray(col.offsets, dtype=np.int64)
     values = np.asarray(col.values, dtype=np.int64)
     return offsets - offsets[0], values[offsets[0] : offsets[-1]] if len(values) else values
-
-
-def extents_csr(plan: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-    """(ptr, table) of the extents column: op i's (offset, length) rows are
-    ``table[ptr[i]:ptr[i+1]]``."""
-    col = plan.column("extents").combine_chunks()
-    ptr = np.asarray(col.offsets, dtype=np.int64)
-    vals = col.values
-    off = np.asarray(vals.field("offset"), dtype=np.int64)[ptr[0] : ptr[-1]]
-    length = np.asarray(vals.field("length"), dtype=np.int64)[ptr[0] : ptr[-1]]
-    return ptr - ptr[0], np.stack([off, length], axis=1) if len(off) else _EMPTY
-
-
-@dataclass(frozen=True)
-class IOExtents:
-    """Every I/O of a plan's read/write ops, in op order and, within an op, in
-    submission order: I/O ``k`` of op ``op[k]`` touches ``length[k]`` bytes at
-    ``offset[k]`` of the op's device; op i's I/Os are rows ``ptr[i]:ptr[i+1]``."""
-
-    ptr: np.ndarray
-    op: np.ndarray
-    offset: np.ndarray
-    length: np.ndarray
-
-
-def io_extents(plan: pa.Table, ops: np.ndarray | None = None) -> IOExtents:
-    """Expand both geometry forms (module docstring) into one row per I/O,
-    for all read/write ops or the ids ``ops`` of some (vectorised)."""
-    kind = np.asarray(plan.column("kind").to_pylist(), dtype=object)
-    ids = np.nonzero(np.isin(kind, ["read", "write"]))[0] if ops is None else np.asarray(ops)
-    ptr, ext = extents_csr(plan)
-    nbytes = plan.column("bytes").to_numpy()[ids].astype(np.int64)
-    n_ios = np.maximum(plan.column("n_ios").to_numpy()[ids].astype(np.int64), 1)
-    offset = plan.column("offset").to_numpy()[ids].astype(np.int64)
-    stride = plan.column("stride").to_numpy()[ids].astype(np.int64)
-    scattered = np.diff(ptr)[ids] > 0
-    iob_all = plan.column("io_bytes").to_numpy().astype(np.int64)
-    implied = extents_columns(ptr, ext, iob_all)["n_ios"][ids]
-    count = np.where(scattered, implied, n_ios)
-    out_ptr = np.concatenate([[0], np.cumsum(count)]).astype(np.int64)
-    total = int(out_ptr[-1])
-    op = np.repeat(ids.astype(np.int64), count)
-    i = np.arange(total, dtype=np.int64) - np.repeat(out_ptr[:-1], count)  # I/O index in op
-    # regular pattern: whole blocks where the bytes allow it, else bytes
-    unit = np.where((nbytes % BLOCK == 0) & (nbytes // BLOCK >= n_ios), BLOCK, 1)
-    units = nbytes // unit
-    base, extra = units // n_ios, units % n_ios
-    r = lambda a: np.repeat(a, count)  # noqa: E731
-    length = (r(base) + (i < r(extra))) * r(unit)
-    start = np.where(
-        r(stride) > 0,
-        r(offset) + i * r(stride),
-        r(offset) + (i * r(base) + np.minimum(i, r(extra))) * r(unit),
-    )
-    sc = r(scattered)
-    if sc.any():
-        sids = ids[scattered]
-        nrange = np.diff(ptr)[sids]
-        rows = np.repeat(ptr[:-1][sids], nrange) + (
-            np.arange(int(nrange.sum())) - np.repeat(np.cumsum(nrange) - nrange, nrange)
-        )
-        iob = np.repeat(iob_all[sids], nrange)
-        pieces = split_extents(ext[rows], iob)
-        if len(pieces) != int(sc.sum()):
-            raise PlanError("n_ios disagrees with the extents (validate the plan first)")
-        start[sc] = pieces[:, 0]
-        length[sc] = pieces[:, 1]
-    return IOExtents(out_ptr, op, start, length)
 
 
 def validate_plan(
