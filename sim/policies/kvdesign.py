@@ -26,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sim.registry import KV_DESIGNS
+from traces.access import selection_budget
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,27 @@ class Layout:
     n_ssd: int
     entry_bytes: int  # one token's K and V for this layer (all KV heads)
     key_bytes: int  # the K half alone (what scoring reads)
-    budget: int  # entries attention may use per step (sparsity x context)
+    budget: int  # entries attention uses per step, sinks and window included (see step_budget)
     local_window: int  # most recent tokens always kept in DRAM
     sink_tokens: int  # first tokens always kept in DRAM
     dram_cache_entries: int  # DRAM for cached clusters/blocks, in entries
     ssd_latency_us: float  # SSD addressing latency (Swarm's cost-effectiveness score)
     ssd_entry_us: float  # per-entry transfer time at the SSD's bandwidth
+    sparsity: float = 0.0  # > 0: the budget follows the context (step_budget), as the oracle's
+
+    def step_budget(self, visible: int) -> int:
+        """The selection budget when entries ``0..visible-1`` are visible: how many
+        distinct entries attention uses, the sinks and the local window *included*
+        (the one definition every design spends, see :mod:`sim.policies.selection`).
+
+        With ``sparsity`` set it is the oracle's own count,
+        :func:`traces.access.selection_budget`: ``round(sparsity x (visible - 1))``
+        (the context before the newest token), at least 1; otherwise the fixed
+        ``budget``.  Never more than ``visible``.
+        """
+        if self.sparsity > 0:
+            return min(visible, max(1, selection_budget(visible - 1, 0, self.sparsity)))
+        return min(visible, self.budget)
 
 
 @dataclass

@@ -1,4 +1,20 @@
-"""Selection helpers shared by the sparse-attention designs."""
+"""Selection helpers shared by the sparse-attention designs: how a design
+spends its selection budget.
+
+The budget (:meth:`sim.policies.kvdesign.Layout.step_budget`) is the number of
+*distinct entries attention uses* at a step, the sinks and the local window
+included, as the oracle counts them.  Every design spends it the same way:
+
+1. the always-selected entries (sinks, window, and whatever else the design
+   keeps resident and attends to unconditionally) come first and count;
+2. the rest, ``budget - |always|`` entries, go by score: single entries
+   (:func:`top_entries`, No Cluster) or whole units (clusters, blocks:
+   :func:`take_units`) in descending unit score, each unit adding its entries
+   not selected yet, in member order;
+3. the last unit is *cut* where the count reaches the budget, so a design
+   that selects units never exceeds the budget and overshoots by nothing:
+   ``|selected| = min(budget, |always| + entries the units cover)``.
+"""
 
 from __future__ import annotations
 
@@ -12,22 +28,56 @@ def always_selected(visible: int, sink_tokens: int, local_window: int) -> np.nda
     return np.union1d(sinks, window).astype(np.int64)
 
 
-def take_units(
-    scores: np.ndarray, members: list[np.ndarray], budget: int, exclude: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Units in descending score until their distinct entries reach ``budget``.
+def remaining(budget: int, always: np.ndarray) -> int:
+    """Entries left to choose by score once the always-selected ones are counted."""
+    return max(int(budget) - len(always), 0)
 
-    ``exclude`` (sorted) entries do not count toward the budget (they are
-    selected anyway: sinks, window).  Returns (chosen unit ids, their distinct
-    entries not in ``exclude``, sorted).  Ties break by unit id.
+
+def top_entries(scores: np.ndarray, budget: int, always: np.ndarray) -> np.ndarray:
+    """The ``budget - |always|`` highest-scoring entries not in ``always`` (sorted
+    ids); ``scores`` covers every visible entry."""
+    k = remaining(budget, always)
+    cand = np.setdiff1d(np.arange(len(scores), dtype=np.int64), always, assume_unique=True)
+    if k < len(cand):
+        cand = cand[np.argpartition(-np.asarray(scores)[cand], k)[:k]] if k else cand[:0]
+    return np.sort(cand)
+
+
+def take_units(
+    scores: np.ndarray,
+    members: list[np.ndarray],
+    budget: int,
+    always: np.ndarray,
+    visible: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Units in descending score until the selection holds ``budget`` entries.
+
+    ``always`` (sorted ids) are selected anyway and count toward ``budget``;
+    every member id and every ``always`` id is below ``visible``.
+    Each unit adds its members not selected yet, in member order; the last
+    unit is cut at the budget (see the module doc).  Ties break by unit id.
+    Returns (chosen unit ids, the entries they add, sorted), so
+    ``|always| + |entries| = min(budget, |always| + what the units cover)``.
+    One numpy pass per chosen unit: cost grows with the selection, not the index.
     """
+    k = remaining(budget, always)
     order = np.lexsort((np.arange(len(scores)), -np.asarray(scores)))
+    taken = np.zeros(visible, dtype=bool)
+    taken[always] = True
     chosen: list[int] = []
-    seen: set[int] = set()
-    excl = set(exclude.tolist()) if exclude is not None else set()
+    added: list[np.ndarray] = []
+    n = 0
     for u in order:
-        if len(seen) >= budget:
+        if n >= k:
             break
+        m = np.asarray(members[u], dtype=np.int64)
+        new = m[~taken[m]]
+        if new.size:
+            _, first = np.unique(new, return_index=True)
+            new = new[np.sort(first)][: k - n]
+            taken[new] = True
+            added.append(new)
+            n += new.size
         chosen.append(int(u))
-        seen.update(int(e) for e in members[u] if int(e) not in excl)
-    return np.array(chosen, dtype=np.int64), np.array(sorted(seen), dtype=np.int64)
+    entries = np.sort(np.concatenate(added)) if added else np.zeros(0, dtype=np.int64)
+    return np.array(chosen, dtype=np.int64), entries

@@ -32,7 +32,11 @@ layer of a lane reads the same byte ranges: the modeled layers stand for all).
 
 Fetching layer l+1 overlaps computing layer l (Swarm §7 pipelined
 prefetching): reads of g wait for the selection of g, the reads of g-1 and
-the compute of g-2 (double buffering).
+the compute of g-2 (double buffering).  Decoding is autoregressive: every
+layer's selection at step t (its reads and copy, for a design without a
+select op) waits for the last compute of step t-1, which produces the token
+whose query step t scores.  Only the ``prefetch`` of keys, which needs no
+query, may run ahead.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ def layout_for(p: SwarmParams, profile: HardwareProfile, n_ssd: int, prefix: int
         entry_bytes=entry,
         key_bytes=entry // 2,
         budget=max(1, round(p.sparsity * prefix)),
+        sparsity=p.sparsity,  # the budget grows with the context, as the oracle's
         local_window=p.local_window,
         sink_tokens=p.sink_tokens,
         dram_cache_entries=int(p.dram_cache * prefix),
@@ -278,6 +283,8 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
     prev_select = -1
     computes: list[int] = []
     for t in range(p.steps):
+        # autoregression: step t's queries need step t-1's output token, i.e. its last compute
+        token = computes[-1:]
         for layer in range(layers):
             keys = [(s, layer % p.layers_modeled) for s in range(p.batch)]
             decs = [(lanes[k].decisions[t], bases[k]) for k in keys]
@@ -287,7 +294,7 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
             )
             flops = sum(d.score_flops for d, _ in decs)
             sbytes = sum(d.score_bytes for d, _ in decs)
-            after = prefetch + ([prev_select] if prev_select >= 0 else [])
+            after = prefetch + token + ([prev_select] if prev_select >= 0 else [])
             select = (
                 b.compute(gpu, flops, sbytes, depends_on=after, step=t, layer=layer, tag="select")
                 if flops or sbytes

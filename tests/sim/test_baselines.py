@@ -162,7 +162,7 @@ def _one_hot_block_trace():
 
 def test_infllm_reads_a_whole_block_as_one_extent():
     keys, acts, q = _one_hot_block_trace()
-    lay = layout(n_ssd=4, window=16, sinks=4, budget=4 + 16 + 1, cache=0)
+    lay = layout(n_ssd=4, window=16, sinks=4, budget=4 + 16 + 128, cache=0)  # one block's room
     inf = built("infllm", keys, lay, acts, block_tokens=128)
     assert inf.n_blocks == 8 and inf.index_bytes() == 8 * 4 * KB
     dec = inf.step(0, q, np.zeros(4, np.float32))
@@ -176,7 +176,7 @@ def test_infllm_reads_a_whole_block_as_one_extent():
 
 def test_infllm_lru_cache_turns_the_second_read_into_a_hit():
     keys, acts, q = _one_hot_block_trace()
-    lay = layout(n_ssd=4, window=16, sinks=4, budget=4 + 16 + 1, cache=128)
+    lay = layout(n_ssd=4, window=16, sinks=4, budget=4 + 16 + 128, cache=128)
     inf = built("infllm", keys, lay, acts, block_tokens=128)
     first = inf.step(0, q, np.zeros(4, np.float32))
     second = inf.step(1, q, np.zeros(4, np.float32))
@@ -230,11 +230,12 @@ def test_pqcache_clusters_partition_the_prefix_and_index_is_centroids():
 
 def test_pqcache_takes_the_highest_scoring_centroids_first():
     keys, truth, centres = _planted()
-    lay = layout(n_ssd=2, window=4, sinks=0, budget=4 + 1)
+    want = np.flatnonzero(truth == 3)
+    room = len(np.setdiff1d(want, np.arange(253, 257)))  # cluster 3 beyond the window
+    lay = layout(n_ssd=2, window=4, sinks=0, budget=4 + room)
     pq = built("pqcache", keys, lay, chunk_entries=16)
     q = (centres[3] + 0.5 * centres[6]).astype(np.float32)
     dec = pq.step(0, q, np.zeros(16, np.float32))
-    want = np.flatnonzero(truth == 3)
     assert np.array_equal(dec.selected, np.union1d(want, np.arange(253, 257)))
     # every selected cluster member read alone, at its stripe slot
     s = Stripe(16, 2)

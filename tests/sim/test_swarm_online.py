@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -165,12 +167,15 @@ CENTROIDS = 10.0 * np.eye(DIM)[:K]
 PLANTED = clustering(*[list(range(c, N, K)) for c in range(K)])
 
 
-def layout(n_ssd=3, budget=12, window=4, cache=0) -> Layout:
+def layout(n_ssd=3, budget=None, window=4, cache=0) -> Layout:
+    """Budget (sinks and window included, as every design counts it): by default
+    room for the 2 sinks, the window and one planted cluster's 15 non-resident
+    members (16 members, one of them a sink or in the window)."""
     return Layout(
         n_ssd=n_ssd,
         entry_bytes=EB,
         key_bytes=EB // 2,
-        budget=budget,
+        budget=2 + window + 15 if budget is None else budget,
         local_window=window,
         sink_tokens=2,
         dram_cache_entries=cache,
@@ -232,7 +237,8 @@ def test_query_picks_the_top_medoid_and_reads_its_members_from_their_disks():
 
 
 def test_clusters_taken_in_descending_medoid_score():
-    d = build(lay=layout(budget=20))
+    # always 6 (0, 1, 61..64); c1 adds 14 (1 is a sink, 61 in the window), c3 15 (63)
+    d = build(lay=layout(budget=6 + 14 + 15))
     dec = d.step(0, CENTROIDS[1] + 0.5 * CENTROIDS[3], quiet_key(0))
     check_decision(d, dec)
     always = {0, 1, 61, 62, 63, 64}
@@ -262,11 +268,13 @@ def test_score_cache_keeps_the_profiled_hot_cluster_lru_keeps_the_recent_one():
             dec = d.step(t, CENTROIDS[c], quiet_key(t))
             check_decision(d, dec)
             reads[name].append(dec.info["read_entries"])
-    # c2 has 16 members, c0 16; the window holds 62 (c2) until step 3, the sink 0 (c0)
+    # c2 has 16 members, c0 16; the window holds 62 (c2) until step 3, the sink 0 (c0);
+    # at step 3 c2's 16 non-resident members meet a budget of 21 - 6 always-selected
+    # = 15: the cluster is cut at its 15th (the budget rule every design follows)
     # score: c2 (f 1 -> 2 -> 3) never beats c0 (f 10 -> 9 -> 8), so c0 stays cached
-    assert reads["score"] == [15, 15, 0, 16]
+    assert reads["score"] == [15, 15, 0, 15]
     # lru: c2 enters after step 0, c0 replaces it at step 2
-    assert reads["lru"] == [15, 0, 15, 16]
+    assert reads["lru"] == [15, 0, 15, 15]
     assert score.cache.cached() == [0] and lru.cache.cached() == [2]
 
 
@@ -275,6 +283,9 @@ def test_new_token_coactive_with_a_medoid_joins_its_cluster_on_the_next_disk():
     assert d.r_join == pytest.approx(join_radius(0.8, planted_activations())) == pytest.approx(0.2)
     decs = [d.step(0, CENTROIDS[0], 1.01 * CENTROIDS[0])]  # token 64: scores 101 >= 100
     decs.append(d.step(1, CENTROIDS[0], quiet_key(1)))  # token 65: never active
+    # room for c0 grown by token 64: always 4 (0, 1, 65, 66) + 16 (a budget that
+    # grows with the context, one entry more than steps 0-1's 4 + 15)
+    d.layout = dataclasses.replace(d.layout, budget=20)
     # per-disk slots after placement: c0 (from 0) 6,5,5; c1 (from 1) 5,6,5;
     # c2 (from 2) 5,5,6; c3 (from 48 mod 3 = 0) 6,5,5 -> 22, 21, 21
     decs.append(d.step(2, CENTROIDS[0], quiet_key(2)))  # 64 leaves the window

@@ -15,8 +15,9 @@ during inference."  Our reading, after InfLLM (Xiao et al. 2024):
   Their keys are the index in DRAM: ``index_bytes = blocks x R x key_bytes``
   (a short block pads with its first representative);
 * selection: block score = max over its representatives of query . key;
-  blocks in descending score until their entries reach the budget
-  (:func:`take_units`, sinks and window excluded from the count);
+  blocks in descending score until the selection, sinks, window and pending
+  tokens included, reaches the budget; the last block is cut there, so it
+  reads a shorter run (:func:`take_units`, the rule every design follows);
 * layout: block b on SSD ``b mod D`` at slot ``(b // D) x B``, contiguous, so
   reading a block is ONE extent of up to ``B x entry_bytes`` (a large I/O).
   That is what helps blocks; the price is read amplification: the whole
@@ -138,11 +139,11 @@ class InfLLM:
 
         pending = np.arange(self.next_start, max(visible - lay.local_window, self.next_start))
         resident = np.union1d(always_selected(visible, lay.sink_tokens, lay.local_window), pending)
-        k = max(lay.budget - len(resident), 0)
-        chosen, extra = take_units(self.block_scores(query), self.members, k, exclude=resident)
+        budget = lay.step_budget(visible)
+        chosen, extra = take_units(self.block_scores(query), self.members, budget, resident, visible)
         hits = [int(b) for b in chosen if self.cache.contains(int(b))]
-        hit_entries = sum(len(np.setdiff1d(self.members[b], resident)) for b in hits)
-        extents = self._reads([int(b) for b in chosen if not self.cache.contains(int(b))], resident)
+        hit_entries = sum(np.isin(self.members[b], extra).sum() for b in hits)
+        extents = self._reads([int(b) for b in chosen if not self.cache.contains(int(b))], extra)
         self.cache.touch(int(b) for b in chosen)
         d = self.keys.rows().shape[1]
         n_rep = self.n_blocks * self.params.representatives
@@ -162,12 +163,14 @@ class InfLLM:
             },
         )
 
-    def _reads(self, blocks: list[int], resident: np.ndarray) -> list[np.ndarray]:
-        """One extent per block: its non-resident run (the whole block, usually)."""
+    def _reads(self, blocks: list[int], wanted: np.ndarray) -> list[np.ndarray]:
+        """One extent per block: its run of ``wanted`` (selected, non-resident)
+        entries -- the whole block, usually; a shorter run when it overlaps the
+        sinks/window or is the block cut at the budget."""
         disks, offsets, lengths = [], [], []
         for b in blocks:
             ids = self.members[b]
-            ids = ids[~np.isin(ids, resident, assume_unique=True)]
+            ids = ids[np.isin(ids, wanted, assume_unique=True)]
             disk, first = self.block_disk_slot(b)
             ext = extents_from_slots(first + ids - self.starts[b], self.layout.entry_bytes, True)
             disks.extend([disk] * len(ext))

@@ -19,7 +19,8 @@ Our reading:
 * selection: the oracle over the keys it has: every visible key is scored
   (``score_flops = 2 d visible``, ``score_bytes = visible x key_bytes``,
   d the trace's key dimension) and the top ``budget - |sinks + window|``
-  non-resident entries are taken, plus sinks and window;
+  non-resident entries are taken, plus sinks and window
+  (:func:`~sim.policies.selection.top_entries`: exactly the oracle's count);
 * I/O: with ``load_for_scoring`` (default) ``prefetch_extents`` holds the
   whole KV of the non-resident entries, one extent per chunk (a chunk's
   non-resident run; chunks that happen to be adjacent on a disk are not
@@ -46,7 +47,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sim.policies.kvdesign import Layout, StepDecision, register
-from sim.policies.selection import always_selected
+from sim.policies.selection import always_selected, top_entries
 
 
 @dataclass(frozen=True)
@@ -172,12 +173,7 @@ class NoCluster:
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         scores = self.keys.rows() @ np.asarray(query, dtype=np.float32)
         cand = np.setdiff1d(np.arange(visible, dtype=np.int64), always, assume_unique=True)
-        k = max(lay.budget - len(always), 0)
-        if k < len(cand):
-            top = cand[np.argpartition(-scores[cand], k)[:k]] if k else cand[:0]
-        else:
-            top = cand
-        top = np.sort(top)
+        top = top_entries(scores, lay.step_budget(visible), always)
         extents = entry_reads(top, self.stripe, lay.entry_bytes)
         prefetch = self._prefetch(cand) if self.params.load_for_scoring else None
         d = self.keys.rows().shape[1]

@@ -13,8 +13,9 @@ paper describes it as centroid retrieval, and that is what we model):
   Each entry is in exactly one cluster (no replicas).  The centroids are the
   index in DRAM: ``index_bytes = n_clusters x key_bytes``;
 * selection: score every centroid with the query (inner product, the mean
-  of its members' query . key); clusters in descending score until their
-  entries reach the budget (:func:`take_units`, sinks and window excluded);
+  of its members' query . key); clusters in descending score until the
+  selection, sinks and window included, reaches the budget, the last cluster
+  cut there (:func:`take_units`, the rule every design follows);
 * layout: as PQCache keeps the KV, in position order, striped over the SSDs
   like No Cluster's chunks (:class:`Stripe`).  Co-clustered tokens are
   scattered over positions, so the selected entries are read one extent per
@@ -197,8 +198,8 @@ class PQCache:
         self.placed = max(self.placed, visible - lay.local_window)
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         scores = self.centroids @ np.asarray(query, dtype=np.float32)
-        k = max(lay.budget - len(always), 0)
-        chosen, extra = take_units(scores, self.members, k, exclude=always)
+        budget = lay.step_budget(visible)
+        chosen, extra = take_units(scores, self.members, budget, always, visible)
         hit = np.array([self.cache.contains(int(c)) for c in chosen], dtype=bool)
         in_dram = [self.members[c] for c in chosen[hit]]
         from_dram = np.intersect1d(extra, np.concatenate(in_dram)) if in_dram else extra[:0]

@@ -17,10 +17,13 @@ SSDs (Eq. 7, :mod:`.placement`), and fill DRAM (§5.2 Tier 1):
   member count; an entry in two cached clusters is counted twice.
 
 Online (:meth:`SwarmDesign.step`): score the medoids with the query
-(``s_c = q . k_{m_c}``), take clusters by descending score until ``budget``
-entries, select them plus sinks and window, and read the non-resident
-entries with :func:`.retrieval.schedule` as entry-sized I/Os (§7: one read
-per entry, never merged).
+(``s_c = q . k_{m_c}``), take clusters by descending score until the
+selection, sinks and window included, holds the step's budget (the last
+cluster cut there: :func:`~sim.policies.selection.take_units`, the rule every
+design follows), and read the selected non-resident entries with
+:func:`.retrieval.schedule` as entry-sized I/Os (§7: one read per entry,
+never merged).  Without dedup, each chosen cluster reads every selected
+non-resident member it holds.
 
 Maintenance (§6.2).  A new token stays in the window for ``local_window``
 steps.  At each of those steps the design sees the scores of the window
@@ -194,11 +197,14 @@ class SwarmDesign:
         members = self.clustering.members
         k, d = len(members), self._mkeys.shape[1]
         scores = self._mkeys[:k] @ query
-        chosen, extra = take_units(scores, members, lay.budget, exclude=always)
+        budget = lay.step_budget(visible)
+        chosen, extra = take_units(scores, members, budget, always, visible)
         selected = np.union1d(extra, always).astype(np.int64)
         resident = self._resident(visible, always)
+        unread = np.ones(visible, dtype=bool)  # in DRAM, or past the last cluster's cut
+        unread[selected] = resident[selected]
         buckets = schedule(
-            chosen, self.placement, members, self.params.retrieval, self.params.dedup, resident
+            chosen, self.placement, members, self.params.retrieval, self.params.dedup, unread
         )
         hit_clusters = sum(self.cache.contains(int(c)) for c in chosen)
         cache_entries = int(resident[extra].sum()) if extra.size else 0
