@@ -140,7 +140,8 @@ class InfLLM:
         pending = np.arange(self.next_start, max(visible - lay.local_window, self.next_start))
         resident = np.union1d(always_selected(visible, lay.sink_tokens, lay.local_window), pending)
         budget = lay.step_budget(visible)
-        chosen, extra = take_units(self.block_scores(query), self.members, budget, resident, visible)
+        scores = self.block_scores(query)
+        chosen, extra = take_units(scores, self.members, budget, resident, visible)
         hits = [int(b) for b in chosen if self.cache.contains(int(b))]
         hit_entries = sum(np.isin(self.members[b], extra).sum() for b in hits)
         extents = self._reads([int(b) for b in chosen if not self.cache.contains(int(b))], extra)
