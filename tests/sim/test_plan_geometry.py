@@ -77,8 +77,11 @@ def test_one_cluster_striped_over_4_ssds_reads_exactly_its_slots(h20, monkeypatc
     reads = read_ops(splan)
     assert {r[4] for r in reads} == {"kv_fetch"} and len(reads) == 4 * p.steps
     for j, k, t, _layer, _tag, ext in reads:
-        # read: every member but the sinks and the window of step t (cache empty)
-        entries = np.arange(p.sink_tokens, n + t + 1 - p.local_window)
+        # read: the members after the sinks, up to the window of step t (cache empty), in
+        # member order until the budget, sinks and window included, is spent (the cut)
+        budget = round(p.sparsity * (n + t))  # the oracle's count at step t
+        room = budget - p.sink_tokens - p.local_window
+        entries = np.arange(p.sink_tokens, n + t + 1 - p.local_window)[:room]
         expect = (entries[entries % 4 == k] // 4) * eb  # the first cluster starts on disk 0
         half = len(ext) // 2
         assert (ext[:, 1] == eb).all(), f"op {j}: one entry per I/O"
