@@ -257,7 +257,9 @@ def calibrated_profile(
             comments[f"ssds[{g}].{key}"] = f"fio, {mean}{src}" if src else "fio"
         comments[f"ssds[{g}].capacity_gib"] = "size of the calibrated file/device"
         comments[f"ssds[{g}].count"] = "devices calibrated"
-        comments[f"ssds[{g}].max_io_kib"] = "not measured: the base profile's (1280 KiB, the Linux max_sectors_kb default, without one)"
+        comments[f"ssds[{g}].max_io_kib"] = (
+            "not measured: the base profile's (else 1280 KiB, Linux max_sectors_kb default)"
+        )
     attach = _attach_point(base)
     links, switches = [], []
     hub = attach

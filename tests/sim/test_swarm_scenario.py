@@ -86,7 +86,11 @@ def test_one_ssd_every_swarm_variant_reads_the_same(h20):
 def test_swarm_bandwidth_grows_with_ssds(h20):
     one = run(h20, design="swarm", ssds=1)[2]
     eight = run(h20, design="swarm", ssds=8)[2]
-    assert eight["ssd_gbps"] > 4 * one["ssd_gbps"]
+    # on one SSD a cluster is one contiguous run (coalesced into 1280 KiB I/Os), so
+    # that disk is near its 6.9 GB/s; striped over 8 each disk's run is 1/8 as long
+    # (smaller I/Os), so 8 disks give less than 8x (was > 4x with one I/O per entry)
+    assert one["ssd_gbps"] <= 6.9
+    assert eight["ssd_gbps"] > 3 * one["ssd_gbps"]
     assert eight["read_bytes_per_step"] == one["read_bytes_per_step"]
 
 

@@ -114,7 +114,9 @@ def entry_reads(ids: np.ndarray, stripe: Stripe, entry_bytes: int) -> list[np.nd
     one range (:func:`extents_from_slots` with ``merge``), by ascending offset."""
     ids = np.asarray(ids, dtype=np.int64)
     disk, slot = stripe.disk(ids), stripe.slot(ids)
-    return [extents_from_slots(slot[disk == k], entry_bytes, merge=True) for k in range(stripe.n_ssd)]
+    return [
+        extents_from_slots(slot[disk == k], entry_bytes, merge=True) for k in range(stripe.n_ssd)
+    ]
 
 
 @dataclass(frozen=True)
