@@ -27,7 +27,16 @@ from hwprofiles.schema import HardwareProfile
 PROFILE_DIR = Path(__file__).resolve().parent
 
 # "gbps" (not "_gbps"): links and DRAM modules name their bandwidth plain ``gbps``
-_POSITIVE_SUFFIXES = ("gbps", "_iops", "_gib", "_tflops", "count", "cores", "max_queue_depth")
+_POSITIVE_SUFFIXES = (
+    "gbps",
+    "_iops",
+    "_gib",
+    "_kib",
+    "_tflops",
+    "count",
+    "cores",
+    "max_queue_depth",
+)
 _NONNEGATIVE_SUFFIXES = ("_us",)
 _DUPLEX = ("full", "half")
 # top-level keys the loader ignores: a place for YAML anchors (&pcie4_x4 ...)

@@ -53,6 +53,11 @@ class SsdGroup:
     ``*_latency_us`` is the device's unloaded 4 KiB access latency (QD1);
     ``max_queue_depth`` is the queue depth beyond which throughput no longer
     grows (the device's internal parallelism, from its datasheet QD figures).
+    ``max_io_kib`` is the largest single I/O the host sends the device: the
+    smaller of the NVMe MDTS (Maximum Data Transfer Size) and the kernel's
+    ``max_sectors_kb`` cap.  A byte range longer than this is issued as
+    ``ceil(length / max_io)`` I/Os (the plan's ``io_bytes``), so a contiguous
+    cluster read costs that many I/Os, not one per entry.
     """
 
     model: str
@@ -65,6 +70,7 @@ class SsdGroup:
     read_latency_us: float
     write_latency_us: float
     max_queue_depth: int
+    max_io_kib: int
 
 
 @dataclass(frozen=True)

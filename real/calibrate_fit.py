@@ -249,6 +249,7 @@ def calibrated_profile(
                 read_latency_us=round(fit.read_latency_us, 2),
                 write_latency_us=round(fit.write_latency_us, 2),
                 max_queue_depth=fit.max_queue_depth,
+                max_io_kib=base.ssds[0].max_io_kib if base.ssds else 1280,
             )
         )
         mean = "mean of " if len(members) > 1 else ""
@@ -256,6 +257,9 @@ def calibrated_profile(
             comments[f"ssds[{g}].{key}"] = f"fio, {mean}{src}" if src else "fio"
         comments[f"ssds[{g}].capacity_gib"] = "size of the calibrated file/device"
         comments[f"ssds[{g}].count"] = "devices calibrated"
+        comments[f"ssds[{g}].max_io_kib"] = (
+            "not measured: the base profile's (else 1280 KiB, Linux max_sectors_kb default)"
+        )
     attach = _attach_point(base)
     links, switches = [], []
     hub = attach

@@ -13,6 +13,26 @@ before ``release_s``) -> parts -> *end* (all parts finished).  The parts are
   cost (``sim.hw.machine.Machine.cpu_seconds``) on the host cores, one core at
   most per op.
 
+Who issues I/O.  Seed 000 (§7, "Asynchronous I/O") says only that a C++
+backend issues concurrent non-blocking reads through io_uring into pinned
+host memory; it gives no count of rings or threads.  The model: one io_uring
+ring per SSD, driven by one thread on one core (interrupt-driven, the
+profile's ``io_uring_per_io_us``).  The Swarm driver issues one read op per
+SSD per (step, layer) and chains each to the previous group's reads, so one
+core per op is one core per SSD: 1.5 us per I/O caps a ring at 667K I/Os/s,
+4 KiB reads at 2.73 GB/s per SSD; large coalesced I/Os (the plan's
+``io_bytes``) make that ceiling irrelevant.  Polled or multi-ring setups are
+a lower ``io_uring_per_io_us`` (the 0.39 us polled floor cited in the profiles).
+
+I/O size.  A read/write is rated by its mean I/O size ``bytes / n_ios``
+(its ranges cut at ``io_bytes`` give I/Os of several sizes).  Each bound of
+the SSD model is linear in bytes or count (bandwidth B/bw, IOPS n/iops,
+queue n x latency / qd), so the mean gives each exactly and the op's device
+time is max(B/bw, n/iops); rating every I/O on its own would give the sum of
+max(s/bw, 1/iops) over I/Os, the same when all I/Os lie on one side of
+bw/iops and larger when an op mixes IOPS- and bandwidth-bound sizes
+(tests/sim/test_coalesce.py).
+
 The op ends when its last part does, so a CPU-bound software path stretches
 an op exactly as much as the CPU work exceeds the device work.
 

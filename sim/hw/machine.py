@@ -173,7 +173,9 @@ class Machine:
         io_uring: block-layer cost per I/O, one io_uring_enter per batch of
         ``queue_depth``; passthrough: user-space driver cost per I/O, no
         syscall; gds: cuFile cost on top of the kernel path per I/O; none:
-        DMA copies and compute, no CPU.
+        DMA copies and compute, no CPU.  The executor runs this on one core
+        per op, which the drivers make one core (one ring) per SSD (see
+        :mod:`sim.executor`, "Who issues I/O").
         """
         sw = self.profile.software
         if io_path == "none" or n_ios == 0:

@@ -66,7 +66,8 @@ class StepDecision:
     ``ssd_extents[k]`` is an ``(n, 2)`` int64 array of (byte offset, length)
     read from SSD k, in submission order; adjacent extents are *not* merged by
     the driver (a design that lays entries out contiguously returns one long
-    extent, and that is one large I/O).  ``prefetch_extents`` are reads that
+    range, :func:`extents_from_slots` with ``merge``, and the driver cuts it
+    into I/Os of the device's maximum transfer size).  ``prefetch_extents`` are reads that
     must finish *before* selection can run (No Cluster loads the keys to
     score them); ``ssd_extents`` are the reads of the selected entries.
     """
@@ -135,7 +136,14 @@ def extents_from_slots(slots: np.ndarray, entry_bytes: int, merge: bool = False)
 
     ``slots`` are slot numbers on the device (byte offset = slot x
     entry_bytes).  With ``merge``, runs of consecutive slots become one
-    extent (one larger I/O), as a contiguous block layout allows.
+    byte range, in ascending offset order (the order a real reader submits
+    them: each range is one sequential read).  This is the rule every design
+    uses for its reads (Swarm and its ablations, whose clusters take
+    consecutive slots of each disk; No Cluster's and PQCache's stripe chunks;
+    InfLLM's blocks): the range is what the layout makes contiguous, and the
+    driver cuts it into I/Os of at most the device's maximum transfer size
+    (the plan's ``io_bytes``, from the profile's ``max_io_kib``).  Without
+    ``merge``: one entry-sized extent per slot, in the given order.
     """
     slots = np.asarray(slots, dtype=np.int64)
     if slots.size == 0:

@@ -15,8 +15,10 @@ Per (step, layer) group the plan holds, in pipeline order:
 * ``prefetch`` reads per SSD (designs that must load keys to score them);
 * ``select``: the scoring work (query x index keys) as a GPU compute op;
 * ``read`` per SSD: the selected entries not in DRAM, as the decisions'
-  extents (one I/O per extent, never merged: a design that lays entries out
-  contiguously already returns one long extent);
+  byte ranges (never merged here: a design whose layout makes a run of
+  entries contiguous already returns it as one range), each cut into I/Os of
+  at most the SSD's maximum transfer size (``io_bytes`` = the profile's
+  ``max_io_kib``);
 * ``copy`` DRAM -> GPU of every selected entry;
 * ``compute``: the layer's decode at the selected KV fraction (roofline).
 
@@ -50,6 +52,7 @@ import scipy.sparse as sp
 
 from hwprofiles import HardwareProfile
 from kvtier.plan import BLOCK, PlanBuilder
+from kvtier.units import KiB
 from sim.config import SwarmParams
 from sim.models import decode_layer_cost, get_model
 from sim.policies import KVDesign, Layout, StepDecision, get_design
@@ -253,7 +256,7 @@ def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=Non
                 lane_seed = _spread(b * p.layers_modeled + lm, p.batch * p.layers_modeled, heads)
             lanes[(b, lm)] = run_lane(p, layout, lane_seed, progress)
     bases = lane_bases(lanes, n_ssd)
-    plan = _assemble(p, profile, ssds, layout, lanes, bases, prefix)
+    plan = _assemble(p, profile, max_io_bytes(profile, ssds), layout, lanes, bases, prefix)
     return SwarmPlan(plan, lanes, ssds, p, layout, bases)
 
 
@@ -334,10 +337,15 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
     return b.table()
 
 
+def max_io_bytes(profile: HardwareProfile, ssds: tuple[str, ...]) -> dict[str, int]:
+    """Each SSD's largest single I/O in bytes (its group's ``max_io_kib``)."""
+    return {s: profile.ssd(s).max_io_kib * KiB for s in ssds}
+
+
 def _reads(
     b: PlanBuilder,
     decs: list[tuple[StepDecision, np.ndarray]],
-    ssds,
+    ssds: dict[str, int],
     dram,
     p: SwarmParams,
     t: int,
@@ -347,9 +355,14 @@ def _reads(
     tag: str,
 ) -> list[int]:
     """One read op per SSD with the lanes' extents of kind ``which`` (``ssd`` or
-    ``prefetch``), each lane's shifted by its region base on that SSD."""
+    ``prefetch``), each lane's shifted by its region base on that SSD.
+
+    ``ssds`` maps each SSD to its maximum transfer size (:func:`max_io_bytes`),
+    the op's ``io_bytes``: every range is issued as ``ceil(length / io_bytes)``
+    I/Os, so a cluster's contiguous run is a few large I/Os, not one per entry.
+    """
     ops = []
-    for k, ssd in enumerate(ssds):
+    for k, (ssd, io_bytes) in enumerate(ssds.items()):
         parts = []
         for d, base in decs:
             ext = d.ssd_extents if which == "ssd" else (d.prefetch_extents or [])
@@ -367,6 +380,7 @@ def _reads(
                     tag=tag,
                     io_path=p.io_path,
                     queue_depth=p.queue_depth,
+                    io_bytes=io_bytes,
                 )
             )
     return ops

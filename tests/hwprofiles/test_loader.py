@@ -41,6 +41,7 @@ ssds:
     read_latency_us: 80
     write_latency_us: 20
     max_queue_depth: 128
+    max_io_kib: 1280
 software:
   kernel_fs_per_io_us: 5
   io_uring_per_io_us: 1.5

@@ -31,6 +31,7 @@ PM9A3 = SsdGroup(
     read_latency_us=80.0,
     write_latency_us=20.0,
     max_queue_depth=128,
+    max_io_kib=1280,
 )
 
 

@@ -237,12 +237,19 @@ def test_pqcache_takes_the_highest_scoring_centroids_first():
     q = (centres[3] + 0.5 * centres[6]).astype(np.float32)
     dec = pq.step(0, q, np.zeros(16, np.float32))
     assert np.array_equal(dec.selected, np.union1d(want, np.arange(253, 257)))
-    # every selected cluster member read alone, at its stripe slot
+    # every selected cluster member read once, at its stripe slot; runs of
+    # consecutive slots are one range each (maximal: no two ranges touch)
     s = Stripe(16, 2)
     nonres = np.setdiff1d(want, np.arange(253, 257))
-    got = sorted((k, off // EB) for k, e in enumerate(dec.ssd_extents) for off, _ in e.tolist())
+    got = sorted(
+        (k, slot)
+        for k, e in enumerate(dec.ssd_extents)
+        for off, n in e.tolist()
+        for slot in range(off // EB, (off + n) // EB)
+    )
     assert got == sorted(zip(s.disk(nonres).tolist(), s.slot(nonres).tolist(), strict=True))
-    assert all((e[:, 1] == EB).all() for e in dec.ssd_extents)
+    for e in dec.ssd_extents:
+        assert (e[:, 1] % EB == 0).all() and (e[1:, 0] > e[:-1].sum(axis=1)).all()
     lay2 = layout(n_ssd=2, window=4, sinks=0, budget=4 + 33)  # one cluster is not enough
     dec2 = built("pqcache", keys, lay2).step(0, q, np.zeros(16, np.float32))
     assert set(truth[np.setdiff1d(dec2.selected, np.arange(253, 257))].tolist()) == {3, 6}

@@ -44,6 +44,11 @@ def h20():
     return load_profile("h20-8ssd")
 
 
+def h20_max_io(splan) -> list[int]:
+    """Per SSD of the plan, its I/O size cap: h20-8ssd's PM9A3 max_io_kib in bytes."""
+    return [load_profile("h20-8ssd").ssd(s).max_io_kib * 1024 for s in splan.ssds]
+
+
 def read_ops(splan):
     """(op ids, SSD index, step, layer, tag, extents) of every read op."""
     plan = splan.plan
@@ -83,10 +88,17 @@ def test_one_cluster_striped_over_4_ssds_reads_exactly_its_slots(h20, monkeypatc
         room = budget - p.sink_tokens - p.local_window
         entries = np.arange(p.sink_tokens, n + t + 1 - p.local_window)[:room]
         expect = (entries[entries % 4 == k] // 4) * eb  # the first cluster starts on disk 0
-        half = len(ext) // 2
-        assert (ext[:, 1] == eb).all(), f"op {j}: one entry per I/O"
-        assert np.array_equal(np.sort(ext[:half, 0]), expect)  # lane (0, 0), base 0
-        assert np.array_equal(np.sort(ext[half:, 0]), expect + n // 4 * eb)  # lane (1, 0)
+        # those slots are consecutive on disk k: one range per lane, cut at max_io
+        assert len(ext) == 2, f"op {j}: one range per lane"
+        assert np.array_equal(entry_offsets(ext[:1], eb), expect)  # lane (0, 0), base 0
+        assert np.array_equal(entry_offsets(ext[1:], eb), expect + n // 4 * eb)  # lane (1, 0)
+        max_io = h20.ssds[0].max_io_kib * 1024
+        assert splan.plan.column("n_ios")[j].as_py() == 2 * -(-(expect.size * eb) // max_io)
+
+
+def entry_offsets(ext: np.ndarray, eb: int) -> np.ndarray:
+    """The entry offsets the (offset, length) ranges cover, each range in order."""
+    return np.concatenate([np.arange(o, o + n, eb) for o, n in ext.tolist()])
 
 
 @pytest.fixture(scope="module", params=DESIGNS)
@@ -137,7 +149,8 @@ def test_every_read_lies_in_its_lanes_region_and_sums_to_the_decisions(design_pl
                     exts = [getattr(splan.lanes[x].decisions[t], which) or [] for x in lanes]
                     parts = [e[k] for e in exts if k < len(e)]
                     want_b = sum(int(e[:, 1].sum()) for e in parts)
-                    want_n = sum(len(e) for e in parts)
+                    iob = h20_max_io(splan)[k]
+                    want_n = sum(int((-(-e[:, 1] // iob)).sum()) for e in parts)
                     j = seen.get((t, layer, tag, k))
                     got = (int(nbytes[j]), int(n_ios[j])) if j is not None else (0, 0)
                     assert got == (want_b, want_n), f"step {t} layer {layer} {tag} SSD {k}"

@@ -206,12 +206,19 @@ def quiet_key(t: int) -> np.ndarray:
     return 1e-3 * np.random.default_rng(100 + t).standard_normal(DIM)
 
 
+def covered(ext: np.ndarray) -> list[int]:
+    """Entry offsets the (offset, length) ranges cover, each range in order."""
+    return [o for off, n in ext.tolist() for o in range(off, off + n, EB)]
+
+
 def check_decision(d: SwarmDesign, dec) -> None:
-    n_reads = sum(e.shape[0] for e in dec.ssd_extents)
+    n_reads = sum(len(covered(e)) for e in dec.ssd_extents)
     assert dec.read_bytes == n_reads * EB
     for k, ext in enumerate(dec.ssd_extents):
-        assert (ext[:, 1] == EB).all() and (ext[:, 0] % EB == 0).all()
-        assert (ext[:, 0] // EB < d.placement.slots_used[k]).all()
+        assert (ext[:, 1] % EB == 0).all() and (ext[:, 0] % EB == 0).all()
+        assert (ext.sum(axis=1) // EB <= d.placement.slots_used[k]).all()
+        # runs of consecutive slots are one range each: ranges never touch
+        assert (ext[1:, 0] > ext[:-1].sum(axis=1)).all()
     if d.params.dedup and d.params.retrieval != "static":
         assert dec.dram_entries + n_reads == dec.selected.size
 
@@ -230,7 +237,8 @@ def test_query_picks_the_top_medoid_and_reads_its_members_from_their_disks():
     base = [11, 11, 10]
     for k in range(3):
         i = [i for i in range(15) if (2 + i) % 3 == k]  # member 15 (entry 62) is resident
-        assert dec.ssd_extents[k].tolist() == [[(base[k] + j // 3) * EB, EB] for j in i]
+        assert covered(dec.ssd_extents[k]) == [(base[k] + j // 3) * EB for j in i]
+        assert len(dec.ssd_extents[k]) == 1  # consecutive slots: one range
     assert dec.rounds == 5
     assert dec.score_flops == 2 * DIM * K and dec.score_bytes == K * EB // 2
     assert d.index_bytes() == K * EB // 2 + 8 * K
@@ -252,7 +260,8 @@ def test_one_ssd_reads_everything_from_ssd_0():
     dec = d.step(0, CENTROIDS[2], quiet_key(0))
     check_decision(d, dec)
     assert len(dec.ssd_extents) == 1
-    assert dec.ssd_extents[0][:, 0].tolist() == [(32 + i) * EB for i in range(15)]
+    assert covered(dec.ssd_extents[0]) == [(32 + i) * EB for i in range(15)]
+    assert dec.ssd_extents[0].tolist() == [[32 * EB, 15 * EB]]  # c2's run: one range
     assert dec.rounds == 15
 
 
@@ -292,7 +301,7 @@ def test_new_token_coactive_with_a_medoid_joins_its_cluster_on_the_next_disk():
     assert decs[2].info["joins"] == 1 and decs[2].info["new_clusters"] == 0
     assert d.placement.replicas(64) == [(1, 21)]  # c0's next disk: (0 + 16) mod 3
     assert d.clustering.members[0][-1] == 64
-    assert [EB * 21, EB] in decs[2].ssd_extents[1].tolist()  # read from there at once
+    assert EB * 21 in covered(decs[2].ssd_extents[1])  # read from there at once
     decs.append(d.step(3, CENTROIDS[0], quiet_key(3)))  # 65 leaves: a singleton cluster
     assert decs[3].info["new_clusters"] == 1 and decs[3].info["clusters"] == K + 1
     assert d.placement.replicas(65) == [(1, 22)]  # global pointer 64 -> disk 1

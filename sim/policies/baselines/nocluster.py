@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.kvdesign import Layout, StepDecision, register
+from sim.policies.kvdesign import Layout, StepDecision, extents_from_slots, register
 from sim.policies.selection import always_selected, top_entries
 
 
@@ -111,14 +111,13 @@ def io_rounds(extents: list[np.ndarray], ios_per_round: int) -> int:
 
 
 def entry_reads(ids: np.ndarray, stripe: Stripe, entry_bytes: int) -> list[np.ndarray]:
-    """One entry-sized extent per id, on its stripe disk."""
+    """The ids' entries on their stripe disks, each run of consecutive slots
+    one range (:func:`extents_from_slots` with ``merge``), by ascending offset."""
     ids = np.asarray(ids, dtype=np.int64)
-    return extents_by_disk(
-        stripe.disk(ids),
-        stripe.slot(ids) * entry_bytes,
-        np.full(ids.size, entry_bytes, dtype=np.int64),
-        stripe.n_ssd,
-    )
+    disk, slot = stripe.disk(ids), stripe.slot(ids)
+    return [
+        extents_from_slots(slot[disk == k], entry_bytes, merge=True) for k in range(stripe.n_ssd)
+    ]
 
 
 @dataclass(frozen=True)

@@ -225,7 +225,7 @@ class SwarmDesign:
         return StepDecision(
             selected=selected,
             dram_entries=int(resident[selected].sum()),
-            ssd_extents=[extents_from_slots(s, lay.entry_bytes) for s in buckets.slots],
+            ssd_extents=[extents_from_slots(s, lay.entry_bytes, merge=True) for s in buckets.slots],
             rounds=buckets.rounds,
             duplicate_entries=buckets.duplicates,
             score_flops=2.0 * d * k,
