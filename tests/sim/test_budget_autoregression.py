@@ -18,7 +18,7 @@ from sim.config import SwarmParams
 from sim.executor import simulate
 from sim.models import decode_layer_cost, get_model
 from sim.policies import StepDecision
-from sim.scenarios.swarm import LaneResult, _assemble, layout_for, plan_swarm
+from sim.scenarios.swarm import LaneResult, _assemble, layout_for, max_io_bytes, plan_swarm
 
 SMALL = SwarmParams(
     context_tokens=4096, batch=2, steps=3, profile_steps=96, layers=2, local_window=64
@@ -76,6 +76,7 @@ def _no_read_run(tiny, layers: int):
     lane = LaneResult([dec] * p.steps, [], 0, 0, np.zeros(len(tiny.ssd_names), np.int64))
     lanes = {(0, 0): lane}
     bases = {(0, 0): np.zeros(len(tiny.ssd_names), np.int64)}
-    plan = _assemble(p, tiny, tuple(tiny.ssd_names), layout, lanes, bases, prefix)
+    ssds = max_io_bytes(tiny, tuple(tiny.ssd_names))
+    plan = _assemble(p, tiny, ssds, layout, lanes, bases, prefix)
     assert not (plan.to_pandas()["kind"] == "read").any()
     return simulate(plan, tiny), p, n_sel
