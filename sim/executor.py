@@ -168,7 +168,7 @@ class PlanExecutor:
         self.env = machine.env
         self.net = machine.net
         p = machine.profile
-        validate_plan(plan, p.node_names, p.ssd_names, p.gpu_names, p.cpu.cores)
+        validate_plan(plan, p.node_names, p.ssd_names, p.gpu_names)
         self.plan = plan
         n = plan.num_rows
         self.n = n
