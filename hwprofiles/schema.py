@@ -28,10 +28,20 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class CpuSpec:
-    """Host CPU: cores available to the I/O software path."""
+    """Host CPU: its cores, shared by the I/O software path and host compute.
+
+    ``core_gflops``: one core's peak FP32 rate in 10^9 FLOP/s (vector FMA
+    units x lanes x 2 x clock).  ``core_mem_gbps``: the DRAM read bandwidth
+    one core sustains alone (bounded by its outstanding cache misses, far
+    below the sockets' total).  A ``cpu`` compute op on ``n`` threads runs at
+    most ``n x core_gflops`` and reads at most ``min(n x core_mem_gbps, DRAM
+    total)`` (:meth:`sim.hw.machine.Machine.cpu_compute_seconds`).
+    """
 
     model: str
     cores: int
+    core_gflops: float
+    core_mem_gbps: float
 
 
 @dataclass(frozen=True)

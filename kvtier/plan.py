@@ -11,8 +11,9 @@ layer         int32       model layer, -1 where not applicable
 kind          string      read (SSD -> memory), write (memory -> SSD),
                           copy (memory <-> memory, GPU <-> GPU), compute
 src, dst      string      node names of the profile (``ssd3``, ``dram0``,
-                          ``gpu1``); a compute op names its GPU in ``dst``
-                          and leaves ``src`` empty
+                          ``gpu1``); a compute op names where it runs in
+                          ``dst``, a GPU or ``cpu`` (the host CPU, see
+                          below), and leaves ``src`` empty
 bytes         int64       payload bytes (0 for compute)
 n_ios         int64       number of I/Os the bytes are split into (>= 1 for
                           read/write; an I/O is ``bytes / n_ios`` long)
@@ -28,7 +29,10 @@ io_bytes      int64       scattered ops: each range is issued as I/Os of at
                           most this many bytes (the design's I/O size, its
                           path's maximum transfer); 0 = one I/O per range
 flops         float64     compute op: floating-point operations
-hbm_bytes     float64     compute op: bytes moved to/from HBM
+hbm_bytes     float64     compute op: bytes the op moves to/from its device's
+                          memory (HBM for a GPU, host DRAM for ``cpu``)
+threads       int32       ``cpu`` compute op: host cores it runs on (>= 1);
+                          0 for every other op
 release_s     float64     the op may not start before this time (arrivals)
 depends_on    list<int64> ops that must finish before this one starts
 tag           string      free label for reports (``kv_fetch``, ``attn``)
@@ -51,6 +55,12 @@ its device's file, in one of two forms:
 A design's layout decides these ranges; :func:`io_extents` expands either form
 into one (op, offset, length) row per I/O, which is what the real backend
 issues and what the simulator counts I/Os and sizes from.
+
+Host-CPU compute.  A compute op with ``dst = "cpu"`` (:data:`CPU`) runs on
+``threads`` cores of the profile's CPU (more threads than the machine has
+cores time-share them: the op gets at most all its cores): it moves ``hbm_bytes`` from host DRAM and
+executes ``flops`` there (e.g. a design scoring its query against a
+DRAM-resident index).  A GPU compute op has ``threads`` 0.
 
 Policies build plans with :class:`PlanBuilder` (or whole columns at once with
 :func:`plan_from_columns`); executors take the table as it is.
@@ -80,6 +90,7 @@ from kvtier.geometry import (  # re-exported: the plan's geometry is part of its
 
 __all__ = [
     "BLOCK",
+    "CPU",
     "EXTENT",
     "IO_PATHS",
     "KINDS",
@@ -100,6 +111,7 @@ __all__ = [
 ]
 
 KINDS = ("read", "write", "copy", "compute")
+CPU = "cpu"  # the ``dst`` of a compute op that runs on the host CPU
 IO_PATHS = ("kernel_fs", "io_uring", "passthrough", "gds", "none")
 
 EXTENT = pa.struct([("offset", pa.int64()), ("length", pa.int64())])
@@ -122,6 +134,7 @@ PLAN_SCHEMA = pa.schema(
         ("io_bytes", pa.int64()),
         ("flops", pa.float64()),
         ("hbm_bytes", pa.float64()),
+        ("threads", pa.int32()),
         ("release_s", pa.float64()),
         ("depends_on", pa.list_(pa.int64())),
         ("tag", pa.string()),
@@ -141,6 +154,7 @@ _DEFAULTS: dict[str, Any] = {
     "io_bytes": 0,
     "flops": 0.0,
     "hbm_bytes": 0.0,
+    "threads": 0,
     "release_s": 0.0,
     "tag": "",
 }
@@ -200,7 +214,12 @@ class PlanBuilder:
         return self.add("copy", dst, src=src, bytes=nbytes, n_ios=kw.pop("n_ios", 1), **kw)
 
     def compute(self, gpu: str, flops: float, hbm_bytes: float, **kw: Any) -> int:
+        """A kernel on ``gpu`` (roofline of ``flops`` and ``hbm_bytes``)."""
         return self.add("compute", gpu, flops=flops, hbm_bytes=hbm_bytes, **kw)
+
+    def cpu_compute(self, flops: float, dram_bytes: float, threads: int, **kw: Any) -> int:
+        """Work on ``threads`` host cores: ``flops`` over ``dram_bytes`` read from DRAM."""
+        return self.add("compute", CPU, flops=flops, hbm_bytes=dram_bytes, threads=threads, **kw)
 
     def table(self) -> pa.Table:
         cols = {k: v for k, v in self._cols.items() if k not in ("op_id", "depends_on", "extents")}
@@ -303,6 +322,7 @@ def validate_plan(
     flops = plan.column("flops").to_numpy()
     hbm = plan.column("hbm_bytes").to_numpy()
     _check_extents(plan, np.asarray(kind, dtype=object), nbytes, n_ios)
+    _check_threads(plan, np.asarray(kind, dtype=object), np.asarray(dst, dtype=object))
     for i in range(n):
         _check_row(
             i,
@@ -361,6 +381,17 @@ def _check_extents(plan: pa.Table, kind: np.ndarray, nbytes: np.ndarray, n_ios: 
             )
 
 
+def _check_threads(plan: pa.Table, kind: np.ndarray, dst: np.ndarray) -> None:
+    """``threads``: >= 1 on a ``cpu`` compute op, 0 on every other op."""
+    threads = plan.column("threads").to_numpy().astype(np.int64)
+    on_cpu = (kind == "compute") & (dst == CPU)
+    bad = np.where(on_cpu, threads < 1, threads != 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        need = ">= 1 on a cpu compute op" if on_cpu[i] else "0 (not a cpu op)"
+        raise PlanError(f"op {i}: threads {int(threads[i])} must be {need}")
+
+
 def _check_row(
     i: int,
     kind: str,
@@ -380,8 +411,10 @@ def _check_row(
     if io_path not in IO_PATHS:
         raise PlanError(f"op {i}: io_path must be one of {IO_PATHS}, got {io_path!r}")
     if kind == "compute":
-        if dst not in gpus:
-            raise PlanError(f"op {i}: compute dst must be a GPU of the profile, got {dst!r}")
+        if dst not in gpus and dst != CPU:
+            raise PlanError(
+                f"op {i}: compute dst must be a GPU of the profile or {CPU!r}, got {dst!r}"
+            )
         if not (flops > 0 or hbm > 0):
             raise PlanError(f"op {i}: compute needs flops or hbm_bytes > 0")
         return

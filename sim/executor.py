@@ -8,7 +8,10 @@ before ``release_s``) -> parts -> *end* (all parts finished).  The parts are
   a data flow over the SSD (time-shared, see :mod:`sim.hw.machine`) and every
   link of the route, capped by the op's own queue-depth bound;
 * copy: a data flow over the links of the route;
-* compute: a flow of roofline GPU-seconds on the GPU's compute engine;
+* compute on a GPU: a flow of roofline GPU-seconds on its compute engine;
+* compute on ``cpu``: a flow of ``threads x`` its solo time core-seconds on
+  the host cores (``Machine.cpu_compute_seconds``), capped at ``threads``
+  cores, so it shares the cores with the I/O paths' CPU flows by max-min;
 * and, concurrently with the data part, a CPU flow of the software path's
   cost (``sim.hw.machine.Machine.cpu_seconds``) on the host cores, one core at
   most per op.
@@ -55,7 +58,7 @@ import numpy as np
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
-from kvtier.plan import depends_csr, validate_plan
+from kvtier.plan import CPU, depends_csr, validate_plan
 from kvtier.records import DEVICE_RECORD_SCHEMA, Records, op_records
 from sim.engine.flownet import FlowNetwork
 from sim.hw.machine import Machine
@@ -75,8 +78,9 @@ class ExecStats:
 class OpPhysics:
     """The parts of one op: a data (or compute) flow and a concurrent CPU flow.
 
-    ``path`` crosses resources of ``net``; ``amount`` is bytes (GPU-seconds for
-    compute); ``cap`` is the flow's own rate bound (the SSD queue-depth bound);
+    ``path`` crosses resources of ``net``; ``amount`` is bytes (GPU-seconds
+    for GPU compute, core-seconds for ``cpu`` compute); ``cap`` is the flow's
+    own rate bound (the SSD queue-depth bound; the threads of a ``cpu`` op);
     ``latency_s`` delays the data flow (an SSD's unloaded access latency);
     ``cpu_s`` is the software path's CPU time (0: no CPU flow); ``ssd`` names
     the SSD a read/write moves ``n_ios`` I/Os on (``""`` otherwise), ``write``
@@ -105,8 +109,13 @@ def op_physics(
     io_path: str,
     flops: float,
     hbm_bytes: float,
+    threads: int = 0,
 ) -> OpPhysics:
     """How one plan op becomes flows on ``m`` (see the module docstring)."""
+    if kind == "compute" and dst == CPU:
+        n = min(threads, m.profile.cpu.cores)
+        core_s = n * m.cpu_compute_seconds(flops, hbm_bytes, n)
+        return OpPhysics(m.cpu_net, ((m.cpu_res, 1.0),), core_s, float(n), 0.0, 0.0)
     if kind == "compute":
         secs = m.gpu_seconds(dst, flops, hbm_bytes)
         return OpPhysics(m.gpu_net, ((m.gpu_res[dst], 1.0),), secs, math.inf, 0.0, 0.0)
@@ -172,6 +181,7 @@ class PlanExecutor:
         self.io_path = plan.column("io_path").to_pylist()
         self.flops = plan.column("flops").to_numpy().tolist()
         self.hbm = plan.column("hbm_bytes").to_numpy().tolist()
+        self.threads = plan.column("threads").to_numpy().tolist()
         self.release = plan.column("release_s").to_numpy().tolist()
         offsets, values = depends_csr(plan)
         self.pending = np.diff(offsets).tolist()
@@ -212,7 +222,8 @@ class PlanExecutor:
     def _start(self, i: int) -> None:
         self.start_s[i] = self.env.now
         phys = self._op_plan(i)
-        self.cpu_s[i] = phys.cpu_s
+        on_cpu = phys.net is self.machine.cpu_net  # a cpu compute op: its core-seconds
+        self.cpu_s[i] = phys.amount if on_cpu else phys.cpu_s
         self._parts[i] = launch(self.machine, phys, lambda i=i: self._part_done(i))
         self.flows += self._parts[i]
 
@@ -237,7 +248,17 @@ class PlanExecutor:
         kind = self.kind[i]
         if kind == "compute":
             return op_physics(
-                self.machine, kind, "", self.dst[i], 0, 0, 0, "none", self.flops[i], self.hbm[i]
+                self.machine,
+                kind,
+                "",
+                self.dst[i],
+                0,
+                0,
+                0,
+                "none",
+                self.flops[i],
+                self.hbm[i],
+                self.threads[i],
             )
         n_ios, nbytes = self.n_ios[i], self.nbytes[i]
         key = (kind, self.src[i], self.dst[i], nbytes / n_ios, self.qd[i], self.io_path[i], n_ios)

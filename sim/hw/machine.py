@@ -12,7 +12,9 @@ Resources (all shared by max-min fairness in :class:`FlowNetwork`):
   exceed its bandwidth or its IOPS in any combination (reads and writes use
   their own figures);
 * the host CPU (network ``cpu_net``): capacity ``cores`` core-seconds per
-  second, for the software cost of I/O submission and completion;
+  second, for the software cost of I/O submission and completion and for
+  ``cpu`` compute ops (a design scoring on the host), which therefore contend
+  for the same cores;
 * every GPU's compute engine (network ``gpu_net``): capacity 1 GPU-second
   per second, so concurrent kernels share the GPU.
 
@@ -191,6 +193,20 @@ class Machine:
         if io_path == "gds":
             return us(n_ios * (sw.kernel_fs_per_io_us + sw.syscall_us + sw.gds_per_io_us))
         raise ValueError(f"unknown io_path '{io_path}'")
+
+    def cpu_compute_seconds(self, flops: float, dram_bytes: float, threads: int) -> float:
+        """Wall time of a ``cpu`` compute op alone on ``threads`` cores.
+
+        max(flops / (threads x core FLOP/s), bytes / min(threads x per-core
+        memory bandwidth, DRAM total)): the cores' vector units or their
+        outstanding cache misses bound it, and no thread count reads faster
+        than the DRAM modules together (:class:`hwprofiles.CpuSpec`).
+        """
+        c = self.profile.cpu
+        n = min(threads, c.cores)
+        dram = sum(gbps(m.gbps) for m in self.profile.dram)
+        mem = min(n * gbps(c.core_mem_gbps), dram)
+        return max(flops / (n * c.core_gflops * 1e9), dram_bytes / mem)
 
     def gpu_seconds(self, gpu: str, flops: float, hbm_bytes: float) -> float:
         """Roofline time of a kernel on ``gpu``: max(compute, memory) bound."""

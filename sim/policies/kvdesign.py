@@ -88,9 +88,15 @@ class StepDecision:
 
 
 class KVDesign(Protocol):
-    """A sparse-attention KV offloading design for one layer."""
+    """A sparse-attention KV offloading design for one layer.
+
+    ``score_device`` says where its selection (``StepDecision.score_flops``
+    over ``score_bytes``) runs: ``"cpu"`` (the host cores, against a
+    DRAM-resident index, :data:`kvtier.plan.CPU`) or ``"gpu"``.
+    """
 
     name: str
+    score_device: str
 
     def build(
         self,

@@ -13,7 +13,12 @@ generating 64 distinct 128K-entry layers would only cost memory).
 Per (step, layer) group the plan holds, in pipeline order:
 
 * ``prefetch`` reads per SSD (designs that must load keys to score them);
-* ``select``: the scoring work (query x index keys) as a GPU compute op;
+* ``select``: the scoring work (query x index keys) as a compute op on the
+  design's ``score_device``: on ``cpu`` (every design here, as seed 000 §7
+  and §8.1 run them) it takes one thread per sequence of the batch (each
+  sequence scores its own query against its own index; the seed gives no
+  thread count, and one per request is the parallelism the work has without
+  splitting a scan), at most the profile's cores;
 * ``read`` per SSD: the selected entries not in DRAM, as the decisions'
   byte ranges (never merged here: a design whose layout makes a run of
   entries contiguous already returns it as one range), each cut into I/Os of
@@ -51,7 +56,7 @@ import pyarrow as pa
 import scipy.sparse as sp
 
 from hwprofiles import HardwareProfile
-from kvtier.plan import BLOCK, PlanBuilder
+from kvtier.plan import BLOCK, CPU, PlanBuilder
 from kvtier.units import KiB
 from sim.config import SwarmParams
 from sim.models import decode_layer_cost, get_model
@@ -72,6 +77,7 @@ class LaneResult:
     always: int  # sinks + window entries selected every step
     index_bytes: int
     ssd_bytes: np.ndarray  # per SSD: what the design placed there (its footprint)
+    score_device: str = "gpu"  # where the design's selection runs (KVDesign.score_device)
 
 
 @dataclass
@@ -227,7 +233,14 @@ def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneRe
             progress()
     always = min(p.sink_tokens, prefix) + p.local_window
     footprint = np.asarray(design.ssd_bytes(), dtype=np.int64)
-    return LaneResult(decisions, list(data.oracle), always, design.index_bytes(), footprint)
+    return LaneResult(
+        decisions,
+        list(data.oracle),
+        always,
+        design.index_bytes(),
+        footprint,
+        design.score_device,
+    )
 
 
 def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=None) -> SwarmPlan:
@@ -280,6 +293,7 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
     card = get_model(p.model)
     layers = p.layers or card.layers
     gpu, dram = profile.gpu_names[0], profile.dram_names[0]
+    threads = min(p.batch, profile.cpu.cores)  # one scoring thread per sequence
     b = PlanBuilder()
     prev_reads: list[int] = []
     prev_prefetch: list[int] = []
@@ -298,11 +312,8 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
             flops = sum(d.score_flops for d, _ in decs)
             sbytes = sum(d.score_bytes for d, _ in decs)
             after = prefetch + token + ([prev_select] if prev_select >= 0 else [])
-            select = (
-                b.compute(gpu, flops, sbytes, depends_on=after, step=t, layer=layer, tag="select")
-                if flops or sbytes
-                else -1
-            )
+            on = lanes[keys[0]].score_device
+            select = _select(b, on, gpu, flops, sbytes, threads, after, t, layer)
             gate = [select] if select >= 0 else after
             reads = _reads(
                 b, decs, ssds, dram, p, t, layer, "ssd", prev_reads + back2 + gate, "kv_fetch"
@@ -335,6 +346,26 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
             prev_reads, prev_prefetch = reads or prev_reads, prefetch or prev_prefetch
             prev_select = select if select >= 0 else prev_select
     return b.table()
+
+
+def _select(
+    b: PlanBuilder,
+    on: str,
+    gpu: str,
+    flops: float,
+    sbytes: float,
+    threads: int,
+    deps: list[int],
+    t: int,
+    layer: int,
+) -> int:
+    """The group's selection op on ``on`` (``cpu`` or ``gpu``); -1 when it has no work."""
+    if not (flops or sbytes):
+        return -1
+    kw = {"depends_on": deps, "step": t, "layer": layer, "tag": "select"}
+    if on == CPU:
+        return b.cpu_compute(flops, sbytes, threads, **kw)
+    return b.compute(gpu, flops, sbytes, **kw)
 
 
 def max_io_bytes(profile: HardwareProfile, ssds: tuple[str, ...]) -> dict[str, int]:

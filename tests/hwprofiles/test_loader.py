@@ -28,6 +28,8 @@ gpu:
 cpu:
   model: C
   cores: 8
+  core_gflops: 100
+  core_mem_gbps: 10
 dram:
   - {name: dram0, capacity_gib: 64, gbps: 50}
 ssds:
@@ -238,7 +240,13 @@ def test_zero_is_fine_for_a_cost(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("old", "new", "at", "key", "words"),
     [
-        ("  model: C\n  cores: 8\n", "  - C\n", "cpu:", "cpu", ("must be a mapping",)),
+        (
+            "  model: C\n  cores: 8\n  core_gflops: 100\n  core_mem_gbps: 10\n",
+            "  - C\n",
+            "cpu:",
+            "cpu",
+            ("must be a mapping",),
+        ),
         ("switches: [rc0, sw0]", "switches: rc0", "switches:", "topology.switches", ("a list",)),
         (
             "between: [sw0, rc0]",

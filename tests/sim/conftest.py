@@ -41,6 +41,8 @@ def tiny_profile(
     uplink_gbps: float = 100.0,
     cores: int = 4,
     gpudirect: bool = True,
+    core_gflops: float = 100.0,
+    core_mem_gbps: float = 10.0,
 ) -> HardwareProfile:
     """2 SSDs -> switch sw0 --uplink--> rc0 -> dram0; gpu0, gpu1 on rc0; NVLink between GPUs."""
     links = (
@@ -57,7 +59,7 @@ def tiny_profile(
         name="tiny",
         description="hand-checkable test machine",
         gpu=GpuSpec("G", 2, 80.0, 2000.0, 100.0),
-        cpu=CpuSpec("C", cores),
+        cpu=CpuSpec("C", cores, core_gflops, core_mem_gbps),
         dram=(DramModule("dram0", 64.0, 50.0),),
         ssds=(ssd,),
         software=SoftwareSpec(

@@ -57,6 +57,9 @@ class InfLLM:
     """Fixed blocks, scored by their representative keys, read as one extent each."""
 
     name = "infllm"
+    # as seed 000 runs its baselines (§8.1): block representatives in DRAM, scored
+    # by the host in Swarm's pipeline (§7); InfLLM's own system scores on the GPU
+    score_device = "cpu"
 
     def __init__(self, params: Params | None = None):
         self.params = params or Params()

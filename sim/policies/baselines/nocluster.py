@@ -135,6 +135,8 @@ class NoCluster:
     """Sequential chunks over the SSDs; oracle top-k over every visible key."""
 
     name = "nocluster"
+    # seed 000 §8.1: the KV is "first loaded into DRAM ... to compute attention scores"
+    score_device = "cpu"
 
     def __init__(self, params: Params | None = None):
         self.params = params or Params()

@@ -139,6 +139,9 @@ class PQCache:
     """k-means clusters of keys, centroids as the index, entries striped by position."""
 
     name = "pqcache"
+    # as seed 000 runs its baselines (§8.1): centroids in DRAM, scored by the host
+    # in Swarm's pipeline (§7); PQCache's own system scores PQ codes on the GPU
+    score_device = "cpu"
 
     def __init__(self, params: Params | None = None):
         self.params = params or Params()

@@ -120,6 +120,10 @@ def _append_row(arr: np.ndarray, n: int, row: np.ndarray) -> np.ndarray:
 class SwarmDesign:
     """Swarm for one layer (see the module doc)."""
 
+    # seed 000 §7: "the CPU concurrently performs ... predicting the KV clusters ...
+    # by comparing the layer embedding with the cluster medoids" (index in DRAM, §4)
+    score_device = "cpu"
+
     def __init__(self, params: SwarmParams | None = None, name: str = "swarm"):
         self.params = params or SwarmParams()
         self.name = name
