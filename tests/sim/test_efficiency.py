@@ -76,7 +76,9 @@ def test_every_link_gets_its_kinds_factor_once():
     m = Machine(p)
     eff = p.efficiency
     for ln in p.topology.links:
-        want = ln.gbps * GB * {"pcie": eff.pcie, "nvlink": eff.nvlink, "membus": eff.membus}[ln.kind]
+        want = (
+            ln.gbps * GB * {"pcie": eff.pcie, "nvlink": eff.nvlink, "membus": eff.membus}[ln.kind]
+        )
         arrows = [""] if ln.duplex == "half" else [">", "<"]
         for a in arrows:
             assert m.net.capacity[m.net.names.index(ln.name + a)] == pytest.approx(want)
@@ -103,7 +105,11 @@ def test_two_designs_run_on_identical_capacities(monkeypatch):
     for net in ("net", "cpu_net", "gpu_net"):
         na, nb = getattr(a, net), getattr(b, net)
         assert (na.names, na.capacity) == (nb.names, nb.capacity)
-    assert (a.hbm_bps, a.tensor_flops) == (b.hbm_bps, b.tensor_flops) == pytest.approx((3600e9, 111e12))
+    assert (
+        (a.hbm_bps, a.tensor_flops)
+        == (b.hbm_bps, b.tensor_flops)
+        == pytest.approx((3600e9, 111e12))
+    )
 
 
 def test_bad_factor_through_the_cli_is_one_line_exit_2(tmp_path: Path, capsys):
