@@ -4,6 +4,7 @@ from hwprofiles.loader import PROFILE_DIR, ProfileError, list_profiles, load_pro
 from hwprofiles.schema import (
     CpuSpec,
     DramModule,
+    EfficiencySpec,
     GpuSpec,
     HardwareProfile,
     LinkSpec,
@@ -16,6 +17,7 @@ __all__ = [
     "PROFILE_DIR",
     "CpuSpec",
     "DramModule",
+    "EfficiencySpec",
     "GpuSpec",
     "HardwareProfile",
     "LinkSpec",

@@ -7,8 +7,10 @@ names the file, the line and the key path, e.g.::
 
 Validation rules follow the naming convention of the schema: a field whose
 name ends in a bandwidth/rate/capacity unit must be positive, a ``*_us`` cost
-must be non-negative, unknown keys are errors, and every node that a link
-names must exist.
+must be non-negative, an efficiency factor (field metadata ``fraction``) lies
+in (0, 1], unknown keys are errors, a link's ``kind`` is one of
+:data:`~hwprofiles.schema.LINK_KINDS`, and every node that a link names must
+exist.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from hwprofiles.schema import HardwareProfile
+from hwprofiles.schema import LINK_KINDS, HardwareProfile
 
 PROFILE_DIR = Path(__file__).resolve().parent
 
@@ -121,6 +123,8 @@ def build_dataclass(cls: type, data: Any, where: _Where, key: str = "") -> Any:
             continue
         positive = bool(f.metadata.get("positive", False))
         kwargs[name] = _convert(hints[name], data[name], where, sub, name, positive)
+        if f.metadata.get("fraction") and not 0 < kwargs[name] <= 1:
+            raise where.error(sub, f"must be in (0, 1], got {data[name]!r}")
     return cls(**kwargs)
 
 
@@ -178,6 +182,8 @@ def _check_topology(p: HardwareProfile, where: _Where) -> None:
         if link.name in link_names:
             raise where.error(f"{key}.name", f"duplicate link name '{link.name}'")
         link_names.add(link.name)
+        if link.kind not in LINK_KINDS:
+            raise where.error(f"{key}.kind", f"must be one of {LINK_KINDS}, got {link.kind!r}")
         if link.duplex not in _DUPLEX:
             raise where.error(f"{key}.duplex", f"must be one of {_DUPLEX}, got {link.duplex!r}")
         a, b = link.between

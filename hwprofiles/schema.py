@@ -13,6 +13,7 @@ switches / root complexes are listed under ``topology.switches``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,8 @@ class LinkSpec:
 
     ``gbps`` is the capacity per direction for ``duplex: full`` links (PCIe,
     NVLink) and the shared capacity of both directions for ``duplex: half``
-    (a memory bus).
+    (a memory bus).  ``kind`` is one of :data:`LINK_KINDS`; it picks the
+    link's achievable-efficiency factor in :class:`EfficiencySpec`.
     """
 
     name: str
@@ -126,6 +128,67 @@ class Topology:
     links: tuple[LinkSpec, ...]
 
 
+def _fraction(default: float) -> Any:
+    """A field holding an achievable fraction of a peak: the loader checks (0, 1]."""
+    return field(default=default, metadata={"fraction": True})
+
+
+@dataclass(frozen=True)
+class EfficiencySpec:
+    """Achievable fraction of each datasheet peak, one factor per resource kind.
+
+    The simulator multiplies every peak by its factor in one place
+    (:class:`sim.hw.machine.Machine`), so every design on a profile sees the
+    same achievable capacities.  ``pcie``, ``nvlink``, ``nvlink_c2c`` and
+    ``membus`` apply to the links of that ``kind``; ``hbm`` to ``gpu.hbm_gbps`` (weights and KV
+    streamed by kernels); ``tensor`` to ``gpu.bf16_tflops``; ``ssd`` to the SSD
+    bandwidth and IOPS figures.  The defaults and their sources:
+
+    * ``pcie`` 0.88: packet overhead at a 256 B Max Payload Size (the usual
+      server setting) is 256 / (256 + 24) = 0.914, 24 B = 4 B framing token
+      with sequence number + 16 B 4-DW TLP header (64-bit address) + 4 B LCRC;
+      ACK and flow-control DLLPs take ~3% more (PCIe Base Spec 4.0 §2-3),
+      leaving ~0.88.  Measured: H100 PCIe 5.0 x16 host->device 57 GB/s of 63
+      (0.90, NVIDIA/nvbandwidth issue #6), device->host 52.8 (0.84, issue #24);
+      RTX A6000 PCIe 4.0 x16 peer copy 26.3 of 31.5 (0.84, issue #50); a
+      PM9A3 delivers its 6.9 GB/s through a PCIe 4.0 x4 link of 7.88 (0.876).
+    * ``nvlink`` 0.85: assumption, same flit/packet overhead class as PCIe;
+      NCCL busbw on NVLink4 without in-switch reduction is reported at
+      ~360-390 GB/s of 450 per direction (0.80-0.87).
+    * ``nvlink_c2c`` 0.77 (links of kind ``nvlink-c2c``): GH200 NVLink-C2C
+      host->device copy-engine memcpy 346 GB/s of 450 per direction
+      (NVIDIA/nvbandwidth issue #23).
+    * ``membus`` 0.80: STREAM triad sustains ~75-85% of the DDR peak on
+      recent Xeons (J. D. McCalpin, STREAM results, cs.virginia.edu/stream).
+    * ``hbm`` 0.90: BabelStream / STREAM triad on A100 and H100 reaches ~90%
+      of the HBM datasheet figure (UoB-HPC BabelStream results; e.g. ~3.0 of
+      3.35 TB/s on H100 SXM).
+    * ``tensor`` 0.75: assumption: large BF16 GEMMs in cuBLAS reach ~70-80%
+      of the dense tensor peak on Ampere/Hopper; decode kernels are mostly
+      HBM-bound, so this factor matters only where the roofline is compute-bound.
+    * ``ssd`` 1.0: the datasheet sequential and random figures are already
+      measured (at high queue depth), i.e. achievable, not signalling peaks.
+    """
+
+    pcie: float = _fraction(0.88)
+    nvlink: float = _fraction(0.85)
+    nvlink_c2c: float = _fraction(0.77)
+    membus: float = _fraction(0.80)
+    hbm: float = _fraction(0.90)
+    tensor: float = _fraction(0.75)
+    ssd: float = _fraction(1.0)
+
+
+# link kinds a profile may use: each has its factor in EfficiencySpec, the field
+# named like the kind with '-' as '_' (see efficiency_of)
+LINK_KINDS = ("pcie", "nvlink", "nvlink-c2c", "membus")
+
+
+def efficiency_of(eff: EfficiencySpec, kind: str) -> float:
+    """The factor of link kind ``kind`` (one of :data:`LINK_KINDS`)."""
+    return float(getattr(eff, kind.replace("-", "_")))
+
+
 @dataclass(frozen=True)
 class HardwareProfile:
     name: str
@@ -136,6 +199,7 @@ class HardwareProfile:
     ssds: tuple[SsdGroup, ...]
     software: SoftwareSpec
     topology: Topology
+    efficiency: EfficiencySpec = field(default_factory=EfficiencySpec)
     source_file: str = field(default="", compare=False)
 
     # ---- names -------------------------------------------------------------

@@ -17,7 +17,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -163,6 +163,8 @@ def write_results(result: ScenarioResult, out: Path, trace: bool) -> None:
             "name": profile.name,
             "file": profile.source_file,
             "sha256": file_digest(profile.source_file),
+            # the achievable-efficiency factors every variant ran under (defaults included)
+            "efficiency": asdict(profile.efficiency),
         },
         wall_s=result.wall_s,
         skipped=result.skipped,

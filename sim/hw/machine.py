@@ -21,6 +21,12 @@ Resources (all shared by max-min fairness in :class:`FlowNetwork`):
 The third SSD regime, the queue-depth bound ``qd * s / latency`` (Little's
 law), is per flow: it is a property of how many I/Os *that* stream keeps in
 flight, so it becomes the flow's own rate cap.
+
+Achievable, not datasheet, capacities: this module is the one place where the
+profile's :class:`~hwprofiles.schema.EfficiencySpec` factors are applied (a
+link gets its ``kind``'s factor, GPU kernels the ``hbm`` and ``tensor``
+factors, SSDs the ``ssd`` factor), so every design simulated on a profile
+sees the same capacities.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from dataclasses import dataclass
 
 import simpy
 
-from hwprofiles import HardwareProfile, SsdGroup
+from hwprofiles import HardwareProfile, LinkSpec, SsdGroup
+from hwprofiles.schema import efficiency_of
 from kvtier.units import gbps, us
 from sim.engine.flownet import FlowNetwork
 from sim.hw.iometer import IoMeter
@@ -55,10 +62,16 @@ class SsdRates:
         return min(self.device_rate, self.queue_rate)
 
 
-def ssd_rates(spec: SsdGroup, write: bool, io_bytes: float, queue_depth: int) -> SsdRates:
-    """The three regimes of an SSD for I/Os of ``io_bytes`` at ``queue_depth``."""
-    bw = gbps(spec.write_gbps if write else spec.read_gbps)
-    iops = spec.write_iops if write else spec.read_iops
+def ssd_rates(
+    spec: SsdGroup, write: bool, io_bytes: float, queue_depth: int, efficiency: float = 1.0
+) -> SsdRates:
+    """The three regimes of an SSD for I/Os of ``io_bytes`` at ``queue_depth``.
+
+    ``efficiency`` scales the device's bandwidth and IOPS figures (the
+    profile's ``efficiency.ssd``); latency is a measured figure, not scaled.
+    """
+    bw = gbps(spec.write_gbps if write else spec.read_gbps) * efficiency
+    iops = (spec.write_iops if write else spec.read_iops) * efficiency
     lat = us(spec.write_latency_us if write else spec.read_latency_us)
     qd = max(1, min(queue_depth, spec.max_queue_depth))
     device = min(bw, iops * io_bytes)
@@ -66,8 +79,18 @@ def ssd_rates(spec: SsdGroup, write: bool, io_bytes: float, queue_depth: int) ->
     return SsdRates(device_rate=device, queue_rate=queue, latency_s=lat)
 
 
+def link_capacity(profile: HardwareProfile, link: LinkSpec) -> float:
+    """Achievable bytes/s of ``link`` (per direction when full duplex): the
+    datasheet ``gbps`` times the profile's efficiency factor for its kind."""
+    return gbps(link.gbps) * efficiency_of(profile.efficiency, link.kind)
+
+
 class Machine:
-    """The simulated resources of one profile, on one simpy environment."""
+    """The simulated resources of one profile, on one simpy environment.
+
+    ``link_caps`` (link name -> bytes/s), ``hbm_bps`` and ``tensor_flops``
+    are the achievable capacities every flow and kernel is charged against.
+    """
 
     def __init__(self, profile: HardwareProfile, env: simpy.Environment | None = None):
         self.profile = profile
@@ -76,20 +99,25 @@ class Machine:
         caps: list[float] = []
         self._link_res: dict[tuple[str, str], tuple[str, int]] = {}
         self._adj: dict[str, list] = {n: [] for n in profile.node_names}
+        eff = profile.efficiency
+        self.link_caps = {ln.name: link_capacity(profile, ln) for ln in profile.topology.links}
+        self.hbm_bps = gbps(profile.gpu.hbm_gbps) * eff.hbm
+        self.tensor_flops = profile.gpu.bf16_tflops * 1e12 * eff.tensor
         for link in profile.topology.links:
             a, b = link.between
+            cap = self.link_caps[link.name]
             if link.duplex == "half":
                 idx = len(names)
                 names.append(link.name)
-                caps.append(gbps(link.gbps))
+                caps.append(cap)
                 self._link_res[(a, b)] = self._link_res[(b, a)] = (link.name, idx)
             else:
                 for (x, y), arrow in (((a, b), ">"), ((b, a), "<")):
                     self._link_res[(x, y)] = (link.name, len(names))
                     names.append(link.name + arrow)
-                    caps.append(gbps(link.gbps))
-            self._adj[a].append((-link.gbps, b))
-            self._adj[b].append((-link.gbps, a))
+                    caps.append(cap)
+            self._adj[a].append((-cap, b))
+            self._adj[b].append((-cap, a))
         adjacency = {n: [m for _, m in sorted(adj)] for n, adj in self._adj.items()}
         self._adj = adjacency  # type: ignore[assignment]
         self.ssd_res: dict[str, int] = {}
@@ -165,7 +193,8 @@ class Machine:
         self, ssd: str, write: bool, io_bytes: float, queue_depth: int
     ) -> tuple[tuple[int, float], SsdRates]:
         """(resource, coef) of an SSD access and its rates."""
-        rates = ssd_rates(self.profile.ssd(ssd), write, io_bytes, queue_depth)
+        spec, eff = self.profile.ssd(ssd), self.profile.efficiency.ssd
+        rates = ssd_rates(spec, write, io_bytes, queue_depth, eff)
         return (self.ssd_res[ssd], 1.0 / rates.device_rate), rates
 
     def cpu_seconds(self, io_path: str, n_ios: int, queue_depth: int) -> float:
@@ -209,8 +238,10 @@ class Machine:
         return max(flops / (n * c.core_gflops * 1e9), dram_bytes / mem)
 
     def gpu_seconds(self, gpu: str, flops: float, hbm_bytes: float) -> float:
-        """Roofline time of a kernel on ``gpu``: max(compute, memory) bound."""
+        """Roofline time of a kernel on ``gpu``: max(compute, memory) bound, at
+        the achievable tensor rate and HBM bandwidth (peaks x efficiency)."""
         if gpu not in self.gpu_res:
             raise RouteError(f"unknown GPU '{gpu}' (profile {self.profile.name})")
-        g = self.profile.gpu
-        return roofline_seconds(LayerCost(flops, hbm_bytes), g.bf16_tflops, g.hbm_gbps)
+        return roofline_seconds(
+            LayerCost(flops, hbm_bytes), self.tensor_flops / 1e12, self.hbm_bps / 1e9
+        )

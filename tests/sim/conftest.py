@@ -10,6 +10,7 @@ import pytest
 from hwprofiles import (
     CpuSpec,
     DramModule,
+    EfficiencySpec,
     GpuSpec,
     HardwareProfile,
     LinkSpec,
@@ -35,6 +36,13 @@ PM9A3 = SsdGroup(
 )
 
 
+# datasheet = achievable: the hand arithmetic of the tests on the tiny machine uses
+# the raw figures; tests/sim/test_efficiency.py checks the factors themselves
+IDEAL = EfficiencySpec(
+    pcie=1.0, nvlink=1.0, nvlink_c2c=1.0, membus=1.0, hbm=1.0, tensor=1.0, ssd=1.0
+)
+
+
 def tiny_profile(
     ssd: SsdGroup = PM9A3,
     ssd_link_gbps: float = 7.88,
@@ -43,6 +51,7 @@ def tiny_profile(
     gpudirect: bool = True,
     core_gflops: float = 100.0,
     core_mem_gbps: float = 10.0,
+    efficiency: EfficiencySpec = IDEAL,
 ) -> HardwareProfile:
     """2 SSDs -> switch sw0 --uplink--> rc0 -> dram0; gpu0, gpu1 on rc0; NVLink between GPUs."""
     links = (
@@ -71,6 +80,7 @@ def tiny_profile(
             gpudirect=gpudirect,
         ),
         topology=Topology(("sw0", "rc0", "nvsw"), links),
+        efficiency=efficiency,
     )
 
 
