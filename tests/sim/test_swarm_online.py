@@ -239,7 +239,7 @@ def test_query_picks_the_top_medoid_and_reads_its_members_from_their_disks():
         i = [i for i in range(15) if (2 + i) % 3 == k]  # member 15 (entry 62) is resident
         assert covered(dec.ssd_extents[k]) == [(base[k] + j // 3) * EB for j in i]
         assert len(dec.ssd_extents[k]) == 1  # consecutive slots: one range
-    assert dec.rounds == 1  # one range per disk, 5 KiB < no limit: one I/O each, one round
+    assert dec.rounds == 1  # one range per disk, no transfer limit: one I/O each, one round
     assert dec.score_flops == 2 * DIM * K and dec.score_bytes == K * EB // 2
     assert d.index_bytes() == K * EB // 2 + 8 * K
 

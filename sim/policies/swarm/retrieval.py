@@ -114,7 +114,9 @@ class Buckets:
     @property
     def costs(self) -> np.ndarray:
         """Each bucket's cost (:class:`ReadCost`), in the cost's unit."""
-        return np.array([self.cost.of(n, s.size) for n, s in zip(self.io_counts, self.slots)])
+        return np.array(
+            [self.cost.of(n, s.size) for n, s in zip(self.io_counts, self.slots, strict=True)]
+        )
 
     @property
     def rounds(self) -> int:
