@@ -130,7 +130,10 @@ def test_one_ssd_every_policy_one_bucket():
     bal = schedule([0, 3], pl, REPL.members, "balanced")
     first = schedule([0, 3], pl, REPL.members, "first")
     assert len(bal.slots) == 1
-    assert bal.slots[0].tolist() == first.slots[0].tolist()
+    assert first.slots[0].tolist() == [0, 1, 2, 3, 4, 8, 12]
+    # balanced picks among the chosen clusters' replicas: 0 in c0 (slot 0) or c3 (13),
+    # a tie in entries, the first placed; 4 and 8 only in c3 (slots 14, 15), not c1/c2
+    assert bal.slots[0].tolist() == [0, 1, 2, 3, 14, 15, 12]
     assert bal.entries[0].tolist() == [0, 1, 2, 3, 4, 8, 12]
     assert bal.rounds == 7
     static = schedule([0, 3], pl, REPL.members, "static")

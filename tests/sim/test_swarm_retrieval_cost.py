@@ -40,20 +40,26 @@ def test_placement_of_the_split_case():
 
 def test_entry_count_greedy_splits_the_run_cost_greedy_keeps_it():
     pl = place(SPLIT, 2)
+    want = np.array([3, 4, 5, 6, 0])  # c1, every replica a candidate (c0's too)
     # singles 3, 5 on d1 and 4, 6 on d0: 2 entries each, then 0 goes to a tie
-    count = schedule([1], pl, SPLIT.members, "balanced", cost=None)
+    count = assign(want, pl, "balanced", cost=None)
     assert [s.tolist() for s in count.slots] == [[2, 3, 0], [1, 2]]  # 0 to d0 (tie, lowest)
     # d0 reads slots {0} and {2, 3}: 2 I/Os; d1 {1, 2}: 1 I/O -- 3 I/Os in all
     count = dataclasses.replace(count, cost=COST)  # the same buckets, measured by the disk
     assert count.io_counts.tolist() == [2, 1]
     assert count.costs.tolist() == pytest.approx([2 * IO_US + 3 * ENTRY_US, IO_US + 2 * ENTRY_US])
-    cost = schedule([1], pl, SPLIT.members, "balanced", cost=COST)
+    cost = assign(want, pl, "balanced", cost=COST)
     # d0 s0 would cost 2 I/Os + 3 entries; d1 s3 extends d1's run {1, 2}: 1 I/O + 3 entries
     assert [s.tolist() for s in cost.slots] == [[2, 3], [1, 2, 3]]
     assert cost.io_counts.tolist() == [1, 1]
     assert cost.costs.tolist() == pytest.approx([IO_US + 2 * ENTRY_US, IO_US + 3 * ENTRY_US])
     assert cost.rounds == 1 and count.rounds == 2
     assert cost.costs.max() < count.costs.max()
+    # reading the selected cluster c1, its own replica of 0 is the only candidate
+    assert [sorted(s.tolist()) for s in schedule([1], pl, SPLIT.members, cost=COST).slots] == [
+        [2, 3],
+        [1, 2, 3],
+    ]
 
 
 def test_joining_two_runs_counts_the_cut_at_the_transfer_size():
@@ -118,7 +124,10 @@ def test_reads_each_selected_nonresident_entry_once_from_a_replica(
     assert sorted(got) == sorted(want)  # every one, none twice
     for k in range(n_ssd):
         for e, s in zip(b.entries[k].tolist(), b.slots[k].tolist(), strict=True):
-            assert (k, s) in pl.replicas(e)
+            # a replica of e that one of the chosen clusters holds
+            a, z = pl.indptr[e], pl.indptr[e + 1]
+            hit = (pl.disk[a:z] == k) & (pl.slot[a:z] == s)
+            assert hit.sum() == 1 and int(pl.cluster[a:z][hit][0]) in chosen
         # the I/O count is the driver's: merged ranges cut at the transfer size
         ext = extents_from_slots(b.slots[k], EB, merge=True)
         cut = [-(-n // (max_entries * EB)) if max_entries else 1 for n in ext[:, 1].tolist()]

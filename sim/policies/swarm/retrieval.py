@@ -200,22 +200,51 @@ class _Runs:
         self.by_start[k][lo], self.by_end[k][hi] = hi, lo
 
 
+def _candidates(
+    pl: Placement, entries: np.ndarray, replicas: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct entries, their candidate replicas as CSR ``(ptr, rep)`` in
+    placement order, and each entry's number of distinct candidate disks.
+    ``replicas`` (aligned with ``entries``) restricts the candidates to those
+    replicas; ``None`` offers every replica of each entry."""
+    if replicas is None:
+        ents = np.unique(entries)
+        ptr, rep = _replica_table(pl, ents)
+    else:
+        pairs = np.unique(np.stack([entries, np.asarray(replicas, np.int64)], axis=1), axis=0)
+        ents, first, counts = np.unique(pairs[:, 0], return_index=True, return_counts=True)
+        ptr = np.append(first, pairs.shape[0]).astype(np.int64)
+        rep = pairs[:, 1]
+    row = np.repeat(np.arange(ents.size), np.diff(ptr))
+    on = np.unique(row * pl.n_ssd + pl.disk[rep])  # distinct (entry, disk) pairs
+    return ents, ptr, rep, np.bincount(on // pl.n_ssd, minlength=ents.size)
+
+
 def assign(
-    entries: np.ndarray, pl: Placement, policy: str = "balanced", cost: ReadCost | None = None
+    entries: np.ndarray,
+    pl: Placement,
+    policy: str = "balanced",
+    cost: ReadCost | None = None,
+    replicas: np.ndarray | None = None,
 ) -> Buckets:
     """Bucket an entry set once per entry: ``balanced`` by the greedy of the
-    module doc, bucket sizes measured by ``cost`` (default: in entries);
+    module doc over ``replicas`` (aligned with ``entries``; default: every
+    replica), bucket sizes measured by ``cost`` (default: in entries);
     ``first``/``static`` from first replicas, in id order."""
     if policy not in POLICIES:
         raise ValueError(f"unknown retrieval policy '{policy}' (known: {', '.join(POLICIES)})")
     cost = cost or ReadCost()
-    entries = np.unique(np.asarray(entries, dtype=np.int64))
+    entries = np.asarray(entries, dtype=np.int64)
     if policy != "balanced":
+        entries = np.unique(entries)
         return _from_replicas(pl, pl.indptr[entries], entries, 0, cost)  # first replicas, by id
-    n_dist = np.diff(_disk_choices(pl, entries)[0])
-    order = np.lexsort((entries, n_dist))
-    rptr, reps = _replica_table(pl, entries[order])
-    forced = np.diff(rptr) == 1  # one replica: no choice, bucketed up front
+    ents, ptr, rep, n_dist = _candidates(pl, entries, replicas)
+    order = np.lexsort((ents, n_dist))
+    counts = np.diff(ptr)[order]
+    starts = np.repeat(ptr[:-1][order], counts)
+    rptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    reps = rep[starts + np.arange(rptr[-1]) - np.repeat(rptr[:-1], counts)]
+    forced = counts == 1  # one candidate: no choice, bucketed up front
     chosen = reps[rptr[:-1]].copy()
     runs = _Runs(pl, chosen[forced], cost)
     disk_l, slot_l = pl.disk[reps].tolist(), pl.slot[reps].tolist()
@@ -224,7 +253,7 @@ def assign(
         j = min(js, key=lambda j: (runs.after(disk_l[j], slot_l[j]), disk_l[j], j))
         runs.add(disk_l[j], slot_l[j])
         chosen[i] = reps[j]
-    return _from_replicas(pl, chosen, entries[order], 0, cost)
+    return _from_replicas(pl, chosen, ents[order], 0, cost)
 
 
 def schedule(
@@ -254,7 +283,7 @@ def schedule(
         keep = ~np.where(ents < res.size, res[np.minimum(ents, res.size - 1)], False)
         ents, reps = ents[keep], reps[keep]
     if dedup and policy != "static":
-        return assign(ents, placement, policy, cost)
+        return assign(ents, placement, policy, cost, reps)
     if policy == "static":
         reps = placement.indptr[ents]
     dup = int(ents.size - np.unique(ents).size)
