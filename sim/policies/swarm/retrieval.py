@@ -2,13 +2,18 @@
 
 Eq. 8 (our reading): the I/O entry set is the union of the activated
 clusters' members minus the entries already resident in DRAM,
-``E = (U_{c in S} C_c) \\ R``.  Every SSD has a bucket.  Entries are taken in
-ascending replication factor -- the number of *distinct* SSDs holding a
-replica (two replicas on one disk count once) -- ties by entry id.  An entry
-with one replica goes to its disk's bucket; an entry with several goes to the
-replica whose bucket is smallest once the entry is in it, ties to the lowest
-disk index, then the first placed replica (the paper's "arbitrary", made
-deterministic).
+``E = (U_{c in S} C_c) \\ R``.  Every SSD has a bucket.  An entry's
+candidate replicas are those of the selected clusters that hold it: the
+router knows a member's place through its cluster (the index keeps the
+medoids' routes, a cluster's members follow in its runs, §5.2), and a
+replica outside the selected clusters lies in no run being read.  Entries
+are taken in ascending replication factor -- the number of *distinct* SSDs
+among the candidates (two on one disk count once) -- ties by entry id.  An
+entry with one candidate goes to its disk's bucket; one with several goes to
+the candidate whose bucket is smallest once the entry is in it, ties to the
+lowest disk index, then the first placed replica (the paper's "arbitrary",
+made deterministic).  (:func:`assign` alone, without ``replicas``, offers
+every replica.)
 
 A bucket's *size* is what it costs its disk once reads are coalesced
 (:class:`ReadCost`): a bucket is read as runs of consecutive slots, each run
