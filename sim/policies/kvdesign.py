@@ -43,6 +43,9 @@ class Layout:
     ssd_latency_us: float  # SSD addressing latency (Swarm's cost-effectiveness score)
     ssd_entry_us: float  # per-entry transfer time at the SSD's bandwidth
     sparsity: float = 0.0  # > 0: the budget follows the context (step_budget), as the oracle's
+    # one I/O's time: max(1/read IOPS, the io path's per-I/O CPU); 0 = I/Os cost nothing extra
+    ssd_io_us: float = 0.0
+    max_io_bytes: int = 0  # largest single I/O (the driver cuts ranges there); 0 = no limit
 
     def step_budget(self, visible: int) -> int:
         """The selection budget when entries ``0..visible-1`` are visible: how many

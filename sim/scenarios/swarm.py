@@ -59,6 +59,7 @@ from hwprofiles import HardwareProfile
 from kvtier.plan import BLOCK, CPU, PlanBuilder
 from kvtier.units import KiB
 from sim.config import SwarmParams
+from sim.hw.machine import Machine
 from sim.models import decode_layer_cost, get_model
 from sim.policies import KVDesign, Layout, StepDecision, get_design
 from sim.policies.swarm.cluster import ClusterParams, cluster
@@ -106,7 +107,20 @@ def layout_for(p: SwarmParams, profile: HardwareProfile, n_ssd: int, prefix: int
         dram_cache_entries=int(p.dram_cache * prefix),
         ssd_latency_us=spec.read_latency_us,
         ssd_entry_us=entry / (spec.read_gbps * 1e3),
+        ssd_io_us=ssd_io_us(p, profile),
+        max_io_bytes=spec.max_io_kib * KiB,
     )
+
+
+def ssd_io_us(p: SwarmParams, profile: HardwareProfile) -> float:
+    """One read I/O's time on the first SSD (what Swarm's routing weighs a
+    range against its bytes with): the device's ``1 / read_iops`` or the io
+    path's CPU cost per I/O (:meth:`Machine.cpu_seconds` over one batch of
+    the queue depth, as the executor charges it), whichever is larger."""
+    spec = profile.ssd(profile.ssd_names[0])
+    qd = max(1, p.queue_depth or spec.max_queue_depth)
+    cpu_us = Machine(profile).cpu_seconds(p.io_path, qd, qd) / qd * 1e6
+    return max(1e6 / spec.read_iops, cpu_us)
 
 
 @dataclass(frozen=True, eq=False)

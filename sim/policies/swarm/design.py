@@ -21,8 +21,12 @@ Online (:meth:`SwarmDesign.step`): score the medoids with the query
 selection, sinks and window included, holds the step's budget (the last
 cluster cut there: :func:`~sim.policies.selection.take_units`, the rule every
 design follows), and read the selected non-resident entries with
-:func:`.retrieval.schedule` as entry-sized I/Os (§7: one read per entry,
-never merged).  Without dedup, each chosen cluster reads every selected
+:func:`.retrieval.schedule`, which routes each replicated entry to the disk
+whose read (runs of consecutive slots, each run one range cut at the
+device's maximum transfer size) costs least once it is added
+(:class:`.retrieval.ReadCost` from the layout: one I/O's time vs an entry's
+bytes), so a cluster's run stays one range where Eq. 7 put it; ``rounds`` is
+the most I/Os one disk issues.  Without dedup, each chosen cluster reads every selected
 non-resident member it holds.
 
 Maintenance (§6.2).  A new token stays in the window for ``local_window``
@@ -55,7 +59,7 @@ from sim.policies.cache import LRUCache, ScoreCache
 from sim.policies.kvdesign import Layout, StepDecision, extents_from_slots, register
 from sim.policies.selection import always_selected, take_units
 from sim.policies.swarm.placement import Placement, place
-from sim.policies.swarm.retrieval import POLICIES, schedule
+from sim.policies.swarm.retrieval import POLICIES, ReadCost, schedule
 from sim.policies.swarm.types import Clustering
 
 ROUTE_BYTES = 8  # one route-table record per medoid replica: disk id + slot in a 64-bit word
@@ -155,6 +159,10 @@ class SwarmDesign:
             members = [perm[m] for m in members]
         self.clustering = Clustering(members, clustering.radius, clustering.n_entries)
         self.layout, self.n_prefix = layout, n
+        # what a bucket costs its disk (routing's measure): per I/O, per entry, I/O size cap
+        self.cost = ReadCost(
+            layout.ssd_io_us, layout.ssd_entry_us, layout.entry_bytes, layout.max_io_bytes
+        )
         self.placement: Placement = place(self.clustering, layout.n_ssd, p.balance_placement)
         self._keys = np.array(keys, dtype=np.float64)
         medoids = self.clustering.medoids
@@ -208,7 +216,13 @@ class SwarmDesign:
         unread = np.ones(visible, dtype=bool)  # in DRAM, or past the last cluster's cut
         unread[selected] = resident[selected]
         buckets = schedule(
-            chosen, self.placement, members, self.params.retrieval, self.params.dedup, unread
+            chosen,
+            self.placement,
+            members,
+            self.params.retrieval,
+            self.params.dedup,
+            unread,
+            self.cost,
         )
         hit_clusters = sum(self.cache.contains(int(c)) for c in chosen)
         cache_entries = int(resident[extra].sum()) if extra.size else 0
