@@ -59,6 +59,7 @@ from sim.policies import KVDesign, Layout, StepDecision, get_design
 from sim.policies.swarm.cluster import ClusterParams, cluster
 from sim.policies.swarm.design import SwarmDesign
 from sim.policies.swarm.types import Clustering
+from sim.scenarios.swarm_report import clustering_report
 from sim.scenarios.sparse_decode import Unsupported
 from traces.generator import PRESETS, AccessGenerator
 
@@ -72,6 +73,7 @@ class LaneResult:
     always: int  # sinks + window entries selected every step
     index_bytes: int
     ssd_bytes: np.ndarray  # per SSD: what the design placed there (its footprint)
+    clustering: dict[str, float] = field(default_factory=dict)  # swarm_report, Swarm only
 
 
 @dataclass
@@ -218,8 +220,10 @@ def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneRe
             rng,
             clustering=_clustering(data, cparams, seed),
         )
+        report = clustering_report(design)
     else:
         design.build(data.activations, data.keys[:prefix], layout, rng)
+        report = {}
     decisions = []
     for t in range(p.steps):
         decisions.append(design.step(t, data.queries[p.profile_steps + t], data.keys[prefix + t]))
@@ -227,7 +231,8 @@ def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneRe
             progress()
     always = min(p.sink_tokens, prefix) + p.local_window
     footprint = np.asarray(design.ssd_bytes(), dtype=np.int64)
-    return LaneResult(decisions, list(data.oracle), always, design.index_bytes(), footprint)
+    index = design.index_bytes()
+    return LaneResult(decisions, list(data.oracle), always, index, footprint, report)
 
 
 def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=None) -> SwarmPlan:
