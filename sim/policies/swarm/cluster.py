@@ -28,8 +28,11 @@ prose because the equations and Algorithm 1 were lost in extraction:
   the copies it already has.  The measured mean is reported per run.
 * **Thin profiles (ours).**  Entries selected by fewer than
   ``min_activations`` profiled queries (ineligible, :mod:`.cooccur`) take no
-  part in Algorithm 1.  They are grouped by position: sorted by id, cut into
-  runs of ``g`` consecutive ineligible entries, ``g`` = the median size of the
+  part in Algorithm 1, and entries with no partner within r (density 0:
+  their selections look like noise, nothing is co-activated with them) would
+  be singletons.  Both are grouped by position: sorted by id, cut into
+  ``ceil(n / g)`` runs of consecutive ineligible entries as even as possible
+  (at most ``g`` each), ``g`` = the median size of the
   co-activation clusters with two or more members (``target_size`` when
   there are none), the middle one as medoid.  Attention is local in position,
   so neighbours are the best guess without a profile, and one index key per
@@ -155,8 +158,12 @@ def cluster_exact(X: sp.spmatrix | np.ndarray, params: ClusterParams) -> Cluster
     count = np.zeros(n, dtype=np.int64)  # clusters each entry is in
     cap = params.replica_cap
     members: list[np.ndarray] = []
+    lonely = list(np.flatnonzero(~ok))
     for m in el[np.lexsort((el, -rho[el]))]:
         if count[m]:
+            continue
+        if rho[m] == 0:  # no partner within r: grouped by position with the thin ones
+            lonely.append(m)
             continue
         d = dist(np.array([m]), el)[0]  # the medoid's row
         sel = (d < r) & (el != m)
@@ -175,7 +182,7 @@ def cluster_exact(X: sp.spmatrix | np.ndarray, params: ClusterParams) -> Cluster
                     total += dist(cand, np.array([j]))[:, 0]
         members.append(np.array(cl, dtype=np.int64))
         count[cl] += 1
-    members += thin_groups(np.flatnonzero(~ok), members, params)
+    members += thin_groups(np.array(lonely, dtype=np.int64), members, params)
     return Clustering(members=members, radius=float(r), n_entries=n)
 
 
@@ -225,8 +232,14 @@ def grow_clusters(
     cap = params.replica_cap
     members: list[np.ndarray] = []
     queue = _MedoidQueue(index, density, covered, _head(params))
+    lonely = [np.flatnonzero(~index.eligible_mask)]
     while n_covered < n:
         m, cand, complete = queue.pop()
+        if complete and len(cand) == 0:  # no partner within r (d is symmetric: nobody
+            lonely.append(np.array([m]))  # has m as a candidate either)
+            covered[m] = True
+            n_covered += 1
+            continue
         cl = _expand(index, m, cand if cap is None else cand[count[cand] < cap], params)
         if not complete and len(cl) < params.max_cluster:  # the head ran out: redo in full
             cand = index.neighbours(m)
@@ -236,7 +249,7 @@ def grow_clusters(
         count[cl] += 1
         n_covered += len(new)
         members.append(cl)
-    members += thin_groups(np.flatnonzero(~index.eligible_mask), members, params)
+    members += thin_groups(np.concatenate(lonely), members, params)
     return Clustering(members=members, radius=index.radius, n_entries=n)
 
 
