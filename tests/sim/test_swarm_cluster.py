@@ -128,7 +128,8 @@ def test_bridge_entry_without_replicas(params):
 
 
 # 0 is selected with {1, 2} twice and with 3 twice (T = 4): f = 4, 2, 2, 2;
-# d(0,1) = d(0,2) = d(0,3) = 1 - 2/4 = 0.5, d(1,2) = 0, d(3,1) = d(3,2) = 1.  r = 0.6.  Densities: 0 -> 3, 1, 2 -> 2, 3 -> 1.
+# d(0,1) = d(0,2) = d(0,3) = 1 - 2/4 = 0.5, d(1,2) = 0, d(3,1) = d(3,2) = 1.  r = 0.6.
+# Densities: 0 -> 3, 1, 2 -> 2, 3 -> 1.
 TRIANGLE = activations([[0, 1, 2]] * 2 + [[0, 3]] * 2, 4)
 
 
@@ -276,9 +277,10 @@ def test_invariants_of_the_reference(case):
     near = (c.radius > jaccard_distance(A, f[:, None], f[None, :])) & ok[:, None] & ok[None, :]
     np.fill_diagonal(near, False)
     rho = near.sum(axis=1)
-    covered = ~ok  # thin entries are grouped after Algorithm 1, not by it
-    assert (c.sizes[: len(c.sizes) - _thin_clusters(c, ok)] <= params.max_cluster).all()
-    for mem in c.members[: len(c.members) - _thin_clusters(c, ok)]:
+    lonely = ~ok | (rho == 0)  # grouped by position after Algorithm 1, not by it
+    covered = lonely.copy()
+    assert (c.sizes <= params.max_cluster).all()
+    for mem in c.members[: len(c.members) - _thin_clusters(c, lonely)]:
         m = mem[0]
         assert not covered[m]  # a medoid is taken from the entries in no cluster yet
         assert rho[m] == rho[~covered].max()  # ... with the highest density (Eq. 4)
@@ -290,9 +292,9 @@ def test_invariants_of_the_reference(case):
         assert (rep <= cap).all()
 
 
-def _thin_clusters(c: Clustering, ok: np.ndarray) -> int:
-    """How many trailing clusters hold thin entries (they come last)."""
-    return sum(1 for m in c.members if not ok[m].any())
+def _thin_clusters(c: Clustering, lonely: np.ndarray) -> int:
+    """How many clusters are position groups of lonely entries (they come last)."""
+    return sum(1 for m in c.members if lonely[m].all())
 
 
 def test_scalable_long_candidate_queues_match_reference():

@@ -31,11 +31,11 @@ prose because the equations and Algorithm 1 were lost in extraction:
   part in Algorithm 1, and entries with no partner within r (density 0:
   their selections look like noise, nothing is co-activated with them) would
   be singletons.  Both are grouped by position: sorted by id, cut into
-  ``ceil(n / g)`` runs of consecutive ineligible entries as even as possible
-  (at most ``g`` each), ``g`` = the median size of the
-  co-activation clusters with two or more members (``target_size`` when
-  there are none), the middle one as medoid.  Attention is local in position,
-  so neighbours are the best guess without a profile, and one index key per
+  ``ceil(n / g)`` runs of consecutive such entries as even as possible (at
+  most ``g`` each), ``g`` = the median size of the co-activation clusters
+  with two or more members (``target_size`` when there are none; at most
+  ``max_cluster``), the middle one as medoid.  Attention is local in
+  position, so neighbours are the best guess without a profile, and one index key per
   ``g`` of them keeps the index from filling with never-selected entries.
 * **§8.3 ablations.**  *Medoid Only*: C is the medoid plus its candidates
   (capped), with no Eq. 5 test, so it is a superset of Swarm's cluster for the
@@ -191,7 +191,7 @@ def thin_groups(thin: np.ndarray, members: list[np.ndarray], params: ClusterPara
     if len(thin) == 0:
         return []
     sizes = np.array([len(m) for m in members if len(m) > 1], dtype=np.int64)
-    g = int(np.median(sizes)) if len(sizes) else params.target_size
+    g = min(int(np.median(sizes)) if len(sizes) else params.target_size, params.max_cluster)
     out = []
     for run in np.array_split(np.sort(thin), -(-len(thin) // g)):
         mid = len(run) // 2
