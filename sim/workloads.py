@@ -84,6 +84,7 @@ def plan_swarm(
     from sim.hw.figures import path_figures
     from sim.metrics import design_summary
     from sim.scenarios.swarm import plan_swarm as plan
+    from sim.scenarios.swarm_report import mean_report
 
     total = params.batch * params.layers_modeled * params.steps  # one tick per lane and step
     done = [0]
@@ -110,6 +111,7 @@ def plan_swarm(
                 splan.layout.entry_bytes,
                 bottleneck,
             ),
+            **mean_report([lane.clustering for lane in splan.lanes.values() if lane.clustering]),
         }
 
     return Planned(splan.plan, summarize)

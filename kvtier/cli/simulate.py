@@ -141,11 +141,17 @@ def design_table(df: pd.DataFrame, cfg) -> Table:
         ("recall", "recall", lambda v: f"{v:.3f}"),
         ("select ms", "select_ms", lambda v: f"{v:.3f}"),
         ("index MB", "index_mb_per_layer", lambda v: f"{v:.2f}"),
+        # Swarm's clustering (sim.scenarios.swarm_report, Table 4): SSD/KV bytes,
+        # index keys / all keys, full-scan keys / index keys
+        ("replication", "replication", lambda v: f"{v:.2f}x"),
+        ("index keys", "index_key_share", lambda v: f"{100 * v:.1f}%"),
+        ("select x", "select_speedup", lambda v: f"{v:.1f}"),
     ]
+    cols = [c for c in cols if c[1] in df.columns]
     for header, _, _ in cols:
         table.add_column(header, justify="left" if header == "design" else "right")
     for _, row in df.iterrows():
-        table.add_row(*[fmt(row[key]) for _, key, fmt in cols])
+        table.add_row(*["-" if row[key] != row[key] else fmt(row[key]) for _, key, fmt in cols])
     return table
 
 

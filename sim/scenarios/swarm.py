@@ -66,6 +66,7 @@ from sim.policies.swarm.cluster import ClusterParams, cluster
 from sim.policies.swarm.design import SwarmDesign
 from sim.policies.swarm.types import Clustering
 from sim.scenarios.sparse_decode import Unsupported
+from sim.scenarios.swarm_report import clustering_report
 from traces.generator import PRESETS, AccessGenerator
 
 
@@ -79,6 +80,7 @@ class LaneResult:
     index_bytes: int
     ssd_bytes: np.ndarray  # per SSD: what the design placed there (its footprint)
     score_device: str = "gpu"  # where the design's selection runs (KVDesign.score_device)
+    clustering: dict[str, float] = field(default_factory=dict)  # swarm_report, Swarm only
 
 
 @dataclass
@@ -238,8 +240,10 @@ def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneRe
             rng,
             clustering=_clustering(data, cparams, seed),
         )
+        report = clustering_report(design)
     else:
         design.build(data.activations, data.keys[:prefix], layout, rng)
+        report = {}
     decisions = []
     for t in range(p.steps):
         decisions.append(design.step(t, data.queries[p.profile_steps + t], data.keys[prefix + t]))
@@ -247,13 +251,9 @@ def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneRe
             progress()
     always = min(p.sink_tokens, prefix) + p.local_window
     footprint = np.asarray(design.ssd_bytes(), dtype=np.int64)
+    index = design.index_bytes()
     return LaneResult(
-        decisions,
-        list(data.oracle),
-        always,
-        design.index_bytes(),
-        footprint,
-        design.score_device,
+        decisions, list(data.oracle), always, index, footprint, design.score_device, report
     )
 
 

@@ -21,10 +21,10 @@ from sim.policies.swarm.cluster import (
 )
 from sim.policies.swarm.cooccur import (
     CoactivationIndex,
-    choose_level,
+    choose_radius,
     coactivation,
-    level_for_radius,
-    radius_for_level,
+    jaccard_distance,
+    selection_counts,
 )
 from sim.policies.swarm.types import Clustering
 
@@ -50,7 +50,7 @@ def both(X: sp.csr_matrix, params: ClusterParams) -> list[list[list[int]]]:
 
 
 # groups {0,1,2}, {3,4,5}, {6,7,8}, each selected alone by two of T = 6 queries:
-# A = 2 within a group (P = 1/3, d = 2/3), 0 across (d = 1); every density is 2
+# A = f = 2 within a group (Jaccard d = 1 - 2/2 = 0), 0 across (d = 1); every density is 2
 THREE_GROUPS = activations([[0, 1, 2]] * 2 + [[3, 4, 5]] * 2 + [[6, 7, 8]] * 2, 9)
 
 
@@ -62,23 +62,58 @@ def test_three_groups_give_three_clusters_medoid_first(radius):
     assert cluster(THREE_GROUPS, params).replication().tolist() == [1] * 9
 
 
-def test_radius_from_target_size():
-    # each entry's 2nd-largest count over j != i is 2 -> level 2 -> r = 1 - 1.5 / 6
-    assert choose_level(THREE_GROUPS, target_size=3) == 2
-    assert radius_for_level(2, 6) == pytest.approx(0.75)
-    assert level_for_radius(0.75, 6) == 2
-    assert level_for_radius(0.5, 4) == 3  # d < r is strict: d = 1 - 2/4 = 0.5 is not < 0.5
-    assert level_for_radius(1.0, 4) == 1  # never co-activated (d = 1) is never a neighbour
+def test_radius_from_knn_distances():
+    # each entry's 2nd-nearest distance is 0 (its group): r is one ulp above 0
+    assert choose_radius(THREE_GROUPS, target_size=3) == np.nextafter(0.0, 1.0)
+    # 4th-nearest: 1 (other groups) for everyone -> r = 1 (clipped)
+    assert choose_radius(THREE_GROUPS, target_size=5) == 1.0
+    # T = 4, f = (4, 2, 1+..): kth distances by hand, see below
+    X = activations([[0, 1], [0, 1], [0, 2], [0, 2, 3]], 4)
+    # f = 4, 2, 2, 1; 3 is thin (f < 2).  d(0,1) = d(0,2) = 1 - 2/4 = 0.5, d(1,2) = 1.
+    # nearest-neighbour distances: 0 -> 0.5, 1 -> 0.5, 2 -> 0.5; 2nd: 0 -> 0.5, 1 -> 1, 2 -> 1
+    assert choose_radius(X, target_size=2) == np.nextafter(0.5, 1.0)
+    assert choose_radius(X, target_size=3, quantile=0.0) == np.nextafter(0.5, 1.0)
+    assert choose_radius(X, target_size=3, quantile=1.0) == 1.0
+    assert choose_radius(X, target_size=2, min_activations=5) == 1.0  # nobody measurable
+
+
+def test_jaccard_distance_by_hand():
+    # 4 queries: 0 in all, 1 in the first two, 2 in the first only, 3 never
+    X = activations([[0, 1, 2], [0, 1], [0], [0]], 4)
+    A = coactivation(X).astype(np.int64)
+    f = selection_counts(sp.csr_matrix(X))
+    assert f.tolist() == [4, 2, 1, 0]
+    d = jaccard_distance(A, f[:, None], f[None, :])
+    assert d[0, 1] == pytest.approx(1 - 2 / 4)  # |{q0,q1}| / |{q0..q3}|
+    assert d[1, 2] == pytest.approx(1 - 1 / 2)
+    assert d[0, 2] == pytest.approx(1 - 1 / 4)
+    assert d[3, 3] == 1.0 and d[0, 3] == 1.0  # never selected: never near anything
+    assert np.diag(d)[:3].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_popular_entry_is_not_near_a_rare_one():
+    # entry 0 is selected by all 10 queries; 1 and 2 together by two of them; 3, 4 by two others
+    X = activations([[0, 1, 2]] * 2 + [[0, 3, 4]] * 2 + [[0]] * 6, 5)
+    A = coactivation(X).astype(np.int64)
+    f = selection_counts(sp.csr_matrix(X))
+    d = jaccard_distance(A, f[:, None], f[None, :])
+    assert d[0, 1] == pytest.approx(0.8)  # 1 - 2/10: under 1 - A/T it would be 0.8 too...
+    assert d[1, 2] == 0.0  # ...but the rare pair is at 0, so the popular entry is farther
+    c = cluster_exact(X, ClusterParams(radius=0.5))
+    assert [m.tolist() for m in c.members] == [[1, 2], [3, 4], [0]]
+    assert [m.tolist() for m in cluster(X, ClusterParams(radius=0.5)).members] == [
+        [1, 2], [3, 4], [0]]  # fmt: skip
 
 
 # bridge 6 is selected with {0,1,2} by two queries and with {3,4,5} by two others (T = 4):
-# d = 0.5 inside a group and between 6 and anyone, 1 between the groups.  Densities:
+# f = 2 for 0..5, 4 for 6: d = 0 inside a group, 1 - 2/4 = 0.5 between 6 and anyone,
+# 1 between the groups.  Densities:
 # 6 -> 6 neighbours, everyone else 3.  r = 0.6.
 BRIDGE = activations([[0, 1, 2, 6]] * 2 + [[3, 4, 5, 6]] * 2, 7)
 
 
 def test_bridge_entry_is_replicated():
-    # medoid 6 takes 0, 1, 2 (mean d 0.5) and rejects 3 (mean d (0.5 + 3 * 1) / 4 = 0.875);
+    # medoid 6 takes 0 (d 0.5), 1, 2 (mean d 0.25) and rejects 3 (mean d (0.5 + 3 * 1) / 4 = 0.875);
     # medoid 3 (lowest id among the uncovered, all of density 3) takes 4, 5 and 6 again
     for members in both(BRIDGE, ClusterParams(radius=0.6)):
         assert members == [[6, 0, 1, 2], [3, 4, 5, 6]]
@@ -92,13 +127,15 @@ def test_bridge_entry_without_replicas(params):
     assert cluster(BRIDGE, params).replication().tolist() == [1] * 7
 
 
-# 0 is selected with {1, 2} twice and with 3 twice (T = 4): d(0,1) = d(0,2) = d(1,2) =
-# d(0,3) = 0.5, d(3,1) = d(3,2) = 1.  r = 0.6.  Densities: 0 -> 3, 1, 2 -> 2, 3 -> 1.
+# 0 is selected with {1, 2} twice and with 3 twice (T = 4): f = 4, 2, 2, 2;
+# d(0,1) = d(0,2) = d(0,3) = 1 - 2/4 = 0.5, d(1,2) = 0, d(3,1) = d(3,2) = 1.  r = 0.6.
+# Densities: 0 -> 3, 1, 2 -> 2, 3 -> 1.
 TRIANGLE = activations([[0, 1, 2]] * 2 + [[0, 3]] * 2, 4)
 
 
 def test_expansion_rejects_what_medoid_only_admits():
-    # 3 is within r of the medoid (0.5) but its Eq. 5 distance to {0, 1, 2} is
+    # 2 joins {0, 1} at (0.5 + 0) / 2; 3 is within r of the medoid (0.5) but its
+    # Eq. 5 distance to {0, 1, 2} is
     # (0.5 + 1 + 1) / 3 = 0.83 >= r: Swarm rejects it (then it seeds its own
     # cluster and takes 0 as a replica); Medoid Only takes every candidate.
     for members in both(TRIANGLE, ClusterParams(radius=0.6)):
@@ -108,8 +145,9 @@ def test_expansion_rejects_what_medoid_only_admits():
 
 
 def test_expansion_averages_over_all_members():
-    # T = 5: d(0,1) = 0, d(0,2) = d(1,2) = 0.4, d(0,4) = d(1,4) = 0.6, d(2,4) = 1.
-    # With r = 0.75, 4 joins {0, 1, 2}: (0.6 + 0.6 + 1) / 3 = 0.73 < r, though d(2,4) > r.
+    # T = 5, f = 5, 5, 3, 0, 2: d(0,1) = 0, d(0,2) = d(1,2) = 1 - 3/5 = 0.4,
+    # d(0,4) = d(1,4) = 1 - 2/5 = 0.6, d(2,4) = 1.  With r = 0.75, 4 joins {0, 1, 2}:
+    # (0.6 + 0.6 + 1) / 3 = 0.73 < r, though d(2,4) > r.  3 (never selected) is thin.
     X = activations([[0, 1, 2]] * 3 + [[0, 1, 4]] * 2, 5)
     for members in both(X, ClusterParams(radius=0.75)):
         assert members == [[0, 1, 2, 4], [3]]
@@ -117,8 +155,11 @@ def test_expansion_averages_over_all_members():
 
 def test_max_cluster_caps_each_cluster():
     X = activations([[0, 1, 2, 3, 4, 5]] * 2, 6)  # one group, d = 0 everywhere
-    for members in both(X, ClusterParams(radius=0.5, max_cluster=4)):
+    for members in both(X, ClusterParams(radius=0.5, max_cluster=4, max_replicas=None)):
         assert members == [[0, 1, 2, 3], [4, 0, 1, 2], [5, 0, 1, 2]]
+    # default cap of 2 copies: 0, 1, 2 are full after medoid 4, so 5 takes 3 and 4
+    for members in both(X, ClusterParams(radius=0.5, max_cluster=4)):
+        assert members == [[0, 1, 2, 3], [4, 0, 1, 2], [5, 3, 4]]
     for members in both(X, ClusterParams(radius=0.5, max_cluster=4, replicate=False)):
         assert members == [[0, 1, 2, 3], [4, 5]]
 
@@ -139,7 +180,8 @@ def test_dense_reference_refuses_large_layers():
 
 @pytest.mark.parametrize(
     "kw", [{"radius": 0.0}, {"radius": 1.5}, {"target_size": 1}, {"max_cluster": 0},
-           {"max_replicas": 0}, {"density_probes": 0}],
+           {"max_replicas": 0}, {"density_probes": 0}, {"radius_quantile": 1.5},
+           {"min_activations": 0}],
 )  # fmt: skip
 def test_params_out_of_range(kw):
     with pytest.raises(ValueError):
@@ -229,14 +271,16 @@ def test_invariants_of_the_reference(case):
     X, params = case
     c = cluster_exact(X, params)
     c.check()
-    T = X.shape[0]
     A = coactivation(X).astype(np.int64)
-    near = c.radius > 1.0 - A / T
+    f = selection_counts(X)
+    ok = f >= params.min_activations
+    near = (c.radius > jaccard_distance(A, f[:, None], f[None, :])) & ok[:, None] & ok[None, :]
     np.fill_diagonal(near, False)
     rho = near.sum(axis=1)
-    covered = np.zeros(X.shape[1], dtype=bool)
+    lonely = ~ok | (rho == 0)  # grouped by position after Algorithm 1, not by it
+    covered = lonely.copy()
     assert (c.sizes <= params.max_cluster).all()
-    for mem in c.members:
+    for mem in c.members[: len(c.members) - _thin_clusters(c, lonely)]:
         m = mem[0]
         assert not covered[m]  # a medoid is taken from the entries in no cluster yet
         assert rho[m] == rho[~covered].max()  # ... with the highest density (Eq. 4)
@@ -246,6 +290,11 @@ def test_invariants_of_the_reference(case):
     cap = params.replica_cap
     if cap is not None:
         assert (rep <= cap).all()
+
+
+def _thin_clusters(c: Clustering, lonely: np.ndarray) -> int:
+    """How many clusters are position groups of lonely entries (they come last)."""
+    return sum(1 for m in c.members if lonely[m].all())
 
 
 def test_scalable_long_candidate_queues_match_reference():
@@ -267,7 +316,7 @@ def test_estimated_densities_stay_close_to_reference(skew):
     params = ClusterParams(target_size=16)
     ref = cluster_exact(X, params)
     few = dataclasses.replace(params, radius=ref.radius, density_probes=200)
-    index = CoactivationIndex(X, ref.radius)
+    index = CoactivationIndex(X, ref.radius, params.min_activations)
     assert len(index.eligible) > 200  # densities really are estimated
     fast = cluster(X, few, np.random.default_rng(1))
     fast.check()
@@ -276,12 +325,16 @@ def test_estimated_densities_stay_close_to_reference(skew):
 
 def test_densities_exact_for_probes_only():
     X = planted_activations(600, 128, 60, np.random.default_rng(1), group_size=10)
-    index = CoactivationIndex(X, radius_for_level(choose_level(X, 10), 128))
+    index = CoactivationIndex(X, choose_radius(X, 10))
     full = index.densities(10**6)
     assert full.exact.all()
     A = coactivation(X).astype(np.int64)
-    np.fill_diagonal(A, 0)
-    assert full.value.tolist() == (index.level <= A).sum(axis=1).tolist()
+    f = selection_counts(X)
+    d = jaccard_distance(A, f[:, None], f[None, :])
+    np.fill_diagonal(d, 1.0)
+    ok = index.eligible_mask
+    rho = ((d < index.radius) & ok[None, :]).sum(axis=1) * ok
+    assert full.value.tolist() == rho.tolist()
     some = index.densities(50, np.random.default_rng(0))
     probed = some.exact & index.eligible_mask
     assert probed.sum() == 50

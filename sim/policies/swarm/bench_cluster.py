@@ -37,7 +37,7 @@ from sim.policies.swarm.cluster import (
     comembership_f1,
     grow_clusters,
 )
-from sim.policies.swarm.cooccur import CoactivationIndex, choose_level, radius_for_level
+from sim.policies.swarm.cooccur import CoactivationIndex, choose_radius
 from sim.policies.swarm.types import Clustering
 
 
@@ -144,10 +144,10 @@ def run_scale(X: sp.csr_matrix, params: ClusterParams, seed: int) -> dict[str, f
     """
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
-    level = choose_level(X, params.target_size, rng, params.radius_probes)
-    radius = radius_for_level(level, X.shape[0])
+    q, fmin = params.radius_quantile, params.min_activations
+    radius = choose_radius(X, params.target_size, q, fmin, rng, params.radius_probes)
     t1 = time.perf_counter()
-    index = _TimedIndex(X, radius)
+    index = _TimedIndex(X, radius, fmin)
     t2 = time.perf_counter()
     density = index.densities(params.density_probes, rng, head=4 * params.max_cluster)
     t3 = time.perf_counter()
@@ -156,7 +156,6 @@ def run_scale(X: sp.csr_matrix, params: ClusterParams, seed: int) -> dict[str, f
     sizes = result.sizes
     return {
         "radius": radius,
-        "level": level,
         "eligible": len(index.eligible),
         "probes": min(params.density_probes, len(index.eligible)),
         "medoid_rows": index.rows_done,
@@ -176,9 +175,9 @@ def run_scale(X: sp.csr_matrix, params: ClusterParams, seed: int) -> dict[str, f
 
 def run_quality(X: sp.csr_matrix, params: ClusterParams, probe_fraction: float) -> dict:
     """``cluster`` (densities from ``probe_fraction`` of eligible entries) vs ``cluster_exact``."""
-    level = choose_level(X, params.target_size, None, max_probes=X.shape[1])
-    radius = radius_for_level(level, X.shape[0])
-    eligible = len(CoactivationIndex(X, radius).eligible)
+    q, fmin = params.radius_quantile, params.min_activations
+    radius = choose_radius(X, params.target_size, q, fmin, None, max_probes=X.shape[1])
+    eligible = len(CoactivationIndex(X, radius, fmin).eligible)
     probes = max(1, round(probe_fraction * eligible))
     out: dict = {"radius": radius, "eligible": eligible, "probes": probes}
     variants = {
@@ -239,8 +238,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sparsity", type=float, default=0.1)
     ap.add_argument("--skew", type=float, default=0.0, help="planted group popularity skew")
     ap.add_argument("--small-n", type=int, default=4096, help="entries in the quality run")
-    ap.add_argument("--target-size", type=int, default=32)
-    ap.add_argument("--max-replicas", type=int, default=None)
+    ap.add_argument("--target-size", type=int, default=ClusterParams.target_size)
+    ap.add_argument("--max-replicas", type=int, default=ClusterParams.max_replicas)
     ap.add_argument("--probes", type=int, default=ClusterParams.density_probes)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)

@@ -5,9 +5,9 @@ Eqs. 2-4 (co-activation probability, distance, density) are read in
 prose because the equations and Algorithm 1 were lost in extraction:
 
 * **Eq. 5** the distance of candidate j to cluster C is the mean pairwise
-  distance ``mean_{c in C} d_jc = 1 - sum_c A_jc / (T |C|)``; j joins C if it
-  is ``< r``.  Both implementations evaluate that right-hand form from
-  integer counts, so ties resolve identically.
+  distance ``mean_{c in C} d_jc`` (Jaccard distances, :mod:`.cooccur`); j
+  joins C if it is ``< r``.  Both implementations add the ``d_jc`` in float64
+  in join order (a running sum per candidate), so ties resolve identically.
 * **Algorithm 1.**  The medoid queue Q holds all entries by descending density
   (ties: lower id).  The next entry of Q that is in no cluster yet becomes a
   medoid m (Lines 6-10).  Its candidate queue holds every ``j != m`` with
@@ -19,8 +19,24 @@ prose because the equations and Algorithm 1 were lost in extraction:
   ("the algorithm naturally creates replicas").  Clustering stops once every
   entry is in a cluster; an entry without neighbours is a singleton.
 * ``max_cluster`` (ours; the paper bounds size by r alone) stops an
-  expansion once C has that many members.  ``max_replicas`` (ours, off by
-  default) skips candidates already in that many clusters.
+  expansion once C has that many members.
+* ``max_replicas`` (ours, default 2) skips candidates already in that many
+  clusters.  §5.1 creates replicas for entries shared by *interleaved*
+  patterns, at "negligible storage overhead": an entry at the junction of two
+  patterns needs one copy in each, so two bounds the worst case at 2x the KV
+  bytes while keeping the mechanism; a third pattern finds the entry through
+  the copies it already has.  The measured mean is reported per run.
+* **Thin profiles (ours).**  Entries selected by fewer than
+  ``min_activations`` profiled queries (ineligible, :mod:`.cooccur`) take no
+  part in Algorithm 1, and entries with no partner within r (density 0:
+  their selections look like noise, nothing is co-activated with them) would
+  be singletons.  Both are grouped by position: sorted by id, cut into
+  ``ceil(n / g)`` runs of consecutive such entries as even as possible (at
+  most ``g`` each), ``g`` = the median size of the co-activation clusters
+  with two or more members (``target_size`` when there are none; at most
+  ``max_cluster``), the middle one as medoid.  Attention is local in
+  position, so neighbours are the best guess without a profile, and one index key per
+  ``g`` of them keeps the index from filling with never-selected entries.
 * **§8.3 ablations.**  *Medoid Only*: C is the medoid plus its candidates
   (capped), with no Eq. 5 test, so it is a superset of Swarm's cluster for the
   same medoid.  *No Replica*: candidates already in a cluster are skipped, so
@@ -29,13 +45,8 @@ prose because the equations and Algorithm 1 were lost in extraction:
   ``1 - a_e,m_c / w``, with ``a_e,m_c`` the number of the ``w`` local-window
   steps that select both e and c's medoid; e joins every c with distance < r.
 
-Popularity caveat: ``d_ij`` is not normalised by frequency, so an entry
-selected by most queries is near everything, comes first in every candidate
-queue and passes every Eq. 5 test.  With replicas unbounded, such entries
-join nearly every cluster (on the default generated trace at N = 128K: mean
-replication ~54, most clusters full at ``max_cluster``).  ``max_replicas``
-bounds that; dropping always-selected entries (sinks, local window) from the
-profile helps too.
+The radius comes from the data (:func:`~.cooccur.choose_radius`: a quantile
+of the k-th-nearest-neighbour distances) unless ``radius`` is given.
 
 :func:`cluster_exact` is Algorithm 1 on the dense ``N x N`` matrix (the
 reference).  :func:`cluster` runs the same algorithm from a
@@ -61,9 +72,10 @@ from sim.policies.swarm.cooccur import (
     CoactivationIndex,
     Densities,
     as_activations,
-    choose_level,
+    choose_radius,
     coactivation,
-    radius_for_level,
+    jaccard_distance,
+    selection_counts,
 )
 from sim.policies.swarm.types import Clustering
 
@@ -78,9 +90,6 @@ __all__ = [
 ]
 
 _WINDOW = 128  # candidates whose vectors are gathered at once during an expansion
-_MAX_WINDOW = 4096
-_RUN = 64  # candidates tried as one run of joins
-_LOWER = np.tril(np.ones((_RUN, _RUN), dtype=np.float32))
 _BATCH = 128  # medoid rows per BLAS product
 _HEAD = 4  # candidate-queue heads of max_cluster * _HEAD ids are cached (int32)
 
@@ -89,12 +98,14 @@ _HEAD = 4  # candidate-queue heads of max_cluster * _HEAD ids are cached (int32)
 class ClusterParams:
     """Knobs of Algorithm 1 and of the scalable version."""
 
-    radius: float | None = None  # r in (0, 1]; None -> chosen for target_size (choose_level)
-    target_size: int = 32  # neighbourhood size of the median entry when radius is None
+    radius: float | None = None  # r in (0, 1]; None -> choose_radius (k-NN quantile)
+    target_size: int = 16  # k + 1 of the radius rule: the neighbourhood of a core entry
+    radius_quantile: float = 0.5  # share of eligible entries with k neighbours inside r
+    min_activations: int = 2  # profiled selections below which an entry is thin
     replicate: bool = True  # False = "No Replica" ablation
     medoid_only: bool = False  # True = "Medoid Only" ablation
     max_cluster: int = 256  # cap on members per cluster (medoid included)
-    max_replicas: int | None = None  # cap on clusters per entry (ours); None = unbounded
+    max_replicas: int | None = 2  # cap on clusters per entry (ours); None = unbounded
     exact: bool = False  # cluster() runs cluster_exact
     density_probes: int = 4096  # entries whose densities are counted; the rest estimated
     radius_probes: int = 512  # entries sampled to choose the radius
@@ -105,6 +116,8 @@ class ClusterParams:
         for name in ("target_size", "max_cluster", "density_probes", "radius_probes"):
             if getattr(self, name) < (2 if name == "target_size" else 1):
                 raise ValueError(f"ClusterParams.{name} out of range: {getattr(self, name)}")
+        if not 0.0 <= self.radius_quantile <= 1.0 or self.min_activations < 1:
+            raise ValueError("ClusterParams: radius_quantile in [0, 1], min_activations >= 1")
         if self.max_replicas is not None and self.max_replicas < 1:
             raise ValueError(f"ClusterParams.max_replicas must be >= 1, got {self.max_replicas}")
 
@@ -117,45 +130,73 @@ class ClusterParams:
 def _radius(X: sp.csr_matrix, params: ClusterParams, rng: np.random.Generator | None, probes: int):
     if params.radius is not None:
         return params.radius
-    return radius_for_level(choose_level(X, params.target_size, rng, probes), X.shape[0])
+    q, fmin = params.radius_quantile, params.min_activations
+    return choose_radius(X, params.target_size, q, fmin, rng, probes)
 
 
 def cluster_exact(X: sp.spmatrix | np.ndarray, params: ClusterParams) -> Clustering:
     """Algorithm 1 literally, on the dense ``N x N`` co-activation matrix (N <= 20000)."""
     X = as_activations(X)
-    T, n = X.shape
+    n = X.shape[1]
     if n > MAX_DENSE_ENTRIES:
         raise ValueError(f"cluster_exact refuses N = {n} > {MAX_DENSE_ENTRIES}; use cluster()")
     A = coactivation(X)
+    f = selection_counts(X)
+    ok = f >= params.min_activations  # eligible
     r = _radius(X, params, None, probes=n)
-    rho = np.empty(n, dtype=np.int64)  # Eq. 4
-    for lo in range(0, n, 1024):
-        near = 1.0 - A[lo : lo + 1024] / T < r
-        near[np.arange(len(near)), np.arange(lo, lo + len(near))] = False
-        rho[lo : lo + 1024] = near.sum(axis=1)
+
+    def dist(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:  # Eq. 3, Jaccard
+        return jaccard_distance(A[np.ix_(rows, cols)], f[rows][:, None], f[cols][None, :])
+
+    el = np.flatnonzero(ok)
+    rho = np.zeros(n, dtype=np.int64)  # Eq. 4
+    for lo in range(0, len(el), 1024):
+        rows = el[lo : lo + 1024]
+        near = dist(rows, el) < r
+        near[np.arange(len(rows)), np.arange(lo, lo + len(rows))] = False
+        rho[rows] = near.sum(axis=1)
     count = np.zeros(n, dtype=np.int64)  # clusters each entry is in
     cap = params.replica_cap
     members: list[np.ndarray] = []
-    for m in np.lexsort((np.arange(n), -rho)):
+    lonely = list(np.flatnonzero(~ok))
+    for m in el[np.lexsort((el, -rho[el]))]:
         if count[m]:
             continue
-        d = 1.0 - A[m] / T  # Eq. 3, the medoid's row
-        cand = np.flatnonzero(d < r)
-        cand = cand[cand != m]
-        if cap is not None:
-            cand = cand[count[cand] < cap]
-        cand = cand[np.lexsort((cand, d[cand]))]
+        if rho[m] == 0:  # no partner within r: grouped by position with the thin ones
+            lonely.append(m)
+            continue
+        d = dist(np.array([m]), el)[0]  # the medoid's row
+        sel = (d < r) & (el != m)
+        cand, dc = el[sel], d[sel]
+        keep = count[cand] < cap if cap is not None else np.ones(len(cand), bool)
+        cand, dc = cand[keep], dc[keep]
+        order = np.lexsort((cand, dc))
+        cand, total = cand[order], dc[order].copy()  # running Eq. 5 sums, join order
         cl = [int(m)]
-        for j in cand:
+        for i, j in enumerate(cand.tolist()):
             if len(cl) >= params.max_cluster:
                 break
-            if params.medoid_only or 1.0 - A[j, cl].sum() / (T * len(cl)) < r:  # Eq. 5
-                cl.append(int(j))
+            if params.medoid_only or total[i] / len(cl) < r:  # Eq. 5
+                cl.append(j)
+                if not params.medoid_only:
+                    total += dist(cand, np.array([j]))[:, 0]
         members.append(np.array(cl, dtype=np.int64))
         count[cl] += 1
-        if count.all():
-            break
+    members += thin_groups(np.array(lonely, dtype=np.int64), members, params)
     return Clustering(members=members, radius=float(r), n_entries=n)
+
+
+def thin_groups(thin: np.ndarray, members: list[np.ndarray], params: ClusterParams) -> list:
+    """Clusters of ``g`` consecutive thin entries, middle one first (module doc)."""
+    if len(thin) == 0:
+        return []
+    sizes = np.array([len(m) for m in members if len(m) > 1], dtype=np.int64)
+    g = min(int(np.median(sizes)) if len(sizes) else params.target_size, params.max_cluster)
+    out = []
+    for run in np.array_split(np.sort(thin), -(-len(thin) // g)):
+        mid = len(run) // 2
+        out.append(np.concatenate([run[mid : mid + 1], run[:mid], run[mid + 1 :]]))
+    return out
 
 
 def cluster(
@@ -170,7 +211,8 @@ def cluster(
         return cluster_exact(X, params)
     X = as_activations(X)
     rng = rng if rng is not None else np.random.default_rng(0)
-    index = CoactivationIndex(X, _radius(X, params, rng, params.radius_probes))
+    r = _radius(X, params, rng, params.radius_probes)
+    index = CoactivationIndex(X, r, params.min_activations)
     density = index.densities(params.density_probes, rng, head=_head(params))
     return grow_clusters(index, density, params)
 
@@ -185,13 +227,19 @@ def grow_clusters(
     """
     n = index.n_entries
     count = np.zeros(n, dtype=np.int64)  # clusters each entry is in
-    covered = np.zeros(n, dtype=bool)
-    n_covered = 0
+    covered = ~index.eligible_mask  # thin entries are grouped after Algorithm 1
+    n_covered = int(covered.sum())
     cap = params.replica_cap
     members: list[np.ndarray] = []
     queue = _MedoidQueue(index, density, covered, _head(params))
+    lonely = [np.flatnonzero(~index.eligible_mask)]
     while n_covered < n:
         m, cand, complete = queue.pop()
+        if complete and len(cand) == 0:  # no partner within r (d is symmetric: nobody
+            lonely.append(np.array([m]))  # has m as a candidate either)
+            covered[m] = True
+            n_covered += 1
+            continue
         cl = _expand(index, m, cand if cap is None else cand[count[cand] < cap], params)
         if not complete and len(cl) < params.max_cluster:  # the head ran out: redo in full
             cand = index.neighbours(m)
@@ -201,6 +249,7 @@ def grow_clusters(
         count[cl] += 1
         n_covered += len(new)
         members.append(cl)
+    members += thin_groups(np.concatenate(lonely), members, params)
     return Clustering(members=members, radius=index.radius, n_entries=n)
 
 
@@ -284,49 +333,34 @@ def _head(params: ClusterParams) -> int:
 def _expand(
     index: CoactivationIndex, medoid: int, cand: np.ndarray, params: ClusterParams
 ) -> np.ndarray:
-    """Step 4 from dense vectors: ``sum_c A_jc = x_j . sum_c x_c``, window by window.
+    """Step 4 from dense vectors, ``_WINDOW`` candidates at a time.
 
-    Vectorised but sequentially equivalent: alternately find the next
-    candidate that joins with the members fixed, then the longest run of
-    candidates that each join given that all before them in the run did.
-    Windows without a join double in size (up to ``_MAX_WINDOW``).
+    A window's running Eq. 5 sums start as the sequential (cumsum) sum of its
+    distances to the members in join order; each join adds the new member's
+    distances (from the window's own Gram matrix): the reference's order.
     """
     cap = params.max_cluster
     head = np.array([medoid], dtype=np.int64)
     if params.medoid_only or len(cand) == 0:
         return np.concatenate([head, cand[: cap - 1]])
-    T, r = index.n_queries, index.radius
-    exact32 = cap * T < 2**24  # float32 sums of 0/1 products are exact integers
-    total = index.vectors(head)[0].astype(np.float32 if exact32 else np.float64)
-    parts, n, lo, width = [head], 1, 0, _WINDOW
-    while lo < len(cand) and n < cap:
-        win = cand[lo : lo + width]
-        vecs = index.vectors(win)
-        sums = (vecs @ total).astype(np.float64)  # sum_c A_jc over the current members
-        k, joined = 0, False
-        while k < len(win) and n < cap:
-            joins = np.flatnonzero(1.0 - sums[k:] / (T * n) < r)  # Eq. 5, members fixed
-            if len(joins) == 0:
+    r, f = index.radius, index.freq
+    members = [int(medoid)]
+    for lo in range(0, len(cand), _WINDOW):
+        if len(members) >= cap:
+            break
+        win = cand[lo : lo + _WINDOW]
+        vw = index.vectors(win)
+        mem = np.array(members)
+        d = jaccard_distance(vw @ index.vectors(mem).T, f[win][:, None], f[mem][None, :])
+        total = np.cumsum(d, axis=1)[:, -1]
+        dww = jaccard_distance(vw @ vw.T, f[win][:, None], f[win][None, :])
+        for k, j in enumerate(win.tolist()):
+            if len(members) >= cap:
                 break
-            k += int(joins[0])
-            block = vecs[k : k + _RUN]
-            m = len(block) - 1  # prefix[j] = x_k + ... + x_(k+j), exact (BLAS beats cumsum)
-            prefix = _LOWER[:m, :m] @ block[:-1]
-            before = np.zeros(len(block))  # sum_{b<j} A(k+b, k+j) = x_(k+j) . prefix[j-1]
-            before[1:] = np.einsum("ij,ij->i", block[1:], prefix)
-            sizes = n + np.arange(len(block))
-            fails = np.flatnonzero(1.0 - (sums[k : k + len(block)] + before) / (T * sizes) >= r)
-            run = min(int(fails[0]) if len(fails) else len(block), cap - n)
-            parts.append(win[k : k + run])
-            added = vecs[k : k + run].sum(axis=0)  # float32: at most _WINDOW per query
-            total += added
-            sums += vecs @ added
-            n += run
-            k += run + (run < len(block))  # a failed candidate had every earlier one in
-            joined = True
-        lo += len(win)
-        width = _WINDOW if joined else min(2 * width, _MAX_WINDOW)
-    return np.concatenate(parts)
+            if total[k] / len(members) < r:  # Eq. 5
+                members.append(j)
+                total += dww[:, k]
+    return np.array(members, dtype=np.int64)
 
 
 def assign_new_entry(

@@ -93,22 +93,18 @@ class SwarmParams:
 
 
 def join_radius(radius: float, activations: sp.csr_matrix) -> float:
-    """The offline radius expressed on Eq. 9's conditional measure.
+    """The offline radius expressed on Eq. 9's conditional measure: ``radius`` itself.
 
-    Offline, an entry j is within ``radius`` of medoid i when its joint
-    co-activation rate over the T profiling observations is high enough,
-    ``A_ij / T > 1 - radius`` (Eqs. 2-3 read as ``d_ij = 1 - A_ij / T``).
-    Dividing by j's own activation rate turns the joint rate into the
-    conditional one Eq. 9 measures; with the mean activation rate
-    ``a = nnz / (T N)`` of profiled entries standing in for the new token's,
-    the bound becomes ``P(i | j) > (1 - radius) / a``, i.e.
-    ``r_join = 1 - (1 - radius) / a``, clipped to [0, 1].
+    Offline, j is within ``radius`` of medoid i when the Jaccard similarity
+    ``J = A_ij / (f_i + f_j - A_ij)`` exceeds ``1 - radius``
+    (:mod:`sim.policies.swarm.cooccur`).  Eq. 9 measures the conditional rate
+    ``P(i | j) = A_ij / f_j``, which is never below ``J`` (its denominator is
+    smaller), so every pair within ``radius`` offline is within ``radius`` on
+    Eq. 9's measure too: the same number is the loosest bound that keeps all
+    of them.  ``activations`` is kept for callers; the measure needs no rate.
     """
-    t, n = activations.shape
-    a = activations.nnz / max(t * n, 1)
-    if a <= 0:
-        return 0.0
-    return float(np.clip(1.0 - (1.0 - radius) / a, 0.0, 1.0))
+    del activations
+    return float(radius)
 
 
 def _append_row(arr: np.ndarray, n: int, row: np.ndarray) -> np.ndarray:

@@ -1,0 +1,57 @@
+"""Table 4-style report of a Swarm design's offline clustering (seed 000 §8.3).
+
+Measured on the design right after :meth:`~sim.policies.swarm.design.SwarmDesign.build`
+(the prefix only; online maintenance adds the decoded tokens later):
+
+* ``replication`` -- SSD bytes / KV bytes: slots the placement allocated
+  (replicas included) over ``N`` entries, i.e. ``sum(cluster sizes) / N``;
+* cluster sizes -- count, mean, p50, p90, max and the share of singletons;
+* ``index_bytes`` and ``index_key_share`` -- the DRAM index (medoid keys plus
+  route records) and the keys it holds over all ``N`` keys;
+* ``select_speedup`` -- keys a full scan reads (``N``) / keys the index scan
+  reads (one per cluster): the selection speed-up over a full scan, counted
+  in keys compared (Table 4 reports it in time).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.policies.swarm.design import SwarmDesign
+
+KEYS = (
+    "replication",
+    "clusters",
+    "cluster_mean",
+    "cluster_p50",
+    "cluster_p90",
+    "cluster_max",
+    "singleton_share",
+    "index_bytes",
+    "index_key_share",
+    "select_speedup",
+)
+
+
+def clustering_report(design: SwarmDesign) -> dict[str, float]:
+    """The report of one built design (one lane: one sequence, one layer)."""
+    sizes = design.clustering.sizes
+    n = design.n_prefix
+    kv = n * design.layout.entry_bytes
+    return {
+        "replication": float(np.sum(design.ssd_bytes())) / kv if kv else np.nan,
+        "clusters": float(len(sizes)),
+        "cluster_mean": float(sizes.mean()),
+        "cluster_p50": float(np.percentile(sizes, 50)),
+        "cluster_p90": float(np.percentile(sizes, 90)),
+        "cluster_max": float(sizes.max()),
+        "singleton_share": float((sizes == 1).mean()),
+        "index_bytes": float(design.index_bytes()),
+        "index_key_share": len(sizes) / n,
+        "select_speedup": n / len(sizes),
+    }
+
+
+def mean_report(reports: list[dict[str, float]]) -> dict[str, float]:
+    """Each key averaged over lanes (NaN for a design without clustering)."""
+    return {k: float(np.mean([r[k] for r in reports])) if reports else np.nan for k in KEYS}
