@@ -43,6 +43,7 @@ class Layout:
     ssd_latency_us: float  # SSD addressing latency (Swarm's cost-effectiveness score)
     ssd_entry_us: float  # per-entry transfer time at the SSD's bandwidth
     sparsity: float = 0.0  # > 0: the budget follows the context (step_budget), as the oracle's
+    budget_scale: float = 1.0  # the design's budget / the oracle's (matched recall raises it)
 
     def step_budget(self, visible: int) -> int:
         """The selection budget when entries ``0..visible-1`` are visible: how many
@@ -52,11 +53,18 @@ class Layout:
         With ``sparsity`` set it is the oracle's own count,
         :func:`traces.access.selection_budget`: ``round(sparsity x (visible - 1))``
         (the context before the newest token), at least 1; otherwise the fixed
-        ``budget``.  Never more than ``visible``.
+        ``budget``.  That base is multiplied by ``budget_scale`` and rounded
+        (1.0, the default, is the oracle's own budget: every design the same);
+        at least 1 and never more than ``visible``.  The oracle's top-k, what
+        recall is measured against, always keeps the unscaled count.
         """
         if self.sparsity > 0:
-            return min(visible, max(1, selection_budget(visible - 1, 0, self.sparsity)))
-        return min(visible, self.budget)
+            base = max(1, selection_budget(visible - 1, 0, self.sparsity))
+        else:
+            base = self.budget
+        if self.budget_scale != 1.0:
+            base = max(1, round(self.budget_scale * base))
+        return min(visible, base)
 
 
 @dataclass
