@@ -90,8 +90,9 @@ class SwarmParams:
     queue_depth: int = 0  # per-op in-flight I/Os; 0 = the device maximum
     # the design's selection budget / the oracle's (1.0: equal budgets; see Layout.step_budget)
     budget_scale: float = 1.0
-    # target mean recall: also run each variant at the smallest budget_scale reaching it
-    match_recall: float | None = None
+    # target mean recall in (0, 1]: also run each variant at the smallest budget_scale
+    # reaching it (sim.scenarios.matched); 0 = no matched-recall run
+    match_recall: float = 0.0
     match_step: float = 0.05  # resolution of that search: scales are multiples of it
 
     def __post_init__(self) -> None:
@@ -100,8 +101,8 @@ class SwarmParams:
         for name in ("budget_scale", "match_step"):
             if not getattr(self, name) > 0:
                 raise ParamError(name, f"must be > 0, got {getattr(self, name)}")
-        if self.match_recall is not None and not 0 < self.match_recall <= 1:
-            raise ParamError("match_recall", f"must be in (0, 1], got {self.match_recall}")
+        if not 0 <= self.match_recall <= 1:
+            raise ParamError("match_recall", f"must be in (0, 1] (0: off), got {self.match_recall}")
         _non_negative(self, "ssds", "queue_depth", "layers", "local_window", "sink_tokens")
         _check_decode(self)
 

@@ -94,7 +94,7 @@ def plan_swarm(
         done[0] += 1
         progress(done[0], total)  # type: ignore[misc]
 
-    if params.match_recall is None:
+    if not params.match_recall:
         splan = plan(params, profile, seed, tick if progress else None)
         return Planned(splan.plan, _design_summary(params, profile, splan))
     from sim.scenarios.matched import match_columns, plan_matched
