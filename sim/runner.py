@@ -126,11 +126,8 @@ def run_variant(
     summary = planned.summarize(records)
     also = {}
     for prefix, (plan, summarize) in planned.also.items():  # e.g. the run at matched recall
-        cb = (
-            (lambda d, t, n=f"{name} ({prefix.strip('_')})": progress(n, d, t))
-            if progress
-            else None
-        )
+        label = f"{name} ({prefix.strip('_')})"
+        cb = (lambda done, total, n=label: progress(n, done, total)) if progress else None
         also[prefix] = simulate(plan, profile, cb)
         also[prefix].plan = plan  # type: ignore[attr-defined]
         summary.update({prefix + k: v for k, v in summarize(also[prefix]).items()})

@@ -125,9 +125,13 @@ def test_bisection_returns_the_first_reaching_point_of_any_monotone_grid():
         grid = np.cumsum(rng.uniform(0.01, 0.5, n))
         values = np.sort(rng.uniform(0, 1, n))
         target = float(rng.uniform(0, 1))
-        calls = []
-        m = smallest_reaching(lambda s: calls.append(s) or values[np.searchsorted(grid, s)],
-                              grid, target)  # fmt: skip
+        calls: list[float] = []
+
+        def recall_at(s, grid=grid, values=values, calls=calls):
+            calls.append(s)
+            return values[np.searchsorted(grid, s)]
+
+        m = smallest_reaching(recall_at, grid, target)
         first = np.nonzero(values >= target)[0]
         if first.size:
             assert m.reached and m.scale == grid[first[0]] and m.recall == values[first[0]]
