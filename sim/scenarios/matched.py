@@ -14,8 +14,8 @@ The search replays the design's selection only (a built design is copied and
 stepped again for each candidate scale, :mod:`sim.scenarios.swarm`); nothing
 is timed, and the variant is simulated once, at the scale found.  Recall is
 taken to grow with the budget (a larger budget adds entries by the same
-ranking), so bisection finds the smallest reaching grid point in
-``log2(grid size) + 1`` replays.
+ranking), so galloping up from scale 1 then bisecting finds the smallest
+reaching grid point in about ``2 log2(grid size)`` replays.
 """
 
 from __future__ import annotations
@@ -66,11 +66,17 @@ def scale_grid(step: float, top: float) -> np.ndarray:
 
 
 def smallest_reaching(
-    recall_at: Callable[[float], float], grid: np.ndarray, target: float
+    recall_at: Callable[[float], float], grid: np.ndarray, target: float, start: float = 1.0
 ) -> Match:
-    """Bisection for the first grid scale whose ``recall_at`` is ``>= target``,
-    ``recall_at`` taken as non-decreasing along ``grid``.  The last grid point
-    is tried first: below the target there, the answer is unreachable."""
+    """The first grid scale whose ``recall_at`` is ``>= target``, ``recall_at``
+    taken as non-decreasing along ``grid``.
+
+    From the last grid point at or below ``start`` (1.0: equal budgets) the
+    index doubles (on the uniform grid, the scale doubles) until the target is
+    reached, or the grid's end is not: unreachable, with the recall there.
+    Then bisection inside that bracket.  Replays at large scales, the costly
+    ones, happen only when needed; at most ``2 log2(len(grid)) + 2`` replays.
+    """
     seen: dict[int, float] = {}
 
     def at(i: int) -> float:
@@ -78,10 +84,12 @@ def smallest_reaching(
             seen[i] = float(recall_at(float(grid[i])))
         return seen[i]
 
-    hi = len(grid) - 1
-    if at(hi) < target:
-        return Match(target, float(grid[hi]), seen[hi], False, len(seen))
-    lo = -1  # recall below target at lo (a virtual scale 0), reaching at hi
+    last = len(grid) - 1
+    lo, hi = -1, min(max(int(np.searchsorted(grid, start, side="right")) - 1, 0), last)
+    while at(hi) < target:  # recall below target at lo (-1: a virtual scale 0)
+        if hi == last:
+            return Match(target, float(grid[hi]), seen[hi], False, len(seen))
+        lo, hi = hi, min(2 * hi + 1, last)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if at(mid) >= target:
