@@ -242,3 +242,20 @@ def test_bad_values_are_one_line_naming_the_key(tmp_path: Path, old, new, line, 
     assert str(exc.value).startswith(f"{path}:{line}: {key}") and "\n" not in str(exc.value)
     assert main(["sim", "--scenario", str(path), "--out", str(tmp_path / "out")]) == 2
     assert key in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_table_says_unreachable_with_the_recall_reached(matched_run):
+    from rich.console import Console
+
+    from kvtier.cli.simulate import design_table
+
+    cfg, _, res = matched_run
+    df = res.summary()
+    df.loc[df["variant"] == "InfLLM", ["match_reached", "match_recall"]] = [False, 0.8125]
+    console = Console(record=True, width=400)
+    console.print(design_table(df, cfg))
+    lines = console.export_text().splitlines()
+    infllm = next(line for line in lines if "InfLLM" in line)
+    swarm = next(line for line in lines if "Swarm" in line)
+    assert "unreachable" in infllm and "0.812" in infllm  # the recall it reached
+    assert "unreachable" not in swarm
