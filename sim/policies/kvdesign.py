@@ -99,6 +99,9 @@ class KVDesign(Protocol):
     """A sparse-attention KV offloading design for one layer."""
 
     name: str
+    # the layout given to build; a driver may replace it by one differing only in
+    # budget_scale before stepping a copy (matched recall: sim.scenarios.matched)
+    layout: Layout
 
     def build(
         self,
