@@ -88,10 +88,21 @@ class SwarmParams:
     ssds: int = 0  # SSDs used, the first N of the profile; 0 = all
     io_path: str = "io_uring"
     queue_depth: int = 0  # per-op in-flight I/Os; 0 = the device maximum
+    # the design's selection budget / the oracle's (1.0: equal budgets; see Layout.step_budget)
+    budget_scale: float = 1.0
+    # target mean recall in (0, 1]: also run each variant at the smallest budget_scale
+    # reaching it (sim.scenarios.matched); 0 = no matched-recall run
+    match_recall: float = 0.0
+    match_step: float = 0.05  # resolution of that search: scales are multiples of it
 
     def __post_init__(self) -> None:
         if not 0 <= self.dram_cache < 1:
             raise ParamError("dram_cache", f"must be in [0, 1), got {self.dram_cache}")
+        for name in ("budget_scale", "match_step"):
+            if not getattr(self, name) > 0:
+                raise ParamError(name, f"must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.match_recall <= 1:
+            raise ParamError("match_recall", f"must be in (0, 1] (0: off), got {self.match_recall}")
         _non_negative(self, "ssds", "queue_depth", "layers", "local_window", "sink_tokens")
         _check_decode(self)
 

@@ -44,6 +44,7 @@ class VariantResult:
     variant: Variant
     records: Records
     summary: dict
+    also: dict[str, Records] = field(default_factory=dict)  # companion runs, by column prefix
 
 
 @dataclass
@@ -69,6 +70,7 @@ class PlannedVariant:
     plan: pa.Table | None  # None for closed-loop kinds, whose plan is what ``drive`` issued
     summarize: Callable[[Records], dict]
     drive: Callable[[], Records] | None = None
+    also: dict = field(default_factory=dict)  # column prefix -> companion (plan, summarize)
 
 
 def plan_variants(
@@ -96,7 +98,8 @@ def plan_variants(
         except (ValueError, KeyError) as exc:
             msg = exc.args[0] if exc.args else str(exc)
             raise ConfigError(f"{cfg.source_file}: variant '{variant.name}': {msg}") from None
-        planned.append(PlannedVariant(variant, p.plan, p.summarize, p.drive))
+        also = {k: (a.plan, a.summarize) for k, a in p.also.items()}
+        planned.append(PlannedVariant(variant, p.plan, p.summarize, p.drive, also))
     if not planned:
         reasons = "; ".join(f"'{k}': {v}" for k, v in skipped.items())
         raise ConfigError(
@@ -120,7 +123,15 @@ def run_variant(
     cb = (lambda done, total: progress(name, done, total)) if progress else None
     records = simulate(planned.plan, profile, cb)
     records.plan = planned.plan  # type: ignore[attr-defined]
-    return VariantResult(planned.variant, records, planned.summarize(records))
+    summary = planned.summarize(records)
+    also = {}
+    for prefix, (plan, summarize) in planned.also.items():  # e.g. the run at matched recall
+        label = f"{name} ({prefix.strip('_')})"
+        cb = (lambda done, total, n=label: progress(n, done, total)) if progress else None
+        also[prefix] = simulate(plan, profile, cb)
+        also[prefix].plan = plan  # type: ignore[attr-defined]
+        summary.update({prefix + k: v for k, v in summarize(also[prefix]).items()})
+    return VariantResult(planned.variant, records, summary, also)
 
 
 def run(
@@ -148,10 +159,12 @@ def write_results(result: ScenarioResult, out: Path, trace: bool) -> None:
     summary.to_csv(out / "summary.csv", index=False)
     for v in result.variants:
         vdir = out / "variants" / slug(v.variant.name)
-        v.records.write(vdir)
-        write_plan(v.records.plan, vdir / "plan.parquet")  # type: ignore[attr-defined]
-        if trace:
-            write_trace(v.records.ops, vdir / "trace.json", name=v.variant.name)
+        runs = [(vdir, v.records)] + [(vdir / slug(k), r) for k, r in v.also.items()]
+        for rdir, records in runs:  # companion runs in a subfolder (variants/<slug>/matched)
+            records.write(rdir)
+            write_plan(records.plan, rdir / "plan.parquet")  # type: ignore[attr-defined]
+            if trace:
+                write_trace(records.ops, rdir / "trace.json", name=v.variant.name)
     cfg, profile = result.config, result.profile
     (out / "scenario.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     shutil.copyfile(profile.source_file, out / "profile.yaml")

@@ -15,7 +15,7 @@ run the variant.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sim.config import ServingParams, SparseDecodeParams, SwarmParams
@@ -38,6 +38,9 @@ class Planned:
     plan: pa.Table | None  # None for closed-loop kinds: the plan is what ``drive`` issued
     summarize: Callable[[Any], dict]
     drive: Callable[[], Records] | None = None
+    # companion runs of the same variant, by column prefix: each is simulated too and
+    # its summary joins the variant's row with the prefix (``matched_tokens_per_s``)
+    also: dict[str, Planned] = field(default_factory=dict)
 
 
 def plan_sparse_decode(
@@ -80,9 +83,8 @@ def plan_swarm(
     name: str,
     progress: Progress | None,
 ) -> Planned:
-    """Decoding through a registered KV design on an access trace (:mod:`sim.scenarios.swarm`)."""
-    from sim.hw.figures import path_figures
-    from sim.metrics import design_summary
+    """Decoding through a registered KV design on an access trace (:mod:`sim.scenarios.swarm`);
+    with ``match_recall`` also at matched recall (:mod:`sim.scenarios.matched`)."""
     from sim.scenarios.swarm import plan_swarm as plan
     from sim.scenarios.swarm_report import mean_report
 
@@ -93,7 +95,26 @@ def plan_swarm(
         done[0] += 1
         progress(done[0], total)  # type: ignore[misc]
 
-    splan = plan(params, profile, seed, tick if progress else None)
+    if not params.match_recall:
+        splan = plan(params, profile, seed, tick if progress else None)
+        return Planned(splan.plan, _design_summary(params, profile, splan))
+    from sim.scenarios.matched import match_columns, plan_matched
+
+    splan, mplan, match = plan_matched(params, profile, seed, tick if progress else None)
+    summarize = _design_summary(params, profile, splan)
+    msummarize = _design_summary(params, profile, mplan)
+    return Planned(
+        splan.plan,
+        lambda records: {**summarize(records), **match_columns(match)},
+        also={"matched_": Planned(mplan.plan, msummarize)},
+    )
+
+
+def _design_summary(params: SwarmParams, profile: HardwareProfile, splan) -> Callable:
+    """The summary of one swarm plan's records (:func:`sim.metrics.design_summary`)."""
+    from sim.hw.figures import path_figures
+    from sim.metrics import design_summary
+
     figures = path_figures(profile)
     bottleneck = next((f.total_gbps for f in figures if f.label.startswith("all SSDs -> dram")), 0)
 
@@ -101,6 +122,7 @@ def plan_swarm(
         return {
             "design": params.design,
             "ssds": len(splan.ssds),
+            "budget_scale": splan.layout.budget_scale,
             **design_summary(
                 records.ops,
                 profile,
@@ -114,7 +136,7 @@ def plan_swarm(
             **mean_report([lane.clustering for lane in splan.lanes.values() if lane.clustering]),
         }
 
-    return Planned(splan.plan, summarize)
+    return summarize
 
 
 def drive_serving(

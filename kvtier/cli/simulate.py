@@ -147,11 +147,27 @@ def design_table(df: pd.DataFrame, cfg) -> Table:
         ("index keys", "index_key_share", lambda v: f"{100 * v:.1f}%"),
         ("select x", "select_speedup", lambda v: f"{v:.1f}"),
     ]
+    if "match_scale" in df:  # with match_recall: each design at the budget reaching it
+        cols += [
+            ("scale@R", "match_scale", lambda v: f"{v:.2f}"),
+            ("recall@R", "match_recall", lambda v: f"{v:.3f}"),
+            ("tokens/s@R", "matched_tokens_per_s", lambda v: f"{v:,.2f}"),
+        ]
+        targets = sorted(set(df["match_target"].dropna()))
+        table.caption = (
+            f"@R: at the smallest budget scale (x the oracle's budget) reaching mean recall "
+            f"{', '.join(f'{t:g}' for t in targets)}; 'unreachable' when even every entry "
+            "does not (the recall reached is shown)"
+        )
     cols = [c for c in cols if c[1] in df.columns]
     for header, _, _ in cols:
         table.add_column(header, justify="left" if header == "design" else "right")
     for _, row in df.iterrows():
-        table.add_row(*["-" if row[key] != row[key] else fmt(row[key]) for _, key, fmt in cols])
+        cells = [fmt(row[key]) if row.get(key) == row.get(key) else "-" for _, key, fmt in cols]
+        reached = row.get("match_reached")
+        if reached is not None and reached == reached and not bool(reached):
+            cells[-3] = f"unreachable ({row['match_scale']:.2f})"
+        table.add_row(*cells)
     return table
 
 

@@ -25,6 +25,8 @@ DEFAULT_METRICS = (
     "fetch_ms_per_step",
     "read_bytes_per_step",
     "recall",
+    "matched_tokens_per_s",  # with match_recall: tokens/s at matched recall
+    "match_scale",
     "dram_hit_rate",
     "select_ms",
     "index_mb_per_layer",
@@ -100,6 +102,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     meta = provenance(seed=cfg.seed, scenario=cfg.to_dict(), factors=factors, hw=profile.name)
     (out / f"{stem}.json").write_text(json.dumps(meta, indent=2, default=str))
     shown = ("tokens_per_s", "ssd_gbps", "fetch_gbps", "io_ms_per_step", "recall")
+    shown += ("match_scale", "match_recall", "matched_tokens_per_s")  # with match_recall
     cols = [c for c in ("variant", *names, *shown) if c in df.columns]
     console.print(df[cols].to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
     console.print(f"written: {out}/{stem}.parquet, {len(pngs)} plots in {out}/plots")

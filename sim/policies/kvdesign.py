@@ -46,6 +46,7 @@ class Layout:
     # one I/O's time: max(1/read IOPS, the io path's per-I/O CPU); 0 = I/Os cost nothing extra
     ssd_io_us: float = 0.0
     max_io_bytes: int = 0  # largest single I/O (the driver cuts ranges there); 0 = no limit
+    budget_scale: float = 1.0  # the design's budget / the oracle's (matched recall raises it)
 
     def step_budget(self, visible: int) -> int:
         """The selection budget when entries ``0..visible-1`` are visible: how many
@@ -55,11 +56,18 @@ class Layout:
         With ``sparsity`` set it is the oracle's own count,
         :func:`traces.access.selection_budget`: ``round(sparsity x (visible - 1))``
         (the context before the newest token), at least 1; otherwise the fixed
-        ``budget``.  Never more than ``visible``.
+        ``budget``.  That base is multiplied by ``budget_scale`` and rounded
+        (1.0, the default, is the oracle's own budget: every design the same);
+        at least 1 and never more than ``visible``.  The oracle's top-k, what
+        recall is measured against, always keeps the unscaled count.
         """
         if self.sparsity > 0:
-            return min(visible, max(1, selection_budget(visible - 1, 0, self.sparsity)))
-        return min(visible, self.budget)
+            base = max(1, selection_budget(visible - 1, 0, self.sparsity))
+        else:
+            base = self.budget
+        if self.budget_scale != 1.0:
+            base = max(1, round(self.budget_scale * base))
+        return min(visible, base)
 
 
 @dataclass
@@ -100,6 +108,9 @@ class KVDesign(Protocol):
 
     name: str
     score_device: str
+    # the layout given to build; a driver may replace it by one differing only in
+    # budget_scale before stepping a copy (matched recall: sim.scenarios.matched)
+    layout: Layout
 
     def build(
         self,

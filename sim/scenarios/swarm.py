@@ -48,6 +48,7 @@ query, may run ahead.
 
 from __future__ import annotations
 
+import copy
 import functools
 from dataclasses import dataclass, field
 
@@ -103,6 +104,7 @@ def layout_for(p: SwarmParams, profile: HardwareProfile, n_ssd: int, prefix: int
         entry_bytes=entry,
         key_bytes=entry // 2,
         budget=max(1, round(p.sparsity * prefix)),
+        budget_scale=p.budget_scale,
         sparsity=p.sparsity,  # the budget grows with the context, as the oracle's
         local_window=p.local_window,
         sink_tokens=p.sink_tokens,
@@ -215,8 +217,17 @@ def _clustering(data: LaneData, params: ClusterParams, seed: int) -> Clustering:
     return cluster(data.activations, params, rng)
 
 
-def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneResult:
-    """Build the design offline on the lane's profile, then run it online."""
+@dataclass(frozen=True, eq=False)
+class BuiltLane:
+    """A lane's design after its offline build, with the trace it runs on: every
+    replay (:func:`replay_lane`) steps a copy, so one build serves any budget."""
+
+    design: KVDesign
+    data: LaneData
+
+
+def build_lane(p: SwarmParams, layout: Layout, seed: int) -> BuiltLane:
+    """Build the design offline on the lane's profile (nothing stepped yet)."""
     data = lane_data(
         p.trace,
         p.model,
@@ -231,19 +242,20 @@ def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneRe
     prefix = p.context_tokens + p.profile_steps
     design: KVDesign = get_design(p.design, **p.design_params)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
-    if isinstance(design, SwarmDesign):
-        cparams = ClusterParams(**design.params.cluster_kwargs())
-        design.build(
-            data.activations,
-            data.keys[:prefix],
-            layout,
-            rng,
-            clustering=_clustering(data, cparams, seed),
-        )
-        report = clustering_report(design)
-    else:
-        design.build(data.activations, data.keys[:prefix], layout, rng)
-        report = {}
+    kw = {}
+    if isinstance(design, SwarmDesign):  # variants with equal cluster parameters share one
+        kw["clustering"] = _clustering(data, ClusterParams(**design.params.cluster_kwargs()), seed)
+    design.build(data.activations, data.keys[:prefix], layout, rng, **kw)
+    return BuiltLane(design, data)
+
+
+def replay_lane(built: BuiltLane, p: SwarmParams, layout: Layout, progress=None) -> LaneResult:
+    """Run a copy of the built design online with ``layout`` (the build used no
+    budget, so only ``layout.budget_scale`` may differ from the build's)."""
+    design = copy.deepcopy(built.design)
+    design.layout = layout  # type: ignore[attr-defined]  # every design keeps its layout
+    data, prefix = built.data, p.context_tokens + p.profile_steps
+    report = clustering_report(design) if isinstance(design, SwarmDesign) else {}
     decisions = []
     for t in range(p.steps):
         decisions.append(design.step(t, data.queries[p.profile_steps + t], data.keys[prefix + t]))
@@ -257,8 +269,21 @@ def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneRe
     )
 
 
+def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneResult:
+    """Build the design offline on the lane's profile, then run it online."""
+    return replay_lane(build_lane(p, layout, seed), p, layout, progress)
+
+
 def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=None) -> SwarmPlan:
     """Run every lane's design and assemble the transfer plan."""
+    ssds, layout, built = build_lanes(p, profile, seed)
+    return plan_at(p, profile, ssds, layout, built, progress)
+
+
+def build_lanes(
+    p: SwarmParams, profile: HardwareProfile, seed: int
+) -> tuple[tuple[str, ...], Layout, dict[tuple[int, int], BuiltLane]]:
+    """The SSDs used, the layout and every lane's built design, keyed (b, lm)."""
     if not profile.ssd_names:
         raise Unsupported(f"profile {profile.name} has no SSDs")
     n_ssd = p.ssds or len(profile.ssd_names)
@@ -275,14 +300,21 @@ def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=Non
     ssds = profile.ssd_names[:n_ssd]
     prefix = p.context_tokens + p.profile_steps
     layout = layout_for(p, profile, n_ssd, prefix)
-    lanes = {}
+    built = {}
     for b in range(p.batch):
         for lm in range(p.layers_modeled):
             lane_seed = int(np.random.SeedSequence([seed, b, lm]).generate_state(1)[0])
             if heads:
                 lane_seed = _spread(b * p.layers_modeled + lm, p.batch * p.layers_modeled, heads)
-            lanes[(b, lm)] = run_lane(p, layout, lane_seed, progress)
-    bases = lane_bases(lanes, n_ssd)
+            built[(b, lm)] = build_lane(p, layout, lane_seed)
+    return ssds, layout, built
+
+
+def plan_at(p, profile, ssds, layout, built, progress=None) -> SwarmPlan:
+    """Replay every built lane with ``layout`` (its budget scale) and assemble the plan."""
+    lanes = {k: replay_lane(b, p, layout, progress) for k, b in built.items()}
+    bases = lane_bases(lanes, len(ssds))
+    prefix = p.context_tokens + p.profile_steps
     plan = _assemble(p, profile, max_io_bytes(profile, ssds), layout, lanes, bases, prefix)
     return SwarmPlan(plan, lanes, ssds, p, layout, bases)
 
