@@ -86,7 +86,6 @@ def plan_swarm(
     """Decoding through a registered KV design on an access trace (:mod:`sim.scenarios.swarm`);
     with ``match_recall`` also at matched recall (:mod:`sim.scenarios.matched`)."""
     from sim.scenarios.swarm import plan_swarm as plan
-    from sim.scenarios.swarm_report import mean_report
 
     total = params.batch * params.layers_modeled * params.steps  # one tick per lane and step
     done = [0]
@@ -114,6 +113,7 @@ def _design_summary(params: SwarmParams, profile: HardwareProfile, splan) -> Cal
     """The summary of one swarm plan's records (:func:`sim.metrics.design_summary`)."""
     from sim.hw.figures import path_figures
     from sim.metrics import design_summary
+    from sim.scenarios.swarm_report import mean_report
 
     figures = path_figures(profile)
     bottleneck = next((f.total_gbps for f in figures if f.label.startswith("all SSDs -> dram")), 0)

@@ -38,6 +38,7 @@ class Interleaved:
     the context): ``min(B, cap)`` entries."""
 
     name = "toy"
+    score_device = "cpu"  # KVDesign protocol: where selection runs
 
     def __init__(self, oracle_first: bool = False, cap: int = N) -> None:
         self.cap = cap
