@@ -23,7 +23,8 @@ from sim.config import ConfigError, SwarmParams, load_scenario
 from sim.policies import Layout, StepDecision
 from sim.runner import run
 from sim.scenarios.matched import full_scale, mean_recall, scale_grid, smallest_reaching
-from sim.scenarios.swarm import BuiltLane, LaneData, layout_for, replay_lane, run_lane
+from sim.scenarios.swarm import BuiltLane, layout_for, replay_lane, run_lane
+from sim.scenarios.swarm_traces import LaneData
 
 K = 100  # the oracle's budget in the toy lane (fixed: sparsity 0)
 N = 1000  # visible entries

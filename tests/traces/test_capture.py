@@ -148,7 +148,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys) -> None:
 
 
 def test_swarm_lane_from_a_capture(model_tok, tmp_path) -> None:
-    from sim.scenarios.swarm import captured_lane_data
+    from sim.scenarios.swarm_traces import captured_lane_data
 
     model, tok = model_tok
     p = cap.CaptureParams(context_tokens=40, steps=6, sparsity=0.4, sink_tokens=2,
