@@ -70,6 +70,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         result = run(cfg, profile, out, progress=update, trace=args.trace)
     if cfg.workload.kind == "swarm":
         console.print(design_table(result.summary(), cfg))
+        console.print(_headroom_line(cfg.workload, profile))
     elif cfg.workload.kind == "serving":
         from analysis.serving_plots import write_serving_plots
         from sim.serving.report import serving_tables
@@ -87,6 +88,20 @@ def cmd_sim(args: argparse.Namespace) -> int:
         f"simulated in {result.wall_s:.1f} s"
     )
     return 0
+
+
+def _headroom_line(w, profile) -> str:
+    """Whether the batch's KV would fit in HBM at all (then nobody offloads it)."""
+    from sim.scenarios.swarm_report import hbm_headroom
+
+    tokens = w.context_tokens + w.profile_steps + w.steps
+    h = hbm_headroom(w.model, profile, w.batch, tokens)
+    verdict = "fits: offloading is optional" if h["kv_fits_hbm"] else "does not fit: offloaded"
+    return (
+        f"KV of the batch: {h['kv_bytes'] / 1e9:.1f} GB ({w.batch} x {tokens:,} tokens, all "
+        f"layers) vs {h['hbm_free_bytes'] / 1e9:.1f} GB of HBM left after the weights on one "
+        f"{profile.gpu.model}: {verdict}"
+    )
 
 
 def _progress(console: Console) -> Progress:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hwprofiles import HardwareProfile
+from sim.models import get_model
 from sim.policies.swarm.design import SwarmDesign
 
 KEYS = (
@@ -55,3 +57,18 @@ def clustering_report(design: SwarmDesign) -> dict[str, float]:
 def mean_report(reports: list[dict[str, float]]) -> dict[str, float]:
     """Each key averaged over lanes (NaN for a design without clustering)."""
     return {k: float(np.mean([r[k] for r in reports])) if reports else np.nan for k in KEYS}
+
+
+def hbm_headroom(model: str, profile: HardwareProfile, batch: int, tokens: int) -> dict[str, float]:
+    """Does the batch's whole KV cache fit in one GPU's HBM next to the weights?
+
+    ``kv_bytes`` = batch x tokens x the model's KV bytes per token (all layers);
+    ``hbm_free_bytes`` = the GPU's HBM capacity minus the weights at their
+    dtype (activations and workspace not counted, so this is an upper bound on
+    the room for KV).  Offloading is the question only when ``kv_bytes`` exceeds
+    it (issue 12 point 7: the default point must lie beyond it).
+    """
+    card = get_model(model)
+    kv = float(batch * tokens * card.kv_bytes_per_token)
+    free = profile.gpu.hbm_capacity_gib * 2**30 - card.weight_bytes
+    return {"kv_bytes": kv, "hbm_free_bytes": float(free), "kv_fits_hbm": kv <= free}
