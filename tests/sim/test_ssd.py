@@ -94,6 +94,14 @@ def test_four_waves_take_four_latencies(tiny):
     assert t == pytest.approx(4 * L)
 
 
+def test_a_partial_last_wave_is_fluid(tiny):
+    # n = 100 at QD32: the fluid model gives n x L / QD = 3.125 L = 250 us, between
+    # the 3 full waves (240 us) and the discrete closed loop's ceil(100/32) L = 320 us
+    t = one_read(tiny, 100 * KIB4, 100, 32)
+    assert t == pytest.approx(100 * L / 32)
+    assert 3 * L < t < 4 * L
+
+
 def test_two_waves_bound_by_the_device(tiny):
     # n = 2 QD = 256 at QD128: the queue allows 2 L = 160 us, the device needs
     # 256 / 1.1M = 232.7 us after the first wave's L, so L + 232.7 us
