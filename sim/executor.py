@@ -6,7 +6,7 @@ before ``release_s``) -> parts -> *end* (all parts finished).  The parts are
 * read/write on an SSD: a base-latency phase (the device's unloaded access
   latency, i.e. the pipeline fill before the first I/O completes) followed by
   a data flow over the SSD (time-shared, see :mod:`sim.hw.machine`) and every
-  link of the route, capped by the op's own queue-depth bound;
+  link of the route, capped by the op's own queue-depth bound (below);
 * copy: a data flow over the links of the route;
 * compute on a GPU: a flow of roofline GPU-seconds on its compute engine;
 * compute on ``cpu``: a flow of ``threads x`` its solo time core-seconds on
@@ -27,10 +27,28 @@ core per op is one core per SSD: 1.5 us per I/O caps a ring at 667K I/Os/s,
 ``io_bytes``) make that ceiling irrelevant.  Polled or multi-ring setups are
 a lower ``io_uring_per_io_us`` (the 0.39 us polled floor cited in the profiles).
 
+Queue depth.  An op of ``n`` I/Os keeps ``qd = min(queue_depth, n)`` in
+flight; closed-loop, that completes ``qd`` I/Os per access latency ``L``
+(Little's law), ``ceil(n / qd) x L`` in all when the device is not the
+bound.  The latency phase *is* the first wave: its ``qd`` I/Os are in flight
+together and finish after one ``L``.  So the queue bound covers only the
+``n - qd`` I/Os after it: the data flow of ``B`` bytes takes at least ``(n -
+qd) x L / qd`` (cap ``B / that``, none when ``n <= qd``;
+:meth:`sim.hw.machine.SsdRates.op_cap`), alongside the device-wide bounds
+(bandwidth, IOPS) and the links, which the flow network applies.  Alone on
+an idle machine an op thus takes ``L + max(B / device_rate, (n - qd) x L /
+qd)``, i.e. ``L + B / device_rate`` when ``n <= qd`` and ``max(L + B /
+device_rate, n x L / qd)`` otherwise (the fluid form of ``ceil(n / qd) x L``,
+exact when ``qd`` divides ``n``).  The data transfer of the first wave is
+not overlapped with its latency (the fluid model moves bytes only after the
+fill), which is what charges ``B / device_rate`` on top of ``L``.  Nothing
+here depends on the design that issued the op: only ``n``, ``B``, ``qd`` and
+the device figures.
+
 I/O size.  A read/write is rated by its mean I/O size ``bytes / n_ios``
 (its ranges cut at ``io_bytes`` give I/Os of several sizes).  Each bound of
 the SSD model is linear in bytes or count (bandwidth B/bw, IOPS n/iops,
-queue n x latency / qd), so the mean gives each exactly and the op's device
+queue (n - qd) x latency / qd), so the mean gives each exactly and the op's device
 time is max(B/bw, n/iops); rating every I/O on its own would give the sum of
 max(s/bw, 1/iops) over I/Os, the same when all I/Os lie on one side of
 bw/iops and larger when an op mixes IOPS- and bandwidth-bound sizes
@@ -80,7 +98,8 @@ class OpPhysics:
 
     ``path`` crosses resources of ``net``; ``amount`` is bytes (GPU-seconds
     for GPU compute, core-seconds for ``cpu`` compute); ``cap`` is the flow's
-    own rate bound (the SSD queue-depth bound; the threads of a ``cpu`` op);
+    own rate bound (the SSD queue-depth bound of the I/Os after the first
+    wave, :meth:`sim.hw.machine.SsdRates.op_cap`; the threads of a ``cpu`` op);
     ``latency_s`` delays the data flow (an SSD's unloaded access latency);
     ``cpu_s`` is the software path's CPU time (0: no CPU flow); ``ssd`` names
     the SSD a read/write moves ``n_ios`` I/Os on (``""`` otherwise), ``write``
@@ -127,7 +146,7 @@ def op_physics(
         qd = min(queue_depth or spec.max_queue_depth, n_ios)
         access, rates = m.ssd_access(ssd, kind == "write", nbytes / n_ios, qd)
         path.insert(0 if kind == "read" else len(path), access)
-        cap, latency = rates.queue_rate, rates.latency_s
+        cap, latency = rates.op_cap(n_ios), rates.latency_s
     cpu_s = m.cpu_seconds(io_path, n_ios, queue_depth or n_ios)
     return OpPhysics(
         m.net, tuple(path), float(nbytes), cap, latency, cpu_s, ssd, kind == "write", n_ios

@@ -19,8 +19,11 @@ Resources (all shared by max-min fairness in :class:`FlowNetwork`):
   per second, so concurrent kernels share the GPU.
 
 The third SSD regime, the queue-depth bound ``qd * s / latency`` (Little's
-law), is per flow: it is a property of how many I/Os *that* stream keeps in
-flight, so it becomes the flow's own rate cap.
+law: ``qd`` I/Os in flight, each in flight for ``latency``), is per flow: it is
+a property of how many I/Os *that* stream keeps in flight, so it becomes the
+flow's own rate cap.  For one op of ``n`` I/Os the first wave of ``qd`` is the
+access latency itself (the executor's fill phase), so only the ``n - qd``
+I/Os after it are queue-bound (:meth:`SsdRates.op_cap`).
 
 Achievable, not datasheet, capacities: this module is the one place where the
 profile's :class:`~hwprofiles.schema.EfficiencySpec` factors are applied (a
@@ -54,12 +57,33 @@ class SsdRates:
     """Per-flow figures of one SSD access pattern, in bytes/s and seconds."""
 
     device_rate: float  # min(bandwidth, IOPS * size): the device-wide bound
-    queue_rate: float  # qd * size / latency: the flow's own bound
+    queue_rate: float  # qd * size / latency: a steady stream's own bound
     latency_s: float
+    queue_depth: int = 1  # I/Os in flight (clamped to the device's maximum)
 
     @property
     def solo_rate(self) -> float:
         return min(self.device_rate, self.queue_rate)
+
+    def op_cap(self, n_ios: int) -> float:
+        """Rate cap (bytes/s) of the data flow of one op of ``n_ios`` such I/Os
+        that follows the op's access-latency phase.
+
+        Closed-loop I/O keeping ``qd`` in flight completes ``qd`` I/Os per
+        ``latency``.  The latency phase is the first wave's access time: all of
+        the first ``min(n, qd)`` I/Os are in flight during it.  The remaining
+        ``n - qd`` I/Os need ``(n - qd) x latency / qd`` more, so the flow of the
+        op's ``n x size`` bytes is capped at ``n x size / ((n - qd) x latency /
+        qd) = queue_rate x n / (n - qd)``; no cap (inf) when ``n <= qd``.  Alone
+        on the device an op then takes ``latency + max(bytes / device_rate,
+        (n - qd) x latency / qd) = max(latency + bytes / device_rate, n x
+        latency / qd)`` for ``n >= qd`` (the fluid form of ``ceil(n / qd) x
+        latency``), and ``latency + bytes / device_rate`` for ``n <= qd``.
+        """
+        extra = n_ios - self.queue_depth
+        if extra <= 0 or self.latency_s <= 0:
+            return math.inf
+        return self.queue_rate * n_ios / extra
 
 
 def ssd_rates(
@@ -76,7 +100,7 @@ def ssd_rates(
     qd = max(1, min(queue_depth, spec.max_queue_depth))
     device = min(bw, iops * io_bytes)
     queue = qd * io_bytes / lat if lat > 0 else math.inf
-    return SsdRates(device_rate=device, queue_rate=queue, latency_s=lat)
+    return SsdRates(device_rate=device, queue_rate=queue, latency_s=lat, queue_depth=qd)
 
 
 def link_capacity(profile: HardwareProfile, link: LinkSpec) -> float:
