@@ -109,11 +109,12 @@ class ClusterParams:
     exact: bool = False  # cluster() runs cluster_exact
     density_probes: int = 4096  # entries whose densities are counted; the rest estimated
     radius_probes: int = 512  # entries sampled to choose the radius
+    graph_pairs: int = 3_000_000_000  # size-band pairs up to which all queues are built at once
 
     def __post_init__(self) -> None:
         if self.radius is not None and not 0.0 < self.radius <= 1.0:
             raise ValueError(f"radius must be in (0, 1], got {self.radius}")
-        for name in ("target_size", "max_cluster", "density_probes", "radius_probes"):
+        for name in ("target_size", "max_cluster", "density_probes", "radius_probes", "graph_pairs"):
             if getattr(self, name) < (2 if name == "target_size" else 1):
                 raise ValueError(f"ClusterParams.{name} out of range: {getattr(self, name)}")
         if not 0.0 <= self.radius_quantile <= 1.0 or self.min_activations < 1:
@@ -213,7 +214,10 @@ def cluster(
     rng = rng if rng is not None else np.random.default_rng(0)
     r = _radius(X, params, rng, params.radius_probes)
     index = CoactivationIndex(X, r, params.min_activations)
-    density = index.densities(params.density_probes, rng, head=_head(params))
+    if index.build_graph(params.graph_pairs):  # exact densities and queues: the reference
+        density = index.graph_densities()
+    else:
+        density = index.densities(params.density_probes, rng, head=_head(params))
     return grow_clusters(index, density, params)
 
 
