@@ -109,12 +109,18 @@ class ClusterParams:
     exact: bool = False  # cluster() runs cluster_exact
     density_probes: int = 4096  # entries whose densities are counted; the rest estimated
     radius_probes: int = 512  # entries sampled to choose the radius
-    graph_pairs: int = 3_000_000_000  # size-band pairs up to which all queues are built at once
+    graph_pairs: int = 10_000_000_000  # size-band pairs up to which all queues are built at once
 
     def __post_init__(self) -> None:
         if self.radius is not None and not 0.0 < self.radius <= 1.0:
             raise ValueError(f"radius must be in (0, 1], got {self.radius}")
-        for name in ("target_size", "max_cluster", "density_probes", "radius_probes", "graph_pairs"):
+        for name in (
+            "target_size",
+            "max_cluster",
+            "density_probes",
+            "radius_probes",
+            "graph_pairs",
+        ):
             if getattr(self, name) < (2 if name == "target_size" else 1):
                 raise ValueError(f"ClusterParams.{name} out of range: {getattr(self, name)}")
         if not 0.0 <= self.radius_quantile <= 1.0 or self.min_activations < 1:
