@@ -50,12 +50,17 @@ of the k-th-nearest-neighbour distances) unless ``radius`` is given.
 
 :func:`cluster_exact` is Algorithm 1 on the dense ``N x N`` matrix (the
 reference).  :func:`cluster` runs the same algorithm from a
-:class:`~sim.policies.swarm.cooccur.CoactivationIndex`: candidate queues and
-Eq. 5 sums are exact, and a medoid's density is made exact before it is
-chosen (:class:`_MedoidQueue`); only the order in which not-yet-counted
-entries are examined comes from densities estimated from ``density_probes``
-sampled entries.  With no more eligible entries than that, the result equals
-the reference.
+:class:`~sim.policies.swarm.cooccur.CoactivationIndex`.  Normally it first
+builds the exact r-neighbour graph (:mod:`.cograph`: every pair within r,
+found in blocked BLAS products over the band of selection counts where a pair
+can be within r), which gives every density and candidate queue exactly, so
+the result equals the reference at any N.  When the band is too wide for that
+(``graph_pairs``; a radius near 1), it falls back to rows on demand:
+candidate queues and Eq. 5 sums are still exact, and a medoid's density is
+made exact before it is chosen (:class:`_MedoidQueue`); only the order in
+which not-yet-counted entries are examined comes from densities estimated
+from ``density_probes`` sampled entries (with no more eligible entries than
+that, the result equals the reference).
 """
 
 from __future__ import annotations
@@ -109,7 +114,7 @@ class ClusterParams:
     exact: bool = False  # cluster() runs cluster_exact
     density_probes: int = 4096  # entries whose densities are counted; the rest estimated
     radius_probes: int = 512  # entries sampled to choose the radius
-    graph_pairs: int = 10_000_000_000  # size-band pairs up to which all queues are built at once
+    graph_pairs: int = 10_000_000_000  # band pairs up to which the neighbour graph is built
 
     def __post_init__(self) -> None:
         if self.radius is not None and not 0.0 < self.radius <= 1.0:

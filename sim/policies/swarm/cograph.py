@@ -12,8 +12,10 @@ in blocked float32 products, keeping only the pairs inside r:
   eligible entries sorted by ``f``, each block of rows meets only the
   columns from its own first row up to that bound: the upper triangle of a
   band around the diagonal.
-* **Threshold.**  ``d < r`` iff ``A (1 + s) > s (f_i + f_j)``; a float32
-  pre-filter with a margin keeps a superset, and the survivors are decided by
+* **Threshold.**  ``d < r`` iff ``A - c (f_i + f_j) > 0`` with ``c = s / (1 + s)``;
+  two extra columns make one BLAS product compute that left side
+  (:func:`_augmented`), a float32 test with a margin keeps a superset, and the
+  survivors' exact ``A`` (bit-packed popcounts) is decided by
   :func:`jaccard_distance` in float64 on the exact
   integer counts: the same expression, hence the same bits, as the row-wise
   path.  So the graph is exact, not an approximation.
@@ -29,21 +31,24 @@ from dataclasses import dataclass
 import numpy as np
 
 _ROWS = 1024  # rows per band block
-_MARGIN = 1e-5  # float32 pre-filter slack per unit of count (float32 eps ~6e-8)
+_EPS = float(np.finfo(np.float32).eps)
 _SLACK = 1e-9  # relative widening of the size band (float64 rounding of f_i / s)
 
 
 @dataclass
 class NeighbourGraph:
-    """CSR over entry ids: row i lists j != i with ``d_ij < r``, nearest first (ties:
-    lower id); ``dist`` holds those distances (float64)."""
+    """CSR over entry ids: row i holds the j != i with ``d_ij < r`` (unordered) and
+    ``dist`` their distances (float64); :meth:`row` reads one nearest first."""
 
     indptr: np.ndarray  # int64, length N + 1
     indices: np.ndarray  # int64
     dist: np.ndarray  # float64
 
     def row(self, entry: int) -> np.ndarray:
-        return self.indices[self.indptr[entry] : self.indptr[entry + 1]]
+        """Entry's neighbours, nearest first (ties: lower id): its candidate queue."""
+        lo, hi = self.indptr[entry], self.indptr[entry + 1]
+        ids = self.indices[lo:hi]
+        return ids[np.lexsort((ids, self.dist[lo:hi]))]
 
     def degree(self) -> np.ndarray:
         """Eq. 4 densities, exact: ``rho_i`` = neighbours within r."""
@@ -73,26 +78,53 @@ def neighbour_graph(
     hi = _band_ends(fs, s, n_el)
     if int((hi - np.arange(n_el)).sum()) > max_pairs:
         return None
-    vs = dense[order]
+    left, right = _augmented(dense[order], fs, s)
+    bits = _packed(dense[order])
     empty = np.empty(0, np.int64)
     rows, cols, dists, kept = [empty], [empty], [np.empty(0)], 0
     for a in range(0, n_el, _ROWS):
         b = min(a + _ROWS, n_el)
         c1 = int(hi[b - 1])
-        g = vs[a:b] @ vs[a:c1].T  # A over the band block, exact integers in float32
-        i, j = _candidates(g, fs[a:b], fs[a:c1], s)
+        # (A - c f_i - c f_j) over the band block, c = s / (1 + s): > 0 iff d < r
+        g = left[a:b] @ right[a:c1].T
+        # float32 rounding: at most (T + 2) eps x the sum of |terms| <= 2 (f_i + f_j)
+        margin = left.shape[1] * _EPS * 2.0 * (1.0 + fs[b - 1] + fs[c1 - 1])
+        i, j = np.nonzero(g > -margin)
         up = j > i  # each unordered pair once, j after i in f order
-        i, j = i[up], j[up]
-        d = jaccard_distance(g[i, j], fs[a + i], fs[a + j])
+        i, j = i[up] + a, j[up] + a
+        a_ij = np.bitwise_count(bits[i] & bits[j]).sum(axis=1, dtype=np.int64)
+        d = jaccard_distance(a_ij, fs[i], fs[j])
         near = d < radius
-        rows.append(i[near] + a)
-        cols.append(j[near] + a)
+        rows.append(i[near])
+        cols.append(j[near])
         dists.append(d[near])
         kept += int(near.sum())
         if kept > max_pairs // 8:  # too many neighbours to hold: the caller's row path
             return None
     i, j = (eligible[order[np.concatenate(x)]] for x in (rows, cols))
     return _symmetric_csr(i, j, np.concatenate(dists), n_entries)
+
+
+def _augmented(vs: np.ndarray, fs: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Row vectors ``[x_i, -c f_i, -c]`` and ``[x_j, 1, f_j]`` (float32, ``c = s / (1 + s)``):
+    their dot product is ``A_ij - c (f_i + f_j)``, the threshold in one BLAS product."""
+    c = s / (1.0 + s)
+    n, t = vs.shape
+    left = np.empty((n, t + 2), dtype=np.float32)
+    right = np.empty((n, t + 2), dtype=np.float32)
+    left[:, :t] = vs
+    right[:, :t] = vs
+    left[:, t], left[:, t + 1] = -c * fs, -c
+    right[:, t], right[:, t + 1] = 1.0, fs
+    return left, right
+
+
+def _packed(vs: np.ndarray) -> np.ndarray:
+    """Selection vectors as bits, in uint64 words: ``A_ij`` = popcount of the AND."""
+    bits = np.packbits(vs > 0, axis=1)
+    pad = -bits.shape[1] % 8
+    bits = np.pad(bits, ((0, 0), (0, pad)))
+    return np.ascontiguousarray(bits).view(np.uint64)
 
 
 def jaccard_distance(a: np.ndarray, fi: np.ndarray, fj: np.ndarray) -> np.ndarray:
@@ -110,20 +142,12 @@ def _band_ends(fs: np.ndarray, s: float, n_el: int) -> np.ndarray:
     return np.searchsorted(fs, bound, side="left").astype(np.int64)
 
 
-def _candidates(g: np.ndarray, fr: np.ndarray, fc: np.ndarray, s: float):
-    """(row, col) of the block where ``A (1 + s) > s (f_i + f_j)`` may hold (a superset)."""
-    t = g * np.float32(1.0 + s)
-    t -= (s * fc).astype(np.float32)[None, :]
-    margin = _MARGIN * (1.0 + fr + fc[-1])  # float32 rounding of sums up to ~f_i + f_j
-    return np.nonzero(t > (s * fr - margin).astype(np.float32)[:, None])
-
-
 def _symmetric_csr(i: np.ndarray, j: np.ndarray, d: np.ndarray, n_entries: int):
-    """Both directions of the pairs, each row sorted by (distance, id)."""
+    """Both directions of the pairs, grouped by row (rows are sorted when read)."""
     src = np.concatenate([i, j]).astype(np.int64)
-    dst = np.concatenate([j, i]).astype(np.int64)
-    d = np.concatenate([d, d])  # jaccard_distance is symmetric bit for bit
-    key = np.lexsort((dst, d, src))
+    key = np.argsort(src, kind="stable")
+    dst = np.concatenate([j, i]).astype(np.int64)[key]
+    d = np.concatenate([d, d])[key]  # jaccard_distance is symmetric bit for bit
     indptr = np.zeros(n_entries + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n_entries), out=indptr[1:])
-    return NeighbourGraph(indptr, dst[key], d[key])
+    return NeighbourGraph(indptr, dst, d)
