@@ -26,7 +26,9 @@ def test_join_targets_keep_the_cap_nearest_by_hand():
 
 # 8 prefix entries in 4 clusters {c, c+4}, medoid c with key 10 e_c; a new token
 # with key 10 (e0 + e1 + e2) under the query 10 (e0 + e1 + e2) scores 300, above
-# every chosen medoid, and is co-active with c0, c1, c2 (score 100) at every step
+# every chosen medoid; the budget takes all four clusters, so the lowest chosen
+# score is c3's 0 and the token is co-active with all four medoids at both steps
+# (d = 0 to each): uncapped it would join all four
 DIM = 8
 CENT = 10.0 * np.eye(DIM)[:4]
 QUERY = CENT[:3].sum(axis=0)
@@ -58,7 +60,7 @@ def _design(params: SwarmParams) -> SwarmDesign:
 def test_a_token_coactive_with_three_medoids_joins_at_most_max_replicas(params, joined):
     d = _design(params)
     quiet = 1e-3 * np.ones(DIM)
-    d.step(0, QUERY, QUERY)  # token 8: active with c0, c1, c2 at steps 0 and 1 (d = 0)
+    d.step(0, QUERY, QUERY)  # token 8: active with every medoid at steps 0 and 1 (d = 0)
     d.step(1, QUERY, quiet)
     dec = d.step(2, QUERY, quiet)  # 8 leaves the window: joins the cap's nearest
     assert dec.info["joins"] == len(joined) and dec.info["new_clusters"] == 0

@@ -99,6 +99,9 @@ _BATCH = 128  # medoid rows per BLAS product
 _HEAD = 4  # candidate-queue heads of max_cluster * _HEAD ids are cached (int32)
 
 
+_COUNTS = ("target_size", "max_cluster", "density_probes", "radius_probes", "graph_pairs")
+
+
 @dataclass(frozen=True)
 class ClusterParams:
     """Knobs of Algorithm 1 and of the scalable version."""
@@ -119,13 +122,7 @@ class ClusterParams:
     def __post_init__(self) -> None:
         if self.radius is not None and not 0.0 < self.radius <= 1.0:
             raise ValueError(f"radius must be in (0, 1], got {self.radius}")
-        for name in (
-            "target_size",
-            "max_cluster",
-            "density_probes",
-            "radius_probes",
-            "graph_pairs",
-        ):
+        for name in _COUNTS:
             if getattr(self, name) < (2 if name == "target_size" else 1):
                 raise ValueError(f"ClusterParams.{name} out of range: {getattr(self, name)}")
         if not 0.0 <= self.radius_quantile <= 1.0 or self.min_activations < 1:
