@@ -26,12 +26,15 @@ over it; memory: the band block and the kept pairs (12 bytes each).
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 _ROWS = 1024  # rows per band block
 _EPS = float(np.finfo(np.float32).eps)
+_THREADS = min(4, os.cpu_count() or 1)  # blocks in flight: the threshold passes are serial
 _SLACK = 1e-9  # relative widening of the size band (float64 rounding of f_i / s)
 
 
@@ -80,9 +83,9 @@ def neighbour_graph(
         return None
     left, right = _augmented(dense[order], fs, s)
     bits = _packed(dense[order])
-    empty = np.empty(0, np.int64)
-    rows, cols, dists, kept = [empty], [empty], [np.empty(0)], 0
-    for a in range(0, n_el, _ROWS):
+
+    def block(a: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Neighbour pairs (sorted positions i < j, distance) of rows a..a+_ROWS-1."""
         b = min(a + _ROWS, n_el)
         c1 = int(hi[b - 1])
         # (A - c f_i - c f_j) over the band block, c = s / (1 + s): > 0 iff d < r
@@ -95,12 +98,19 @@ def neighbour_graph(
         a_ij = np.bitwise_count(bits[i] & bits[j]).sum(axis=1, dtype=np.int64)
         d = jaccard_distance(a_ij, fs[i], fs[j])
         near = d < radius
-        rows.append(i[near])
-        cols.append(j[near])
-        dists.append(d[near])
-        kept += int(near.sum())
-        if kept > max_pairs // 8:  # too many neighbours to hold: the caller's row path
-            return None
+        return i[near], j[near], d[near]
+
+    empty = np.empty(0, np.int64)
+    rows, cols, dists, kept = [empty], [empty], [np.empty(0)], 0
+    with ThreadPoolExecutor(_THREADS) as pool:  # numpy and BLAS release the GIL
+        for i, j, d in pool.map(block, range(0, n_el, _ROWS)):
+            rows.append(i)
+            cols.append(j)
+            dists.append(d)
+            kept += len(d)
+            if kept > max_pairs // 8:  # too many neighbours to hold: the caller's row path
+                pool.shutdown(cancel_futures=True)
+                return None
     i, j = (eligible[order[np.concatenate(x)]] for x in (rows, cols))
     return _symmetric_csr(i, j, np.concatenate(dists), n_entries)
 
