@@ -20,8 +20,11 @@ in blocked float32 products, keeping only the pairs inside r:
   integer counts: the same expression, hence the same bits, as the row-wise
   path.  So the graph is exact, not an approximation.
 
-Cost: ``T`` flops per pair in the band (BLAS), plus a few float32 passes
-over it; memory: the band block and the kept pairs (12 bytes each).
+Cost: ``2 T`` flops per pair in the band (BLAS) plus a comparison and a
+``nonzero`` pass over it, blocks spread over the cores (:data:`_THREADS`);
+memory: the augmented vectors (``2 E (T + 2)`` float32), the bits (``T / 8``
+bytes per entry), one block of at most :data:`_CELLS` float32 per thread and
+the kept pairs (32 bytes each, both directions).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_ROWS = 1024  # rows per band block
+_ROWS = 1024  # rows per band block at most
+_CELLS = 1 << 25  # float32 cells per block at most (128 MB): fewer rows where the band is wide
 _EPS = float(np.finfo(np.float32).eps)
 _THREADS = min(4, os.cpu_count() or 1)  # blocks in flight: the threshold passes are serial
 _SLACK = 1e-9  # relative widening of the size band (float64 rounding of f_i / s)
@@ -84,9 +88,9 @@ def neighbour_graph(
     left, right = _augmented(dense[order], fs, s)
     bits = _packed(dense[order])
 
-    def block(a: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Neighbour pairs (sorted positions i < j, distance) of rows a..a+_ROWS-1."""
-        b = min(a + _ROWS, n_el)
+    def block(ab: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Neighbour pairs (sorted positions i < j, distance) of rows a..b-1."""
+        a, b = ab
         c1 = int(hi[b - 1])
         # (A - c f_i - c f_j) over the band block, c = s / (1 + s): > 0 iff d < r
         g = left[a:b] @ right[a:c1].T
@@ -103,7 +107,7 @@ def neighbour_graph(
     empty = np.empty(0, np.int64)
     rows, cols, dists, kept = [empty], [empty], [np.empty(0)], 0
     with ThreadPoolExecutor(_THREADS) as pool:  # numpy and BLAS release the GIL
-        for i, j, d in pool.map(block, range(0, n_el, _ROWS)):
+        for i, j, d in pool.map(block, _blocks(hi)):
             rows.append(i)
             cols.append(j)
             dists.append(d)
@@ -113,6 +117,17 @@ def neighbour_graph(
                 return None
     i, j = (eligible[order[np.concatenate(x)]] for x in (rows, cols))
     return _symmetric_csr(i, j, np.concatenate(dists), n_entries)
+
+
+def _blocks(hi: np.ndarray) -> list[tuple[int, int]]:
+    """Row ranges [a, b) of at most ``_ROWS`` rows and about ``_CELLS`` band cells."""
+    out, a, n = [], 0, len(hi)
+    while a < n:
+        width = int(hi[min(a + _ROWS, n) - 1]) - a
+        b = min(n, a + max(16, min(_ROWS, _CELLS // max(width, 1))))
+        out.append((a, b))
+        a = b
+    return out
 
 
 def _augmented(vs: np.ndarray, fs: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarray]:
