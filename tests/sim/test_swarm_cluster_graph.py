@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.policies.swarm.cluster import ClusterParams, cluster, cluster_exact
-from sim.policies.swarm.cograph import _band_ends
+from sim.policies.swarm.cograph import _band_ends, neighbour_graph
 from sim.policies.swarm.cooccur import (
     CoactivationIndex,
     coactivation,
@@ -36,6 +36,14 @@ def test_pair_on_the_band_edge_is_not_a_neighbour():
         index = CoactivationIndex(X, r)
         assert index.build_graph(10**6)
         assert index.neighbours(0).tolist() == expect
+    # the band (f = 2, 4 < 2 / (1 - r) = 4.000..., diagonal cells included) holds 3
+    # cells, over a cap of 0; one neighbour pair is over a cap of 0 kept: no graph
+    # either way (the caller's row path)
+    index = CoactivationIndex(X, np.nextafter(0.5, 1.0))
+    assert not index.build_graph(0) and index.graph is None
+    f = selection_counts(X)
+    assert neighbour_graph(index._dense, index.eligible, f, index.radius, 2, 10, 0) is None
+    assert neighbour_graph(index._dense, index.eligible, f, index.radius, 2, 10, 1) is not None
 
 
 @st.composite

@@ -69,14 +69,15 @@ def neighbour_graph(
     radius: float,
     n_entries: int,
     max_pairs: int,
+    max_kept: int = 1 << 26,
 ) -> NeighbourGraph | None:
     """The exact r-neighbour graph of the eligible entries (module doc).
 
     ``dense`` is the ``E x T`` float32 selection vectors of ``eligible``
     (``freq`` their counts, indexed by entry id).  None when the band holds
-    more than ``max_pairs`` pairs, or more than ``max_pairs / 8`` of them are
-    neighbours (a radius so wide that nearly all pairs are: the caller keeps
-    its row-wise path).
+    more than ``max_pairs`` pairs, or more than ``max_kept`` of them are
+    neighbours (2 GB of pairs by default: a radius so wide that nearly all
+    pairs are): the caller keeps its row-wise path.
     """
     s = 1.0 - radius
     order = np.argsort(freq[eligible], kind="stable")
@@ -112,7 +113,7 @@ def neighbour_graph(
             cols.append(j)
             dists.append(d)
             kept += len(d)
-            if kept > max_pairs // 8:  # too many neighbours to hold: the caller's row path
+            if kept > max_kept:  # too many neighbours to hold: the caller's row path
                 pool.shutdown(cancel_futures=True)
                 return None
     i, j = (eligible[order[np.concatenate(x)]] for x in (rows, cols))
