@@ -133,6 +133,8 @@ class CoactivationIndex:
     BLAS products on it: rows of ``A`` for a batch of entries (:meth:`rows`,
     ~0.6 ms per row at E = 78K, T = 512 in batches of 64), Eq. 4 densities
     (:meth:`densities`) and member vectors for Eq. 5 (:meth:`vectors`).
+    After :meth:`build_graph`, candidate queues and densities come from the
+    exact r-neighbour graph (:mod:`.cograph`) instead of rows.
     """
 
     def __init__(self, X: sp.spmatrix | np.ndarray, radius: float, min_activations: int = 2):
