@@ -4,12 +4,12 @@
 ``sparsity * N``; built in a child process), then time the stages of
 :func:`~sim.policies.swarm.cluster.cluster` (radius choice, counting,
 densities, expansion) and report peak RSS.  *Quality*: on a small layer,
-compare ``cluster`` with estimated densities (same probe fraction as the
-scale run) against ``cluster_exact``:
+compare ``cluster`` (the path the scale run took: the exact neighbour graph,
+or densities estimated at the same probe fraction) against ``cluster_exact``:
 co-membership F1, adjusted Rand of the No-Replica partitions, and
 :func:`~sim.policies.swarm.cluster.clustering_quality` side by side.  Two F1
-references: ``f1_one_probe`` (densities from one probe: nearly arbitrary
-medoid order) and ``f1_tiebreak`` (the reference itself on renumbered
+references: ``f1_one_probe`` (the row path with densities from one probe:
+nearly arbitrary medoid order) and ``f1_tiebreak`` (the reference itself on renumbered
 entries, so ties break differently: the floor for any equally valid run).
 
 Sources: ``planted`` (:func:`planted_activations`) or ``generator`` (the
@@ -137,19 +137,26 @@ class _TimedIndex(CoactivationIndex):
 
 
 def run_scale(X: sp.csr_matrix, params: ClusterParams, seed: int) -> dict[str, float]:
-    """Stage timings (s) and sizes of one ``cluster`` run, stage by stage.
+    """Stage timings (s, wall; ``cpu_total`` = process CPU) of one ``cluster`` run.
 
-    ``t_count`` = building the index + the medoid rows computed in the loop;
-    ``t_expand`` = the rest of the loop (medoid queue, Eq. 5 expansions).
+    ``t_graph`` = building the index and the exact neighbour graph (0 pairs
+    when the band is too wide and the row path runs); ``t_count`` = medoid
+    rows computed in the loop (row path only); ``t_density`` = the probed
+    densities (row path only); ``t_expand`` = the rest of the loop (medoid
+    queue, Eq. 5 expansions).
     """
     rng = np.random.default_rng(seed)
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     q, fmin = params.radius_quantile, params.min_activations
     radius = choose_radius(X, params.target_size, q, fmin, rng, params.radius_probes)
     t1 = time.perf_counter()
     index = _TimedIndex(X, radius, fmin)
+    graph = index.build_graph(params.graph_pairs)
     t2 = time.perf_counter()
-    density = index.densities(params.density_probes, rng, head=4 * params.max_cluster)
+    if graph:
+        density = index.graph_densities()
+    else:
+        density = index.densities(params.density_probes, rng, head=4 * params.max_cluster)
     t3 = time.perf_counter()
     result = grow_clusters(index, density, params)
     t4 = time.perf_counter()
@@ -157,7 +164,8 @@ def run_scale(X: sp.csr_matrix, params: ClusterParams, seed: int) -> dict[str, f
     return {
         "radius": radius,
         "eligible": len(index.eligible),
-        "probes": min(params.density_probes, len(index.eligible)),
+        "probes": len(index.eligible) if graph else min(params.density_probes, len(index.eligible)),
+        "graph_pairs": len(index.graph.indices) // 2 if graph else 0,
         "medoid_rows": index.rows_done,
         "clusters": len(sizes),
         "singletons": int((sizes == 1).sum()),
@@ -166,10 +174,12 @@ def run_scale(X: sp.csr_matrix, params: ClusterParams, seed: int) -> dict[str, f
         "max_size": int(sizes.max()),
         "mean_replication": float(result.replication().mean()),
         "t_radius": t1 - t0,
-        "t_count": t2 - t1 + index.rows_seconds,
+        "t_graph": t2 - t1,
+        "t_count": index.rows_seconds,
         "t_density": t3 - t2,
         "t_expand": t4 - t3 - index.rows_seconds,
         "t_total": t4 - t0,
+        "cpu_total": time.process_time() - c0,
     }
 
 
@@ -192,7 +202,7 @@ def run_quality(X: sp.csr_matrix, params: ClusterParams, probe_fraction: float) 
         if name == "no_replica":
             row["ari"] = adjusted_rand(exact, approx)
         if name == "swarm":
-            one_probe = cluster(X, dataclasses.replace(p, density_probes=1))
+            one_probe = cluster(X, dataclasses.replace(p, density_probes=1, graph_pairs=1))
             row["f1_one_probe"] = comembership_f1(exact, one_probe)
             row["f1_tiebreak"] = comembership_f1(exact, _exact_permuted(X, p))
             row["exact"] = clustering_quality(exact, X)

@@ -50,12 +50,17 @@ of the k-th-nearest-neighbour distances) unless ``radius`` is given.
 
 :func:`cluster_exact` is Algorithm 1 on the dense ``N x N`` matrix (the
 reference).  :func:`cluster` runs the same algorithm from a
-:class:`~sim.policies.swarm.cooccur.CoactivationIndex`: candidate queues and
-Eq. 5 sums are exact, and a medoid's density is made exact before it is
-chosen (:class:`_MedoidQueue`); only the order in which not-yet-counted
-entries are examined comes from densities estimated from ``density_probes``
-sampled entries.  With no more eligible entries than that, the result equals
-the reference.
+:class:`~sim.policies.swarm.cooccur.CoactivationIndex`.  Normally it first
+builds the exact r-neighbour graph (:mod:`.cograph`: every pair within r,
+found in blocked BLAS products over the band of selection counts where a pair
+can be within r), which gives every density and candidate queue exactly, so
+the result equals the reference at any N.  When the band is too wide for that
+(``graph_pairs``; a radius near 1), it falls back to rows on demand:
+candidate queues and Eq. 5 sums are still exact, and a medoid's density is
+made exact before it is chosen (:class:`_MedoidQueue`); only the order in
+which not-yet-counted entries are examined comes from densities estimated
+from ``density_probes`` sampled entries (with no more eligible entries than
+that, the result equals the reference).
 """
 
 from __future__ import annotations
@@ -94,6 +99,9 @@ _BATCH = 128  # medoid rows per BLAS product
 _HEAD = 4  # candidate-queue heads of max_cluster * _HEAD ids are cached (int32)
 
 
+_COUNTS = ("target_size", "max_cluster", "density_probes", "radius_probes", "graph_pairs")
+
+
 @dataclass(frozen=True)
 class ClusterParams:
     """Knobs of Algorithm 1 and of the scalable version."""
@@ -109,11 +117,12 @@ class ClusterParams:
     exact: bool = False  # cluster() runs cluster_exact
     density_probes: int = 4096  # entries whose densities are counted; the rest estimated
     radius_probes: int = 512  # entries sampled to choose the radius
+    graph_pairs: int = 10_000_000_000  # band pairs up to which the neighbour graph is built
 
     def __post_init__(self) -> None:
         if self.radius is not None and not 0.0 < self.radius <= 1.0:
             raise ValueError(f"radius must be in (0, 1], got {self.radius}")
-        for name in ("target_size", "max_cluster", "density_probes", "radius_probes"):
+        for name in _COUNTS:
             if getattr(self, name) < (2 if name == "target_size" else 1):
                 raise ValueError(f"ClusterParams.{name} out of range: {getattr(self, name)}")
         if not 0.0 <= self.radius_quantile <= 1.0 or self.min_activations < 1:
@@ -213,7 +222,10 @@ def cluster(
     rng = rng if rng is not None else np.random.default_rng(0)
     r = _radius(X, params, rng, params.radius_probes)
     index = CoactivationIndex(X, r, params.min_activations)
-    density = index.densities(params.density_probes, rng, head=_head(params))
+    if index.build_graph(params.graph_pairs):  # exact densities and queues: the reference
+        density = index.graph_densities()
+    else:
+        density = index.densities(params.density_probes, rng, head=_head(params))
     return grow_clusters(index, density, params)
 
 

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from sim.policies.swarm.cograph import NeighbourGraph, jaccard_distance, neighbour_graph
+
 MAX_DENSE_ENTRIES = 20_000  # largest N for which an N x N matrix is built
 _BINS = 16  # selection-count bins pooled for the density prior
 _BLOCK = 128  # probe rows per BLAS product (128 x N float64 = 128 MB at N = 128K)
@@ -55,13 +57,6 @@ def as_activations(X: sp.spmatrix | sp.sparray | np.ndarray) -> sp.csr_matrix:
     csr.sum_duplicates()
     csr.eliminate_zeros()
     return csr
-
-
-def jaccard_distance(a: np.ndarray, fi: np.ndarray, fj: np.ndarray) -> np.ndarray:
-    """``1 - a / (fi + fj - a)`` in float64 (broadcasting); 1 where the union is empty."""
-    a = np.asarray(a, dtype=np.float64)
-    union = np.asarray(fi, dtype=np.float64) + np.asarray(fj, dtype=np.float64) - a
-    return 1.0 - np.divide(a, union, out=np.zeros(np.broadcast(a, union).shape), where=union > 0)
 
 
 def coactivation(X: sp.spmatrix | np.ndarray) -> np.ndarray:
@@ -138,6 +133,8 @@ class CoactivationIndex:
     BLAS products on it: rows of ``A`` for a batch of entries (:meth:`rows`,
     ~0.6 ms per row at E = 78K, T = 512 in batches of 64), Eq. 4 densities
     (:meth:`densities`) and member vectors for Eq. 5 (:meth:`vectors`).
+    After :meth:`build_graph`, candidate queues and densities come from the
+    exact r-neighbour graph (:mod:`.cograph`) instead of rows.
     """
 
     def __init__(self, X: sp.spmatrix | np.ndarray, radius: float, min_activations: int = 2):
@@ -155,6 +152,22 @@ class CoactivationIndex:
         csc = X.tocsc()
         self._queries_of = (csc.indptr, csc.indices)  # the queries selecting each entry
         self._in_query = (sub.indptr, sub.indices.astype(np.int64))  # eligible positions
+        self.graph: NeighbourGraph | None = None  # all candidate queues, once built
+
+    def build_graph(self, max_pairs: int) -> bool:
+        """Compute every candidate queue at once (:mod:`.cograph`); False (and no
+        graph) when the radius is too wide for it.  Queues and densities are
+        exact either way; with the graph they cost no more rows."""
+        self.graph = neighbour_graph(
+            self._dense, self.eligible, self.freq, self.radius, self.n_entries, max_pairs
+        )
+        return self.graph is not None
+
+    def graph_densities(self) -> Densities:
+        """Eq. 4 densities of every entry from the graph, all exact."""
+        assert self.graph is not None
+        value = self.graph.degree().astype(np.float64)
+        return Densities(value, np.ones(self.n_entries, dtype=bool), {})
 
     def distances(self, entries: np.ndarray, counts: np.ndarray) -> np.ndarray:
         """Jaccard distances ``d[entries, eligible]`` from their count rows."""
@@ -185,6 +198,8 @@ class CoactivationIndex:
         """
         if not self.is_eligible(entry):
             return np.empty(0, np.int64)
+        if self.graph is not None:
+            return self.graph.row(entry)
         counts = self.row(entry) if row is None else row
         d = self.distances(np.array([entry]), counts[None, :])[0]
         d[self._pos[entry]] = np.inf

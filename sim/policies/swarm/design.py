@@ -37,7 +37,9 @@ least that of the lowest-scoring chosen medoid.  Eq. 9 (our reading; the
 printed equation also mentions the number of clusters, which this reading
 does not need): ``d(x, C_c) = 1 - n(x, m_c) / n(x)`` with ``n(x)`` the steps
 x was active and ``n(x, m_c)`` the steps x and medoid m_c were both active.
-When x leaves the window it joins every cluster with ``d < r_join`` and is
+When x leaves the window it joins the clusters with ``d < r_join``, the
+nearest ``max_replicas`` of them (ties: lower cluster index; one without
+replication), the same cap Algorithm 1 holds offline entries to, and is
 placed on each one's next disk; with no such cluster (or never active) it
 becomes a singleton cluster whose medoid is itself (its key joins the index).
 Without maintenance every leaving token becomes such a singleton.
@@ -58,6 +60,7 @@ import scipy.sparse as sp
 from sim.policies.cache import LRUCache, ScoreCache
 from sim.policies.kvdesign import Layout, StepDecision, extents_from_slots, register
 from sim.policies.selection import always_selected, take_units
+from sim.policies.swarm.cluster import ClusterParams, cluster
 from sim.policies.swarm.placement import Placement, place
 from sim.policies.swarm.retrieval import POLICIES, ReadCost, schedule
 from sim.policies.swarm.types import Clustering
@@ -107,6 +110,16 @@ def join_radius(radius: float, activations: sp.csr_matrix) -> float:
     return float(radius)
 
 
+def join_targets(co: Counter[int], n: int, radius: float, cap: int | None) -> list[int]:
+    """Clusters a leaving token joins (Eq. 9), ascending: of those with
+    ``d = 1 - co[c] / n < radius``, the ``cap`` nearest (ties: lower index; all
+    when ``cap`` is None).  ``n = 0`` (never active): none."""
+    if not n:
+        return []
+    near = sorted((1.0 - k / n, c) for c, k in co.items() if 1.0 - k / n < radius)
+    return sorted(c for _, c in near[:cap])
+
+
 def _append_row(arr: np.ndarray, n: int, row: np.ndarray) -> np.ndarray:
     """Write ``row`` at index n, doubling ``arr`` when full; the array back."""
     if n >= arr.shape[0]:
@@ -145,8 +158,6 @@ class SwarmDesign:
         if x.shape[1] != n:
             raise ValueError(f"activations cover {x.shape[1]} entries, keys {n}")
         if clustering is None:
-            from sim.policies.swarm.cluster import ClusterParams, cluster
-
             clustering = cluster(x, ClusterParams(**p.cluster_kwargs()), rng)
         clustering.check()
         members = [np.asarray(m, dtype=np.int64) for m in clustering.members]
@@ -175,6 +186,7 @@ class SwarmDesign:
         self.r_join = (
             p.join_radius if p.join_radius is not None else join_radius(clustering.radius, x)
         )
+        self._cap = ClusterParams(**p.cluster_kwargs()).replica_cap
         self._t = 0
         self._final = n  # next new token to leave the window
         self._window: dict[int, tuple[int, Counter[int]]] = {}  # token -> (n active, co-active)
@@ -276,7 +288,7 @@ class SwarmDesign:
             e = self._final
             self._final += 1
             n, co = self._window.pop(e, (0, Counter()))
-            targets = [c for c in sorted(co) if 1.0 - co[c] / n < self.r_join] if n else []
+            targets = join_targets(co, n, self.r_join, self._cap)
             if not self.params.maintenance:
                 targets = []
             for c in targets:
