@@ -14,6 +14,7 @@ step, ``contains``):
 
 from __future__ import annotations
 
+import copy
 import heapq
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -27,6 +28,12 @@ class LRUCache:
         self.sizes = sizes
         self.used = 0
         self._order: OrderedDict[int, None] = OrderedDict()
+
+    def __deepcopy__(self, memo: dict) -> LRUCache:
+        """An independent copy (its containers hold only numbers: copied one level)."""
+        new = copy.copy(self)
+        new.sizes, new._order = copy.copy(self.sizes), OrderedDict(self._order)
+        return new
 
     def contains(self, unit: int) -> bool:
         return unit in self._order
@@ -90,6 +97,13 @@ class ScoreCache:
         self._in: set[int] = set()
         self._heap: list[tuple[float, int, int]] = []  # (score, unit, version)
         self._version: dict[int, int] = {}
+
+    def __deepcopy__(self, memo: dict) -> ScoreCache:
+        """An independent copy (its containers hold only numbers: copied one level)."""
+        new = copy.copy(self)
+        new.sizes, new.freq = copy.copy(self.sizes), dict(self.freq)
+        new._in, new._heap, new._version = set(self._in), list(self._heap), dict(self._version)
+        return new
 
     def score(self, unit: int) -> float:
         return self.freq.get(unit, 0.0) * self.latency_us / (self.sizes[unit] * self.entry_us)

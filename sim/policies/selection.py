@@ -58,26 +58,33 @@ def take_units(
     unit is cut at the budget (see the module doc).  Ties break by unit id.
     Returns (chosen unit ids, the entries they add, sorted), so
     ``|always| + |entries| = min(budget, |always| + what the units cover)``.
-    One numpy pass per chosen unit: cost grows with the selection, not the index.
+    One numpy pass per chunk of units (chunks double): cost grows with the
+    selection, not the index.
     """
     k = remaining(budget, always)
     order = np.lexsort((np.arange(len(scores)), -np.asarray(scores)))
     taken = np.zeros(visible, dtype=bool)
     taken[always] = True
-    chosen: list[int] = []
+    chosen: list[np.ndarray] = []
     added: list[np.ndarray] = []
-    n = 0
-    for u in order:
-        if n >= k:
-            break
-        m = np.asarray(members[u], dtype=np.int64)
-        new = m[~taken[m]]
-        if new.size:
-            _, first = np.unique(new, return_index=True)
-            new = new[np.sort(first)][: k - n]
-            taken[new] = True
-            added.append(new)
-            n += new.size
-        chosen.append(int(u))
+    n, pos, width = 0, 0, 16
+    while n < k and pos < len(order):
+        units = order[pos : pos + width]  # the next units by score, as one numpy pass
+        pos, width = pos + len(units), 2 * width
+        parts = [np.asarray(members[u], dtype=np.int64) for u in units]
+        flat = np.concatenate(parts)
+        owner = np.repeat(np.arange(len(units)), [len(m) for m in parts])
+        first = np.zeros(flat.size, dtype=bool)  # first occurrence in unit, member order
+        first[np.unique(flat, return_index=True)[1]] = True
+        new = np.flatnonzero(first & ~taken[flat])
+        if new.size >= k - n:  # the budget fills inside this chunk: cut that unit there
+            new = new[: k - n]
+            units = units[: owner[new[-1]] + 1] if new.size else units[:1]
+        ids = flat[new]
+        taken[ids] = True
+        added.append(ids)
+        chosen.append(units)
+        n += ids.size
     entries = np.sort(np.concatenate(added)) if added else np.zeros(0, dtype=np.int64)
-    return np.array(chosen, dtype=np.int64), entries
+    ids = np.concatenate(chosen).astype(np.int64) if chosen else np.zeros(0, dtype=np.int64)
+    return ids, entries

@@ -67,13 +67,14 @@ def test_step_budget_is_the_oracles_count():
 
 @pytest.fixture(scope="module")
 def small_default():
-    """default.yaml's workload and variants at a 4K prefix (its 10% budget, 416, leaves
-    room beyond the 260 sinks and window), one sequence, 4 steps."""
+    """default.yaml's workload, its variants and swarm-ablations.yaml's, at a 4K prefix
+    (its 10% budget, 416, leaves room beyond the 260 sinks and window), one sequence,
+    4 steps."""
     cfg = load_scenario("default")
     base = dataclasses.replace(
         cfg.workload, context_tokens=4096, profile_steps=64, steps=4, batch=1
     )
-    return base, cfg.variants
+    return base, cfg.variants + load_scenario("swarm-ablations").variants
 
 
 def test_every_default_design_selects_exactly_the_oracles_budget(small_default):
@@ -92,3 +93,38 @@ def test_every_default_design_selects_exactly_the_oracles_budget(small_default):
             assert len(np.unique(dec.selected)) == len(dec.selected), (v.name, t)
             assert len(dec.selected) == budget == len(oracle), (v.name, t)
     assert {"swarm", "nocluster", "infllm", "pqcache"} <= designs
+
+
+def _take_units_one_by_one(scores, members, budget, always, visible):
+    """The rule of sim.policies.selection read literally: units in descending score
+    (ties: lower id), each adding its not-yet-selected members in member order, the
+    last cut at the budget."""
+    k = max(budget - len(always), 0)
+    taken = set(always.tolist())
+    chosen, added = [], []
+    for u in sorted(range(len(scores)), key=lambda u: (-scores[u], u)):
+        if len(added) >= k:
+            break
+        for e in members[u].tolist():
+            if len(added) < k and e not in taken:
+                taken.add(e)
+                added.append(e)
+        chosen.append(u)
+    return chosen, sorted(added)
+
+
+def test_take_units_chunked_equals_the_one_by_one_rule():
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        visible = int(rng.integers(12, 300))
+        members = [
+            rng.choice(visible, size=int(rng.integers(1, 12)), replace=False)
+            for _ in range(int(rng.integers(1, 90)))
+        ]
+        scores = rng.integers(0, 5, len(members)).astype(float)  # many ties
+        always = always_selected(visible, int(rng.integers(0, 4)), int(rng.integers(0, 20)))
+        budget = int(rng.integers(0, visible + 5))
+        chosen, extra = take_units(scores, members, budget, always, visible)
+        ref_chosen, ref_extra = _take_units_one_by_one(scores, members, budget, always, visible)
+        assert chosen.tolist() == ref_chosen
+        assert extra.tolist() == ref_extra

@@ -23,8 +23,15 @@ from sim.policies.swarm.types import Clustering
 from sim.scenarios.sparse_decode import SparseDecodeShape, build_plan
 from sim.scenarios.swarm import plan_swarm
 
-DEFAULT = Path(__file__).parents[2] / "sim" / "scenarios" / "default.yaml"
-DESIGNS = [v["design"] for v in yaml.safe_load(DEFAULT.read_text())["variants"]]
+SCENARIOS = Path(__file__).parents[2] / "sim" / "scenarios"
+# every design of the default comparison and of its ablations
+DESIGNS = list(
+    dict.fromkeys(
+        v["design"]
+        for name in ("default.yaml", "swarm-ablations.yaml")
+        for v in yaml.safe_load((SCENARIOS / name).read_text())["variants"]
+    )
+)
 
 TINY = SwarmParams(
     context_tokens=2048,

@@ -38,7 +38,7 @@ import scipy.sparse as sp
 
 from sim.policies.baselines.nocluster import KeyLog, extents_by_disk, io_rounds
 from sim.policies.cache import LRUCache
-from sim.policies.kvdesign import Layout, StepDecision, extents_from_slots, register
+from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.selection import always_selected, take_units
 
 
@@ -170,21 +170,30 @@ class InfLLM:
     def _reads(self, blocks: list[int], wanted: np.ndarray) -> list[np.ndarray]:
         """One extent per block: its run of ``wanted`` (selected, non-resident)
         entries -- the whole block, usually; a shorter run when it overlaps the
-        sinks/window or is the block cut at the budget."""
-        disks, offsets, lengths = [], [], []
-        for b in blocks:
-            ids = self.members[b]
-            ids = ids[np.isin(ids, wanted, assume_unique=True)]
-            disk, first = self.block_disk_slot(b)
-            ext = extents_from_slots(first + ids - self.starts[b], self.layout.entry_bytes, True)
-            disks.extend([disk] * len(ext))
-            offsets.extend(ext[:, 0].tolist())
-            lengths.extend(ext[:, 1].tolist())
+        sinks/window or is the block cut at the budget.  All blocks at once: an
+        extent breaks where the block changes or a slot is skipped."""
+        lay = self.layout
+        if not blocks:
+            return [np.zeros((0, 2), dtype=np.int64) for _ in range(lay.n_ssd)]
+        b = np.asarray(blocks, dtype=np.int64)
+        parts = [self.members[i] for i in blocks]
+        ids = np.concatenate(parts)
+        owner = np.repeat(b, [len(m) for m in parts])
+        mask = np.zeros(int(max(ids.max(), wanted.max(initial=0))) + 1, dtype=bool)
+        mask[wanted] = True
+        keep = mask[ids]
+        ids, owner = ids[keep], owner[keep]
+        if ids.size == 0:
+            return [np.zeros((0, 2), dtype=np.int64) for _ in range(lay.n_ssd)]
+        starts = np.asarray(self.starts, dtype=np.int64)[owner]
+        d, bt = lay.n_ssd, self.params.block_tokens
+        slot = (owner // d) * bt + ids - starts  # block_disk_slot, vectorised
+        new = np.ones(ids.size, dtype=bool)  # a run starts at a new block or a gap
+        new[1:] = (owner[1:] != owner[:-1]) | (slot[1:] != slot[:-1] + 1)
+        first = np.flatnonzero(new)
+        length = np.diff(np.append(first, ids.size))
         return extents_by_disk(
-            np.array(disks, np.int64),
-            np.array(offsets, np.int64),
-            np.array(lengths, np.int64),
-            self.layout.n_ssd,
+            owner[first] % d, slot[first] * lay.entry_bytes, length * lay.entry_bytes, d
         )
 
 

@@ -25,6 +25,8 @@ disk in turn), as any other cluster would.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from sim.policies.swarm.types import Clustering
@@ -54,6 +56,15 @@ class Placement:
         self._cluster = np.zeros(0, dtype=np.int64)
         self._n_rep = 0
         self._crep: list[list[int]] = []  # replica index of each member, per cluster
+
+    def __deepcopy__(self, memo: dict) -> Placement:
+        """An independent copy: arrays copied, lists of ints copied one level."""
+        new = copy.copy(self)
+        for name in ("slots_used", "_indptr", "_disk", "_slot", "_cluster"):
+            setattr(new, name, getattr(self, name).copy())
+        new.start, new.size = list(self.start), list(self.size)
+        new._crep = [list(c) for c in self._crep]
+        return new
 
     # -- read-only views ----------------------------------------------------
     @property

@@ -20,6 +20,10 @@ class Clustering:
     radius: float
     n_entries: int
 
+    def __deepcopy__(self, memo: dict) -> Clustering:
+        """An independent copy (member arrays copied)."""
+        return Clustering([m.copy() for m in self.members], self.radius, self.n_entries)
+
     @property
     def medoids(self) -> np.ndarray:
         return np.array([m[0] for m in self.members], dtype=np.int64)
