@@ -69,7 +69,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
         result = run(cfg, profile, out, progress=update, trace=args.trace)
     if cfg.workload.kind == "swarm":
-        console.print(design_table(result.summary(), cfg))
+        for table in design_tables(result.summary(), cfg):
+            console.print(table)
         console.print(_headroom_line(cfg.workload, profile))
     elif cfg.workload.kind == "serving":
         from analysis.serving_plots import write_serving_plots
@@ -137,14 +138,16 @@ def summary_table(df: pd.DataFrame, batch: int) -> Table:
     return table
 
 
-def design_table(df: pd.DataFrame, cfg) -> Table:
-    """Swarm's comparison (seed 000 §8.2/8.3): one row per design."""
+def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
+    """Swarm's comparison (seed 000 §8.2/8.3), one row per design, as two tables
+    that fit a terminal: speed and I/O at equal budget, then quality and index
+    (Table 4's figures and, with ``match_recall``, each design at matched recall)."""
     w = cfg.workload
-    table = Table(
-        title=f"{w.model}, {w.context_tokens:,}-token prefix, batch {w.batch}, "
+    title = (
+        f"{w.model}, {w.context_tokens:,}-token prefix, batch {w.batch}, "
         f"{100 * w.sparsity:g}% sparsity, {w.steps} decode steps"
     )
-    cols = [
+    speed = [
         ("design", "variant", str),
         ("tokens/s", "tokens_per_s", lambda v: f"{v:,.2f}"),
         ("I/O ms/step", "io_ms_per_step", lambda v: f"{v:,.1f}"),
@@ -154,6 +157,10 @@ def design_table(df: pd.DataFrame, cfg) -> Table:
         ("of SSD BW", "ssd_share_of_aggregate", lambda v: f"{100 * v:.0f}%"),
         ("DRAM hit", "dram_hit_rate", lambda v: f"{100 * v:.1f}%"),
         ("recall", "recall", lambda v: f"{v:.3f}"),
+    ]
+    quality = [
+        ("design", "variant", str),
+        ("recall", "recall", lambda v: f"{v:.3f}"),
         ("select ms", "select_ms", lambda v: f"{v:.3f}"),
         ("index MB", "index_mb_per_layer", lambda v: f"{v:.2f}"),
         # Swarm's clustering (sim.scenarios.swarm_report, Table 4): SSD/KV bytes,
@@ -162,25 +169,36 @@ def design_table(df: pd.DataFrame, cfg) -> Table:
         ("index keys", "index_key_share", lambda v: f"{100 * v:.1f}%"),
         ("select x", "select_speedup", lambda v: f"{v:.1f}"),
     ]
+    caption = None
     if "match_scale" in df:  # with match_recall: each design at the budget reaching it
-        cols += [
+        quality += [
             ("scale@R", "match_scale", lambda v: f"{v:.2f}"),
             ("recall@R", "match_recall", lambda v: f"{v:.3f}"),
             ("tokens/s@R", "matched_tokens_per_s", lambda v: f"{v:,.2f}"),
         ]
         targets = sorted(set(df["match_target"].dropna()))
-        table.caption = (
+        caption = (
             f"@R: at the smallest budget scale (x the oracle's budget) reaching mean recall "
             f"{', '.join(f'{t:g}' for t in targets)}; 'unreachable' when even every entry "
             "does not (the recall reached is shown)"
         )
+    return [
+        _table(df, f"{title}: speed and I/O at equal budget", speed),
+        _table(df, "quality, index (Table 4) and matched recall", quality, caption),
+    ]
+
+
+def _table(df: pd.DataFrame, title: str, cols: list, caption: str | None = None) -> Table:
+    """One row per design with the columns of ``cols`` that ``df`` has ("-" for NaN)."""
+    table = Table(title=title, caption=caption)
     cols = [c for c in cols if c[1] in df.columns]
     for header, _, _ in cols:
         table.add_column(header, justify="left" if header == "design" else "right")
     for _, row in df.iterrows():
         cells = [fmt(row[key]) if row.get(key) == row.get(key) else "-" for _, key, fmt in cols]
         reached = row.get("match_reached")
-        if reached is not None and reached == reached and not bool(reached):
+        matched = cols[-1][1] == "matched_tokens_per_s" and reached is not None
+        if matched and reached == reached and not bool(reached):  # NaN: not matched
             cells[-3] = f"unreachable ({row['match_scale']:.2f})"
         table.add_row(*cells)
     return table
