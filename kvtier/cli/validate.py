@@ -92,9 +92,9 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--designs",
-        default="default",
-        metavar="SCENARIO",
-        help="also replay this swarm scenario's design plans, scaled down ('none' skips)",
+        default="default,swarm-ablations",
+        metavar="SCENARIOS",
+        help="also replay these swarm scenarios' design plans, scaled down ('none' skips)",
     )
     p.add_argument(
         "--design-variants",

@@ -1,8 +1,8 @@
 """The designs part of ``kvtier real validate``: each KV design's own plan, simulated
 and replayed on the same devices, and whether the two agree on which design is faster.
 
-The designs are a swarm scenario's variants (``--designs default``: Swarm, No
-Cluster, InfLLM, PQCache and the Swarm ablations), planned by the simulator's
+The designs are swarm scenarios' variants (``--designs default,swarm-ablations``:
+Swarm, No Cluster, InfLLM, PQCache and the Swarm ablations), planned by the simulator's
 own runner (:func:`sim.runner.plan_variants`, i.e. :func:`sim.scenarios.swarm.plan_swarm`)
 at a reduced size (:data:`DESIGN_CAPS`).  Variants whose plans issue the very
 same I/O (same ops, devices, bytes, I/O counts and byte ranges) are replayed
@@ -46,7 +46,7 @@ from scipy.stats import kendalltau
 from hwprofiles import HardwareProfile, load_profile
 from kvtier.plan import extents_csr
 from kvtier.records import Records
-from sim.config import ConfigError, ScenarioConfig, SwarmParams, load_scenario
+from sim.config import ConfigError, ScenarioConfig, SwarmParams, Variant, load_scenario
 from sim.runner import plan_variants, slug
 
 # Why these sizes: the default scenario (8K prefix, batch 4, all 64 layers of
@@ -88,9 +88,23 @@ def scaled_designs(
 ) -> ScenarioConfig:
     """Scenario ``source`` with its workload capped by ``caps`` on ``n_ssd`` SSDs.
 
-    ``names``: comma-separated variants to keep (each must exist), ``all``, or
-    empty for those of :data:`KEY_DESIGNS` the scenario has (all if none)."""
-    cfg = load_scenario(source)
+    ``source`` may name several swarm scenarios (``default,swarm-ablations``): the
+    workload is the first's, the variants all of theirs (a name seen before is
+    skipped).  The replay compares designs at equal budget, so ``match_recall``
+    is off.  ``names``: comma-separated variants to keep (each must exist),
+    ``all``, or empty for those of :data:`KEY_DESIGNS` the scenarios have (all if
+    none)."""
+    cfgs = [load_scenario(s.strip()) for s in source.split(",") if s.strip()]
+    if not cfgs:
+        raise ConfigError("--designs: name a swarm scenario")
+    cfg, seen, variants = cfgs[0], set(), []
+    for v in (v for c in cfgs for v in c.variants):
+        if v.name not in seen:
+            seen.add(v.name)
+            variants.append(
+                Variant(v.name, tuple(o for o in v.overrides if o[0] != "match_recall"))
+            )
+    cfg = dataclasses.replace(cfg, variants=tuple(variants))
     cfg = dataclasses.replace(cfg, variants=_chosen(cfg, names))
     w = cfg.workload
     if not isinstance(w, SwarmParams):
@@ -98,7 +112,9 @@ def scaled_designs(
     capped = {k: min(getattr(w, k) or cap, cap) for k, cap in caps.items()}
     if w.steps <= WARMUP_STEPS or capped["steps"] <= WARMUP_STEPS:
         raise ConfigError(f"{cfg.source_file}: workload.steps must be > {WARMUP_STEPS}")
-    return dataclasses.replace(cfg, workload=dataclasses.replace(w, ssds=n_ssd, **capped))
+    return dataclasses.replace(
+        cfg, workload=dataclasses.replace(w, ssds=n_ssd, match_recall=0.0, **capped)
+    )
 
 
 def _chosen(cfg: ScenarioConfig, names: str) -> tuple:
