@@ -1,0 +1,93 @@
+"""Replayer IOPS against fio's on the same file: ``python -m real.bench_iops``.
+
+Builds a plan of 4 KiB random reads (``--ops`` read ops whose extents are
+``--ios`` block offsets drawn uniformly over a ``--size`` file, each op at
+queue depth ``--qd``), fills the file with kvtier's self-checking blocks,
+replays it with verification on, then runs fio (io_uring engine, O_DIRECT,
+4 KiB ``randread``, same file, same ``iodepth``, same number of I/Os) and
+prints both IOPS and their ratio.  The file is created by kvtier under
+``--path`` (a directory, e.g. ``/dev/shm``, which accepts O_DIRECT) and
+removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from kvtier.plan import PlanBuilder
+from real._blocks import BLOCK
+from real.datafile import prepare_targets
+from real.fio import run_fio, summarize
+from real.replay import replay
+
+
+def randread_plan(ios: int, ops: int, size: int, qd: int, seed: int = 0) -> pa.Table:
+    """``ops`` read ops of ssd0 sharing ``ios`` uniformly random 4 KiB extents of ``size``."""
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, size // BLOCK, ios, dtype=np.int64)
+    b = PlanBuilder()
+    for part in np.array_split(blocks, ops):
+        if len(part):
+            ext = np.stack([part * BLOCK, np.full(len(part), BLOCK)], axis=1)
+            b.read("ssd0", "dram0", extents=ext, queue_depth=qd, io_path="io_uring")
+    return b.table()
+
+
+def fio_iops(path: str, size: int, qd: int, ios: int, out: Path) -> float:
+    """fio's IOPS for 4 KiB io_uring O_DIRECT random reads of ``path`` at ``qd``."""
+    args = [
+        f"--filename={path}",
+        "--rw=randread",
+        f"--bs={BLOCK}",
+        f"--iodepth={qd}",
+        "--ioengine=io_uring",
+        "--direct=1",
+        f"--size={size}",
+        f"--number_ios={ios}",
+        "--norandommap",
+        "--randrepeat=0",
+        "--name=bench",
+    ]
+    return summarize(run_fio(args, out / "fio.json")).read.iops
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--path", default="/dev/shm", help="directory for the data file")
+    ap.add_argument("--ios", type=int, default=200_000)
+    ap.add_argument("--ops", type=int, default=20)
+    ap.add_argument("--qd", type=int, default=32)
+    ap.add_argument("--size", type=int, default=256 << 20, help="file bytes")
+    ap.add_argument("--engine", default="uring")
+    ap.add_argument("--no-fio", action="store_true")
+    a = ap.parse_args(argv)
+    plan = randread_plan(a.ios, a.ops, a.size, a.qd)
+    with tempfile.TemporaryDirectory(dir=a.path, prefix="kvtier-bench-") as tmp:
+        files = prepare_targets(plan, tmp)
+        try:
+            t0 = time.perf_counter()
+            rec = replay(plan, files, engine=a.engine, qd=a.qd)
+            wall = time.perf_counter() - t0
+            n_ios, span = rec.stats["ios"], rec.stats["makespan_s"]
+            ours = n_ios / span
+            print(
+                f"replayer: {n_ios} I/Os in {span:.3f} s = {ours:,.0f} IOPS "
+                f"(cpu {rec.stats['cpu_s']:.2f} s, wall with set-up {wall:.2f} s, "
+                f"engine {rec.stats['engine']}, verified {rec.stats['verified']})"
+            )
+            if not a.no_fio:
+                path = str(files.targets["ssd0"].path)
+                theirs = fio_iops(path, a.size, a.qd, a.ios, Path(tmp))
+                print(f"fio:      {theirs:,.0f} IOPS; replayer/fio = {ours / theirs:.2f}")
+        finally:
+            files.cleanup()
+
+
+if __name__ == "__main__":
+    main()
