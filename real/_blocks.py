@@ -113,6 +113,18 @@ class BlockFormat:
                 return pos + int(np.argmax(bad))
         return -1
 
+    def first_bad_block(self, words: np.ndarray, blocks: np.ndarray) -> int:
+        """Row of ``words`` (n x 512 u64, one 4 KiB block each) that is not block
+        ``blocks[row]`` as expected, the first one; -1 when every row is.
+
+        One gather of the expected images and one comparison for the whole batch:
+        the replayer checks every single-block read a round reaps at once.
+        """
+        exp = self._tmpl[blocks % BASE_BLOCKS]
+        exp[:, 2] = blocks
+        bad = (words != exp).any(axis=1)
+        return int(np.argmax(bad)) if bad.any() else -1
+
     def describe(self, got: bytes, block: int) -> str:
         """What a bad block holds, against what block ``block`` should hold."""
         magic, nid, crc, idx, seed = _HDR.unpack_from(got)

@@ -18,6 +18,7 @@ import os
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from kvtier.records import DEVICE_RECORD_SCHEMA
@@ -37,6 +38,7 @@ class Device:
     pacer: Pacer | None
     slots: list[memoryview]
     free: list[int]
+    arena: np.ndarray  # the slots as rows of u64 words (qd x slot // 8), for batch checks
     flags: int = 0  # engine flags for every I/O (IOSQE_ASYNC on kernel-throttled devices)
     active: deque = field(default_factory=deque)  # started ops with I/Os left to issue
     inflight: int = 0
@@ -58,10 +60,11 @@ class Device:
         self.inflight += 1
         self.peak = max(self.peak, self.inflight)
 
-    def completed(self, t: float) -> None:
+    def completed(self, t: float, n: int = 1) -> None:
+        """``n`` I/Os completed at time ``t``."""
         self.area += self.inflight * (t - self.t_last)
         self.t_last = t
-        self.inflight -= 1
+        self.inflight -= n
         if self.inflight == 0:
             self.busy_s += t - self.busy_since
 
@@ -90,7 +93,8 @@ def open_device(
         fd = os.open(target.path, flags)
     except OSError as exc:
         raise RealError(f"{name}: cannot open {target.path}: {exc.strerror}") from None
-    view = memoryview(mmap.mmap(-1, qd * slot))
+    arena = mmap.mmap(-1, qd * slot)
+    view = memoryview(arena)
     paced = target.pacing and not target.limits.unlimited
     return Device(
         name,
@@ -101,6 +105,7 @@ def open_device(
         Pacer(target.limits, slot) if paced else None,
         [view[i * slot : (i + 1) * slot] for i in range(qd)],
         list(range(qd)),
+        np.frombuffer(arena, dtype=np.uint64).reshape(qd, slot // 8),
     )
 
 

@@ -41,7 +41,6 @@ import contextlib
 import heapq
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -132,7 +131,7 @@ class Replayer:
         self.done = self.inflight = 0
         self.timers: list[tuple[float, int, int, int]] = []
         self.tags: dict[int, tuple] = {}
-        self._reaped: deque[tuple[int, int]] = deque()
+        self._reaped: list[tuple[int, int]] = []  # reaped, not yet handed to _complete
         self._seq = 0
 
     def _open_devices(self, layout, targets, seed, qd, gds) -> _gds.GdsReader | None:
@@ -198,10 +197,8 @@ class Replayer:
                 deadline = self._deadline()
                 if self.inflight:
                     timeout = None if deadline == np.inf else max(0.0, deadline - clock())
-                    reaped = self._reaped = deque(engine.wait(timeout))
-                    t = clock()
-                    while reaped:
-                        self._complete(*reaped.popleft(), t)
+                    self._reaped = engine.wait(timeout)
+                    self._complete(self._reaped, clock())
                 elif deadline < np.inf:
                     time.sleep(max(0.0, deadline - clock()))
                 else:  # pragma: no cover - dependencies only point backwards
@@ -315,35 +312,62 @@ class Replayer:
         flags = d.flags | (GDS if self.gds_op[j] else 0)
         self.engine.queue(tag, d.fd, write, buf, off, flags)
 
-    def _complete(self, tag: int, res: int, t: float) -> None:
-        d, j, off, size, slot = self.tags.pop(tag)
-        self.inflight -= 1
-        d.completed(t)
-        write = self.write[j]
+    def _complete(self, reaped: list[tuple[int, int]], t: float) -> None:
+        """Account a round's completions at time ``t``: check, verify as one batch, count."""
+        tags, write, done = self.tags, self.write, []
+        for tag, res in reaped:  # leave no reaped I/O for _drain before anything can raise
+            done.append((*tags.pop(tag), res))
+        self._reaped = []
+        self.inflight -= len(done)
+        per_dev: dict[Device, int] = {}
+        for d, _, _, _, _, _ in done:
+            per_dev[d] = per_dev.get(d, 0) + 1
+        for d, k in per_dev.items():
+            d.completed(t, k)
+        for d, j, off, size, _, res in done:
+            if res != size:
+                raise self._failure(d, write[j], off, size, res)
+        if self.verify:
+            self._verify(done)
+        op_inflight, op_done, n_ios = self.op_inflight, self.op_done, self.n_ios
+        for d, j, _, size, slot, _ in done:
+            d.free.append(slot)
+            d.counted(write[j], size)
+            op_inflight[j] -= 1
+            op_done[j] += 1
+            if op_done[j] == n_ios[j]:
+                self._end(j, t)
+
+    @staticmethod
+    def _failure(d: Device, write: bool, off: int, size: int, res: int) -> RealError:
         what = "writing" if write else "reading"
         if res < 0:
-            raise io_failure(d.name, d.target.path, what, off, size, -res)
-        if res != size:
-            raise RealError(
-                f"{d.name}: short {what[:-3]} of {d.target.path} at offset {off}: "
-                f"{res} of {size} bytes (was the file truncated?)"
-            )
-        if not write and self.verify:
-            buf = d.slots[slot][:size]
-            bad = d.fmt.first_mismatch(buf, off // BLOCK)
+            return io_failure(d.name, d.target.path, what, off, size, -res)
+        return RealError(
+            f"{d.name}: short {what[:-3]} of {d.target.path} at offset {off}: "
+            f"{res} of {size} bytes (was the file truncated?)"
+        )
+
+    def _verify(self, done: list[tuple]) -> None:
+        """Check every read of a round: single-block reads of a device in one numpy
+        comparison (:meth:`BlockFormat.first_bad_block`), larger ones one by one."""
+        single: dict[Device, tuple[list[int], list[int]]] = {}
+        for d, j, off, size, slot, _ in done:
+            if self.write[j]:
+                continue
+            if size == BLOCK:
+                slots, offs = single.setdefault(d, ([], []))
+                slots.append(slot)
+                offs.append(off)
+                continue
+            bad = d.fmt.first_mismatch(d.slots[slot][:size], off // BLOCK)
             if bad >= 0:
-                at = off + bad * BLOCK
-                got = bytes(buf[bad * BLOCK : (bad + 1) * BLOCK])
-                raise RealError(
-                    f"{d.name}: data mismatch in {d.target.path} at offset {at}: "
-                    f"{d.fmt.describe(got, at // BLOCK)}"
-                )
-        d.free.append(slot)
-        d.counted(write, size)
-        self.op_inflight[j] -= 1
-        self.op_done[j] += 1
-        if self.op_done[j] == self.n_ios[j]:
-            self._end(j, t)
+                raise _mismatch(d, d.slots[slot], off, bad)
+        for d, (slots, offs) in single.items():
+            blocks = np.asarray(offs, dtype=np.int64) // BLOCK
+            row = d.fmt.first_bad_block(d.arena[slots, : BLOCK // 8], blocks.astype(np.uint64))
+            if row >= 0:
+                raise _mismatch(d, d.slots[slots[row]], offs[row], 0)
 
     def _drain(self) -> None:
         """Wait for I/Os still in flight (after an error): the kernel owns their buffers.
@@ -389,6 +413,16 @@ class Replayer:
             "notes": self.notes,
         }
         return Records(ops=ops, devices=devices, stats=stats)
+
+
+def _mismatch(d: Device, buf: memoryview, off: int, bad: int) -> RealError:
+    """The error for block ``bad`` of the I/O at ``off`` whose data is in ``buf``."""
+    at = off + bad * BLOCK
+    got = bytes(buf[bad * BLOCK : (bad + 1) * BLOCK])
+    return RealError(
+        f"{d.name}: data mismatch in {d.target.path} at offset {at}: "
+        f"{d.fmt.describe(got, at // BLOCK)}"
+    )
 
 
 def _durations(nonio_s, n: int) -> list[float]:

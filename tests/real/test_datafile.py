@@ -200,3 +200,25 @@ def test_blkid_names_a_filesystem_image(tmp_path):
     img.write_bytes(bytes(8 * MiB))
     subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True, capture_output=True)
     assert "ext4" in block_signature(img)
+
+
+def test_the_batch_check_finds_the_same_first_bad_block_as_the_one_by_one_check():
+    """first_bad_block over a batch of single blocks agrees with first_mismatch per block:
+    a wrong offset, a flipped payload bit and a wrong header each make their row bad."""
+    fmt = BlockFormat("ssd0", seed=4)
+    blocks = np.array([5, 261, 0, 1000, 77], dtype=np.uint64)
+    words = np.zeros((len(blocks), BLOCK // 8), dtype=np.uint64)
+    for row, blk in enumerate(blocks.tolist()):
+        fmt.render(blk, memoryview(words[row].view(np.uint8)))
+    assert fmt.first_bad_block(words, blocks) == -1
+    for row, spoil in ((3, (100, 1)), (1, (2, 0)), (4, (0, 0))):
+        bad = words.copy()
+        bad[row, spoil[0]] ^= np.uint64(1 << spoil[1])
+        one_by_one = [
+            fmt.first_mismatch(memoryview(bad[r].view(np.uint8)), int(blocks[r]))
+            for r in range(len(blocks))
+        ]
+        assert one_by_one == [0 if r == row else -1 for r in range(len(blocks))]
+        assert fmt.first_bad_block(bad, blocks) == row
+    shifted = blocks + np.uint64(1)  # every block read one block off
+    assert fmt.first_bad_block(words, shifted) == 0
