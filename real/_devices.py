@@ -52,12 +52,13 @@ class Device:
     t_last: float = 0.0
     peak: int = 0
 
-    def issued(self, now: float) -> None:
+    def issued(self, now: float, n: int = 1) -> None:
+        """``n`` I/Os issued at time ``now``."""
         if self.inflight == 0:
             self.busy_since = now
         self.area += self.inflight * (now - self.t_last)
         self.t_last = now
-        self.inflight += 1
+        self.inflight += n
         self.peak = max(self.peak, self.inflight)
 
     def completed(self, t: float, n: int = 1) -> None:

@@ -63,8 +63,9 @@ class UringEngine:
         entries = 1 << max(3, (max(1, slots) - 1).bit_length())
         self._ring = _uring.open_ring(min(entries, 32768))
         self.async_flag = _uring.async_flag()
+        self.queue = self._ring.queue  # one call less per I/O
 
-    def queue(self, tag, fd, write, buf, offset, flags):
+    def queue(self, tag, fd, write, buf, offset, flags):  # replaced per instance above
         self._ring.queue(tag, fd, write, buf, offset, flags)
 
     def submit(self) -> None:

@@ -51,8 +51,9 @@ from kvtier.records import Records, op_records
 from kvtier.units import fmt_bytes
 from real import _gds
 from real._blocks import BLOCK
+from real._checks import io_error, verify_reads
 from real._devices import Device, device_records, inflight_stats, open_device
-from real.datafile import io_failure, io_layout
+from real.datafile import io_layout
 from real.engine import GDS, Engine, make_engine
 from real.errors import RealError
 from real.targets import Target
@@ -93,6 +94,7 @@ class Replayer:
             gds_reader = self._open_devices(layout, targets, seed, qd, gds)
             slots = sum(d.qd for d in self.devs)
             self.engine, self.engine_note = make_engine(engine, slots, gds_reader)
+            self._engine_queue = self.engine.queue
             for d in self.devs:
                 limited = not d.target.limits.unlimited and not d.target.pacing
                 if d.target.kind == "loop" or limited:
@@ -133,6 +135,7 @@ class Replayer:
         self.tags: dict[int, tuple] = {}
         self._reaped: list[tuple[int, int]] = []  # reaped, not yet handed to _complete
         self._seq = 0
+        self._ios: dict[int, list[tuple[int, int]]] = {}  # started ops' I/Os, while issuing
 
     def _open_devices(self, layout, targets, seed, qd, gds) -> _gds.GdsReader | None:
         largest = layout.largest_io()
@@ -222,6 +225,10 @@ class Replayer:
         self.start_s[j] = t
         d = self.dev_of[j]
         if d >= 0:
+            # the op's (offset, length) pairs as Python ints, held only while it issues
+            lo, hi = self.first[j], self.first[j + 1]
+            offs, lens = self.io_off[lo:hi].tolist(), self.io_len[lo:hi].tolist()
+            self._ios[j] = list(zip(offs, lens, strict=True))
             self.devs[d].active.append(j)
             return False
         if self.nonio[j] > 0:
@@ -272,32 +279,35 @@ class Replayer:
             active = d.active
             if not active or d.inflight >= d.qd or d.wake > now:
                 continue
-            blocked = 0
-            while d.inflight < d.qd and active and blocked < len(active):
+            room, count, blocked = d.qd - d.inflight, 0, 0
+            while count < room and active and blocked < len(active):
                 j = active[0]
                 if self.op_inflight[j] >= self.op_cap[j]:
                     active.rotate(-1)
                     blocked += 1
                     continue
                 i = self.next_io[j]
-                k = self.first[j] + i
-                size = int(self.io_len[k])
+                off, size = self._ios[j][i]
                 if d.pacer is not None:
                     wait = d.pacer.delay(self.write[j], size, now)
                     if wait > 0:
                         d.wake = now + wait
                         break
-                self._queue(d, j, int(self.io_off[k]), size, now)
-                issued += 1
+                self._queue(d, j, off, size)
+                count += 1
                 blocked = 0
                 self.next_io[j] = i + 1
                 if i + 1 == self.n_ios[j]:
                     active.popleft()
+                    del self._ios[j]
                 else:
                     active.rotate(-1)
+            if count:
+                d.issued(now, count)
+                issued += count
         return issued
 
-    def _queue(self, d: Device, j: int, off: int, size: int, now: float) -> None:
+    def _queue(self, d: Device, j: int, off: int, size: int) -> None:
         slot = d.free.pop()
         buf = d.slots[slot][:size]
         write = self.write[j]
@@ -306,11 +316,10 @@ class Replayer:
         self._seq += 1
         tag = self._seq
         self.tags[tag] = (d, j, off, size, slot)
-        d.issued(now)
         self.op_inflight[j] += 1
         self.inflight += 1
         flags = d.flags | (GDS if self.gds_op[j] else 0)
-        self.engine.queue(tag, d.fd, write, buf, off, flags)
+        self._engine_queue(tag, d.fd, write, buf, off, flags)
 
     def _complete(self, reaped: list[tuple[int, int]], t: float) -> None:
         """Account a round's completions at time ``t``: check, verify as one batch, count."""
@@ -326,9 +335,9 @@ class Replayer:
             d.completed(t, k)
         for d, j, off, size, _, res in done:
             if res != size:
-                raise self._failure(d, write[j], off, size, res)
+                raise io_error(d, write[j], off, size, res)
         if self.verify:
-            self._verify(done)
+            verify_reads(done, self.write)
         op_inflight, op_done, n_ios = self.op_inflight, self.op_done, self.n_ios
         for d, j, _, size, slot, _ in done:
             d.free.append(slot)
@@ -337,37 +346,6 @@ class Replayer:
             op_done[j] += 1
             if op_done[j] == n_ios[j]:
                 self._end(j, t)
-
-    @staticmethod
-    def _failure(d: Device, write: bool, off: int, size: int, res: int) -> RealError:
-        what = "writing" if write else "reading"
-        if res < 0:
-            return io_failure(d.name, d.target.path, what, off, size, -res)
-        return RealError(
-            f"{d.name}: short {what[:-3]} of {d.target.path} at offset {off}: "
-            f"{res} of {size} bytes (was the file truncated?)"
-        )
-
-    def _verify(self, done: list[tuple]) -> None:
-        """Check every read of a round: single-block reads of a device in one numpy
-        comparison (:meth:`BlockFormat.first_bad_block`), larger ones one by one."""
-        single: dict[Device, tuple[list[int], list[int]]] = {}
-        for d, j, off, size, slot, _ in done:
-            if self.write[j]:
-                continue
-            if size == BLOCK:
-                slots, offs = single.setdefault(d, ([], []))
-                slots.append(slot)
-                offs.append(off)
-                continue
-            bad = d.fmt.first_mismatch(d.slots[slot][:size], off // BLOCK)
-            if bad >= 0:
-                raise _mismatch(d, d.slots[slot], off, bad)
-        for d, (slots, offs) in single.items():
-            blocks = np.asarray(offs, dtype=np.int64) // BLOCK
-            row = d.fmt.first_bad_block(d.arena[slots, : BLOCK // 8], blocks.astype(np.uint64))
-            if row >= 0:
-                raise _mismatch(d, d.slots[slots[row]], offs[row], 0)
 
     def _drain(self) -> None:
         """Wait for I/Os still in flight (after an error): the kernel owns their buffers.
@@ -413,16 +391,6 @@ class Replayer:
             "notes": self.notes,
         }
         return Records(ops=ops, devices=devices, stats=stats)
-
-
-def _mismatch(d: Device, buf: memoryview, off: int, bad: int) -> RealError:
-    """The error for block ``bad`` of the I/O at ``off`` whose data is in ``buf``."""
-    at = off + bad * BLOCK
-    got = bytes(buf[bad * BLOCK : (bad + 1) * BLOCK])
-    return RealError(
-        f"{d.name}: data mismatch in {d.target.path} at offset {at}: "
-        f"{d.fmt.describe(got, at // BLOCK)}"
-    )
 
 
 def _durations(nonio_s, n: int) -> list[float]:
