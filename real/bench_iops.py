@@ -8,6 +8,13 @@ replays it with verification on, then runs fio (io_uring engine, O_DIRECT,
 prints both IOPS and their ratio.  The file is created by kvtier under
 ``--path`` (a directory, e.g. ``/dev/shm``, which accepts O_DIRECT) and
 removed at the end.
+
+Measured on the 2-core dev machine (noisy: shared with other jobs, so compare
+runs taken back to back): fio about 290K IOPS at qd 32; the replayer about
+135K when idle, with about 7.3 us of process CPU per verified I/O.  The liburing
+2024.x binding alone (get_sqe/prep_read/set_data per I/O, submit, peek/seen per
+CQE, no scheduler, no verification) costs about 4 us per I/O, so reaching 0.9 of
+fio needs SQEs and CQEs handled a batch at a time (a numpy view of the rings).
 """
 
 from __future__ import annotations
