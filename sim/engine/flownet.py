@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Sequence
 
 import simpy
-from simpy.events import Event
+from simpy.events import NORMAL, Event
 
 from sim.engine.maxmin import maxmin_rates
 
@@ -48,6 +48,17 @@ class _Late(Event):
         self._ok = True
         self._value = None
         env.schedule(self, LATE)
+
+
+class _Timer(Event):
+    """A bare timeout (no value, no lambda) that calls ``callback(self)`` after ``delay``."""
+
+    def __init__(self, env: simpy.Environment, delay: float, callback: Callable[[Event], None]):
+        super().__init__(env)
+        self.callbacks.append(callback)
+        self._ok = True
+        self._value = None
+        env.schedule(self, NORMAL, delay)
 
 
 class Flow:
@@ -89,7 +100,6 @@ class FlowNetwork:
         n = len(self.names)
         self.load = [0.0] * n  # current sum of coef * rate
         self._loaded: dict[int, float] = {}  # resources with load > 0 -> load
-        self.nflows = [0] * n
         self.busy_s = [0.0] * n
         self.work = [0.0] * n
         self.peak = [0.0] * n
@@ -98,7 +108,7 @@ class FlowNetwork:
         self.reratings = 0
         self._last = env.now
         self._dirty = False
-        self._timer_gen = 0
+        self._timer: Event | None = None
         self._sigs: dict[tuple, int] = {}
         self._memo: dict[tuple[int, ...], tuple[list[float], dict[int, float]]] = {}
 
@@ -120,10 +130,9 @@ class FlowNetwork:
             raise ValueError(f"flow cap must be > 0, got {cap}")
         flow = Flow(path, amount, cap, on_done, self.env.now)
         flow.sig = self._sigs.setdefault((flow.path, cap), len(self._sigs))
-        self._advance()
+        # no _advance here: rates (hence remaining work and the integrals) change
+        # only in _rerate, which advances first; the new flow's rate is 0 until then
         self.flows.append(flow)
-        for r, _ in flow.path:
-            self.nflows[r] += 1
         self._mark_dirty()
         return flow
 
@@ -152,7 +161,7 @@ class FlowNetwork:
         self._advance()
         flows = self.flows
         self.reratings += 1
-        key = tuple(f.sig for f in flows)
+        key = tuple([f.sig for f in flows])
         hit = self._memo.get(key)
         if hit is None:
             rates = maxmin_rates([f.path for f in flows], [f.cap for f in flows], self.capacity)
@@ -179,16 +188,15 @@ class FlowNetwork:
         self._schedule_completion()
 
     def _schedule_completion(self) -> None:
-        self._timer_gen += 1
+        """Arm the network's one timer at the earliest finish; older timers go stale."""
         if not self.flows:
+            self._timer = None
             return
-        t = min(f.remaining / f.rate for f in self.flows)
-        gen = self._timer_gen
-        ev = self.env.timeout(max(t, 0.0))
-        ev.callbacks.append(lambda _e, g=gen: self._on_timer(g))
+        t = min([f.remaining / f.rate for f in self.flows])
+        self._timer = _Timer(self.env, max(t, 0.0), self._on_timer)
 
-    def _on_timer(self, gen: int) -> None:
-        if gen != self._timer_gen:
+    def _on_timer(self, event: Event) -> None:
+        if event is not self._timer:
             return  # made stale by a later re-rating
         self._advance()
         now = self.env.now
@@ -200,8 +208,6 @@ class FlowNetwork:
         for f in done:
             f.remaining = 0.0
             f.end_s = now
-            for r, _ in f.path:
-                self.nflows[r] -= 1
         self.completed += len(done)
         self._mark_dirty()
         for f in done:
