@@ -10,7 +10,9 @@ Two devices keep this fast without changing the physics:
 * flows that start or end at the same instant are re-rated once: the
   recomputation is a simpy event scheduled at the current time with a
   priority below every ordinary event, so it runs after everything else that
-  happens at that instant;
+  happens at that instant; completions re-rate at once, after their
+  callbacks have started whatever they start (a zero-length interval at
+  the old rates changes no work or integral, so this is the same physics);
 * there is one completion timer for the whole network (the earliest finish
   among active flows); a timer made stale by a re-rating is ignored;
 * allocations are memoised: max-min rates are a pure function of the active
@@ -209,7 +211,13 @@ class FlowNetwork:
             f.remaining = 0.0
             f.end_s = now
         self.completed += len(done)
-        self._mark_dirty()
+        # re-rate right after the callbacks (flows they start join it) rather than
+        # through a late event: one simpy event less per completion; a flow started
+        # later at this instant by another event re-rates again, over a zero interval
+        pending = self._dirty
+        self._dirty = True
         for f in done:
             if f.on_done is not None:
                 f.on_done(f)
+        if not pending:
+            self._rerate()
