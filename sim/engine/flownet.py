@@ -26,6 +26,7 @@ capacity, which tests use to check that no resource is ever above capacity.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 
@@ -111,6 +112,9 @@ class FlowNetwork:
         self._last = env.now
         self._dirty = False
         self._timer: Event | None = None
+        self._timer_at = math.inf
+        self._pending: list[tuple] = []  # delayed starts: (due, seq, path, amount, on_done, cap)
+        self._seq = 0
         self._sigs: dict[tuple, int] = {}
         self._memo: dict[tuple[int, ...], tuple[list[float], dict[int, float]]] = {}
 
@@ -137,6 +141,31 @@ class FlowNetwork:
         self.flows.append(flow)
         self._mark_dirty()
         return flow
+
+    def start_after(
+        self,
+        delay: float,
+        path: Sequence[tuple[int, float]],
+        amount: float,
+        on_done: Callable[[Flow], None] | None = None,
+        cap: float = math.inf,
+    ) -> None:
+        """Start a flow ``delay`` seconds from now, as :meth:`start` would then.
+
+        The delayed start is kept in the network's own queue and served by its
+        one timer, so it costs no simpy event of its own."""
+        if delay <= 0.0:
+            self.start(path, amount, on_done, cap)
+            return
+        if not amount > 0:
+            raise ValueError(f"flow amount must be > 0, got {amount}")
+        if not cap > 0:
+            raise ValueError(f"flow cap must be > 0, got {cap}")
+        due = self.env.now + delay
+        heapq.heappush(self._pending, (due, self._seq, path, amount, on_done, cap))
+        self._seq += 1
+        if not self._dirty and due < self._timer_at:
+            self._arm(delay)
 
     # ---- internals ----------------------------------------------------------
     def _mark_dirty(self) -> None:
@@ -190,12 +219,33 @@ class FlowNetwork:
         self._schedule_completion()
 
     def _schedule_completion(self) -> None:
-        """Arm the network's one timer at the earliest finish; older timers go stale."""
-        if not self.flows:
-            self._timer = None
+        """Arm the network's one timer at the earliest finish or delayed start."""
+        now = self.env.now
+        delay = (
+            max(min([f.remaining / f.rate for f in self.flows]), 0.0) if self.flows else math.inf
+        )
+        if self._pending and self._pending[0][0] < now + delay:
+            delay = self._pending[0][0] - now
+        if delay == math.inf:
+            self._timer, self._timer_at = None, math.inf
             return
-        t = min([f.remaining / f.rate for f in self.flows])
-        self._timer = _Timer(self.env, max(t, 0.0), self._on_timer)
+        self._arm(max(delay, 0.0))
+
+    def _arm(self, delay: float) -> None:
+        """(Re)arm the one timer ``delay`` seconds from now; older timers go stale."""
+        self._timer_at = self.env.now + delay
+        self._timer = _Timer(self.env, delay, self._on_timer)
+
+    def _start_due(self) -> None:
+        """Start the delayed flows due now (within float rounding of the timer's time)."""
+        now = self.env.now
+        horizon = now + 4 * math.ulp(now)
+        pending = self._pending
+        while pending and pending[0][0] <= horizon:
+            _, _, path, amount, on_done, cap = heapq.heappop(pending)
+            flow = Flow(path, amount, cap, on_done, now)
+            flow.sig = self._sigs.setdefault((flow.path, cap), len(self._sigs))
+            self.flows.append(flow)
 
     def _on_timer(self, event: Event) -> None:
         if event is not self._timer:
@@ -211,6 +261,7 @@ class FlowNetwork:
             f.remaining = 0.0
             f.end_s = now
         self.completed += len(done)
+        self._start_due()
         # re-rate right after the callbacks (flows they start join it) rather than
         # through a late event: one simpy event less per completion; a flow started
         # later at this instant by another event re-rates again, over a zero interval
