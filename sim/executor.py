@@ -171,11 +171,7 @@ def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
             meter.end(env.now, phys.write, phys.amount, phys.n_ios)
         done()
 
-    if phys.latency_s > 0:
-        ev = env.timeout(phys.latency_s)
-        ev.callbacks.append(lambda _e: net.start(phys.path, phys.amount, data_done, cap=phys.cap))
-    else:
-        net.start(phys.path, phys.amount, data_done, cap=phys.cap)
+    net.start_after(phys.latency_s, phys.path, phys.amount, data_done, cap=phys.cap)
     return 1 + (phys.cpu_s > 0)
 
 

@@ -231,6 +231,9 @@ def test_bench_writes_bench_json(tmp_path: Path) -> None:
     assert run["ssd_flows"] == 2 * 2 * 8
     assert run["ops"] == 2 * 2 * (8 + 2)  # 8 reads, a copy and a compute per layer
     assert (run["steps"], run["layers"], run["ssds"]) == (2, 2, 8)
+    # the bare-simpy reference ran, and the ratio is the two timings' quotient
+    assert run["bare_simpy_s"] > 0
+    assert run["ratio_to_bare"] == pytest.approx(run["sim_s"] / run["bare_simpy_s"])
     assert "git" in bench and "machine" in bench
 
 

@@ -10,7 +10,9 @@ Two devices keep this fast without changing the physics:
 * flows that start or end at the same instant are re-rated once: the
   recomputation is a simpy event scheduled at the current time with a
   priority below every ordinary event, so it runs after everything else that
-  happens at that instant;
+  happens at that instant; completions re-rate at once, after their
+  callbacks have started whatever they start (a zero-length interval at
+  the old rates changes no work or integral, so this is the same physics);
 * there is one completion timer for the whole network (the earliest finish
   among active flows); a timer made stale by a re-rating is ignored;
 * allocations are memoised: max-min rates are a pure function of the active
@@ -24,11 +26,12 @@ capacity, which tests use to check that no resource is ever above capacity.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 
 import simpy
-from simpy.events import Event
+from simpy.events import NORMAL, Event
 
 from sim.engine.maxmin import maxmin_rates
 
@@ -48,6 +51,17 @@ class _Late(Event):
         self._ok = True
         self._value = None
         env.schedule(self, LATE)
+
+
+class _Timer(Event):
+    """A bare timeout (no value, no lambda) that calls ``callback(self)`` after ``delay``."""
+
+    def __init__(self, env: simpy.Environment, delay: float, callback: Callable[[Event], None]):
+        super().__init__(env)
+        self.callbacks.append(callback)
+        self._ok = True
+        self._value = None
+        env.schedule(self, NORMAL, delay)
 
 
 class Flow:
@@ -89,7 +103,6 @@ class FlowNetwork:
         n = len(self.names)
         self.load = [0.0] * n  # current sum of coef * rate
         self._loaded: dict[int, float] = {}  # resources with load > 0 -> load
-        self.nflows = [0] * n
         self.busy_s = [0.0] * n
         self.work = [0.0] * n
         self.peak = [0.0] * n
@@ -98,7 +111,10 @@ class FlowNetwork:
         self.reratings = 0
         self._last = env.now
         self._dirty = False
-        self._timer_gen = 0
+        self._timer: Event | None = None
+        self._timer_at = math.inf
+        self._pending: list[tuple] = []  # delayed starts: (due, seq, path, amount, on_done, cap)
+        self._seq = 0
         self._sigs: dict[tuple, int] = {}
         self._memo: dict[tuple[int, ...], tuple[list[float], dict[int, float]]] = {}
 
@@ -120,12 +136,36 @@ class FlowNetwork:
             raise ValueError(f"flow cap must be > 0, got {cap}")
         flow = Flow(path, amount, cap, on_done, self.env.now)
         flow.sig = self._sigs.setdefault((flow.path, cap), len(self._sigs))
-        self._advance()
+        # no _advance here: rates (hence remaining work and the integrals) change
+        # only in _rerate, which advances first; the new flow's rate is 0 until then
         self.flows.append(flow)
-        for r, _ in flow.path:
-            self.nflows[r] += 1
         self._mark_dirty()
         return flow
+
+    def start_after(
+        self,
+        delay: float,
+        path: Sequence[tuple[int, float]],
+        amount: float,
+        on_done: Callable[[Flow], None] | None = None,
+        cap: float = math.inf,
+    ) -> None:
+        """Start a flow ``delay`` seconds from now, as :meth:`start` would then.
+
+        The delayed start is kept in the network's own queue and served by its
+        one timer, so it costs no simpy event of its own."""
+        if delay <= 0.0:
+            self.start(path, amount, on_done, cap)
+            return
+        if not amount > 0:
+            raise ValueError(f"flow amount must be > 0, got {amount}")
+        if not cap > 0:
+            raise ValueError(f"flow cap must be > 0, got {cap}")
+        due = self.env.now + delay
+        heapq.heappush(self._pending, (due, self._seq, path, amount, on_done, cap))
+        self._seq += 1
+        if not self._dirty and due < self._timer_at:
+            self._arm(delay)
 
     # ---- internals ----------------------------------------------------------
     def _mark_dirty(self) -> None:
@@ -152,7 +192,7 @@ class FlowNetwork:
         self._advance()
         flows = self.flows
         self.reratings += 1
-        key = tuple(f.sig for f in flows)
+        key = tuple([f.sig for f in flows])
         hit = self._memo.get(key)
         if hit is None:
             rates = maxmin_rates([f.path for f in flows], [f.cap for f in flows], self.capacity)
@@ -179,16 +219,36 @@ class FlowNetwork:
         self._schedule_completion()
 
     def _schedule_completion(self) -> None:
-        self._timer_gen += 1
-        if not self.flows:
+        """Arm the network's one timer at the earliest finish or delayed start."""
+        now = self.env.now
+        delay = (
+            max(min([f.remaining / f.rate for f in self.flows]), 0.0) if self.flows else math.inf
+        )
+        if self._pending and self._pending[0][0] < now + delay:
+            delay = self._pending[0][0] - now
+        if delay == math.inf:
+            self._timer, self._timer_at = None, math.inf
             return
-        t = min(f.remaining / f.rate for f in self.flows)
-        gen = self._timer_gen
-        ev = self.env.timeout(max(t, 0.0))
-        ev.callbacks.append(lambda _e, g=gen: self._on_timer(g))
+        self._arm(max(delay, 0.0))
 
-    def _on_timer(self, gen: int) -> None:
-        if gen != self._timer_gen:
+    def _arm(self, delay: float) -> None:
+        """(Re)arm the one timer ``delay`` seconds from now; older timers go stale."""
+        self._timer_at = self.env.now + delay
+        self._timer = _Timer(self.env, delay, self._on_timer)
+
+    def _start_due(self) -> None:
+        """Start the delayed flows due now (within float rounding of the timer's time)."""
+        now = self.env.now
+        horizon = now + 4 * math.ulp(now)
+        pending = self._pending
+        while pending and pending[0][0] <= horizon:
+            _, _, path, amount, on_done, cap = heapq.heappop(pending)
+            flow = Flow(path, amount, cap, on_done, now)
+            flow.sig = self._sigs.setdefault((flow.path, cap), len(self._sigs))
+            self.flows.append(flow)
+
+    def _on_timer(self, event: Event) -> None:
+        if event is not self._timer:
             return  # made stale by a later re-rating
         self._advance()
         now = self.env.now
@@ -200,10 +260,15 @@ class FlowNetwork:
         for f in done:
             f.remaining = 0.0
             f.end_s = now
-            for r, _ in f.path:
-                self.nflows[r] -= 1
         self.completed += len(done)
-        self._mark_dirty()
+        self._start_due()
+        # re-rate right after the callbacks (flows they start join it) rather than
+        # through a late event: one simpy event less per completion; a flow started
+        # later at this instant by another event re-rates again, over a zero interval
+        pending = self._dirty
+        self._dirty = True
         for f in done:
             if f.on_done is not None:
                 f.on_done(f)
+        if not pending:
+            self._rerate()

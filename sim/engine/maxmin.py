@@ -107,3 +107,62 @@ def maxmin_rates(
         if unfrozen == before:  # pragma: no cover - would be a solver bug
             raise RuntimeError(f"progressive filling stalled at level {level}")
     return rates
+
+
+def components(paths: Sequence[Path]) -> list[list[int]]:
+    """Flows grouped by connected component (flows linked by shared resources).
+
+    Max-min rates decompose over components: a flow's rate depends only on the
+    flows it shares resources with, transitively.  A flow with no resource is a
+    component of its own.  Union-find over resources, O(total path length)."""
+    parent: dict[int, int] = {}
+
+    def find(r: int) -> int:
+        root = r
+        while parent[root] != root:
+            root = parent[root]
+        while parent[r] != root:
+            parent[r], r = root, parent[r]
+        return root
+
+    for path in paths:
+        first = None
+        for r, _ in path:
+            parent.setdefault(r, r)
+            if first is None:
+                first = find(r)
+            else:
+                other = find(r)
+                if other != first:
+                    parent[other] = first
+    groups: dict[int, list[int]] = {}
+    lone: list[list[int]] = []
+    for i, path in enumerate(paths):
+        if path:
+            groups.setdefault(find(path[0][0]), []).append(i)
+        else:
+            lone.append([i])
+    return list(groups.values()) + lone
+
+
+def maxmin_rates_incremental(
+    paths: Sequence[Path],
+    caps: Sequence[float],
+    capacity: Sequence[float],
+    rates: Sequence[float],
+    touched: set[int],
+) -> list[float]:
+    """Rates after flows started or ended, re-solving only what they affect.
+
+    ``rates[i]`` is flow i's rate before the change (any value for a new flow);
+    ``touched`` holds the resources of every flow that started or ended.  Each
+    component (:func:`components`) that crosses a touched resource, or holds a
+    flow with no resource, is re-solved by :func:`maxmin_rates`; every other
+    flow keeps its rate, which is exact because components do not interact."""
+    out = list(rates)
+    for comp in components(paths):
+        if any(not paths[i] or any(r in touched for r, _ in paths[i]) for i in comp):
+            sub = maxmin_rates([paths[i] for i in comp], [caps[i] for i in comp], capacity)
+            for i, rate in zip(comp, sub, strict=True):
+                out[i] = rate
+    return out

@@ -105,3 +105,31 @@ def test_invariants(spec, capacity):
     # same input, same result, bit for bit
     ends2, _ = run(capacity, flows)
     assert ends2 == ends
+
+
+def test_delayed_start_equals_a_late_joiner():
+    # as test_late_joiner_rerates_both, but f1 is queued by start_after(0.5) at t=0:
+    # f0 alone at 10/s for 0.5 s, then 5/s each -> f0 ends 1.5, f1 at 2.0
+    env = simpy.Environment()
+    net = FlowNetwork(env, ["a"], [10.0])
+    ends = {}
+    f0 = net.start([(0, 1.0)], 10.0, lambda f: ends.setdefault("f0", env.now))
+    net.start_after(0.5, [(0, 1.0)], 10.0, lambda f: ends.setdefault("f1", env.now))
+    env.run()
+    assert ends == pytest.approx({"f0": 1.5, "f1": 2.0})
+    assert f0.start_s == 0.0
+    assert net.work[0] == pytest.approx(20.0)  # both flows' units crossed the link
+    assert net.busy_s[0] == pytest.approx(2.0)  # never idle from 0 to 2
+
+
+def test_delayed_start_alone_waits_then_runs_at_capacity():
+    # nothing active: the network's timer serves the start at 1.0; 8 units at 4/s -> 3.0
+    env = simpy.Environment()
+    net = FlowNetwork(env, ["a"], [4.0])
+    ends = []
+    net.start_after(1.0, [(0, 1.0)], 8.0, lambda f: ends.append((f.start_s, env.now)))
+    env.run()
+    assert ends == [pytest.approx((1.0, 3.0))]
+    assert net.busy_s[0] == pytest.approx(2.0)  # idle during the delay
+    with pytest.raises(ValueError):
+        net.start_after(1.0, [(0, 1.0)], 8.0, cap=0.0)

@@ -2,11 +2,12 @@
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.engine.maxmin import maxmin_rates
+from sim.engine.maxmin import components, maxmin_rates, maxmin_rates_incremental
 
 INF = math.inf
 
@@ -87,3 +88,46 @@ def test_maxmin_properties(spec, capacity):
                 if rate >= max(others) * (1 - 1e-9):
                     ok = True
         assert ok, f"flow {i} is neither capped nor bottlenecked"
+
+
+def test_components_split_on_shared_resources():
+    # f0 and f1 share r1; f2 is alone on r5, f3 on r7; f4 crosses no resource
+    paths = [[(0, 1), (1, 1)], [(1, 1), (2, 1)], [(5, 1)], [(7, 1)], []]
+    comps = sorted(sorted(c) for c in components(paths))
+    assert comps == [[0, 1], [2], [3], [4]]
+
+
+def _random_flows(rng, n, nres):
+    paths, caps = [], []
+    for _ in range(n):
+        k = int(rng.integers(1, 4))
+        res = rng.choice(nres, size=k, replace=False)
+        paths.append([(int(r), float(rng.uniform(0.2, 2.0))) for r in res])
+        caps.append(INF if rng.random() < 0.6 else float(rng.uniform(0.1, 5.0)))
+    return paths, caps
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_incremental_equals_full_resolve(seed):
+    rng = np.random.default_rng(seed)
+    nres = 12
+    capacity = rng.uniform(1.0, 10.0, size=nres).tolist()
+    paths, caps = _random_flows(rng, int(rng.integers(2, 25)), nres)
+    rates = maxmin_rates(paths, caps, capacity)
+    # a flow ends and two start: the touched resources are theirs
+    gone = int(rng.integers(len(paths)))
+    touched = {r for r, _ in paths[gone]}
+    del paths[gone], caps[gone], rates[gone]
+    new_paths, new_caps = _random_flows(rng, 2, nres)
+    for p in new_paths:
+        touched |= {r for r, _ in p}
+    paths += new_paths
+    caps += new_caps
+    rates += [0.0, 0.0]
+    inc = maxmin_rates_incremental(paths, caps, capacity, rates, touched)
+    full = maxmin_rates(paths, caps, capacity)
+    assert inc == pytest.approx(full, rel=1e-9, abs=1e-12)
+    # flows whose component was not touched kept their old rate exactly
+    for comp in components(paths):
+        if not any(r in touched for i in comp for r, _ in paths[i]):
+            assert [inc[i] for i in comp] == [rates[i] for i in comp]
