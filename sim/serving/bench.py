@@ -69,8 +69,12 @@ def trace_stats(reqs: list[Request]) -> dict[str, float]:
     }
 
 
-def run(requests: int, design: str, block: int, hw: str, model: str, seed: int) -> dict:
-    """Build and run one engine; the measured numbers."""
+def run(
+    requests: int, design: str, block: int, hw: str, model: str, seed: int,
+    tiers_gib: tuple[float, float] = (18.63, 186.26),
+) -> dict:  # fmt: skip
+    """Build and run one engine (``tiers_gib``: host-memory and SSD offload
+    budgets, seed 004's 20 GB and 200 GB by default); the measured numbers."""
     profile = load_profile(hw)
     card = get_model(model)
     reqs = mooncake_requests(requests, block, seed)
@@ -78,7 +82,7 @@ def run(requests: int, design: str, block: int, hw: str, model: str, seed: int) 
     kv = default_gpu_kv_bytes(profile, card, 0.9)
     cfg = EngineConfig(gpu_blocks=gpu_blocks(kv, card, block), block_tokens=block,
                        gpu=profile.gpu_names[0])  # fmt: skip
-    engine = build_engine(profile, card, get_design(design, {}), cfg, reqs)
+    engine = build_engine(profile, card, get_design(design, {"cpu_gib": tiers_gib[0], "ssd_gib": tiers_gib[1]}), cfg, reqs)
     t0 = time.perf_counter()
     records = engine.run()
     wall = time.perf_counter() - t0
@@ -98,11 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hw", default="h100-2dimm-2ssd")
     ap.add_argument("--model", default="Llama-3.1-8B")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cpu-gib", type=float, default=18.63, help="host-memory offload budget")
+    ap.add_argument("--ssd-gib", type=float, default=186.26, help="SSD offload budget")
     a = ap.parse_args(argv)
     if a.requests < 1 or a.block < 1 or a.block % TRACE_BLOCK:
         print(f"bench: --requests >= 1 and --block a multiple of {TRACE_BLOCK}", file=sys.stderr)
         return 2
-    m = run(a.requests, a.design, a.block, a.hw, a.model, a.seed)
+    m = run(a.requests, a.design, a.block, a.hw, a.model, a.seed, (a.cpu_gib, a.ssd_gib))
     print(
         f"{a.design} block={a.block} requests={m['requests']} "
         f"input mean={m['mean_input']:,.0f} p99={m['p99_input']:,.0f} "
