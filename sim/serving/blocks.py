@@ -27,6 +27,15 @@ to the devices with room (the seed does not say what a full pool device
 does; evicting while other devices are empty would waste the pool), and
 only a tier with no room anywhere evicts.
 
+**LRU without scans.**  ``entries`` is kept in LRU order; every entry also
+carries a ``stamp`` (a counter taken on insertion and on every touch), so
+that order is ascending stamp.  The evictable entries (ready, count 0, not
+draining) sit in a heap keyed by stamp, pushed whenever an entry becomes
+evictable or is touched; items whose entry has since changed are discarded
+when they come up (lazy deletion).  Eviction pops candidates in exactly the
+order a walk over ``entries`` would meet them, skipping only the same ones,
+without visiting the entries that are in flight.
+
 **Slots.**  Each entry's run on each device holds a slot of that device's
 address space (:class:`sim.serving.layout.SlotAllocator`, layout in
 :mod:`sim.serving.layout`), taken when the entry is placed and given back
@@ -36,6 +45,7 @@ a transfer of some of its layers touches.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -129,14 +139,23 @@ class Entry:
     """One offload block in a tier: ``runs`` of layers per device, ``slots[i]``
     the byte offset of run ``i``'s slot on its device."""
 
-    __slots__ = ("key", "ref_cnt", "runs", "slots", "draining")
+    __slots__ = ("key", "ref_cnt", "runs", "slots", "draining", "nbytes", "stamp", "heaped")
 
-    def __init__(self, key: int, runs: Runs, slots: tuple[int, ...]):
+    def __init__(
+        self, key: int, runs: Runs, slots: tuple[int, ...], nbytes: list[float], stamp: int
+    ):
         self.key = key
         self.ref_cnt = NOT_READY
         self.runs = runs
         self.slots = slots
         self.draining = False
+        self.nbytes = nbytes  # bytes per device of the tier (from ``runs``)
+        self.stamp = stamp  # LRU position: larger = more recently used
+        self.heaped = -1  # the stamp of this entry's live item in the tier's heap
+
+    @property
+    def evictable(self) -> bool:
+        return self.ref_cnt == READY and not self.draining
 
 
 # the engine's answer when an entry is evicted: True = it is being demoted
@@ -166,6 +185,8 @@ class OffloadTier:
         self.allocators = [SlotAllocator(layer_stride(layer_bytes)) for _ in self.devices]
         self.draining = 0
         self.evictions = 0
+        self._clock = 0  # the next LRU stamp
+        self._heap: list[tuple[int, int]] = []  # (stamp, key) of evictable entries, lazy
 
     # ---- books ----------------------------------------------------------------
     def bytes_on(self, runs: Runs) -> list[float]:
@@ -189,6 +210,30 @@ class OffloadTier:
 
     def touch(self, key: int) -> None:
         self.entries.move_to_end(key)
+        e = self.entries[key]
+        e.stamp = self._tick()
+        self._push(e)
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _push(self, e: Entry) -> None:
+        """Offer ``e`` for eviction if it is evictable and not offered at its stamp."""
+        if e.evictable and e.heaped != e.stamp:
+            e.heaped = e.stamp
+            heapq.heappush(self._heap, (e.stamp, e.key))
+            if len(self._heap) > 2 * len(self.entries) + 64:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heap from the live evictable entries (drops stale items)."""
+        live = [e for e in self.entries.values() if e.evictable]
+        for e in self.entries.values():
+            e.heaped = -1
+        for e in live:
+            e.heaped = e.stamp
+        self._heap = [(e.stamp, e.key) for e in live]  # entries are in stamp order: a heap
 
     def pin(self, e: Entry) -> None:
         if e.ref_cnt < READY:
@@ -197,10 +242,12 @@ class OffloadTier:
 
     def unpin(self, e: Entry) -> None:
         e.ref_cnt -= 1
+        self._push(e)
 
     def complete(self, e: Entry) -> None:
         """A store into this tier finished: the entry becomes ready."""
         e.ref_cnt = READY
+        self._push(e)
 
     def drained(self, e: Entry) -> None:
         """A demoted entry's copy below is done: free its bytes."""
@@ -223,8 +270,9 @@ class OffloadTier:
             verdict = self._make_room(self.bytes_on(runs), evict)
             if verdict == "ok":
                 slots = tuple(self.allocators[d].alloc(l1 - l0) for d, l0, l1 in runs)
-                e = self.entries[key] = Entry(key, runs, slots)
-                for i, b in enumerate(self.bytes_on(runs)):
+                nbytes = self.bytes_on(runs)
+                e = self.entries[key] = Entry(key, runs, slots, nbytes, self._tick())
+                for i, b in enumerate(nbytes):
                     self.used[i] += b
                 placed.append(e)
             elif verdict == "wait":
@@ -257,16 +305,7 @@ class OffloadTier:
             return "ok"
         if any(n > c for n, c in zip(need, self.capacity, strict=True)):
             return "full"
-        victims: list[Entry] = []
-        for e in self.entries.values():  # LRU first
-            if all(s <= 1e-6 for s in short):
-                break
-            if e.ref_cnt != READY or e.draining:
-                continue
-            freed = self.bytes_on(e.runs)
-            if any(s > 1e-6 and f > 0 for s, f in zip(short, freed, strict=True)):
-                victims.append(e)
-                short = [s - f for s, f in zip(short, freed, strict=True)]
+        victims = self._victims(short)
         for e in victims:
             self.evictions += 1
             if evict is not None and evict(self, e):
@@ -279,11 +318,35 @@ class OffloadTier:
             return "ok"
         return "wait" if self.draining else "full"
 
+    def _victims(self, short: list[float]) -> list[Entry]:
+        """Evictable entries, LRU first, that free bytes where ``short`` is still
+        positive, until it is not; entries passed over stay offered."""
+        victims: list[Entry] = []
+        passed: list[Entry] = []
+        heap = self._heap
+        while heap and any(s > 1e-6 for s in short):
+            stamp, key = heapq.heappop(heap)
+            e = self.entries.get(key)
+            if e is None or e.stamp != stamp:
+                continue  # dropped or touched since: a stale item
+            e.heaped = -1
+            if not e.evictable:
+                continue  # offered again when it becomes evictable
+            freed = e.nbytes
+            if any(s > 1e-6 and f > 0 for s, f in zip(short, freed, strict=True)):
+                victims.append(e)
+                short = [s - f for s, f in zip(short, freed, strict=True)]
+            else:
+                passed.append(e)
+        for e in passed:
+            self._push(e)
+        return victims
+
     def _drop(self, e: Entry) -> None:
         if e.ref_cnt > (1 if e.draining else READY):  # pragma: no cover - book-keeping bug
             raise RuntimeError(f"{self.name}: entry {e.key} evicted while in use")
         del self.entries[e.key]
-        for i, b in enumerate(self.bytes_on(e.runs)):
+        for i, b in enumerate(e.nbytes):
             self.used[i] -= b
         for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):
             self.allocators[d].free(slot, l1 - l0)
