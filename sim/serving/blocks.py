@@ -30,11 +30,14 @@ only a tier with no room anywhere evicts.
 **LRU without scans.**  ``entries`` is kept in LRU order; every entry also
 carries a ``stamp`` (a counter taken on insertion and on every touch), so
 that order is ascending stamp.  The evictable entries (ready, count 0, not
-draining) sit in a heap keyed by stamp, pushed whenever an entry becomes
-evictable or is touched; items whose entry has since changed are discarded
-when they come up (lazy deletion).  Eviction pops candidates in exactly the
-order a walk over ``entries`` would meet them, skipping only the same ones,
-without visiting the entries that are in flight.
+draining) sit in one heap per device, keyed by stamp, in the heap of every
+device they hold bytes on; they are pushed whenever an entry becomes
+evictable or is touched, and items whose entry has since changed are
+discarded when they come up (lazy deletion).  The next victim is the
+smallest stamp on top of the heaps of the devices still short: exactly the
+entry a walk over ``entries`` in LRU order would take next, without
+visiting the entries in flight or those that free nothing where room is
+needed.
 
 **Slots.**  Each entry's run on each device holds a slot of that device's
 address space (:class:`sim.serving.layout.SlotAllocator`, layout in
@@ -186,7 +189,8 @@ class OffloadTier:
         self.draining = 0
         self.evictions = 0
         self._clock = 0  # the next LRU stamp
-        self._heap: list[tuple[int, int]] = []  # (stamp, key) of evictable entries, lazy
+        # per device: (stamp, key) of evictable entries with bytes there, lazy
+        self._heaps: list[list[tuple[int, int]]] = [[] for _ in self.devices]
 
     # ---- books ----------------------------------------------------------------
     def bytes_on(self, runs: Runs) -> list[float]:
@@ -222,9 +226,11 @@ class OffloadTier:
         """Offer ``e`` for eviction if it is evictable and not offered at its stamp."""
         if e.evictable and e.heaped != e.stamp:
             e.heaped = e.stamp
-            heapq.heappush(self._heap, (e.stamp, e.key))
-            if len(self._heap) > 2 * len(self.entries) + 64:
-                self._compact()
+            for heap, b in zip(self._heaps, e.nbytes, strict=True):
+                if b > 0:
+                    heapq.heappush(heap, (e.stamp, e.key))
+                    if len(heap) > 2 * len(self.entries) + 64:
+                        self._compact()
 
     def _compact(self) -> None:
         """Rebuild the heap from the live evictable entries (drops stale items)."""
@@ -233,7 +239,10 @@ class OffloadTier:
             e.heaped = -1
         for e in live:
             e.heaped = e.stamp
-        self._heap = [(e.stamp, e.key) for e in live]  # entries are in stamp order: a heap
+        # entries are in stamp order, so each list is sorted: a heap
+        self._heaps = [
+            [(e.stamp, e.key) for e in live if e.nbytes[d] > 0] for d in range(len(self.devices))
+        ]
 
     def pin(self, e: Entry) -> None:
         if e.ref_cnt < READY:
@@ -320,27 +329,31 @@ class OffloadTier:
 
     def _victims(self, short: list[float]) -> list[Entry]:
         """Evictable entries, LRU first, that free bytes where ``short`` is still
-        positive, until it is not; entries passed over stay offered."""
+        positive, until it is not (victims stay on their heaps: once evicted
+        their items are stale)."""
         victims: list[Entry] = []
-        passed: list[Entry] = []
-        heap = self._heap
-        while heap and any(s > 1e-6 for s in short):
-            stamp, key = heapq.heappop(heap)
+        chosen: set[int] = set()
+        while True:
+            tops = [self._top(d, chosen) for d, s in enumerate(short) if s > 1e-6]
+            best = min((t for t in tops if t is not None), default=None, key=lambda e: e.stamp)
+            if best is None:
+                return victims
+            victims.append(best)
+            chosen.add(best.key)
+            short = [s - f for s, f in zip(short, best.nbytes, strict=True)]
+
+    def _top(self, dev: int, chosen: set[int]) -> Entry | None:
+        """The least recently used evictable entry on ``dev`` not yet ``chosen``."""
+        heap = self._heaps[dev]
+        while heap:
+            stamp, key = heap[0]
             e = self.entries.get(key)
-            if e is None or e.stamp != stamp:
-                continue  # dropped or touched since: a stale item
-            e.heaped = -1
-            if not e.evictable:
-                continue  # offered again when it becomes evictable
-            freed = e.nbytes
-            if any(s > 1e-6 and f > 0 for s, f in zip(short, freed, strict=True)):
-                victims.append(e)
-                short = [s - f for s, f in zip(short, freed, strict=True)]
-            else:
-                passed.append(e)
-        for e in passed:
-            self._push(e)
-        return victims
+            if e is not None and e.stamp == stamp and key not in chosen:
+                if e.evictable:
+                    return e
+                e.heaped = -1  # offered again when it becomes evictable
+            heapq.heappop(heap)
+        return None
 
     def _drop(self, e: Entry) -> None:
         if e.ref_cnt > (1 if e.draining else READY):  # pragma: no cover - book-keeping bug
