@@ -5,9 +5,10 @@
 The trace comes from :func:`traces.conversation.generate_conversations` with
 sessions shaped after the Mooncake conversation trace (FAST'25: 12,031
 requests over 3,537 s, mean input ~12K tokens, p99 ~85K, ~37% of prompt
-tokens reusable): session totals log-normal with median 12K and p99 85K
-tokens (p99 120K: a session's last turns carry it), long user turns (median 7K tokens) so that a turn re-sends a
-history of a few earlier turns.  The printed trace statistics (mean and p99
+tokens reusable): session totals log-normal with median 20K and p99 120K
+tokens (a session's last turns carry its total), long user turns (median
+7K tokens), ~1.7 sessions/s so that requests arrive at ~3.4/s; a turn
+re-sends a history of a few earlier turns.  The printed trace statistics (mean and p99
 input, reusable share = hashed blocks seen before / all hashed blocks) say
 how close the drawn trace is; the numbers are measured, not assumed.
 
@@ -82,7 +83,13 @@ def run(
     kv = default_gpu_kv_bytes(profile, card, 0.9)
     cfg = EngineConfig(gpu_blocks=gpu_blocks(kv, card, block), block_tokens=block,
                        gpu=profile.gpu_names[0])  # fmt: skip
-    engine = build_engine(profile, card, get_design(design, {"cpu_gib": tiers_gib[0], "ssd_gib": tiers_gib[1]}), cfg, reqs)
+    engine = build_engine(
+        profile,
+        card,
+        get_design(design, {"cpu_gib": tiers_gib[0], "ssd_gib": tiers_gib[1]}),
+        cfg,
+        reqs,
+    )
     t0 = time.perf_counter()
     records = engine.run()
     wall = time.perf_counter() - t0
@@ -90,12 +97,15 @@ def run(
     assert table is not None
     span = float(np.nanmax(table.column("finish_s").to_numpy(zero_copy_only=False)))
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    speed = span / wall if wall > 0 else float("inf")
     return {"requests": len(reqs), **stats, "span_s": span, "wall_s": wall,
-            "speed": span / wall if wall > 0 else float("inf"), "peak_rss_mib": rss_mib}  # fmt: skip
+            "speed": speed, "peak_rss_mib": rss_mib}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.serving.bench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m sim.serving.bench", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--design", default="lmcache", choices=DESIGNS.names())
     ap.add_argument("--block", type=int, default=256, help="engine KV block, tokens")

@@ -329,29 +329,37 @@ class OffloadTier:
 
     def _victims(self, short: list[float]) -> list[Entry]:
         """Evictable entries, LRU first, that free bytes where ``short`` is still
-        positive, until it is not (victims stay on their heaps: once evicted
-        their items are stale)."""
+        positive, until it is not.  Nothing changes but stale items dropped:
+        the victims stay offered until the caller evicts them."""
         victims: list[Entry] = []
-        chosen: set[int] = set()
+        chosen: dict[int, list[int]] = {}  # victim key -> devices whose heap it was taken off
         while True:
             tops = [self._top(d, chosen) for d, s in enumerate(short) if s > 1e-6]
             best = min((t for t in tops if t is not None), default=None, key=lambda e: e.stamp)
             if best is None:
-                return victims
+                break
             victims.append(best)
-            chosen.add(best.key)
+            chosen[best.key] = []
             short = [s - f for s, f in zip(short, best.nbytes, strict=True)]
+        for e in victims:
+            for d in chosen[e.key]:
+                heapq.heappush(self._heaps[d], (e.stamp, e.key))
+        return victims
 
-    def _top(self, dev: int, chosen: set[int]) -> Entry | None:
-        """The least recently used evictable entry on ``dev`` not yet ``chosen``."""
+    def _top(self, dev: int, chosen: dict[int, list[int]]) -> Entry | None:
+        """The least recently used evictable entry on ``dev`` not yet ``chosen``
+        (a chosen one on top is taken off, noted in ``chosen``)."""
         heap = self._heaps[dev]
         while heap:
             stamp, key = heap[0]
             e = self.entries.get(key)
-            if e is not None and e.stamp == stamp and key not in chosen:
-                if e.evictable:
+            if e is not None and e.stamp == stamp:
+                if key in chosen:
+                    chosen[key].append(dev)
+                elif e.evictable:
                     return e
-                e.heaped = -1  # offered again when it becomes evictable
+                else:
+                    e.heaped = -1  # offered again when it becomes evictable
             heapq.heappop(heap)
         return None
 
