@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.serving.blocks import READY, Entry, OffloadTier
+from sim.serving.jobs import store_pieces
 
 
 def scan_victims(tier: OffloadTier, short: list[float]) -> list[int]:
@@ -45,3 +46,24 @@ def test_heap_victims_match_a_scan_under_random_pins_touches_and_spills() -> Non
         assert got == scan_victims(tier, short)
         checked += len(got)
     assert checked > 1000  # the comparison saw real evictions, not empty lists
+
+
+def test_store_extents_are_each_entrys_layer_ranges_in_order() -> None:
+    """The vectorised store pieces name, per (source, destination) device pair,
+    exactly the layer ranges :meth:`OffloadTier.layer_extents` gives entry by
+    entry, and bytes = ranges x layer bytes."""
+    src = OffloadTier("cpu", ["m0"], [1.0], [1e9], 32, 4096.0)
+    dst = OffloadTier("ssd", ["s0", "s1"], [0.25, 0.75], [1e9, 1e9], 32, 4096.0)
+    keys = list(range(5))
+    for e in src.place(keys, None)[0]:
+        src.complete(e)
+    placed, _ = dst.place(keys, None)
+    pieces = {(p.src, p.dst): p for p in store_pieces(src, dst, placed, "gpu0")}
+    assert set(pieces) == {("m0", "s0"), ("m0", "s1")}
+    for dev, name in enumerate(dst.devices):
+        want = [dst.layer_extents(e, d, l0, l1) for e in placed for d, l0, l1 in e.runs if d == dev]
+        got = pieces[("m0", name)]
+        assert np.array_equal(got.extents, np.concatenate(want))
+        assert got.nbytes == len(got.extents) * 4096.0
+    # every layer of every entry is copied once: 5 entries x 32 layers
+    assert sum(len(p.extents) for p in pieces.values()) == 5 * 32
