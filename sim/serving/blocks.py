@@ -276,10 +276,10 @@ class OffloadTier:
         waiting: list[int] = []
         for key, planned in zip(new, layer_runs(self.ratios, len(new), self.layers), strict=True):
             runs = self._spill(planned)
-            verdict = self._make_room(self.bytes_on(runs), evict)
+            nbytes = self.bytes_on(runs)
+            verdict = self._make_room(nbytes, evict)
             if verdict == "ok":
                 slots = tuple(self.allocators[d].alloc(l1 - l0) for d, l0, l1 in runs)
-                nbytes = self.bytes_on(runs)
                 e = self.entries[key] = Entry(key, runs, slots, nbytes, self._tick())
                 for i, b in enumerate(nbytes):
                     self.used[i] += b
@@ -292,7 +292,7 @@ class OffloadTier:
         """``runs`` if they fit; else the same Algorithm 1 over the devices that
         still have room (a full device's share spills to the others); else
         ``runs`` (room must then be made by eviction)."""
-        if all(s <= 1e-6 for s in self._short(self.bytes_on(runs))) or len(self.devices) == 1:
+        if len(self.devices) == 1 or all(s <= 1e-6 for s in self._short(self.bytes_on(runs))):
             return runs
         room = [c - u >= self.layer_bytes for u, c in zip(self.used, self.capacity, strict=True)]
         while any(room):
