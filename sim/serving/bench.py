@@ -22,6 +22,7 @@ import argparse
 import resource
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -72,7 +73,7 @@ def trace_stats(reqs: list[Request]) -> dict[str, float]:
 
 def run(
     requests: int, design: str, block: int, hw: str, model: str, seed: int,
-    tiers_gib: tuple[float, float] = (18.63, 186.26),
+    tiers_gib: tuple[float, float] = (18.63, 186.26), progress: bool = False,
 ) -> dict:  # fmt: skip
     """Build and run one engine (``tiers_gib``: host-memory and SSD offload
     budgets, seed 004's 20 GB and 200 GB by default); the measured numbers."""
@@ -91,7 +92,7 @@ def run(
         reqs,
     )
     t0 = time.perf_counter()
-    records = engine.run()
+    records = engine.run(_progress(t0) if progress else None)
     wall = time.perf_counter() - t0
     table = records.requests
     assert table is not None
@@ -100,6 +101,18 @@ def run(
     speed = span / wall if wall > 0 else float("inf")
     return {"requests": len(reqs), **stats, "span_s": span, "wall_s": wall,
             "speed": speed, "peak_rss_mib": rss_mib}  # fmt: skip
+
+
+def _progress(t0: float) -> Callable[[float, int, int], None]:
+    """A one-line progress report on stderr: simulated time, requests done, wall."""
+
+    def show(now: float, done: int, total: int) -> None:
+        end = "\n" if done == total else ""
+        wall = time.perf_counter() - t0
+        print(f"\r  sim {now:,.1f} s  {done:,}/{total:,} requests  wall {wall:,.1f} s",
+              end=end, file=sys.stderr, flush=True)  # fmt: skip
+
+    return show
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.requests < 1 or a.block < 1 or a.block % TRACE_BLOCK:
         print(f"bench: --requests >= 1 and --block a multiple of {TRACE_BLOCK}", file=sys.stderr)
         return 2
-    m = run(a.requests, a.design, a.block, a.hw, a.model, a.seed, (a.cpu_gib, a.ssd_gib))
+    m = run(a.requests, a.design, a.block, a.hw, a.model, a.seed, (a.cpu_gib, a.ssd_gib), True)
     print(
         f"{a.design} block={a.block} requests={m['requests']} "
         f"input mean={m['mean_input']:,.0f} p99={m['p99_input']:,.0f} "
