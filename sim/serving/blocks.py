@@ -189,6 +189,7 @@ class OffloadTier:
         self.draining = 0
         self.evictions = 0
         self._clock = 0  # the next LRU stamp
+        self._alt: dict[tuple[bool, ...], Runs] = {}  # spill runs per device mask
         # per device: (stamp, key) of evictable entries with bytes there, lazy
         self._heaps: list[list[tuple[int, int]]] = [[] for _ in self.devices]
 
@@ -296,13 +297,21 @@ class OffloadTier:
             return runs
         room = [c - u >= self.layer_bytes for u, c in zip(self.used, self.capacity, strict=True)]
         while any(room):
-            ratios = [p if ok else 0.0 for p, ok in zip(self.ratios, room, strict=True)]
-            total = sum(ratios)
-            alt = layer_runs([p / total for p in ratios], 1, self.layers)[0]
+            alt = self._runs_over(tuple(room))
             short = self._short(self.bytes_on(alt))
             if all(s <= 1e-6 for s in short):
                 return alt
             room = [ok and s <= 1e-6 for ok, s in zip(room, short, strict=True)]
+        return runs
+
+    def _runs_over(self, room: tuple[bool, ...]) -> Runs:
+        """Algorithm 1's runs of one block over the devices marked in ``room``
+        (their ratios renormalised); memoised, as they depend on nothing else."""
+        runs = self._alt.get(room)
+        if runs is None:
+            ratios = [p if ok else 0.0 for p, ok in zip(self.ratios, room, strict=True)]
+            total = sum(ratios)
+            runs = self._alt[room] = layer_runs([p / total for p in ratios], 1, self.layers)[0]
         return runs
 
     def _short(self, need: Sequence[float]) -> list[float]:
