@@ -27,6 +27,18 @@ to the devices with room (the seed does not say what a full pool device
 does; evicting while other devices are empty would waste the pool), and
 only a tier with no room anywhere evicts.
 
+**LRU without scans.**  ``entries`` is kept in LRU order; every entry also
+carries a ``stamp`` (a counter taken on insertion and on every touch), so
+that order is ascending stamp.  The evictable entries (ready, count 0, not
+draining) sit in one heap per device, keyed by stamp, in the heap of every
+device they hold bytes on; they are pushed whenever an entry becomes
+evictable or is touched, and items whose entry has since changed are
+discarded when they come up (lazy deletion).  The next victim is the
+smallest stamp on top of the heaps of the devices still short: exactly the
+entry a walk over ``entries`` in LRU order would take next, without
+visiting the entries in flight or those that free nothing where room is
+needed.
+
 **Slots.**  Each entry's run on each device holds a slot of that device's
 address space (:class:`sim.serving.layout.SlotAllocator`, layout in
 :mod:`sim.serving.layout`), taken when the entry is placed and given back
@@ -36,6 +48,7 @@ a transfer of some of its layers touches.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
@@ -129,14 +142,23 @@ class Entry:
     """One offload block in a tier: ``runs`` of layers per device, ``slots[i]``
     the byte offset of run ``i``'s slot on its device."""
 
-    __slots__ = ("key", "ref_cnt", "runs", "slots", "draining")
+    __slots__ = ("key", "ref_cnt", "runs", "slots", "draining", "nbytes", "stamp", "heaped")
 
-    def __init__(self, key: int, runs: Runs, slots: tuple[int, ...]):
+    def __init__(
+        self, key: int, runs: Runs, slots: tuple[int, ...], nbytes: list[float], stamp: int
+    ):
         self.key = key
         self.ref_cnt = NOT_READY
         self.runs = runs
         self.slots = slots
         self.draining = False
+        self.nbytes = nbytes  # bytes per device of the tier (from ``runs``)
+        self.stamp = stamp  # LRU position: larger = more recently used
+        self.heaped = -1  # the stamp of this entry's live item in the tier's heap
+
+    @property
+    def evictable(self) -> bool:
+        return self.ref_cnt == READY and not self.draining
 
 
 # the engine's answer when an entry is evicted: True = it is being demoted
@@ -166,6 +188,10 @@ class OffloadTier:
         self.allocators = [SlotAllocator(layer_stride(layer_bytes)) for _ in self.devices]
         self.draining = 0
         self.evictions = 0
+        self._clock = 0  # the next LRU stamp
+        self._alt: dict[tuple[bool, ...], Runs] = {}  # spill runs per device mask
+        # per device: (stamp, key) of evictable entries with bytes there, lazy
+        self._heaps: list[list[tuple[int, int]]] = [[] for _ in self.devices]
 
     # ---- books ----------------------------------------------------------------
     def bytes_on(self, runs: Runs) -> list[float]:
@@ -189,6 +215,35 @@ class OffloadTier:
 
     def touch(self, key: int) -> None:
         self.entries.move_to_end(key)
+        e = self.entries[key]
+        e.stamp = self._tick()
+        self._push(e)
+
+    def _tick(self) -> int:
+        self._clock += 1
+        return self._clock
+
+    def _push(self, e: Entry) -> None:
+        """Offer ``e`` for eviction if it is evictable and not offered at its stamp."""
+        if e.evictable and e.heaped != e.stamp:
+            e.heaped = e.stamp
+            for heap, b in zip(self._heaps, e.nbytes, strict=True):
+                if b > 0:
+                    heapq.heappush(heap, (e.stamp, e.key))
+                    if len(heap) > 2 * len(self.entries) + 64:
+                        self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heap from the live evictable entries (drops stale items)."""
+        live = [e for e in self.entries.values() if e.evictable]
+        for e in self.entries.values():
+            e.heaped = -1
+        for e in live:
+            e.heaped = e.stamp
+        # entries are in stamp order, so each list is sorted: a heap
+        self._heaps = [
+            [(e.stamp, e.key) for e in live if e.nbytes[d] > 0] for d in range(len(self.devices))
+        ]
 
     def pin(self, e: Entry) -> None:
         if e.ref_cnt < READY:
@@ -197,10 +252,12 @@ class OffloadTier:
 
     def unpin(self, e: Entry) -> None:
         e.ref_cnt -= 1
+        self._push(e)
 
     def complete(self, e: Entry) -> None:
         """A store into this tier finished: the entry becomes ready."""
         e.ref_cnt = READY
+        self._push(e)
 
     def drained(self, e: Entry) -> None:
         """A demoted entry's copy below is done: free its bytes."""
@@ -220,11 +277,12 @@ class OffloadTier:
         waiting: list[int] = []
         for key, planned in zip(new, layer_runs(self.ratios, len(new), self.layers), strict=True):
             runs = self._spill(planned)
-            verdict = self._make_room(self.bytes_on(runs), evict)
+            nbytes = self.bytes_on(runs)
+            verdict = self._make_room(nbytes, evict)
             if verdict == "ok":
                 slots = tuple(self.allocators[d].alloc(l1 - l0) for d, l0, l1 in runs)
-                e = self.entries[key] = Entry(key, runs, slots)
-                for i, b in enumerate(self.bytes_on(runs)):
+                e = self.entries[key] = Entry(key, runs, slots, nbytes, self._tick())
+                for i, b in enumerate(nbytes):
                     self.used[i] += b
                 placed.append(e)
             elif verdict == "wait":
@@ -235,17 +293,25 @@ class OffloadTier:
         """``runs`` if they fit; else the same Algorithm 1 over the devices that
         still have room (a full device's share spills to the others); else
         ``runs`` (room must then be made by eviction)."""
-        if all(s <= 1e-6 for s in self._short(self.bytes_on(runs))) or len(self.devices) == 1:
+        if len(self.devices) == 1 or all(s <= 1e-6 for s in self._short(self.bytes_on(runs))):
             return runs
         room = [c - u >= self.layer_bytes for u, c in zip(self.used, self.capacity, strict=True)]
         while any(room):
-            ratios = [p if ok else 0.0 for p, ok in zip(self.ratios, room, strict=True)]
-            total = sum(ratios)
-            alt = layer_runs([p / total for p in ratios], 1, self.layers)[0]
+            alt = self._runs_over(tuple(room))
             short = self._short(self.bytes_on(alt))
             if all(s <= 1e-6 for s in short):
                 return alt
             room = [ok and s <= 1e-6 for ok, s in zip(room, short, strict=True)]
+        return runs
+
+    def _runs_over(self, room: tuple[bool, ...]) -> Runs:
+        """Algorithm 1's runs of one block over the devices marked in ``room``
+        (their ratios renormalised); memoised, as they depend on nothing else."""
+        runs = self._alt.get(room)
+        if runs is None:
+            ratios = [p if ok else 0.0 for p, ok in zip(self.ratios, room, strict=True)]
+            total = sum(ratios)
+            runs = self._alt[room] = layer_runs([p / total for p in ratios], 1, self.layers)[0]
         return runs
 
     def _short(self, need: Sequence[float]) -> list[float]:
@@ -257,16 +323,7 @@ class OffloadTier:
             return "ok"
         if any(n > c for n, c in zip(need, self.capacity, strict=True)):
             return "full"
-        victims: list[Entry] = []
-        for e in self.entries.values():  # LRU first
-            if all(s <= 1e-6 for s in short):
-                break
-            if e.ref_cnt != READY or e.draining:
-                continue
-            freed = self.bytes_on(e.runs)
-            if any(s > 1e-6 and f > 0 for s, f in zip(short, freed, strict=True)):
-                victims.append(e)
-                short = [s - f for s, f in zip(short, freed, strict=True)]
+        victims = self._victims(short)
         for e in victims:
             self.evictions += 1
             if evict is not None and evict(self, e):
@@ -279,11 +336,47 @@ class OffloadTier:
             return "ok"
         return "wait" if self.draining else "full"
 
+    def _victims(self, short: list[float]) -> list[Entry]:
+        """Evictable entries, LRU first, that free bytes where ``short`` is still
+        positive, until it is not.  Nothing changes but stale items dropped:
+        the victims stay offered until the caller evicts them."""
+        victims: list[Entry] = []
+        chosen: dict[int, list[int]] = {}  # victim key -> devices whose heap it was taken off
+        while True:
+            tops = [self._top(d, chosen) for d, s in enumerate(short) if s > 1e-6]
+            best = min((t for t in tops if t is not None), default=None, key=lambda e: e.stamp)
+            if best is None:
+                break
+            victims.append(best)
+            chosen[best.key] = []
+            short = [s - f for s, f in zip(short, best.nbytes, strict=True)]
+        for e in victims:
+            for d in chosen[e.key]:
+                heapq.heappush(self._heaps[d], (e.stamp, e.key))
+        return victims
+
+    def _top(self, dev: int, chosen: dict[int, list[int]]) -> Entry | None:
+        """The least recently used evictable entry on ``dev`` not yet ``chosen``
+        (a chosen one on top is taken off, noted in ``chosen``)."""
+        heap = self._heaps[dev]
+        while heap:
+            stamp, key = heap[0]
+            e = self.entries.get(key)
+            if e is not None and e.stamp == stamp:
+                if key in chosen:
+                    chosen[key].append(dev)
+                elif e.evictable:
+                    return e
+                else:
+                    e.heaped = -1  # offered again when it becomes evictable
+            heapq.heappop(heap)
+        return None
+
     def _drop(self, e: Entry) -> None:
         if e.ref_cnt > (1 if e.draining else READY):  # pragma: no cover - book-keeping bug
             raise RuntimeError(f"{self.name}: entry {e.key} evicted while in use")
         del self.entries[e.key]
-        for i, b in enumerate(self.bytes_on(e.runs)):
+        for i, b in enumerate(e.nbytes):
             self.used[i] -= b
         for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):
             self.allocators[d].free(slot, l1 - l0)

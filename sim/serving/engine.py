@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import groupby
 
@@ -53,6 +54,9 @@ from sim.serving.online import OnlineOps
 from sim.serving.requests import Request
 from sim.serving.stores import Offloader
 from sim.serving.transfers import Job, Mover
+
+Progress = Callable[[float, int, int], None]  # (simulated s, requests done, requests)
+PROGRESS_STEPS = 20_000  # simulation events between two progress reports
 
 
 @dataclass(frozen=True)
@@ -107,15 +111,32 @@ class Engine:
         self.timeline: list[tuple] = []
 
     # ---- lifecycle ------------------------------------------------------------------
-    def run(self) -> ServingRecords:
+    def run(self, progress: Progress | None = None) -> ServingRecords:
+        """Serve every request; ``progress(now_s, done, total)`` is called every
+        :data:`PROGRESS_STEPS` simulation events (the events are the same with
+        or without it: it only watches)."""
         by_session = sorted(self.seqs, key=lambda s: (_session_key(s.req), s.req.turn))
         for _, group in groupby(by_session, key=lambda s: _session_key(s.req)):
             self.env.process(self._client(list(group)))
         self.env.process(self._loop())
-        self.env.run()
+        if progress is None:
+            self.env.run()
+        else:
+            self._run_watched(progress)
         if self.remaining:  # pragma: no cover - a scheduling bug
             raise RuntimeError(f"serving engine stalled with {self.remaining} requests left")
         return self._records()
+
+    def _run_watched(self, progress: Progress) -> None:
+        """``env.run()`` (steps until no event is left), reporting as it goes."""
+        env, total = self.env, len(self.seqs)
+        try:
+            while True:
+                for _ in range(PROGRESS_STEPS):
+                    env.step()
+                progress(env.now, total - self.remaining, total)
+        except simpy.core.EmptySchedule:
+            progress(env.now, total - self.remaining, total)
 
     def _kick(self) -> None:
         if not self._wake.triggered:

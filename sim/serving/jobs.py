@@ -83,10 +83,6 @@ class StoreRequest:
 Hit = tuple["OffloadTier", "Entry", int, int]  # (tier, entry, first block, blocks)
 
 
-def _stack(parts: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(parts) if parts else _NO_EXTENTS
-
-
 def load_pieces(lower: Sequence[Hit], gpu: str, layerwise: bool) -> list[Piece]:
     """Pieces that bring ``lower`` hits to ``gpu``: per layer and device with
     layer-wise pipelining (sorted by layer, then device name), else one per
@@ -153,15 +149,33 @@ def store_pieces(
     """Per (source device, destination device): the bytes of ``entries`` copied
     from ``src`` (None: from ``gpu``, which holds every layer) into ``dst``."""
     per: dict[tuple[str, str], float] = {}
-    ext: dict[tuple[str, str], list[np.ndarray]] = {}
+    runs: dict[tuple[str, str], tuple[list[int], list[int]]] = {}  # first byte, layers
+    stride = layer_stride(dst.layer_bytes)
     for e in entries:
         src_runs = src.entries[e.key].runs if src is not None else ((-1, 0, dst.layers),)
-        for dd, d0, d1 in e.runs:
+        for (dd, d0, d1), slot in zip(e.runs, e.slots, strict=True):
             for sd, s0, s1 in src_runs:
                 lo, hi = max(d0, s0), min(d1, s1)
                 if hi > lo:
                     name = src.devices[sd] if src is not None else gpu
                     k = (name, dst.devices[dd])
                     per[k] = per.get(k, 0.0) + (hi - lo) * dst.layer_bytes
-                    ext.setdefault(k, []).append(dst.layer_extents(e, dd, lo, hi))
-    return [Piece(a, b, n, extents=_stack(ext[(a, b)])) for (a, b), n in per.items()]
+                    first, count = runs.setdefault(k, ([], []))
+                    first.append(slot + (lo - d0) * stride)
+                    count.append(hi - lo)
+    length = int(round(dst.layer_bytes))
+    return [
+        Piece(a, b, n, extents=_layer_runs(*runs[(a, b)], stride, length))
+        for (a, b), n in per.items()
+    ]
+
+
+def _layer_runs(first: list[int], count: list[int], stride: int, length: int) -> np.ndarray:
+    """(n, 2) ranges of ``count[i]`` consecutive layers from byte ``first[i]``,
+    one per layer (what :meth:`OffloadTier.layer_extents` gives, run by run)."""
+    n = np.asarray(count, dtype=np.int64)
+    rel = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    out = np.empty((len(rel), 2), dtype=np.int64)
+    out[:, 0] = np.repeat(np.asarray(first, dtype=np.int64), n) + rel * stride
+    out[:, 1] = length
+    return out

@@ -1,0 +1,45 @@
+"""The speed benchmark's trace and the engine's progress reports."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hwprofiles.loader import load_profile
+from sim.models import get_model
+from sim.serving import bench
+from sim.serving import engine as engine_module
+from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
+from sim.serving.designs import get_design
+from sim.serving.engine import EngineConfig
+
+
+def _engine(n: int):
+    profile, card = load_profile("h100-2dimm-2ssd"), get_model("Llama-3.1-8B")
+    cfg = EngineConfig(
+        gpu_blocks=gpu_blocks(default_gpu_kv_bytes(profile, card), card, 256),
+        block_tokens=256,
+        gpu=profile.gpu_names[0],
+    )
+    design = get_design("lmcache", {"cpu_gib": 1.0, "ssd_gib": 4.0})
+    return build_engine(profile, card, design, cfg, bench.mooncake_requests(n, 256))
+
+
+def test_progress_watches_without_changing_a_single_event(monkeypatch) -> None:
+    monkeypatch.setattr(engine_module, "PROGRESS_STEPS", 50)  # many reports mid-run
+    plain = _engine(40).run().requests
+    seen: list[tuple[float, int, int]] = []
+    watched = _engine(40).run(lambda now, done, total: seen.append((now, done, total))).requests
+    for col in ("first_token_s", "finish_s"):
+        a, b = (np.asarray(t.column(col).to_numpy(zero_copy_only=False)) for t in (plain, watched))
+        assert np.array_equal(a, b)
+    assert len(seen) > 3
+    assert seen[-1][1:] == (40, 40)  # the last report: everything served
+    assert seen[-1][0] == float(np.max(watched.column("finish_s").to_numpy()))
+    assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(seen, seen[1:], strict=False))
+
+
+def test_trace_stats_count_reused_blocks_by_hand() -> None:
+    reqs = bench.mooncake_requests(3, 256)
+    reqs[0].hashes, reqs[1].hashes, reqs[2].hashes = [1, 2], [1, 2, 3], [9]
+    # blocks 1, 2 of the second request were seen before: 2 of 6 blocks
+    assert bench.trace_stats(reqs)["reusable"] == 2 / 6
