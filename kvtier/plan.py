@@ -313,6 +313,11 @@ def validate_plan(
     if not np.array_equal(op_id, np.arange(n)):
         bad = int(np.argmax(op_id != np.arange(n)))
         raise PlanError(f"op row {bad}: op_id must equal the row number, got {op_id[bad]}")
+    for col in ("flops", "hbm_bytes", "release_s"):  # inf would never finish, NaN never order
+        arr = plan.column(col).to_numpy(zero_copy_only=False)
+        if len(arr) and not np.isfinite(arr).all():
+            i = int(np.argmax(~np.isfinite(arr)))
+            raise PlanError(f"op {i}: {col} must be a finite number, got {arr[i]}")
     kind = plan.column("kind").to_pylist()
     src = plan.column("src").to_pylist()
     dst = plan.column("dst").to_pylist()
@@ -344,7 +349,7 @@ def validate_plan(
     if len(bad):
         j = int(bad[0])
         raise PlanError(f"op {owner[j]}: depends_on {values[j]} must name an earlier op")
-    for col in ("queue_depth", "offset", "stride", "release_s"):
+    for col in ("queue_depth", "offset", "stride", "release_s", "flops", "hbm_bytes"):
         arr = plan.column(col).to_numpy()
         if len(arr) and (arr < 0).any():
             raise PlanError(f"op {int(np.argmax(arr < 0))}: {col} must be >= 0")
