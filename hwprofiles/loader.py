@@ -233,19 +233,82 @@ def read_yaml(path: Path, error: type[ValueError] = ProfileError) -> tuple[Any, 
     Syntax errors become ``error`` (a one-line message with file and line).
     """
     shown = _display(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise error(f"{shown}: cannot read: {exc.strerror}") from None
+    text = _read_text(path, shown, error)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is not None:
+            _check_size(root, shown, error)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise error(f"{shown}{line}: invalid YAML: {problem}") from None
+    except RecursionError:
+        raise error(f"{shown}: invalid YAML: nested too deeply") from None
     return data, _Where(shown, root, error)
+
+
+MAX_FILE_BYTES = 16 * 2**20  # a profile or scenario is a few KiB
+MAX_EXPANDED_NODES = 100_000  # nodes after expanding aliases (a shipped file has < 2,000)
+
+
+def _read_text(path: Path, shown: str, error: type[ValueError]) -> str:
+    """The file as UTF-8 text, or one line saying why not (binary, Latin-1, UTF-16)."""
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise error(f"{shown}: {path.stat().st_size:,} bytes, too large for a YAML file")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise error(f"{shown}: cannot read: {exc.strerror}") from None
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise error(f"{shown}: UTF-16 text; save it as UTF-8")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise error(
+            f"{shown}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x}); save it as UTF-8"
+        ) from None
+    if "\x00" in text:
+        line = text[: text.index("\x00")].count("\n") + 1
+        raise error(f"{shown}:{line}: a NUL byte: binary data, not a YAML file")
+    return text
+
+
+def _check_size(root: yaml.Node, shown: str, error: type[ValueError]) -> None:
+    """Refuse a document whose aliases expand to more than
+    :data:`MAX_EXPANDED_NODES` nodes (an alias bomb) or refer to themselves,
+    counted without expanding: a node's expanded size is 1 + its children's,
+    memoised per node (iterative: no recursion limit)."""
+    size: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        children = _children(node)
+        if done:
+            open_.discard(id(node))
+            size[id(node)] = 1 + sum(size[id(c)] for c in children)
+            if size[id(node)] > MAX_EXPANDED_NODES:
+                raise error(
+                    f"{shown}:{node.start_mark.line + 1}: YAML aliases expand to more than "
+                    f"{MAX_EXPANDED_NODES:,} nodes (an alias bomb?)"
+                )
+        elif id(node) not in size:
+            if id(node) in open_:
+                raise error(f"{shown}:{node.start_mark.line + 1}: a YAML alias refers to itself")
+            open_.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in size)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for kv in node.value for n in kv]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _display(path: Path) -> str:
