@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from hwprofiles.schema import LINK_KINDS, HardwareProfile
+from kvtier.geometry import BLOCK
 
 PROFILE_DIR = Path(__file__).resolve().parent
 
@@ -205,6 +206,8 @@ def resolve_yaml(
 ) -> Path:
     """A YAML path given by name (a file in ``directory``) or by path."""
     path = Path(source)
+    if path.is_file():  # a path that exists wins over a shipped namesake
+        return path
     if path.suffix not in (".yaml", ".yml"):
         path = directory / f"{source}.yaml"
         if not path.exists():
@@ -224,7 +227,27 @@ def load_profile(source: str | Path) -> HardwareProfile:
     if path.stem != profile.name and path.parent == PROFILE_DIR:
         raise where.error("name", f"'{profile.name}' differs from the file name '{path.stem}'")
     _check_topology(profile, where)
+    _check_capacities(profile, where)
     return profile
+
+
+def _check_capacities(p: HardwareProfile, where: _Where) -> None:
+    """Every SSD must hold at least one 4 KiB block (the unit of every plan's I/O)
+    and one I/O of its largest size; every memory at least one block."""
+    for i, s in enumerate(p.ssds):
+        size = s.capacity_gib * 2**30
+        if size < max(BLOCK, s.max_io_kib * 1024):
+            raise where.error(
+                f"ssds[{i}].capacity_gib",
+                f"{s.capacity_gib:g} GiB = {size:,.0f} B is less than one block "
+                f"({BLOCK:,} B) or one largest I/O (max_io_kib {s.max_io_kib:g} = "
+                f"{s.max_io_kib * 1024:,.0f} B)",
+            )
+    for i, m in enumerate(p.dram):
+        if m.capacity_gib * 2**30 < BLOCK:
+            raise where.error(
+                f"dram[{i}].capacity_gib", f"{m.capacity_gib:g} GiB is below one block"
+            )
 
 
 def read_yaml(path: Path, error: type[ValueError] = ProfileError) -> tuple[Any, _Where]:

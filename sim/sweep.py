@@ -91,7 +91,8 @@ def sweep(
     processes (default: CPU count)."""
     if isinstance(factors, str):
         factors = {factors: list(values or [])}
-    todo = [(p.get(HW, profile.name), c, p) for p, c in sweep_points(cfg, factors)]
+    here = profile.source_file or profile.name  # the file given, not a shipped namesake
+    todo = [(p.get(HW, here), c, p) for p, c in sweep_points(cfg, factors)]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
     frames: dict[int, pd.DataFrame] = {}
     if jobs == 1:

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvtier.console import make_console
+from kvtier.validate import check_out_file, float_arg, int_arg
 from traces.conversation import ConversationParams, Exponential, generate_conversations
 from traces.errors import TraceError
 from traces.request_readers import FORMATS, TraceWarning, read_trace
@@ -36,33 +37,38 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--window",
         nargs=2,
-        type=float,
+        type=float_arg(0.0),
         metavar=("T0", "T1"),
         help="keep requests arriving in [T0, T1) seconds, shifted to start at 0",
     )
     c.add_argument(
         "--scale-rate",
-        type=float,
+        type=float_arg(0.0, strict=True),
         metavar="F",
         help="multiply the request rate by F (arrivals / F), after --window",
     )
     c.set_defaults(handler=convert_command)
 
     g = group.add_parser("gen-conversations", help="generate a multi-turn conversation trace")
-    g.add_argument("--sessions", type=int, default=1000, help="sessions (default 1000)")
-    g.add_argument("--rate", type=float, default=1.0, help="Poisson session arrivals per second")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--sessions", type=int_arg(1), default=1000, help="sessions (default 1000)")
+    g.add_argument(
+        "--rate",
+        type=float_arg(0.0, strict=True),
+        default=1.0,
+        help="Poisson session arrivals per second",
+    )
+    g.add_argument("--seed", type=int_arg(0), default=0)
     g.add_argument("--out", required=True, type=Path, help="output .parquet file")
-    g.add_argument("--block-tokens", type=int, default=512, help="tokens per hashed block")
+    g.add_argument("--block-tokens", type=int_arg(1), default=512, help="tokens per hashed block")
     g.add_argument(
         "--system-prompt-tokens",
-        type=int,
+        type=int_arg(0),
         default=0,
         help="a system prompt shared by every session",
     )
     g.add_argument(
         "--think-s",
-        type=float,
+        type=float_arg(0.0),
         default=30.0,
         help="mean think time between turns (exponential), seconds",
     )
@@ -85,7 +91,7 @@ def _input_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--block-tokens",
-        type=int,
+        type=int_arg(1),
         default=None,
         help="tokens per hash id in a Mooncake file (default 512)",
     )
@@ -109,6 +115,9 @@ def stats_command(args: argparse.Namespace) -> int:
 
 
 def convert_command(args: argparse.Namespace) -> int:
+    check_out_file(args.out)  # before reading a large trace
+    if args.window and not args.window[0] < args.window[1]:
+        raise TraceError(f"--window: T0 must be < T1, got {args.window[0]:g} {args.window[1]:g}")
     trace = _read(args.file, args.format, args.block_tokens)
     if args.window:
         trace = trace.window(*args.window)
@@ -123,6 +132,7 @@ def convert_command(args: argparse.Namespace) -> int:
 
 
 def gen_command(args: argparse.Namespace) -> int:
+    check_out_file(args.out)
     params = ConversationParams(
         sessions=args.sessions,
         rate=args.rate,

@@ -13,10 +13,12 @@ from rich.table import Table
 
 from hwprofiles import load_profile
 from kvtier.console import make_console
-from kvtier.plan import read_plan
+from kvtier.plan import PlanError, read_plan
 from kvtier.units import fmt_bytes
+from kvtier.validate import check_out_dir, int_arg
 from sim.config import ConfigError, load_scenario
 from sim.executor import simulate
+from sim.limits import check_scenario
 from sim.runner import run
 
 
@@ -25,8 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hw", default="h20-8ssd", help="hardware profile name or YAML path")
     p.add_argument("--scenario", default="default", help="scenario name or YAML path")
     p.add_argument("--out", default="results", help="output directory (default: results)")
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
-    p.add_argument("--steps", type=int, help="override the number of decode steps")
+    p.add_argument("--seed", type=int_arg(0), help="override the scenario's seed")
+    p.add_argument("--steps", type=int_arg(1), help="override the number of decode steps")
     p.add_argument("--trace", action="store_true", help="also write Perfetto timelines")
     p.add_argument("--plan", help="simulate this transfer-plan Parquet file instead")
     p.set_defaults(handler=cmd_sim)
@@ -35,6 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_sim(args: argparse.Namespace) -> int:
     console = make_console()
     profile = load_profile(args.hw)
+    check_out_dir(args.out)  # before the work, not after it
     if args.plan:
         return _sim_plan(console, args, profile)
     cfg = load_scenario(args.scenario)
@@ -43,7 +46,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.steps is not None:
         if args.steps <= 0:
             raise ConfigError(f"--steps must be > 0, got {args.steps}")
+        if not hasattr(cfg.workload, "steps"):
+            raise ConfigError(f"--steps: a {cfg.workload.kind} scenario has no decode steps")
         cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, steps=args.steps))
+    check_scenario(cfg, profile)  # what the profile cannot hold, refused before simulating
     out = Path(args.out) / cfg.name / profile.name
     console.print(
         f"[bold]kvtier sim[/bold]: scenario [cyan]{cfg.name}[/cyan] on "
@@ -217,7 +223,10 @@ def _sim_plan(console: Console, args: argparse.Namespace, profile) -> int:
     plan = read_plan(args.plan)
     with _progress(console) as bar:
         task = bar.add_task(Path(args.plan).name, total=plan.num_rows)
-        records = simulate(plan, profile, lambda d, t: bar.update(task, completed=d))
+        try:  # the plan is validated (finite times, known nodes) before it runs
+            records = simulate(plan, profile, lambda d, t: bar.update(task, completed=d))
+        except PlanError as exc:
+            raise PlanError(f"{args.plan}: {exc}") from None
     out = Path(args.out)
     records.write(out)
     dev = records.devices.to_pandas()

@@ -14,7 +14,9 @@ from rich.progress import Progress
 from hwprofiles import load_profile
 from kvtier.console import make_console
 from kvtier.provenance import provenance
+from kvtier.validate import check_out_dir, int_arg
 from sim.config import ConfigError, load_scenario
+from sim.limits import check_scenario
 from sim.sweep import HW, parse_factor, sweep, sweep_points
 
 DEFAULT_METRICS = (
@@ -51,8 +53,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="NAME=V1,V2,... : a workload field (or 'hw') and its values; repeat for more factors",
     )
     p.add_argument("--values", help="comma-separated values of a single --factor NAME")
-    p.add_argument("--steps", type=int, help="override the number of decode steps")
-    p.add_argument("--jobs", type=int, help="worker processes (default: CPU count)")
+    p.add_argument("--steps", type=int_arg(1), help="override the number of decode steps")
+    p.add_argument("--jobs", type=int_arg(1), help="worker processes (default: CPU count)")
     p.add_argument("--out", default="results/sweeps", help="output directory")
     p.set_defaults(handler=cmd_sweep)
 
@@ -72,16 +74,18 @@ def parse_factors(texts: list[str], values: str | None) -> dict[str, list[Any]]:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     console = make_console()
+    check_out_dir(args.out)  # before the work, not after it
     cfg = load_scenario(args.scenario)
     if args.steps is not None:
-        if args.steps <= 0:
-            raise ConfigError(f"--steps must be > 0, got {args.steps}")
+        if not hasattr(cfg.workload, "steps"):
+            raise ConfigError(f"--steps: a {cfg.workload.kind} scenario has no decode steps")
         cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, steps=args.steps))
     factors = parse_factors(args.factor, args.values)
     todo = sweep_points(cfg, factors)  # fails fast on a bad factor or value
-    for hw in factors.get(HW, []):
-        load_profile(hw)  # fail fast on a bad name
+    hws = {hw: load_profile(hw) for hw in factors.get(HW, [])}  # fail fast on a bad name
     profile = load_profile(factors[HW][0] if HW in factors else args.hw)
+    for point, at in todo:  # what a profile cannot hold, refused before simulating
+        check_scenario(at, hws.get(point.get(HW, ""), profile))
     names = list(factors)
     out = Path(args.out) / cfg.name / ("hw" if HW in factors else profile.name)
     console.print(f"[bold]kvtier sweep[/bold]: {cfg.name}, {len(todo)} points of {factors}")
@@ -99,7 +103,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     df.to_parquet(out / f"{stem}.parquet", index=False)
     df.to_csv(out / f"{stem}.csv", index=False)
     pngs = _plots(df, names, out / "plots", f"{cfg.name}: {' x '.join(names)}")
-    meta = provenance(seed=cfg.seed, scenario=cfg.to_dict(), factors=factors, hw=profile.name)
+    meta = provenance(
+        seed=cfg.seed,
+        scenario=cfg.to_dict(),
+        factors=factors,
+        hw=profile.name,
+        hw_source=profile.source_file,  # the file swept: a path given wins over a name
+    )
     (out / f"{stem}.json").write_text(json.dumps(meta, indent=2, default=str))
     shown = ("tokens_per_s", "ssd_gbps", "fetch_gbps", "io_ms_per_step", "recall")
     shown += ("match_scale", "match_recall", "matched_tokens_per_s")  # with match_recall

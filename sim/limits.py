@@ -1,0 +1,116 @@
+"""What a scenario asks of a machine, checked before anything is simulated.
+
+A scenario can be well-formed and still impossible on a profile: a prefix
+whose KV does not fit on the devices that are to hold it (``context_tokens:
+1.0e12``, which would otherwise build plans of astronomical size or run
+forever), a request longer than the GPU's whole KV cache (it could never be
+scheduled), or a serving design given more SSD or host memory (``ssd_gib``,
+``cpu_gib``) than the profile's devices have.  :func:`check_scenario` refuses
+each with one line naming the file, the variant, the key and both numbers.
+
+Every bound is a capacity of the profile or the model, never a constant:
+
+* sparse decoding (``sparse_decode``, ``swarm``): the batch's KV,
+  ``batch x tokens x kv_bytes_per_token`` (tokens = the prefix plus every
+  decode and profiling step; one copy, so a lower bound for designs that
+  replicate), must fit on the tier that holds it: the SSDs used
+  (``ssds``, 0 = all), the host DRAM, or the peer GPUs' HBM;
+* serving: one request's KV (``long_doc``: ``context_tokens +
+  output_tokens``; ``conversation``: ``max_context``) must fit in the GPU KV
+  cache, and ``ssd_gib`` / ``cpu_gib`` within the design's SSDs / DRAM modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hwprofiles import HardwareProfile
+from sim.config import ConfigError, ScenarioConfig
+
+GIB = 2**30
+
+
+def check_scenario(cfg: ScenarioConfig, profile: HardwareProfile) -> None:
+    """Raise :class:`ConfigError` for the first variant the profile cannot hold."""
+    from sim.models import get_model
+
+    for name, params in _variants(cfg):
+        card = get_model(params.model)
+        where = f"{cfg.source_file or cfg.name}: variant '{name}'"
+        if params.kind == "serving":
+            _check_serving(params, card, profile, where)
+        else:
+            _check_decode(params, card, profile, where)
+
+
+def _variants(cfg: ScenarioConfig) -> list[tuple[str, Any]]:
+    if cfg.workload.kind == "serving":
+        from sim.scenarios.serving import expand_variants
+
+        variants = expand_variants(cfg)
+    else:
+        variants = cfg.variants
+    return [(v.name, cfg.variant_params(v)) for v in variants]
+
+
+def _check_decode(p: Any, card: Any, profile: HardwareProfile, where: str) -> None:
+    tokens = p.context_tokens + p.steps + getattr(p, "profile_steps", 0)
+    layers = p.layers or card.layers
+    need = p.batch * tokens * card.kv_bytes_per_token_layer * layers
+    tier = getattr(p, "tier", "ssd")
+    if tier == "ssd":
+        n = p.ssds or len(profile.ssd_names)
+        have = sum(profile.ssd(s).capacity_gib for s in profile.ssd_names[:n]) * GIB
+        holder = f"{n} SSD(s)"
+    elif tier == "dram":
+        have = sum(m.capacity_gib for m in profile.dram) * GIB
+        holder = "host DRAM"
+    else:
+        have = (profile.gpu.count - 1) * profile.gpu.hbm_capacity_gib * GIB
+        holder = "the peer GPUs' HBM"
+    if 0 < have < need:  # no device at all: the runner skips the variant, saying why
+        raise ConfigError(
+            f"{where}: context_tokens: the batch's KV ({p.batch} x {tokens:,} tokens x "
+            f"{card.kv_bytes_per_token_layer * layers:,} B = {need / GIB:,.1f} GiB) exceeds "
+            f"{holder} of {profile.name} ({have / GIB:,.1f} GiB)"
+        )
+
+
+def _check_serving(p: Any, card: Any, profile: HardwareProfile, where: str) -> None:
+    from sim.registry import WORKLOADS
+    from sim.serving.build import default_gpu_kv_bytes
+
+    per_token = card.kv_bytes_per_token
+    gpu_tokens = p.gpu_kv_tokens or int(
+        default_gpu_kv_bytes(profile, card, p.gpu_memory_utilization) // per_token
+    )
+    key, tokens = {
+        "long_doc": ("context_tokens", p.context_tokens + p.output_tokens),
+        "conversation": ("max_context", p.max_context),
+    }.get(p.trace, ("", 0))
+    if key and tokens > gpu_tokens:
+        raise ConfigError(
+            f"{where}: {key}: a request of {tokens:,} tokens exceeds the GPU KV cache of "
+            f"{max(gpu_tokens, 0):,} tokens ({card.name} on {profile.name}): it could never run"
+        )
+    d = WORKLOADS.entry("serving").designs.params(p.design, p.design_params)
+    for gib_key, count_key, names, cap in (
+        ("ssd_gib", "ssds", profile.ssd_names, lambda n: profile.ssd(n).capacity_gib),
+        ("cpu_gib", "dram_modules", profile.dram_names, _dram_gib(profile)),
+    ):
+        want = getattr(d, gib_key)
+        used = names[: getattr(d, count_key) or None]
+        have = sum(cap(n) for n in used)
+        if 0 < have < want:
+            raise ConfigError(
+                f"{where}: design_params.{gib_key}: {want:g} GiB exceeds the "
+                f"{len(used)} device(s) it uses on {profile.name} ({have:,.1f} GiB)"
+            )
+
+
+def _dram_gib(profile: HardwareProfile) -> Any:
+    sizes = {m.name: m.capacity_gib for m in profile.dram}
+    return lambda name: sizes[name]
+
+
+__all__ = ["check_scenario"]
