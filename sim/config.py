@@ -21,6 +21,7 @@ Errors are one line naming the file, the line and the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -179,9 +180,16 @@ def factor_values(cls: type, name: str, values: Any, key: str) -> list[Any]:
     if not isinstance(values, list | tuple) or not values:
         raise ParamError(key, "must be a non-empty list of values")
     try:
-        return [checked(hints[name], v, key) for v in values]
+        typed = [checked(hints[name], v, key) for v in values]
     except RegistryError as exc:
         raise ParamError(key, exc.message) from None
+    positive = {f.name for f in dataclasses.fields(cls) if f.metadata.get("positive")}
+    for v in typed:  # the checks build_dataclass makes on a YAML value
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ParamError(key, f"must be a finite number, got {v}")
+        if name in positive and not v > 0:
+            raise ParamError(key, f"must be > 0, got {v!r}")
+    return typed
 
 
 Workload = SparseDecodeParams | SwarmParams | ServingParams

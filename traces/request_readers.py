@@ -46,6 +46,7 @@ import json
 import math
 import re
 import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +86,15 @@ def read_trace(path: str | Path, fmt: str = "auto", block_tokens: int | None = N
     """
     if not Path(path).is_file():
         raise TraceError(f"{path}: no such file")
+    try:
+        return _read_any(path, fmt, block_tokens)
+    except UnicodeDecodeError as exc:  # binary, Latin-1 or UTF-16 bytes
+        raise TraceError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x})") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:  # a truncated or fake .gz
+        raise TraceError(f"{path}: broken gzip data ({exc})") from None
+
+
+def _read_any(path: str | Path, fmt: str, block_tokens: int | None):
     fmt = detect_format(path) if fmt == "auto" else fmt
     if fmt == "mooncake":
         return read_mooncake(path, block_tokens or MOONCAKE_BLOCK_TOKENS)
