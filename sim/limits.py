@@ -72,7 +72,7 @@ def _check_decode(p: Any, card: Any, profile: HardwareProfile, where: str) -> No
         raise ConfigError(
             f"{where}: context_tokens: the batch's KV ({p.batch} x {tokens:,} tokens x "
             f"{card.kv_bytes_per_token_layer * layers:,} B = {need / GIB:,.1f} GiB) exceeds "
-            f"{holder} of {profile.name} ({have / GIB:,.1f} GiB)"
+            f"{holder} of {profile.name} ({have / GIB:,.3g} GiB)"
         )
 
 
@@ -104,7 +104,7 @@ def _check_serving(p: Any, card: Any, profile: HardwareProfile, where: str) -> N
         if 0 < have < want:
             raise ConfigError(
                 f"{where}: design_params.{gib_key}: {want:g} GiB exceeds the "
-                f"{len(used)} device(s) it uses on {profile.name} ({have:,.1f} GiB)"
+                f"{len(used)} device(s) it uses on {profile.name} ({have:,.4g} GiB)"
             )
 
 

@@ -208,10 +208,10 @@ CASES: list[tuple[str, str, Files, str]] = [
         "capacity_gib",
     ),
     (
-        "prof-ssd-below-io",
-        "profiles show p.yaml",
+        "sim-ssd-below-kv",
+        "sim --hw p.yaml",
         {"p.yaml": profile("capacity_gib: 1862.6", "capacity_gib: 0.001")},
-        "capacity_gib",
+        "exceeds 2 SSD(s) of mine (0.002 GiB)",
     ),
     (
         "prof-zero-dram",
@@ -254,7 +254,7 @@ CASES: list[tuple[str, str, Files, str]] = [
         "sweep-hw-tiny",
         "sweep --hw p.yaml --factor ssds=1",
         {"p.yaml": profile("capacity_gib: 1862.6", "capacity_gib: 0.001")},
-        "capacity_gib",
+        "exceeds 1 SSD(s) of mine (0.001 GiB)",
     ),
     # --- scenario YAML
     ("scen-latin1", "sim --scenario s.yaml", {"s.yaml": sparse().encode() + b"# \xe9\n"}, "UTF-8"),
