@@ -51,6 +51,11 @@ def _handler(signum: int, _frame: object) -> None:
     raise Interrupted(signum)
 
 
+def guarding() -> bool:
+    """Whether :func:`guarded`'s handler holds SIGTERM now."""
+    return signal.getsignal(signal.SIGTERM) is _handler
+
+
 def guarded(fn: Callable[[Any], int], args: Any) -> int:
     """Run ``fn(args)``; on SIGINT/SIGTERM/SIGHUP clean up and return 128 + signal."""
     if threading.current_thread() is not threading.main_thread():

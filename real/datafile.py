@@ -152,6 +152,15 @@ class DataFiles:
             REGISTRY.forget("dir", path=str(path))
         self.created_dirs.clear()
 
+    def keep(self) -> None:
+        """Leave what was created in place (``--keep-files``): no longer ours to remove."""
+        for path in self.created_files:
+            REGISTRY.forget("file", path=str(path))
+        for path in self.created_dirs:
+            REGISTRY.forget("dir", path=str(path))
+        self.created_files.clear()
+        self.created_dirs.clear()
+
     def __enter__(self) -> DataFiles:
         return self
 

@@ -114,6 +114,7 @@ def _replay(args: argparse.Namespace) -> int:
         finally:
             if args.keep_files:
                 console.print("kept: " + ", ".join(t.path for t in files.targets.values()))
+                files.keep()
             else:
                 files.cleanup()
     write_results(
