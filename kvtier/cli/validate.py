@@ -51,7 +51,6 @@ from real.validate import (
     engine_costs,
     regime_plan,
     with_engine_costs,
-    within_target,
     write_report,
 )
 from sim.executor import simulate
