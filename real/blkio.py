@@ -26,7 +26,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from real.cleanup import REGISTRY
+from real.cleanup import REGISTRY, REMOVERS
 from real.errors import RealError
 from real.targets import Limits
 
@@ -89,6 +89,9 @@ def loop_detach(dev: str, backing: str | Path) -> bool:
     if done.returncode == 0:
         REGISTRY.forget("loop", dev=dev)
     return done.returncode == 0
+
+
+REMOVERS["loop"] = lambda entry: loop_detach(entry["dev"], entry["backing"])
 
 
 def dev_number(dev: str) -> str:

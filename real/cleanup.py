@@ -32,12 +32,14 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 RUNTIME_ENV = "KVTIER_RUNTIME_DIR"
+# kinds whose removal lives with the code that makes them (``loop``: :mod:`real.blkio`)
+REMOVERS: dict[str, Callable[[dict[str, Any]], bool]] = {}
 KINDS = ("proc", "cgroup", "loop", "file", "tree", "dir")
 
 
@@ -211,10 +213,8 @@ def remove(entry: dict[str, Any]) -> bool:
         return True
     if kind == "cgroup":
         return _remove_cgroup(Path(entry["path"]))
-    if kind == "loop":
-        from real.blkio import loop_detach
-
-        return loop_detach(entry["dev"], entry["backing"])
+    if kind in REMOVERS:
+        return REMOVERS[kind](entry)
     if not _same_file(entry):
         return False
     if kind == "file":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from real import blkio  # noqa: F401  (registers how a loop device entry is removed)
 from real.cleanup import describe, reclaim, runs
 
 
