@@ -38,8 +38,8 @@ test: $(VENV)/.installed-weights ## run the test suite (installs the extras TEST
 bench: venv ## simulator speed benchmark (sparse-attention decoding plan on h20-8ssd)
 	$(BIN)/kvtier bench --out $(OUT)/bench $(ARGS)
 
-real: venv ## replay a validation plan on real (emulated) SSDs vs the simulator; prints the error table
-	$(BIN)/kvtier real validate $(REAL_ARGS) --out $(OUT)/real $(ARGS)
+real: venv ## replay a validation plan on real (emulated) SSDs vs the simulator; installs fio if root; exits 1 on a missed target
+	$(BIN)/kvtier real validate $(REAL_ARGS) --out $(OUT)/real --force --install-fio $(ARGS)
 
 calibrate: venv ## fio sweeps (emulated SSDs, or CAL_ARGS="--dir D1 --dir D2") -> hwprofiles/local.yaml
 	$(BIN)/kvtier real calibrate $(CAL_ARGS) $(ARGS)

@@ -25,6 +25,7 @@ from kvtier.records import DEVICE_RECORD_SCHEMA
 from real._blocks import BlockFormat
 from real._pacing import Pacer
 from real.errors import RealError
+from real.ownership import check_write
 from real.targets import Target
 
 
@@ -87,8 +88,8 @@ def open_device(
 ) -> Device:
     """Open ``target`` for ``qd`` in-flight I/Os of at most ``slot`` bytes."""
     name = target.node
-    if write and not (target.created or allow_write):
-        raise RealError(f"{name}: {target.path} was not created by kvtier; refusing to write it")
+    if write:
+        check_write(name, target.path, target.created, allow_write, "--i-own-this-device")
     flags = (os.O_RDWR if write else os.O_RDONLY) | os.O_DIRECT | os.O_CLOEXEC
     try:
         fd = os.open(target.path, flags)

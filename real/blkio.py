@@ -11,7 +11,9 @@ replays a plan -- kvtier's replayer or fio -- joins the group first
 Ownership is strict: :func:`loop_detach` only detaches a device whose
 backing file is still the one kvtier attached, and :class:`ThrottleGroup`
 only creates and removes its own directory (``kvtier-<pid>-<k>``), moving
-the processes it holds back to the groups they came from first.
+the processes it holds back to the groups they came from first.  Both
+record what they create in :data:`real.cleanup.REGISTRY` (the marker
+``kvtier real cleanup`` goes by after a crash).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from real.cleanup import REGISTRY, REMOVERS
 from real.errors import RealError
 from real.targets import Limits
 
@@ -55,6 +58,7 @@ def loop_attach(backing: str | Path) -> str:
     if done.returncode != 0:
         raise RealError(f"losetup cannot attach {backing}: {done.stderr.strip()}")
     dev = done.stdout.strip()
+    REGISTRY.add("loop", dev=dev, backing=str(Path(backing).resolve()))
     if loop_dio(dev) is False:
         loop_detach(dev, backing)
         raise RealError(f"{dev}: the kernel refused direct I/O on {backing} (filesystem?)")
@@ -82,7 +86,12 @@ def loop_detach(dev: str, backing: str | Path) -> bool:
     if loop_backing(dev) != str(Path(backing).resolve()):
         return False
     done = subprocess.run(["losetup", "-d", dev], capture_output=True, text=True, timeout=60)
+    if done.returncode == 0:
+        REGISTRY.forget("loop", dev=dev)
     return done.returncode == 0
+
+
+REMOVERS["loop"] = lambda entry: loop_detach(entry["dev"], entry["backing"])
 
 
 def dev_number(dev: str) -> str:
@@ -121,6 +130,7 @@ class ThrottleGroup:
             self.path.mkdir()
         except OSError as exc:
             raise RealError(f"cannot create cgroup {self.path}: {exc.strerror}") from None
+        REGISTRY.add("cgroup", path=str(self.path))
 
     def limit(self, dev: str, limits: Limits) -> None:
         number = dev_number(dev)
@@ -173,6 +183,7 @@ class ThrottleGroup:
             self.path.rmdir()
         except OSError as exc:
             raise RealError(f"cannot remove cgroup {self.path}: {exc.strerror}") from None
+        REGISTRY.forget("cgroup", path=str(self.path))
 
     def _move_out(self, pid: int) -> None:
         origin = self._origin.pop(pid, self.root)

@@ -38,7 +38,6 @@ import mmap
 import os
 import re
 import stat
-import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -48,8 +47,11 @@ import pyarrow as pa
 
 from kvtier.plan import io_extents
 from kvtier.units import fmt_bytes
-from real._blocks import BLOCK, MAGIC, BlockFormat
+from real._blocks import BLOCK, BlockFormat
+from real._signals import phase
+from real.cleanup import REGISTRY, file_id
 from real.errors import RealError
+from real.ownership import HEAD, check_write, has_kvtier_magic, magic_signature, signature
 from real.targets import Limits, Target
 
 FILL_CHUNK = 4 << 20
@@ -142,10 +144,21 @@ class DataFiles:
         for path in reversed(self.created_files):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+            REGISTRY.forget("file", path=str(path))
         self.created_files.clear()
         for path in reversed(self.created_dirs):
             with contextlib.suppress(OSError):  # not empty: something else lives there now
                 path.rmdir()
+            REGISTRY.forget("dir", path=str(path))
+        self.created_dirs.clear()
+
+    def keep(self) -> None:
+        """Leave what was created in place (``--keep-files``): no longer ours to remove."""
+        for path in self.created_files:
+            REGISTRY.forget("file", path=str(path))
+        for path in self.created_dirs:
+            REGISTRY.forget("dir", path=str(path))
+        self.created_files.clear()
         self.created_dirs.clear()
 
     def __enter__(self) -> DataFiles:
@@ -205,8 +218,7 @@ def fill_targets(targets: Mapping[str, Target], plan: pa.Table, seed: int = 0) -
         if node not in targets:
             raise RealError(f"no target for {node}: the plan reads or writes it")
         t = targets[node]
-        if not t.created:
-            raise RealError(f"{node}: {t.path} was not created by kvtier; refusing to write it")
+        check_write(node, t.path, t.created, False, "a target kvtier created")
         if t.size < need:
             raise RealError(f"{node}: {t.path} holds {t.size} bytes, the plan needs {need}")
         fd = _open_direct(node, Path(t.path), os.O_RDWR)
@@ -250,6 +262,7 @@ def _mkdir(path: Path, files: DataFiles) -> None:
     except OSError as exc:
         raise RealError(f"{path}: cannot create directory: {exc.strerror}") from None
     files.created_dirs.append(path)
+    REGISTRY.add("dir", **file_id(path))
 
 
 def _claim(
@@ -260,13 +273,11 @@ def _claim(
         st = os.stat(path)
     except FileNotFoundError:
         return _create(node, path, need, files)
-    flag = "pass allow_write_existing=True (--i-own-this-device) if it is yours to overwrite"
+    flag = "--i-own-this-device"
     if stat.S_ISBLK(st.st_mode):
-        if not allow_existing:
-            raise RealError(f"{node}: {path} is a block device kvtier did not set up; {flag}")
-        sig = block_signature(path)
-        if sig:
-            raise RealError(f"{node}: {path} holds {sig}; refusing to overwrite it")
+        check_write(
+            node, path, False, allow_existing, flag, "is a block device kvtier did not set up"
+        )
         fd = _open_direct(node, path, os.O_RDWR | os.O_EXCL)
         size = os.lseek(fd, 0, os.SEEK_END)
         if size < need:
@@ -275,9 +286,10 @@ def _claim(
         return Target(node, str(path), size, kind="block", created=False), fd
     if not stat.S_ISREG(st.st_mode):
         raise RealError(f"{node}: {path} is neither a regular file nor a block device")
-    if not allow_existing:
-        ours = " (a kvtier data file left by --keep-files?)" if _has_magic(path) else ""
-        raise RealError(f"{node}: {path} exists and was not created by this run{ours}; {flag}")
+    ours = " (a kvtier data file left by --keep-files?)" if has_kvtier_magic(path) else ""
+    check_write(
+        node, path, False, allow_existing, flag, f"exists and was not created by this run{ours}"
+    )
     fd = _open_direct(node, path, os.O_RDWR)
     size = max(st.st_size, need)
     _preallocate(fd, node, path, size)
@@ -289,6 +301,7 @@ def _create(node: str, path: Path, need: int, files: DataFiles) -> tuple[Target,
         raise RealError(f"{node}: {path.parent}: no such directory")
     fd = _open_direct(node, path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
     files.created_files.append(path)
+    REGISTRY.add("file", **file_id(path))
     _preallocate(fd, node, path, need)
     return Target(node, str(path), need, kind="file", created=True), fd
 
@@ -317,8 +330,8 @@ def _preallocate(fd: int, node: str, path: Path, size: int) -> None:
 
 def _fill(fd: int, target: Target, fmt: BlockFormat, size: int) -> None:
     buf = mmap.mmap(-1, FILL_CHUNK)
+    mv = memoryview(buf)
     try:
-        mv = memoryview(buf)
         for off in range(0, size, FILL_CHUNK):
             n = min(FILL_CHUNK, size - off)
             fmt.render(off // BLOCK, mv[:n])
@@ -331,9 +344,13 @@ def _fill(fd: int, target: Target, fmt: BlockFormat, size: int) -> None:
                     f"{target.node}: short write to {target.path} at offset {off}: "
                     f"{done} of {n} bytes"
                 )
-        mv.release()
+            phase("fill")
     finally:
-        buf.close()
+        # a signal may leave a slice of ``mv`` alive in the traceback: then the mapping
+        # is freed with it instead of here (closing it would raise BufferError)
+        with contextlib.suppress(BufferError):
+            mv.release()
+            buf.close()
 
 
 def io_failure(node: str, path: PathLike, what: str, offset: int, length: int, err: int | None):
@@ -350,59 +367,14 @@ def io_failure(node: str, path: PathLike, what: str, offset: int, length: int, e
     )
 
 
-# ---- what a block device holds -----------------------------------------------------------
-_MAGICS = (  # (offset, bytes, what): fallback where blkid is missing
-    (1080, b"\x53\xef", "an ext2/3/4 filesystem"),
-    (0, b"XFSB", "an XFS filesystem"),
-    (65600, b"_BHRfS_M", "a btrfs filesystem"),
-    (0, b"LUKS\xba\xbe", "a LUKS volume"),
-    (4086, b"SWAPSPACE2", "a swap area"),
-    (512, b"EFI PART", "a GPT partition table"),
-    (3, b"NTFS    ", "an NTFS filesystem"),
-)
-
-
-def block_signature(path: PathLike) -> str | None:
-    """What recognisable data a block device holds (filesystem, partition table), or None.
-
-    A device whose first block is a kvtier block holds nothing to protect.
-    """
-    if _has_magic(path):
-        return None
-    try:
-        out = subprocess.run(
-            ["blkid", "-p", "-o", "export", str(path)], capture_output=True, text=True, timeout=30
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return _magic_signature(path)
-    if out.returncode == 2:  # nothing found
-        return None
-    if out.returncode == 0:
-        info = dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
-        if "PTTYPE" in info and "TYPE" not in info:
-            return f"a {info['PTTYPE']} partition table"
-        usage = info.get("USAGE", "filesystem")
-        return f"a {info.get('TYPE', 'unknown')} {usage}"
-    if out.returncode == 8:
-        return "several signatures (blkid: ambivalent result)"
-    return _magic_signature(path)
-
-
-def _head(path: PathLike, n: int) -> bytes:
-    try:
-        with open(path, "rb", buffering=0) as fh:
-            return fh.read(n)
-    except OSError as exc:
-        raise RealError(f"cannot read {path} to check what it holds: {exc.strerror}") from None
-
-
-def _has_magic(path: PathLike) -> bool:
-    return _head(path, len(MAGIC)) == MAGIC
+# ---- what a target holds (kept here for callers of the old names) ------------------------
+block_signature = signature
+_has_magic = has_kvtier_magic
 
 
 def _magic_signature(path: PathLike) -> str | None:
-    head = _head(path, 65600 + 8)
-    for off, magic, what in _MAGICS:
-        if head[off : off + len(magic)] == magic:
-            return what
-    return None
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            return magic_signature(fh.read(HEAD))
+    except OSError as exc:
+        raise RealError(f"cannot read {path} to check what it holds: {exc.strerror}") from None

@@ -28,9 +28,10 @@ are plain files and ``Target.pacing`` tells the replayer to hold the same
 limits itself; a one-line warning says so.
 
 :class:`EmulatedSet` is a context manager; leaving it -- normally, by an
-exception or Ctrl-C -- detaches the loop devices, removes the cgroup and
-deletes the files.  It never touches loop devices or cgroups it did not
-create.
+exception or a signal (:mod:`real._signals`) -- detaches the loop devices,
+removes the cgroup and deletes the files, each registered in
+:data:`real.cleanup.REGISTRY` as it is made.  It never touches loop devices or
+cgroups it did not create.
 """
 
 from __future__ import annotations
@@ -42,14 +43,15 @@ import itertools
 import logging
 import os
 import shutil
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 from hwprofiles.loader import ProfileError, load_profile
 from hwprofiles.schema import HardwareProfile
 from real import blkio, fio
+from real._signals import phase
 from real.capacity import Rates, check_limits, measure_rates, scale_for
+from real.cleanup import REGISTRY, file_id
 from real.errors import RealError
 from real.profile_yaml import scaled_profile, write_scaled_profile
 from real.targets import Limits, Target
@@ -123,6 +125,7 @@ class EmulatedSet:
         for dev, backing in reversed(self.loops):
             blkio.loop_detach(dev, backing)
         shutil.rmtree(self.workdir, ignore_errors=True)
+        REGISTRY.forget("tree", path=str(self.workdir))
         if problems:
             raise RealError("; ".join(problems))
 
@@ -186,6 +189,7 @@ def emulate(
         workdir.mkdir(parents=True)
     except OSError as exc:
         raise RealError(f"cannot create {workdir}: {exc.strerror}") from None
+    REGISTRY.add("tree", **file_id(workdir))
     es = EmulatedSet(workdir, source, chosen)
     try:
         out_dir = Path(out) if out else workdir
@@ -234,9 +238,12 @@ def _build(
         paths = [dev for dev, _ in es.loops]
         name = f"kvtier-{os.getpid()}-{es.workdir.name.rsplit('-', 1)[1]}"
         es.group = blkio.ThrottleGroup(cgroup_root, name)
+    phase("setup")
     if scale is None:
         if fio.fio_binary() is None:
-            raise RealError("fio is not installed: give scale= to emulate without measuring")
+            raise RealError(
+                fio.missing_message() + " with a --scale (the rates are measured with fio)"
+            )
         es.sustainable = measure_rates(paths, out / "capacity", size)
         scale = scale_for(es.source, n, es.sustainable, headroom)
     es.scale = scale
@@ -319,6 +326,7 @@ def _allocate(path: Path, size: int, fill: bool) -> None:
                 chunk = bytes(8 << 20)
                 for off in range(0, size, len(chunk)):
                     os.pwrite(fd, chunk[: size - off], off)
+                    phase("fill")
                 os.fsync(fd)
         finally:
             os.close(fd)
@@ -341,7 +349,6 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 
 
 def _cli(args: argparse.Namespace) -> int:
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` cleans up like Ctrl-C
     out = Path(args.out)
     with emulate(
         args.profile,
@@ -362,10 +369,6 @@ def _cli(args: argparse.Namespace) -> int:
                 print(check.line())
     print(f"scaled profile: {es.profile_path} (devices removed)")
     return 0
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def print_set(es: EmulatedSet) -> None:

@@ -26,12 +26,15 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from real._signals import SIGNALS, phase
+from real.cleanup import REGISTRY, kill_group, start_time
 from real.errors import RealError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
@@ -43,11 +46,49 @@ def fio_binary() -> str | None:
     return shutil.which("fio")
 
 
+def _package_manager() -> list[str] | None:
+    """The distribution's non-interactive install command for one package, if any."""
+    if shutil.which("apt-get"):
+        return ["apt-get", "install", "-y", "-q", "fio"]
+    if shutil.which("dnf"):
+        return ["dnf", "install", "-y", "-q", "fio"]
+    if shutil.which("yum"):
+        return ["yum", "install", "-y", "-q", "fio"]
+    return None
+
+
+def missing_message() -> str:
+    """One line: fio is missing, the package and the command that installs it."""
+    cmd = _package_manager()
+    tool = {"apt-get": "apt"}.get(cmd[0], cmd[0]) if cmd else None
+    how = f"{tool} install fio" if tool else "apt install fio / dnf install fio"
+    return f"fio is not installed: install the fio package ({how}), or pass --no-fio"
+
+
 def require_fio() -> str:
     path = fio_binary()
     if path is None:
-        raise RealError("fio is not installed (apt-get install fio); it is needed to measure")
+        raise RealError(missing_message())
     return path
+
+
+def ensure_fio(install: bool) -> str:
+    """fio's path; when missing and ``install`` (root, non-interactive), install it first.
+
+    Otherwise a :class:`RealError` names the package and the command to install it.
+    """
+    path = fio_binary()
+    if path is not None:
+        return path
+    cmd = _package_manager()
+    if not install or cmd is None or os.geteuid() != 0:
+        raise RealError(missing_message())
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+    if done.returncode != 0 or fio_binary() is None:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RealError(f"`{' '.join(cmd)}` failed ({last}); install fio, or pass --no-fio")
+    return require_fio()
 
 
 def parse_size(text: str | int) -> int:
@@ -112,24 +153,56 @@ def run_fio(
         if procs is not None:
             procs.write_text(str(os.getpid()))
 
-    try:
-        done = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            cwd=cwd,
-            preexec_fn=join_cgroup if procs is not None else None,
-        )
-    except subprocess.TimeoutExpired:
-        raise RealError(f"fio ran longer than {timeout_s:.0f} s: {' '.join(cmd)}") from None
-    except subprocess.SubprocessError as exc:  # preexec failure: cgroup not joinable
-        raise RealError(f"cannot start fio in cgroup {cgroup}: {exc}") from None
-    if done.returncode != 0:
-        lines = [ln for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
-        why = lines[-1] if lines else f"exit status {done.returncode}"
+    rc, text = _run_group(cmd, timeout_s, cwd, join_cgroup if procs is not None else None)
+    if rc is None:
+        raise RealError(f"fio ran longer than {timeout_s:.0f} s: {' '.join(cmd)}")
+    if rc != 0:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        why = lines[-1] if lines else f"exit status {rc}"
         raise RealError(f"fio failed ({why}); command: {' '.join(cmd)}")
     return load_fio_json(output)
+
+
+def _run_group(cmd: list[str], timeout_s: float, cwd, preexec) -> tuple[int | None, str]:
+    """Run ``cmd`` as the leader of its own process group (fio forks one process per
+    job), registered in :data:`real.cleanup.REGISTRY`; the whole group is killed
+    when the run leaves early (timeout, signal, error).  ``(status, output)``;
+    status None on timeout."""
+
+    def child() -> None:  # between fork and exec: signals as usual, then the cgroup
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+        if preexec is not None:
+            preexec()
+
+    # no signal between the start and the registration: fio would be left running
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            cwd=cwd,
+            preexec_fn=child,
+            start_new_session=True,
+        )
+        leader = start_time(proc.pid)
+        rid = REGISTRY.add("proc", pgid=proc.pid, start=leader, what="fio")
+    except subprocess.SubprocessError as exc:  # preexec failure: cgroup not joinable
+        raise RealError(f"cannot start fio ({exc}): {' '.join(cmd)}") from None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    try:
+        phase("fio")
+        out, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        return None, ""
+    finally:
+        kill_group(proc.pid, leader)  # fio's job processes, whatever happened
+        proc.wait()
+        REGISTRY.drop(rid)
 
 
 def load_fio_json(path: str | Path) -> dict[str, Any]:

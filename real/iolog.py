@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 from kvtier.plan import io_extents, read_plan
 from real import fio
 from real.errors import RealError
+from real.ownership import check_write
 from real.targets import Target
 
 HEADER = "fio version 3 iolog"
@@ -199,8 +200,9 @@ def fio_replay_throughput(
     Returns ``bytes``, ``read_bytes``, ``write_bytes``, ``elapsed_s`` (the
     longest job), ``throughput_bps`` (bytes / elapsed_s), ``per_device``
     (node -> bytes, elapsed_s, throughput_bps) and the paths of the job
-    file, logs and fio JSON.  Writes go only to targets kvtier created unless
-    ``allow_write``.
+    file, logs and fio JSON.  Writes pass :func:`real.ownership.check_write`:
+    targets kvtier did not create only with ``allow_write``, and never one
+    holding a filesystem or partition table.
     """
     out = Path(out_dir)
     logs = export_iologs(plan, targets, out, records)
@@ -208,8 +210,8 @@ def fio_replay_throughput(
         raise RealError("the plan has no reads or writes on the given targets")
     writers = _written_nodes(plan)
     for t in targets:
-        if t.node in writers and not t.created and not allow_write:
-            raise RealError(f"{t.path}: the plan writes to it and kvtier did not create it")
+        if t.node in writers:
+            check_write(t.node, t.path, t.created, allow_write, "--allow-write")
     job = out / "replay.fio"
     job.write_text(job_file(logs, targets, plan, no_stall=no_stall, iodepth=iodepth))
     doc = fio.run_fio([str(job)], out / "replay.json", cgroup=cgroup)

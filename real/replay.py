@@ -20,9 +20,9 @@ caller gives them (``nonio_s``); ``kvtier real replay`` (:mod:`kvtier.cli.replay
 passes the simulator's times on the profile, since this machine has no GPU to
 run them.  :mod:`real` never imports the simulator.
 
-Files the replay created are removed when it ends -- also on Ctrl-C or
-SIGTERM, which are turned into ``KeyboardInterrupt`` for the duration --
-unless ``--keep-files``.
+Files the replay created are removed when it ends -- also on Ctrl-C,
+SIGTERM or SIGHUP (:mod:`real._signals`; :func:`sigterm_as_interrupt` for
+library callers) -- unless ``--keep-files``.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from hwprofiles import HardwareProfile
 from kvtier.plan import validate_plan
 from kvtier.provenance import provenance
 from kvtier.records import Records
+from real._signals import guarding
 from real.datafile import DataFiles, prepare_targets
 from real.scheduler import DEFAULT_QD, Replayer
 from real.targets import Target
@@ -125,8 +126,11 @@ def write_results(records: Records, out_dir: str | Path, **extra: Any) -> None:
 
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises KeyboardInterrupt (so ``finally`` cleans up)."""
-    if threading.current_thread() is not threading.main_thread():
+    """Within the block, SIGTERM raises KeyboardInterrupt (so ``finally`` cleans up).
+
+    Under :func:`real._signals.guarded` (every ``kvtier real`` command) its handler,
+    which covers SIGTERM already, stays in place."""
+    if threading.current_thread() is not threading.main_thread() or guarding():
         yield
         return
 

@@ -57,6 +57,7 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     )
     where.add_argument("--targets-dir", metavar="DIR", help="one sub-directory per SSD node")
     p.add_argument("--out", required=True, help="output directory for records and run.json")
+    p.add_argument("--force", action="store_true", help="overwrite results already in --out")
     p.add_argument("--engine", choices=ENGINES, default="auto", help="I/O engine (default auto)")
     p.add_argument("--qd", type=int, default=DEFAULT_QD, help="in-flight I/Os per device")
     p.add_argument("--hw", help="profile for the modelled copy/compute times")
@@ -75,6 +76,13 @@ def add_cli(group: argparse._SubParsersAction) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from real.outdir import claim
+
+    with claim(args.out, force=args.force):  # an unusable --out fails before the run
+        return _replay(args)
+
+
+def _replay(args: argparse.Namespace) -> int:
     console = make_console()
     if args.qd <= 0:
         raise RealError(f"--qd must be > 0, got {args.qd}")
@@ -106,6 +114,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         finally:
             if args.keep_files:
                 console.print("kept: " + ", ".join(t.path for t in files.targets.values()))
+                files.keep()
             else:
                 files.cleanup()
     write_results(

@@ -39,6 +39,7 @@ from kvtier.cli.validate_designs import (
 from kvtier.console import make_console
 from kvtier.plan import write_plan
 from kvtier.records import Records
+from real._signals import phase
 from real.crosscheck import describe, fio_cross_check
 from real.errors import RealError
 from real.profile_yaml import scaled_profile
@@ -50,7 +51,6 @@ from real.validate import (
     engine_costs,
     regime_plan,
     with_engine_costs,
-    within_target,
     write_report,
 )
 from sim.executor import simulate
@@ -70,7 +70,12 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     dev.add_argument("--hw", metavar="PROFILE", help="model the devices with this profile")
     p.add_argument("--n", type=int, default=4, help="SSDs to use (default 4)")
     p.add_argument("--dir", default="/dev/shm", help="where data/backing files go")
-    p.add_argument("--scale", type=float, default=0.0, help="rate scale (--pace; 0 = auto)")
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=0.0,
+        help="rate scale in (0, 1] (0 = auto: measured with fio for --emulate)",
+    )
     p.add_argument("--steps", type=int, default=5, help="steps per regime")
     p.add_argument(
         "--step-s",
@@ -80,7 +85,18 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated subset")
     p.add_argument("--engine", default="auto", choices=("auto", "uring", "threads"))
-    p.add_argument("--out", default="results/real", help="output directory")
+    p.add_argument("--out", default="results/real", help="output directory (locked while running)")
+    p.add_argument("--force", action="store_true", help="overwrite results already in --out")
+    p.add_argument(
+        "--informational",
+        action="store_true",
+        help="exit 0 even when a regime misses the median-error target",
+    )
+    p.add_argument(
+        "--install-fio",
+        action="store_true",
+        help="install fio with the distribution's package manager if missing (root)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--no-engine-costs",
@@ -154,7 +170,10 @@ def devices(
     if args.emulate:
         from real.emulate import emulate
 
-        with emulate(args.emulate, args.n, where=args.dir, size=size, out=args.out) as es:
+        scale = args.scale or None
+        with emulate(
+            args.emulate, args.n, where=args.dir, size=size, out=args.out, scale=scale
+        ) as es:
             console.print(es.note)
             limits = es.targets[0].limits
             yield Devices(
@@ -213,6 +232,7 @@ def run_validation(
         dev.prepared(plan, args.seed, console.print) as targets,
         dev.throttled(),
     ):
+        phase("replay")
         real = replay(plan, targets, seed=args.seed, engine=args.engine)
         fio = {"skipped": "--no-fio"}
         if not args.no_fio:
@@ -220,7 +240,51 @@ def run_validation(
     return compare(sim, real, steps) | {"plan": plan, "fio": fio}, sim, real
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse nonsense values in one line before anything runs; make sure fio is there."""
+    import math
+
+    from real import fio
+
+    bad = [
+        ("--n", args.n, args.n >= 1, ">= 1"),
+        ("--steps", args.steps, args.steps >= 1, ">= 1"),
+        ("--step-s", args.step_s, math.isfinite(args.step_s) and args.step_s > 0, "> 0"),
+        ("--scale", args.scale, math.isfinite(args.scale) and 0 <= args.scale <= 1, "in [0, 1]"),
+        ("--seed", args.seed, args.seed >= 0, ">= 0"),
+    ]
+    for flag, value, ok, want in bad:
+        if not ok:
+            raise RealError(f"{flag} must be {want}, got {value}")
+    regimes = [r for r in args.regimes.split(",") if r]
+    unknown = [r for r in regimes if r not in REGIMES]
+    if unknown or not regimes:
+        raise RealError(
+            f"--regimes: unknown {', '.join(unknown) or 'empty list'}; choose from "
+            f"{', '.join(REGIMES)}"
+        )
+    need_fio = not args.no_fio or (args.emulate and not args.scale)
+    if need_fio and fio.fio_binary() is None:
+        if args.install_fio:
+            fio.ensure_fio(True)
+        elif args.no_fio:
+            raise RealError(
+                f"{fio.missing_message()}; --emulate measures this machine with it: "
+                "give --scale F to skip the measurement"
+            )
+        else:
+            raise RealError(fio.missing_message())
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    from real.outdir import claim
+
+    check_args(args)
+    with claim(args.out, force=args.force):
+        return _validate(args)
+
+
+def _validate(args: argparse.Namespace) -> int:
     console = make_console()
     t0 = time.perf_counter()
     designs = plan_for_devices(args, console)
@@ -254,8 +318,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def verdict(result: dict[str, Any], informational: bool) -> tuple[str, bool]:
+    """The target line and whether it passes: every IOPS/bandwidth regime's median step
+    error within :data:`TARGET_MEDIAN_ERROR` (``informational`` reports without failing)."""
+    missed = {
+        k: r["median"]
+        for k, r in result["by_regime"].items()
+        if k in ("iops", "bandwidth", "write") and not r["median"] <= TARGET_MEDIAN_ERROR
+    }
+    if not missed:
+        return (
+            f"median step error <= {TARGET_MEDIAN_ERROR:.0%} in IOPS/bandwidth regimes: yes",
+            True,
+        )
+    which = ", ".join(f"{k} {v:.1%}" for k, v in missed.items())
+    tail = " (informational run: not a failure)" if informational else ""
+    line = f"median step error above the {TARGET_MEDIAN_ERROR:.0%} target: {which}{tail}"
+    return line, informational
+
+
 def report_regimes(result, sim, real, args, profile, costs, wall_s: float, console) -> bool:
-    """Write and print the regime validation; True when every device's bytes matched."""
+    """Write and print the regime validation; True when every device's bytes matched and
+    the IOPS/bandwidth regimes met their target (or the run is ``--informational``)."""
     from kvtier.provenance import provenance
     from real.replay import write_results
 
@@ -277,14 +361,13 @@ def report_regimes(result, sim, real, args, profile, costs, wall_s: float, conso
     write_report(result, out, meta)
     console.print(error_table(result, profile))
     ok_bytes = bool(result["bytes"]["match"].all())
+    line, ok_target = verdict(result, args.informational)
     console.print(
-        f"per-device bytes and I/Os sim = real: {'yes' if ok_bytes else '[red]NO[/]'};  "
-        f"median step error <= {TARGET_MEDIAN_ERROR:.0%} in IOPS/bandwidth regimes: "
-        f"{'yes' if within_target(result) else 'no'}"
+        f"per-device bytes and I/Os sim = real: {'yes' if ok_bytes else '[red]NO[/]'};  {line}"
     )
     console.print(describe(result["fio"]))
     console.print(f"report: {out}/report.json, validation.png, steps/ops Parquet")
-    return ok_bytes
+    return ok_bytes and ok_target
 
 
 def error_table(result: dict[str, Any], profile: HardwareProfile) -> Table:

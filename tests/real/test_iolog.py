@@ -109,7 +109,7 @@ def test_refusals(tmp_path: Path) -> None:
         Target("ssd0", t0.path, MIB, created=False),
         Target("ssd1", t1.path, MIB, created=False),
     ]
-    with pytest.raises(RealError, match="kvtier did not create it"):
+    with pytest.raises(RealError, match="was not created by kvtier; refusing to write it"):
         fio_replay_throughput(three_ops(), users, tmp_path)
 
 

@@ -379,7 +379,7 @@ def test_cli_replay_writes_records_and_cleans_up(direct_dir, tmp_path, capsys):
     assert not root.exists()
     assert "Replay: 7 ops" in capsys.readouterr().out
     bad = ["real", "replay", "--plan", str(plan_file), "--target", str(direct_dir)]
-    assert main([*bad, "--out", str(out)]) == 2
+    assert main([*bad, "--out", str(out), "--force"]) == 2
     assert "2 SSD node(s) (ssd0, ssd1) but 1 target(s)" in capsys.readouterr().err
 
 

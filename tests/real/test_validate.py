@@ -102,7 +102,8 @@ def test_validate_end_to_end_on_paced_files(direct_dir: Path, tmp_path: Path):
     out = tmp_path / "val"
     rc = main(
         ["real", "validate", "--pace", "h20-8ssd", "--n", "2", "--steps", "2", "--step-s",
-         "0.03", "--dir", str(direct_dir), "--out", str(out), "--engine", "threads"]
+         "0.03", "--dir", str(direct_dir), "--out", str(out), "--engine", "threads",
+         "--informational"]
     )  # fmt: skip
     assert rc == 0
     report = json.loads((out / "report.json").read_text())
@@ -118,7 +119,8 @@ def test_validation_notebook_renders_the_report(direct_dir: Path, tmp_path: Path
     nbclient = pytest.importorskip("nbclient", reason="notebook extras not installed")
     out = tmp_path / "val"
     args = ["real", "validate", "--pace", "h20-8ssd", "--n", "1", "--steps", "1",
-            "--step-s", "0.02", "--dir", str(direct_dir), "--out", str(out)]  # fmt: skip
+            "--step-s", "0.02", "--dir", str(direct_dir), "--out", str(out),
+            "--informational"]  # fmt: skip
     assert main(args) == 0
     analysis = Path(__file__).resolve().parents[2] / "analysis"
     nb = nbformat.read(analysis / "validation.ipynb", as_version=4)

@@ -196,7 +196,7 @@ def test_designs_end_to_end_on_paced_files(tiny: Path, direct_dir: Path, tmp_pat
         ["real", "validate", "--pace", "h20-8ssd", "--n", "2", "--steps", "1", "--step-s",
          "0.02", "--regimes", "bandwidth", "--no-fio", "--engine", "threads",
          "--designs", str(tiny), "--design-variants", "all",
-         "--dir", str(direct_dir), "--out", str(out)]
+         "--dir", str(direct_dir), "--out", str(out), "--informational"]
     )  # fmt: skip
     assert rc == 0
     table, report = _designs_report(out)
@@ -225,7 +225,7 @@ def test_designs_none_skips_them(direct_dir: Path, tmp_path: Path):
     rc = main(
         ["real", "validate", "--pace", "h20-8ssd", "--n", "1", "--steps", "1", "--step-s",
          "0.02", "--regimes", "bandwidth", "--no-fio", "--engine", "threads",
-         "--designs", "none", "--dir", str(direct_dir), "--out", str(out)]
+         "--designs", "none", "--dir", str(direct_dir), "--out", str(out), "--informational"]
     )  # fmt: skip
     assert rc == 0 and (out / "report.json").exists() and not (out / "designs").exists()
 
