@@ -136,13 +136,13 @@ def test_bulk_placement_matches_the_per_key_reference(shape: str, seed: int) -> 
 
         may_demote = demote and step % 3 > 0  # every third set: victims dropped
 
-        def bulk_evict(_tier: OffloadTier, e: Entry) -> bool:
+        def bulk_evict(_tier: OffloadTier, e: Entry, coin=coin, may=may_demote) -> bool:
             victims["bulk"].append(e.key)
-            return may_demote and coin.get(e.key, False)
+            return may and coin.get(e.key, False)
 
-        def ref_evict(e: RefEntry) -> bool:
+        def ref_evict(e: RefEntry, coin=coin, may=may_demote) -> bool:
             victims["ref"].append(e.key)
-            return may_demote and coin.get(e.key, False)
+            return may and coin.get(e.key, False)
 
         placed, waiting = t.place(keys, bulk_evict)
         want = r.place(keys, ref_evict)
