@@ -192,7 +192,7 @@ class OffloadTier:
         self._clock = 0  # the next LRU stamp
         self._alt: dict[tuple[bool, ...], Runs] = {}  # spill runs per device mask
         self._need: dict[Runs, list[float]] = {}  # bytes per device of a block's runs
-        self._lru = LruRuns(len(self.devices))
+        self.lru = LruRuns(len(self.devices))
 
     # ---- books ----------------------------------------------------------------
     def bytes_on(self, runs: Runs) -> list[float]:
@@ -230,12 +230,12 @@ class OffloadTier:
         self._offer(entries)
 
     def _offer(self, entries: Sequence[Entry]) -> None:
-        self._lru.offer(entries)
-        if self._lru.items > 2 * len(self.entries) + 64:
+        self.lru.offer(entries)
+        if self.lru.items > 2 * len(self.entries) + 64:
             # entries are in stamp order: the live evictable ones form one run
             for e in self.entries.values():
                 e.heaped = -1
-            self._lru.rebuild([e for e in self.entries.values() if e.evictable])
+            self.lru.rebuild([e for e in self.entries.values() if e.evictable])
 
     def pin(self, e: Entry) -> None:
         if e.ref_cnt < READY:
@@ -355,12 +355,12 @@ class OffloadTier:
             best, dev = None, -1
             for d, s in enumerate(short):
                 if s > 1e-6:
-                    e = self._lru.top(d, self.entries, chosen)
+                    e = self.lru.top(d, self.entries, chosen)
                     if e is not None and (best is None or e.stamp < best.stamp):
                         best, dev = e, d
             if best is None:
                 return victims
-            self._lru.pop(dev)
+            self.lru.pop(dev)
             victims.append(best)
             chosen.add(best.key)
             short = [s - f for s, f in zip(short, best.nbytes, strict=True)]
@@ -370,7 +370,7 @@ class OffloadTier:
         victims = self.take_victims(short)
         for e in victims:
             e.heaped = -1
-        self._lru.offer(victims)
+        self.lru.offer(victims)
         return victims
 
     def _drop(self, e: Entry) -> None:

@@ -35,7 +35,8 @@ def place_single(
     tier: OffloadTier, new: Sequence[int], evict: EvictFn | None
 ) -> tuple[list[Entry], list[int]]:
     """:meth:`OffloadTier.place` on a one-device tier: every block holds all
-    layers there, so every key needs the same bytes ``b``."""
+    layers there, so every key needs (and every victim frees) the same bytes
+    ``b``; a key that does not fit makes room with :func:`_room_single`."""
     runs = layer_runs(tier.ratios, 1, tier.layers)[0]
     nbytes = tier.bytes_on(runs)
     b, c = nbytes[0], tier.capacity[0]
@@ -52,9 +53,38 @@ def place_single(
             tier.used[0] = u
             i = j
             continue
-        _one(tier, new[i], runs, evict, placed, waiting)
+        verdict = _room_single(tier, b, c, evict)
+        if verdict == "ok":
+            placed += tier.add(new[i : i + 1], runs, nbytes)
+            tier.used[0] += b
+        elif verdict == "wait":
+            waiting.append(new[i])
         i += 1
     return placed, waiting
+
+
+def _room_single(tier: OffloadTier, b: float, c: float, evict: EvictFn | None) -> str:
+    """:meth:`OffloadTier.make_room` for ``b`` bytes on a one-device tier of
+    capacity ``c`` that is short of them: the same victims, taken straight
+    off the device's LRU."""
+    if b > c:
+        return "full"
+    short = tier.used[0] + b - c
+    victims: list[Entry] = []
+    taken: set[int] = set()
+    lru, entries = tier.lru, tier.entries
+    while short > SLACK:
+        e = lru.top(0, entries, taken)
+        if e is None:
+            break
+        lru.pop(0)
+        victims.append(e)
+        taken.add(e.key)
+        short -= e.nbytes[0]
+    tier.evict_all(victims, evict)
+    if tier.used[0] + b - c <= SLACK:
+        return "ok"
+    return "wait" if tier.draining else "full"
 
 
 def place_pool(
