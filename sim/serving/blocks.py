@@ -30,14 +30,13 @@ only a tier with no room anywhere evicts.
 **LRU without scans.**  ``entries`` is kept in LRU order; every entry also
 carries a ``stamp`` (a counter taken on insertion and on every touch), so
 that order is ascending stamp.  The evictable entries (ready, count 0, not
-draining) sit in one heap per device, keyed by stamp, in the heap of every
-device they hold bytes on; they are pushed whenever an entry becomes
-evictable or is touched, and items whose entry has since changed are
-discarded when they come up (lazy deletion).  The next victim is the
-smallest stamp on top of the heaps of the devices still short: exactly the
-entry a walk over ``entries`` in LRU order would take next, without
-visiting the entries in flight or those that free nothing where room is
-needed.
+draining) are offered to :class:`sim.serving.lru.LruRuns` as *runs* (a
+completed store's set, a finished load's sources: one heap item per device,
+whatever the run's length), stale items skipped when they come up.  The next
+victim is the smallest stamp on top of the heaps of the devices still short:
+exactly the entry a walk over ``entries`` in LRU order would take next.
+Placement of an offload set is :mod:`sim.serving.tierplace`: the keys that
+fit are placed as one run, only keys short of room go one by one.
 
 **Slots.**  Each entry's run on each device holds a slot of that device's
 address space (:class:`sim.serving.layout.SlotAllocator`, layout in
