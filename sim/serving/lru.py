@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from sim.serving.blocks import Entry
-
-Run = tuple[list["Entry"], list[int]]  # entries in ascending stamp, their stamps when offered
+Entry = Any  # sim.serving.blocks.Entry: not imported, blocks imports this module
+Run = tuple[list[Entry], list[int]]  # entries in ascending stamp, their stamps when offered
 Item = tuple[int, int, Run, int]  # (stamp at the cursor, sequence, run, cursor)
 
 

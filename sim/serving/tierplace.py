@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import groupby
-from typing import TYPE_CHECKING
+from typing import Any
 
-from sim.serving.placement import layer_runs
+from sim.serving.placement import Runs, layer_runs
 
-if TYPE_CHECKING:
-    from sim.serving.blocks import Entry, EvictFn, OffloadTier, Runs
-
+Entry = Any  # sim.serving.blocks.Entry: not imported, blocks imports this module
+EvictFn = Any  # sim.serving.blocks.EvictFn: not imported, blocks imports this module
+OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
 SLACK = 1e-6  # bytes: "fits" tolerance of every room check
 
 
