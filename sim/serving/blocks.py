@@ -30,14 +30,13 @@ only a tier with no room anywhere evicts.
 **LRU without scans.**  ``entries`` is kept in LRU order; every entry also
 carries a ``stamp`` (a counter taken on insertion and on every touch), so
 that order is ascending stamp.  The evictable entries (ready, count 0, not
-draining) sit in one heap per device, keyed by stamp, in the heap of every
-device they hold bytes on; they are pushed whenever an entry becomes
-evictable or is touched, and items whose entry has since changed are
-discarded when they come up (lazy deletion).  The next victim is the
-smallest stamp on top of the heaps of the devices still short: exactly the
-entry a walk over ``entries`` in LRU order would take next, without
-visiting the entries in flight or those that free nothing where room is
-needed.
+draining) are offered to :class:`sim.serving.lru.LruRuns` as *runs* (a
+completed store's set, a finished load's sources: one heap item per device,
+whatever the run's length), stale items skipped when they come up.  The next
+victim is the smallest stamp on top of the heaps of the devices still short:
+exactly the entry a walk over ``entries`` in LRU order would take next.
+Placement of an offload set is :mod:`sim.serving.tierplace`: the keys that
+fit are placed as one run, only keys short of room go one by one.
 
 **Slots.**  Each entry's run on each device holds a slot of that device's
 address space (:class:`sim.serving.layout.SlotAllocator`, layout in
@@ -48,14 +47,15 @@ a transfer of some of its layers touches.
 
 from __future__ import annotations
 
-import heapq
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from sim.serving.layout import SlotAllocator, layer_ranges, layer_stride
+from sim.serving.lru import LruRuns
 from sim.serving.placement import layer_runs
+from sim.serving.tierplace import place_pool, place_single
 
 NOT_READY = -1
 READY = 0
@@ -190,14 +190,18 @@ class OffloadTier:
         self.evictions = 0
         self._clock = 0  # the next LRU stamp
         self._alt: dict[tuple[bool, ...], Runs] = {}  # spill runs per device mask
-        # per device: (stamp, key) of evictable entries with bytes there, lazy
-        self._heaps: list[list[tuple[int, int]]] = [[] for _ in self.devices]
+        self._need: dict[Runs, list[float]] = {}  # bytes per device of a block's runs
+        self.lru = LruRuns(len(self.devices))
 
     # ---- books ----------------------------------------------------------------
     def bytes_on(self, runs: Runs) -> list[float]:
-        out = [0.0] * len(self.devices)
-        for dev, l0, l1 in runs:
-            out[dev] += (l1 - l0) * self.layer_bytes
+        """Bytes per device of a block laid out as ``runs`` (memoised: a tier
+        sees only a few distinct layouts; callers must not modify the list)."""
+        out = self._need.get(runs)
+        if out is None:
+            out = self._need[runs] = [0.0] * len(self.devices)
+            for dev, l0, l1 in runs:
+                out[dev] += (l1 - l0) * self.layer_bytes
         return out
 
     def layer_extents(self, e: Entry, dev: int, l0: int, l1: int) -> np.ndarray:
@@ -214,36 +218,23 @@ class OffloadTier:
         return e if e is not None and e.ref_cnt >= READY and not e.draining else None
 
     def touch(self, key: int) -> None:
-        self.entries.move_to_end(key)
-        e = self.entries[key]
-        e.stamp = self._tick()
-        self._push(e)
+        self.touch_all([self.entries[key]])
 
-    def _tick(self) -> int:
-        self._clock += 1
-        return self._clock
+    def touch_all(self, entries: Sequence[Entry]) -> None:
+        """Mark ``entries`` most recently used, in this order."""
+        for e in entries:
+            self.entries.move_to_end(e.key)
+            self._clock += 1
+            e.stamp = self._clock
+        self._offer(entries)
 
-    def _push(self, e: Entry) -> None:
-        """Offer ``e`` for eviction if it is evictable and not offered at its stamp."""
-        if e.evictable and e.heaped != e.stamp:
-            e.heaped = e.stamp
-            for heap, b in zip(self._heaps, e.nbytes, strict=True):
-                if b > 0:
-                    heapq.heappush(heap, (e.stamp, e.key))
-                    if len(heap) > 2 * len(self.entries) + 64:
-                        self._compact()
-
-    def _compact(self) -> None:
-        """Rebuild the heap from the live evictable entries (drops stale items)."""
-        live = [e for e in self.entries.values() if e.evictable]
-        for e in self.entries.values():
-            e.heaped = -1
-        for e in live:
-            e.heaped = e.stamp
-        # entries are in stamp order, so each list is sorted: a heap
-        self._heaps = [
-            [(e.stamp, e.key) for e in live if e.nbytes[d] > 0] for d in range(len(self.devices))
-        ]
+    def _offer(self, entries: Sequence[Entry]) -> None:
+        self.lru.offer(entries)
+        if self.lru.items > 2 * len(self.entries) + 64:
+            # entries are in stamp order: the live evictable ones form one run
+            for e in self.entries.values():
+                e.heaped = -1
+            self.lru.rebuild([e for e in self.entries.values() if e.evictable])
 
     def pin(self, e: Entry) -> None:
         if e.ref_cnt < READY:
@@ -251,13 +242,22 @@ class OffloadTier:
         e.ref_cnt += 1
 
     def unpin(self, e: Entry) -> None:
-        e.ref_cnt -= 1
-        self._push(e)
+        self.unpin_all([e])
+
+    def unpin_all(self, entries: Sequence[Entry]) -> None:
+        """A load or copy from ``entries`` ended: each is in use once less."""
+        for e in entries:
+            e.ref_cnt -= 1
+        self._offer(entries)
 
     def complete(self, e: Entry) -> None:
-        """A store into this tier finished: the entry becomes ready."""
-        e.ref_cnt = READY
-        self._push(e)
+        self.complete_all([e])
+
+    def complete_all(self, entries: Sequence[Entry]) -> None:
+        """A store into this tier finished: its entries become ready."""
+        for e in entries:
+            e.ref_cnt = READY
+        self._offer(entries)
 
     def drained(self, e: Entry) -> None:
         """A demoted entry's copy below is done: free its bytes."""
@@ -270,35 +270,38 @@ class OffloadTier:
 
         Returns (entries placed, keys that must wait for demotions to drain);
         keys already present and keys for which no room can be made are
-        skipped.
+        skipped.  Keys are decided one after the other, each seeing the room
+        its predecessors took or made (:mod:`sim.serving.tierplace`).
         """
         new = [k for k in keys if k not in self.entries]
-        placed: list[Entry] = []
-        waiting: list[int] = []
-        for key, planned in zip(new, layer_runs(self.ratios, len(new), self.layers), strict=True):
-            runs = self._spill(planned)
-            nbytes = self.bytes_on(runs)
-            verdict = self._make_room(nbytes, evict)
-            if verdict == "ok":
-                slots = tuple(self.allocators[d].alloc(l1 - l0) for d, l0, l1 in runs)
-                e = self.entries[key] = Entry(key, runs, slots, nbytes, self._tick())
-                for i, b in enumerate(nbytes):
-                    self.used[i] += b
-                placed.append(e)
-            elif verdict == "wait":
-                waiting.append(key)
-        return placed, waiting
+        if not new:
+            return [], []
+        if len(self.devices) == 1:
+            return place_single(self, new, evict)
+        return place_pool(self, new, layer_runs(self.ratios, len(new), self.layers), evict)
 
-    def _spill(self, runs: Runs) -> Runs:
+    def add(self, keys: Sequence[int], runs: Runs, nbytes: list[float]) -> list[Entry]:
+        """Entries for ``keys``, all laid out as ``runs``, in this order (the
+        caller checked the room and updates ``used``)."""
+        slots = [self.allocators[d].alloc_many(l1 - l0, len(keys)) for d, l0, l1 in runs]
+        out = []
+        for i, key in enumerate(keys):
+            self._clock += 1
+            e = Entry(key, runs, tuple(s[i] for s in slots), nbytes, self._clock)
+            self.entries[key] = e
+            out.append(e)
+        return out
+
+    def spill(self, runs: Runs) -> Runs:
         """``runs`` if they fit; else the same Algorithm 1 over the devices that
         still have room (a full device's share spills to the others); else
         ``runs`` (room must then be made by eviction)."""
-        if len(self.devices) == 1 or all(s <= 1e-6 for s in self._short(self.bytes_on(runs))):
+        if len(self.devices) == 1 or all(s <= 1e-6 for s in self.short(self.bytes_on(runs))):
             return runs
         room = [c - u >= self.layer_bytes for u, c in zip(self.used, self.capacity, strict=True)]
         while any(room):
             alt = self._runs_over(tuple(room))
-            short = self._short(self.bytes_on(alt))
+            short = self.short(self.bytes_on(alt))
             if all(s <= 1e-6 for s in short):
                 return alt
             room = [ok and s <= 1e-6 for ok, s in zip(room, short, strict=True)]
@@ -314,16 +317,25 @@ class OffloadTier:
             runs = self._alt[room] = layer_runs([p / total for p in ratios], 1, self.layers)[0]
         return runs
 
-    def _short(self, need: Sequence[float]) -> list[float]:
+    def short(self, need: Sequence[float]) -> list[float]:
+        """Bytes per device by which ``need`` more would overflow it."""
         return [u + n - c for u, n, c in zip(self.used, need, self.capacity, strict=True)]
 
-    def _make_room(self, need: Sequence[float], evict: EvictFn | None) -> str:
-        short = self._short(need)
+    def make_room(self, need: Sequence[float], evict: EvictFn | None) -> str:
+        """Evict LRU victims until ``need`` fits: ``ok``, ``wait`` (victims are
+        being demoted) or ``full``."""
+        short = self.short(need)
         if all(s <= 1e-6 for s in short):
             return "ok"
         if any(n > c for n, c in zip(need, self.capacity, strict=True)):
             return "full"
-        victims = self._victims(short)
+        self.evict_all(self.take_victims(short), evict)
+        if all(s <= 1e-6 for s in self.short(need)):
+            return "ok"
+        return "wait" if self.draining else "full"
+
+    def evict_all(self, victims: Sequence[Entry], evict: EvictFn | None) -> None:
+        """Evict ``victims`` in order: demoted (kept, draining) or dropped."""
         for e in victims:
             self.evictions += 1
             if evict is not None and evict(self, e):
@@ -332,45 +344,33 @@ class OffloadTier:
                 e.ref_cnt += 1  # in use by its demotion
             else:
                 self._drop(e)
-        if all(s <= 1e-6 for s in self._short(need)):
-            return "ok"
-        return "wait" if self.draining else "full"
+
+    def take_victims(self, short: list[float]) -> list[Entry]:
+        """Evictable entries, LRU first, that free bytes where ``short`` is still
+        positive, until it is not; taken off the LRU (the caller evicts them)."""
+        victims: list[Entry] = []
+        chosen: set[int] = set()
+        while True:
+            best, dev = None, -1
+            for d, s in enumerate(short):
+                if s > 1e-6:
+                    e = self.lru.top(d, self.entries, chosen)
+                    if e is not None and (best is None or e.stamp < best.stamp):
+                        best, dev = e, d
+            if best is None:
+                return victims
+            self.lru.pop(dev)
+            victims.append(best)
+            chosen.add(best.key)
+            short = [s - f for s, f in zip(short, best.nbytes, strict=True)]
 
     def _victims(self, short: list[float]) -> list[Entry]:
-        """Evictable entries, LRU first, that free bytes where ``short`` is still
-        positive, until it is not.  Nothing changes but stale items dropped:
-        the victims stay offered until the caller evicts them."""
-        victims: list[Entry] = []
-        chosen: dict[int, list[int]] = {}  # victim key -> devices whose heap it was taken off
-        while True:
-            tops = [self._top(d, chosen) for d, s in enumerate(short) if s > 1e-6]
-            best = min((t for t in tops if t is not None), default=None, key=lambda e: e.stamp)
-            if best is None:
-                break
-            victims.append(best)
-            chosen[best.key] = []
-            short = [s - f for s, f in zip(short, best.nbytes, strict=True)]
+        """:meth:`take_victims` without taking them: they stay offered."""
+        victims = self.take_victims(short)
         for e in victims:
-            for d in chosen[e.key]:
-                heapq.heappush(self._heaps[d], (e.stamp, e.key))
+            e.heaped = -1
+        self.lru.offer(victims)
         return victims
-
-    def _top(self, dev: int, chosen: dict[int, list[int]]) -> Entry | None:
-        """The least recently used evictable entry on ``dev`` not yet ``chosen``
-        (a chosen one on top is taken off, noted in ``chosen``)."""
-        heap = self._heaps[dev]
-        while heap:
-            stamp, key = heap[0]
-            e = self.entries.get(key)
-            if e is not None and e.stamp == stamp:
-                if key in chosen:
-                    chosen[key].append(dev)
-                elif e.evictable:
-                    return e
-                else:
-                    e.heaped = -1  # offered again when it becomes evictable
-            heapq.heappop(heap)
-        return None
 
     def _drop(self, e: Entry) -> None:
         if e.ref_cnt > (1 if e.draining else READY):  # pragma: no cover - book-keeping bug

@@ -68,6 +68,23 @@ class SlotAllocator:
         self.end += units * self.unit
         return offset
 
+    def alloc_many(self, units: int, count: int) -> list[int]:
+        """Byte offsets of ``count`` slots of ``units``: exactly what ``count``
+        calls of :meth:`alloc` return, in order (reused slots first, last
+        freed first, then fresh ones)."""
+        if units <= 0:
+            raise ValueError(f"a slot needs >= 1 unit, got {units}")
+        self.live += count
+        free = self._free.get(units) or []
+        reuse = min(count, len(free))
+        out = free[len(free) - reuse :][::-1]
+        del free[len(free) - reuse :]
+        fresh = count - reuse
+        step = units * self.unit
+        out.extend(range(self.end, self.end + fresh * step, step))
+        self.end += fresh * step
+        return out
+
     def free(self, offset: int, units: int) -> None:
         """Give back the slot of ``units`` at ``offset``."""
         self.live -= 1

@@ -143,7 +143,7 @@ class BlockManager:
         hits = {"gpu": len(hit.gpu)}
         for tier, e, j, n in hit.lower:
             tier.pin(e)
-            tier.touch(e.key)
+            tier.touch_all((e,))
             hits[tier.name] = hits.get(tier.name, 0) + n
             for i in range(j, j + n):
                 s.blocks.append(self.gpu.promote(s.req.hashes[i], ready=False))
@@ -180,8 +180,8 @@ class BlockManager:
         for b in s.blocks[len(hit.gpu) :]:
             if b is not None:
                 b.ready = True
-        for tier, e, _j, _n in hit.lower:
-            tier.unpin(e)
+        for tier, entries in _by_tier(hit.lower).items():
+            tier.unpin_all(entries)
         s.lookup = None
         s.load = None
 
@@ -235,13 +235,12 @@ class BlockManager:
         """Store or demotion ``t`` ended: its entries are ready below, its sources
         let go; returns the transfers that follow (write-through to the next tier)."""
         assert t.dst is not None
-        for e in t.entries:
-            t.dst.complete(e)
-        for old in t.olds:
-            if t.tag == "demote":
+        t.dst.complete_all(t.entries)
+        if t.tag == "demote":
+            for old in t.olds:
                 t.src.drained(old)  # type: ignore[union-attr]
-            else:
-                t.src.unpin(old)  # type: ignore[union-attr]
+        elif t.olds:
+            t.src.unpin_all(t.olds)  # type: ignore[union-attr]
         for e in t.entries:
             if e.key in t.sources:
                 self.gpu.release(t.sources[e.key], 0)
@@ -286,18 +285,23 @@ class BlockManager:
         keys = [hs[g * k + k - 1] for g in range(len(hs) // k)]
         keys = [key for key in keys if not any(key in t.entries for t in self.tiers)]
         placed, _ = self.tiers[0].place(keys, self._evict_now)
-        for e in placed:
-            self.tiers[0].complete(e)
+        self.tiers[0].complete_all(placed)
         if self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
             below, _ = self.tiers[1].place([e.key for e in placed], None)
-            for e in below:
-                self.tiers[1].complete(e)
+            self.tiers[1].complete_all(below)
 
     def _evict_now(self, tier: OffloadTier, e: Entry) -> bool:
         i = self.tiers.index(tier)
         if self.design.cpu_to_ssd == "on_evict" and i + 1 < len(self.tiers):
             below = self.tiers[i + 1]
             if e.key not in below.entries:
-                for new in below.place([e.key], self._evict_now)[0]:
-                    below.complete(new)
+                below.complete_all(below.place([e.key], self._evict_now)[0])
         return False
+
+
+def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTier, list[Entry]]:
+    """The entries of lower hits, per tier, in hit order."""
+    out: dict[OffloadTier, list[Entry]] = {}
+    for tier, e, _j, _n in lower:
+        out.setdefault(tier, []).append(e)
+    return out

@@ -30,7 +30,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from hwprofiles import HardwareProfile
+
+Runs = tuple[tuple[int, int, int], ...]  # (device index, first layer, end layer)
 
 
 def placement_ratios(bandwidths: Sequence[float]) -> list[float]:
@@ -59,29 +63,36 @@ def assign(ratios: Sequence[float], n_items: int) -> list[int]:
     return out
 
 
-def layer_runs(
-    ratios: Sequence[float], n_blocks: int, layers: int
-) -> list[tuple[tuple[int, int, int], ...]]:
+def layer_runs(ratios: Sequence[float], n_blocks: int, layers: int) -> list[Runs]:
     """Per block of an offload set: ``(device, first layer, end layer)`` runs.
 
     The set's ``layers * n_blocks`` items are enumerated layer-major
     ((layer 0, block 0), (layer 0, block 1), ...) and assigned by
     :func:`assign`; block ``b`` then holds layer ``l`` on the device of item
-    ``l * n_blocks + b``.
+    ``l * n_blocks + b``.  Device ``d`` gets items ``[S_d, S_{d+1})`` (``S``:
+    the running sum of :func:`target_counts`), so block ``b``'s first layer
+    there is ``ceil((S_d - b) / n_blocks)`` clipped to ``[0, layers]``:
+    computed for all blocks at once.  Blocks with the same layers per
+    device share one runs tuple.
     """
     if len(ratios) == 1:
         return [((0, 0, layers),)] * n_blocks
-    devices = assign(ratios, layers * n_blocks)
-    out = []
-    for b in range(n_blocks):
-        runs: list[tuple[int, int, int]] = []
-        for layer in range(layers):
-            dev = devices[layer * n_blocks + b]
-            if runs and runs[-1][0] == dev:
-                runs[-1] = (dev, runs[-1][1], layer + 1)
-            else:
-                runs.append((dev, layer, layer + 1))
-        out.append(tuple(runs))
+    if n_blocks == 0:
+        return []
+    counts = target_counts(ratios, layers * n_blocks)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # S_0 .. S_D
+    b = np.arange(n_blocks, dtype=np.int64)[:, None]
+    first = np.clip(-((b - starts[None, :]) // n_blocks), 0, layers)  # ceil((S_d - b) / n)
+    out: list[Runs] = []
+    memo: dict[bytes, Runs] = {}
+    for row in first:
+        key = row.tobytes()
+        runs = memo.get(key)
+        if runs is None:
+            runs = memo[key] = tuple(
+                (d, int(row[d]), int(row[d + 1])) for d in range(len(counts)) if row[d + 1] > row[d]
+            )
+        out.append(runs)
     return out
 
 

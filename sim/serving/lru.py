@@ -1,0 +1,108 @@
+"""The offload tier's eviction order: stamp-ordered runs of entries, per device.
+
+An offload tier (:class:`sim.serving.blocks.OffloadTier`) evicts in LRU order
+over its *evictable* entries (ready, count 0, not draining).  Every entry has
+a ``stamp`` (a counter taken on insertion and on every touch): LRU order is
+ascending stamp.  :class:`LruRuns` finds the smallest-stamp evictable entry
+on a device without scanning the tier.
+
+**Runs, not blocks.**  Entries become evictable together: a store of a
+request's offload set completes at once, a load unpins all its sources at
+once.  Such a group is offered as one *run*: its entries in ascending stamp
+order with the stamps they had when offered.  Each device keeps a heap of
+(stamp of the run's current entry, sequence, run, position); offering a run
+is one push per device, whatever its length.  Taking the top looks at the
+run's current entry and either returns it or moves the run's cursor on (one
+``heapreplace``), so a run costs one heap operation per entry *consumed*,
+never per entry offered.
+
+**Lazy deletion.**  An offered entry is stale when its stamp has changed
+since (it was touched: offered again at its new stamp), when it was dropped,
+or when it is no longer evictable (pinned, draining); stale entries are
+skipped when they come up.  ``Entry.heaped`` is the stamp at which the entry
+is currently offered, so that an entry is offered once per stamp; a
+non-evictable entry that comes up has ``heaped`` reset, so that it is
+offered again when it becomes evictable.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Any
+
+Entry = Any  # sim.serving.blocks.Entry: not imported, blocks imports this module
+Run = tuple[list[Entry], list[int]]  # entries in ascending stamp, their stamps when offered
+Item = tuple[int, int, Run, int]  # (stamp at the cursor, sequence, run, cursor)
+
+
+class LruRuns:
+    """Per device of a tier, a heap of runs of offered entries (module docstring)."""
+
+    def __init__(self, devices: int):
+        self.heaps: list[list[Item]] = [[] for _ in range(devices)]
+        self._seq = 0
+        self.items = 0  # heap items pushed since the last rebuild (for compaction)
+
+    def offer(self, entries: Sequence[Entry]) -> None:
+        """Offer the evictable ones of ``entries`` not yet offered at their stamp."""
+        run = [e for e in entries if e.evictable and e.heaped != e.stamp]
+        if not run:
+            return
+        if any(a.stamp > b.stamp for a, b in zip(run, run[1:], strict=False)):
+            run.sort(key=lambda e: e.stamp)
+        stamps = [e.stamp for e in run]
+        for e in run:
+            e.heaped = e.stamp
+        self._push_run((run, stamps))
+
+    def _push_run(self, run: Run) -> None:
+        entries, stamps = run
+        for d, heap in enumerate(self.heaps):
+            for i, e in enumerate(entries):
+                if e.nbytes[d] > 0:
+                    self._seq += 1
+                    heapq.heappush(heap, (stamps[i], self._seq, run, i))
+                    self.items += 1
+                    break
+
+    def rebuild(self, live: Sequence[Entry]) -> None:
+        """Forget every item; offer ``live`` (evictable, ascending stamp) as one run."""
+        self.heaps = [[] for _ in self.heaps]
+        self.items = 0
+        if live:
+            for e in live:
+                e.heaped = e.stamp
+            self._push_run((list(live), [e.stamp for e in live]))
+
+    def top(self, dev: int, alive: dict[int, Entry], skip: set[int]) -> Entry | None:
+        """The least recently used evictable entry with bytes on ``dev`` whose key
+        is not in ``skip`` (``alive``: the tier's entries by key).  Stale items
+        and entries in ``skip`` that come up are consumed."""
+        heap = self.heaps[dev]
+        while heap:
+            stamp, _seq, run, i = heap[0]
+            e = run[0][i]
+            if alive.get(e.key) is e and e.stamp == stamp and e.key not in skip:
+                if e.evictable:
+                    return e
+                e.heaped = -1  # offered again when it becomes evictable
+            self._advance(dev)
+        return None
+
+    def pop(self, dev: int) -> None:
+        """Consume the item on top of ``dev``'s heap (the entry :meth:`top` gave)."""
+        self._advance(dev)
+
+    def _advance(self, dev: int) -> None:
+        """Move the top run's cursor to its next entry with bytes on ``dev``."""
+        heap = self.heaps[dev]
+        _stamp, seq, run, i = heap[0]
+        entries, stamps = run
+        i += 1
+        while i < len(entries) and entries[i].nbytes[dev] <= 0:
+            i += 1
+        if i < len(entries):
+            heapq.heapreplace(heap, (stamps[i], seq, run, i))
+        else:
+            heapq.heappop(heap)

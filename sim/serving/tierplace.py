@@ -1,0 +1,137 @@
+"""Placing an offload set in a tier: the keys that fit in bulk, the others one by one.
+
+:meth:`sim.serving.blocks.OffloadTier.place` decides the keys of one offload
+set in order, each seeing the room its predecessors took or made: a key that
+fits as Algorithm 1 laid it out is placed; otherwise (a pool) its share
+spills to the devices with room; otherwise LRU victims are evicted until it
+fits (``ok``), or they are being demoted (``wait``), or nothing can make room
+(``full``: the key is not offloaded).
+
+The keys that fit as laid out are counted with one running sum per device
+(the same float additions, in the same order, as placing them one by one)
+and placed as one run: their slots taken per device in one call, their
+stamps consecutive.  Only a key that does not fit takes the per-key path
+(spill, eviction), and it is the per-key path's own arithmetic, so the
+verdicts, victims and used bytes are exactly those of deciding every key on
+its own (``tests/sim/test_serving_tierplace.py`` checks that on random
+workloads against a per-key reference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import groupby
+from typing import Any
+
+from sim.serving.placement import Runs, layer_runs
+
+Entry = Any  # sim.serving.blocks.Entry: not imported, blocks imports this module
+EvictFn = Any  # sim.serving.blocks.EvictFn: not imported, blocks imports this module
+OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
+SLACK = 1e-6  # bytes: "fits" tolerance of every room check
+
+
+def place_single(
+    tier: OffloadTier, new: Sequence[int], evict: EvictFn | None
+) -> tuple[list[Entry], list[int]]:
+    """:meth:`OffloadTier.place` on a one-device tier: every block holds all
+    layers there, so every key needs (and every victim frees) the same bytes
+    ``b``; a key that does not fit makes room with :func:`_room_single`."""
+    runs = layer_runs(tier.ratios, 1, tier.layers)[0]
+    nbytes = tier.bytes_on(runs)
+    b, c = nbytes[0], tier.capacity[0]
+    placed: list[Entry] = []
+    waiting: list[int] = []
+    i, n = 0, len(new)
+    while i < n:
+        u, j = tier.used[0], i
+        while j < n and u + b - c <= SLACK:
+            u += b
+            j += 1
+        if j > i:  # keys i..j-1 fit: one run
+            placed += tier.add(new[i:j], runs, nbytes)
+            tier.used[0] = u
+            i = j
+            continue
+        verdict = _room_single(tier, b, c, evict)
+        if verdict == "ok":
+            placed += tier.add(new[i : i + 1], runs, nbytes)
+            tier.used[0] += b
+        elif verdict == "wait":
+            waiting.append(new[i])
+        i += 1
+    return placed, waiting
+
+
+def _room_single(tier: OffloadTier, b: float, c: float, evict: EvictFn | None) -> str:
+    """:meth:`OffloadTier.make_room` for ``b`` bytes on a one-device tier of
+    capacity ``c`` that is short of them: the same victims, taken straight
+    off the device's LRU."""
+    if b > c:
+        return "full"
+    short = tier.used[0] + b - c
+    victims: list[Entry] = []
+    taken: set[int] = set()
+    lru, entries = tier.lru, tier.entries
+    while short > SLACK:
+        e = lru.top(0, entries, taken)
+        if e is None:
+            break
+        lru.pop(0)
+        victims.append(e)
+        taken.add(e.key)
+        short -= e.nbytes[0]
+    tier.evict_all(victims, evict)
+    if tier.used[0] + b - c <= SLACK:
+        return "ok"
+    return "wait" if tier.draining else "full"
+
+
+def place_pool(
+    tier: OffloadTier, new: Sequence[int], plans: Sequence[Runs], evict: EvictFn | None
+) -> tuple[list[Entry], list[int]]:
+    """:meth:`OffloadTier.place` on a tier of several devices; ``plans`` are
+    Algorithm 1's runs of each key."""
+    placed: list[Entry] = []
+    waiting: list[int] = []
+    i, n = 0, len(new)
+    caps = tier.capacity
+    while i < n:
+        used, j = list(tier.used), i
+        while j < n:
+            need = tier.bytes_on(plans[j])
+            nxt = [u + x for u, x in zip(used, need, strict=True)]
+            if any(v - c > SLACK for v, c in zip(nxt, caps, strict=True)):
+                break
+            used, j = nxt, j + 1
+        if j > i:  # keys i..j-1 fit as laid out: runs of equal layouts
+            k = i
+            for runs, group in groupby(plans[i:j]):
+                m = len(list(group))
+                placed += tier.add(new[k : k + m], runs, tier.bytes_on(runs))
+                k += m
+            tier.used[:] = used
+            i = j
+            continue
+        _one(tier, new[i], tier.spill(plans[i]), evict, placed, waiting)
+        i += 1
+    return placed, waiting
+
+
+def _one(
+    tier: OffloadTier,
+    key: int,
+    runs: Runs,
+    evict: EvictFn | None,
+    placed: list[Entry],
+    waiting: list[int],
+) -> None:
+    """The per-key path: make room for ``key`` laid out as ``runs``."""
+    nbytes = tier.bytes_on(runs)
+    verdict = tier.make_room(nbytes, evict)
+    if verdict == "ok":
+        placed += tier.add([key], runs, nbytes)
+        for d, x in enumerate(nbytes):
+            tier.used[d] += x
+    elif verdict == "wait":
+        waiting.append(key)
