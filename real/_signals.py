@@ -6,7 +6,8 @@ The first signal blocks all three (in this thread) and raises
 undisturbed; a second signal -- a double Ctrl-C, a SIGHUP after a SIGTERM --
 is recorded and otherwise ignored.  Then whatever the run still holds in
 :data:`real.cleanup.REGISTRY` is removed, signals pending meanwhile are
-discarded, the previous handlers come back, and the exit status is the
+discarded, the three signals stay ignored until the process exits (a signal
+between cleanup and exit must not kill it), and the exit status is the
 shell's convention for the first signal: 130 (SIGINT), 143 (SIGTERM), 129
 (SIGHUP).
 
@@ -75,8 +76,11 @@ def guarded(fn: Callable[[Any], int], args: Any) -> int:
             signal.signal(s, signal.SIG_IGN)  # drop what arrived while cleaning up
         pending = signal.sigpending() & set(SIGNALS)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
-        for s, h in old.items():
-            signal.signal(s, h)
+        if _State.first is None and not pending:
+            for s, h in old.items():
+                signal.signal(s, h)
+        # else the command is ending: the three stay ignored, so a second Ctrl-C
+        # landing between here and the exit cannot kill it with a traceback
     first = _State.first or (min(pending) if pending else None)
     _State.first = None
     if first is not None:
