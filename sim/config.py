@@ -30,6 +30,7 @@ from typing import Any
 
 from hwprofiles.loader import build_dataclass, read_yaml, resolve_yaml
 from sim.registry import WORKLOADS, Entry, ParamError, RegistryError, checked
+from sim.scenarios.seedref import parse_seed_figures
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -236,6 +237,8 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
     if not isinstance(data, dict):
         raise where.error("", "a scenario must be a mapping")
     raw_variants = data.pop("variants", None) or [{"name": "default"}]
+    if data.get("seed_figures") is not None:  # a seed's own figures: checked, kept in the file
+        parse_seed_figures(data.pop("seed_figures"), where)
     raw_workload = data.get("workload")
     kind = raw_workload.get("kind", "sparse_decode") if isinstance(raw_workload, dict) else ""
     entry = _registered(lambda: WORKLOADS.entry(kind), where, "workload")

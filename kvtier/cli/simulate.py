@@ -84,6 +84,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
         for table in serving_tables(result.summary(), f"{cfg.name} on {profile.name}"):
             console.print(table)
+        _print_seed_figures(console, cfg, result.summary(), f"{cfg.name} on {profile.name}")
         plots = write_serving_plots(out)
         console.print(f"plots: {', '.join(p.name for p in plots)}")
     else:
@@ -95,6 +96,15 @@ def cmd_sim(args: argparse.Namespace) -> int:
         f"simulated in {result.wall_s:.1f} s"
     )
     return 0
+
+
+def _print_seed_figures(console: Console, cfg, summary, title: str) -> None:
+    """The seed's figures kept in the scenario YAML, beside kvtier's (if it has any)."""
+    from sim.scenarios.seedref import compare, load_seed_figures, seed_table
+
+    figs = load_seed_figures(cfg.source_file, ConfigError) if cfg.source_file else None
+    if figs is not None:
+        console.print(seed_table(figs, compare(figs, summary), title))
 
 
 def _headroom_line(w, profile) -> str:

@@ -1,0 +1,225 @@
+"""A seed paper's own figures beside kvtier's: the ``seed_figures`` block.
+
+A scenario that reproduces a seed may carry the numbers the seed reports, each
+with the section, figure or table it comes from, so that ``kvtier sim`` prints
+them beside what kvtier computed and the ratio of the two::
+
+    seed_figures:
+      seed: "004 Unified KV Pooling"
+      figures:
+        - name: pool TTFT
+          section: "§V-B1, Fig. 9a"
+          metric: ttft_mean_s          # a column of the scenario's summary
+          unit: s
+          seed: 5.6
+          at: {design: Unified KV pooling, model: Llama-3.1-8B, context_tokens: 131072}
+        - name: TTFT LMCache / pool
+          section: "§V-B1, Fig. 9a"
+          metric: ttft_mean_s
+          unit: x
+          seed: 2.9
+          at: {design: LMCache, model: Llama-3.1-8B, context_tokens: 131072}
+          over: {design: Unified KV pooling}
+
+What a figure means:
+
+* ``at`` selects summary rows by their key columns (``design``, ``model``,
+  ``context_tokens``); kvtier's value is ``metric`` there.  A key ``at``
+  leaves out expands the figure: one table row per value of it (the seed's
+  ablation names no model, so each model gets a row).
+* ``over`` makes the figure a ratio: ``metric`` at ``at`` divided by ``metric``
+  at ``at`` with ``over``'s keys replaced (same model and context unless
+  ``over`` names them), e.g. "LMCache's TTFT / the pool's", or "TTFT at 128K /
+  TTFT at 1K" (``over: {context_tokens: 1024}``).
+* ``relation``: ``=`` (default) when the seed gives a value; ``>`` or ``<``
+  when it gives an ordering or a bound ("GPU-only remains the fastest": a
+  span ratio ``> 1``; "all under 10 s": ``< 10``).
+
+A row is *off* when kvtier's value is more than ``tolerance`` (default 25%)
+away from the seed's (``|kvtier / seed - 1| > tolerance``), when a stated
+ordering does not hold, or, for a seed value of 0 (no ratio exists), when
+kvtier's value is not 0.  A row whose selection matches no run (a variant
+the scenario does not have) says so instead of guessing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.table import Table
+
+from hwprofiles.loader import build_dataclass, read_yaml
+
+KEYS = ("design", "model", "context_tokens")  # summary columns a figure may select on
+RELATIONS = ("=", ">", "<")
+UNITS = {"s": 1.0, "ms": 1e3, "x": 1.0, "%": 100.0}  # display scale of a metric value
+
+
+@dataclass(frozen=True)
+class SeedFigure:
+    """One number the seed reports (see the module docstring)."""
+
+    name: str  # what the seed reports, in a few words
+    section: str  # where: "§V-B1, Fig. 9a"
+    metric: str  # summary column compared
+    unit: str  # one of UNITS; "%" values are fractions (0.06 = 6%)
+    seed: float  # the seed's value (or bound, for relation > / <), in metric units
+    at: dict[str, Any]  # selection of the numerator rows
+    over: dict[str, Any] = field(default_factory=dict)  # ratio: keys changed for the denominator
+    relation: str = "="
+    note: str = "-"  # how the seed's words were read into a number
+
+
+@dataclass(frozen=True)
+class SeedFigures:
+    """A seed's figures for one scenario."""
+
+    seed: str  # which seed: "004 Unified KV Pooling"
+    figures: tuple[SeedFigure, ...]
+    tolerance: float = 0.25  # relative distance beyond which a row is off
+
+
+@dataclass(frozen=True)
+class Row:
+    """One compared row: a figure at one expansion of its selection."""
+
+    figure: SeedFigure
+    where: str  # model and context of the row, where the scenario varies them ("" if not)
+    kvtier: float | None  # None: the selection matched no run (inf/nan: a ratio over 0)
+    ratio: float | None  # kvtier / seed; None for relations, zero seeds, no run
+    off: bool
+
+
+def parse_seed_figures(raw: Any, where: Any, key: str = "seed_figures") -> SeedFigures:
+    """The ``seed_figures`` block at ``key`` of a scenario YAML, checked: every
+    figure names a section, a known unit and relation, and keys of ``at`` and
+    ``over`` among :data:`KEYS`; errors are ``where.error`` (file:line: key)."""
+    figs = build_dataclass(SeedFigures, raw, where, key)
+    if not figs.figures:
+        raise where.error(f"{key}.figures", "must list at least one figure")
+    for i, f in enumerate(figs.figures):
+        k = f"{key}.figures[{i}]"
+        if f.unit not in UNITS:
+            raise where.error(f"{k}.unit", f"must be one of {', '.join(UNITS)}, got {f.unit!r}")
+        if f.relation not in RELATIONS:
+            raise where.error(f"{k}.relation", f"must be one of {', '.join(RELATIONS)}")
+        for part in ("at", "over"):
+            bad = sorted(set(getattr(f, part)) - set(KEYS))
+            if bad:
+                raise where.error(f"{k}.{part}.{bad[0]}", f"must be one of {', '.join(KEYS)}")
+    if not figs.tolerance > 0:
+        raise where.error(f"{key}.tolerance", "must be > 0")
+    return figs
+
+
+def load_seed_figures(path: str | Path, error: type[ValueError] = ValueError) -> SeedFigures | None:
+    """The scenario file's ``seed_figures``, or None when it has none."""
+    data, where = read_yaml(Path(path), error=error)
+    if not isinstance(data, dict) or data.get("seed_figures") is None:
+        return None
+    return parse_seed_figures(data["seed_figures"], where)
+
+
+def _select(df: pd.DataFrame, sel: dict[str, Any]) -> pd.DataFrame:
+    mask = pd.Series(True, index=df.index)
+    for k, v in sel.items():
+        if k not in df.columns:
+            return df.iloc[0:0]
+        mask &= df[k] == v
+    return df[mask]
+
+
+def compare(figs: SeedFigures, df: pd.DataFrame) -> list[Row]:
+    """Every figure against the scenario summary ``df`` (one row per run)."""
+    rows: list[Row] = []
+    for f in figs.figures:
+        num = _select(df, f.at)
+        if num.empty or f.metric not in df.columns:
+            rows.append(Row(f, "", None, None, False))
+            continue
+        shown = [k for k in KEYS[1:] if k in df.columns and df[k].nunique() > 1]
+        for _, r in num.iterrows():
+            label = " ".join(_key_cell(k, r[k]) for k in shown)
+            value: float | None = float(r[f.metric])
+            if f.over:
+                den = _select(df, {**{k: r[k] for k in KEYS if k in df.columns}, **f.over})
+                value = _ratio(value, float(den[f.metric].iloc[0])) if len(den) == 1 else None
+            rows.append(judge(f, label, value, figs.tolerance))
+    return rows
+
+
+def _key_cell(key: str, value: Any) -> str:
+    """A selection value as shown: context lengths in K tokens."""
+    if key == "context_tokens" and int(value) % 1024 == 0:
+        return f"{int(value) // 1024}K"
+    return str(value)
+
+
+def _ratio(num: float, den: float) -> float:
+    """num / den, with x / 0 = inf (x > 0) and 0 / 0 = nan."""
+    if den == 0:
+        return math.inf if num > 0 else math.nan
+    return num / den
+
+
+def judge(f: SeedFigure, where: str, kvtier: float | None, tolerance: float) -> Row:
+    """The row of figure ``f`` given kvtier's value: its ratio and whether it is off."""
+    if kvtier is None:
+        return Row(f, where, None, None, False)
+    if not math.isfinite(kvtier):  # a ratio over a zero: no comparison holds
+        return Row(f, where, kvtier, None, True)
+    if f.relation == ">":
+        return Row(f, where, kvtier, None, not kvtier > f.seed)
+    if f.relation == "<":
+        return Row(f, where, kvtier, None, not kvtier < f.seed)
+    if f.seed == 0:
+        return Row(f, where, kvtier, None, kvtier != 0)
+    ratio = kvtier / f.seed
+    return Row(f, where, kvtier, ratio, abs(ratio - 1) > tolerance)
+
+
+# ---- rendering -----------------------------------------------------------------------
+def _num(v: float, unit: str) -> str:
+    """``v`` (metric units) in display units, 3 significant digits, no exponent."""
+    if not math.isfinite(v):
+        return str(v)
+    x = v * UNITS[unit]
+    return f"{x:,.{max(0, 2 - math.floor(math.log10(abs(x))))}f}" if x else "0"
+
+
+def seed_cell(f: SeedFigure) -> str:
+    """The seed column: the value, or the ordering it states."""
+    value = _num(f.seed, f.unit)
+    return value if f.relation == "=" else f"{f.relation} {value}"
+
+
+def verdict(row: Row) -> str:
+    if row.kvtier is None:
+        return "no run"
+    return "OFF" if row.off else "ok"
+
+
+def seed_table(figs: SeedFigures, rows: list[Row], title: str) -> Table:
+    """Rows "figure | where | section | unit | seed | kvtier | kvtier/seed | verdict";
+    verdict OFF marks rows more than ``figs.tolerance`` away (or orderings not held)."""
+    pct = f"{100 * figs.tolerance:.0f}%"
+    table = Table(title=f"{title}: seed {figs.seed} vs kvtier (OFF: > {pct} away)")
+    wheres = any(r.where for r in rows)
+    for name in ("figure", "where", "section", "unit") if wheres else ("figure", "section", "unit"):
+        table.add_column(name, overflow="fold")
+    for name in ("seed", "kvtier", "kvtier/seed"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    for r in rows:
+        f = r.figure
+        kv = "-" if r.kvtier is None else _num(r.kvtier, f.unit)
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
+        mark = verdict(r)
+        style = "red" if mark == "OFF" else ("yellow" if mark == "no run" else "green")
+        head = (f.name, r.where, f.section) if wheres else (f.name, f.section)
+        table.add_row(*head, f.unit, seed_cell(f), kv, ratio, f"[{style}]{mark}")
+    return table
