@@ -204,14 +204,16 @@ def verdict(row: Row) -> str:
 
 
 def seed_table(figs: SeedFigures, rows: list[Row], title: str) -> Table:
-    """Rows "figure | where | section | unit | seed | kvtier | kvtier/seed | verdict";
+    """Rows "figure | where | section | unit | seed | kvtier | ratio | verdict";
     verdict OFF marks rows more than ``figs.tolerance`` away (or orderings not held)."""
     pct = f"{100 * figs.tolerance:.0f}%"
-    table = Table(title=f"{title}: seed {figs.seed} vs kvtier (OFF: > {pct} away)")
+    table = Table(
+        title=f"{title}: seed {figs.seed} vs kvtier (ratio = kvtier / seed; OFF: > {pct} away)"
+    )
     wheres = any(r.where for r in rows)
     for name in ("figure", "where", "section", "unit") if wheres else ("figure", "section", "unit"):
         table.add_column(name, overflow="fold")
-    for name in ("seed", "kvtier", "kvtier/seed"):
+    for name in ("seed", "kvtier", "ratio"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("", no_wrap=True)
     for r in rows:
