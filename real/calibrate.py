@@ -281,10 +281,19 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", default="results/calibrate", help="directory for fio JSON and the summary"
     )
+    p.add_argument("--force", action="store_true", help="overwrite results already in --out")
     p.set_defaults(handler=_cli)
 
 
 def _cli(args: argparse.Namespace) -> int:
+    from kvtier.outdir import claim
+
+    with claim(args.out, force=args.force, label="calibrate"):  # before any fio run
+        return _calibrate_cli(args)
+
+
+def _calibrate_cli(args: argparse.Namespace) -> int:
+    """The calibration of ``args`` into the claimed ``args.out``."""
 
     from real.emulate import _interrupt, emulate, print_set
 

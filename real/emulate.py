@@ -345,11 +345,19 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=MODES, default="auto")
     p.add_argument("--out", required=True, help="directory for the scaled profile and fio JSON")
     p.add_argument("--no-check", action="store_true", help="skip the fio check of the limits")
+    p.add_argument("--force", action="store_true", help="overwrite results already in --out")
     p.set_defaults(handler=_cli)
 
 
 def _cli(args: argparse.Namespace) -> int:
-    out = Path(args.out)
+    from kvtier.outdir import claim
+
+    with claim(args.out, force=args.force, label="emulate") as out:
+        return _emulate_cli(args, out)
+
+
+def _emulate_cli(args: argparse.Namespace, out: Path) -> int:
+    """Build the emulated set of ``args`` (profile and evidence into ``out``) and check it."""
     with emulate(
         args.profile,
         args.n,

@@ -277,10 +277,10 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from real.outdir import claim
+    from kvtier.outdir import claim
 
     check_args(args)
-    with claim(args.out, force=args.force):
+    with claim(args.out, force=args.force, label=f"validate seed {args.seed}"):
         return _validate(args)
 
 
