@@ -43,7 +43,6 @@ import datetime as dt
 import json
 import os
 import re
-import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -293,11 +292,10 @@ def _cli(args: argparse.Namespace) -> int:
 
 
 def _calibrate_cli(args: argparse.Namespace) -> int:
-    """The calibration of ``args`` into the claimed ``args.out``."""
+    """The calibration of ``args`` into the claimed ``args.out`` (signals: see
+    :mod:`real._signals`, which ``kvtier real`` runs every command under)."""
+    from real.emulate import emulate, print_set
 
-    from real.emulate import _interrupt, emulate, print_set
-
-    signal.signal(signal.SIGTERM, _interrupt)
     sweep = FULL if args.full else QUICK
     size = fio.parse_size(args.size) if args.size else sweep.size
     if args.emulate:
