@@ -136,3 +136,37 @@ def test_missed_target_exits_1_unless_informational(
     assert (0 if ok else 1) == status  # cmd_validate's `return 0 if ok else 1`
     text = console.export_text()
     assert "iops 12.0%" in text and "bandwidth 3" not in text
+
+
+def test_rate_plan_steps_move_what_they_say() -> None:
+    """Each measurement step by hand: 2 devices, a 4 MiB region, 8 random blocks."""
+    from real.capacity import RATE_STEPS, rate_plan
+
+    plan = rate_plan(2, 4 << 20, random_ios=8, qd1_ios=3).to_pandas()
+    by = plan.groupby("step").agg(
+        bytes=("bytes", "sum"), ios=("n_ios", "sum"), ops=("op_id", "size")
+    )
+    assert list(by.index) == list(range(len(RATE_STEPS)))
+    assert by["bytes"].tolist() == [8 << 20, 8 << 20, 16 * 4096, 16 * 4096, 3 * 4096, 3 * 4096]
+    assert by["ios"].tolist() == [8, 8, 16, 16, 3, 3]  # 1 MiB sequential, 4 KiB random
+    assert by["ops"].tolist() == [2, 2, 2, 2, 1, 1]  # QD1 latency: ssd0 alone
+
+
+def test_no_fio_emulation_measures_with_the_replayer(tmp_path, monkeypatch) -> None:
+    """Without fio, ``meter='replayer'`` still picks a scale: the one that fits the
+    profile's devices into the rates the replayer measured (80% headroom)."""
+    from real import fio
+    from real.capacity import scale_for
+    from real.emulate import emulate
+
+    monkeypatch.setattr(fio, "fio_binary", lambda: None)
+    with pytest.raises(RealError, match="--scale"):
+        emulate("h100-2dimm-2ssd", 1, where=tmp_path, size=8 << 20, mode="pacing")
+    with emulate(
+        "h100-2dimm-2ssd", 2, where=tmp_path, size=8 << 20, mode="pacing", meter="replayer"
+    ) as es:
+        r = es.sustainable
+        assert r is not None and min(r.read_bps, r.write_bps, r.read_iops, r.write_iops) > 0
+        assert r.read_latency_us > 0 and r.write_latency_us > 0
+        assert es.scale == scale_for(es.source, 2, r) <= 1
+        assert es.targets[0].limits.read_iops == int(es.source.ssds[0].read_iops * es.scale)
