@@ -43,7 +43,6 @@ import datetime as dt
 import json
 import os
 import re
-import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -281,14 +280,22 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", default="results/calibrate", help="directory for fio JSON and the summary"
     )
+    p.add_argument("--force", action="store_true", help="overwrite results already in --out")
     p.set_defaults(handler=_cli)
 
 
 def _cli(args: argparse.Namespace) -> int:
+    from kvtier.outdir import claim
 
-    from real.emulate import _interrupt, emulate, print_set
+    with claim(args.out, force=args.force, label="calibrate"):  # before any fio run
+        return _calibrate_cli(args)
 
-    signal.signal(signal.SIGTERM, _interrupt)
+
+def _calibrate_cli(args: argparse.Namespace) -> int:
+    """The calibration of ``args`` into the claimed ``args.out`` (signals: see
+    :mod:`real._signals`, which ``kvtier real`` runs every command under)."""
+    from real.emulate import emulate, print_set
+
     sweep = FULL if args.full else QUICK
     size = fio.parse_size(args.size) if args.size else sweep.size
     if args.emulate:

@@ -11,17 +11,25 @@ Two fio measurements for :mod:`real.emulate`:
   throttle group and compares each one's rate with its limit: at most the
   limit (the throttle holds), close to it (the machine keeps up).
 
-Both keep fio's JSON in the directory they are given.
+Both keep fio's JSON in the directory they are given.  Without fio
+(``kvtier real validate --no-fio``), :func:`measure_rates_replayer` measures
+the same four aggregate rates and the QD1 latencies with kvtier's own
+replayer: the plan of :func:`rate_plan`, replayed unthrottled on all devices.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+
 from hwprofiles.schema import HardwareProfile
+from kvtier.plan import PlanBuilder
 from real import fio
+from real.errors import RealError
 from real.targets import Target
 
 MEASURE_REGION = 256 << 20  # bytes of each device a measurement touches
@@ -68,6 +76,92 @@ def measure_rates(paths: Sequence[str], evidence: Path, size: int, runtime: str 
         read_latency_us=got["randread-qd1"].clat_mean_us,
         write_latency_us=got["randwrite-qd1"].clat_mean_us,
     )
+
+
+RATE_STEPS = ("write", "read", "randwrite", "randread", "randread-qd1", "randwrite-qd1")
+
+
+def rate_plan(n: int, region: int, random_ios: int, qd1_ios: int = 256) -> pa.Table:
+    """The replayer's rate measurement on devices ``ssd0..ssd{n-1}``: one step per
+    :data:`RATE_STEPS` entry (``step`` = its index), each after the previous one.
+
+    Sequential: every device written, then read, whole ``region`` in 1 MiB I/Os at
+    QD16 (as :func:`measure_rates` drives fio); random: ``random_ios`` distinct
+    4 KiB blocks of ``region`` per device at QD32; then ``qd1_ios`` 4 KiB random
+    reads and writes of ``ssd0`` alone at QD1 (its latency)."""
+    mib, blk = 1 << 20, 4096
+    rng = np.random.default_rng(0)
+    nodes = [f"ssd{k}" for k in range(n)]
+    b, prev = PlanBuilder(), []
+
+    def blocks(count: int) -> np.ndarray:
+        picked = rng.choice(region // blk, size=min(count, region // blk), replace=False)
+        return np.stack([picked * blk, np.full(len(picked), blk)], axis=1)
+
+    for step, name in enumerate(RATE_STEPS):
+        kind = "write" if "write" in name else "read"
+        qd = 1 if name.endswith("qd1") else 32 if name.startswith("rand") else 16
+        ops = []
+        for node in nodes[:1] if qd == 1 else nodes:
+            ends = ("dram0", node) if kind == "write" else (node, "dram0")
+            kw = {"queue_depth": qd, "step": step, "io_path": "io_uring", "depends_on": prev}
+            if name.startswith("rand"):
+                kw["extents"] = blocks(qd1_ios if qd == 1 else random_ios)
+            else:
+                kw.update(nbytes=region // mib * mib, n_ios=region // mib, stride=mib)
+            ops.append(getattr(b, kind)(*ends, **kw))
+        prev = ops
+    return b.table()
+
+
+def measure_rates_replayer(targets: Sequence[Target], size: int, engine: str = "auto") -> Rates:
+    """Aggregate rates of ``targets`` (created by kvtier) driven all at once by the
+    replayer, unthrottled and unpaced: bytes (or I/Os) of each step of
+    :func:`rate_plan` over that step's span, first start to last end."""
+    import dataclasses
+
+    from real.datafile import fill_targets
+    from real.replay import replay
+
+    region = min(size, MEASURE_REGION // 4) // (1 << 20) << 20
+    plan = rate_plan(len(targets), region, random_ios=max(1024, 8192 // len(targets)))
+    free = {t.node: dataclasses.replace(t, pacing=False) for t in targets}
+    fill_targets(free, plan, 0)
+    ops = replay(plan, free, seed=0, engine=engine).ops.to_pandas()
+    got = {}
+    for step, name in enumerate(RATE_STEPS):
+        mine = ops[ops["step"] == step]
+        span = float(mine["end_s"].max() - mine["start_s"].min())
+        got[name] = (float(mine["bytes"].sum()) / span, float(mine["n_ios"].sum()) / span)
+    return Rates(
+        read_bps=got["read"][0],
+        write_bps=got["write"][0],
+        read_iops=got["randread"][1],
+        write_iops=got["randwrite"][1],
+        read_latency_us=1e6 / got["randread-qd1"][1],  # QD1: one I/O at a time
+        write_latency_us=1e6 / got["randwrite-qd1"][1],
+    )
+
+
+METERS = ("fio", "replayer")
+Meter = Callable[[list[Target]], Rates]
+
+
+def make_meter(meter: str, evidence: Path, size: int) -> Meter:
+    """What measures the backing store's rates: fio (its JSON kept in ``evidence``)
+    or the replayer."""
+    if meter == "replayer":
+        return lambda targets: measure_rates_replayer(targets, size)
+
+    def with_fio(targets: list[Target]) -> Rates:
+        if fio.fio_binary() is None:
+            raise RealError(
+                f"{fio.missing_message()}; it measures the emulated devices: give --scale F "
+                "to skip the measurement (F in (0, 1]: the fraction of the profile's rates)"
+            )
+        return measure_rates([t.path for t in targets], evidence, size)
+
+    return with_fio
 
 
 def scale_for(source: HardwareProfile, n: int, sustainable: Rates, headroom: float = 0.8) -> float:

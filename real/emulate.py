@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -50,7 +51,7 @@ from hwprofiles.loader import ProfileError, load_profile
 from hwprofiles.schema import HardwareProfile
 from real import blkio, fio
 from real._signals import phase
-from real.capacity import Rates, check_limits, measure_rates, scale_for
+from real.capacity import METERS, Meter, Rates, check_limits, make_meter, scale_for
 from real.cleanup import REGISTRY, file_id
 from real.errors import RealError
 from real.profile_yaml import scaled_profile, write_scaled_profile
@@ -149,6 +150,7 @@ def emulate(
     fill: bool = False,
     latency: str = "source",
     cgroup_root: str | Path = blkio.CGROUP_ROOT,
+    meter: str = "fio",
 ) -> EmulatedSet:
     """Build ``n`` emulated SSDs of ``profile`` (default: all its SSDs); see the module doc.
 
@@ -160,7 +162,12 @@ def emulate(
     files first (needed on a disk for reads to reach it; tmpfs needs none).
     ``latency``: ``source`` keeps the profile's QD1 latencies; ``measured``
     puts the emulated devices' own (measured with the rates) in the profile.
+    ``meter``: what measures the rates when ``scale`` is not given: ``fio``
+    or ``replayer`` (kvtier's own, :func:`real.capacity.measure_rates_replayer`:
+    no fio needed).
     """
+    if meter not in METERS:
+        raise RealError(f"meter must be one of {METERS}, got {meter!r}")
     if latency not in ("source", "measured"):
         raise RealError(f"latency must be 'source' or 'measured', got {latency!r}")
     if latency == "measured" and scale is not None:
@@ -193,7 +200,9 @@ def emulate(
     es = EmulatedSet(workdir, source, chosen)
     try:
         out_dir = Path(out) if out else workdir
-        _build(es, n, size, scale, headroom, fill, out_dir, cgroup_root, latency == "measured")
+        measure = make_meter(meter, out_dir / "capacity", size)
+        _build(es, n, size, scale, headroom, fill, measure, cgroup_root)
+        _describe(es, out_dir, size, latency == "measured")
     except BaseException:
         es.close()
         raise
@@ -224,10 +233,11 @@ def _build(
     scale: float | None,
     headroom: float,
     fill: bool,
-    out: Path,
+    measure: Meter,
     cgroup_root: str | Path,
-    measured_latency: bool,
 ) -> None:
+    """Backing files (loop devices when throttled), the scale (measured with ``measure``
+    unless given) and one target per device, limited to the scaled profile's rates."""
     backing = [es.workdir / f"ssd{i}.img" for i in range(n)]
     for path in backing:
         _allocate(path, size, fill or (scale is None and not _in_memory(path)))
@@ -239,18 +249,16 @@ def _build(
         name = f"kvtier-{os.getpid()}-{es.workdir.name.rsplit('-', 1)[1]}"
         es.group = blkio.ThrottleGroup(cgroup_root, name)
     phase("setup")
+    kind = "loop" if es.mode == "throttle" else "file"
+    bare = [Target(f"ssd{i}", p, size, kind, created=True) for i, p in enumerate(paths)]
     if scale is None:
-        if fio.fio_binary() is None:
-            raise RealError(
-                fio.missing_message() + " with a --scale (the rates are measured with fio)"
-            )
-        es.sustainable = measure_rates(paths, out / "capacity", size)
+        es.sustainable = measure(bare)
         scale = scale_for(es.source, n, es.sustainable, headroom)
     es.scale = scale
     scaled = scaled_profile(es.source, n, scale, size)
     targets = []
-    for i, path in enumerate(paths):
-        group = scaled.ssd(f"ssd{i}")
+    for t in bare:
+        group = scaled.ssd(t.node)
         limits = Limits(
             read_bps=round(group.read_gbps * 1e9),
             write_bps=round(group.write_gbps * 1e9),
@@ -258,21 +266,17 @@ def _build(
             write_iops=int(group.write_iops),
         )
         if es.group is not None:
-            es.group.limit(path, limits)
-        kind = "loop" if es.mode == "throttle" else "file"
-        targets.append(
-            Target(
-                node=f"ssd{i}",
-                path=path,
-                size=size,
-                kind=kind,
-                created=True,
-                limits=limits,
-                pacing=es.mode == "pacing",
-                queue_depth=group.max_queue_depth,
-            )
-        )
+            es.group.limit(t.path, limits)
+        pacing = es.mode == "pacing"
+        q = group.max_queue_depth
+        targets.append(dataclasses.replace(t, limits=limits, pacing=pacing, queue_depth=q))
     es.targets = tuple(targets)
+
+
+def _describe(es: EmulatedSet, out: Path, size: int, measured_latency: bool) -> None:
+    """Write the scaled profile the simulator models (``out/<name>.yaml``) and the note."""
+    n, scale, targets = len(es.targets), es.scale, es.targets
+    scaled = scaled_profile(es.source, n, scale, size)
     es.profile_path = out / f"{scaled.name}.yaml"
     latency = (
         (es.sustainable.read_latency_us, es.sustainable.write_latency_us)
@@ -345,11 +349,19 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=MODES, default="auto")
     p.add_argument("--out", required=True, help="directory for the scaled profile and fio JSON")
     p.add_argument("--no-check", action="store_true", help="skip the fio check of the limits")
+    p.add_argument("--force", action="store_true", help="overwrite results already in --out")
     p.set_defaults(handler=_cli)
 
 
 def _cli(args: argparse.Namespace) -> int:
-    out = Path(args.out)
+    from kvtier.outdir import claim
+
+    with claim(args.out, force=args.force, label="emulate") as out:
+        return _emulate_cli(args, out)
+
+
+def _emulate_cli(args: argparse.Namespace, out: Path) -> int:
+    """Build the emulated set of ``args`` (profile and evidence into ``out``) and check it."""
     with emulate(
         args.profile,
         args.n,

@@ -23,6 +23,7 @@ from kvtier.plan import read_plan
 from kvtier.provenance import file_digest
 from kvtier.records import Records
 from kvtier.units import fmt_bytes
+from kvtier.validate import int_arg
 from real.datafile import prepare_targets
 from real.engine import ENGINES
 from real.errors import RealError
@@ -59,9 +60,9 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output directory for records and run.json")
     p.add_argument("--force", action="store_true", help="overwrite results already in --out")
     p.add_argument("--engine", choices=ENGINES, default="auto", help="I/O engine (default auto)")
-    p.add_argument("--qd", type=int, default=DEFAULT_QD, help="in-flight I/Os per device")
+    p.add_argument("--qd", type=int_arg(1), default=DEFAULT_QD, help="in-flight I/Os per device")
     p.add_argument("--hw", help="profile for the modelled copy/compute times")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data written")
+    p.add_argument("--seed", type=int_arg(0), default=0, help="seed of the data written")
     p.add_argument("--keep-files", action="store_true", help="keep the data files afterwards")
     p.add_argument(
         "--i-own-this-device",
@@ -76,9 +77,11 @@ def add_cli(group: argparse._SubParsersAction) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from real.outdir import claim
+    from kvtier.outdir import claim
 
-    with claim(args.out, force=args.force):  # an unusable --out fails before the run
+    with claim(
+        args.out, force=args.force, label=f"replay of {args.plan}"
+    ):  # an unusable --out fails before the run
         return _replay(args)
 
 

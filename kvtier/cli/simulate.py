@@ -13,6 +13,7 @@ from rich.table import Table
 
 from hwprofiles import load_profile
 from kvtier.console import make_console
+from kvtier.outdir import claim, run_id
 from kvtier.plan import PlanError, read_plan
 from kvtier.units import fmt_bytes
 from kvtier.validate import check_out_dir, int_arg
@@ -31,6 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int_arg(1), help="override the number of decode steps")
     p.add_argument("--trace", action="store_true", help="also write Perfetto timelines")
     p.add_argument("--plan", help="simulate this transfer-plan Parquet file instead")
+    p.add_argument(
+        "--force", action="store_true", help="overwrite another run's results in the output"
+    )
     p.set_defaults(handler=cmd_sim)
 
 
@@ -51,6 +55,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
         cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, steps=args.steps))
     check_scenario(cfg, profile)  # what the profile cannot hold, refused before simulating
     out = Path(args.out) / cfg.name / profile.name
+    run = run_id(cmd="sim", scenario=cfg.to_dict(), hw=dataclasses.asdict(profile), t=args.trace)
+    label = f"sim {cfg.name} on {profile.name}, seed {cfg.seed}"
+    with claim(out, force=args.force, run=run, label=label):  # one run per directory
+        return _sim_scenario(console, args, cfg, profile, out)
+
+
+def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out: Path) -> int:
+    """Run scenario ``cfg`` on ``profile`` into ``out`` (claimed) and print its tables."""
     console.print(
         f"[bold]kvtier sim[/bold]: scenario [cyan]{cfg.name}[/cyan] on "
         f"[cyan]{profile.name}[/cyan] ({cfg.description}), seed {cfg.seed}"
@@ -230,7 +242,17 @@ def limiter(row: pd.Series) -> str:
 
 
 def _sim_plan(console: Console, args: argparse.Namespace, profile) -> int:
+    from kvtier.provenance import file_digest
+
     plan = read_plan(args.plan)
+    run = run_id(cmd="sim", plan=file_digest(args.plan), hw=dataclasses.asdict(profile))
+    label = f"sim {args.plan} on {profile.name}"
+    with claim(args.out, force=args.force, run=run, label=label):
+        return _sim_plan_run(console, args, profile, plan)
+
+
+def _sim_plan_run(console: Console, args: argparse.Namespace, profile, plan) -> int:
+    """Simulate ``plan`` into ``args.out`` (claimed) and print its device table."""
     with _progress(console) as bar:
         task = bar.add_task(Path(args.plan).name, total=plan.num_rows)
         try:  # the plan is validated (finite times, known nodes) before it runs

@@ -13,6 +13,7 @@ from rich.progress import Progress
 
 from hwprofiles import load_profile
 from kvtier.console import make_console
+from kvtier.outdir import claim, run_id
 from kvtier.provenance import provenance
 from kvtier.validate import check_out_dir, int_arg
 from sim.config import ConfigError, load_scenario
@@ -56,6 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int_arg(1), help="override the number of decode steps")
     p.add_argument("--jobs", type=int_arg(1), help="worker processes (default: CPU count)")
     p.add_argument("--out", default="results/sweeps", help="output directory")
+    p.add_argument(
+        "--force", action="store_true", help="overwrite another run's results in the output"
+    )
     p.set_defaults(handler=cmd_sweep)
 
 
@@ -86,11 +90,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     profile = load_profile(factors[HW][0] if HW in factors else args.hw)
     for point, at in todo:  # what a profile cannot hold, refused before simulating
         check_scenario(at, hws.get(point.get(HW, ""), profile))
-    names = list(factors)
     out = Path(args.out) / cfg.name / ("hw" if HW in factors else profile.name)
-    console.print(f"[bold]kvtier sweep[/bold]: {cfg.name}, {len(todo)} points of {factors}")
+    hw = {name: dataclasses.asdict(p) for name, p in hws.items()} or dataclasses.asdict(profile)
+    run = run_id(cmd="sweep", scenario=cfg.to_dict(), factors=factors, hw=hw)
+    label = f"sweep {cfg.name} over {', '.join(factors)}, seed {cfg.seed}"
+    with claim(out, force=args.force, run=run, label=label):  # one run per directory
+        return _sweep_into(console, args, cfg, profile, factors, len(todo), out)
+
+
+def _sweep_into(console, args, cfg, profile, factors, points: int, out: Path) -> int:
+    """Run the sweep into ``out`` (claimed): Parquet, CSV, provenance JSON and plots."""
+    names = list(factors)
+    console.print(f"[bold]kvtier sweep[/bold]: {cfg.name}, {points} points of {factors}")
     with Progress(console=console) as bar:
-        task = bar.add_task("points", total=len(todo))
+        task = bar.add_task("points", total=points)
         df = sweep(
             cfg,
             profile,

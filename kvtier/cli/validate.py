@@ -30,6 +30,7 @@ import pyarrow as pa
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
+from kvtier.cli.validate_args import add_run_args, check_args
 from kvtier.cli.validate_designs import (
     footprint,
     plan_for_devices,
@@ -45,7 +46,6 @@ from real.errors import RealError
 from real.profile_yaml import scaled_profile
 from real.targets import Limits, Target
 from real.validate import (
-    REGIMES,
     TARGET_MEDIAN_ERROR,
     compare,
     engine_costs,
@@ -68,22 +68,7 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     dev.add_argument("--emulate", metavar="PROFILE", help="emulate the profile's SSDs (root)")
     dev.add_argument("--pace", metavar="PROFILE", help="files paced in user space to PROFILE")
     dev.add_argument("--hw", metavar="PROFILE", help="model the devices with this profile")
-    p.add_argument("--n", type=int, default=4, help="SSDs to use (default 4)")
-    p.add_argument("--dir", default="/dev/shm", help="where data/backing files go")
-    p.add_argument(
-        "--scale",
-        type=float,
-        default=0.0,
-        help="rate scale in (0, 1] (0 = auto: measured with fio for --emulate)",
-    )
-    p.add_argument("--steps", type=int, default=5, help="steps per regime")
-    p.add_argument(
-        "--step-s",
-        type=float,
-        default=0.3,
-        help="modelled seconds per step (several of the throttle's 100 ms slices)",
-    )
-    p.add_argument("--regimes", default=",".join(REGIMES), help="comma-separated subset")
+    add_run_args(p)
     p.add_argument("--engine", default="auto", choices=("auto", "uring", "threads"))
     p.add_argument("--out", default="results/real", help="output directory (locked while running)")
     p.add_argument("--force", action="store_true", help="overwrite results already in --out")
@@ -97,7 +82,6 @@ def add_cli(group: argparse._SubParsersAction) -> None:
         action="store_true",
         help="install fio with the distribution's package manager if missing (root)",
     )
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--no-engine-costs",
         action="store_true",
@@ -170,9 +154,15 @@ def devices(
     if args.emulate:
         from real.emulate import emulate
 
-        scale = args.scale or None
+        meter = "replayer" if args.no_fio else "fio"  # what measures the devices' rates
         with emulate(
-            args.emulate, args.n, where=args.dir, size=size, out=args.out, scale=scale
+            args.emulate,
+            args.n,
+            where=args.dir,
+            size=size,
+            out=args.out,
+            scale=args.scale,
+            meter=meter,
         ) as es:
             console.print(es.note)
             limits = es.targets[0].limits
@@ -217,10 +207,9 @@ def run_validation(
 ) -> tuple[dict[str, Any], Records, Records]:
     from real.replay import replay, sigterm_as_interrupt
 
-    regimes = tuple(r for r in args.regimes.split(",") if r)
     plan, steps = regime_plan(
         dev.profile,
-        regimes=regimes,
+        regimes=tuple(args.regimes),
         steps_per_regime=args.steps,
         step_s=args.step_s,
         n_ssd=args.n,
@@ -240,47 +229,11 @@ def run_validation(
     return compare(sim, real, steps) | {"plan": plan, "fio": fio}, sim, real
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Refuse nonsense values in one line before anything runs; make sure fio is there."""
-    import math
-
-    from real import fio
-
-    bad = [
-        ("--n", args.n, args.n >= 1, ">= 1"),
-        ("--steps", args.steps, args.steps >= 1, ">= 1"),
-        ("--step-s", args.step_s, math.isfinite(args.step_s) and args.step_s > 0, "> 0"),
-        ("--scale", args.scale, math.isfinite(args.scale) and 0 <= args.scale <= 1, "in [0, 1]"),
-        ("--seed", args.seed, args.seed >= 0, ">= 0"),
-    ]
-    for flag, value, ok, want in bad:
-        if not ok:
-            raise RealError(f"{flag} must be {want}, got {value}")
-    regimes = [r for r in args.regimes.split(",") if r]
-    unknown = [r for r in regimes if r not in REGIMES]
-    if unknown or not regimes:
-        raise RealError(
-            f"--regimes: unknown {', '.join(unknown) or 'empty list'}; choose from "
-            f"{', '.join(REGIMES)}"
-        )
-    need_fio = not args.no_fio or (args.emulate and not args.scale)
-    if need_fio and fio.fio_binary() is None:
-        if args.install_fio:
-            fio.ensure_fio(True)
-        elif args.no_fio:
-            raise RealError(
-                f"{fio.missing_message()}; --emulate measures this machine with it: "
-                "give --scale F to skip the measurement"
-            )
-        else:
-            raise RealError(fio.missing_message())
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
-    from real.outdir import claim
+    from kvtier.outdir import claim
 
     check_args(args)
-    with claim(args.out, force=args.force):
+    with claim(args.out, force=args.force, label=f"validate seed {args.seed}"):
         return _validate(args)
 
 

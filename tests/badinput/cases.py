@@ -80,6 +80,7 @@ AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 AZ_T = "2023-11-16 18:17:03.9799600"
 GEN = "trace gen-conversations --sessions 2 --out g.parquet"
 CONV = "trace convert t.csv --out o.parquet"
+VALIDATE = "real validate --hw h20-8ssd --no-fio"
 
 CASES: list[tuple[str, str, Files, str]] = [
     # --- flag values: negative, zero, non-finite, fractional, not a number, unknown choice
@@ -123,6 +124,21 @@ CASES: list[tuple[str, str, Files, str]] = [
     ("sim-unknown-flag", "sim --bogus", {}, "--bogus"),
     ("sweep-no-factor", "sweep", {}, "--factor"),
     ("conv-no-out", "trace convert t.csv", {}, "--out"),
+    # --- real validate (parsed before any I/O)
+    *[
+        (f"validate-{flag[2:]}-{v}", f"{VALIDATE} {flag} {v}", {}, flag)
+        for flag, values in (
+            ("--steps", ("0", "1.5")),
+            ("--n", ("0", "-1")),
+            ("--step-s", ("-1", "0", "nan")),
+            ("--scale", ("0", "nan", "2")),
+            ("--seed", ("-1",)),
+            ("--regimes", ("bogus", ",")),
+        )
+        for v in values
+    ],
+    ("replay-seed-neg", "real replay --plan p --targets-dir t --out o --seed -1", {}, "--seed"),
+    ("replay-qd-zero", "real replay --plan p --targets-dir t --out o --qd 0", {}, "--qd"),
     # --- sweep factors, typed per factor
     ("factor-ssds-neg", "sweep --factor ssds --values -1", {}, "ssds"),
     ("factor-batch-frac", "sweep --factor batch --values 1.5", {}, "batch"),
