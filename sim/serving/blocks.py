@@ -52,15 +52,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from sim.serving.entry import NOT_READY, READY, Entry, Runs
 from sim.serving.layout import SlotAllocator, layer_ranges, layer_stride
 from sim.serving.lru import LruRuns
 from sim.serving.placement import layer_runs
 from sim.serving.tierplace import place_pool, place_single
 
-NOT_READY = -1
-READY = 0
-
-Runs = tuple[tuple[int, int, int], ...]  # (device index, first layer, end layer)
 
 
 class GpuBlock:
@@ -136,29 +133,6 @@ class GpuCache:
                 self.evictable[block.key] = block
             else:
                 del self.cached[block.key]
-
-
-class Entry:
-    """One offload block in a tier: ``runs`` of layers per device, ``slots[i]``
-    the byte offset of run ``i``'s slot on its device."""
-
-    __slots__ = ("key", "ref_cnt", "runs", "slots", "draining", "nbytes", "stamp", "heaped")
-
-    def __init__(
-        self, key: int, runs: Runs, slots: tuple[int, ...], nbytes: list[float], stamp: int
-    ):
-        self.key = key
-        self.ref_cnt = NOT_READY
-        self.runs = runs
-        self.slots = slots
-        self.draining = False
-        self.nbytes = nbytes  # bytes per device of the tier (from ``runs``)
-        self.stamp = stamp  # LRU position: larger = more recently used
-        self.heaped = -1  # the stamp of this entry's live item in the tier's heap
-
-    @property
-    def evictable(self) -> bool:
-        return self.ref_cnt == READY and not self.draining
 
 
 # the engine's answer when an entry is evicted: True = it is being demoted

@@ -220,7 +220,7 @@ class BlockManager:
         tier = self.tiers[0]
         sources = dict(req.groups)
         pending = [key for key, _ in req.groups]
-        placed, waiting = tier.place(pending, self._evict)
+        placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
         for key in set(pending) - {e.key for e in placed} - set(waiting):
             self.gpu.release(sources[key], 0)  # no room: not offloaded
         demotions, self._demotions = self._demotions, []
@@ -260,6 +260,11 @@ class BlockManager:
         pieces = store_pieces(src, dst, placed, self.gpu_name)
         return [Transfer("store", "dst", rid, pieces, src, dst, placed, olds)]
 
+    def _demotes(self, i: int) -> bool:
+        """Whether tier ``i``'s victims are demoted (else :meth:`_evict` always
+        drops them, and placement is told so by passing no callback)."""
+        return self.design.cpu_to_ssd == "on_evict" and i + 1 < len(self.tiers)
+
     def _evict(self, tier: OffloadTier, e: Entry) -> bool:
         """An entry leaves ``tier``: demote it (True) or drop it (False)."""
         i = self.tiers.index(tier)
@@ -284,7 +289,7 @@ class BlockManager:
         hs, k = req.hashes, self.k
         keys = [hs[g * k + k - 1] for g in range(len(hs) // k)]
         keys = [key for key in keys if not any(key in t.entries for t in self.tiers)]
-        placed, _ = self.tiers[0].place(keys, self._evict_now)
+        placed, _ = self.tiers[0].place(keys, self._evict_now if self._demotes(0) else None)
         self.tiers[0].complete_all(placed)
         if self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
             below, _ = self.tiers[1].place([e.key for e in placed], None)
