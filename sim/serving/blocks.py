@@ -52,12 +52,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from sim.serving.entry import NOT_READY, READY, Entry, Runs
+from sim.serving.entry import NOT_READY, READY, Entry, Runs  # noqa: F401 (re-exported)
 from sim.serving.layout import SlotAllocator, layer_ranges, layer_stride
 from sim.serving.lru import LruRuns
 from sim.serving.placement import layer_runs
 from sim.serving.tierplace import place_pool, place_single
-
 
 
 class GpuBlock:
@@ -120,6 +119,22 @@ class GpuCache:
         self.private -= 1
         block = self.cached[key] = GpuBlock(key, ready)
         return block
+
+    def promote_all(self, keys: Sequence[int], ready: bool) -> tuple[list[GpuBlock | None], int]:
+        """:meth:`promote` for each of ``keys`` in order: the blocks (None where
+        the key was cached already, or repeats an earlier one) and how many of
+        the caller's private blocks became cached."""
+        cached = self.cached
+        out: list[GpuBlock | None] = []
+        for key in keys:
+            if key in cached:
+                out.append(None)
+            else:
+                block = cached[key] = GpuBlock(key, ready)
+                out.append(block)
+        made = len(out) - out.count(None)
+        self.private -= made
+        return out, made
 
     def release(self, blocks: Sequence[GpuBlock], private: int) -> None:
         """A request lets go of its blocks: tail first, so its prefix is the

@@ -49,8 +49,10 @@ def test_store_pieces_equal_the_per_entry_loop(seed: int, layer_bytes: float) ->
         half = above[: max(1, len(above) // 2)]
         below, _ = dst.place([e.key for e in half], None)
         for a, b, entries in ((None, src, above), (src, dst, below), (None, dst, below)):
-            got = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()])
-                   for p in store_pieces(a, b, entries, "gpu0")]
+            got = [
+                (p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()])
+                for p in store_pieces(a, b, entries, "gpu0")
+            ]
             assert got == reference(a, b, entries, "gpu0")
     pairs = {(src.entries[k].runs, e.runs) for k, e in dst.entries.items()}
     assert len(pairs) > 3  # the comparison saw several layout pairs

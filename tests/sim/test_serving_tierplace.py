@@ -123,7 +123,9 @@ SHAPES = {
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("callback", [True, False])
-def test_bulk_placement_matches_the_per_key_reference(shape: str, seed: int, callback: bool) -> None:
+def test_bulk_placement_matches_the_per_key_reference(
+    shape: str, seed: int, callback: bool
+) -> None:
     """``callback`` False: placement is told victims are dropped (no callback),
     the fused replace path of a one-device tier; the reference drops them."""
     ratios, caps = SHAPES[shape]
