@@ -52,15 +52,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from sim.serving.entry import NOT_READY, READY, Entry, Runs  # noqa: F401 (re-exported)
 from sim.serving.layout import SlotAllocator, layer_ranges, layer_stride
 from sim.serving.lru import LruRuns
 from sim.serving.placement import layer_runs
 from sim.serving.tierplace import place_pool, place_single
-
-NOT_READY = -1
-READY = 0
-
-Runs = tuple[tuple[int, int, int], ...]  # (device index, first layer, end layer)
 
 
 class GpuBlock:
@@ -124,6 +120,22 @@ class GpuCache:
         block = self.cached[key] = GpuBlock(key, ready)
         return block
 
+    def promote_all(self, keys: Sequence[int], ready: bool) -> tuple[list[GpuBlock | None], int]:
+        """:meth:`promote` for each of ``keys`` in order: the blocks (None where
+        the key was cached already, or repeats an earlier one) and how many of
+        the caller's private blocks became cached."""
+        cached = self.cached
+        out: list[GpuBlock | None] = []
+        for key in keys:
+            if key in cached:
+                out.append(None)
+            else:
+                block = cached[key] = GpuBlock(key, ready)
+                out.append(block)
+        made = len(out) - out.count(None)
+        self.private -= made
+        return out, made
+
     def release(self, blocks: Sequence[GpuBlock], private: int) -> None:
         """A request lets go of its blocks: tail first, so its prefix is the
         most recently used."""
@@ -136,29 +148,6 @@ class GpuCache:
                 self.evictable[block.key] = block
             else:
                 del self.cached[block.key]
-
-
-class Entry:
-    """One offload block in a tier: ``runs`` of layers per device, ``slots[i]``
-    the byte offset of run ``i``'s slot on its device."""
-
-    __slots__ = ("key", "ref_cnt", "runs", "slots", "draining", "nbytes", "stamp", "heaped")
-
-    def __init__(
-        self, key: int, runs: Runs, slots: tuple[int, ...], nbytes: list[float], stamp: int
-    ):
-        self.key = key
-        self.ref_cnt = NOT_READY
-        self.runs = runs
-        self.slots = slots
-        self.draining = False
-        self.nbytes = nbytes  # bytes per device of the tier (from ``runs``)
-        self.stamp = stamp  # LRU position: larger = more recently used
-        self.heaped = -1  # the stamp of this entry's live item in the tier's heap
-
-    @property
-    def evictable(self) -> bool:
-        return self.ref_cnt == READY and not self.draining
 
 
 # the engine's answer when an entry is evicted: True = it is being demoted

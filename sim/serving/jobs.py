@@ -26,6 +26,7 @@ from sim.serving.layout import layer_stride
 
 if TYPE_CHECKING:
     from sim.serving.blocks import Entry, GpuBlock, OffloadTier
+    from sim.serving.entry import Runs
 
 _NO_EXTENTS = np.zeros((0, 2), dtype=np.int64)
 
@@ -146,31 +147,66 @@ def _layer_pieces(lower: Sequence[Hit], gpu: str) -> list[Piece]:
 def store_pieces(
     src: OffloadTier | None, dst: OffloadTier, entries: Sequence[Entry], gpu: str
 ) -> list[Piece]:
-    """Per (source device, destination device): the bytes of ``entries`` copied
-    from ``src`` (None: from ``gpu``, which holds every layer) into ``dst``."""
-    per: dict[tuple[str, str], float] = {}
-    runs: dict[tuple[str, str], tuple[list[int], list[int]]] = {}  # first byte, layers
+    """Per (source device, destination device), in order of first appearance:
+    the bytes of ``entries`` copied from ``src`` (None: from ``gpu``, which
+    holds every layer) into ``dst``, the ranges entry by entry.
+
+    Entries with the same (source runs, destination runs) share their
+    intersections: those are worked out once per layout pair, and the
+    entries' slots turned into ranges with numpy."""
     stride = layer_stride(dst.layer_bytes)
-    for e in entries:
-        src_runs = src.entries[e.key].runs if src is not None else ((-1, 0, dst.layers),)
-        for (dd, d0, d1), slot in zip(e.runs, e.slots, strict=True):
-            for sd, s0, s1 in src_runs:
+    whole = ((-1, 0, dst.layers),)
+    pairs: dict[tuple[Runs, Runs], list[int]] = {}  # layout pair -> entry indices
+    if src is None:
+        for i, e in enumerate(entries):
+            pairs.setdefault((whole, e.runs), []).append(i)
+    else:
+        held = src.entries
+        for i, e in enumerate(entries):
+            pairs.setdefault((held[e.key].runs, e.runs), []).append(i)
+    parts: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, int]]] = {}
+    first_seen: dict[tuple[str, str], tuple[int, int]] = {}
+    for (s_runs, d_runs), idx in pairs.items():
+        slots = np.array([entries[i].slots for i in idx], dtype=np.int64).reshape(len(idx), -1)
+        at = np.asarray(idx, dtype=np.int64)
+        pos = 0
+        for r, (dd, d0, d1) in enumerate(d_runs):
+            for sd, s0, s1 in s_runs:
                 lo, hi = max(d0, s0), min(d1, s1)
                 if hi > lo:
-                    name = src.devices[sd] if src is not None else gpu
-                    k = (name, dst.devices[dd])
-                    per[k] = per.get(k, 0.0) + (hi - lo) * dst.layer_bytes
-                    first, count = runs.setdefault(k, ([], []))
-                    first.append(slot + (lo - d0) * stride)
-                    count.append(hi - lo)
+                    k = (src.devices[sd] if src is not None else gpu, dst.devices[dd])
+                    parts.setdefault(k, []).append((at, slots[:, r] + (lo - d0) * stride, hi - lo))
+                    seen = (idx[0], pos)
+                    first_seen[k] = min(first_seen.get(k, seen), seen)
+                    pos += 1
     length = int(round(dst.layer_bytes))
-    return [
-        Piece(a, b, n, extents=_layer_runs(*runs[(a, b)], stride, length))
-        for (a, b), n in per.items()
-    ]
+    out = []
+    for k in sorted(parts, key=first_seen.__getitem__):
+        at = np.concatenate([p[0] for p in parts[k]])
+        first = np.concatenate([p[1] for p in parts[k]])
+        count = np.concatenate([np.full(len(p[0]), p[2], dtype=np.int64) for p in parts[k]])
+        if len(parts[k]) > 1:  # several layout pairs: back to entry order
+            order = np.argsort(at, kind="stable")
+            first, count = first[order], count[order]
+        nbytes = _sum_layers(count, dst.layer_bytes)
+        out.append(Piece(k[0], k[1], nbytes, extents=_layer_runs(first, count, stride, length)))
+    return out
 
 
-def _layer_runs(first: list[int], count: list[int], stride: int, length: int) -> np.ndarray:
+def _sum_layers(count: np.ndarray, layer_bytes: float) -> float:
+    """``0.0 + count[0] * layer_bytes + count[1] * layer_bytes + ...`` in this
+    order, in floats: exactly ``sum(count) * layer_bytes`` when every partial
+    sum is an integer below 2**53, else summed term by term."""
+    total = int(count.sum())
+    if float(layer_bytes).is_integer() and total * layer_bytes < 2.0**53:
+        return float(total) * layer_bytes
+    acc = 0.0
+    for c in count.tolist():
+        acc += c * layer_bytes
+    return acc
+
+
+def _layer_runs(first: np.ndarray, count: np.ndarray, stride: int, length: int) -> np.ndarray:
     """(n, 2) ranges of ``count[i]`` consecutive layers from byte ``first[i]``,
     one per layer (what :meth:`OffloadTier.layer_extents` gives, run by run)."""
     n = np.asarray(count, dtype=np.int64)

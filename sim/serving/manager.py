@@ -32,6 +32,7 @@ that follow it (LMCache's write-through).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
@@ -100,22 +101,26 @@ class BlockManager:
 
     # ---- lookup and admission ----------------------------------------------------
     def lookup(self, s: Seq) -> Lookup:
-        hs = s.req.hashes
+        hs, k = s.req.hashes, self.k
         limit = min(len(hs), (s.req.input_tokens - 1) // self.B)
+        keys = _ints(hs, 0, min(len(hs), max(limit, 0) + k))
+        cached = self.gpu.cached if self.gpu.prefix_cache else {}
         gpu: list[GpuBlock] = []
-        j = 0
-        while j < limit and (b := self.gpu.lookup(hs[j])) is not None:
+        for key in keys[: max(limit, 0)]:  # the GPU's prefix: stops at the first miss
+            b = cached.get(key)
+            if b is None or not b.ready:
+                break
             gpu.append(b)
-            j += 1
+        j = len(gpu)
         lower = []
         while j < limit:
-            last = (j // self.k) * self.k + self.k - 1
+            last = (j // k) * k + k - 1
             if last >= len(hs):
                 break
             n = min(last + 1, limit) - j
-            if any(hs[i] in self.gpu.cached for i in range(j, j + n)):
+            if any(key in self.gpu.cached for key in keys[j : j + n]):
                 break
-            found = self._find(hs[last])
+            found = self._find(keys[last])
             if found is None:
                 break
             lower.append((*found, j, n))
@@ -189,22 +194,22 @@ class BlockManager:
     def computed(self, s: Seq) -> StoreRequest | None:
         """Hash ``s``'s newly computed full blocks; the complete groups to offload
         (their GPU blocks held from now: the request may finish before the copy)."""
-        hs = s.req.hashes
+        hs, k = s.req.hashes, self.k
         frontier = min(len(hs), (s.cached_tokens + s.prefilled) // self.B)
-        while len(s.blocks) < frontier:
-            b = self.gpu.promote(hs[len(s.blocks)], ready=True)
-            if b is not None:
-                s.private -= 1
-            s.blocks.append(b)
-        if not self.tiers:
+        if len(s.blocks) < frontier:
+            blocks, made = self.gpu.promote_all(_ints(hs, len(s.blocks), frontier), ready=True)
+            s.private -= made
+            s.blocks += blocks
+        g0, g1 = s.stored_groups, frontier // k
+        if not self.tiers or g1 <= g0:
             return None
+        s.stored_groups = g1
+        held = [t.entries for t in self.tiers]
+        keys = _ints(hs, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
         groups: list[tuple[int, list[GpuBlock]]] = []
-        while (s.stored_groups + 1) * self.k <= frontier:
-            g = s.stored_groups
-            s.stored_groups += 1
-            key = hs[g * self.k + self.k - 1]
-            blocks = s.blocks[g * self.k : (g + 1) * self.k]
-            if any(b is None for b in blocks) or any(key in t.entries for t in self.tiers):
+        for g, key in enumerate(keys, g0):
+            blocks = s.blocks[g * k : (g + 1) * k]
+            if None in blocks or any(key in h for h in held):
                 continue
             groups.append((key, blocks))  # type: ignore[arg-type]
         if not groups:
@@ -220,7 +225,7 @@ class BlockManager:
         tier = self.tiers[0]
         sources = dict(req.groups)
         pending = [key for key, _ in req.groups]
-        placed, waiting = tier.place(pending, self._evict)
+        placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
         for key in set(pending) - {e.key for e in placed} - set(waiting):
             self.gpu.release(sources[key], 0)  # no room: not offloaded
         demotions, self._demotions = self._demotions, []
@@ -260,6 +265,11 @@ class BlockManager:
         pieces = store_pieces(src, dst, placed, self.gpu_name)
         return [Transfer("store", "dst", rid, pieces, src, dst, placed, olds)]
 
+    def _demotes(self, i: int) -> bool:
+        """Whether tier ``i``'s victims are demoted (else :meth:`_evict` always
+        drops them, and placement is told so by passing no callback)."""
+        return self.design.cpu_to_ssd == "on_evict" and i + 1 < len(self.tiers)
+
     def _evict(self, tier: OffloadTier, e: Entry) -> bool:
         """An entry leaves ``tier``: demote it (True) or drop it (False)."""
         i = self.tiers.index(tier)
@@ -284,7 +294,7 @@ class BlockManager:
         hs, k = req.hashes, self.k
         keys = [hs[g * k + k - 1] for g in range(len(hs) // k)]
         keys = [key for key in keys if not any(key in t.entries for t in self.tiers)]
-        placed, _ = self.tiers[0].place(keys, self._evict_now)
+        placed, _ = self.tiers[0].place(keys, self._evict_now if self._demotes(0) else None)
         self.tiers[0].complete_all(placed)
         if self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
             below, _ = self.tiers[1].place([e.key for e in placed], None)
@@ -297,6 +307,12 @@ class BlockManager:
             if e.key not in below.entries:
                 below.complete_all(below.place([e.key], self._evict_now)[0])
         return False
+
+
+def _ints(hs: Sequence[int], start: int, stop: int, step: int = 1) -> list[int]:
+    """``hs[start:stop:step]`` as Python ints (``hs`` a tuple or an int64 array)."""
+    part = hs[start:stop:step]
+    return part.tolist() if hasattr(part, "tolist") else list(part)
 
 
 def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTier, list[Entry]]:

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
+from sim.serving.entry import READY, Entry
 from sim.serving.placement import Runs, layer_runs
 
-Entry = Any  # sim.serving.blocks.Entry: not imported, blocks imports this module
 EvictFn = Any  # sim.serving.blocks.EvictFn: not imported, blocks imports this module
 OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
 SLACK = 1e-6  # bytes: "fits" tolerance of every room check
@@ -52,6 +52,9 @@ def place_single(
             placed += tier.add(new[i:j], runs, nbytes)
             tier.used[0] = u
             i = j
+            continue
+        if evict is None:  # victims are dropped: keys that replace them, fused
+            i = _replace_single(tier, new, i, runs, nbytes, placed, waiting)
             continue
         verdict = _room_single(tier, b, c, evict)
         if verdict == "ok":
@@ -85,6 +88,72 @@ def _room_single(tier: OffloadTier, b: float, c: float, evict: EvictFn | None) -
     if tier.used[0] + b - c <= SLACK:
         return "ok"
     return "wait" if tier.draining else "full"
+
+
+def _replace_single(
+    tier: OffloadTier,
+    new: Sequence[int],
+    i: int,
+    runs: Runs,
+    nbytes: list[float],
+    out: list[Entry],
+    waiting: list[int],
+) -> int:
+    """Keys ``new[i:]`` on a full one-device tier whose victims are dropped
+    (no demotion): each key takes LRU victims until it fits, then the slot
+    its last victim freed (the allocator reuses the last freed slot first),
+    the other victims' slots going to the free list.  The same victims, float
+    arithmetic, slots and stamps as :func:`_room_single` then ``add`` key by
+    key, without their per-key calls.  Returns the first key not decided
+    (one that fits without eviction, for the bulk path), or ``len(new)``.
+    """
+    b, c = nbytes[0], tier.capacity[0]
+    if b > c:  # verdict "full" for every key: nothing is taken, nothing evicted
+        return len(new)
+    lru, entries, used = tier.lru, tier.entries, tier.used
+    alloc = tier.allocators[0]
+    units = runs[0][2] - runs[0][1]
+    free = alloc._free.setdefault(units, [])
+    none: set[int] = set()
+    n = len(new)
+    while i < n:
+        u = used[0]
+        short = u + b - c
+        if short <= SLACK:
+            return i
+        slot = -1
+        while short > SLACK:
+            e = lru.top(0, entries, none)
+            if e is None:
+                break
+            lru.pop(0)
+            short -= e.nbytes[0]
+            if e.ref_cnt > READY:  # pragma: no cover - book-keeping bug
+                raise RuntimeError(f"{tier.name}: entry {e.key} evicted while in use")
+            del entries[e.key]
+            u -= e.nbytes[0]
+            if slot >= 0:
+                free.append(slot)
+            slot = e.slots[0]
+            tier.evictions += 1
+            alloc.live -= 1
+        if u + b - c <= SLACK:  # ok: the key takes the last victim's slot
+            if slot < 0:
+                slot = alloc.alloc(units)
+            else:
+                alloc.live += 1
+            tier._clock += 1
+            entry = entries[new[i]] = Entry(new[i], runs, (slot,), nbytes, tier._clock)
+            out.append(entry)
+            u += b
+        else:  # "wait" (demotions of earlier sets draining) or "full": not placed
+            if slot >= 0:
+                free.append(slot)
+            if tier.draining:
+                waiting.append(new[i])
+        used[0] = u
+        i += 1
+    return i
 
 
 def place_pool(

@@ -1,0 +1,58 @@
+"""Store pieces worked out per layout pair equal the per-entry definition.
+
+The reference is the entry-by-entry loop (every destination run of every
+entry intersected with its source runs, bytes summed in that order): the
+pieces must come in the same order, with the same bytes (exactly) and the
+same ranges, for stores from the GPU and copies between tiers of several
+devices whose entries are laid out differently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.serving.blocks import OffloadTier
+from sim.serving.jobs import store_pieces
+from sim.serving.layout import layer_stride
+
+
+def reference(src, dst, entries, gpu: str) -> list[tuple[str, str, float, list]]:
+    per: dict[tuple[str, str], float] = {}
+    ranges: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    stride = layer_stride(dst.layer_bytes)
+    for e in entries:
+        src_runs = src.entries[e.key].runs if src is not None else ((-1, 0, dst.layers),)
+        for (dd, d0, d1), slot in zip(e.runs, e.slots, strict=True):
+            for sd, s0, s1 in src_runs:
+                lo, hi = max(d0, s0), min(d1, s1)
+                if hi > lo:
+                    k = (src.devices[sd] if src is not None else gpu, dst.devices[dd])
+                    per[k] = per.get(k, 0.0) + (hi - lo) * dst.layer_bytes
+                    for layer in range(lo, hi):
+                        at = slot + (layer - d0) * stride
+                        ranges.setdefault(k, []).append((at, int(round(dst.layer_bytes))))
+    return [(a, b, n, ranges[(a, b)]) for (a, b), n in per.items()]
+
+
+@pytest.mark.parametrize("layer_bytes", [8192.0, 1000.5])  # integral, and not
+@pytest.mark.parametrize("seed", [1, 2])
+def test_store_pieces_equal_the_per_entry_loop(seed: int, layer_bytes: float) -> None:
+    rng = np.random.default_rng(seed)
+    layers = 32
+    src = OffloadTier("cpu", ["m0", "m1"], [0.3, 0.7], [1e12, 1e12], layers, layer_bytes)
+    dst = OffloadTier("ssd", ["s0", "s1", "s2"], [0.5, 0.2, 0.3], [1e12] * 3, layers, layer_bytes)
+    for _ in range(20):
+        keys = [int(k) for k in rng.choice(10**6, int(rng.integers(1, 30)), replace=False)]
+        above, _ = src.place(keys, None)  # sets of different sizes: different layouts
+        rng.shuffle(above)
+        half = above[: max(1, len(above) // 2)]
+        below, _ = dst.place([e.key for e in half], None)
+        for a, b, entries in ((None, src, above), (src, dst, below), (None, dst, below)):
+            got = [
+                (p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()])
+                for p in store_pieces(a, b, entries, "gpu0")
+            ]
+            assert got == reference(a, b, entries, "gpu0")
+    pairs = {(src.entries[k].runs, e.runs) for k, e in dst.entries.items()}
+    assert len(pairs) > 3  # the comparison saw several layout pairs
