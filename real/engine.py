@@ -32,10 +32,12 @@ import queue
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from real import _gds, _uring
+import numpy as np
+
+from real import _gds, _rawring, _uring
 from real.errors import RealError
 
-ENGINES = ("auto", "uring", "threads")
+ENGINES = ("auto", "uring", "liburing", "threads")
 GDS = 1 << 30  # engine flag: read into GPU memory (not an io_uring flag)
 MAX_THREADS = 256
 
@@ -73,6 +75,47 @@ class UringEngine:
 
     def wait(self, timeout):
         return self._ring.wait(timeout)
+
+    def close(self) -> None:
+        self._ring.close()
+
+
+class RawEngine:
+    """All devices share one raw ring (:mod:`real._rawring`), driven a batch at a time.
+
+    Instead of ``queue`` per I/O the scheduler calls :meth:`push` once per device
+    and round with arrays; :meth:`submit` is deferred to :meth:`wait`, so one
+    ``io_uring_enter`` both submits a round and waits for its first completion.
+    :meth:`wait` returns ``(tags, results)`` as two arrays.
+    """
+
+    name = "io_uring"
+    batched = True
+    async_flag = _rawring.IOSQE_ASYNC
+
+    def __init__(self, slots: int) -> None:
+        entries = 1 << max(3, (max(1, slots) - 1).bit_length())
+        self._ring = _rawring.RawRing(min(entries, 32768))
+
+    def push(self, fd, write, flags, offs, addrs, lens, tags) -> None:
+        op = np.where(write, _rawring.OP_WRITE, _rawring.OP_READ) if np.ndim(write) else (
+            _rawring.OP_WRITE if write else _rawring.OP_READ
+        )
+        self._ring.push(op, flags, fd, offs, addrs, lens, tags)
+
+    def submit(self) -> None:
+        if self._ring.pending > self._ring.sq_n // 2:
+            self._ring.enter(0)
+
+    def wait(self, timeout):
+        ring = self._ring
+        ready = ring.reap()
+        if len(ready[0]) and not ring.pending:
+            return ready
+        if timeout is None or timeout > 0 or ring.pending:
+            ring.enter(0 if len(ready[0]) else 1, timeout)
+        more = ring.reap()
+        return (np.concatenate([ready[0], more[0]]), np.concatenate([ready[1], more[1]]))
 
     def close(self) -> None:
         self._ring.close()
@@ -142,13 +185,20 @@ def make_engine(name: str, slots: int, gds: _gds.GdsReader | None = None) -> tup
         raise RealError(f"unknown engine {name!r}: choose one of {', '.join(ENGINES)}")
     if name == "threads":
         return ThreadEngine(slots, gds), "thread-pool preadv/pwritev engine (as requested)"
+    if gds is None and name in ("auto", "uring"):
+        ok, why = _rawring.available()
+        if ok:
+            return RawEngine(slots), why
+        raw_why = f"raw io_uring ring unavailable ({why}); "
+    else:
+        raw_why = ""
     ok, why = _uring.probe()
     if gds is not None:
         if name == "uring":
             raise RealError("GPUDirect Storage reads need --engine threads or auto")
         return ThreadEngine(slots, gds), "thread-pool engine: GPUDirect Storage reads use kvikio"
     if ok:
-        return UringEngine(slots), why
-    if name == "uring":
+        return UringEngine(slots), raw_why + why
+    if name in ("uring", "liburing"):
         raise RealError(f"io_uring is not usable here: {why}")
     return ThreadEngine(slots), f"io_uring unavailable ({why}); using the thread-pool preadv engine"
