@@ -25,6 +25,7 @@ refuses them, and the replayer falls back to the liburing binding.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import mmap
@@ -195,7 +196,7 @@ class RawRing:
                 ("len", length),
                 ("user_data", user_data),
             ):
-                s[name] = v if np.ndim(v) == 0 else v[lo:hi]
+                s[name] = v[lo:hi] if isinstance(v, np.ndarray) else v
         self._tail = (self._tail + n) % (1 << 32)
         self._sq_tail[0] = self._tail  # after the SQE stores: see the module docstring
         self.pending += n
@@ -247,10 +248,8 @@ class RawRing:
         self.sqes = self.cqes = None  # type: ignore[assignment]
         self._sq_head = self._sq_tail = self._cq_head = self._cq_tail = None  # type: ignore
         for m in self._maps:
-            try:
+            with contextlib.suppress(BufferError):  # a view still held: unmapped at exit
                 m.close()
-            except BufferError:  # a caller still holds a view; the OS unmaps at exit
-                pass
         self._maps = []
         if self.fd >= 0:
             os.close(self.fd)

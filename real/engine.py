@@ -10,7 +10,12 @@ decides what is in flight.  Every engine has the same four calls::
 
 ``result`` is the byte count or ``-errno``, as in a CQE.
 
-* :class:`UringEngine`: one ring for all devices (:mod:`real._uring`); a batch
+* :class:`RawEngine`: one raw ring for all devices (:mod:`real._rawring`), fed a
+  device's share of a round as arrays (``push``) instead of ``queue`` per I/O;
+  ``wait`` returns ``(tags, results)`` arrays.  ``uring``/``auto`` pick it first.
+* :class:`UringEngine` (``liburing``, or the fallback when the raw ring cannot be
+  set up, with the reason in the note): one ring over the liburing binding
+  (:mod:`real._uring`); a batch
   is one ``io_uring_submit``; completions are drained in bulk.
 * :class:`ThreadEngine`: ``os.preadv``/``os.pwritev`` on a pool with one
   worker per in-flight slot, completions posted to a queue; for kernels or
@@ -98,9 +103,14 @@ class RawEngine:
         self._ring = _rawring.RawRing(min(entries, 32768))
 
     def push(self, fd, write, flags, offs, addrs, lens, tags) -> None:
-        op = np.where(write, _rawring.OP_WRITE, _rawring.OP_READ) if np.ndim(write) else (
-            _rawring.OP_WRITE if write else _rawring.OP_READ
-        )
+        if isinstance(write, np.ndarray):
+            op = (
+                np.where(write, _rawring.OP_WRITE, _rawring.OP_READ)
+                if write.any()
+                else _rawring.OP_READ
+            )
+        else:
+            op = _rawring.OP_WRITE if write else _rawring.OP_READ
         self._ring.push(op, flags, fd, offs, addrs, lens, tags)
 
     def submit(self) -> None:

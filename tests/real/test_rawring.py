@@ -79,13 +79,14 @@ def test_raw_ring_reports_the_kernels_error_codes(direct_dir):
     arena = mmap.mmap(-1, 2 * BLOCK)
     addr = np.frombuffer(arena, np.uint8).ctypes.data
     try:
-        ring.push(_rawring.OP_READ, 0, np.array([fd, 10**6]), np.array([1, 0]), addr, BLOCK, 5)
-        seen = {}
+        fds, offs = np.array([fd, 10**6]), np.array([1, 0])
+        ring.push(_rawring.OP_READ, 0, fds, offs, addr, BLOCK, np.array([1, 2], np.uint64))
+        seen: dict[int, int] = {}
         while len(seen) < 2:
             ring.enter(1, 5.0)
-            for fd_tag, r in zip(*ring.reap(), strict=True):
-                seen[len(seen)] = int(r)
-        assert sorted(seen.values()) == sorted([-errno.EINVAL, -errno.EBADF])
+            for tag, r in zip(*ring.reap(), strict=True):
+                seen[int(tag)] = int(r)
+        assert seen == {1: -errno.EINVAL, 2: -errno.EBADF}
     finally:
         ring.close()
         os.close(fd)
