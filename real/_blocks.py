@@ -122,8 +122,9 @@ class BlockFormat:
         """
         exp = self._tmpl[blocks % BASE_BLOCKS]
         exp[:, 2] = blocks
-        bad = (words != exp).any(axis=1)
-        return int(np.argmax(bad)) if bad.any() else -1
+        if np.array_equal(words, exp):  # one pass when all is well
+            return -1
+        return int(np.argmax((words != exp).any(axis=1)))
 
     def describe(self, got: bytes, block: int) -> str:
         """What a bad block holds, against what block ``block`` should hold."""

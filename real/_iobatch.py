@@ -1,22 +1,28 @@
 """The replayer's I/O rounds, a batch at a time: pick, queue, complete, drain.
 
 Every in-flight I/O owns one buffer slot; slot ``s`` of device ``d`` is the
-*global slot* ``g = base[d] + s`` and its engine tag is ``g + 1``.  Three
-arrays indexed by global slot (``slot_op``, ``slot_off``, ``slot_len``) say
-what each in-flight I/O is, so completions are accounted with numpy over the
-whole round: a tag array in, per-device and per-op counts out, no Python
-object per I/O.  With the raw ring (:class:`real.engine.RawEngine`) a device's
-share of a round is one vectorised push; the per-I/O engines get one
-``queue`` call per I/O.
+*global slot* ``g = base[d] + s`` and its engine tag is ``g + 1``.  One array
+indexed by global slot, ``slot_io``, holds the plan I/O (the index into the
+layout's offset/length arrays, -1 when the slot is free), so a round's
+completions are accounted with numpy over the whole round: tags in, lengths,
+offsets and device counts out, no Python object per I/O.  Free slots are a
+stack per device in one array (``free_g``).  With the raw ring primed
+(:meth:`real.engine.RawEngine.prime`) SQE ``g`` belongs to slot ``g`` for good
+and a device's share of a round is three array stores and one index push.
 
-Fair sharing within a device (the simulator's round robin, one I/O at a time
-over the started ops) is computed in closed form: each op may take
-``avail = min(I/Os left, its queue depth - its in-flight)``; when the device's
-free slots ``room`` fall short of their sum, every op gets ``min(avail,
-level)`` with ``level`` the largest water level that fits, and the
-``room - sum`` left over go one each to the first ops, in turn order, that
-could take more.  The I/Os are queued interleaved (round ``r`` of every op
-before round ``r + 1``), as the one-at-a-time loop would have queued them.
+Fair sharing within a device is the simulator's round robin, one I/O at a
+time over the started ops in turn (:mod:`real._rrstream` when no op's own
+queue depth binds: the turn order is laid out ahead as arrays and a round
+takes a slice).  When an op's ``queue_depth`` is below the device's, turns
+are handed out in closed form: each op may take ``avail = min(I/Os left, its
+queue depth - its in-flight)``; when the device's free slots ``room`` fall
+short of their sum, every op gets ``min(avail, level)`` with ``level`` the
+largest water level that fits, and the ``room - sum`` left over go one each
+to the first ops, in turn order, that could take more.
+
+An op ends when its last I/O has completed: an op whose I/Os have all been
+issued is *closing* on its device, and ends in the first round after which no
+slot of the device holds one of its I/Os.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import numpy as np
 from real._blocks import BLOCK
 from real._checks import io_error, mismatch
 from real._devices import Device
+from real._rrstream import RoundRobin
 from real.engine import GDS
 
 
@@ -54,36 +61,47 @@ def water_fill(avail: list[int], room: int) -> list[int]:
     return take
 
 
-def _counts(ops: np.ndarray) -> list[tuple[int, int]]:
-    """(op, count) for the distinct values of ``ops``; a bincount when they are close."""
-    lo, hi = int(ops.min()), int(ops.max())
-    if lo == hi:
-        return [(lo, len(ops))]
-    if hi - lo < 4 * len(ops) + 64:
-        cnt = np.bincount(ops - lo)
-        nz = np.flatnonzero(cnt)
-        return list(zip((nz + lo).tolist(), cnt[nz].tolist(), strict=True))
-    uniq, cnt = np.unique(ops, return_counts=True)
-    return list(zip(uniq.tolist(), cnt.tolist(), strict=True))
-
-
 class BatchIO:
     """Mixin of :class:`real.scheduler.Replayer`: the I/O half of a round."""
 
     def _init_slots(self) -> None:
         qds = [d.qd for d in self.devs]
         self.base = np.concatenate([[0], np.cumsum(qds)]).astype(np.int64)
+        self._base = self.base.tolist()
         total = int(self.base[-1])
-        self.slot_op = np.zeros(total, np.int64)
-        self.slot_off = np.zeros(total, np.int64)
-        self.slot_len = np.zeros(total, np.int64)
+        self.slot_io = np.full(total, -1, np.int64)
         self.slot_dev = np.repeat(np.arange(len(qds)), qds)
-        self.addr = [np.frombuffer(d.arena, np.uint8).ctypes.data for d in self.devs]
-        self.slot_bytes = [d.arena.shape[1] * 8 for d in self.devs]
-        for d in self.devs:
-            d.free.reverse()  # slot 0 is taken first
-        self._batched = bool(getattr(self.engine, "batched", False))
+        stacks = [np.arange(b + q - 1, b - 1, -1) for b, q in zip(self._base, qds, strict=False)]
+        self.free_g = np.concatenate(stacks).astype(np.int64)  # top of each stack: slot 0
+        self.nfree = list(qds)
+        self.closing: list[list[int]] = [[] for _ in self.devs]
+        self.rr = [RoundRobin(self, k) for k in range(len(self.devs))]
         self._write_np = np.asarray(self.write, dtype=bool)
+        dev_of = np.asarray(self.dev_of)
+        self.dev_writes = [bool(self._write_np[dev_of == k].any()) for k in range(len(self.devs))]
+        gds = np.asarray(self.gds_op, dtype=bool)
+        self.dev_gds = [bool(gds[dev_of == k].any()) for k in range(len(self.devs))]
+        self._all_blocks = bool((self.io_len == BLOCK).all())
+        self._slotted = False
+
+    def _prime_engine(self) -> None:
+        """Fix the raw ring's SQE of every slot (after the devices' flags are final)."""
+        if not getattr(self.engine, "batched", False):
+            return
+        fds = np.concatenate([np.full(d.qd, d.fd) for d in self.devs])
+        flags = np.concatenate([np.full(d.qd, d.flags) for d in self.devs])
+        addrs = np.concatenate(
+            [
+                np.frombuffer(d.arena, np.uint8).ctypes.data
+                + np.arange(d.qd, dtype=np.uint64) * np.uint64(d.arena.shape[1] * 8)
+                for d in self.devs
+            ]
+        )
+        self._slotted = self.engine.prime(fds, addrs.astype(np.uint64), flags)
+
+    def op_of(self, ios: np.ndarray) -> np.ndarray:
+        """The op of each plan I/O index."""
+        return np.searchsorted(self.first_np, ios, side="right") - 1
 
     # ---- issue ------------------------------------------------------------------------------
     def _issue(self, now: float) -> int:
@@ -92,20 +110,32 @@ class BatchIO:
         for k, d in enumerate(self.devs):
             if not d.active or d.inflight >= d.qd or d.wake > now:
                 continue
-            if d.pacer is None:
-                count = self._issue_batch(k, d, d.qd - d.inflight)
-            else:
+            if d.pacer is not None:
                 count = self._issue_paced(k, d, now)
+            else:
+                count = self.rr[k].issue(d.qd - d.inflight)
+                if count < 0:  # an op's own queue depth binds: the general path
+                    count = self._issue_batch(k, d, d.qd - d.inflight)
             if count:
                 d.issued(now, count)
                 issued += count
         return issued
 
+    def _op_inflight(self, k: int) -> dict[int, int]:
+        """In-flight I/Os per op of device ``k`` (from the slots)."""
+        seg = self.slot_io[self._base[k] : self._base[k + 1]]
+        live = seg[seg >= 0]
+        if not len(live):
+            return {}
+        ops, cnt = np.unique(self.op_of(live), return_counts=True)
+        return dict(zip(ops.tolist(), cnt.tolist(), strict=True))
+
     def _issue_paced(self, k: int, d: Device, now: float) -> int:
         """One I/O at a time while the device's token buckets allow it."""
         count = 0
         while d.active and d.inflight + count < d.qd:
-            j = next((j for j in d.active if self.op_inflight[j] < self.op_cap[j]), None)
+            infl = self._op_inflight(k)
+            j = next((j for j in d.active if infl.get(j, 0) < self.op_cap[j]), None)
             if j is None:
                 break
             size = int(self.io_len[self.first[j] + self.next_io[j]])
@@ -119,60 +149,56 @@ class BatchIO:
         return count
 
     def _issue_batch(self, k: int, d: Device, room: int) -> int:
-        """Queue up to ``room`` I/Os of device ``d`` (index ``k``) in turn order."""
-        active, nxt, inflight = d.active, self.next_io, self.op_inflight
+        """Queue up to ``room`` I/Os of device ``d`` (index ``k``) in turn order (water fill)."""
+        active, nxt = d.active, self.next_io
         ops = list(active)
-        avail = [min(self.n_ios[j] - nxt[j], self.op_cap[j] - inflight[j]) for j in ops]
+        infl = self._op_inflight(k)
+        avail = [min(self.n_ios[j] - nxt[j], self.op_cap[j] - infl.get(j, 0)) for j in ops]
         take = water_fill(avail, room)
         n = sum(take)
         if n == 0:
             return 0
         starts = [self.first[j] + nxt[j] for j in ops]
-        if len(ops) == 1:
-            idx = np.arange(starts[0], starts[0] + n)
-            op_of = np.full(n, ops[0], np.int64)
-        else:
-            ks = np.asarray(take, np.int64)
-            pos = np.repeat(np.arange(len(ops)), ks)
-            within = np.arange(n) - np.repeat(np.cumsum(ks) - ks, ks)
-            order = np.argsort(within * len(ops) + pos, kind="stable")
-            idx = (np.asarray(starts, np.int64)[pos] + within)[order]
-            op_of = np.asarray(ops, np.int64)[pos[order]]
-        self._queue(k, d, op_of, idx, ops, take)
+        ks = np.asarray(take, np.int64)
+        pos = np.repeat(np.arange(len(ops)), ks)
+        within = np.arange(n) - np.repeat(np.cumsum(ks) - ks, ks)
+        order = np.argsort(within * len(ops) + pos, kind="stable")
+        idx = (np.asarray(starts, np.int64)[pos] + within)[order]
+        self._queue(k, d, idx, self.io_off[idx], self.io_len[idx])
         served = 0
         for j, t in zip(ops, take, strict=True):
             nxt[j] += t
-            inflight[j] += t
             served += t > 0
             if nxt[j] == self.n_ios[j]:
                 active.remove(j)
+                self.closing[k].append(j)
         if active and len(ops) > 1:
             active.rotate(-(served % len(active)))
         return n
 
-    def _queue(self, k, d: Device, op_of, idx, ops, take) -> None:
-        """Give the I/Os ``idx`` (of ops ``op_of``) slots and hand them to the engine."""
-        n = len(idx)
-        local = d.free[-n:][::-1]
-        del d.free[-n:]
-        g = self.base[k] + np.asarray(local, np.int64)
-        offs, lens = self.io_off[idx], self.io_len[idx]
-        self.slot_op[g], self.slot_off[g], self.slot_len[g] = op_of, offs, lens
+    def _queue(self, k: int, d: Device, idx: np.ndarray, offs: np.ndarray, lens) -> None:
+        """Give the plan I/Os ``idx`` (in issue order) slots and hand them to the engine."""
+        n, top = len(idx), self._base[k] + self.nfree[k]
+        g = self.free_g[top - n : top][::-1].copy()
+        self.nfree[k] -= n
+        self.slot_io[g] = idx
         self.inflight += n
-        write = self._write_np[op_of]
-        if any(self.write[j] for j in ops):
-            for s, o, size in zip(np.asarray(local)[write], offs[write], lens[write], strict=True):
-                d.fmt.render(int(o) // BLOCK, d.slots[s][: int(size)])
-        gds = any(self.gds_op[j] for j in ops)
-        if self._batched and not gds:
-            addrs = self.addr[k] + np.asarray(local, np.uint64) * np.uint64(self.slot_bytes[k])
-            self.engine.push(d.fd, write, d.flags, offs, addrs, lens, g + 1)
+        write = None
+        if self.dev_writes[k]:
+            write = self._write_np[self.op_of(idx)]
+            for s, o, size in zip(
+                (g[write] - self._base[k]).tolist(), offs[write].tolist(), lens[write].tolist(),
+                strict=True,
+            ):
+                d.fmt.render(o // BLOCK, d.slots[s][:size])
+        if self._slotted and not self.dev_gds[k]:
+            self.engine.push_slots(g, write, offs, lens)
             return
-        for s, gg, j, o, size in zip(
-            local, g.tolist(), op_of.tolist(), offs.tolist(), lens.tolist(), strict=True
-        ):
+        ops = self.op_of(idx).tolist()
+        for gg, j, o, size in zip(g.tolist(), ops, offs.tolist(), lens.tolist(), strict=True):
             flags = d.flags | (GDS if self.gds_op[j] else 0)
-            self._engine_queue(gg + 1, d.fd, self.write[j], d.slots[s][:size], o, flags)
+            buf = d.slots[gg - self._base[k]][:size]
+            self._engine_queue(gg + 1, d.fd, self.write[j], buf, o, flags)
 
     # ---- complete -------------------------------------------------------------------------
     def _wait(self, timeout: float | None) -> tuple[np.ndarray, np.ndarray]:
@@ -185,71 +211,83 @@ class BatchIO:
     def _complete(self, tags: np.ndarray, res: np.ndarray, t: float) -> None:
         """Account a round's completions at time ``t``: check, verify as one batch, count."""
         n = len(tags)
+        self._reaped = None
         if n == 0:
-            self._reaped = None
             return
         g = tags.astype(np.int64) - 1
         self.inflight -= n  # before anything can raise: _drain waits for the rest only
-        self._reaped = None
+        ios = self.slot_io[g]
+        lens = self.io_len[ios]
+        self.slot_io[g] = -1
         one = len(self.devs) == 1
-        devs = np.zeros(n, np.int64) if one else self.slot_dev[g]
-        per_dev = [n] if one else np.bincount(devs, minlength=len(self.devs)).tolist()
-        ops, lens = self.slot_op[g], self.slot_len[g]
-        for k, c in enumerate(per_dev):
-            if c:
-                d = self.devs[k]
-                d.completed(t, c)
-                d.free.extend((g if one else g[devs == k] - self.base[k]).tolist())
-        bad = res != lens
-        if bad.any():
-            i = int(np.argmax(bad))
-            d = self.devs[int(devs[i])]
-            j = int(ops[i])
-            raise io_error(d, self.write[j], int(self.slot_off[g[i]]), int(lens[i]), int(res[i]))
-        write = self._write_np[ops]
-        writes = bool(write.any())
-        if self.verify and not write.all():
-            self._verify(g[~write], devs[~write], lens[~write]) if writes else self._verify(
-                g, devs, lens
-            )
-        for k, c in enumerate(per_dev):
-            if c:
-                d = self.devs[k]
-                d.n_ios += c
-                if one and not writes:
-                    d.bytes_read += int(lens.sum())
-                    continue
-                mine = devs == k
-                w = write[mine]
-                d.bytes_written += int(lens[mine][w].sum())
-                d.bytes_read += int(lens[mine][~w].sum())
-        op_inflight, op_done, n_ios = self.op_inflight, self.op_done, self.n_ios
-        for j, c in _counts(ops):
-            op_inflight[j] -= c
-            op_done[j] += c
-            if op_done[j] == n_ios[j]:
+        devs = None if one else self.slot_dev[g]
+        hit = [0] if one else np.flatnonzero(np.bincount(devs, minlength=len(self.devs))).tolist()
+        for k in hit:
+            gk = g if one else g[devs == k]
+            top = self._base[k] + self.nfree[k]
+            self.free_g[top : top + len(gk)] = gk
+            self.nfree[k] += len(gk)
+            self.devs[k].completed(t, len(gk))
+        if not np.array_equal(res, lens):
+            i = int(np.argmax(res != lens))
+            d = self.devs[int(self.slot_dev[g[i]])]
+            j, o = int(self.op_of(ios[i])), int(self.io_off[ios[i]])
+            raise io_error(d, self.write[j], o, int(lens[i]), int(res[i]))
+        write = self._write_np[self.op_of(ios)] if any(self.dev_writes) else None
+        if self.verify:
+            self._verify(g, ios, lens, devs, write)
+        self._count(hit, n, lens, devs, write)
+        for k in hit:
+            if self.closing[k]:
+                self._close(k, t)
+
+    def _count(self, hit, n, lens, devs, write) -> None:
+        """Bytes and I/Os per device, once verified."""
+        if write is None and len(hit) == 1:
+            d = self.devs[hit[0]]
+            d.n_ios += n
+            d.bytes_read += n * BLOCK if self._all_blocks else int(lens.sum())
+            return
+        for k in hit:
+            d = self.devs[k]
+            mine = slice(None) if devs is None else devs == k
+            w = np.zeros(len(lens), bool)[mine] if write is None else write[mine]
+            lk = lens[mine]
+            d.n_ios += len(lk)
+            d.bytes_written += int(lk[w].sum())
+            d.bytes_read += int(lk[~w].sum())
+
+    def _close(self, k: int, t: float) -> None:
+        """End the closing ops of device ``k`` with no I/O left in flight."""
+        seg = self.slot_io[self._base[k] : self._base[k + 1]]
+        live = seg[seg >= 0]
+        busy = set(np.unique(self.op_of(live)).tolist()) if len(live) else set()
+        ends = [j for j in self.closing[k] if j not in busy]
+        if ends:
+            self.closing[k] = [j for j in self.closing[k] if j in busy]
+            for j in ends:
                 self._end(j, t)
 
-    def _verify(self, g: np.ndarray, devs: np.ndarray, lens: np.ndarray) -> None:
-        """Check the reads in slots ``g``; 4 KiB reads of a device in one comparison."""
-        offs = self.slot_off[g]
-        if len(self.devs) == 1 and bool((lens == BLOCK).all()):  # the common case, short
-            d = self.devs[0]
-            row = d.fmt.first_bad_block(d.arena[g, : BLOCK // 8], (offs // BLOCK).astype(np.uint64))
+    def _verify(self, g, ios, lens, devs, write) -> None:
+        """Check the reads of a round; 4 KiB reads of a device in one comparison."""
+        if write is not None:
+            keep = ~write
+            g, ios, lens = g[keep], ios[keep], lens[keep]
+            devs = None if devs is None else devs[keep]
+            if not len(g):
+                return
+        offs = self.io_off[ios]
+        for k in [0] if devs is None else np.unique(devs).tolist():
+            d, mine = self.devs[k], slice(None) if devs is None else devs == k
+            local, ok, lk = g[mine] - self._base[k], offs[mine], lens[mine]
+            single = slice(None) if self._all_blocks else lk == BLOCK
+            row = d.fmt.first_bad_block(d.arena[local[single], : BLOCK // 8], ok[single] // BLOCK)
             if row >= 0:
-                raise mismatch(d, d.slots[int(g[row])], int(offs[row]), 0)
-            return
-        for k in np.unique(devs).tolist():
-            d, mine = self.devs[k], devs == k
-            single = mine & (lens == BLOCK)
-            if single.any():
-                local = g[single] - self.base[k]
-                blocks = (offs[single] // BLOCK).astype(np.uint64)
-                row = d.fmt.first_bad_block(d.arena[local, : BLOCK // 8], blocks)
-                if row >= 0:
-                    raise mismatch(d, d.slots[int(local[row])], int(offs[single][row]), 0)
-            for i in np.nonzero(mine & (lens != BLOCK))[0].tolist():
-                s, off, size = int(g[i] - self.base[k]), int(offs[i]), int(lens[i])
+                raise mismatch(d, d.slots[int(local[single][row])], int(ok[single][row]), 0)
+            if self._all_blocks:
+                continue
+            for i in np.flatnonzero(lk != BLOCK).tolist():
+                s, off, size = int(local[i]), int(ok[i]), int(lk[i])
                 bad = d.fmt.first_mismatch(d.slots[s][:size], off // BLOCK)
                 if bad >= 0:
                     raise mismatch(d, d.slots[s], off, bad)

@@ -53,7 +53,10 @@ SQE = np.dtype(
         ("len", "<u4"),
         ("rw_flags", "<u4"),
         ("user_data", "<u8"),
-        ("rest", "V24"),
+        ("buf_index", "<u2"),
+        ("personality", "<u2"),
+        ("file_index", "<i4"),
+        ("rest", "V16"),
     ]
 )
 CQE = np.dtype([("user_data", "<u8"), ("res", "<i4"), ("flags", "<u4")])
@@ -166,7 +169,8 @@ class RawRing:
         self.sq_n, self.cq_n = int(p.sq_entries), int(p.cq_entries)
         self._sq_head, self._sq_tail = sq32[p.sq_off.head // 4 :], sq32[p.sq_off.tail // 4 :]
         self._cq_head, self._cq_tail = cq32[p.cq_off.head // 4 :], cq32[p.cq_off.tail // 4 :]
-        sq32[p.sq_off.array // 4 : p.sq_off.array // 4 + self.sq_n] = np.arange(self.sq_n)
+        self._array = sq32[p.sq_off.array // 4 : p.sq_off.array // 4 + self.sq_n]
+        self._array[:] = np.arange(self.sq_n)
         self.sqes = np.frombuffer(sqes, SQE)
         self.sqes.view(np.uint8)[:] = 0  # fields never set below stay 0 for good
         self.cqes = np.frombuffer(cq, CQE, self.cq_n, p.cq_off.cqes)
@@ -187,6 +191,7 @@ class RawRing:
             if hi <= lo:
                 continue
             s = self.sqes[a:b]
+            self._array[a:b] = np.arange(a, b, dtype=np.uint32)  # push_idx may have changed it
             for name, v in (
                 ("opcode", opcode),
                 ("flags", flags),
@@ -199,6 +204,23 @@ class RawRing:
                 s[name] = v[lo:hi] if isinstance(v, np.ndarray) else v
         self._tail = (self._tail + n) % (1 << 32)
         self._sq_tail[0] = self._tail  # after the SQE stores: see the module docstring
+        self.pending += n
+
+    def push_idx(self, idx: np.ndarray) -> None:
+        """Queue the SQEs already written at entries ``idx`` (through the SQ index array).
+
+        An SQE is read by the kernel when it is submitted, so entry ``s`` may be
+        rewritten once the I/O it described has been submitted; the replayer
+        keeps SQE ``s`` for buffer slot ``s`` and rewrites only offset and length.
+        """
+        n = len(idx)
+        start = self._tail % self.sq_n
+        cut = min(n, self.sq_n - start)
+        self._array[start : start + cut] = idx[:cut]
+        if cut < n:
+            self._array[: n - cut] = idx[cut:]
+        self._tail = (self._tail + n) % (1 << 32)
+        self._sq_tail[0] = self._tail  # after the index stores: see the module docstring
         self.pending += n
 
     def enter(self, wait: int = 0, timeout: float | None = None) -> None:
@@ -247,6 +269,7 @@ class RawRing:
         """Unmap and close (idempotent); every I/O must have completed or been abandoned."""
         self.sqes = self.cqes = None  # type: ignore[assignment]
         self._sq_head = self._sq_tail = self._cq_head = self._cq_tail = None  # type: ignore
+        self._array = None  # type: ignore[assignment]
         for m in self._maps:
             with contextlib.suppress(BufferError):  # a view still held: unmapped at exit
                 m.close()

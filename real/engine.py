@@ -88,10 +88,13 @@ class UringEngine:
 class RawEngine:
     """All devices share one raw ring (:mod:`real._rawring`), driven a batch at a time.
 
-    Instead of ``queue`` per I/O the scheduler calls :meth:`push` once per device
-    and round with arrays; :meth:`submit` is deferred to :meth:`wait`, so one
-    ``io_uring_enter`` both submits a round and waits for its first completion.
-    :meth:`wait` returns ``(tags, results)`` as two arrays.
+    Instead of ``queue`` per I/O the scheduler hands a device's share of a round
+    over as arrays: :meth:`push` writes whole SQEs; after :meth:`prime` (one SQE
+    per in-flight buffer slot, its descriptor, buffer, flags and tag written
+    once) :meth:`push_slots` rewrites only offset, length and opcode.
+    :meth:`submit` is deferred to :meth:`wait`, so one ``io_uring_enter`` both
+    submits a round and waits for its first completion; :meth:`wait` returns
+    ``(tags, results)`` as two arrays.
     """
 
     name = "io_uring"
@@ -101,6 +104,26 @@ class RawEngine:
     def __init__(self, slots: int) -> None:
         entries = 1 << max(3, (max(1, slots) - 1).bit_length())
         self._ring = _rawring.RawRing(min(entries, 32768))
+        self._sq_off = self._sq_len = self._sq_op = None
+
+    def prime(self, fds: np.ndarray, addrs: np.ndarray, flags: np.ndarray) -> bool:
+        """Fix SQE ``g`` to slot ``g`` (tag ``g + 1``); False when the ring has too few SQEs."""
+        ring, n = self._ring, len(fds)
+        if n > ring.sq_n:
+            return False
+        sq = ring.sqes[:n]
+        sq["opcode"], sq["fd"], sq["addr"], sq["flags"] = _rawring.OP_READ, fds, addrs, flags
+        sq["user_data"] = np.arange(1, n + 1, dtype=np.uint64)
+        self._sq_off, self._sq_len, self._sq_op = sq["off"], sq["len"], sq["opcode"]
+        return True
+
+    def push_slots(self, g: np.ndarray, write, offs: np.ndarray, lens: np.ndarray) -> None:
+        """Queue the I/Os of primed slots ``g``; ``write`` is None for all reads, else a mask."""
+        self._sq_off[g] = offs
+        self._sq_len[g] = lens
+        if write is not None:
+            self._sq_op[g] = np.where(write, _rawring.OP_WRITE, _rawring.OP_READ)
+        self._ring.push_idx(g)
 
     def push(self, fd, write, flags, offs, addrs, lens, tags) -> None:
         if isinstance(write, np.ndarray):
@@ -125,6 +148,8 @@ class RawEngine:
         if timeout is None or timeout > 0 or ring.pending:
             ring.enter(0 if len(ready[0]) else 1, timeout)
         more = ring.reap()
+        if not len(ready[0]):
+            return more
         return (np.concatenate([ready[0], more[0]]), np.concatenate([ready[1], more[1]]))
 
     def close(self) -> None:

@@ -93,11 +93,12 @@ class Replayer(BatchIO):
             slots = sum(d.qd for d in self.devs)
             self.engine, self.engine_note = make_engine(engine, slots, gds_reader)
             self._engine_queue = getattr(self.engine, "queue", None)
-            self._init_slots()
             for d in self.devs:
                 limited = not d.target.limits.unlimited and not d.target.pacing
                 if d.target.kind == "loop" or limited:
                     d.flags |= getattr(self.engine, "async_flag", 0)
+            self._init_slots()
+            self._prime_engine()
         except BaseException:
             self._close_devices()
             raise
@@ -108,7 +109,8 @@ class Replayer(BatchIO):
         kind = plan.column("kind").to_pylist()
         self.write = [k == "write" for k in kind]
         self.dev_of = layout.node.tolist()
-        self.first = layout.first.tolist()  # op j issues I/Os first[j]:first[j + 1]
+        self.first_np = np.asarray(layout.first, np.int64)
+        self.first = self.first_np.tolist()  # op j issues I/Os first[j]:first[j + 1]
         self.n_ios = np.diff(layout.first).tolist()
         self.io_off, self.io_len = layout.offset, layout.length
         self.op_qd = plan.column("queue_depth").to_numpy().tolist()
@@ -127,7 +129,7 @@ class Replayer(BatchIO):
         self.dep_of = owner[order].tolist()
         self.dep_ptr = np.searchsorted(values[order], np.arange(n + 1)).tolist()
         self.ready_s, self.start_s, self.end_s = [np.nan] * n, [np.nan] * n, [np.nan] * n
-        self.next_io, self.op_inflight, self.op_done = [0] * n, [0] * n, [0] * n
+        self.next_io = [0] * n  # I/Os issued per op
         self.op_cap = [0] * n
         self.done = self.inflight = 0
         self.timers: list[tuple[float, int, int, int]] = []

@@ -154,18 +154,18 @@ def test_batched_replay_names_the_corrupted_block(direct_dir):
 
 @needs_raw
 def test_batched_replay_turns_a_failed_cqe_into_one_clean_error(direct_dir, monkeypatch):
-    """The kernel's -EINVAL for the 10th I/O (the raw ring's CQE) names device and offset."""
+    """The kernel's -EINVAL for the I/O in slot 10 (the raw ring's CQE) names device and
+    offset."""
     from real import engine as eng
 
-    push = eng.RawEngine.push
+    prime = eng.RawEngine.prime
 
-    def push_one_bad(self, fd, write, flags, offs, addrs, lens, tags):
+    def prime_one_bad(self, fds, addrs, flags):
         addrs = np.array(addrs, dtype=np.uint64)
-        hit = tags == 10
-        addrs[hit] += 1  # O_DIRECT needs an aligned buffer: the kernel says EINVAL
-        push(self, fd, write, flags, offs, addrs, lens, tags)
+        addrs[9] += 1  # slot of tag 10: O_DIRECT needs an aligned buffer, the kernel says EINVAL
+        return prime(self, fds, addrs, flags)
 
-    monkeypatch.setattr(eng.RawEngine, "push", push_one_bad)
+    monkeypatch.setattr(eng.RawEngine, "prime", prime_one_bad)
     blocks = np.arange(100)
     plan = scattered_plan(blocks)
     with prepare_targets(plan, direct_dir / "t") as files:
