@@ -174,6 +174,8 @@ class RawRing:
         self.sqes = np.frombuffer(sqes, SQE)
         self.sqes.view(np.uint8)[:] = 0  # fields never set below stay 0 for good
         self.cqes = np.frombuffer(cq, CQE, self.cq_n, p.cq_off.cqes)
+        self._cq_ud = self.cqes["user_data"]  # strided field views: reap copies out of them
+        self._cq_res = self.cqes["res"]
         self._tail = int(self._sq_tail[0])
 
     def space(self) -> int:
@@ -259,15 +261,17 @@ class RawRing:
         n = (tail - head) % (1 << 32)
         a = head % self.cq_n
         if a + n <= self.cq_n:
-            got = self.cqes[a : a + n].copy()
+            ud, res = self._cq_ud[a : a + n].astype(np.int64), self._cq_res[a : a + n].copy()
         else:
-            got = np.concatenate([self.cqes[a:], self.cqes[: a + n - self.cq_n]])
-        self._cq_head[0] = tail
-        return got["user_data"], got["res"]
+            b = a + n - self.cq_n
+            ud = np.concatenate([self._cq_ud[a:], self._cq_ud[:b]]).astype(np.int64)
+            res = np.concatenate([self._cq_res[a:], self._cq_res[:b]])
+        self._cq_head[0] = tail  # after the copies: the kernel may reuse the entries
+        return ud, res
 
     def close(self) -> None:
         """Unmap and close (idempotent); every I/O must have completed or been abandoned."""
-        self.sqes = self.cqes = None  # type: ignore[assignment]
+        self.sqes = self.cqes = self._cq_ud = self._cq_res = None  # type: ignore[assignment]
         self._sq_head = self._sq_tail = self._cq_head = self._cq_tail = None  # type: ignore
         self._array = None  # type: ignore[assignment]
         for m in self._maps:

@@ -137,20 +137,17 @@ class RawEngine:
         self._ring.push(op, flags, fd, offs, addrs, lens, tags)
 
     def submit(self) -> None:
-        if self._ring.pending > self._ring.sq_n // 2:
+        """Nothing once primed (:meth:`wait` submits; one SQE per slot cannot overflow),
+        else submit when the SQ is half full."""
+        if self._sq_off is None and self._ring.pending > self._ring.sq_n // 2:
             self._ring.enter(0)
 
     def wait(self, timeout):
+        """Submit what was pushed, wait for one completion (or ``timeout``), reap them all."""
         ring = self._ring
-        ready = ring.reap()
-        if len(ready[0]) and not ring.pending:
-            return ready
-        if timeout is None or timeout > 0 or ring.pending:
-            ring.enter(0 if len(ready[0]) else 1, timeout)
-        more = ring.reap()
-        if not len(ready[0]):
-            return more
-        return (np.concatenate([ready[0], more[0]]), np.concatenate([ready[1], more[1]]))
+        if ring.pending or timeout is None or timeout > 0:
+            ring.enter(1, timeout)
+        return ring.reap()
 
     def close(self) -> None:
         self._ring.close()
