@@ -187,7 +187,9 @@ class BatchIO:
         if self.dev_writes[k]:
             write = self._write_np[self.op_of(idx)]
             for s, o, size in zip(
-                (g[write] - self._base[k]).tolist(), offs[write].tolist(), lens[write].tolist(),
+                (g[write] - self._base[k]).tolist(),
+                offs[write].tolist(),
+                lens[write].tolist(),
                 strict=True,
             ):
                 d.fmt.render(o // BLOCK, d.slots[s][:size])

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +47,11 @@ def randread_plan(ios: int, ops: int, size: int, qd: int, seed: int = 0) -> pa.T
 
 
 def fio_iops(path: str, size: int, qd: int, ios: int, out: Path) -> float:
-    """fio's IOPS for 4 KiB io_uring O_DIRECT random reads of ``path`` at ``qd``."""
+    """fio's IOPS for ``ios`` 4 KiB io_uring O_DIRECT random reads of ``path`` at ``qd``.
+
+    ``--io_size`` (not ``--number_ios``, which ``--size`` would cut to one pass
+    over the file) makes fio issue exactly ``ios`` I/Os.
+    """
     args = [
         f"--filename={path}",
         "--rw=randread",
@@ -57,7 +60,7 @@ def fio_iops(path: str, size: int, qd: int, ios: int, out: Path) -> float:
         "--ioengine=io_uring",
         "--direct=1",
         f"--size={size}",
-        f"--number_ios={ios}",
+        f"--io_size={ios * BLOCK}",
         "--norandommap",
         "--randrepeat=0",
         "--name=bench",
@@ -65,34 +68,52 @@ def fio_iops(path: str, size: int, qd: int, ios: int, out: Path) -> float:
     return summarize(run_fio(args, out / "fio.json")).read.iops
 
 
+def replayer_iops(plan: pa.Table, files, engine: str, qd: int) -> tuple[float, float]:
+    """(IOPS, process CPU seconds per I/O) of one verified replay of ``plan``."""
+    rec = replay(plan, files, engine=engine, qd=qd)
+    n_ios = rec.stats["ios"]
+    return n_ios / rec.stats["makespan_s"], rec.stats["cpu_s"] / n_ios
+
+
+def compare(plan, files, size: int, a: argparse.Namespace, tmp: Path) -> None:
+    """Alternate replayer and fio ``a.repeat`` times; print each pair and the medians."""
+    path = str(files.targets["ssd0"].path)
+    ratios, ours_all, cpus = [], [], []
+    for r in range(a.repeat):
+        ours, cpu = replayer_iops(plan, files, a.engine, a.qd)
+        ours_all.append(ours)
+        cpus.append(cpu)
+        line = f"qd {a.qd} run {r + 1}: replayer {ours:,.0f} IOPS ({cpu * 1e6:.2f} us CPU/I/O)"
+        if not a.no_fio:
+            theirs = fio_iops(path, size, a.qd, a.ios, tmp)
+            ratios.append(ours / theirs)
+            line += f", fio {theirs:,.0f} IOPS, ratio {ours / theirs:.2f}"
+        print(line, flush=True)
+    summary = f"qd {a.qd}: median replayer {np.median(ours_all):,.0f} IOPS, "
+    summary += f"{np.median(cpus) * 1e6:.2f} us CPU/I/O"
+    if ratios:
+        summary += f"; median replayer/fio {np.median(ratios):.2f} over {len(ratios)} pairs"
+    print(summary)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--path", default="/dev/shm", help="directory for the data file")
     ap.add_argument("--ios", type=int, default=200_000)
     ap.add_argument("--ops", type=int, default=20)
-    ap.add_argument("--qd", type=int, default=32)
+    ap.add_argument("--qd", type=int, nargs="+", default=[32, 128])
     ap.add_argument("--size", type=int, default=256 << 20, help="file bytes")
     ap.add_argument("--engine", default="uring")
+    ap.add_argument("--repeat", type=int, default=3, help="replayer/fio pairs per queue depth")
     ap.add_argument("--no-fio", action="store_true")
     a = ap.parse_args(argv)
-    plan = randread_plan(a.ios, a.ops, a.size, a.qd)
+    qds = a.qd
     with tempfile.TemporaryDirectory(dir=a.path, prefix="kvtier-bench-") as tmp:
-        files = prepare_targets(plan, tmp)
+        files = prepare_targets(randread_plan(a.ios, a.ops, a.size, max(qds)), tmp)
         try:
-            t0 = time.perf_counter()
-            rec = replay(plan, files, engine=a.engine, qd=a.qd)
-            wall = time.perf_counter() - t0
-            n_ios, span = rec.stats["ios"], rec.stats["makespan_s"]
-            ours = n_ios / span
-            print(
-                f"replayer: {n_ios} I/Os in {span:.3f} s = {ours:,.0f} IOPS "
-                f"(cpu {rec.stats['cpu_s']:.2f} s, wall with set-up {wall:.2f} s, "
-                f"engine {rec.stats['engine']}, verified {rec.stats['verified']})"
-            )
-            if not a.no_fio:
-                path = str(files.targets["ssd0"].path)
-                theirs = fio_iops(path, a.size, a.qd, a.ios, Path(tmp))
-                print(f"fio:      {theirs:,.0f} IOPS; replayer/fio = {ours / theirs:.2f}")
+            for qd in qds:
+                a.qd = qd
+                compare(randread_plan(a.ios, a.ops, a.size, qd), files, a.size, a, Path(tmp))
         finally:
             files.cleanup()
 
