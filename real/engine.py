@@ -31,8 +31,10 @@ with a one-line note saying why.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
+import struct
 import queue
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -43,6 +45,8 @@ from real import _gds, _rawring, _uring
 from real.errors import RealError
 
 ENGINES = ("auto", "uring", "liburing", "threads")
+TMPFS_MAGIC = 0x01021994  # statfs f_type of tmpfs / shmem (linux/magic.h)
+_libc = ctypes.CDLL(None, use_errno=True)
 GDS = 1 << 30  # engine flag: read into GPU memory (not an io_uring flag)
 MAX_THREADS = 256
 
@@ -206,6 +210,17 @@ class ThreadEngine:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def on_tmpfs(fd: int) -> bool:
+    """Whether ``fd`` is a file on tmpfs (``fstatfs``), whose O_DIRECT reads io_uring
+    serves from its io-wq workers anyway: issued with ``IOSQE_ASYNC`` they skip the
+    inline attempt, which measured 1.4-1.6 us of the submitting thread's system time
+    per 4 KiB read against 0.4-0.6 us (and 2-4x the IOPS at QD 128) on a 6.18 kernel."""
+    buf = ctypes.create_string_buffer(256)  # struct statfs; f_type is its first long
+    if _libc.fstatfs(fd, buf) != 0:
+        return False
+    return struct.unpack_from("l", buf)[0] == TMPFS_MAGIC
 
 
 def make_engine(name: str, slots: int, gds: _gds.GdsReader | None = None) -> tuple[Engine, str]:

@@ -52,7 +52,7 @@ from real import _gds
 from real._devices import Device, device_records, inflight_stats, open_device
 from real._iobatch import BatchIO
 from real.datafile import io_layout
-from real.engine import make_engine
+from real.engine import make_engine, on_tmpfs
 from real.errors import RealError
 from real.targets import Target
 
@@ -95,7 +95,7 @@ class Replayer(BatchIO):
             self._engine_queue = getattr(self.engine, "queue", None)
             for d in self.devs:
                 limited = not d.target.limits.unlimited and not d.target.pacing
-                if d.target.kind == "loop" or limited:
+                if d.target.kind == "loop" or limited or on_tmpfs(d.fd):
                     d.flags |= getattr(self.engine, "async_flag", 0)
             self._init_slots()
             self._prime_engine()
