@@ -69,7 +69,9 @@ class BatchIO:
         self.base = np.concatenate([[0], np.cumsum(qds)]).astype(np.int64)
         self._base = self.base.tolist()
         total = int(self.base[-1])
-        self.slot_io = np.full(total, -1, np.int64)
+        self.slot_io = np.full(total, -1, np.int64)  # plan I/O of a busy slot (stale when free)
+        self.slot_off = np.zeros(total, np.int64)  # its byte offset and length: the raw
+        self.slot_len = np.zeros(total, np.int64)  # ring's SQE fields once primed
         self.slot_dev = np.repeat(np.arange(len(qds)), qds)
         stacks = [np.arange(b + q - 1, b - 1, -1) for b, q in zip(self._base, qds, strict=False)]
         self.free_g = np.concatenate(stacks).astype(np.int64)  # top of each stack: slot 0
@@ -98,6 +100,8 @@ class BatchIO:
             ]
         )
         self._slotted = self.engine.prime(fds, addrs.astype(np.uint64), flags)
+        if self._slotted:
+            self.slot_off, self.slot_len = self.engine.sq_off, self.engine.sq_len
 
     def op_of(self, ios: np.ndarray) -> np.ndarray:
         """The op of each plan I/O index."""
@@ -121,10 +125,16 @@ class BatchIO:
                 issued += count
         return issued
 
+    def _live_ios(self, k: int) -> np.ndarray:
+        """The plan I/Os in flight on device ``k``: its slots not on its free stack."""
+        b = self._base[k]
+        busy = np.ones(self._base[k + 1] - b, bool)
+        busy[self.free_g[b : b + self.nfree[k]] - b] = False
+        return self.slot_io[b : self._base[k + 1]][busy]
+
     def _op_inflight(self, k: int) -> dict[int, int]:
         """In-flight I/Os per op of device ``k`` (from the slots)."""
-        seg = self.slot_io[self._base[k] : self._base[k + 1]]
-        live = seg[seg >= 0]
+        live = self._live_ios(k)
         if not len(live):
             return {}
         ops, cnt = np.unique(self.op_of(live), return_counts=True)
@@ -179,9 +189,11 @@ class BatchIO:
     def _queue(self, k: int, d: Device, idx: np.ndarray, offs: np.ndarray, lens) -> None:
         """Give the plan I/Os ``idx`` (in issue order) slots and hand them to the engine."""
         n, top = len(idx), self._base[k] + self.nfree[k]
-        g = self.free_g[top - n : top][::-1].copy()
+        g = self.free_g[top - n : top][::-1]  # a view (top first), used before the stack regrows
         self.nfree[k] -= n
         self.slot_io[g] = idx
+        self.slot_off[g] = offs
+        self.slot_len[g] = lens
         self.inflight += n
         write = None
         if self.dev_writes[k]:
@@ -194,7 +206,7 @@ class BatchIO:
             ):
                 d.fmt.render(o // BLOCK, d.slots[s][:size])
         if self._slotted and not self.dev_gds[k]:
-            self.engine.push_slots(g, write, offs, lens)
+            self.engine.push_slots(g, write)
             return
         ops = self.op_of(idx).tolist()
         for gg, j, o, size in zip(g.tolist(), ops, offs.tolist(), lens.tolist(), strict=True):
@@ -216,11 +228,9 @@ class BatchIO:
         self._reaped = None
         if n == 0:
             return
-        g = tags.astype(np.int64) - 1
+        g = tags - 1
         self.inflight -= n  # before anything can raise: _drain waits for the rest only
-        ios = self.slot_io[g]
-        lens = self.io_len[ios]
-        self.slot_io[g] = -1
+        lens = self.slot_len[g]
         one = len(self.devs) == 1
         devs = None if one else self.slot_dev[g]
         hit = [0] if one else np.flatnonzero(np.bincount(devs, minlength=len(self.devs))).tolist()
@@ -233,11 +243,15 @@ class BatchIO:
         if (res != lens).any():
             i = int(np.argmax(res != lens))
             d = self.devs[int(self.slot_dev[g[i]])]
-            j, o = int(self.op_of(ios[i])), int(self.io_off[ios[i]])
+            j, o = int(self.op_of(self.slot_io[g[i]])), int(self.slot_off[g[i]])
             raise io_error(d, self.write[j], o, int(lens[i]), int(res[i]))
-        write = self._write_np[self.op_of(ios)] if any(self.dev_writes) else None
+        write = self._write_np[self.op_of(self.slot_io[g])] if any(self.dev_writes) else None
         if self.verify:
-            self._verify(g, ios, lens, devs, write)
+            offs = self.slot_off[g]
+            if one and write is None and self._all_blocks:
+                self._check_blocks(self.devs[0], g, offs)  # base 0: global slot = local
+            else:
+                self._verify(g, offs, lens, devs, write)
         self._count(hit, n, lens, devs, write)
         for k in hit:
             if self.closing[k]:
@@ -261,8 +275,7 @@ class BatchIO:
 
     def _close(self, k: int, t: float) -> None:
         """End the closing ops of device ``k`` with no I/O left in flight."""
-        seg = self.slot_io[self._base[k] : self._base[k + 1]]
-        live = seg[seg >= 0]
+        live = self._live_ios(k)
         busy = set(np.unique(self.op_of(live)).tolist()) if len(live) else set()
         ends = [j for j in self.closing[k] if j not in busy]
         if ends:
@@ -270,26 +283,20 @@ class BatchIO:
             for j in ends:
                 self._end(j, t)
 
-    def _verify(self, g, ios, lens, devs, write) -> None:
+    def _verify(self, g, offs, lens, devs, write) -> None:
         """Check the reads of a round; 4 KiB reads of a device in one comparison."""
         if write is not None:
             keep = ~write
-            g, ios, lens = g[keep], ios[keep], lens[keep]
+            g, offs, lens = g[keep], offs[keep], lens[keep]
             devs = None if devs is None else devs[keep]
             if not len(g):
                 return
-        offs = self.io_off[ios]
         for k in [0] if devs is None else np.unique(devs).tolist():
             d, mine = self.devs[k], slice(None) if devs is None else devs == k
             local, ok, lk = g[mine] - self._base[k], offs[mine], lens[mine]
-            if not self._all_blocks:
-                single = lk == BLOCK
-                local, ok, lk = local[single], ok[single], lk[single]
-            self._check_blocks(d, local, ok)
-            if self._all_blocks:
-                continue
-            local, ok, lk = g[mine] - self._base[k], offs[mine], lens[mine]
-            for i in np.flatnonzero(lk != BLOCK).tolist():
+            single = lk == BLOCK
+            self._check_blocks(d, local[single], ok[single])
+            for i in np.flatnonzero(~single).tolist():
                 s, off, size = int(local[i]), int(ok[i]), int(lk[i])
                 bad = d.fmt.first_mismatch(d.slots[s][:size], off // BLOCK)
                 if bad >= 0:
@@ -304,11 +311,15 @@ class BatchIO:
         """
         if not len(local):
             return
-        order = np.argsort(local)
-        local, offs = local[order], offs[order]
-        lo, hi = int(local[0]), int(local[-1]) + 1
-        rows = d.arena[lo:hi] if hi - lo == len(local) else d.arena[local]
-        row = d.fmt.first_bad_block(rows[:, : BLOCK // 8], offs // BLOCK)
+        order = local.argsort()
+        local = local[order]
+        lo = int(local[0])
+        if int(local[-1]) - lo == len(local) - 1:
+            rows = d.arena[lo : lo + len(local), : BLOCK // 8]
+        else:
+            rows = d.arena[local, : BLOCK // 8]
+        offs = offs[order]
+        row = d.fmt.first_bad_block(rows, offs // BLOCK)
         if row >= 0:
             raise mismatch(d, d.slots[int(local[row])], int(offs[row]), 0)
 

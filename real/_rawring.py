@@ -111,6 +111,19 @@ class _GeteventsArg(ctypes.Structure):
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
+# io_uring_enter(fd, to_submit, min_complete, flags, arg, argsz) through syscall(2) with
+# a fixed prototype: ctypes converts plain ints with no per-call wrapper objects
+_enter = ctypes.CFUNCTYPE(
+    ctypes.c_long,
+    ctypes.c_long,
+    ctypes.c_uint,
+    ctypes.c_uint,
+    ctypes.c_uint,
+    ctypes.c_uint,
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    use_errno=True,
+)(("syscall", _libc))
 
 
 def available() -> tuple[bool, str]:
@@ -174,7 +187,7 @@ class RawRing:
         self.sqes = np.frombuffer(sqes, SQE)
         self.sqes.view(np.uint8)[:] = 0  # fields never set below stay 0 for good
         self.cqes = np.frombuffer(cq, CQE, self.cq_n, p.cq_off.cqes)
-        self._cq_ud = self.cqes["user_data"]  # strided field views: reap copies out of them
+        self._cq_ud = self.cqes["user_data"].view(np.int64)  # strided views: reap copies
         self._cq_res = self.cqes["res"]
         self._tail = int(self._sq_tail[0])
 
@@ -236,15 +249,7 @@ class RawRing:
                 flags |= ENTER_EXT_ARG
                 arg, argsz = self._argp, ctypes.sizeof(self._arg)
         while True:
-            r = _syscall(
-                SYS_ENTER,
-                ctypes.c_uint(self.fd),
-                ctypes.c_uint(self.pending),
-                ctypes.c_uint(wait),
-                ctypes.c_uint(flags),
-                ctypes.c_void_p(arg),
-                ctypes.c_size_t(argsz),
-            )
+            r = _enter(SYS_ENTER, self.fd, self.pending, wait, flags, arg, argsz)
             if r >= 0:
                 self.pending -= r
                 if self.pending == 0 or wait:
@@ -256,15 +261,16 @@ class RawRing:
             raise OSError(err, f"io_uring_enter: {os.strerror(err)}")
 
     def reap(self) -> tuple[np.ndarray, np.ndarray]:
-        """(user_data, res) of every ready completion, in order; the CQ head is advanced."""
+        """(user_data, res) of every ready completion, in order, as int64 and int32 arrays
+        (copies: the CQ head is advanced and the kernel may reuse the entries)."""
         head, tail = int(self._cq_head[0]), int(self._cq_tail[0])
         n = (tail - head) % (1 << 32)
         a = head % self.cq_n
         if a + n <= self.cq_n:
-            ud, res = self._cq_ud[a : a + n].astype(np.int64), self._cq_res[a : a + n].copy()
+            ud, res = self._cq_ud[a : a + n].copy(), self._cq_res[a : a + n].copy()
         else:
             b = a + n - self.cq_n
-            ud = np.concatenate([self._cq_ud[a:], self._cq_ud[:b]]).astype(np.int64)
+            ud = np.concatenate([self._cq_ud[a:], self._cq_ud[:b]])
             res = np.concatenate([self._cq_res[a:], self._cq_res[:b]])
         self._cq_head[0] = tail  # after the copies: the kernel may reuse the entries
         return ud, res

@@ -108,23 +108,26 @@ class RawEngine:
     def __init__(self, slots: int) -> None:
         entries = 1 << max(3, (max(1, slots) - 1).bit_length())
         self._ring = _rawring.RawRing(min(entries, 32768))
-        self._sq_off = self._sq_len = self._sq_op = None
+        self.sq_off = self.sq_len = self._sq_op = None
 
     def prime(self, fds: np.ndarray, addrs: np.ndarray, flags: np.ndarray) -> bool:
-        """Fix SQE ``g`` to slot ``g`` (tag ``g + 1``); False when the ring has too few SQEs."""
+        """Fix SQE ``g`` to slot ``g`` (tag ``g + 1``); False when the ring has too few SQEs.
+
+        Afterwards ``sq_off``/``sq_len`` are the SQEs' offset and length fields by
+        slot: the scheduler writes an I/O's geometry straight into its SQE.
+        """
         ring, n = self._ring, len(fds)
         if n > ring.sq_n:
             return False
         sq = ring.sqes[:n]
         sq["opcode"], sq["fd"], sq["addr"], sq["flags"] = _rawring.OP_READ, fds, addrs, flags
         sq["user_data"] = np.arange(1, n + 1, dtype=np.uint64)
-        self._sq_off, self._sq_len, self._sq_op = sq["off"], sq["len"], sq["opcode"]
+        self.sq_off, self.sq_len, self._sq_op = sq["off"], sq["len"], sq["opcode"]
         return True
 
-    def push_slots(self, g: np.ndarray, write, offs: np.ndarray, lens: np.ndarray) -> None:
-        """Queue the I/Os of primed slots ``g``; ``write`` is None for all reads, else a mask."""
-        self._sq_off[g] = offs
-        self._sq_len[g] = lens
+    def push_slots(self, g: np.ndarray, write) -> None:
+        """Queue primed slots ``g`` (geometry already in ``sq_off``/``sq_len``); ``write``
+        is None when all are reads, else a mask."""
         if write is not None:
             self._sq_op[g] = np.where(write, _rawring.OP_WRITE, _rawring.OP_READ)
         self._ring.push_idx(g)
@@ -143,7 +146,7 @@ class RawEngine:
     def submit(self) -> None:
         """Nothing once primed (:meth:`wait` submits; one SQE per slot cannot overflow),
         else submit when the SQ is half full."""
-        if self._sq_off is None and self._ring.pending > self._ring.sq_n // 2:
+        if self.sq_off is None and self._ring.pending > self._ring.sq_n // 2:
             self._ring.enter(0)
 
     def wait(self, timeout):
