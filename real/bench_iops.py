@@ -46,8 +46,10 @@ def randread_plan(ios: int, ops: int, size: int, qd: int, seed: int = 0) -> pa.T
     return b.table()
 
 
-def fio_iops(path: str, size: int, qd: int, ios: int, out: Path) -> float:
-    """fio's IOPS for ``ios`` 4 KiB io_uring O_DIRECT random reads of ``path`` at ``qd``.
+def fio_iops(path: str, size: int, qd: int, ios: int, out: Path) -> tuple[float, float]:
+    """(IOPS, process CPU seconds per I/O) of fio doing ``ios`` 4 KiB io_uring O_DIRECT
+    random reads of ``path`` at ``qd`` (its CPU: ``usr_cpu + sys_cpu`` of the run,
+    io-wq workers included, as for the replayer).
 
     ``--io_size`` (not ``--number_ios``, which ``--size`` would cut to one pass
     over the file) makes fio issue exactly ``ios`` I/Os.
@@ -65,7 +67,11 @@ def fio_iops(path: str, size: int, qd: int, ios: int, out: Path) -> float:
         "--randrepeat=0",
         "--name=bench",
     ]
-    return summarize(run_fio(args, out / "fio.json")).read.iops
+    got = run_fio(args, out / "fio.json")
+    iops = summarize(got).read.iops
+    job = got["jobs"][0]
+    cpu_s = (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["read"]["runtime"] / 1e3
+    return iops, cpu_s / max(1, job["read"]["total_ios"])
 
 
 def replayer_iops(plan: pa.Table, files, engine: str, qd: int) -> tuple[float, float]:
@@ -85,9 +91,10 @@ def compare(plan, files, size: int, a: argparse.Namespace, tmp: Path) -> None:
         cpus.append(cpu)
         line = f"qd {a.qd} run {r + 1}: replayer {ours:,.0f} IOPS ({cpu * 1e6:.2f} us CPU/I/O)"
         if not a.no_fio:
-            theirs = fio_iops(path, size, a.qd, a.ios, tmp)
+            theirs, fio_cpu = fio_iops(path, size, a.qd, a.ios, tmp)
             ratios.append(ours / theirs)
-            line += f", fio {theirs:,.0f} IOPS, ratio {ours / theirs:.2f}"
+            line += f", fio {theirs:,.0f} IOPS ({fio_cpu * 1e6:.2f} us CPU/I/O)"
+            line += f", ratio {ours / theirs:.2f}"
         print(line, flush=True)
     summary = f"qd {a.qd}: median replayer {np.median(ours_all):,.0f} IOPS, "
     summary += f"{np.median(cpus) * 1e6:.2f} us CPU/I/O"
