@@ -90,16 +90,16 @@ class BatchIO:
         """Fix the raw ring's SQE of every slot (after the devices' flags are final)."""
         if not getattr(self.engine, "batched", False):
             return
-        fds = np.concatenate([np.full(d.qd, d.fd) for d in self.devs])
         flags = np.concatenate([np.full(d.qd, d.flags) for d in self.devs])
+        spans = [(np.frombuffer(d.arena, np.uint8).ctypes.data, d.arena.nbytes) for d in self.devs]
         addrs = np.concatenate(
             [
-                np.frombuffer(d.arena, np.uint8).ctypes.data
-                + np.arange(d.qd, dtype=np.uint64) * np.uint64(d.arena.shape[1] * 8)
-                for d in self.devs
+                a + np.arange(d.qd, dtype=np.uint64) * np.uint64(d.arena.shape[1] * 8)
+                for (a, _), d in zip(spans, self.devs, strict=True)
             ]
         )
-        self._slotted = self.engine.prime(fds, addrs.astype(np.uint64), flags)
+        fds = [d.fd for d in self.devs]
+        self._slotted = self.engine.prime(self.slot_dev, fds, spans, addrs, flags)
         if self._slotted:
             self.slot_off, self.slot_len = self.engine.sq_off, self.engine.sq_len
 

@@ -31,6 +31,7 @@ with a one-line note saying why.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -110,17 +111,36 @@ class RawEngine:
         self._ring = _rawring.RawRing(min(entries, 32768))
         self.sq_off = self.sq_len = self._sq_op = None
 
-    def prime(self, fds: np.ndarray, addrs: np.ndarray, flags: np.ndarray) -> bool:
+    def prime(self, dev: np.ndarray, fds: list[int], spans, addrs, flags) -> bool:
         """Fix SQE ``g`` to slot ``g`` (tag ``g + 1``); False when the ring has too few SQEs.
 
-        Afterwards ``sq_off``/``sq_len`` are the SQEs' offset and length fields by
-        slot: the scheduler writes an I/O's geometry straight into its SQE.
+        ``dev[g]``: the slot's device, whose descriptor is ``fds[dev]`` and whose
+        buffer arena is ``spans[dev]`` = (address, bytes); ``addrs[g]``, ``flags[g]``:
+        the slot's buffer and SQE flags.  The descriptors are registered (SQEs name
+        them by index, ``IOSQE_FIXED_FILE``) and so are the arenas (reads and
+        writes become ``READ_FIXED``/``WRITE_FIXED`` of buffer ``dev``), each where
+        the kernel allows it; :attr:`fixed` says which.  Afterwards ``sq_off``/
+        ``sq_len`` are the SQEs' offset and length fields by slot: the scheduler
+        writes an I/O's geometry straight into its SQE.
         """
-        ring, n = self._ring, len(fds)
+        ring, n = self._ring, len(dev)
         if n > ring.sq_n:
             return False
         sq = ring.sqes[:n]
-        sq["opcode"], sq["fd"], sq["addr"], sq["flags"] = _rawring.OP_READ, fds, addrs, flags
+        sq["fd"], sq["flags"] = np.asarray(fds)[dev], flags
+        self.fixed = []
+        with contextlib.suppress(OSError):
+            ring.register_files(list(fds))
+            sq["fd"], sq["flags"] = dev, flags | _rawring.IOSQE_FIXED_FILE
+            self.fixed.append("files")
+        self._ops = (_rawring.OP_READ, _rawring.OP_WRITE)
+        if all(size <= _rawring.MAX_FIXED_BUFFER for _, size in spans):
+            with contextlib.suppress(OSError):
+                ring.register_buffers(list(spans))
+                sq["buf_index"] = dev
+                self._ops = (_rawring.OP_READ_FIXED, _rawring.OP_WRITE_FIXED)
+                self.fixed.append("buffers")
+        sq["opcode"], sq["addr"] = self._ops[0], addrs
         sq["user_data"] = np.arange(1, n + 1, dtype=np.uint64)
         self.sq_off, self.sq_len, self._sq_op = sq["off"], sq["len"], sq["opcode"]
         return True
@@ -129,7 +149,7 @@ class RawEngine:
         """Queue primed slots ``g`` (geometry already in ``sq_off``/``sq_len``); ``write``
         is None when all are reads, else a mask."""
         if write is not None:
-            self._sq_op[g] = np.where(write, _rawring.OP_WRITE, _rawring.OP_READ)
+            self._sq_op[g] = np.where(write, self._ops[1], self._ops[0])
         self._ring.push_idx(g)
 
     def push(self, fd, write, flags, offs, addrs, lens, tags) -> None:

@@ -160,10 +160,10 @@ def test_batched_replay_turns_a_failed_cqe_into_one_clean_error(direct_dir, monk
 
     prime = eng.RawEngine.prime
 
-    def prime_one_bad(self, fds, addrs, flags):
+    def prime_one_bad(self, dev, fds, spans, addrs, flags):
         addrs = np.array(addrs, dtype=np.uint64)
         addrs[9] += 1  # slot of tag 10: O_DIRECT needs an aligned buffer, the kernel says EINVAL
-        return prime(self, fds, addrs, flags)
+        return prime(self, dev, fds, spans, addrs, flags)
 
     monkeypatch.setattr(eng.RawEngine, "prime", prime_one_bad)
     blocks = np.arange(100)
