@@ -35,8 +35,8 @@ import contextlib
 import ctypes
 import errno
 import os
-import struct
 import queue
+import struct
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
