@@ -127,12 +127,21 @@ class BlockFormat:
             return -1
         exp = self._tmpl[blocks % BASE_BLOCKS]
         exp[:, 2] = blocks
-        if len(self._eq) < n:
-            self._eq = np.empty((max(n, 2 * len(self._eq)), _WORDS), bool)
-        eq = np.equal(words, exp, out=self._eq[:n])
+        eq = np.equal(words, exp, out=self._scratch(n))
         if eq.all():
             return -1
         return int(np.argmin(eq.all(axis=1)))
+
+    def good_rows(self, words: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+        """Per row of ``words`` (n x 512 u64), whether it is block ``blocks[row]``."""
+        exp = self._tmpl[blocks % BASE_BLOCKS]
+        exp[:, 2] = blocks
+        return np.equal(words, exp, out=self._scratch(len(blocks))).all(axis=1)
+
+    def _scratch(self, n: int) -> np.ndarray:
+        if len(self._eq) < n:
+            self._eq = np.empty((max(n, 2 * len(self._eq)), _WORDS), bool)
+        return self._eq[:n]
 
     def describe(self, got: bytes, block: int) -> str:
         """What a bad block holds, against what block ``block`` should hold."""

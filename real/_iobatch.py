@@ -247,11 +247,10 @@ class BatchIO:
             raise io_error(d, self.write[j], o, int(lens[i]), int(res[i]))
         write = self._write_np[self.op_of(self.slot_io[g])] if any(self.dev_writes) else None
         if self.verify:
-            offs = self.slot_off[g]
             if one and write is None and self._all_blocks:
-                self._check_blocks(self.devs[0], g, offs)  # base 0: global slot = local
+                self._check_round(self.devs[0], g)
             else:
-                self._verify(g, offs, lens, devs, write)
+                self._verify(g, self.slot_off[g], lens, devs, write)
         self._count(hit, n, lens, devs, write)
         for k in hit:
             if self.closing[k]:
@@ -302,24 +301,35 @@ class BatchIO:
                 if bad >= 0:
                     raise mismatch(d, d.slots[s], off, bad)
 
+    def _check_round(self, d: Device, g: np.ndarray) -> None:
+        """Verify a round of single-block reads of the only device (global slot = local).
+
+        A round reaps most of what it queued, so the reaped slots span a range of
+        the arena not much longer than their number: the range is checked whole
+        (arena rows and ``slot_off`` as views, nothing gathered but the expected
+        images) and only the reaped rows' results count -- the other rows are in
+        flight or idle and hold anything.  Sparse rounds gather their rows.
+        """
+        n = len(g)
+        lo, hi = int(g.min()), int(g.max()) + 1
+        if hi - lo > 2 * n:
+            BatchIO._check_blocks(d, g, self.slot_off[g])
+            return
+        blocks = self.slot_off[lo:hi] // BLOCK
+        if hi - lo == n:  # one run: every row counts
+            row = d.fmt.first_bad_block(d.arena[lo:hi, : BLOCK // 8], blocks)
+        else:
+            ok = d.fmt.good_rows(d.arena[lo:hi, : BLOCK // 8], blocks)[g - lo]
+            row = -1 if ok.all() else int(g[int(np.argmin(ok))]) - lo
+        if row >= 0:
+            raise mismatch(d, d.slots[lo + row], int(blocks[row]) * BLOCK, 0)
+
     @staticmethod
     def _check_blocks(d: Device, local: np.ndarray, offs: np.ndarray) -> None:
-        """Verify the single-block reads in slots ``local`` (at byte ``offs``) of ``d``.
-
-        Reaped slots sorted are often one run (a round reaps most of what it
-        queued): the arena rows are then a view instead of a gathered copy.
-        """
+        """Verify the single-block reads in slots ``local`` (at byte ``offs``) of ``d``."""
         if not len(local):
             return
-        order = local.argsort()
-        local = local[order]
-        lo = int(local[0])
-        if int(local[-1]) - lo == len(local) - 1:
-            rows = d.arena[lo : lo + len(local), : BLOCK // 8]
-        else:
-            rows = d.arena[local, : BLOCK // 8]
-        offs = offs[order]
-        row = d.fmt.first_bad_block(rows, offs // BLOCK)
+        row = d.fmt.first_bad_block(d.arena[local, : BLOCK // 8], offs // BLOCK)
         if row >= 0:
             raise mismatch(d, d.slots[int(local[row])], int(offs[row]), 0)
 

@@ -210,3 +210,37 @@ def test_registered_or_not_the_same_exact_replay(direct_dir, monkeypatch, regist
     assert rows["ssd0"]["n_ios"] == 32
     assert rows["ssd1"]["bytes_read"] == 300 * BLOCK + (1 << 18)
     assert rows["ssd1"]["n_ios"] == 308
+
+
+def round_check_fixture(n_slots=16):
+    """A device of 4 KiB slots; slot s holds block 100 + 7 s, as slot_off says."""
+    from types import SimpleNamespace
+
+    from real._blocks import BlockFormat
+
+    fmt = BlockFormat("ssd0", 0)
+    arena = np.zeros((n_slots, BLOCK // 8), np.uint64)
+    slots = [memoryview(arena[s]).cast("B") for s in range(n_slots)]
+    offs = (100 + 7 * np.arange(n_slots)) * BLOCK
+    for s in range(n_slots):
+        fmt.render(int(offs[s]) // BLOCK, slots[s])
+    d = SimpleNamespace(fmt=fmt, arena=arena, slots=slots, name="ssd0")
+    d.target = SimpleNamespace(path="/x")
+    return SimpleNamespace(slot_off=offs.astype(np.uint64)), d, offs
+
+
+@pytest.mark.parametrize("g", [[3, 5, 6, 8], [5, 6, 7], [0, 6, 15]])
+def test_round_check_counts_only_the_reaped_rows(g):
+    """Rows in the checked range that were not reaped hold garbage (an I/O in flight):
+    no error; a reaped row corrupted: the error names its block's offset -- whether
+    the range is one run, has holes, or is sparse (gathered)."""
+    from real._iobatch import BatchIO
+
+    io, d, offs = round_check_fixture()
+    for s in range(16):
+        if s not in g:
+            d.arena[s] = 0xDEAD  # not reaped: anything
+    BatchIO._check_round(io, d, np.array(g))
+    d.arena[6, 100] ^= 1
+    with pytest.raises(RealError, match=rf"ssd0: data mismatch in /x at offset {offs[6]}:"):
+        BatchIO._check_round(io, d, np.array(g))
