@@ -1,14 +1,16 @@
 """The replayer's I/O rounds, a batch at a time: pick, queue, complete, drain.
 
 Every in-flight I/O owns one buffer slot; slot ``s`` of device ``d`` is the
-*global slot* ``g = base[d] + s`` and its engine tag is ``g + 1``.  One array
-indexed by global slot, ``slot_io``, holds the plan I/O (the index into the
-layout's offset/length arrays, -1 when the slot is free), so a round's
-completions are accounted with numpy over the whole round: tags in, lengths,
-offsets and device counts out, no Python object per I/O.  Free slots are a
-stack per device in one array (``free_g``).  With the raw ring primed
-(:meth:`real.engine.RawEngine.prime`) SQE ``g`` belongs to slot ``g`` for good
-and a device's share of a round is three array stores and one index push.
+*global slot* ``g = base[d] + s`` and its engine tag is ``g + 1``.  Arrays
+indexed by global slot hold what each busy slot is doing: ``slot_io`` (the
+plan I/O, an index into the layout's offset/length arrays), ``slot_off`` and
+``slot_len`` (with the raw ring primed, :meth:`real.engine.RawEngine.prime`,
+these two *are* the offset and length fields of SQE ``g``, which belongs to
+slot ``g`` for good).  A round's completions are accounted with numpy over the
+whole round -- tags in, lengths, offsets and device counts out, no Python
+object per I/O -- and a device's share of a round is three array stores and
+one index push.  Free slots are a stack per device in one array (``free_g``);
+a slot's entries are stale while it is free.
 
 Fair sharing within a device is the simulator's round robin, one I/O at a
 time over the started ops in turn (:mod:`real._rrstream` when no op's own

@@ -10,9 +10,13 @@ decides what is in flight.  Every engine has the same four calls::
 
 ``result`` is the byte count or ``-errno``, as in a CQE.
 
-* :class:`RawEngine`: one raw ring for all devices (:mod:`real._rawring`), fed a
-  device's share of a round as arrays (``push``) instead of ``queue`` per I/O;
-  ``wait`` returns ``(tags, results)`` arrays.  ``uring``/``auto`` pick it first.
+* :class:`RawEngine`: one raw ring for all devices (:mod:`real._rawring`).
+  :meth:`~RawEngine.prime` gives every in-flight buffer slot its own SQE for
+  good (descriptor, buffer, tag; descriptors and buffer arenas registered with
+  the kernel where it allows), so a device's share of a round is its geometry
+  written into those SQEs and one ``push_slots``; one ``io_uring_enter`` per
+  round submits and waits; ``wait`` returns ``(tags, results)`` arrays.
+  ``uring``/``auto`` pick it first.
 * :class:`UringEngine` (``liburing``, or the fallback when the raw ring cannot be
   set up, with the reason in the note): one ring over the liburing binding
   (:mod:`real._uring`); a batch
