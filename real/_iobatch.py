@@ -144,9 +144,8 @@ class BatchIO:
 
     def _issue_paced(self, k: int, d: Device, now: float) -> int:
         """One I/O at a time while the device's token buckets allow it."""
-        count = 0
+        count, infl = 0, self._op_inflight(k)
         while d.active and d.inflight + count < d.qd:
-            infl = self._op_inflight(k)
             j = next((j for j in d.active if infl.get(j, 0) < self.op_cap[j]), None)
             if j is None:
                 break
@@ -157,14 +156,16 @@ class BatchIO:
                 break
             while d.active[0] != j:
                 d.active.rotate(-1)
-            count += self._issue_batch(k, d, 1)
+            count += self._issue_batch(k, d, 1, infl)
+            infl[j] = infl.get(j, 0) + 1
         return count
 
-    def _issue_batch(self, k: int, d: Device, room: int) -> int:
-        """Queue up to ``room`` I/Os of device ``d`` (index ``k``) in turn order (water fill)."""
+    def _issue_batch(self, k: int, d: Device, room: int, infl: dict | None = None) -> int:
+        """Queue up to ``room`` I/Os of device ``d`` (index ``k``) in turn order (water fill);
+        ``infl``: in-flight I/Os per op when the caller has counted them."""
         active, nxt = d.active, self.next_io
         ops = list(active)
-        infl = self._op_inflight(k)
+        infl = self._op_inflight(k) if infl is None else infl
         avail = [min(self.n_ios[j] - nxt[j], self.op_cap[j] - infl.get(j, 0)) for j in ops]
         take = water_fill(avail, room)
         n = sum(take)
