@@ -9,13 +9,23 @@ prints both IOPS and their ratio.  The file is created by kvtier under
 ``--path`` (a directory, e.g. ``/dev/shm``, which accepts O_DIRECT) and
 removed at the end.
 
-Measured on the 2-core dev machine (noisy: shared with other jobs, so compare
-runs taken back to back; 100K I/Os, ``--engine liburing`` vs the default raw
-ring): qd 32, liburing 98K IOPS (0.32 of fio's 311K), raw ring 112K (0.44 of
-255K); qd 128, liburing 114K (0.49 of 231K), raw ring 221K (0.66 of 333K), 4.5 us
-of process CPU per verified I/O (io-wq workers included: tmpfs O_DIRECT reads
-are punted to them).  What is left per round is the scheduler's Python (round
-robin over the started ops, completion accounting), about 20 numpy calls.
+Each queue depth alternates replayer and fio ``--repeat`` times on the same
+file and prints the median of the per-pair ratios, so that a noisy machine's
+swings cancel; ``--fio-async`` runs fio with ``--force_async=1``, the way the
+replayer issues reads of tmpfs files (:func:`real.engine.on_tmpfs`).
+
+Measured on the 2-core dev machine (shared with 4 other jobs, load 3-8; 200K
+verified I/Os per run, medians of 3 pairs): before this work qd 32 0.44 of
+fio at 9.1 us of process CPU per I/O, qd 128 0.66 at 4.5 us.  Now qd 32
+0.71-1.24 of plain fio and 0.43 of ``--fio-async`` fio at 5.5-8 us per I/O; qd
+128 0.78-2.25 of plain fio and 0.85 of ``--fio-async`` fio at 3.2-4.8 us; fio
+itself spends 1.3-2.4 us per I/O.  The spread is the machine's: fio alone ran
+64K-330K IOPS over the session.  The replay loop's own cost, fitted over qd 8,
+32 and 128 (main thread, verification on): about 62-77 us per round plus 1-2
+us per I/O, of which verification is about 20 us per round plus 0.4 us per I/O
+(the expected images gathered from the 1 MiB block template, then one
+comparison); with no kernel at all (an engine that completes at once) a round
+of the laid-out round robin costs 19 us of Python at qd 32 and 22 us at qd 128.
 """
 
 from __future__ import annotations
@@ -46,7 +56,9 @@ def randread_plan(ios: int, ops: int, size: int, qd: int, seed: int = 0) -> pa.T
     return b.table()
 
 
-def fio_iops(path: str, size: int, qd: int, ios: int, out: Path) -> tuple[float, float]:
+def fio_iops(
+    path: str, size: int, qd: int, ios: int, out: Path, force_async: bool = False
+) -> tuple[float, float]:
     """(IOPS, process CPU seconds per I/O) of fio doing ``ios`` 4 KiB io_uring O_DIRECT
     random reads of ``path`` at ``qd`` (its CPU: ``usr_cpu + sys_cpu`` of the run,
     io-wq workers included, as for the replayer).
@@ -66,7 +78,7 @@ def fio_iops(path: str, size: int, qd: int, ios: int, out: Path) -> tuple[float,
         "--norandommap",
         "--randrepeat=0",
         "--name=bench",
-    ]
+    ] + (["--force_async=1"] if force_async else [])
     got = run_fio(args, out / "fio.json")
     iops = summarize(got).read.iops
     job = got["jobs"][0]
@@ -91,7 +103,7 @@ def compare(plan, files, size: int, a: argparse.Namespace, tmp: Path) -> None:
         cpus.append(cpu)
         line = f"qd {a.qd} run {r + 1}: replayer {ours:,.0f} IOPS ({cpu * 1e6:.2f} us CPU/I/O)"
         if not a.no_fio:
-            theirs, fio_cpu = fio_iops(path, size, a.qd, a.ios, tmp)
+            theirs, fio_cpu = fio_iops(path, size, a.qd, a.ios, tmp, a.fio_async)
             ratios.append(ours / theirs)
             line += f", fio {theirs:,.0f} IOPS ({fio_cpu * 1e6:.2f} us CPU/I/O)"
             line += f", ratio {ours / theirs:.2f}"
@@ -113,6 +125,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--engine", default="uring")
     ap.add_argument("--repeat", type=int, default=3, help="replayer/fio pairs per queue depth")
     ap.add_argument("--no-fio", action="store_true")
+    ap.add_argument(
+        "--fio-async",
+        action="store_true",
+        help="fio with --force_async=1 (IOSQE_ASYNC, as the replayer issues tmpfs reads)",
+    )
     a = ap.parse_args(argv)
     qds = a.qd
     with tempfile.TemporaryDirectory(dir=a.path, prefix="kvtier-bench-") as tmp:
