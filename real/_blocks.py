@@ -65,6 +65,7 @@ class BlockFormat:
         tmpl[:BASE_BLOCKS, 3] = seed
         tmpl[BASE_BLOCKS:] = tmpl[:BASE_BLOCKS]
         self._tmpl = tmpl
+        self._eq = np.empty((64, _WORDS), bool)  # scratch of first_bad_block
         self._crc = crcs.tolist()
         rows = [tmpl[k].tobytes() for k in range(BASE_BLOCKS)]
         self._head = [r[:16] for r in rows]  # magic, node id, crc
@@ -117,13 +118,30 @@ class BlockFormat:
         """Row of ``words`` (n x 512 u64, one 4 KiB block each) that is not block
         ``blocks[row]`` as expected, the first one; -1 when every row is.
 
-        One gather of the expected images and one comparison for the whole batch:
-        the replayer checks every single-block read a round reaps at once.
+        One gather of the expected images and one comparison (into a reused
+        scratch array) for the whole batch: the replayer checks every
+        single-block read a round reaps at once.
         """
+        n = len(blocks)
+        if n == 0:
+            return -1
         exp = self._tmpl[blocks % BASE_BLOCKS]
         exp[:, 2] = blocks
-        bad = (words != exp).any(axis=1)
-        return int(np.argmax(bad)) if bad.any() else -1
+        eq = np.equal(words, exp, out=self._scratch(n))
+        if eq.all():
+            return -1
+        return int(np.argmin(eq.all(axis=1)))
+
+    def good_rows(self, words: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+        """Per row of ``words`` (n x 512 u64), whether it is block ``blocks[row]``."""
+        exp = self._tmpl[blocks % BASE_BLOCKS]
+        exp[:, 2] = blocks
+        return np.equal(words, exp, out=self._scratch(len(blocks))).all(axis=1)
+
+    def _scratch(self, n: int) -> np.ndarray:
+        if len(self._eq) < n:
+            self._eq = np.empty((max(n, 2 * len(self._eq)), _WORDS), bool)
+        return self._eq[:n]
 
     def describe(self, got: bytes, block: int) -> str:
         """What a bad block holds, against what block ``block`` should hold."""

@@ -1,13 +1,8 @@
-"""What the replay loop checks when I/Os complete: transfer errors and the data read.
-
-``done`` entries are ``(device, op, offset, size, slot, result)``: an I/O of
-``size`` bytes at byte ``offset`` of the device's file whose buffer is the
-device's slot ``slot``, and the CQE-style ``result`` (bytes or ``-errno``).
-"""
+"""The errors the replay loop raises when I/Os complete: failed or short transfers and
+data that is not what its blocks must hold (the checks themselves are batched in
+:mod:`real._iobatch`)."""
 
 from __future__ import annotations
-
-import numpy as np
 
 from real._blocks import BLOCK
 from real._devices import Device
@@ -24,29 +19,6 @@ def io_error(d: Device, write: bool, off: int, size: int, res: int) -> RealError
         f"{d.name}: short {what[:-3]} of {d.target.path} at offset {off}: "
         f"{res} of {size} bytes (was the file truncated?)"
     )
-
-
-def verify_reads(done: list[tuple], write: list[bool]) -> None:
-    """Check every read of ``done`` (``write[op]`` says which ops write); raise on the first
-    bad block.  Single-block reads of a device are checked in one numpy comparison
-    (:meth:`~real._blocks.BlockFormat.first_bad_block`), larger ones one by one."""
-    single: dict[Device, tuple[list[int], list[int]]] = {}
-    for d, j, off, size, slot, _ in done:
-        if write[j]:
-            continue
-        if size == BLOCK:
-            slots, offs = single.setdefault(d, ([], []))
-            slots.append(slot)
-            offs.append(off)
-            continue
-        bad = d.fmt.first_mismatch(d.slots[slot][:size], off // BLOCK)
-        if bad >= 0:
-            raise mismatch(d, d.slots[slot], off, bad)
-    for d, (slots, offs) in single.items():
-        blocks = np.asarray(offs, dtype=np.uint64) // np.uint64(BLOCK)
-        row = d.fmt.first_bad_block(d.arena[slots, : BLOCK // 8], blocks)
-        if row >= 0:
-            raise mismatch(d, d.slots[slots[row]], offs[row], 0)
 
 
 def mismatch(d: Device, buf: memoryview, off: int, bad: int) -> RealError:

@@ -9,19 +9,29 @@ prints both IOPS and their ratio.  The file is created by kvtier under
 ``--path`` (a directory, e.g. ``/dev/shm``, which accepts O_DIRECT) and
 removed at the end.
 
-Measured on the 2-core dev machine (noisy: shared with other jobs, so compare
-runs taken back to back): fio about 290K IOPS at qd 32; the replayer about
-135K when idle, with about 7.3 us of process CPU per verified I/O.  The liburing
-2024.x binding alone (get_sqe/prep_read/set_data per I/O, submit, peek/seen per
-CQE, no scheduler, no verification) costs about 4 us per I/O, so reaching 0.9 of
-fio needs SQEs and CQEs handled a batch at a time (a numpy view of the rings).
+Each queue depth alternates replayer and fio ``--repeat`` times on the same
+file and prints the median of the per-pair ratios, so that a noisy machine's
+swings cancel; ``--fio-async`` runs fio with ``--force_async=1``, the way the
+replayer issues reads of tmpfs files (:func:`real.engine.on_tmpfs`).
+
+Measured on the 2-core dev machine (shared with 4 other jobs, load 3-8; 200K
+verified I/Os per run, medians of 3 pairs): before this work qd 32 0.44 of
+fio at 9.1 us of process CPU per I/O, qd 128 0.66 at 4.5 us.  Now qd 32
+0.71-1.24 of plain fio and 0.43 of ``--fio-async`` fio at 5.5-8 us per I/O; qd
+128 0.78-2.25 of plain fio and 0.85 of ``--fio-async`` fio at 3.2-4.8 us; fio
+itself spends 1.3-2.4 us per I/O.  The spread is the machine's: fio alone ran
+64K-330K IOPS over the session.  The replay loop's own cost, fitted over qd 8,
+32 and 128 (main thread, verification on): about 62-77 us per round plus 1-2
+us per I/O, of which verification is about 20 us per round plus 0.4 us per I/O
+(the expected images gathered from the 1 MiB block template, then one
+comparison); with no kernel at all (an engine that completes at once) a round
+of the laid-out round robin costs 19 us of Python at qd 32 and 22 us at qd 128.
 """
 
 from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +56,16 @@ def randread_plan(ios: int, ops: int, size: int, qd: int, seed: int = 0) -> pa.T
     return b.table()
 
 
-def fio_iops(path: str, size: int, qd: int, ios: int, out: Path) -> float:
-    """fio's IOPS for 4 KiB io_uring O_DIRECT random reads of ``path`` at ``qd``."""
+def fio_iops(
+    path: str, size: int, qd: int, ios: int, out: Path, force_async: bool = False
+) -> tuple[float, float]:
+    """(IOPS, process CPU seconds per I/O) of fio doing ``ios`` 4 KiB io_uring O_DIRECT
+    random reads of ``path`` at ``qd`` (its CPU: ``usr_cpu + sys_cpu`` of the run,
+    io-wq workers included, as for the replayer).
+
+    ``--io_size`` (not ``--number_ios``, which ``--size`` would cut to one pass
+    over the file) makes fio issue exactly ``ios`` I/Os.
+    """
     args = [
         f"--filename={path}",
         "--rw=randread",
@@ -56,12 +74,45 @@ def fio_iops(path: str, size: int, qd: int, ios: int, out: Path) -> float:
         "--ioengine=io_uring",
         "--direct=1",
         f"--size={size}",
-        f"--number_ios={ios}",
+        f"--io_size={ios * BLOCK}",
         "--norandommap",
         "--randrepeat=0",
         "--name=bench",
-    ]
-    return summarize(run_fio(args, out / "fio.json")).read.iops
+    ] + (["--force_async=1"] if force_async else [])
+    got = run_fio(args, out / "fio.json")
+    iops = summarize(got).read.iops
+    job = got["jobs"][0]
+    cpu_s = (job["usr_cpu"] + job["sys_cpu"]) / 100 * job["read"]["runtime"] / 1e3
+    return iops, cpu_s / max(1, job["read"]["total_ios"])
+
+
+def replayer_iops(plan: pa.Table, files, engine: str, qd: int) -> tuple[float, float]:
+    """(IOPS, process CPU seconds per I/O) of one verified replay of ``plan``."""
+    rec = replay(plan, files, engine=engine, qd=qd)
+    n_ios = rec.stats["ios"]
+    return n_ios / rec.stats["makespan_s"], rec.stats["cpu_s"] / n_ios
+
+
+def compare(plan, files, size: int, a: argparse.Namespace, tmp: Path) -> None:
+    """Alternate replayer and fio ``a.repeat`` times; print each pair and the medians."""
+    path = str(files.targets["ssd0"].path)
+    ratios, ours_all, cpus = [], [], []
+    for r in range(a.repeat):
+        ours, cpu = replayer_iops(plan, files, a.engine, a.qd)
+        ours_all.append(ours)
+        cpus.append(cpu)
+        line = f"qd {a.qd} run {r + 1}: replayer {ours:,.0f} IOPS ({cpu * 1e6:.2f} us CPU/I/O)"
+        if not a.no_fio:
+            theirs, fio_cpu = fio_iops(path, size, a.qd, a.ios, tmp, a.fio_async)
+            ratios.append(ours / theirs)
+            line += f", fio {theirs:,.0f} IOPS ({fio_cpu * 1e6:.2f} us CPU/I/O)"
+            line += f", ratio {ours / theirs:.2f}"
+        print(line, flush=True)
+    summary = f"qd {a.qd}: median replayer {np.median(ours_all):,.0f} IOPS, "
+    summary += f"{np.median(cpus) * 1e6:.2f} us CPU/I/O"
+    if ratios:
+        summary += f"; median replayer/fio {np.median(ratios):.2f} over {len(ratios)} pairs"
+    print(summary)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,29 +120,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--path", default="/dev/shm", help="directory for the data file")
     ap.add_argument("--ios", type=int, default=200_000)
     ap.add_argument("--ops", type=int, default=20)
-    ap.add_argument("--qd", type=int, default=32)
+    ap.add_argument("--qd", type=int, nargs="+", default=[32, 128])
     ap.add_argument("--size", type=int, default=256 << 20, help="file bytes")
     ap.add_argument("--engine", default="uring")
+    ap.add_argument("--repeat", type=int, default=3, help="replayer/fio pairs per queue depth")
     ap.add_argument("--no-fio", action="store_true")
+    ap.add_argument(
+        "--fio-async",
+        action="store_true",
+        help="fio with --force_async=1 (IOSQE_ASYNC, as the replayer issues tmpfs reads)",
+    )
     a = ap.parse_args(argv)
-    plan = randread_plan(a.ios, a.ops, a.size, a.qd)
+    qds = a.qd
     with tempfile.TemporaryDirectory(dir=a.path, prefix="kvtier-bench-") as tmp:
-        files = prepare_targets(plan, tmp)
+        files = prepare_targets(randread_plan(a.ios, a.ops, a.size, max(qds)), tmp)
         try:
-            t0 = time.perf_counter()
-            rec = replay(plan, files, engine=a.engine, qd=a.qd)
-            wall = time.perf_counter() - t0
-            n_ios, span = rec.stats["ios"], rec.stats["makespan_s"]
-            ours = n_ios / span
-            print(
-                f"replayer: {n_ios} I/Os in {span:.3f} s = {ours:,.0f} IOPS "
-                f"(cpu {rec.stats['cpu_s']:.2f} s, wall with set-up {wall:.2f} s, "
-                f"engine {rec.stats['engine']}, verified {rec.stats['verified']})"
-            )
-            if not a.no_fio:
-                path = str(files.targets["ssd0"].path)
-                theirs = fio_iops(path, a.size, a.qd, a.ios, Path(tmp))
-                print(f"fio:      {theirs:,.0f} IOPS; replayer/fio = {ours / theirs:.2f}")
+            for qd in qds:
+                a.qd = qd
+                compare(randread_plan(a.ios, a.ops, a.size, qd), files, a.size, a, Path(tmp))
         finally:
             files.cleanup()
 

@@ -37,7 +37,6 @@ cannot be separated when one thread serves every op.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import os
 import time
@@ -50,11 +49,10 @@ from kvtier.plan import depends_csr
 from kvtier.records import Records, op_records
 from kvtier.units import fmt_bytes
 from real import _gds
-from real._blocks import BLOCK
-from real._checks import io_error, verify_reads
 from real._devices import Device, device_records, inflight_stats, open_device
+from real._iobatch import BatchIO
 from real.datafile import io_layout
-from real.engine import GDS, Engine, make_engine
+from real.engine import make_engine, on_tmpfs
 from real.errors import RealError
 from real.targets import Target
 
@@ -64,7 +62,7 @@ DRAIN_S = 30.0  # give up waiting for in-flight I/Os after an error
 _START, _END = 0, 1
 
 
-class Replayer:
+class Replayer(BatchIO):
     """Replays one plan once; see :func:`real.replay.replay` for the usual entry point."""
 
     def __init__(
@@ -94,11 +92,13 @@ class Replayer:
             gds_reader = self._open_devices(layout, targets, seed, qd, gds)
             slots = sum(d.qd for d in self.devs)
             self.engine, self.engine_note = make_engine(engine, slots, gds_reader)
-            self._engine_queue = self.engine.queue
+            self._engine_queue = getattr(self.engine, "queue", None)
             for d in self.devs:
                 limited = not d.target.limits.unlimited and not d.target.pacing
-                if d.target.kind == "loop" or limited:
+                if d.target.kind == "loop" or limited or on_tmpfs(d.fd):
                     d.flags |= getattr(self.engine, "async_flag", 0)
+            self._init_slots()
+            self._prime_engine()
         except BaseException:
             self._close_devices()
             raise
@@ -109,7 +109,8 @@ class Replayer:
         kind = plan.column("kind").to_pylist()
         self.write = [k == "write" for k in kind]
         self.dev_of = layout.node.tolist()
-        self.first = layout.first.tolist()  # op j issues I/Os first[j]:first[j + 1]
+        self.first_np = np.asarray(layout.first, np.int64)
+        self.first = self.first_np.tolist()  # op j issues I/Os first[j]:first[j + 1]
         self.n_ios = np.diff(layout.first).tolist()
         self.io_off, self.io_len = layout.offset, layout.length
         self.op_qd = plan.column("queue_depth").to_numpy().tolist()
@@ -128,14 +129,12 @@ class Replayer:
         self.dep_of = owner[order].tolist()
         self.dep_ptr = np.searchsorted(values[order], np.arange(n + 1)).tolist()
         self.ready_s, self.start_s, self.end_s = [np.nan] * n, [np.nan] * n, [np.nan] * n
-        self.next_io, self.op_inflight, self.op_done = [0] * n, [0] * n, [0] * n
+        self.next_io = [0] * n  # I/Os issued per op
         self.op_cap = [0] * n
         self.done = self.inflight = 0
         self.timers: list[tuple[float, int, int, int]] = []
-        self.tags: dict[int, tuple] = {}
-        self._reaped: list[tuple[int, int]] = []  # reaped, not yet handed to _complete
+        self._reaped: np.ndarray | None = None  # reaped, not yet handed to _complete
         self._seq = 0
-        self._ios: dict[int, list[tuple[int, int]]] = {}  # started ops' I/Os, while issuing
 
     def _open_devices(self, layout, targets, seed, qd, gds) -> _gds.GdsReader | None:
         largest = layout.largest_io()
@@ -189,7 +188,7 @@ class Replayer:
             # dependents itself (a scan of ``pending`` would start them a second time)
             for j in [j for j in range(self.n) if self.pending[j] == 0]:
                 self._ready(j, 0.0)
-            engine: Engine = self.engine
+            engine = self.engine
             while self.done < self.n:
                 now = clock()
                 self._fire(now)
@@ -200,15 +199,18 @@ class Replayer:
                 deadline = self._deadline()
                 if self.inflight:
                     timeout = None if deadline == np.inf else max(0.0, deadline - clock())
-                    self._reaped = engine.wait(timeout)
-                    self._complete(self._reaped, clock())
+                    tags, res = self._wait(timeout)
+                    self._reaped = tags
+                    self._complete(tags, res, clock())
                 elif deadline < np.inf:
                     time.sleep(max(0.0, deadline - clock()))
                 else:  # pragma: no cover - dependencies only point backwards
                     raise RuntimeError(f"replay stalled with {self.n - self.done} ops left")
             makespan = max(self.end_s, default=0.0)
         finally:
-            self._drain()
+            if self._reaped is not None:  # reaped, not accounted when the error struck
+                self.inflight -= len(self._reaped)
+            self._drain(DRAIN_S)
             self.engine.close()
             self._close_devices()
         return self._records(makespan, time.process_time() - cpu0)
@@ -225,10 +227,6 @@ class Replayer:
         self.start_s[j] = t
         d = self.dev_of[j]
         if d >= 0:
-            # the op's (offset, length) pairs as Python ints, held only while it issues
-            lo, hi = self.first[j], self.first[j + 1]
-            offs, lens = self.io_off[lo:hi].tolist(), self.io_len[lo:hi].tolist()
-            self._ios[j] = list(zip(offs, lens, strict=True))
             self.devs[d].active.append(j)
             return False
         if self.nonio[j] > 0:
@@ -270,103 +268,6 @@ class Replayer:
             if d.active and d.wake > 0 and d.inflight < d.qd:
                 deadline = min(deadline, d.wake)
         return deadline
-
-    # ---- I/O --------------------------------------------------------------------------------
-    def _issue(self, now: float) -> int:
-        """Fill every device's free slots from its started ops; the number of I/Os queued."""
-        issued = 0
-        for d in self.devs:
-            active = d.active
-            if not active or d.inflight >= d.qd or d.wake > now:
-                continue
-            room, count, blocked = d.qd - d.inflight, 0, 0
-            while count < room and active and blocked < len(active):
-                j = active[0]
-                if self.op_inflight[j] >= self.op_cap[j]:
-                    active.rotate(-1)
-                    blocked += 1
-                    continue
-                i = self.next_io[j]
-                off, size = self._ios[j][i]
-                if d.pacer is not None:
-                    wait = d.pacer.delay(self.write[j], size, now)
-                    if wait > 0:
-                        d.wake = now + wait
-                        break
-                self._queue(d, j, off, size)
-                count += 1
-                blocked = 0
-                self.next_io[j] = i + 1
-                if i + 1 == self.n_ios[j]:
-                    active.popleft()
-                    del self._ios[j]
-                else:
-                    active.rotate(-1)
-            if count:
-                d.issued(now, count)
-                issued += count
-        return issued
-
-    def _queue(self, d: Device, j: int, off: int, size: int) -> None:
-        slot = d.free.pop()
-        buf = d.slots[slot][:size]
-        write = self.write[j]
-        if write:
-            d.fmt.render(off // BLOCK, buf)
-        self._seq += 1
-        tag = self._seq
-        self.tags[tag] = (d, j, off, size, slot)
-        self.op_inflight[j] += 1
-        self.inflight += 1
-        flags = d.flags | (GDS if self.gds_op[j] else 0)
-        self._engine_queue(tag, d.fd, write, buf, off, flags)
-
-    def _complete(self, reaped: list[tuple[int, int]], t: float) -> None:
-        """Account a round's completions at time ``t``: check, verify as one batch, count."""
-        tags, write, done = self.tags, self.write, []
-        for tag, res in reaped:  # leave no reaped I/O for _drain before anything can raise
-            done.append((*tags.pop(tag), res))
-        self._reaped = []
-        self.inflight -= len(done)
-        per_dev: dict[Device, int] = {}
-        for d, _, _, _, _, _ in done:
-            per_dev[d] = per_dev.get(d, 0) + 1
-        for d, k in per_dev.items():
-            d.completed(t, k)
-        for d, j, off, size, _, res in done:
-            if res != size:
-                raise io_error(d, write[j], off, size, res)
-        if self.verify:
-            verify_reads(done, self.write)
-        op_inflight, op_done, n_ios = self.op_inflight, self.op_done, self.n_ios
-        for d, j, _, size, slot, _ in done:
-            d.free.append(slot)
-            d.counted(write[j], size)
-            op_inflight[j] -= 1
-            op_done[j] += 1
-            if op_done[j] == n_ios[j]:
-                self._end(j, t)
-
-    def _drain(self) -> None:
-        """Wait for I/Os still in flight (after an error): the kernel owns their buffers.
-
-        I/Os queued but not yet submitted (an interrupt mid-round) are submitted
-        first, so that every counted I/O completes.
-        """
-        with contextlib.suppress(Exception):
-            self.engine.submit()
-        for tag, _ in self._reaped:  # reaped, not yet handled when the error struck
-            if self.tags.pop(tag, None) is not None:
-                self.inflight -= 1
-        end = time.monotonic() + DRAIN_S
-        while self.inflight > 0 and time.monotonic() < end:
-            try:
-                done = self.engine.wait(1.0)
-            except OSError:
-                break
-            for tag, _ in done:
-                if self.tags.pop(tag, None) is not None:
-                    self.inflight -= 1
 
     # ---- results ----------------------------------------------------------------------------
     def _records(self, makespan: float, cpu: float) -> Records:

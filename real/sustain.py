@@ -1,0 +1,110 @@
+"""What the replayer itself can sustain, and an emulation scale that stays below it.
+
+The IOPS regime of ``kvtier real validate`` compares the simulator with a
+replay on emulated devices throttled to a scaled profile
+(:mod:`real.emulate`).  The comparison measures the *devices* only while the
+throttle is the binding limit.  Today the scale keeps the devices below what
+the backing store sustains (fio, :func:`real.capacity.scale_for`); but the
+replayer is one Python thread issuing, reaping and verifying every I/O, and at
+4 KiB it tops out below the store: when the devices' aggregate IOPS exceed it,
+the replay runs at the replayer's rate, the simulator (which models the
+devices) predicts the devices' rate, and the error measured is the replayer's
+overhead, not the model's.
+
+:func:`sustainable_iops` measures the replayer's own ceiling on this machine
+(a verified random-read replay at the queue depth validation uses), and
+:func:`replayer_scale` lowers the emulation scale so the devices' aggregate
+IOPS stay below ``headroom`` times it -- the same headroom rule ``scale_for``
+applies to the backing store.  Bandwidth is left alone: large I/Os cost the
+replayer per I/O, not per byte (a 1 MiB read is one SQE and one vectorised
+check), so the store's bandwidth, not the replayer, bounds that regime.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from kvtier.plan import PlanBuilder
+from real._blocks import BLOCK
+from real.capacity import Rates, scale_for
+from real.datafile import prepare_targets
+from real.errors import RealError
+from real.replay import replay
+
+FILE_BYTES = 64 << 20  # the measured file: large enough that reads are random, small to fill
+ROUND_IOS = 20_000  # I/Os per replay; replays repeat until ``seconds`` have passed
+
+
+def random_read_plan(ios: int, io_bytes: int, size: int, qd: int, seed: int = 0) -> pa.Table:
+    """One read op of ``ios`` random ``io_bytes`` extents (aligned to ``io_bytes``)."""
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, size // io_bytes, ios, dtype=np.int64) * io_bytes
+    ext = np.stack([starts, np.full(ios, io_bytes, np.int64)], axis=1)
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", extents=ext, queue_depth=qd, io_path="io_uring")
+    return b.table()
+
+
+def sustainable_iops(
+    path_dir: str | Path, qd: int, io_bytes: int = BLOCK, seconds: float = 1.0
+) -> float:
+    """Verified random-read IOPS the replayer sustains at ``qd`` on a file in ``path_dir``.
+
+    The file is created and filled by kvtier (its self-checking blocks) in a
+    fresh sub-directory of ``path_dir`` and removed afterwards.  Replays of
+    ``ROUND_IOS`` I/Os repeat until ``seconds`` of replay have passed; the
+    result is their I/Os over their summed makespans.
+    """
+    if qd < 1 or io_bytes < BLOCK or io_bytes % BLOCK or not seconds > 0:
+        raise RealError(
+            f"sustainable_iops: qd must be >= 1, io_bytes a multiple of {BLOCK}, seconds > 0 "
+            f"(got qd={qd}, io_bytes={io_bytes}, seconds={seconds})"
+        )
+    size = max(FILE_BYTES, 4 * io_bytes)
+    plan = random_read_plan(ROUND_IOS, io_bytes, size, qd)
+    ios, span = 0, 0.0
+    with tempfile.TemporaryDirectory(dir=path_dir, prefix="kvtier-sustain-") as tmp:
+        files = prepare_targets(plan, tmp)
+        try:
+            end = time.monotonic() + seconds
+            seed = 0
+            while span == 0.0 or time.monotonic() < end:
+                rec = replay(plan, files, engine="uring", qd=qd, verify=True)
+                ios += rec.stats["ios"]
+                span += rec.stats["makespan_s"]
+                seed += 1
+                plan = random_read_plan(ROUND_IOS, io_bytes, size, qd, seed)
+        finally:
+            files.cleanup()
+    return ios / span
+
+
+def replayer_scale(
+    source,
+    n: int,
+    sustainable: Rates,
+    replayer_iops: float,
+    headroom: float = 0.8,
+) -> float:
+    """The emulation scale: :func:`real.capacity.scale_for`'s, lowered so that the ``n``
+    devices' aggregate read and write IOPS stay below ``headroom * replayer_iops``.
+
+    ``source`` is the hardware profile (its ``ssd(name)`` groups give each
+    device's ``read_iops``/``write_iops``), ``sustainable`` the backing store's
+    measured rates, ``replayer_iops`` what :func:`sustainable_iops` measured.
+    Writes are held to the same ceiling as reads (a write is one SQE like a read;
+    rendering its blocks costs about what verifying a read does).
+    """
+    if not replayer_iops > 0:
+        raise RealError(f"replayer_iops must be positive, got {replayer_iops}")
+    scale = scale_for(source, n, sustainable, headroom)
+    groups = [source.ssd(f"ssd{i}") for i in range(n)]
+    for demand in (sum(g.read_iops for g in groups), sum(g.write_iops for g in groups)):
+        if demand > 0:
+            scale = min(scale, headroom * replayer_iops / demand)
+    return scale

@@ -1,0 +1,79 @@
+"""The replayer's own ceiling (real/sustain.py) and the emulation scale held below it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from real import _rawring
+from real.capacity import Rates
+from real.errors import RealError
+from real.sustain import replayer_scale, sustainable_iops
+
+RAW_OK, RAW_WHY = _rawring.available()
+
+
+@dataclass
+class Group:
+    read_gbps: float
+    write_gbps: float
+    read_iops: float
+    write_iops: float
+
+
+class Source:
+    """A profile whose every SSD is the same group."""
+
+    def __init__(self, group: Group) -> None:
+        self.group = group
+
+    def ssd(self, name: str) -> Group:
+        return self.group
+
+
+SRC = Source(Group(read_gbps=7.0, write_gbps=5.0, read_iops=1e6, write_iops=5e5))
+STORE = Rates(read_bps=20e9, write_bps=10e9, read_iops=2e6, write_iops=1e6)
+
+
+def test_scale_is_held_below_the_replayer_by_hand():
+    """4 SSDs demand 28 GB/s, 20 GB/s, 4M and 2M IOPS.  The store alone allows
+    0.8 x min(20/28, 10/20, 2/4, 1/2) = 0.4; a replayer of 200K IOPS allows
+    0.8 x 200K / 4M = 0.04 for reads (0.08 for writes): 0.04 wins."""
+    scale = replayer_scale(SRC, 4, STORE, 200e3)
+    assert scale == pytest.approx(0.04)
+    # the scaled devices' aggregate read IOPS sit exactly at the headroom
+    assert scale * 4 * SRC.group.read_iops == pytest.approx(0.8 * 200e3)
+
+
+def test_a_fast_replayer_leaves_the_store_scale():
+    """10M IOPS: 0.8 x 10M / 4M = 2 > 0.4, so the store's 0.4 stands; headroom 0.5
+    gives 0.5 x min(...) = 0.25 from the store and 0.5 x 10M / 4M = 1.25 from the replayer."""
+    assert replayer_scale(SRC, 4, STORE, 10e6) == pytest.approx(0.4)
+    assert replayer_scale(SRC, 4, STORE, 10e6, headroom=0.5) == pytest.approx(0.25)
+
+
+def test_write_iops_can_bind():
+    """Writes demand 4 x 1M = 4M, reads 4 x 0.1M = 0.4M: 0.8 x 100K / 4M = 0.02."""
+    src = Source(Group(read_gbps=7.0, write_gbps=5.0, read_iops=1e5, write_iops=1e6))
+    assert replayer_scale(src, 4, STORE, 100e3) == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("bad", [0.0, -5.0, float("nan")])
+def test_replayer_iops_must_be_positive(bad):
+    with pytest.raises(RealError, match="replayer_iops must be positive"):
+        replayer_scale(SRC, 4, STORE, bad)
+
+
+@pytest.mark.skipif(not RAW_OK, reason=f"raw ring unavailable: {RAW_WHY}")
+def test_sustainable_iops_measures_and_leaves_nothing(direct_dir):
+    before = sorted(direct_dir.iterdir())
+    iops = sustainable_iops(direct_dir, qd=16, seconds=0.05)
+    assert 1e3 < iops < 1e8  # a real rate: verified reads finished in a finite time
+    assert sorted(direct_dir.iterdir()) == before
+
+
+@pytest.mark.parametrize("kw", [{"qd": 0}, {"qd": 8, "io_bytes": 1000}, {"qd": 8, "seconds": 0.0}])
+def test_sustainable_iops_rejects_bad_arguments(tmp_path, kw):
+    with pytest.raises(RealError, match="sustainable_iops"):
+        sustainable_iops(tmp_path, **kw)
