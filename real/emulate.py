@@ -4,7 +4,8 @@
 files (on ``/dev/shm`` by default, or any directory):
 
 1. each file becomes a loop device with direct I/O (:mod:`real.blkio`);
-2. the backing store's sustainable rates are measured with fio, all devices
+2. the backing store's sustainable rates are measured with fio (and the
+   replayer's own 4 KiB ceiling, :mod:`real.sustain`), all devices
    at once (1 MiB reads and writes at QD16, 4 KiB random reads and writes at
    QD32), unless ``scale`` is given;
 3. one scale factor shrinks the profile's devices to what the machine can
@@ -51,10 +52,11 @@ from hwprofiles.loader import ProfileError, load_profile
 from hwprofiles.schema import HardwareProfile
 from real import blkio, fio
 from real._signals import phase
-from real.capacity import METERS, Meter, Rates, check_limits, make_meter, scale_for
+from real.capacity import METERS, Meter, Rates, check_limits, make_meter
 from real.cleanup import REGISTRY, file_id
 from real.errors import RealError
 from real.profile_yaml import scaled_profile, write_scaled_profile
+from real.sustain import emulation_scale
 from real.targets import Limits, Target
 
 log = logging.getLogger("kvtier.real")
@@ -83,6 +85,7 @@ class EmulatedSet:
         self.profile_path: Path | None = None
         self.scale = 1.0
         self.sustainable: Rates | None = None
+        self.replayer_iops: float | None = None  # the replayer's ceiling the scale obeys
         self.note = ""
         self.group: blkio.ThrottleGroup | None = None
         self.loops: list[tuple[str, Path]] = []
@@ -201,7 +204,7 @@ def emulate(
     try:
         out_dir = Path(out) if out else workdir
         measure = make_meter(meter, out_dir / "capacity", size)
-        _build(es, n, size, scale, headroom, fill, measure, cgroup_root)
+        _build(es, n, size, scale, headroom, fill, (meter, measure), cgroup_root)
         _describe(es, out_dir, size, latency == "measured")
     except BaseException:
         es.close()
@@ -233,10 +236,10 @@ def _build(
     scale: float | None,
     headroom: float,
     fill: bool,
-    measure: Meter,
+    meter: tuple[str, Meter],
     cgroup_root: str | Path,
 ) -> None:
-    """Backing files (loop devices when throttled), the scale (measured with ``measure``
+    """Backing files (loop devices when throttled), the scale (measured with ``meter``
     unless given) and one target per device, limited to the scaled profile's rates."""
     backing = [es.workdir / f"ssd{i}.img" for i in range(n)]
     for path in backing:
@@ -252,8 +255,9 @@ def _build(
     kind = "loop" if es.mode == "throttle" else "file"
     bare = [Target(f"ssd{i}", p, size, kind, created=True) for i, p in enumerate(paths)]
     if scale is None:
-        es.sustainable = measure(bare)
-        scale = scale_for(es.source, n, es.sustainable, headroom)
+        es.sustainable = meter[1](bare)
+        scale, es.replayer_iops = emulation_scale(es.source, n, es.sustainable, headroom,
+                                                  es.workdir, meter[0])  # fmt: skip
     es.scale = scale
     scaled = scaled_profile(es.source, n, scale, size)
     targets = []
@@ -299,6 +303,7 @@ def _describe(es: EmulatedSet, out: Path, size: int, measured_latency: bool) -> 
         f"{n} emulated SSDs of {es.source.name} ({es.mode}) at scale {scale:.4g}: "
         f"{_mbs(targets[0].limits.read_bps)} read, {_mbs(targets[0].limits.write_bps)} write, "
         f"{targets[0].limits.read_iops} / {targets[0].limits.write_iops} IOPS per device"
+        + (f" (replayer ceiling {es.replayer_iops:,.0f} IOPS)" if es.replayer_iops else "")
     )
 
 

@@ -108,3 +108,21 @@ def replayer_scale(
         if demand > 0:
             scale = min(scale, headroom * replayer_iops / demand)
     return scale
+
+
+def emulation_scale(
+    source, n: int, sustainable: Rates, headroom: float, workdir: Path, meter: str
+) -> tuple[float, float | None]:
+    """The scale :func:`real.emulate.emulate` uses when none is given, and the
+    replayer ceiling it was held to (None when ``meter`` already measured with the
+    replayer, whose rates include its own ceiling).
+
+    With fio as the meter the backing store's rates are fio's, which can exceed
+    what the replayer sustains at 4 KiB; the replayer's verified random-read IOPS
+    at queue depth 32 (the validation's) are measured on the same store
+    (``workdir``) and :func:`replayer_scale` keeps the devices below them.
+    """
+    if meter == "replayer":
+        return scale_for(source, n, sustainable, headroom), None
+    ceiling = sustainable_iops(workdir, qd=32, seconds=1.0)
+    return replayer_scale(source, n, sustainable, ceiling, headroom), ceiling

@@ -77,3 +77,19 @@ def test_sustainable_iops_measures_and_leaves_nothing(direct_dir):
 def test_sustainable_iops_rejects_bad_arguments(tmp_path, kw):
     with pytest.raises(RealError, match="sustainable_iops"):
         sustainable_iops(tmp_path, **kw)
+
+
+def test_emulation_scale_by_meter(monkeypatch, tmp_path):
+    """fio's rates say nothing of the replayer: its ceiling is measured and binds
+    (0.04 as above); the replayer meter's rates already include it (store's 0.4)."""
+    from real import sustain
+
+    calls = []
+    monkeypatch.setattr(
+        sustain, "sustainable_iops", lambda d, qd, seconds: calls.append((d, qd)) or 200e3
+    )
+    scale, ceiling = sustain.emulation_scale(SRC, 4, STORE, 0.8, tmp_path, "fio")
+    assert (scale, ceiling) == (pytest.approx(0.04), 200e3)
+    assert calls == [(tmp_path, 32)]  # measured where the devices live, at validation's QD
+    scale, ceiling = sustain.emulation_scale(SRC, 4, STORE, 0.8, tmp_path, "replayer")
+    assert (scale, ceiling) == (pytest.approx(0.4), None) and len(calls) == 1
