@@ -5,7 +5,7 @@ CPU, GPU-seconds on a compute engine) across a fixed set of resources.  Rates
 are recomputed by progressive filling (:func:`sim.engine.maxmin.maxmin_rates`)
 whenever a flow starts or ends, and completions are rescheduled accordingly.
 
-Two devices keep this fast without changing the physics:
+Devices that keep this fast without changing the physics:
 
 * flows that start or end at the same instant are re-rated once: the
   recomputation is a simpy event scheduled at the current time with a
@@ -14,10 +14,20 @@ Two devices keep this fast without changing the physics:
   callbacks have started whatever they start (a zero-length interval at
   the old rates changes no work or integral, so this is the same physics);
 * there is one completion timer for the whole network (the earliest finish
-  among active flows); a timer made stale by a re-rating is ignored;
+  among active flows, or the earliest delayed start); a timer made stale by a
+  re-rating is ignored;
+* a flow keeps its projected finish time ``fin`` rather than its remaining
+  work: between re-ratings nothing about it changes, so an event touches a
+  flow only if its rate changes (remaining work is ``rate x (fin - now)``);
 * allocations are memoised: max-min rates are a pure function of the active
-  flows' (path, cap) signatures, and offloading workloads repeat the same
-  mix of flows layer after layer.
+  flows' (path, cap) signatures (interned as small integers), and offloading
+  workloads repeat the same mix of flows layer after layer; a mix not seen
+  before re-solves only the connected components that the flows started or
+  ended since the last re-rating touch
+  (:func:`sim.engine.maxmin.maxmin_rates_incremental`);
+* resource integrals are kept per allocation: the time spent in each mix of
+  flows is summed, and busy time and work per resource are that time
+  weighted by the mix's loads, folded in when read.
 
 Per resource the network integrates busy time (at least one flow active),
 work done (``sum coef * rate`` over time) and the peak load relative to
@@ -28,18 +38,22 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import simpy
 from simpy.events import NORMAL, Event
 
-from sim.engine.maxmin import maxmin_rates
+from sim.engine.maxmin import maxmin_rates, maxmin_rates_incremental
 
 # simpy orders simultaneous events by priority (URGENT=0, NORMAL=1); this runs
 # after both, i.e. once everything scheduled for the current instant is done.
 LATE = 2
 # a flow whose remaining work would take under this long is complete
 _DONE_S = 1e-9
+# distinct flow mixes remembered before the memo is folded and cleared
+_MEMO_MAX = 65536
 
 
 class _Late(Event):
@@ -65,27 +79,42 @@ class _Timer(Event):
 
 
 class Flow:
-    """One transfer: ``amount`` units over ``path`` [(resource, coef), ...]."""
+    """One transfer of ``amount`` units over the (path, cap) interned as ``sig``.
 
-    __slots__ = ("path", "amount", "remaining", "rate", "cap", "on_done", "start_s", "end_s", "sig")
+    ``rate`` is its current rate (0 until the first re-rating), ``fin`` the
+    time it finishes at that rate; ``token`` is the caller's (e.g. an op id),
+    passed back untouched with the flow to ``on_done``."""
+
+    __slots__ = ("sig", "amount", "rate", "fin", "on_done", "token", "start_s", "end_s")
 
     def __init__(
         self,
-        path: Sequence[tuple[int, float]],
+        sig: int,
         amount: float,
-        cap: float,
         on_done: Callable[[Flow], None] | None,
+        token: Any,
         now: float,
     ):
-        self.path = tuple(path)
-        self.amount = float(amount)
-        self.remaining = float(amount)
+        self.sig = sig
+        self.amount = amount
         self.rate = 0.0
-        self.cap = cap
+        self.fin = math.inf
         self.on_done = on_done
+        self.token = token
         self.start_s = now
         self.end_s = math.nan
-        self.sig = -1
+
+
+class _Mix:
+    """One memoised allocation: rates per flow (in the mix's order), the loads
+    they put on resources, and the simulated time spent in this mix."""
+
+    __slots__ = ("rates", "loads", "time_s")
+
+    def __init__(self, rates: list[float], loads: dict[int, float]):
+        self.rates = rates
+        self.loads = loads
+        self.time_s = 0.0
 
 
 class FlowNetwork:
@@ -101,10 +130,8 @@ class FlowNetwork:
         self.names = list(names)
         self.capacity = [float(c) for c in capacity]
         n = len(self.names)
-        self.load = [0.0] * n  # current sum of coef * rate
-        self._loaded: dict[int, float] = {}  # resources with load > 0 -> load
-        self.busy_s = [0.0] * n
-        self.work = [0.0] * n
+        self._busy = [0.0] * n  # integrals of mixes folded out of the memo
+        self._work = [0.0] * n
         self.peak = [0.0] * n
         self.flows: list[Flow] = []
         self.completed = 0
@@ -113,13 +140,57 @@ class FlowNetwork:
         self._dirty = False
         self._timer: Event | None = None
         self._timer_at = math.inf
-        self._pending: list[tuple] = []  # delayed starts: (due, seq, path, amount, on_done, cap)
+        self._pending: list[tuple] = []  # delayed starts: (due, seq, sig, amount, on_done, token)
         self._seq = 0
         self._sigs: dict[tuple, int] = {}
-        self._memo: dict[tuple[int, ...], tuple[list[float], dict[int, float]]] = {}
+        self._paths: list[tuple[tuple[int, float], ...]] = []
+        self._caps: list[float] = []
+        self._memo: dict[tuple[int, ...], _Mix] = {}
+        self._mix = self._memo[()] = _Mix([], {})
+        self._key: tuple[int, ...] = ()  # the signatures of the current mix's flows
+        self._integrals: tuple[int, list[float], list[float]] | None = None
 
     def resource(self, name: str) -> int:
         return self.names.index(name)
+
+    def intern(self, path: Sequence[tuple[int, float]], cap: float = math.inf) -> int:
+        """The signature (a small integer) of flows over ``path`` with rate cap ``cap``."""
+        if not cap > 0:
+            raise ValueError(f"flow cap must be > 0, got {cap}")
+        p = tuple((int(r), float(c)) for r, c in path)
+        sig = self._sigs.get((p, cap))
+        if sig is None:
+            if not p and math.isinf(cap):
+                raise ValueError("a flow must cross a resource or have a rate cap")
+            sig = self._sigs[(p, cap)] = len(self._paths)
+            self._paths.append(p)
+            self._caps.append(cap)
+        return sig
+
+    # ---- integrals ----------------------------------------------------------
+    @property
+    def busy_s(self) -> list[float]:
+        """Per resource: time with at least one flow on it, up to the last re-rating."""
+        return self._fold_integrals()[1]
+
+    @property
+    def work(self) -> list[float]:
+        """Per resource: the integral of its load (units moved x coef), up to the last re-rating."""
+        return self._fold_integrals()[2]
+
+    def _fold_integrals(self) -> tuple[int, list[float], list[float]]:
+        """(re-rating count, busy, work): the folded totals plus every mix's time
+        weighted by its loads; recomputed only after a re-rating."""
+        got = self._integrals
+        if got is None or got[0] != self.reratings:
+            busy, work = list(self._busy), list(self._work)
+            for mix in self._memo.values():
+                t = mix.time_s
+                for r, ld in mix.loads.items():
+                    busy[r] += t
+                    work[r] += ld * t
+            got = self._integrals = (self.reratings, busy, work)
+        return got
 
     # ---- public -------------------------------------------------------------
     def start(
@@ -128,18 +199,24 @@ class FlowNetwork:
         amount: float,
         on_done: Callable[[Flow], None] | None = None,
         cap: float = math.inf,
+        token: Any = None,
     ) -> Flow:
         """Start a flow now; ``on_done(flow)`` is called when it completes."""
+        return self.start_sig(self.intern(path, cap), amount, on_done, token)
+
+    def start_sig(
+        self, sig: int, amount: float, on_done: Callable[[Flow], None] | None, token: Any = None
+    ) -> Flow:
+        """:meth:`start` for a signature from :meth:`intern`."""
         if not amount > 0:
             raise ValueError(f"flow amount must be > 0, got {amount}")
-        if not cap > 0:
-            raise ValueError(f"flow cap must be > 0, got {cap}")
-        flow = Flow(path, amount, cap, on_done, self.env.now)
-        flow.sig = self._sigs.setdefault((flow.path, cap), len(self._sigs))
-        # no _advance here: rates (hence remaining work and the integrals) change
-        # only in _rerate, which advances first; the new flow's rate is 0 until then
+        flow = Flow(sig, float(amount), on_done, token, self.env.now)
+        # rates (hence finish times and the integrals) change only in _rerate;
+        # the new flow's rate is 0 until then
         self.flows.append(flow)
-        self._mark_dirty()
+        if not self._dirty:
+            self._dirty = True
+            _Late(self.env, self._rerate)
         return flow
 
     def start_after(
@@ -149,126 +226,128 @@ class FlowNetwork:
         amount: float,
         on_done: Callable[[Flow], None] | None = None,
         cap: float = math.inf,
+        token: Any = None,
     ) -> None:
-        """Start a flow ``delay`` seconds from now, as :meth:`start` would then.
+        """Start a flow ``delay`` seconds from now, as :meth:`start` would then."""
+        self.start_sig_after(delay, self.intern(path, cap), amount, on_done, token)
 
-        The delayed start is kept in the network's own queue and served by its
-        one timer, so it costs no simpy event of its own."""
+    def start_sig_after(
+        self,
+        delay: float,
+        sig: int,
+        amount: float,
+        on_done: Callable[[Flow], None] | None,
+        token: Any = None,
+    ) -> None:
+        """:meth:`start_after` for a signature.  The delayed start is kept in the
+        network's own queue and served by its one timer: no simpy event of its own."""
         if delay <= 0.0:
-            self.start(path, amount, on_done, cap)
+            self.start_sig(sig, amount, on_done, token)
             return
         if not amount > 0:
             raise ValueError(f"flow amount must be > 0, got {amount}")
-        if not cap > 0:
-            raise ValueError(f"flow cap must be > 0, got {cap}")
         due = self.env.now + delay
-        heapq.heappush(self._pending, (due, self._seq, path, amount, on_done, cap))
+        heapq.heappush(self._pending, (due, self._seq, sig, float(amount), on_done, token))
         self._seq += 1
         if not self._dirty and due < self._timer_at:
-            self._arm(delay)
+            self._arm(due)
 
     # ---- internals ----------------------------------------------------------
-    def _mark_dirty(self) -> None:
-        if not self._dirty:
-            self._dirty = True
-            _Late(self.env, self._rerate)
-
-    def _advance(self) -> None:
-        """Bring remaining work and resource integrals up to now."""
-        now = self.env.now
-        dt = now - self._last
-        if dt <= 0.0:
-            return
-        for f in self.flows:
-            f.remaining -= f.rate * dt
-        busy, work = self.busy_s, self.work
-        for r, ld in self._loaded.items():
-            busy[r] += dt
-            work[r] += ld * dt
-        self._last = now
-
     def _rerate(self, _event: Event | None = None) -> None:
+        """New rates for the active flows; their finish times follow."""
         self._dirty = False
-        self._advance()
+        now = self.env.now
+        self._mix.time_s += now - self._last
+        self._last = now
         flows = self.flows
         self.reratings += 1
         key = tuple([f.sig for f in flows])
-        hit = self._memo.get(key)
-        if hit is None:
-            rates = maxmin_rates([f.path for f in flows], [f.cap for f in flows], self.capacity)
-            loads: dict[int, float] = {}
-            for f, rate in zip(flows, rates, strict=True):
-                for r, c in f.path:
-                    loads[r] = loads.get(r, 0.0) + c * rate
-            for r, ld in loads.items():
-                u = ld / self.capacity[r]
-                if u > self.peak[r]:
-                    self.peak[r] = u
-            if len(self._memo) > 65536:
-                self._memo.clear()
-            self._memo[key] = hit = (rates, loads)
-        rates, loads = hit
-        for f, rate in zip(flows, rates, strict=True):
-            f.rate = rate
-        load = self.load
-        for r in self._loaded:
-            load[r] = 0.0
-        for r, ld in loads.items():
-            load[r] = ld
-        self._loaded = loads
-        self._schedule_completion()
-
-    def _schedule_completion(self) -> None:
-        """Arm the network's one timer at the earliest finish or delayed start."""
-        now = self.env.now
-        delay = (
-            max(min([f.remaining / f.rate for f in self.flows]), 0.0) if self.flows else math.inf
-        )
-        if self._pending and self._pending[0][0] < now + delay:
-            delay = self._pending[0][0] - now
-        if delay == math.inf:
+        mix = self._memo.get(key)
+        if mix is None:
+            mix = self._solve(key, flows)
+        self._mix, self._key = mix, key
+        for f, rate in zip(flows, mix.rates):
+            old = f.rate
+            if old != rate:
+                # remaining work is old x (fin - now); a new flow has all of its amount
+                f.fin = now + (f.fin - now) * old / rate if old else now + f.amount / rate
+                f.rate = rate
+        due = min([f.fin for f in flows]) if flows else math.inf
+        if self._pending and self._pending[0][0] < due:
+            due = self._pending[0][0]
+        if due == math.inf:
             self._timer, self._timer_at = None, math.inf
-            return
-        self._arm(max(delay, 0.0))
+        elif due != self._timer_at:
+            self._arm(due)
 
-    def _arm(self, delay: float) -> None:
-        """(Re)arm the one timer ``delay`` seconds from now; older timers go stale."""
-        self._timer_at = self.env.now + delay
-        self._timer = _Timer(self.env, delay, self._on_timer)
+    def _solve(self, key: tuple[int, ...], flows: list[Flow]) -> _Mix:
+        """Max-min rates for a mix not in the memo (its loads set the peaks)."""
+        paths, caps = self._paths, self._caps
+        fpaths = [paths[s] for s in key]
+        fcaps = [caps[s] for s in key]
+        # flows that started since the last mix still have rate 0; the ones
+        # that ended are the last mix's signatures the running flows do not account for
+        ended = Counter(self._key)
+        ended.subtract([f.sig for f in flows if f.rate])
+        changed = [s for s, k in ended.items() if k > 0] + [f.sig for f in flows if not f.rate]
+        touched = {r for s in changed for r, _ in paths[s]}
+        if len(touched) < len(self.names):
+            rates = maxmin_rates_incremental(
+                fpaths, fcaps, self.capacity, [f.rate for f in flows], touched
+            )
+        else:
+            rates = maxmin_rates(fpaths, fcaps, self.capacity)
+        loads: dict[int, float] = {}
+        for path, rate in zip(fpaths, rates, strict=True):
+            for r, c in path:
+                loads[r] = loads.get(r, 0.0) + c * rate
+        for r, ld in loads.items():
+            u = ld / self.capacity[r]
+            if u > self.peak[r]:
+                self.peak[r] = u
+        if len(self._memo) >= _MEMO_MAX:
+            self._fold()
+        mix = self._memo[key] = _Mix(rates, loads)
+        return mix
 
-    def _start_due(self) -> None:
-        """Start the delayed flows due now (within float rounding of the timer's time)."""
+    def _fold(self) -> None:
+        """Fold the memo's integrals into the totals and forget its mixes."""
+        _, self._busy, self._work = self._fold_integrals()
+        self._memo.clear()
+        self._mix = self._memo[()] = _Mix([], {})
+
+    def _arm(self, due: float) -> None:
+        """(Re)arm the one timer at ``due``; older timers go stale."""
         now = self.env.now
-        horizon = now + 4 * math.ulp(now)
-        pending = self._pending
-        while pending and pending[0][0] <= horizon:
-            _, _, path, amount, on_done, cap = heapq.heappop(pending)
-            flow = Flow(path, amount, cap, on_done, now)
-            flow.sig = self._sigs.setdefault((flow.path, cap), len(self._sigs))
-            self.flows.append(flow)
+        self._timer_at = due
+        self._timer = _Timer(self.env, due - now if due > now else 0.0, self._on_timer)
 
     def _on_timer(self, event: Event) -> None:
         if event is not self._timer:
             return  # made stale by a later re-rating
-        self._advance()
         now = self.env.now
-        done: list[Flow] = []
-        keep: list[Flow] = []
-        for f in self.flows:
-            (done if f.remaining <= f.rate * _DONE_S else keep).append(f)
-        self.flows = keep
-        for f in done:
-            f.remaining = 0.0
-            f.end_s = now
-        self.completed += len(done)
-        self._start_due()
+        self._timer_at = math.inf
+        lim = now + _DONE_S
+        flows = self.flows
+        done = [f for f in flows if f.fin <= lim]
+        if done:
+            self.flows = [f for f in flows if f.fin > lim]
+            self.completed += len(done)
+            for f in done:
+                f.end_s = now
+        pending = self._pending
+        if pending:
+            horizon = now + 4 * math.ulp(now)
+            while pending and pending[0][0] <= horizon:
+                _, _, sig, amount, on_done, token = heapq.heappop(pending)
+                self.flows.append(Flow(sig, amount, on_done, token, now))
         # re-rate right after the callbacks (flows they start join it) rather than
         # through a late event: one simpy event less per completion; a flow started
         # later at this instant by another event re-rates again, over a zero interval
-        pending = self._dirty
+        was_dirty = self._dirty
         self._dirty = True
         for f in done:
             if f.on_done is not None:
                 f.on_done(f)
-        if not pending:
+        if not was_dirty:
             self._rerate()
