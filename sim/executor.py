@@ -66,19 +66,20 @@ a link's bytes are its flow network's integrated work, and every device's
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hwprofiles import HardwareProfile
 from kvtier.plan import CPU, depends_csr, validate_plan
 from kvtier.records import DEVICE_RECORD_SCHEMA, Records, op_records
-from sim.engine.flownet import FlowNetwork
+from sim.engine.flownet import Flow, FlowNetwork
 from sim.hw.machine import Machine
 
 ProgressFn = Callable[[int, int], None]
@@ -115,6 +116,12 @@ class OpPhysics:
     ssd: str = ""
     write: bool = False
     n_ios: int = 0
+    sig: int = -1  # ``path`` and ``cap`` interned on ``net`` (:meth:`FlowNetwork.intern`)
+    cpu_sig: int = -1  # the CPU flow's path and cap interned on the machine's cpu_net
+
+    def __post_init__(self) -> None:
+        if self.sig < 0:
+            object.__setattr__(self, "sig", self.net.intern(self.path, self.cap))
 
 
 def op_physics(
@@ -148,8 +155,18 @@ def op_physics(
         path.insert(0 if kind == "read" else len(path), access)
         cap, latency = rates.op_cap(n_ios), rates.latency_s
     cpu_s = m.cpu_seconds(io_path, n_ios, queue_depth or n_ios)
+    cpu_sig = m.cpu_net.intern(((m.cpu_res, 1.0),), 1.0)
     return OpPhysics(
-        m.net, tuple(path), float(nbytes), cap, latency, cpu_s, ssd, kind == "write", n_ios
+        m.net,
+        tuple(path),
+        float(nbytes),
+        cap,
+        latency,
+        cpu_s,
+        ssd,
+        kind == "write",
+        n_ios,
+        cpu_sig=cpu_sig,
     )
 
 
@@ -161,7 +178,7 @@ def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
     """
     env, net = m.env, phys.net
     if phys.cpu_s > 0:
-        m.cpu_net.start(((m.cpu_res, 1.0),), phys.cpu_s, lambda _f: done(), cap=1.0)
+        m.cpu_net.start_sig(phys.cpu_sig, phys.cpu_s, lambda _f: done())
     meter = m.meters[phys.ssd] if phys.ssd else None
     if meter is not None:
         meter.begin(env.now)
@@ -171,12 +188,50 @@ def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
             meter.end(env.now, phys.write, phys.amount, phys.n_ios)
         done()
 
-    net.start_after(phys.latency_s, phys.path, phys.amount, data_done, cap=phys.cap)
+    net.start_sig_after(phys.latency_s, phys.sig, phys.amount, data_done)
     return 1 + (phys.cpu_s > 0)
 
 
+# the plan columns that determine an op's physics (op_physics's arguments)
+_SHAPE = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "flops", "hbm_bytes")
+
+
+def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], list[float]]:
+    """Every op's :class:`OpPhysics` and CPU seconds (a ``cpu`` compute op's
+    core-seconds, else its software path's), with one :func:`op_physics` call
+    per distinct shape: ops are grouped by their columns (strings dictionary-
+    encoded) in pandas, not in a Python loop."""
+    n = plan.num_rows
+    if n == 0:
+        return [], []
+    cols = {}
+    for c in (*_SHAPE, "threads"):
+        col = plan.column(c)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            col = pc.dictionary_encode(col).combine_chunks().indices
+        cols[c] = col.to_numpy()
+    gid = pd.DataFrame(cols).groupby(list(cols), sort=False).ngroup().to_numpy()
+    _, first = np.unique(gid, return_index=True)
+    rows = plan.take(pa.array(first)).to_pydict()
+    shapes = np.empty(len(first), dtype=object)
+    cpu = np.empty(len(first), dtype=np.float64)
+    for g in range(len(first)):
+        kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm = (rows[c][g] for c in _SHAPE)
+        ph = op_physics(
+            m, kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm, rows["threads"][g]
+        )
+        shapes[g] = ph
+        cpu[g] = ph.amount if ph.net is m.cpu_net else ph.cpu_s
+    return shapes[gid].tolist(), cpu[gid].tolist()
+
+
 class PlanExecutor:
-    """Runs one plan on one :class:`Machine`; use :func:`simulate` for the usual case."""
+    """Runs one plan on one :class:`Machine`; use :func:`simulate` for the usual case.
+
+    Ops of one shape (kind, route, bytes, I/Os, queue depth, software path,
+    compute figures) share one :class:`OpPhysics`, found for every op at once
+    by grouping the plan's columns; each flow carries its op's index as its
+    token, so completions need no closure per op."""
 
     def __init__(self, plan: pa.Table, machine: Machine, progress: ProgressFn | None = None):
         self.machine = machine
@@ -187,16 +242,7 @@ class PlanExecutor:
         self.plan = plan
         n = plan.num_rows
         self.n = n
-        self.kind = plan.column("kind").to_pylist()
-        self.src = plan.column("src").to_pylist()
-        self.dst = plan.column("dst").to_pylist()
-        self.nbytes = plan.column("bytes").to_numpy().tolist()
-        self.n_ios = plan.column("n_ios").to_numpy().tolist()
-        self.qd = plan.column("queue_depth").to_numpy().tolist()
-        self.io_path = plan.column("io_path").to_pylist()
-        self.flops = plan.column("flops").to_numpy().tolist()
-        self.hbm = plan.column("hbm_bytes").to_numpy().tolist()
-        self.threads = plan.column("threads").to_numpy().tolist()
+        self.phys, self.cpu_s = op_shapes(plan, machine)
         self.release = plan.column("release_s").to_numpy().tolist()
         offsets, values = depends_csr(plan)
         self.pending = np.diff(offsets).tolist()
@@ -207,9 +253,7 @@ class PlanExecutor:
         self.ready_s = [math.nan] * n
         self.start_s = [math.nan] * n
         self.end_s = [math.nan] * n
-        self.cpu_s = [0.0] * n
         self._parts = [0] * n
-        self._plans: dict[tuple, tuple] = {}
         self._done = 0
         self._progress = progress
         self._tick = max(1, n // 200)
@@ -235,16 +279,33 @@ class PlanExecutor:
             self._start(i)
 
     def _start(self, i: int) -> None:
-        self.start_s[i] = self.env.now
-        phys = self._op_plan(i)
-        on_cpu = phys.net is self.machine.cpu_net  # a cpu compute op: its core-seconds
-        self.cpu_s[i] = phys.amount if on_cpu else phys.cpu_s
-        self._parts[i] = launch(self.machine, phys, lambda i=i: self._part_done(i))
-        self.flows += self._parts[i]
+        """Start op ``i``'s parts, as :func:`launch` does, with ``i`` as the flows' token."""
+        now = self.env.now
+        self.start_s[i] = now
+        ph = self.phys[i]
+        parts = 1
+        if ph.cpu_s > 0:
+            self.machine.cpu_net.start_sig(ph.cpu_sig, ph.cpu_s, self._part_done, i)
+            parts = 2
+        self._parts[i] = parts
+        self.flows += parts
+        if ph.ssd:
+            self.machine.meters[ph.ssd].begin(now)
+            ph.net.start_sig_after(ph.latency_s, ph.sig, ph.amount, self._io_done, i)
+        else:
+            ph.net.start_sig_after(ph.latency_s, ph.sig, ph.amount, self._part_done, i)
 
-    def _part_done(self, i: int) -> None:
-        self._parts[i] -= 1
-        if self._parts[i]:
+    def _io_done(self, flow: Flow) -> None:
+        """An SSD op's data flow ended: its meter counts the bytes and I/Os."""
+        ph = self.phys[flow.token]
+        self.machine.meters[ph.ssd].end(self.env.now, ph.write, ph.amount, ph.n_ios)
+        self._part_done(flow)
+
+    def _part_done(self, flow: Flow) -> None:
+        i = flow.token
+        parts = self._parts
+        parts[i] -= 1
+        if parts[i]:
             return
         self.end_s[i] = self.env.now
         self._done += 1
@@ -256,43 +317,6 @@ class PlanExecutor:
             pending[j] -= 1
             if pending[j] == 0:
                 self._ready(j)
-
-    # ---- per-op physics ----------------------------------------------------------
-    def _op_plan(self, i: int) -> OpPhysics:
-        """The flows of op ``i`` (memoised per distinct op shape)."""
-        kind = self.kind[i]
-        if kind == "compute":
-            return op_physics(
-                self.machine,
-                kind,
-                "",
-                self.dst[i],
-                0,
-                0,
-                0,
-                "none",
-                self.flops[i],
-                self.hbm[i],
-                self.threads[i],
-            )
-        n_ios, nbytes = self.n_ios[i], self.nbytes[i]
-        key = (kind, self.src[i], self.dst[i], nbytes / n_ios, self.qd[i], self.io_path[i], n_ios)
-        cached = self._plans.get(key)
-        if cached is None:
-            cached = op_physics(
-                self.machine,
-                kind,
-                self.src[i],
-                self.dst[i],
-                nbytes,
-                n_ios,
-                self.qd[i],
-                self.io_path[i],
-                0.0,
-                0.0,
-            )
-            self._plans[key] = cached
-        return cached if cached.amount == nbytes else dataclasses.replace(cached, amount=nbytes)
 
     # ---- results -------------------------------------------------------------------
     def records(self) -> Records:

@@ -266,7 +266,7 @@ class FlowNetwork:
         if mix is None:
             mix = self._solve(key, flows)
         self._mix, self._key = mix, key
-        for f, rate in zip(flows, mix.rates):
+        for f, rate in zip(flows, mix.rates, strict=True):
             old = f.rate
             if old != rate:
                 # remaining work is old x (fin - now); a new flow has all of its amount
