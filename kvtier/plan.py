@@ -73,7 +73,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kvtier.geometry import (  # re-exported: the plan's geometry is part of its contract
@@ -313,19 +315,19 @@ def validate_plan(
     if not np.array_equal(op_id, np.arange(n)):
         bad = int(np.argmax(op_id != np.arange(n)))
         raise PlanError(f"op row {bad}: op_id must equal the row number, got {op_id[bad]}")
-    kind = plan.column("kind").to_pylist()
-    src = plan.column("src").to_pylist()
-    dst = plan.column("dst").to_pylist()
+    kind = plan.column("kind").to_numpy(zero_copy_only=False)
+    src = plan.column("src").to_numpy(zero_copy_only=False)
+    dst = plan.column("dst").to_numpy(zero_copy_only=False)
     nbytes = plan.column("bytes").to_numpy()
     n_ios = plan.column("n_ios").to_numpy()
-    io_path = plan.column("io_path").to_pylist()
+    io_path = plan.column("io_path").to_numpy(zero_copy_only=False)
     flops = plan.column("flops").to_numpy()
     hbm = plan.column("hbm_bytes").to_numpy()
-    _check_extents(plan, np.asarray(kind, dtype=object), nbytes, n_ios)
-    _check_threads(plan, np.asarray(kind, dtype=object), np.asarray(dst, dtype=object))
-    for i in range(n):
+    _check_extents(plan, kind, nbytes, n_ios)
+    _check_threads(plan, kind, dst)
+    for i in _first_of_each_shape(plan, nbytes, n_ios, flops, hbm):
         _check_row(
-            i,
+            int(i),
             kind[i],
             src[i],
             dst[i],
@@ -348,6 +350,21 @@ def validate_plan(
         arr = plan.column(col).to_numpy()
         if len(arr) and (arr < 0).any():
             raise PlanError(f"op {int(np.argmax(arr < 0))}: {col} must be >= 0")
+
+
+def _first_of_each_shape(
+    plan: pa.Table, nbytes: np.ndarray, n_ios: np.ndarray, flops: np.ndarray, hbm: np.ndarray
+) -> np.ndarray:
+    """Rows that start each distinct combination of what :func:`_check_row`
+    decides on (kind, src, dst, io_path, bytes > 0, n_ios > 0, has work), in
+    row order: a row passes or fails as the first of its combination does, so
+    checking these finds the first bad op, without a Python loop over all ops."""
+    cols = {
+        c: pc.dictionary_encode(plan.column(c)).combine_chunks().indices.to_numpy()
+        for c in ("kind", "src", "dst", "io_path")
+    }
+    cols.update(b=nbytes > 0, n=n_ios > 0, w=(flops > 0) | (hbm > 0))
+    return pd.DataFrame(cols).drop_duplicates().index.to_numpy()
 
 
 def _check_extents(plan: pa.Table, kind: np.ndarray, nbytes: np.ndarray, n_ios: np.ndarray):
