@@ -196,14 +196,15 @@ def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
 _SHAPE = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "flops", "hbm_bytes")
 
 
-def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], list[float]]:
-    """Every op's :class:`OpPhysics` and CPU seconds (a ``cpu`` compute op's
-    core-seconds, else its software path's), with one :func:`op_physics` call
+def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], list[float], np.ndarray]:
+    """Every op's :class:`OpPhysics`, CPU seconds (a ``cpu`` compute op's
+    core-seconds, else its software path's) and flows (2 with a CPU flow, else
+    1), with one :func:`op_physics` call
     per distinct shape: ops are grouped by their columns (strings dictionary-
     encoded) in pandas, not in a Python loop."""
     n = plan.num_rows
     if n == 0:
-        return [], []
+        return [], [], np.zeros(0, dtype=np.int64)
     cols = {}
     for c in (*_SHAPE, "threads"):
         col = plan.column(c)
@@ -215,6 +216,7 @@ def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], list[float]]
     rows = plan.take(pa.array(first)).to_pydict()
     shapes = np.empty(len(first), dtype=object)
     cpu = np.empty(len(first), dtype=np.float64)
+    nflows = np.empty(len(first), dtype=np.int64)
     for g in range(len(first)):
         kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm = (rows[c][g] for c in _SHAPE)
         ph = op_physics(
@@ -222,7 +224,8 @@ def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], list[float]]
         )
         shapes[g] = ph
         cpu[g] = ph.amount if ph.net is m.cpu_net else ph.cpu_s
-    return shapes[gid].tolist(), cpu[gid].tolist()
+        nflows[g] = 1 + (ph.cpu_s > 0)
+    return shapes[gid].tolist(), cpu[gid].tolist(), nflows[gid]
 
 
 class PlanExecutor:
@@ -242,7 +245,7 @@ class PlanExecutor:
         self.plan = plan
         n = plan.num_rows
         self.n = n
-        self.phys, self.cpu_s = op_shapes(plan, machine)
+        self.phys, self.cpu_s, self._nflows = op_shapes(plan, machine)
         self.release = plan.column("release_s").to_numpy().tolist()
         offsets, values = depends_csr(plan)
         self.pending = np.diff(offsets).tolist()
@@ -257,7 +260,12 @@ class PlanExecutor:
         self._done = 0
         self._progress = progress
         self._tick = max(1, n // 200)
-        self.flows = 0
+
+    @property
+    def flows(self) -> int:
+        """Flows started so far: every started op's data flow and its CPU flow if any."""
+        started = ~np.isnan(np.asarray(self.start_s, dtype=np.float64))
+        return int(self._nflows[started].sum())
 
     # ---- lifecycle ------------------------------------------------------------
     def run(self) -> Records:
@@ -283,12 +291,11 @@ class PlanExecutor:
         now = self.env.now
         self.start_s[i] = now
         ph = self.phys[i]
-        parts = 1
         if ph.cpu_s > 0:
             self.machine.cpu_net.start_sig(ph.cpu_sig, ph.cpu_s, self._part_done, i)
-            parts = 2
-        self._parts[i] = parts
-        self.flows += parts
+            self._parts[i] = 2
+        else:
+            self._parts[i] = 1
         if ph.ssd:
             self.machine.meters[ph.ssd].begin(now)
             ph.net.start_sig_after(ph.latency_s, ph.sig, ph.amount, self._io_done, i)
@@ -311,12 +318,17 @@ class PlanExecutor:
         self._done += 1
         if self._progress is not None and (self._done % self._tick == 0 or self._done == self.n):
             self._progress(self._done, self.n)
-        pending, dep_of = self.pending, self.dep_of
+        pending, dep_of, release = self.pending, self.dep_of, self.release
+        now = self.env.now
         for k in range(self.dep_ptr[i], self.dep_ptr[i + 1]):
             j = dep_of[k]
             pending[j] -= 1
             if pending[j] == 0:
-                self._ready(j)
+                if release[j] > now:
+                    self._ready(j)
+                else:  # _ready without the call: starts now
+                    self.ready_s[j] = now
+                    self._start(j)
 
     # ---- results -------------------------------------------------------------------
     def records(self) -> Records:

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.events import NORMAL
 
 from sim.engine.maxmin import maxmin_rates, maxmin_rates_incremental
 
@@ -56,26 +56,18 @@ _DONE_S = 1e-9
 _MEMO_MAX = 65536
 
 
-class _Late(Event):
-    """An event that fires at the current time after all ordinary events."""
+class _Tick:
+    """The least a simpy event needs to be stepped: a callback list and ``_ok``.
 
-    def __init__(self, env: simpy.Environment, callback: Callable[[Event], None]):
-        super().__init__(env)
-        self.callbacks.append(callback)
-        self._ok = True
-        self._value = None
-        env.schedule(self, LATE)
+    The network schedules these itself (:meth:`simpy.Environment.schedule`):
+    one completion timer per re-rating and one late re-rating per instant need
+    nothing else of :class:`simpy.events.Event` (no value, no waiting process)."""
 
+    __slots__ = ("callbacks",)
+    _ok = True
 
-class _Timer(Event):
-    """A bare timeout (no value, no lambda) that calls ``callback(self)`` after ``delay``."""
-
-    def __init__(self, env: simpy.Environment, delay: float, callback: Callable[[Event], None]):
-        super().__init__(env)
-        self.callbacks.append(callback)
-        self._ok = True
-        self._value = None
-        env.schedule(self, NORMAL, delay)
+    def __init__(self, callback: Callable[[Any], None]):
+        self.callbacks = [callback]
 
 
 class Flow:
@@ -138,7 +130,7 @@ class FlowNetwork:
         self.reratings = 0
         self._last = env.now
         self._dirty = False
-        self._timer: Event | None = None
+        self._timer: _Tick | None = None
         self._timer_at = math.inf
         self._pending: list[tuple] = []  # delayed starts: (due, seq, sig, amount, on_done, token)
         self._seq = 0
@@ -216,7 +208,7 @@ class FlowNetwork:
         self.flows.append(flow)
         if not self._dirty:
             self._dirty = True
-            _Late(self.env, self._rerate)
+            self.env.schedule(_Tick(self._rerate), LATE)  # type: ignore[arg-type]
         return flow
 
     def start_after(
@@ -253,7 +245,7 @@ class FlowNetwork:
             self._arm(due)
 
     # ---- internals ----------------------------------------------------------
-    def _rerate(self, _event: Event | None = None) -> None:
+    def _rerate(self, _event: object = None) -> None:
         """New rates for the active flows; their finish times follow."""
         self._dirty = False
         now = self.env.now
@@ -320,9 +312,10 @@ class FlowNetwork:
         """(Re)arm the one timer at ``due``; older timers go stale."""
         now = self.env.now
         self._timer_at = due
-        self._timer = _Timer(self.env, due - now if due > now else 0.0, self._on_timer)
+        self._timer = tick = _Tick(self._on_timer)
+        self.env.schedule(tick, NORMAL, due - now if due > now else 0.0)  # type: ignore[arg-type]
 
-    def _on_timer(self, event: Event) -> None:
+    def _on_timer(self, event: _Tick) -> None:
         if event is not self._timer:
             return  # made stale by a later re-rating
         now = self.env.now
