@@ -305,7 +305,7 @@ class PlanExecutor:
     def _io_done(self, flow: Flow) -> None:
         """An SSD op's data flow ended: its meter counts the bytes and I/Os."""
         ph = self.phys[flow.token]
-        self.machine.meters[ph.ssd].end(self.env.now, ph.write, ph.amount, ph.n_ios)
+        self.machine.meters[ph.ssd].end(flow.end_s, ph.write, ph.amount, ph.n_ios)
         self._part_done(flow)
 
     def _part_done(self, flow: Flow) -> None:
@@ -314,12 +314,11 @@ class PlanExecutor:
         parts[i] -= 1
         if parts[i]:
             return
-        self.end_s[i] = self.env.now
+        now = self.end_s[i] = flow.end_s
         self._done += 1
         if self._progress is not None and (self._done % self._tick == 0 or self._done == self.n):
             self._progress(self._done, self.n)
         pending, dep_of, release = self.pending, self.dep_of, self.release
-        now = self.env.now
         for k in range(self.dep_ptr[i], self.dep_ptr[i + 1]):
             j = dep_of[k]
             pending[j] -= 1

@@ -73,11 +73,10 @@ class _Tick:
 class Flow:
     """One transfer of ``amount`` units over the (path, cap) interned as ``sig``.
 
-    ``rate`` is its current rate (0 until the first re-rating), ``fin`` the
-    time it finishes at that rate; ``token`` is the caller's (e.g. an op id),
-    passed back untouched with the flow to ``on_done``."""
+    ``token`` is the caller's (e.g. an op id), passed back untouched with the
+    flow to ``on_done``; the network keeps the flow's rate and finish time."""
 
-    __slots__ = ("sig", "amount", "rate", "fin", "on_done", "token", "start_s", "end_s")
+    __slots__ = ("sig", "amount", "on_done", "token", "start_s", "end_s")
 
     def __init__(
         self,
@@ -89,8 +88,6 @@ class Flow:
     ):
         self.sig = sig
         self.amount = amount
-        self.rate = 0.0
-        self.fin = math.inf
         self.on_done = on_done
         self.token = token
         self.start_s = now
@@ -125,7 +122,12 @@ class FlowNetwork:
         self._busy = [0.0] * n  # integrals of mixes folded out of the memo
         self._work = [0.0] * n
         self.peak = [0.0] * n
+        # the active flows and, index-aligned, their signatures, rates (0 until
+        # their first re-rating) and finish times at those rates
         self.flows: list[Flow] = []
+        self._fsig: list[int] = []
+        self._rate: list[float] = []
+        self._fin: list[float] = []
         self.completed = 0
         self.reratings = 0
         self._last = env.now
@@ -203,9 +205,7 @@ class FlowNetwork:
         if not amount > 0:
             raise ValueError(f"flow amount must be > 0, got {amount}")
         flow = Flow(sig, float(amount), on_done, token, self.env.now)
-        # rates (hence finish times and the integrals) change only in _rerate;
-        # the new flow's rate is 0 until then
-        self.flows.append(flow)
+        self._add(flow)
         if not self._dirty:
             self._dirty = True
             self.env.schedule(_Tick(self._rerate), LATE)  # type: ignore[arg-type]
@@ -245,26 +245,38 @@ class FlowNetwork:
             self._arm(due)
 
     # ---- internals ----------------------------------------------------------
+    def _add(self, flow: Flow) -> None:
+        """A flow joins the active set at rate 0: rates (hence finish times and
+        the integrals) change only in :meth:`_rerate`."""
+        self.flows.append(flow)
+        self._fsig.append(flow.sig)
+        self._rate.append(0.0)
+        self._fin.append(math.inf)
+
     def _rerate(self, _event: object = None) -> None:
         """New rates for the active flows; their finish times follow."""
         self._dirty = False
         now = self.env.now
         self._mix.time_s += now - self._last
         self._last = now
-        flows = self.flows
         self.reratings += 1
-        key = tuple([f.sig for f in flows])
+        key = tuple(self._fsig)
         mix = self._memo.get(key)
         if mix is None:
-            mix = self._solve(key, flows)
+            mix = self._solve(key)
         self._mix, self._key = mix, key
-        for f, rate in zip(flows, mix.rates, strict=True):
-            old = f.rate
-            if old != rate:
-                # remaining work is old x (fin - now); a new flow has all of its amount
-                f.fin = now + (f.fin - now) * old / rate if old else now + f.amount / rate
-                f.rate = rate
-        due = min([f.fin for f in flows]) if flows else math.inf
+        new, old, fin = mix.rates, self._rate, self._fin
+        if new != old:
+            flows = self.flows
+            for k, rate in enumerate(new):
+                was = old[k]
+                if was != rate:
+                    # remaining work is was x (fin - now); a new flow has all of its amount
+                    fin[k] = (
+                        now + (fin[k] - now) * was / rate if was else now + flows[k].amount / rate
+                    )
+            self._rate = list(new)
+        due = min(fin) if fin else math.inf
         if self._pending and self._pending[0][0] < due:
             due = self._pending[0][0]
         if due == math.inf:
@@ -272,21 +284,21 @@ class FlowNetwork:
         elif due != self._timer_at:
             self._arm(due)
 
-    def _solve(self, key: tuple[int, ...], flows: list[Flow]) -> _Mix:
+    def _solve(self, key: tuple[int, ...]) -> _Mix:
         """Max-min rates for a mix not in the memo (its loads set the peaks)."""
         paths, caps = self._paths, self._caps
         fpaths = [paths[s] for s in key]
         fcaps = [caps[s] for s in key]
         # flows that started since the last mix still have rate 0; the ones
         # that ended are the last mix's signatures the running flows do not account for
+        old = self._rate
         ended = Counter(self._key)
-        ended.subtract([f.sig for f in flows if f.rate])
-        changed = [s for s, k in ended.items() if k > 0] + [f.sig for f in flows if not f.rate]
+        ended.subtract([s for s, rate in zip(key, old, strict=True) if rate])
+        changed = [s for s, k in ended.items() if k > 0]
+        changed += [s for s, rate in zip(key, old, strict=True) if not rate]
         touched = {r for s in changed for r, _ in paths[s]}
         if len(touched) < len(self.names):
-            rates = maxmin_rates_incremental(
-                fpaths, fcaps, self.capacity, [f.rate for f in flows], touched
-            )
+            rates = maxmin_rates_incremental(fpaths, fcaps, self.capacity, old, touched)
         else:
             rates = maxmin_rates(fpaths, fcaps, self.capacity)
         loads: dict[int, float] = {}
@@ -321,19 +333,24 @@ class FlowNetwork:
         now = self.env.now
         self._timer_at = math.inf
         lim = now + _DONE_S
-        flows = self.flows
-        done = [f for f in flows if f.fin <= lim]
-        if done:
-            self.flows = [f for f in flows if f.fin > lim]
-            self.completed += len(done)
-            for f in done:
+        fin = self._fin
+        done: list[Flow] = []
+        if fin and min(fin) <= lim:
+            gone = [k for k, t in enumerate(fin) if t <= lim]
+            flows, fsig, rate = self.flows, self._fsig, self._rate
+            for k in reversed(gone):
+                f = flows.pop(k)
+                del fsig[k], rate[k], fin[k]
                 f.end_s = now
+                done.append(f)
+            done.reverse()  # callbacks in the order the flows started
+            self.completed += len(done)
         pending = self._pending
         if pending:
             horizon = now + 4 * math.ulp(now)
             while pending and pending[0][0] <= horizon:
                 _, _, sig, amount, on_done, token = heapq.heappop(pending)
-                self.flows.append(Flow(sig, amount, on_done, token, now))
+                self._add(Flow(sig, amount, on_done, token, now))
         # re-rate right after the callbacks (flows they start join it) rather than
         # through a late event: one simpy event less per completion; a flow started
         # later at this instant by another event re-rates again, over a zero interval
