@@ -80,6 +80,7 @@ from hwprofiles import HardwareProfile
 from kvtier.plan import CPU, depends_csr, validate_plan
 from kvtier.records import DEVICE_RECORD_SCHEMA, Records, op_records
 from sim.engine.flownet import Flow, FlowNetwork
+from sim.hw.iometer import IoMeter
 from sim.hw.machine import Machine
 
 ProgressFn = Callable[[int, int], None]
@@ -93,7 +94,7 @@ class ExecStats:
     makespan_s: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OpPhysics:
     """The parts of one op: a data (or compute) flow and a concurrent CPU flow.
 
@@ -116,6 +117,7 @@ class OpPhysics:
     ssd: str = ""
     write: bool = False
     n_ios: int = 0
+    meter: IoMeter | None = None  # ``ssd``'s meter on the machine (None: no SSD)
     sig: int = -1  # ``path`` and ``cap`` interned on ``net`` (:meth:`FlowNetwork.intern`)
     cpu_sig: int = -1  # the CPU flow's path and cap interned on the machine's cpu_net
 
@@ -166,6 +168,7 @@ def op_physics(
         ssd,
         kind == "write",
         n_ios,
+        m.meters[ssd] if ssd else None,
         cpu_sig=cpu_sig,
     )
 
@@ -179,7 +182,7 @@ def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
     env, net = m.env, phys.net
     if phys.cpu_s > 0:
         m.cpu_net.start_sig(phys.cpu_sig, phys.cpu_s, lambda _f: done())
-    meter = m.meters[phys.ssd] if phys.ssd else None
+    meter = phys.meter
     if meter is not None:
         meter.begin(env.now)
 
@@ -296,8 +299,8 @@ class PlanExecutor:
             self._parts[i] = 2
         else:
             self._parts[i] = 1
-        if ph.ssd:
-            self.machine.meters[ph.ssd].begin(now)
+        if ph.meter is not None:
+            ph.meter.begin(now)
             ph.net.start_sig_after(ph.latency_s, ph.sig, ph.amount, self._io_done, i)
         else:
             ph.net.start_sig_after(ph.latency_s, ph.sig, ph.amount, self._part_done, i)
@@ -305,7 +308,7 @@ class PlanExecutor:
     def _io_done(self, flow: Flow) -> None:
         """An SSD op's data flow ended: its meter counts the bytes and I/Os."""
         ph = self.phys[flow.token]
-        self.machine.meters[ph.ssd].end(flow.end_s, ph.write, ph.amount, ph.n_ios)
+        ph.meter.end(flow.end_s, ph.write, ph.amount, ph.n_ios)  # type: ignore[union-attr]
         self._part_done(flow)
 
     def _part_done(self, flow: Flow) -> None:
