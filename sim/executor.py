@@ -321,11 +321,11 @@ class PlanExecutor:
         self._done += 1
         if self._progress is not None and (self._done % self._tick == 0 or self._done == self.n):
             self._progress(self._done, self.n)
-        pending, dep_of, release = self.pending, self.dep_of, self.release
-        for k in range(self.dep_ptr[i], self.dep_ptr[i + 1]):
-            j = dep_of[k]
-            pending[j] -= 1
-            if pending[j] == 0:
+        pending, release = self.pending, self.release
+        for j in self.dep_of[self.dep_ptr[i] : self.dep_ptr[i + 1]]:
+            left = pending[j] - 1
+            pending[j] = left
+            if not left:
                 if release[j] > now:
                     self._ready(j)
                 else:  # _ready without the call: starts now

@@ -134,7 +134,7 @@ class FlowNetwork:
         self._dirty = False
         self._timer: _Tick | None = None
         self._timer_at = math.inf
-        self._pending: list[tuple] = []  # delayed starts: (due, seq, sig, amount, on_done, token)
+        self._pending: list[tuple[float, int, Flow]] = []  # delayed starts: (due, seq, flow)
         self._seq = 0
         self._sigs: dict[tuple, int] = {}
         self._paths: list[tuple[tuple[int, float], ...]] = []
@@ -239,7 +239,8 @@ class FlowNetwork:
         if not amount > 0:
             raise ValueError(f"flow amount must be > 0, got {amount}")
         due = self.env.now + delay
-        heapq.heappush(self._pending, (due, self._seq, sig, float(amount), on_done, token))
+        flow = Flow(sig, float(amount), on_done, token, due)  # start_s: set when it starts
+        heapq.heappush(self._pending, (due, self._seq, flow))
         self._seq += 1
         if not self._dirty and due < self._timer_at:
             self._arm(due)
@@ -349,8 +350,9 @@ class FlowNetwork:
         if pending:
             horizon = now + 4 * math.ulp(now)
             while pending and pending[0][0] <= horizon:
-                _, _, sig, amount, on_done, token = heapq.heappop(pending)
-                self._add(Flow(sig, amount, on_done, token, now))
+                flow = heapq.heappop(pending)[2]
+                flow.start_s = now
+                self._add(flow)
         # re-rate right after the callbacks (flows they start join it) rather than
         # through a late event: one simpy event less per completion; a flow started
         # later at this instant by another event re-rates again, over a zero interval
