@@ -134,7 +134,9 @@ class FlowNetwork:
         self._dirty = False
         self._timer: _Tick | None = None
         self._timer_at = math.inf
-        self._pending: list[tuple[float, int, Flow]] = []  # delayed starts: (due, seq, flow)
+        # delayed starts: (due, seq, flows due then), and the latest such entry
+        self._pending: list[tuple[float, int, list[Flow]]] = []
+        self._last_due: tuple[float, int, list[Flow]] | None = None
         self._seq = 0
         self._sigs: dict[tuple, int] = {}
         self._paths: list[tuple[tuple[int, float], ...]] = []
@@ -205,7 +207,11 @@ class FlowNetwork:
         if not amount > 0:
             raise ValueError(f"flow amount must be > 0, got {amount}")
         flow = Flow(sig, float(amount), on_done, token, self.env.now)
-        self._add(flow)
+        # inline _add (a flow start is the hottest path)
+        self.flows.append(flow)
+        self._fsig.append(sig)
+        self._rate.append(0.0)
+        self._fin.append(math.inf)
         if not self._dirty:
             self._dirty = True
             self.env.schedule(_Tick(self._rerate), LATE)  # type: ignore[arg-type]
@@ -240,8 +246,13 @@ class FlowNetwork:
             raise ValueError(f"flow amount must be > 0, got {amount}")
         due = self.env.now + delay
         flow = Flow(sig, float(amount), on_done, token, due)  # start_s: set when it starts
-        heapq.heappush(self._pending, (due, self._seq, flow))
-        self._seq += 1
+        last = self._last_due
+        if last is not None and last[0] == due:
+            last[2].append(flow)  # starts due together (an op group's reads) share an entry
+        else:
+            self._last_due = last = (due, self._seq, [flow])
+            heapq.heappush(self._pending, last)
+            self._seq += 1
         if not self._dirty and due < self._timer_at:
             self._arm(due)
 
@@ -333,26 +344,34 @@ class FlowNetwork:
             return  # made stale by a later re-rating
         now = self.env.now
         self._timer_at = math.inf
-        lim = now + _DONE_S
         fin = self._fin
         done: list[Flow] = []
-        if fin and min(fin) <= lim:
-            gone = [k for k, t in enumerate(fin) if t <= lim]
+        if fin and min(fin) <= now + _DONE_S:
+            lim = now + _DONE_S
             flows, fsig, rate = self.flows, self._fsig, self._rate
-            for k in reversed(gone):
-                f = flows.pop(k)
-                del fsig[k], rate[k], fin[k]
-                f.end_s = now
-                done.append(f)
+            for k in range(len(fin) - 1, -1, -1):
+                if fin[k] <= lim:
+                    f = flows.pop(k)
+                    del fsig[k], rate[k], fin[k]
+                    f.end_s = now
+                    done.append(f)
             done.reverse()  # callbacks in the order the flows started
             self.completed += len(done)
         pending = self._pending
-        if pending:
+        if pending and pending[0][0] <= now + 4 * math.ulp(now):
             horizon = now + 4 * math.ulp(now)
+            flows, fsig, rate = self.flows, self._fsig, self._rate
             while pending and pending[0][0] <= horizon:
-                flow = heapq.heappop(pending)[2]
-                flow.start_s = now
-                self._add(flow)
+                entry = heapq.heappop(pending)
+                if entry is self._last_due:
+                    self._last_due = None
+                due = entry[2]
+                for flow in due:
+                    flow.start_s = now
+                flows += due  # _add, inline
+                fsig += [flow.sig for flow in due]
+                rate += [0.0] * len(due)
+                fin += [math.inf] * len(due)
         # re-rate right after the callbacks (flows they start join it) rather than
         # through a late event: one simpy event less per completion; a flow started
         # later at this instant by another event re-rates again, over a zero interval
