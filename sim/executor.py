@@ -263,6 +263,8 @@ class PlanExecutor:
         self._done = 0
         self._progress = progress
         self._tick = max(1, n // 200)
+        self._on_done = self._part_done  # bound once, not per flow
+        self._cpu_net = machine.cpu_net
 
     @property
     def flows(self) -> int:
@@ -290,29 +292,30 @@ class PlanExecutor:
             self._start(i)
 
     def _start(self, i: int) -> None:
-        """Start op ``i``'s parts, as :func:`launch` does, with ``i`` as the flows' token."""
+        """Start op ``i``'s parts, as :func:`launch` does: the data flow's token is
+        ``i``, the CPU flow's ``~i`` (negative), so one callback serves both."""
         now = self.env.now
         self.start_s[i] = now
         ph = self.phys[i]
         if ph.cpu_s > 0:
-            self.machine.cpu_net.start_sig(ph.cpu_sig, ph.cpu_s, self._part_done, i)
+            self._cpu_net.start_sig(ph.cpu_sig, ph.cpu_s, self._on_done, ~i)
             self._parts[i] = 2
         else:
             self._parts[i] = 1
         if ph.meter is not None:
             ph.meter.begin(now)
-            ph.net.start_sig_after(ph.latency_s, ph.sig, ph.amount, self._io_done, i)
-        else:
-            ph.net.start_sig_after(ph.latency_s, ph.sig, ph.amount, self._part_done, i)
-
-    def _io_done(self, flow: Flow) -> None:
-        """An SSD op's data flow ended: its meter counts the bytes and I/Os."""
-        ph = self.phys[flow.token]
-        ph.meter.end(flow.end_s, ph.write, ph.amount, ph.n_ios)  # type: ignore[union-attr]
-        self._part_done(flow)
+        ph.net.start_sig_after(ph.latency_s, ph.sig, ph.amount, self._on_done, i)
 
     def _part_done(self, flow: Flow) -> None:
+        """A flow of an op ended (an SSD op's data flow: its meter counts the bytes
+        and I/Os); the op ends with its last flow and readies its dependents."""
         i = flow.token
+        if i < 0:
+            i = ~i
+        else:
+            ph = self.phys[i]
+            if ph.meter is not None:
+                ph.meter.end(flow.end_s, ph.write, ph.amount, ph.n_ios)
         parts = self._parts
         parts[i] -= 1
         if parts[i]:
