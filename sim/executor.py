@@ -199,7 +199,7 @@ def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
 _SHAPE = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "flops", "hbm_bytes")
 
 
-def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], list[float], np.ndarray]:
+def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], np.ndarray, np.ndarray]:
     """Every op's :class:`OpPhysics`, CPU seconds (a ``cpu`` compute op's
     core-seconds, else its software path's) and flows (2 with a CPU flow, else
     1), with one :func:`op_physics` call
@@ -207,7 +207,7 @@ def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], list[float],
     encoded) in pandas, not in a Python loop."""
     n = plan.num_rows
     if n == 0:
-        return [], [], np.zeros(0, dtype=np.int64)
+        return [], np.zeros(0), np.zeros(0, dtype=np.int64)
     cols = {}
     for c in (*_SHAPE, "threads"):
         col = plan.column(c)
@@ -228,7 +228,7 @@ def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], list[float],
         shapes[g] = ph
         cpu[g] = ph.amount if ph.net is m.cpu_net else ph.cpu_s
         nflows[g] = 1 + (ph.cpu_s > 0)
-    return shapes[gid].tolist(), cpu[gid].tolist(), nflows[gid]
+    return shapes[gid].tolist(), cpu[gid], nflows[gid]
 
 
 class PlanExecutor:
@@ -249,7 +249,9 @@ class PlanExecutor:
         n = plan.num_rows
         self.n = n
         self.phys, self.cpu_s, self._nflows = op_shapes(plan, machine)
-        self.release = plan.column("release_s").to_numpy().tolist()
+        release = plan.column("release_s").to_numpy()
+        # a list only when some op has a release time (else every op is due when ready)
+        self.release = release.tolist() if n and release.max() > 0 else None
         offsets, values = depends_csr(plan)
         self.pending = np.diff(offsets).tolist()
         owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
@@ -285,7 +287,7 @@ class PlanExecutor:
     def _ready(self, i: int) -> None:
         now = self.env.now
         self.ready_s[i] = now
-        wait = self.release[i] - now
+        wait = self.release[i] - now if self.release is not None else 0.0
         if wait > 0:
             self.env.timeout(wait).callbacks.append(lambda _e, i=i: self._start(i))
         else:
@@ -329,7 +331,7 @@ class PlanExecutor:
             left = pending[j] - 1
             pending[j] = left
             if not left:
-                if release[j] > now:
+                if release is not None and release[j] > now:
                     self._ready(j)
                 else:  # _ready without the call: starts now
                     self.ready_s[j] = now
