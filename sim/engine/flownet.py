@@ -16,9 +16,13 @@ Devices that keep this fast without changing the physics:
 * there is one completion timer for the whole network (the earliest finish
   among active flows, or the earliest delayed start); a timer made stale by a
   re-rating is ignored;
-* a flow keeps its projected finish time ``fin`` rather than its remaining
-  work: between re-ratings nothing about it changes, so an event touches a
-  flow only if its rate changes (remaining work is ``rate x (fin - now)``);
+* the network keeps each active flow's rate and projected finish time rather
+  than its remaining work (which is ``rate x (fin - now)``), in lists aligned
+  with the flows: between re-ratings nothing about a flow changes, so a
+  re-rating touches only the flows whose rate changed, and the memo key, the
+  earliest finish and "no rate changed" are single list operations;
+* delayed starts (an SSD op's access latency) wait in the network's own queue,
+  one entry per instant (an op group's reads share it), served by its timer;
 * allocations are memoised: max-min rates are a pure function of the active
   flows' (path, cap) signatures (interned as small integers), and offloading
   workloads repeat the same mix of flows layer after layer; a mix not seen

@@ -81,3 +81,17 @@ def test_incremental_rerating_equals_full_resolve(seed, monkeypatch):
     for r in range(N_RES):
         expected = sum(a * c for _, _, path, a, _ in specs for q, c in path if q == r)
         assert net.work[r] == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_folding_a_full_memo_keeps_integrals_and_rates(monkeypatch):
+    # a memo of at most 3 mixes is folded into the totals again and again: the
+    # rates still equal a full re-solve, work is conserved, and busy time is the
+    # same as with an unbounded memo
+    net_big, specs = random_run(3)
+    monkeypatch.setattr(flownet, "_MEMO_MAX", 3)
+    net, _ = random_run(3)
+    assert len(net._memo) <= 3
+    for r in range(N_RES):
+        expected = sum(a * c for _, _, path, a, _ in specs for q, c in path if q == r)
+        assert net.work[r] == pytest.approx(expected, rel=1e-9, abs=1e-9)
+        assert net.busy_s[r] == pytest.approx(net_big.busy_s[r], rel=1e-12, abs=1e-12)
