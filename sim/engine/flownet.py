@@ -350,16 +350,24 @@ class FlowNetwork:
         self._timer_at = math.inf
         fin = self._fin
         done: list[Flow] = []
-        if fin and min(fin) <= now + _DONE_S:
-            lim = now + _DONE_S
-            flows, fsig, rate = self.flows, self._fsig, self._rate
-            for k in range(len(fin) - 1, -1, -1):
-                if fin[k] <= lim:
-                    f = flows.pop(k)
+        lim = now + _DONE_S
+        if fin and min(fin) <= lim:
+            flows = self.flows
+            gone = [k for k, t in enumerate(fin) if t <= lim]
+            if len(gone) == len(flows):  # every active flow is done
+                done = flows[:]
+                flows.clear()
+                self._fsig.clear()
+                self._rate.clear()
+                fin.clear()
+            else:
+                fsig, rate = self._fsig, self._rate
+                for k in reversed(gone):
+                    done.append(flows.pop(k))
                     del fsig[k], rate[k], fin[k]
-                    f.end_s = now
-                    done.append(f)
-            done.reverse()  # callbacks in the order the flows started
+                done.reverse()  # callbacks in the order the flows started
+            for f in done:
+                f.end_s = now
             self.completed += len(done)
         pending = self._pending
         if pending and pending[0][0] <= now + 4 * math.ulp(now):
