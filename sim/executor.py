@@ -216,7 +216,7 @@ def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], np.ndarray, 
         cols[c] = col.to_numpy()
     gid = pd.DataFrame(cols).groupby(list(cols), sort=False).ngroup().to_numpy()
     _, first = np.unique(gid, return_index=True)
-    rows = plan.take(pa.array(first)).to_pydict()
+    rows = plan.select([*_SHAPE, "threads"]).take(pa.array(first)).to_pydict()
     shapes = np.empty(len(first), dtype=object)
     cpu = np.empty(len(first), dtype=np.float64)
     nflows = np.empty(len(first), dtype=np.int64)
