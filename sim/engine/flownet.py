@@ -148,6 +148,8 @@ class FlowNetwork:
         self._memo: dict[tuple[int, ...], _Mix] = {}
         self._mix = self._memo[()] = _Mix([], {})
         self._key: tuple[int, ...] = ()  # the signatures of the current mix's flows
+        self._rerate_cb = self._rerate  # bound once: scheduled on every start and timer
+        self._timer_cb = self._on_timer
         self._integrals: tuple[int, list[float], list[float]] | None = None
 
     def resource(self, name: str) -> int:
@@ -218,7 +220,7 @@ class FlowNetwork:
         self._fin.append(math.inf)
         if not self._dirty:
             self._dirty = True
-            self.env.schedule(_Tick(self._rerate), LATE)  # type: ignore[arg-type]
+            self.env.schedule(_Tick(self._rerate_cb), LATE)  # type: ignore[arg-type]
         return flow
 
     def start_after(
@@ -340,7 +342,7 @@ class FlowNetwork:
         """(Re)arm the one timer at ``due``; older timers go stale."""
         now = self.env.now
         self._timer_at = due
-        self._timer = tick = _Tick(self._on_timer)
+        self._timer = tick = _Tick(self._timer_cb)
         self.env.schedule(tick, NORMAL, due - now if due > now else 0.0)  # type: ignore[arg-type]
 
     def _on_timer(self, event: _Tick) -> None:
