@@ -202,9 +202,9 @@ _SHAPE = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "flo
 def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], np.ndarray, np.ndarray]:
     """Every op's :class:`OpPhysics`, CPU seconds (a ``cpu`` compute op's
     core-seconds, else its software path's) and flows (2 with a CPU flow, else
-    1), with one :func:`op_physics` call
-    per distinct shape: ops are grouped by their columns (strings dictionary-
-    encoded) in pandas, not in a Python loop."""
+    1), with one :func:`op_physics` call per distinct shape: ops are grouped by
+    their columns (strings dictionary-encoded; a NaN is a value like any other,
+    never a dropped group) in pandas, not in a Python loop."""
     n = plan.num_rows
     if n == 0:
         return [], np.zeros(0), np.zeros(0, dtype=np.int64)
@@ -214,7 +214,7 @@ def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], np.ndarray, 
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             col = pc.dictionary_encode(col).combine_chunks().indices
         cols[c] = col.to_numpy()
-    gid = pd.DataFrame(cols).groupby(list(cols), sort=False).ngroup().to_numpy()
+    gid = pd.DataFrame(cols).groupby(list(cols), sort=False, dropna=False).ngroup().to_numpy()
     _, first = np.unique(gid, return_index=True)
     rows = plan.select([*_SHAPE, "threads"]).take(pa.array(first)).to_pydict()
     shapes = np.empty(len(first), dtype=object)
