@@ -73,7 +73,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kvtier.geometry import (  # re-exported: the plan's geometry is part of its contract
@@ -318,25 +320,26 @@ def validate_plan(
         if len(arr) and not np.isfinite(arr).all():
             i = int(np.argmax(~np.isfinite(arr)))
             raise PlanError(f"op {i}: {col} must be a finite number, got {arr[i]}")
-    kind = plan.column("kind").to_pylist()
-    src = plan.column("src").to_pylist()
-    dst = plan.column("dst").to_pylist()
+    kind = plan.column("kind")
     nbytes = plan.column("bytes").to_numpy()
     n_ios = plan.column("n_ios").to_numpy()
-    io_path = plan.column("io_path").to_pylist()
     flops = plan.column("flops").to_numpy()
     hbm = plan.column("hbm_bytes").to_numpy()
-    _check_extents(plan, np.asarray(kind, dtype=object), nbytes, n_ios)
-    _check_threads(plan, np.asarray(kind, dtype=object), np.asarray(dst, dtype=object))
-    for i in range(n):
+    # string columns stay in Arrow: masks are computed there, values read per checked row
+    io = _mask(pc.is_in(kind, value_set=pa.array(["read", "write"])))
+    _check_extents(plan, io, nbytes, n_ios)
+    on_cpu = _mask(pc.equal(kind, "compute")) & _mask(pc.equal(plan.column("dst"), CPU))
+    _check_threads(plan, on_cpu)
+    for i in _first_of_each_shape(plan, nbytes, n_ios, flops, hbm):
+        i = int(i)
         _check_row(
             i,
-            kind[i],
-            src[i],
-            dst[i],
+            kind[i].as_py(),
+            plan.column("src")[i].as_py(),
+            plan.column("dst")[i].as_py(),
             int(nbytes[i]),
             int(n_ios[i]),
-            io_path[i],
+            plan.column("io_path")[i].as_py(),
             float(flops[i]),
             float(hbm[i]),
             nodes,
@@ -355,8 +358,31 @@ def validate_plan(
             raise PlanError(f"op {int(np.argmax(arr < 0))}: {col} must be >= 0")
 
 
-def _check_extents(plan: pa.Table, kind: np.ndarray, nbytes: np.ndarray, n_ios: np.ndarray):
-    """Scattered ops: read/write only, extents positive and consistent with the columns."""
+def _mask(arr: pa.ChunkedArray) -> np.ndarray:
+    """An Arrow boolean column as a numpy mask (null: False)."""
+    return pc.fill_null(arr, False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _first_of_each_shape(
+    plan: pa.Table, nbytes: np.ndarray, n_ios: np.ndarray, flops: np.ndarray, hbm: np.ndarray
+) -> np.ndarray:
+    """Rows that start each distinct combination of what :func:`_check_row`
+    decides on (kind, src, dst, io_path, bytes > 0, n_ios > 0, has work), in
+    row order: a row passes or fails as the first of its combination does, so
+    checking these finds the first bad op, without a Python loop over all ops."""
+    cols = {
+        c: pc.dictionary_encode(plan.column(c), null_encoding="encode")
+        .combine_chunks()
+        .indices.to_numpy()
+        for c in ("kind", "src", "dst", "io_path")
+    }
+    cols.update(b=nbytes > 0, n=n_ios > 0, w=(flops > 0) | (hbm > 0))
+    return pd.DataFrame(cols).drop_duplicates().index.to_numpy()
+
+
+def _check_extents(plan: pa.Table, io: np.ndarray, nbytes: np.ndarray, n_ios: np.ndarray):
+    """Scattered ops: read/write only (``io``: the op is one), extents positive and
+    consistent with the columns."""
     ptr, ext = extents_csr(plan)
     count = np.diff(ptr)
     owner = np.repeat(np.arange(len(count)), count)
@@ -367,7 +393,6 @@ def _check_extents(plan: pa.Table, kind: np.ndarray, nbytes: np.ndarray, n_ios: 
             f"op {owner[j]}: extent ({ext[j, 0]}, {ext[j, 1]}) needs offset >= 0 and length > 0"
         )
     has = count > 0
-    io = np.isin(kind, ["read", "write"])
     if (has & ~io).any():
         raise PlanError(f"op {int(np.argmax(has & ~io))}: only read/write ops carry extents")
     io_bytes = plan.column("io_bytes").to_numpy().astype(np.int64)
@@ -386,10 +411,9 @@ def _check_extents(plan: pa.Table, kind: np.ndarray, nbytes: np.ndarray, n_ios: 
             )
 
 
-def _check_threads(plan: pa.Table, kind: np.ndarray, dst: np.ndarray) -> None:
-    """``threads``: >= 1 on a ``cpu`` compute op, 0 on every other op."""
+def _check_threads(plan: pa.Table, on_cpu: np.ndarray) -> None:
+    """``threads``: >= 1 on a ``cpu`` compute op (``on_cpu``), 0 on every other op."""
     threads = plan.column("threads").to_numpy().astype(np.int64)
-    on_cpu = (kind == "compute") & (dst == CPU)
     bad = np.where(on_cpu, threads < 1, threads != 0)
     if bad.any():
         i = int(np.argmax(bad))

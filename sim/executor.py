@@ -66,20 +66,22 @@ a link's bytes are its flow network's integrated work, and every device's
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hwprofiles import HardwareProfile
 from kvtier.plan import CPU, depends_csr, validate_plan
-from kvtier.records import DEVICE_RECORD_SCHEMA, Records, op_records
-from sim.engine.flownet import FlowNetwork
+from kvtier.records import Records, op_records
+from sim.engine.flownet import Flow, FlowNetwork
+from sim.hw.iometer import IoMeter
 from sim.hw.machine import Machine
+from sim.measures import capacity_stats, device_records
 
 ProgressFn = Callable[[int, int], None]
 
@@ -92,7 +94,7 @@ class ExecStats:
     makespan_s: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OpPhysics:
     """The parts of one op: a data (or compute) flow and a concurrent CPU flow.
 
@@ -115,6 +117,13 @@ class OpPhysics:
     ssd: str = ""
     write: bool = False
     n_ios: int = 0
+    meter: IoMeter | None = None  # ``ssd``'s meter on the machine (None: no SSD)
+    sig: int = -1  # ``path`` and ``cap`` interned on ``net`` (:meth:`FlowNetwork.intern`)
+    cpu_sig: int = -1  # the CPU flow's path and cap interned on the machine's cpu_net
+
+    def __post_init__(self) -> None:
+        if self.sig < 0:
+            object.__setattr__(self, "sig", self.net.intern(self.path, self.cap))
 
 
 def op_physics(
@@ -148,8 +157,19 @@ def op_physics(
         path.insert(0 if kind == "read" else len(path), access)
         cap, latency = rates.op_cap(n_ios), rates.latency_s
     cpu_s = m.cpu_seconds(io_path, n_ios, queue_depth or n_ios)
+    cpu_sig = m.cpu_net.intern(((m.cpu_res, 1.0),), 1.0)
     return OpPhysics(
-        m.net, tuple(path), float(nbytes), cap, latency, cpu_s, ssd, kind == "write", n_ios
+        m.net,
+        tuple(path),
+        float(nbytes),
+        cap,
+        latency,
+        cpu_s,
+        ssd,
+        kind == "write",
+        n_ios,
+        m.meters[ssd] if ssd else None,
+        cpu_sig=cpu_sig,
     )
 
 
@@ -161,8 +181,8 @@ def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
     """
     env, net = m.env, phys.net
     if phys.cpu_s > 0:
-        m.cpu_net.start(((m.cpu_res, 1.0),), phys.cpu_s, lambda _f: done(), cap=1.0)
-    meter = m.meters[phys.ssd] if phys.ssd else None
+        m.cpu_net.start_sig(phys.cpu_sig, phys.cpu_s, lambda _f: done())
+    meter = phys.meter
     if meter is not None:
         meter.begin(env.now)
 
@@ -171,12 +191,53 @@ def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
             meter.end(env.now, phys.write, phys.amount, phys.n_ios)
         done()
 
-    net.start_after(phys.latency_s, phys.path, phys.amount, data_done, cap=phys.cap)
+    net.start_sig_after(phys.latency_s, phys.sig, phys.amount, data_done)
     return 1 + (phys.cpu_s > 0)
 
 
+# the plan columns that determine an op's physics (op_physics's arguments)
+_SHAPE = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "flops", "hbm_bytes")
+
+
+def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], np.ndarray, np.ndarray]:
+    """Every op's :class:`OpPhysics`, CPU seconds (a ``cpu`` compute op's
+    core-seconds, else its software path's) and flows (2 with a CPU flow, else
+    1), with one :func:`op_physics` call per distinct shape: ops are grouped by
+    their columns (strings dictionary-encoded; a NaN is a value like any other,
+    never a dropped group) in pandas, not in a Python loop."""
+    n = plan.num_rows
+    if n == 0:
+        return [], np.zeros(0), np.zeros(0, dtype=np.int64)
+    cols = {}
+    for c in (*_SHAPE, "threads"):
+        col = plan.column(c)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            col = pc.dictionary_encode(col).combine_chunks().indices
+        cols[c] = col.to_numpy()
+    gid = pd.DataFrame(cols).groupby(list(cols), sort=False, dropna=False).ngroup().to_numpy()
+    _, first = np.unique(gid, return_index=True)
+    rows = plan.select([*_SHAPE, "threads"]).take(pa.array(first)).to_pydict()
+    shapes = np.empty(len(first), dtype=object)
+    cpu = np.empty(len(first), dtype=np.float64)
+    nflows = np.empty(len(first), dtype=np.int64)
+    for g in range(len(first)):
+        kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm = (rows[c][g] for c in _SHAPE)
+        ph = op_physics(
+            m, kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm, rows["threads"][g]
+        )
+        shapes[g] = ph
+        cpu[g] = ph.amount if ph.net is m.cpu_net else ph.cpu_s
+        nflows[g] = 1 + (ph.cpu_s > 0)
+    return shapes[gid].tolist(), cpu[gid], nflows[gid]
+
+
 class PlanExecutor:
-    """Runs one plan on one :class:`Machine`; use :func:`simulate` for the usual case."""
+    """Runs one plan on one :class:`Machine`; use :func:`simulate` for the usual case.
+
+    Ops of one shape (kind, route, bytes, I/Os, queue depth, software path,
+    compute figures) share one :class:`OpPhysics`, found for every op at once
+    by grouping the plan's columns; each flow carries its op's index as its
+    token, so completions need no closure per op."""
 
     def __init__(self, plan: pa.Table, machine: Machine, progress: ProgressFn | None = None):
         self.machine = machine
@@ -187,17 +248,10 @@ class PlanExecutor:
         self.plan = plan
         n = plan.num_rows
         self.n = n
-        self.kind = plan.column("kind").to_pylist()
-        self.src = plan.column("src").to_pylist()
-        self.dst = plan.column("dst").to_pylist()
-        self.nbytes = plan.column("bytes").to_numpy().tolist()
-        self.n_ios = plan.column("n_ios").to_numpy().tolist()
-        self.qd = plan.column("queue_depth").to_numpy().tolist()
-        self.io_path = plan.column("io_path").to_pylist()
-        self.flops = plan.column("flops").to_numpy().tolist()
-        self.hbm = plan.column("hbm_bytes").to_numpy().tolist()
-        self.threads = plan.column("threads").to_numpy().tolist()
-        self.release = plan.column("release_s").to_numpy().tolist()
+        self.phys, self.cpu_s, self._nflows = op_shapes(plan, machine)
+        release = plan.column("release_s").to_numpy()
+        # a list only when some op has a release time (else every op is due when ready)
+        self.release = release.tolist() if n and release.max() > 0 else None
         offsets, values = depends_csr(plan)
         self.pending = np.diff(offsets).tolist()
         owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
@@ -207,13 +261,18 @@ class PlanExecutor:
         self.ready_s = [math.nan] * n
         self.start_s = [math.nan] * n
         self.end_s = [math.nan] * n
-        self.cpu_s = [0.0] * n
         self._parts = [0] * n
-        self._plans: dict[tuple, tuple] = {}
         self._done = 0
         self._progress = progress
         self._tick = max(1, n // 200)
-        self.flows = 0
+        self._on_done = self._part_done  # bound once, not per flow
+        self._cpu_net = machine.cpu_net
+
+    @property
+    def flows(self) -> int:
+        """Flows started so far: every started op's data flow and its CPU flow if any."""
+        started = ~np.isnan(np.asarray(self.start_s, dtype=np.float64))
+        return int(self._nflows[started].sum())
 
     # ---- lifecycle ------------------------------------------------------------
     def run(self) -> Records:
@@ -228,71 +287,55 @@ class PlanExecutor:
     def _ready(self, i: int) -> None:
         now = self.env.now
         self.ready_s[i] = now
-        wait = self.release[i] - now
+        wait = self.release[i] - now if self.release is not None else 0.0
         if wait > 0:
             self.env.timeout(wait).callbacks.append(lambda _e, i=i: self._start(i))
         else:
             self._start(i)
 
     def _start(self, i: int) -> None:
-        self.start_s[i] = self.env.now
-        phys = self._op_plan(i)
-        on_cpu = phys.net is self.machine.cpu_net  # a cpu compute op: its core-seconds
-        self.cpu_s[i] = phys.amount if on_cpu else phys.cpu_s
-        self._parts[i] = launch(self.machine, phys, lambda i=i: self._part_done(i))
-        self.flows += self._parts[i]
+        """Start op ``i``'s parts, as :func:`launch` does: the data flow's token is
+        ``i``, the CPU flow's ``~i`` (negative), so one callback serves both."""
+        now = self.env.now
+        self.start_s[i] = now
+        ph = self.phys[i]
+        if ph.cpu_s > 0:
+            self._cpu_net.start_sig(ph.cpu_sig, ph.cpu_s, self._on_done, ~i)
+            self._parts[i] = 2
+        else:
+            self._parts[i] = 1
+        if ph.meter is not None:
+            ph.meter.begin(now)
+        ph.net.start_sig_after(ph.latency_s, ph.sig, ph.amount, self._on_done, i)
 
-    def _part_done(self, i: int) -> None:
-        self._parts[i] -= 1
-        if self._parts[i]:
+    def _part_done(self, flow: Flow) -> None:
+        """A flow of an op ended (an SSD op's data flow: its meter counts the bytes
+        and I/Os); the op ends with its last flow and readies its dependents."""
+        i = flow.token
+        if i < 0:
+            i = ~i
+        else:
+            ph = self.phys[i]
+            if ph.meter is not None:
+                ph.meter.end(flow.end_s, ph.write, ph.amount, ph.n_ios)
+        parts = self._parts
+        parts[i] -= 1
+        if parts[i]:
             return
-        self.end_s[i] = self.env.now
+        now = self.end_s[i] = flow.end_s
         self._done += 1
         if self._progress is not None and (self._done % self._tick == 0 or self._done == self.n):
             self._progress(self._done, self.n)
-        pending, dep_of = self.pending, self.dep_of
-        for k in range(self.dep_ptr[i], self.dep_ptr[i + 1]):
-            j = dep_of[k]
-            pending[j] -= 1
-            if pending[j] == 0:
-                self._ready(j)
-
-    # ---- per-op physics ----------------------------------------------------------
-    def _op_plan(self, i: int) -> OpPhysics:
-        """The flows of op ``i`` (memoised per distinct op shape)."""
-        kind = self.kind[i]
-        if kind == "compute":
-            return op_physics(
-                self.machine,
-                kind,
-                "",
-                self.dst[i],
-                0,
-                0,
-                0,
-                "none",
-                self.flops[i],
-                self.hbm[i],
-                self.threads[i],
-            )
-        n_ios, nbytes = self.n_ios[i], self.nbytes[i]
-        key = (kind, self.src[i], self.dst[i], nbytes / n_ios, self.qd[i], self.io_path[i], n_ios)
-        cached = self._plans.get(key)
-        if cached is None:
-            cached = op_physics(
-                self.machine,
-                kind,
-                self.src[i],
-                self.dst[i],
-                nbytes,
-                n_ios,
-                self.qd[i],
-                self.io_path[i],
-                0.0,
-                0.0,
-            )
-            self._plans[key] = cached
-        return cached if cached.amount == nbytes else dataclasses.replace(cached, amount=nbytes)
+        pending, release = self.pending, self.release
+        for j in self.dep_of[self.dep_ptr[i] : self.dep_ptr[i + 1]]:
+            left = pending[j] - 1
+            pending[j] = left
+            if not left:
+                if release is not None and release[j] > now:
+                    self._ready(j)
+                else:  # _ready without the call: starts now
+                    self.ready_s[j] = now
+                    self._start(j)
 
     # ---- results -------------------------------------------------------------------
     def records(self) -> Records:
@@ -312,48 +355,3 @@ def simulate(
 ) -> Records:
     """Execute ``plan`` on a fresh simulated ``profile`` machine."""
     return PlanExecutor(plan, Machine(profile), progress).run()
-
-
-def device_records(plan: pa.Table | None, machine: Machine, makespan: float) -> pa.Table:
-    """The shared device columns (:data:`kvtier.records.DEVICE_RECORD_SCHEMA`) as
-    measured on ``machine``: SSD bytes and I/Os from its meters (what the flows
-    moved), a link's bytes from its integrated work, ``busy_s`` from the meters
-    (SSDs) or the flow networks (time with a flow active), ``util_mean =
-    busy_s / makespan``.  ``plan`` is not read (kept for callers' signature)."""
-    rows: dict[str, list[Any]] = {f.name: [] for f in DEVICE_RECORD_SCHEMA}
-    ssds = {r: name for name, r in machine.ssd_res.items()}
-    for net, r, name in machine.resources():
-        b_read = b_written = n_ios = 0
-        busy = net.busy_s[r]
-        if net is machine.net and r in ssds:
-            kind, meter = "ssd", machine.meters[ssds[r]]
-            b_read, b_written, n_ios, busy = (
-                meter.bytes_read,
-                meter.bytes_written,
-                meter.n_ios,
-                meter.busy_s,
-            )
-        elif net is machine.net:
-            kind, b_read = "link", int(round(net.work[r]))
-        else:
-            kind = "cpu" if net is machine.cpu_net else "gpu"
-        rows["device"].append(name)
-        rows["type"].append(kind)
-        rows["bytes_read"].append(b_read)
-        rows["bytes_written"].append(b_written)
-        rows["n_ios"].append(n_ios)
-        rows["busy_s"].append(busy)
-        rows["util_mean"].append(busy / makespan if makespan > 0 else 0.0)
-    return pa.Table.from_pydict(rows, schema=DEVICE_RECORD_SCHEMA)
-
-
-def capacity_stats(machine: Machine, makespan: float) -> dict[str, dict[str, float]]:
-    """Simulator-only measures (stats, not shared columns: a real device's capacity
-    is what the replay measures): per resource, the mean and peak fraction of its
-    capacity in use (``capacity_mean`` = work / (capacity x makespan))."""
-    mean: dict[str, float] = {}
-    peak: dict[str, float] = {}
-    for net, r, name in machine.resources():
-        mean[name] = net.work[r] / (net.capacity[r] * makespan) if makespan > 0 else 0.0
-        peak[name] = net.peak[r]
-    return {"capacity_mean": mean, "capacity_peak": peak}

@@ -231,10 +231,20 @@ def test_bench_writes_bench_json(tmp_path: Path) -> None:
     assert run["ssd_flows"] == 2 * 2 * 8
     assert run["ops"] == 2 * 2 * (8 + 2)  # 8 reads, a copy and a compute per layer
     assert (run["steps"], run["layers"], run["ssds"]) == (2, 2, 8)
-    # the bare-simpy reference ran, and the ratio is the two timings' quotient
-    assert run["bare_simpy_s"] > 0
-    assert run["ratio_to_bare"] == pytest.approx(run["sim_s"] / run["bare_simpy_s"])
+    # the bare-simpy reference ran, and the ratios are the two timings' quotients
+    assert run["bare_simpy_s"] > 0 and run["bare_simpy_cpu_s"] > 0
+    assert run["ratio_to_bare"] == pytest.approx(run["sim_cpu_s"] / run["bare_simpy_cpu_s"])
+    assert run["wall_ratio_to_bare"] == pytest.approx(run["sim_s"] / run["bare_simpy_s"])
     assert "git" in bench and "machine" in bench
+
+
+@pytest.mark.parametrize("ssds", [2, 12])
+def test_bench_ssds_sets_the_number_of_ssds(tmp_path: Path, ssds: int) -> None:
+    argv = ["bench", "--steps", "2", "--layers", "3", "--ssds", str(ssds), "--out", str(tmp_path)]
+    assert main(argv) == 0
+    run = json.loads((tmp_path / "bench.json").read_text())["runs"][0]
+    assert (run["ssds"], run["ssd_flows"]) == (ssds, 2 * 3 * ssds)
+    assert run["ops"] == 2 * 3 * (ssds + 2)
 
 
 def test_variants_the_profile_cannot_run_are_skipped_with_the_reason(

@@ -5,7 +5,7 @@ CPU, GPU-seconds on a compute engine) across a fixed set of resources.  Rates
 are recomputed by progressive filling (:func:`sim.engine.maxmin.maxmin_rates`)
 whenever a flow starts or ends, and completions are rescheduled accordingly.
 
-Two devices keep this fast without changing the physics:
+Devices that keep this fast without changing the physics:
 
 * flows that start or end at the same instant are re-rated once: the
   recomputation is a simpy event scheduled at the current time with a
@@ -14,10 +14,24 @@ Two devices keep this fast without changing the physics:
   callbacks have started whatever they start (a zero-length interval at
   the old rates changes no work or integral, so this is the same physics);
 * there is one completion timer for the whole network (the earliest finish
-  among active flows); a timer made stale by a re-rating is ignored;
+  among active flows, or the earliest delayed start); a timer made stale by a
+  re-rating is ignored;
+* the network keeps each active flow's rate and projected finish time rather
+  than its remaining work (which is ``rate x (fin - now)``), in lists aligned
+  with the flows: between re-ratings nothing about a flow changes, so a
+  re-rating touches only the flows whose rate changed, and the memo key, the
+  earliest finish and "no rate changed" are single list operations;
+* delayed starts (an SSD op's access latency) wait in the network's own queue,
+  one entry per instant (an op group's reads share it), served by its timer;
 * allocations are memoised: max-min rates are a pure function of the active
-  flows' (path, cap) signatures, and offloading workloads repeat the same
-  mix of flows layer after layer.
+  flows' (path, cap) signatures (interned as small integers), and offloading
+  workloads repeat the same mix of flows layer after layer; a mix not seen
+  before re-solves only the connected components that the flows started or
+  ended since the last re-rating touch
+  (:func:`sim.engine.maxmin.maxmin_rates_incremental`);
+* resource integrals are kept per allocation: the time spent in each mix of
+  flows is summed, and busy time and work per resource are that time
+  weighted by the mix's loads, folded in when read.
 
 Per resource the network integrates busy time (at least one flow active),
 work done (``sum coef * rate`` over time) and the peak load relative to
@@ -28,64 +42,72 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.events import NORMAL
 
-from sim.engine.maxmin import maxmin_rates
+from sim.engine.maxmin import maxmin_rates, maxmin_rates_incremental
 
 # simpy orders simultaneous events by priority (URGENT=0, NORMAL=1); this runs
 # after both, i.e. once everything scheduled for the current instant is done.
 LATE = 2
 # a flow whose remaining work would take under this long is complete
 _DONE_S = 1e-9
+# distinct flow mixes remembered before the memo is folded and cleared
+_MEMO_MAX = 65536
 
 
-class _Late(Event):
-    """An event that fires at the current time after all ordinary events."""
+class _Tick:
+    """The least a simpy event needs to be stepped: a callback list and ``_ok``.
 
-    def __init__(self, env: simpy.Environment, callback: Callable[[Event], None]):
-        super().__init__(env)
-        self.callbacks.append(callback)
-        self._ok = True
-        self._value = None
-        env.schedule(self, LATE)
+    The network schedules these itself (:meth:`simpy.Environment.schedule`):
+    one completion timer per re-rating and one late re-rating per instant need
+    nothing else of :class:`simpy.events.Event` (no value, no waiting process)."""
 
+    __slots__ = ("callbacks",)
+    _ok = True
 
-class _Timer(Event):
-    """A bare timeout (no value, no lambda) that calls ``callback(self)`` after ``delay``."""
-
-    def __init__(self, env: simpy.Environment, delay: float, callback: Callable[[Event], None]):
-        super().__init__(env)
-        self.callbacks.append(callback)
-        self._ok = True
-        self._value = None
-        env.schedule(self, NORMAL, delay)
+    def __init__(self, callback: Callable[[Any], None]):
+        self.callbacks = [callback]
 
 
 class Flow:
-    """One transfer: ``amount`` units over ``path`` [(resource, coef), ...]."""
+    """One transfer of ``amount`` units over the (path, cap) interned as ``sig``.
 
-    __slots__ = ("path", "amount", "remaining", "rate", "cap", "on_done", "start_s", "end_s", "sig")
+    ``token`` is the caller's (e.g. an op id), passed back untouched with the
+    flow to ``on_done``; the network keeps the flow's rate and finish time."""
+
+    __slots__ = ("sig", "amount", "on_done", "token", "start_s", "end_s")
 
     def __init__(
         self,
-        path: Sequence[tuple[int, float]],
+        sig: int,
         amount: float,
-        cap: float,
         on_done: Callable[[Flow], None] | None,
+        token: Any,
         now: float,
     ):
-        self.path = tuple(path)
-        self.amount = float(amount)
-        self.remaining = float(amount)
-        self.rate = 0.0
-        self.cap = cap
+        self.sig = sig
+        self.amount = amount
         self.on_done = on_done
+        self.token = token
         self.start_s = now
         self.end_s = math.nan
-        self.sig = -1
+
+
+class _Mix:
+    """One memoised allocation: rates per flow (in the mix's order), the loads
+    they put on resources, and the simulated time spent in this mix."""
+
+    __slots__ = ("rates", "loads", "time_s")
+
+    def __init__(self, rates: list[float], loads: dict[int, float]):
+        self.rates = rates
+        self.loads = loads
+        self.time_s = 0.0
 
 
 class FlowNetwork:
@@ -101,25 +123,76 @@ class FlowNetwork:
         self.names = list(names)
         self.capacity = [float(c) for c in capacity]
         n = len(self.names)
-        self.load = [0.0] * n  # current sum of coef * rate
-        self._loaded: dict[int, float] = {}  # resources with load > 0 -> load
-        self.busy_s = [0.0] * n
-        self.work = [0.0] * n
+        self._busy = [0.0] * n  # integrals of mixes folded out of the memo
+        self._work = [0.0] * n
         self.peak = [0.0] * n
+        # the active flows and, index-aligned, their signatures, rates (0 until
+        # their first re-rating) and finish times at those rates
         self.flows: list[Flow] = []
+        self._fsig: list[int] = []
+        self._rate: list[float] = []
+        self._fin: list[float] = []
         self.completed = 0
         self.reratings = 0
         self._last = env.now
         self._dirty = False
-        self._timer: Event | None = None
+        self._timer: _Tick | None = None
         self._timer_at = math.inf
-        self._pending: list[tuple] = []  # delayed starts: (due, seq, path, amount, on_done, cap)
+        # delayed starts: (due, seq, flows due then), and the latest such entry
+        self._pending: list[tuple[float, int, list[Flow]]] = []
+        self._last_due: tuple[float, int, list[Flow]] | None = None
         self._seq = 0
         self._sigs: dict[tuple, int] = {}
-        self._memo: dict[tuple[int, ...], tuple[list[float], dict[int, float]]] = {}
+        self._paths: list[tuple[tuple[int, float], ...]] = []
+        self._caps: list[float] = []
+        self._memo: dict[tuple[int, ...], _Mix] = {}
+        self._mix = self._memo[()] = _Mix([], {})
+        self._key: tuple[int, ...] = ()  # the signatures of the current mix's flows
+        self._rerate_cb = self._rerate  # bound once: scheduled on every start and timer
+        self._timer_cb = self._on_timer
+        self._integrals: tuple[int, list[float], list[float]] | None = None
 
     def resource(self, name: str) -> int:
         return self.names.index(name)
+
+    def intern(self, path: Sequence[tuple[int, float]], cap: float = math.inf) -> int:
+        """The signature (a small integer) of flows over ``path`` with rate cap ``cap``."""
+        if not cap > 0:
+            raise ValueError(f"flow cap must be > 0, got {cap}")
+        p = tuple((int(r), float(c)) for r, c in path)
+        sig = self._sigs.get((p, cap))
+        if sig is None:
+            if not p and math.isinf(cap):
+                raise ValueError("a flow must cross a resource or have a rate cap")
+            sig = self._sigs[(p, cap)] = len(self._paths)
+            self._paths.append(p)
+            self._caps.append(cap)
+        return sig
+
+    # ---- integrals ----------------------------------------------------------
+    @property
+    def busy_s(self) -> list[float]:
+        """Per resource: time with at least one flow on it, up to the last re-rating."""
+        return self._fold_integrals()[1]
+
+    @property
+    def work(self) -> list[float]:
+        """Per resource: the integral of its load (units moved x coef), up to the last re-rating."""
+        return self._fold_integrals()[2]
+
+    def _fold_integrals(self) -> tuple[int, list[float], list[float]]:
+        """(re-rating count, busy, work): the folded totals plus every mix's time
+        weighted by its loads; recomputed only after a re-rating."""
+        got = self._integrals
+        if got is None or got[0] != self.reratings:
+            busy, work = list(self._busy), list(self._work)
+            for mix in self._memo.values():
+                t = mix.time_s
+                for r, ld in mix.loads.items():
+                    busy[r] += t
+                    work[r] += ld * t
+            got = self._integrals = (self.reratings, busy, work)
+        return got
 
     # ---- public -------------------------------------------------------------
     def start(
@@ -128,18 +201,26 @@ class FlowNetwork:
         amount: float,
         on_done: Callable[[Flow], None] | None = None,
         cap: float = math.inf,
+        token: Any = None,
     ) -> Flow:
         """Start a flow now; ``on_done(flow)`` is called when it completes."""
+        return self.start_sig(self.intern(path, cap), amount, on_done, token)
+
+    def start_sig(
+        self, sig: int, amount: float, on_done: Callable[[Flow], None] | None, token: Any = None
+    ) -> Flow:
+        """:meth:`start` for a signature from :meth:`intern`."""
         if not amount > 0:
             raise ValueError(f"flow amount must be > 0, got {amount}")
-        if not cap > 0:
-            raise ValueError(f"flow cap must be > 0, got {cap}")
-        flow = Flow(path, amount, cap, on_done, self.env.now)
-        flow.sig = self._sigs.setdefault((flow.path, cap), len(self._sigs))
-        # no _advance here: rates (hence remaining work and the integrals) change
-        # only in _rerate, which advances first; the new flow's rate is 0 until then
+        flow = Flow(sig, float(amount), on_done, token, self.env.now)
+        # inline _add (a flow start is the hottest path)
         self.flows.append(flow)
-        self._mark_dirty()
+        self._fsig.append(sig)
+        self._rate.append(0.0)
+        self._fin.append(math.inf)
+        if not self._dirty:
+            self._dirty = True
+            self.env.schedule(_Tick(self._rerate_cb), LATE)  # type: ignore[arg-type]
         return flow
 
     def start_after(
@@ -149,126 +230,169 @@ class FlowNetwork:
         amount: float,
         on_done: Callable[[Flow], None] | None = None,
         cap: float = math.inf,
+        token: Any = None,
     ) -> None:
-        """Start a flow ``delay`` seconds from now, as :meth:`start` would then.
+        """Start a flow ``delay`` seconds from now, as :meth:`start` would then."""
+        self.start_sig_after(delay, self.intern(path, cap), amount, on_done, token)
 
-        The delayed start is kept in the network's own queue and served by its
-        one timer, so it costs no simpy event of its own."""
+    def start_sig_after(
+        self,
+        delay: float,
+        sig: int,
+        amount: float,
+        on_done: Callable[[Flow], None] | None,
+        token: Any = None,
+    ) -> None:
+        """:meth:`start_after` for a signature.  The delayed start is kept in the
+        network's own queue and served by its one timer: no simpy event of its own."""
         if delay <= 0.0:
-            self.start(path, amount, on_done, cap)
+            self.start_sig(sig, amount, on_done, token)
             return
         if not amount > 0:
             raise ValueError(f"flow amount must be > 0, got {amount}")
-        if not cap > 0:
-            raise ValueError(f"flow cap must be > 0, got {cap}")
         due = self.env.now + delay
-        heapq.heappush(self._pending, (due, self._seq, path, amount, on_done, cap))
-        self._seq += 1
+        flow = Flow(sig, float(amount), on_done, token, due)  # start_s: set when it starts
+        last = self._last_due
+        if last is not None and last[0] == due:
+            last[2].append(flow)  # starts due together (an op group's reads) share an entry
+        else:
+            self._last_due = last = (due, self._seq, [flow])
+            heapq.heappush(self._pending, last)
+            self._seq += 1
         if not self._dirty and due < self._timer_at:
-            self._arm(delay)
+            self._arm(due)
 
     # ---- internals ----------------------------------------------------------
-    def _mark_dirty(self) -> None:
-        if not self._dirty:
-            self._dirty = True
-            _Late(self.env, self._rerate)
+    def _add(self, flow: Flow) -> None:
+        """A flow joins the active set at rate 0: rates (hence finish times and
+        the integrals) change only in :meth:`_rerate`."""
+        self.flows.append(flow)
+        self._fsig.append(flow.sig)
+        self._rate.append(0.0)
+        self._fin.append(math.inf)
 
-    def _advance(self) -> None:
-        """Bring remaining work and resource integrals up to now."""
-        now = self.env.now
-        dt = now - self._last
-        if dt <= 0.0:
-            return
-        for f in self.flows:
-            f.remaining -= f.rate * dt
-        busy, work = self.busy_s, self.work
-        for r, ld in self._loaded.items():
-            busy[r] += dt
-            work[r] += ld * dt
-        self._last = now
-
-    def _rerate(self, _event: Event | None = None) -> None:
+    def _rerate(self, _event: object = None) -> None:
+        """New rates for the active flows; their finish times follow."""
         self._dirty = False
-        self._advance()
-        flows = self.flows
+        now = self.env.now
+        self._mix.time_s += now - self._last
+        self._last = now
         self.reratings += 1
-        key = tuple([f.sig for f in flows])
-        hit = self._memo.get(key)
-        if hit is None:
-            rates = maxmin_rates([f.path for f in flows], [f.cap for f in flows], self.capacity)
-            loads: dict[int, float] = {}
-            for f, rate in zip(flows, rates, strict=True):
-                for r, c in f.path:
-                    loads[r] = loads.get(r, 0.0) + c * rate
-            for r, ld in loads.items():
-                u = ld / self.capacity[r]
-                if u > self.peak[r]:
-                    self.peak[r] = u
-            if len(self._memo) > 65536:
-                self._memo.clear()
-            self._memo[key] = hit = (rates, loads)
-        rates, loads = hit
-        for f, rate in zip(flows, rates, strict=True):
-            f.rate = rate
-        load = self.load
-        for r in self._loaded:
-            load[r] = 0.0
-        for r, ld in loads.items():
-            load[r] = ld
-        self._loaded = loads
-        self._schedule_completion()
-
-    def _schedule_completion(self) -> None:
-        """Arm the network's one timer at the earliest finish or delayed start."""
-        now = self.env.now
-        delay = (
-            max(min([f.remaining / f.rate for f in self.flows]), 0.0) if self.flows else math.inf
-        )
-        if self._pending and self._pending[0][0] < now + delay:
-            delay = self._pending[0][0] - now
-        if delay == math.inf:
+        key = tuple(self._fsig)
+        mix = self._memo.get(key)
+        if mix is None:
+            mix = self._solve(key)
+        self._mix, self._key = mix, key
+        new, old, fin = mix.rates, self._rate, self._fin
+        if new != old:
+            flows = self.flows
+            for k, rate in enumerate(new):
+                was = old[k]
+                if was != rate:
+                    # remaining work is was x (fin - now); a new flow has all of its amount
+                    fin[k] = (
+                        now + (fin[k] - now) * was / rate if was else now + flows[k].amount / rate
+                    )
+            self._rate = list(new)
+        due = min(fin) if fin else math.inf
+        if self._pending and self._pending[0][0] < due:
+            due = self._pending[0][0]
+        if due == math.inf:
             self._timer, self._timer_at = None, math.inf
-            return
-        self._arm(max(delay, 0.0))
+        elif due != self._timer_at:
+            self._arm(due)
 
-    def _arm(self, delay: float) -> None:
-        """(Re)arm the one timer ``delay`` seconds from now; older timers go stale."""
-        self._timer_at = self.env.now + delay
-        self._timer = _Timer(self.env, delay, self._on_timer)
+    def _solve(self, key: tuple[int, ...]) -> _Mix:
+        """Max-min rates for a mix not in the memo (its loads set the peaks)."""
+        paths, caps = self._paths, self._caps
+        fpaths = [paths[s] for s in key]
+        fcaps = [caps[s] for s in key]
+        # flows that started since the last mix still have rate 0; the ones
+        # that ended are the last mix's signatures the running flows do not account for
+        old = self._rate
+        ended = Counter(self._key)
+        ended.subtract([s for s, rate in zip(key, old, strict=True) if rate])
+        changed = [s for s, k in ended.items() if k > 0]
+        changed += [s for s, rate in zip(key, old, strict=True) if not rate]
+        touched = {r for s in changed for r, _ in paths[s]}
+        if len(touched) < len(self.names):
+            rates = maxmin_rates_incremental(fpaths, fcaps, self.capacity, old, touched)
+        else:
+            rates = maxmin_rates(fpaths, fcaps, self.capacity)
+        loads: dict[int, float] = {}
+        for path, rate in zip(fpaths, rates, strict=True):
+            for r, c in path:
+                loads[r] = loads.get(r, 0.0) + c * rate
+        for r, ld in loads.items():
+            u = ld / self.capacity[r]
+            if u > self.peak[r]:
+                self.peak[r] = u
+        if len(self._memo) >= _MEMO_MAX:
+            self._fold()
+        mix = self._memo[key] = _Mix(rates, loads)
+        return mix
 
-    def _start_due(self) -> None:
-        """Start the delayed flows due now (within float rounding of the timer's time)."""
+    def _fold(self) -> None:
+        """Fold the memo's integrals into the totals and forget its mixes."""
+        _, self._busy, self._work = self._fold_integrals()
+        self._memo.clear()
+        self._mix = self._memo[()] = _Mix([], {})
+
+    def _arm(self, due: float) -> None:
+        """(Re)arm the one timer at ``due``; older timers go stale."""
         now = self.env.now
-        horizon = now + 4 * math.ulp(now)
-        pending = self._pending
-        while pending and pending[0][0] <= horizon:
-            _, _, path, amount, on_done, cap = heapq.heappop(pending)
-            flow = Flow(path, amount, cap, on_done, now)
-            flow.sig = self._sigs.setdefault((flow.path, cap), len(self._sigs))
-            self.flows.append(flow)
+        self._timer_at = due
+        self._timer = tick = _Tick(self._timer_cb)
+        self.env.schedule(tick, NORMAL, due - now if due > now else 0.0)  # type: ignore[arg-type]
 
-    def _on_timer(self, event: Event) -> None:
+    def _on_timer(self, event: _Tick) -> None:
         if event is not self._timer:
             return  # made stale by a later re-rating
-        self._advance()
         now = self.env.now
+        self._timer_at = math.inf
+        fin = self._fin
         done: list[Flow] = []
-        keep: list[Flow] = []
-        for f in self.flows:
-            (done if f.remaining <= f.rate * _DONE_S else keep).append(f)
-        self.flows = keep
-        for f in done:
-            f.remaining = 0.0
-            f.end_s = now
-        self.completed += len(done)
-        self._start_due()
+        lim = now + _DONE_S
+        if fin and min(fin) <= lim:
+            flows = self.flows
+            gone = [k for k, t in enumerate(fin) if t <= lim]
+            if len(gone) == len(flows):  # every active flow is done
+                done = flows[:]
+                flows.clear()
+                self._fsig.clear()
+                self._rate.clear()
+                fin.clear()
+            else:
+                fsig, rate = self._fsig, self._rate
+                for k in reversed(gone):
+                    done.append(flows.pop(k))
+                    del fsig[k], rate[k], fin[k]
+                done.reverse()  # callbacks in the order the flows started
+            for f in done:
+                f.end_s = now
+            self.completed += len(done)
+        pending = self._pending
+        if pending and pending[0][0] <= now + 4 * math.ulp(now):
+            horizon = now + 4 * math.ulp(now)
+            flows, fsig, rate = self.flows, self._fsig, self._rate
+            while pending and pending[0][0] <= horizon:
+                entry = heapq.heappop(pending)
+                if entry is self._last_due:
+                    self._last_due = None
+                due = entry[2]
+                for flow in due:
+                    flow.start_s = now
+                flows += due  # _add, inline
+                fsig += [flow.sig for flow in due]
+                rate += [0.0] * len(due)
+                fin += [math.inf] * len(due)
         # re-rate right after the callbacks (flows they start join it) rather than
         # through a late event: one simpy event less per completion; a flow started
         # later at this instant by another event re-rates again, over a zero interval
-        pending = self._dirty
+        was_dirty = self._dirty
         self._dirty = True
         for f in done:
             if f.on_done is not None:
                 f.on_done(f)
-        if not pending:
+        if not was_dirty:
             self._rerate()

@@ -342,3 +342,26 @@ def test_validate_rejects_io_bytes_without_extents_or_wrong_io_count() -> None:
     plan = plan.set_column(i, "n_ios", pa.array([1], pa.int64()))  # 16 KiB / 4 KiB is 4
     with pytest.raises(PlanError, match="op 0: n_ios 1 disagrees with its extents \\(4\\)"):
         check(plan)
+
+
+def test_validate_names_the_first_bad_op_among_repeats() -> None:
+    # rows are checked once per distinct combination: op 3 repeats op 2's bad shape
+    # (bytes -1 vs -2: same failure), so the message must still name op 2, its bytes
+    b = PlanBuilder()
+    for _ in range(2):
+        b.read("ssd0", "dram0", 4096, 1, io_path="io_uring")
+    b.add("copy", "gpu0", src="dram0", bytes=-1, n_ios=1)
+    b.add("copy", "gpu0", src="dram0", bytes=-2, n_ios=1)
+    with pytest.raises(PlanError, match=r"^op 2: copy needs bytes > 0, got -1$"):
+        check(b.table())
+
+
+@pytest.mark.parametrize("column", ["kind", "src", "io_path"])
+def test_validate_rejects_a_null_string(column: str) -> None:
+    plan = small_plan().table()
+    values = plan.column(column).to_pylist()
+    values[2] = None
+    i = plan.schema.get_field_index(column)
+    plan = plan.set_column(i, plan.schema.field(column), pa.array(values, pa.string()))
+    with pytest.raises(PlanError, match=rf"^op 2: .*{column}.*None"):
+        check(plan)

@@ -2,6 +2,7 @@
 
 import math
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -152,3 +153,32 @@ def test_execution_invariants(make_profile, spec):
     again = simulate(plan, profile)
     assert again.ops.equals(rec.ops)
     assert again.devices.equals(rec.devices)
+
+
+def test_ops_of_one_shape_share_physics_and_a_nan_is_a_shape(tiny):
+    # six reads: two shapes (69 and 23 MiB), the second read's unused flops column
+    # NaN: grouping must not drop it; each op alone on the machine in turn (chained),
+    # so op k ends exactly one read time after op k-1
+    b = PlanBuilder()
+    prev = []
+    sizes = [69, 23, 69, 23, 69, 23]
+    for mib in sizes:
+        prev = [
+            b.read(
+                "ssd0",
+                "dram0",
+                mib * MIB,
+                mib,
+                queue_depth=32,
+                io_path="passthrough",
+                depends_on=prev,
+            )
+        ]
+    plan = b.table()
+    flops = plan.column("flops").to_numpy().copy()
+    flops[1] = math.nan
+    i = plan.schema.get_field_index("flops")
+    plan = plan.set_column(i, plan.schema.field("flops"), pa.array(flops))
+    ops = ops_of(simulate(plan, tiny))
+    took = (ops["end_s"] - ops["start_s"]).tolist()
+    assert took == pytest.approx([80e-6 + mib * MIB / 6.9e9 for mib in sizes])
