@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtier.plan import PlanBuilder
+from kvtier.plan import PlanBuilder, PlanError
 from sim.executor import simulate
 
 MIB = 1 << 20
@@ -155,10 +155,10 @@ def test_execution_invariants(make_profile, spec):
     assert again.devices.equals(rec.devices)
 
 
-def test_ops_of_one_shape_share_physics_and_a_nan_is_a_shape(tiny):
-    # six reads: two shapes (69 and 23 MiB), the second read's unused flops column
-    # NaN: grouping must not drop it; each op alone on the machine in turn (chained),
-    # so op k ends exactly one read time after op k-1
+def test_ops_of_one_shape_share_physics_and_a_nan_is_refused(tiny):
+    # six reads of two shapes (69 and 23 MiB), each alone on the machine in turn
+    # (chained), so op k ends exactly one read time after op k-1; a NaN in the
+    # read's unused flops column never reaches the executor's shape grouping
     b = PlanBuilder()
     prev = []
     sizes = [69, 23, 69, 23, 69, 23]
@@ -175,10 +175,12 @@ def test_ops_of_one_shape_share_physics_and_a_nan_is_a_shape(tiny):
             )
         ]
     plan = b.table()
+    ops = ops_of(simulate(plan, tiny))
+    took = (ops["end_s"] - ops["start_s"]).tolist()
+    assert took == pytest.approx([80e-6 + mib * MIB / 6.9e9 for mib in sizes])
     flops = plan.column("flops").to_numpy().copy()
     flops[1] = math.nan
     i = plan.schema.get_field_index("flops")
     plan = plan.set_column(i, plan.schema.field("flops"), pa.array(flops))
-    ops = ops_of(simulate(plan, tiny))
-    took = (ops["end_s"] - ops["start_s"]).tolist()
-    assert took == pytest.approx([80e-6 + mib * MIB / 6.9e9 for mib in sizes])
+    with pytest.raises(PlanError, match="op 1: flops must be a finite number"):
+        simulate(plan, tiny)
