@@ -88,7 +88,9 @@ def exhaustive_mckp(benefit: np.ndarray, cost: np.ndarray, budget: float) -> np.
 def value(benefit: np.ndarray, cost: np.ndarray, choice: np.ndarray) -> tuple[float, float]:
     """(total benefit, total cost) of a choice."""
     rows = np.arange(len(choice))
-    return float(np.asarray(benefit)[rows, choice].sum()), float(np.asarray(cost)[rows, choice].sum())
+    return float(np.asarray(benefit)[rows, choice].sum()), float(
+        np.asarray(cost)[rows, choice].sum()
+    )
 
 
 def window_profile(
