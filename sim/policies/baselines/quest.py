@@ -75,7 +75,7 @@ class Quest:
         rng: np.random.Generator,
     ) -> None:
         self.layout = layout
-        self.n_prefix = self.placed = n = len(keys)
+        self.n_prefix = self.placed = len(keys)
         self.keys = KeyLog(keys)
         self.stripe = Stripe(self.params.chunk_entries, layout.n_ssd)
         self.lo, self.hi = page_bounds(self.keys.rows(), self.params.page_size)
