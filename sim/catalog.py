@@ -16,6 +16,7 @@ import sim.policies.baselines.infllm  # noqa: F401 KV design: infllm
 import sim.policies.baselines.nocluster  # noqa: F401 KV design: nocluster
 import sim.policies.baselines.pqcache  # noqa: F401 KV design: pqcache
 import sim.policies.swarm.design  # noqa: F401 KV designs: swarm and its ablations
+import sim.scenarios.kvdrive_kind  # noqa: F401 workload kind: kvdrive (seed 003)
 import sim.serving.designs  # noqa: F401 serving designs of seeds 001 and 004
 import sim.workloads  # noqa: F401 workload kinds: sparse_decode, swarm, serving
 from sim.registry import KV_DESIGNS, SERVING_DESIGNS, WORKLOADS

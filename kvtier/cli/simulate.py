@@ -90,6 +90,12 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
         for table in design_tables(result.summary(), cfg):
             console.print(table)
         console.print(_headroom_line(cfg.workload, profile))
+    elif cfg.workload.kind == "kvdrive":  # seed 003
+        from kvtier.cli.kvdrive_tables import kvdrive_tables
+
+        for table in kvdrive_tables(result.summary(), cfg):
+            console.print(table)
+        console.print(_headroom_line(cfg.workload, profile))
     elif cfg.workload.kind == "serving":
         from analysis.serving_plots import write_serving_plots
         from sim.serving.report import serving_tables

@@ -227,7 +227,7 @@ REGISTRY_ERRORS = {
         ("kind: swarm", "kind: swam"),
         5,
         "workload.kind",
-        ["unknown workload kind 'swam'", "known: serving, sparse_decode, swarm"],
+        ["unknown workload kind 'swam'", "known: kvdrive, serving, sparse_decode, swarm"],
     ),
     "unknown design": (
         ("design: infllm", "design: inflm"),

@@ -106,10 +106,11 @@ def test_presets_start_and_overrides_win() -> None:
 
 
 def test_every_kind_and_design_is_registered_once_by_the_catalog() -> None:
-    assert WORKLOADS.names() == ["serving", "sparse_decode", "swarm"]
+    assert WORKLOADS.names() == ["kvdrive", "serving", "sparse_decode", "swarm"]
     assert {"swarm", "nocluster", "infllm", "pqcache"} <= set(KV_DESIGNS.names())
     assert {f"{n}" for n in ABLATIONS} <= set(KV_DESIGNS.names())
     assert {"gpu-only", "paged-ssd", "lmcache", "pool"} <= set(SERVING_DESIGNS.names())
     assert WORKLOADS.entry("swarm").designs is KV_DESIGNS
+    assert WORKLOADS.entry("kvdrive").designs is KV_DESIGNS
     assert WORKLOADS.entry("serving").designs is SERVING_DESIGNS
     assert isinstance(get_design("infllm", block_tokens=64), InfLLM)

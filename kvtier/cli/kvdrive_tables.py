@@ -1,0 +1,54 @@
+"""``kvtier sim`` tables of the ``kvdrive`` workload kind (seed 003): speed,
+GPU cache and memory, then the per-layer time of each pipeline stage."""
+
+from __future__ import annotations
+
+import pandas as pd
+from rich.table import Table
+
+from sim.scenarios.kvdrive_kind import BREAKDOWN
+
+HEADERS = {
+    "select": "select",
+    "lookup": "lookup",
+    "kv_fetch": "SSD I/O",
+    "h2d": "H2D",
+    "attn": "attn+FFN",
+}
+
+
+def kvdrive_tables(df: pd.DataFrame, cfg) -> list[Table]:
+    """Two tables, one row per variant (columns missing from ``df`` are left out)."""
+    w = cfg.workload
+    title = (
+        f"{w.model}, {w.context_tokens:,}-token prefix, batch {w.batch}, "
+        f"{100 * w.sparsity:g}% sparsity, {w.steps} decode steps"
+    )
+    speed = [
+        ("design", "variant", str),
+        ("micro-batches", "micro_batches", lambda v: f"{v:.0f}"),
+        ("tokens/s", "tokens_per_s", lambda v: f"{v:,.2f}"),
+        ("step ms", "step_ms", lambda v: f"{v:,.2f}"),
+        ("GPU hit", "gpu_hit_rate", lambda v: f"{100 * v:.1f}%"),
+        ("recall", "recall", lambda v: f"{v:.3f}"),
+        ("read MB/step", "read_mb_per_step", lambda v: f"{v:,.2f}"),
+        ("index MB/layer", "index_mb_per_layer", lambda v: f"{v:.2f}"),
+        ("GPU cache MB/layer", "gpu_cache_mb_per_layer", lambda v: f"{v:.2f}"),
+    ]
+    stages = [("design", "variant", str)] + [
+        (f"{HEADERS[t]} ms", f"{t}_ms_per_layer", lambda v: f"{v:.3f}") for t in BREAKDOWN
+    ]
+    return [
+        _table(df, f"{title}: throughput and GPU cache", speed),
+        _table(df, "per-layer time of each stage (op time per (step, layer), summed)", stages),
+    ]
+
+
+def _table(df: pd.DataFrame, title: str, cols: list) -> Table:
+    table = Table(title=title)
+    cols = [c for c in cols if c[1] in df.columns]
+    for header, _, _ in cols:
+        table.add_column(header, justify="left" if header == "design" else "right")
+    for _, row in df.iterrows():
+        table.add_row(*[fmt(row[k]) if row[k] == row[k] else "-" for _, k, fmt in cols])
+    return table

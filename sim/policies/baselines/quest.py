@@ -1,0 +1,128 @@
+"""Quest (seed 003 §2.2, ref [29]): page-level min/max key bounds.
+
+"Quest partitions key entries into chunks and estimates their importance by
+multiplying the query vector with the channel-wise minimum and maximum of
+the keys.  By retrieving only the Top-K important chunks per query ..."
+
+* index: pages of ``page_size`` consecutive tokens; per page the channel-wise
+  min and max key (two keys per page: ``index_bytes = 2 x pages x
+  key_bytes``, twice ShadowKV's mean key and, per §9.3, over 4x KVDrive's);
+* selection, on the GPU: ``score(page) = sum_c max(q_c min_c, q_c max_c)``,
+  an *upper bound* of ``q . k`` over every key in the page (each channel's
+  product is bounded by the larger of its two extremes), so a page holding
+  one strongly matching key scores high even when its mean does not.
+  ``4 d`` FLOPs per page (two products, a max, a sum) over both keys; pages
+  in descending bound until the budget fills (:func:`take_units`);
+* layout: positions striped in chunks of ``chunk_entries`` (a multiple of
+  the page), so a page is one contiguous range on one SSD;
+* decode: a token leaving the local window joins page ``pos // page_size``
+  (widening its bounds, or opening the page).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from sim.policies.baselines.nocluster import KeyLog, Stripe, entry_reads, io_rounds
+from sim.policies.kvdesign import Layout, StepDecision, register
+from sim.policies.selection import always_selected, take_units
+from sim.registry import ParamError
+
+
+@dataclass(frozen=True)
+class Params:
+    page_size: int = 16  # tokens per page (Quest's default chunk)
+    chunk_entries: int = 256  # stripe chunk, a multiple of page_size
+    ios_per_round: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("page_size", "chunk_entries", "ios_per_round"):
+            if getattr(self, name) < 1:
+                raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.chunk_entries % self.page_size:
+            raise ParamError("chunk_entries", f"must be a multiple of page_size {self.page_size}")
+
+
+def page_bounds(keys: np.ndarray, page_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Channel-wise (min, max) key of each run of ``page_size`` tokens."""
+    starts = np.arange(0, len(keys), page_size)
+    return np.minimum.reduceat(keys, starts, axis=0), np.maximum.reduceat(keys, starts, axis=0)
+
+
+def bound_scores(query: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Quest's page score: sum over channels of max(q_c lo_c, q_c hi_c)."""
+    q = np.asarray(query, dtype=np.float32)
+    return np.maximum(lo * q, hi * q).sum(axis=1)
+
+
+class Quest:
+    """Min/max key bounds per page, the top pages read as contiguous ranges."""
+
+    name = "quest"
+    score_device = "gpu"
+
+    def __init__(self, params: Params | None = None):
+        self.params = params or Params()
+
+    def build(
+        self,
+        activations: sp.csr_matrix,
+        keys: np.ndarray,
+        layout: Layout,
+        rng: np.random.Generator,
+    ) -> None:
+        self.layout = layout
+        self.n_prefix = self.placed = len(keys)
+        self.keys = KeyLog(keys)
+        self.stripe = Stripe(self.params.chunk_entries, layout.n_ssd)
+        self.lo, self.hi = page_bounds(self.keys.rows(), self.params.page_size)
+
+    @property
+    def n_pages(self) -> int:
+        return len(self.lo)
+
+    def index_bytes(self) -> int:
+        return 2 * self.n_pages * self.layout.key_bytes
+
+    def ssd_bytes(self) -> np.ndarray:
+        return self.stripe.slots_used(self.placed) * self.layout.entry_bytes
+
+    def _place(self, stop: int) -> None:
+        ps = self.params.page_size
+        for pos in range(self.placed, stop):
+            page, k = pos // ps, self.keys.rows()[pos]
+            if page == self.n_pages:
+                self.lo, self.hi = np.vstack([self.lo, k]), np.vstack([self.hi, k])
+            else:
+                np.minimum(self.lo[page], k, out=self.lo[page])
+                np.maximum(self.hi[page], k, out=self.hi[page])
+        self.placed = max(self.placed, stop)
+
+    def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
+        lay, ps = self.layout, self.params.page_size
+        if self.keys.n != self.n_prefix + t:
+            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
+        self.keys.append(new_key)
+        visible = self.keys.n
+        self._place(visible - lay.local_window)
+        always = always_selected(visible, lay.sink_tokens, lay.local_window)
+        members = [np.arange(p * ps, min((p + 1) * ps, self.placed)) for p in range(self.n_pages)]
+        scores = bound_scores(query, self.lo, self.hi)
+        chosen, extra = take_units(scores, members, lay.step_budget(visible), always, visible)
+        extents = entry_reads(extra, self.stripe, lay.entry_bytes)
+        d = self.lo.shape[1]
+        return StepDecision(
+            selected=np.union1d(always, extra),
+            dram_entries=len(always),
+            ssd_extents=extents,
+            rounds=io_rounds(extents, self.params.ios_per_round),
+            score_flops=4.0 * d * self.n_pages,
+            score_bytes=float(self.index_bytes()),
+            info={"pages": float(self.n_pages), "pages_chosen": float(len(chosen))},
+        )
+
+
+register("quest", Params, Quest)

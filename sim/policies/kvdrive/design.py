@@ -1,0 +1,172 @@
+"""KVDrive (seed 003) as a :class:`~sim.policies.kvdesign.KVDesign` for one layer.
+
+Offline (``build``, the prefill):
+
+* the hierarchical index (:mod:`~sim.policies.kvdrive.index`): chunks of
+  ``chunk_size`` tokens, mean keys, k-means centroids over them; kept in GPU
+  memory and scored there (``score_device = "gpu"``);
+* tiers by importance-guided warm-up (§7.1): the importance of a prefix entry
+  is how often the prefill's observation window (the profiling queries,
+  ``activations`` rows) selected it.  All entries persist on SSD in the
+  packed layout (:mod:`~sim.policies.kvdrive.packing`); the most important
+  fill the in-GPU cache, the next ``layout.dram_cache_entries`` stay in DRAM.
+
+Online (``step``): centroids in descending score until the budget fills
+(sinks and local window included, resident on the GPU as every sparse design
+keeps them, §9.1); then the in-GPU cache (:class:`WindowCache`, capacity
+``window x`` the budget of the first step, "x N" of Fig. 3, or
+``gpu_cache_entries``) is looked up: hits move nothing; a miss in DRAM is a
+host-to-device copy; any other miss is read from SSD (the packed layout's
+ranges) and copied.  The cache then evicts by ``eviction`` (lookahead: the
+current step's centroid score of each resident entry; or lru).
+
+Decisions beyond :class:`StepDecision`'s fields, for the KVDrive driver
+(:mod:`sim.scenarios.kvdrive`), are in ``info``: ``gpu_hits``,
+``gpu_misses``, ``dram_hits``, ``ssd_entries``, ``h2d_entries`` (misses
+copied to the GPU) and ``lookup_entries`` (ids the CPU's hit/miss
+evaluation scans: the selection and the cache's resident set, a sorted
+merge over both, §6.1).  ``StepDecision.dram_entries`` counts the selected
+entries *not* read from SSD (GPU-resident or DRAM), as for every design.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from sim.policies.baselines.nocluster import KeyLog
+from sim.policies.kvdesign import Layout, StepDecision, register
+from sim.policies.kvdrive.gpucache import POLICIES, WindowCache
+from sim.policies.kvdrive.index import build_index
+from sim.policies.kvdrive.packing import PackedLayout
+from sim.policies.selection import always_selected, take_units
+from sim.registry import ParamError
+
+
+@dataclass(frozen=True)
+class Params:
+    chunk_size: int = 4  # tokens per chunk (Fig. 17: 4 is the sweet spot)
+    chunks_per_centroid: int = 8  # chunks grouped under one centroid
+    window: int = 2  # in-GPU cache as a multiple of the step budget ("x N", Fig. 3)
+    gpu_cache_entries: int = 0  # > 0: the cache's capacity in entries instead of window
+    eviction: str = "lookahead"  # or "lru" (Table 3)
+    warmup: bool = True  # importance-guided warm-up of GPU cache and DRAM (§7.1)
+    kmeans_iters: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_size", "chunks_per_centroid"):
+            if getattr(self, name) < 1:
+                raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
+        for name in ("window", "gpu_cache_entries", "kmeans_iters"):
+            if getattr(self, name) < 0:
+                raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
+        if self.eviction not in POLICIES:
+            raise ParamError("eviction", f"must be one of {POLICIES}, got {self.eviction!r}")
+
+
+class KVDrive:
+    """Hierarchical index on the GPU, window cache, packed SSD layout."""
+
+    name = "kvdrive"
+    score_device = "gpu"
+
+    def __init__(self, params: Params | None = None):
+        self.params = params or Params()
+
+    def build(
+        self,
+        activations: sp.csr_matrix,
+        keys: np.ndarray,
+        layout: Layout,
+        rng: np.random.Generator,
+    ) -> None:
+        p = self.params
+        self.layout = layout
+        self.n_prefix = n = len(keys)
+        self.keys = KeyLog(keys)
+        self.index = build_index(self.keys.rows(), p.chunk_size, p.chunks_per_centroid, rng)
+        self.members = list(self.index.members)
+        self.label = np.repeat(self.index.chunk_label, p.chunk_size)[:n].astype(np.int64)
+        self.packed = PackedLayout(self.members, n, layout.n_ssd)
+        cap = p.gpu_cache_entries or p.window * layout.step_budget(n + 1)
+        self.cache = WindowCache(cap, p.eviction)
+        self.in_dram = np.zeros(n, dtype=bool)
+        if p.warmup:
+            importance = np.asarray(activations.sum(axis=0)).ravel()[:n]
+            ranked = np.lexsort((np.arange(n), -importance))
+            ranked = ranked[importance[ranked] > 0]
+            self.cache.warm(ranked[:cap])
+            self.in_dram[ranked[cap : cap + layout.dram_cache_entries]] = True
+        self.placed = n
+
+    def index_bytes(self) -> int:
+        return self.index.index_bytes(self.layout.key_bytes)
+
+    def ssd_bytes(self) -> np.ndarray:
+        return self.packed.used * self.layout.entry_bytes
+
+    def cache_bytes(self) -> int:
+        """GPU memory the window cache may hold (its capacity)."""
+        return self.cache.capacity * self.layout.entry_bytes
+
+    def _place(self, visible: int) -> None:
+        """Tokens that left the local window join their nearest centroid."""
+        stop = visible - self.layout.local_window
+        if stop <= self.placed:
+            return
+        c = self.index.centroids
+        half = 0.5 * (c * c).sum(axis=1)
+        new = np.arange(self.placed, stop)
+        lab = np.argmax(self.keys.rows()[new] @ c.T - half, axis=1)
+        self.label = np.concatenate([self.label, lab])
+        self.in_dram = np.concatenate([self.in_dram, np.zeros(len(new), dtype=bool)])
+        for pos, cl in zip(new.tolist(), lab.tolist(), strict=True):
+            self.members[cl] = np.append(self.members[cl], pos)
+            self.packed.append(pos, cl)
+        self.placed = stop
+
+    def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
+        lay = self.layout
+        if self.keys.n != self.n_prefix + t:
+            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
+        self.keys.append(new_key)
+        visible = self.keys.n
+        self._place(visible)
+        always = always_selected(visible, lay.sink_tokens, lay.local_window)
+        scores = self.index.centroids @ np.asarray(query, dtype=np.float32)
+        chosen, extra = take_units(scores, self.members, lay.step_budget(visible), always, visible)
+        label = self.label
+
+        def score(ids: np.ndarray) -> np.ndarray:
+            return scores[label[np.minimum(ids, len(label) - 1)]]
+
+        lookup = len(extra) + len(self.cache)
+        hit = self.cache.access(t, extra, score)
+        miss = extra[~hit]
+        dram = self.in_dram[miss]
+        from_ssd = miss[~dram]
+        flops, nbytes = self.index.score_cost(lay.key_bytes)
+        return StepDecision(
+            selected=np.union1d(always, extra),
+            dram_entries=len(always) + int(hit.sum()) + int(dram.sum()),
+            ssd_extents=self.packed.extents(from_ssd, lay.entry_bytes),
+            score_flops=flops,
+            score_bytes=nbytes,
+            info={
+                "centroids": float(self.index.n_centroids),
+                "centroids_chosen": float(len(chosen)),
+                "gpu_hits": float(hit.sum()),
+                "gpu_misses": float(len(miss)),
+                "dram_hits": float(dram.sum()),
+                "ssd_entries": float(len(from_ssd)),
+                "h2d_entries": float(len(miss)),
+                "lookup_entries": float(lookup),
+                "cache_capacity": float(self.cache.capacity),
+            },
+        )
+
+
+register("kvdrive", Params, KVDrive)
+register("kvdrive-lru", Params, KVDrive, preset={"eviction": "lru"})

@@ -1,0 +1,87 @@
+"""KVDrive's hierarchical index (seed 003 §4): chunks, then centroids over them.
+
+Built at prefill from the prefix keys of one layer:
+
+1. the prefix is cut into chunks of ``chunk_size`` consecutive tokens; each
+   chunk is represented by its *mean key* (ShadowKV/Quest-style spatial
+   chunking, which keeps local semantic continuity);
+2. the chunk means are grouped by k-means into ``ceil(n_chunks /
+   chunks_per_centroid)`` centroids (similarity grouping over chunks, not
+   over tokens: a centroid's members are whole chunks, i.e. runs of
+   consecutive positions).
+
+Selection scores the *centroids only*, on the GPU: ``2 x d x n_centroids``
+FLOPs over ``n_centroids x key_bytes`` of index, the cost the paper's
+"number of centroids" sensitivity (Fig. 18) moves.  Centroids are then taken
+in descending score until the budget fills (:func:`take_units`, the rule all
+designs share).  The index held in GPU memory is the centroids plus one
+4-byte centroid id per chunk.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.policies.baselines.pqcache import kmeans
+
+CHUNK_ID_BYTES = 4  # one int32 centroid id per chunk
+
+
+@dataclass
+class HierIndex:
+    """Chunks (``chunk_size`` consecutive tokens) and the centroids over them."""
+
+    chunk_size: int
+    chunk_keys: np.ndarray  # (n_chunks, d) mean key of each chunk
+    centroids: np.ndarray  # (n_centroids, d)
+    chunk_label: np.ndarray  # (n_chunks,) centroid of each chunk
+    members: list[np.ndarray]  # per centroid: its entry ids, chunk by chunk, ascending
+
+    @property
+    def n_centroids(self) -> int:
+        return len(self.centroids)
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.chunk_keys)
+
+    def index_bytes(self, key_bytes: int) -> int:
+        """GPU memory of the index: centroids (a key each) and chunk -> centroid ids."""
+        return self.n_centroids * key_bytes + self.n_chunks * CHUNK_ID_BYTES
+
+    def score_cost(self, key_bytes: int) -> tuple[float, float]:
+        """(FLOPs, bytes) of scoring one query against every centroid."""
+        d = self.centroids.shape[1]
+        return 2.0 * d * self.n_centroids, float(self.n_centroids * key_bytes)
+
+
+def chunk_means(keys: np.ndarray, chunk_size: int) -> np.ndarray:
+    """Mean key of each run of ``chunk_size`` tokens (the last run may be shorter)."""
+    keys = np.asarray(keys, dtype=np.float32)
+    n = len(keys)
+    starts = np.arange(0, n, chunk_size)
+    sums = np.add.reduceat(keys, starts, axis=0)
+    counts = np.minimum(starts + chunk_size, n) - starts
+    return (sums / counts[:, None]).astype(np.float32)
+
+
+def build_index(
+    keys: np.ndarray,
+    chunk_size: int,
+    chunks_per_centroid: int,
+    rng: np.random.Generator,
+    iters: int = 3,
+) -> HierIndex:
+    """The two-level index over ``keys`` (N, d) (see the module doc)."""
+    means = chunk_means(keys, chunk_size)
+    k = math.ceil(len(means) / chunks_per_centroid)
+    centroids, labels = kmeans(means, k, rng, iters)
+    n = len(keys)
+    token_label = np.repeat(labels, chunk_size)[:n]
+    order = np.argsort(token_label, kind="stable")  # by centroid, then position
+    bounds = np.searchsorted(token_label[order], np.arange(len(centroids) + 1))
+    members = [order[bounds[c] : bounds[c + 1]] for c in range(len(centroids))]
+    return HierIndex(chunk_size, means, centroids, labels, members)

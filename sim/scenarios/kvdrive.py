@@ -1,0 +1,130 @@
+"""Sparse decoding through KVDrive-style pipelines (seed 003 §6): plan ops.
+
+The lanes (one design per sequence and modeled layer, on the access-trace
+generator) are those of :mod:`sim.scenarios.swarm` (same traces, layout,
+budget and lane regions on the SSDs); what differs is the decode pipeline of
+one (step, layer) group.  The batch's sequences are split into
+``micro_batches`` contiguous micro-batches (``numpy.array_split``); for
+micro-batch i the plan holds
+
+* ``select`` i: the design's scoring (``score_flops`` over ``score_bytes``),
+  on the GPU (KVDrive scores centroids there) or on the CPU cores;
+* ``lookup`` i: the in-GPU cache's hit/miss evaluation on the CPU, one
+  thread, streaming ``lookup_entries x ID_BYTES`` of cache metadata
+  (``info["lookup_entries"]``; absent for designs without a GPU cache);
+* ``kv_fetch`` i: SSD reads (one op per SSD, the decisions' ranges shifted by
+  each lane's region, cut at the device's maximum I/O);
+* ``h2d`` i: DRAM -> GPU of the entries the GPU lacks: ``h2d_entries``
+  (KVDrive: the cache misses) or, for designs without a GPU cache, every
+  selected entry;
+
+and one ``attn`` compute for the whole batch (attention over the selected
+fraction and the layer's FFN, :func:`sim.models.decode_layer_cost`).
+
+Dependencies (SFC disaggregation, §6.1: "the GPU performs selection for the
+current micro-batch concurrently with the CPU evaluating cache hit/miss
+status for the previous one and fetching the KV entries of an earlier
+micro-batch"): select i after select i-1; lookup i after select i and
+lookup i-1; fetch i after lookup i (the micro-batches' reads share each SSD
+by max-min, so their access latencies overlap); h2d i after fetch i (or
+lookup i) and h2d i-1 (one copy engine); compute after every h2d and the previous compute.
+Each layer's first selection waits for the previous layer's compute (the
+query of layer l comes out of layer l-1), so nothing is speculative.
+``micro_batches = 1`` is the sequential select -> fetch -> compute pipeline
+of Quest, ShadowKV, MagicPIG (Fig. 10c,d).  The cache's metadata update
+overlaps compute (§6.1) and is not charged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from kvtier.plan import CPU, PlanBuilder
+from sim.models import decode_layer_cost, get_model
+from sim.scenarios.swarm import (
+    SwarmPlan,
+    _reads,
+    build_lanes,
+    lane_bases,
+    max_io_bytes,
+    replay_lane,
+)
+
+ID_BYTES = 8  # one int64 entry id of cache metadata
+
+
+def plan_kvdrive(p, profile, seed: int, progress=None) -> SwarmPlan:
+    """Run every lane's design and assemble the micro-batched plan (``p`` is a
+    :class:`sim.scenarios.kvdrive_kind.KVDriveParams`)."""
+    ssds, layout, built = build_lanes(p, profile, seed)
+    lanes = {k: replay_lane(b, p, layout, progress) for k, b in built.items()}
+    bases = lane_bases(lanes, len(ssds))
+    prefix = p.context_tokens + p.profile_steps
+    plan = assemble(p, profile, max_io_bytes(profile, ssds), layout, lanes, bases, prefix)
+    return SwarmPlan(plan, lanes, ssds, p, layout, bases)
+
+
+def _h2d_entries(dec) -> int:
+    return int(dec.info.get("h2d_entries", len(dec.selected)))
+
+
+def _stage(b: PlanBuilder, on: str, gpu: str, flops: float, nbytes: float, deps, **kw) -> int:
+    """A compute op on ``on`` (``cpu``: one thread) or -1 when there is no work."""
+    if not (flops or nbytes):
+        return -1
+    if on == CPU:
+        return b.cpu_compute(flops, nbytes, 1, depends_on=deps, **kw)
+    return b.compute(gpu, flops, nbytes, depends_on=deps, **kw)
+
+
+def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
+    """The plan of every (step, layer) group (see the module doc)."""
+    card = get_model(p.model)
+    layers = p.layers or card.layers
+    gpu, dram = profile.gpu_names[0], profile.dram_names[0]
+    mbs = [m for m in np.array_split(np.arange(p.batch), p.micro_batches) if len(m)]
+    b = PlanBuilder()
+    last = -1  # the previous compute
+    for t in range(p.steps):
+        for layer in range(layers):
+            kw = {"step": t, "layer": layer}
+            keys = [(s, layer % p.layers_modeled) for s in range(p.batch)]
+            on = lanes[keys[0]].score_device
+            prev = {"select": -1, "lookup": -1, "h2d": -1}
+            ends, n_sel = [], 0
+            for mb in mbs:
+                decs = [(lanes[keys[s]].decisions[t], bases[keys[s]]) for s in mb]
+                gate = [last] if last >= 0 else []
+                sel = _stage(
+                    b,
+                    on,
+                    gpu,
+                    sum(d.score_flops for d, _ in decs),
+                    sum(d.score_bytes for d, _ in decs),
+                    gate + [x for x in [prev["select"]] if x >= 0],
+                    tag="select",
+                    **kw,
+                )
+                after = [sel] if sel >= 0 else gate
+                n_look = sum(d.info.get("lookup_entries", 0.0) for d, _ in decs)
+                deps = after + [x for x in [prev["lookup"]] if x >= 0]
+                look = _stage(b, CPU, gpu, n_look, n_look * ID_BYTES, deps, tag="lookup", **kw)
+                after = [look] if look >= 0 else after
+                reads = _reads(b, decs, ssds, dram, p, t, layer, "ssd", after, "kv_fetch")
+                n_h2d = sum(_h2d_entries(d) for d, _ in decs)
+                n_sel += sum(len(d.selected) for d, _ in decs)
+                deps = (reads or after) + [x for x in [prev["h2d"]] if x >= 0]
+                h2d = -1
+                if n_h2d:
+                    h2d = b.copy(
+                        dram, gpu, n_h2d * layout.entry_bytes, depends_on=deps, tag="h2d", **kw
+                    )
+                ends.append(h2d if h2d >= 0 else (reads or after))
+                prev = {"select": sel, "lookup": look, "h2d": h2d}
+            deps = sorted({x for e in ends for x in (e if isinstance(e, list) else [e])})
+            visible = prefix + t + 1
+            cost = decode_layer_cost(card, p.batch, visible, min(1.0, n_sel / (p.batch * visible)))
+            deps = sorted(set(deps + ([last] if last >= 0 else [])))
+            last = b.compute(gpu, cost.flops, cost.hbm_bytes, depends_on=deps, tag="attn", **kw)
+    return b.table()
