@@ -135,3 +135,20 @@ def used_keys(profile: HardwareProfile) -> list[str]:
     """The price entries :func:`bill` reads for ``profile``."""
     keys = ["platform", f"gpu/{profile.gpu.model}", "dram_per_gib", "ssd_slot"]
     return keys + [f"ssd/{canonical(g.model)}" for g in profile.ssds]
+
+
+def add_costs(df: Any, base: str | Path, prices: Prices) -> Any:
+    """``df`` (one row per point: ssd_model, ssds, dram_modules, dram_gib) with
+    ``cost_usd`` and ``assumed_prices`` (the assumed entries its bill used)."""
+    import tempfile
+
+    from sim.capacity.variants import Hardware, derive
+
+    costs, assumed = [], []
+    with tempfile.TemporaryDirectory(prefix="kvtier-bill-") as tmp:
+        for r in df.itertuples():
+            hw = Hardware(r.ssd_model, int(r.ssds), int(r.dram_modules), float(r.dram_gib))
+            profile = derive(base, hw, tmp)
+            costs.append(sum(bill(profile, prices).values()))
+            assumed.append(",".join(k for k in used_keys(profile) if prices.get(k).assumed))
+    return df.assign(cost_usd=costs, assumed_prices=assumed)
