@@ -3,8 +3,9 @@
 A :class:`Space` is a grid: designs x SSD models x SSD counts x DRAM
 modules x GiB per module.  Points that differ only in the SSD count form a
 *chain*, ordered by count (cost grows with it).  :func:`search` walks each
-chain by bisection, in rounds (every chain's next points run together on
-the executor), and skips points it can show are dominated:
+chain by bisection, lowest open interval first, in rounds (every chain's
+next point runs together with the other chains' on the executor), and skips
+points it can show are dominated:
 
 * **plateau**: two evaluated counts of a chain with equal objectives (to
   :data:`DIGITS` significant digits): under "more SSDs never slow a
@@ -102,7 +103,7 @@ def _plan_chain(chain: list[str], rows: dict[str, dict]) -> tuple[list[int], dic
         ra, rb = rows[chain[a]], rows[chain[b]]
         if _ok(ra) and _ok(rb) and rounded(ra) == rounded(rb):
             skip.update({i: f"plateau: equals {a}..{b}" for i in range(a + 1, b) if i not in skip})
-        elif (a + b) // 2 not in skip:
+        elif (a + b) // 2 not in skip and not todo:  # lowest open interval first
             todo.append((a + b) // 2)
     if not known:
         todo = sorted({0, len(chain) - 1})
