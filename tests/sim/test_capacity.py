@@ -151,10 +151,15 @@ def test_ray_executor_matches_local():
     ray = pytest.importorskip("ray", reason="the cluster extra (ray) is not installed")
     from sim.capacity.executors import RayExecutor
 
+    import sys
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers can't import tests
     ex = RayExecutor("local", num_cpus=1)
     try:
         got = search(Question(), space(), executor=ex, fn=fake).rows
     finally:
         ray.shutdown()
     ref = search(Question(), space(), executor=LocalExecutor(1), fn=fake).rows
-    assert got.to_dict("records") == ref.to_dict("records")
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(got, ref)
