@@ -1,4 +1,4 @@
-"""``kvtier plan``: the cheapest hardware and design meeting an SLO, with the bottleneck of every point."""
+"""``kvtier plan``: the cheapest hardware and KV design meeting an SLO; each point's bottleneck."""
 
 from __future__ import annotations
 

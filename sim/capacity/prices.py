@@ -70,7 +70,9 @@ def _entry(raw: Any, where: Any, key: str) -> Price:
         raise where.error(key, f"must be a mapping of {', '.join(_ENTRY)}")
     unknown = sorted(set(raw) - set(_ENTRY))
     if unknown:
-        raise where.error(f"{key}.{unknown[0]}", f"unknown key (expected one of: {', '.join(_ENTRY)})")
+        raise where.error(
+            f"{key}.{unknown[0]}", f"unknown key (expected one of: {', '.join(_ENTRY)})"
+        )
     for name in _ENTRY:
         if name not in raw:
             raise where.error(key, f"missing required key '{name}'")

@@ -78,7 +78,9 @@ def rounded(row: dict[str, Any]) -> tuple[float, ...]:
 
 def better(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether ``a`` beats ``b`` on at least one objective (rounded)."""
-    return any(s * x < s * y for s, x, y in zip(SENSE.values(), rounded(a), rounded(b), strict=True))
+    return any(
+        s * x < s * y for s, x, y in zip(SENSE.values(), rounded(a), rounded(b), strict=True)
+    )
 
 
 def _ok(row: dict[str, Any] | None) -> bool:
@@ -91,11 +93,11 @@ def _plan_chain(chain: list[str], rows: dict[str, dict]) -> tuple[list[int], dic
     skip: dict[int, str] = {}
     for a, b in itertools.pairwise(known):  # saturation: stop adding
         ra, rb = rows[chain[a]], rows[chain[b]]
-        if b == a + 1 and _ok(ra) and _ok(rb) and not better(rb, ra):
-            if not rb["bottleneck"].startswith("ssd"):
-                why = f"saturated: {rb['bottleneck']} binds, one more SSD did not help"
-                skip.update({i: why for i in range(b + 1, len(chain)) if chain[i] not in rows})
-                break
+        stuck = b == a + 1 and _ok(ra) and _ok(rb) and not better(rb, ra)
+        if stuck and not rb["bottleneck"].startswith("ssd"):
+            why = f"saturated: {rb['bottleneck']} binds, one more SSD did not help"
+            skip.update({i: why for i in range(b + 1, len(chain)) if chain[i] not in rows})
+            break
     todo: list[int] = []
     for a, b in itertools.pairwise(known):  # plateau or bisect
         if b - a < 2:

@@ -27,8 +27,7 @@ from typing import Any
 import yaml
 
 from hwprofiles import HardwareProfile, list_profiles, load_profile
-from hwprofiles.loader import read_yaml, resolve_yaml
-from hwprofiles.loader import PROFILE_DIR
+from hwprofiles.loader import PROFILE_DIR, read_yaml, resolve_yaml
 from sim.config import ConfigError
 
 

@@ -24,7 +24,9 @@ def test_variant_is_a_valid_profile_with_new_ssds_behind_the_same_switch(tmp_pat
         assert p.link(f"ssd{i}.pcie").between == (f"ssd{i}", "sw0")
     assert p.link("sw0.up").gbps == 63.0  # the shared upstream link is untouched
     assert [m.capacity_gib for m in p.dram] == [32.0] * 3
-    assert [p.link(f"dram{i}.bus").between for i in range(3)] == [("rc0", f"dram{i}") for i in range(3)]
+    assert [p.link(f"dram{i}.bus").between for i in range(3)] == [
+        ("rc0", f"dram{i}") for i in range(3)
+    ]
     assert load_profile(p.source_file) == p  # saved: it loads back the same
 
 
@@ -37,8 +39,14 @@ def test_bill_by_hand():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("ssd_slot: {usd: 50, source: x, date: 2025-01-01, color: red}\n", ":1: ssd_slot.color: unknown key"),
-        ("gpu:\n  H100: {usd: -3, source: x, date: 2025-01-01}\n", ":2: gpu.H100.usd: must be a number >= 0, got -3"),
+        (
+            "ssd_slot: {usd: 50, source: x, date: 2025-01-01, color: red}\n",
+            ":1: ssd_slot.color: unknown key",
+        ),
+        (
+            "gpu:\n  H100: {usd: -3, source: x, date: 2025-01-01}\n",
+            ":2: gpu.H100.usd: must be a number >= 0, got -3",
+        ),
         ("platfrom: {usd: 1, source: x, date: 2025-01-01}\n", ":1: platfrom: unknown key"),
         ("ssd_slot: {usd: 5, date: 2025-01-01}\n", ":1: ssd_slot: missing required key 'source'"),
     ],
@@ -149,9 +157,9 @@ def test_resume_never_recomputes(tmp_path):
 
 def test_ray_executor_matches_local():
     ray = pytest.importorskip("ray", reason="the cluster extra (ray) is not installed")
-    from sim.capacity.executors import RayExecutor
-
     import sys
+
+    from sim.capacity.executors import RayExecutor
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers can't import tests
     ex = RayExecutor("local", num_cpus=1)
