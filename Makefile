@@ -38,6 +38,9 @@ test: $(VENV)/.installed-weights ## run the test suite (installs the extras TEST
 bench: venv ## simulator speed benchmark (sparse-attention decoding plan on h20-8ssd)
 	$(BIN)/kvtier bench --out $(OUT)/bench $(ARGS)
 
+plan: venv ## capacity plan: cheapest hardware + KV design meeting a P99 TTFT SLO on the shipped profiles
+	$(BIN)/kvtier plan --out $(OUT)/plan $(ARGS)
+
 real: venv ## replay a validation plan on real (emulated) SSDs vs the simulator; installs fio if root; exits 1 on a missed target
 	$(BIN)/kvtier real validate $(REAL_ARGS) --out $(OUT)/real --force --install-fio $(ARGS)
 

@@ -54,7 +54,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kvtier.cli import bench, info, real, simulate, sweep, trace
+    from kvtier.cli import bench, info, plan, real, simulate, sweep, trace
 
     parser = Parser(
         prog="kvtier",
@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     simulate.add_parser(sub)
     sweep.add_parser(sub)
+    plan.add_parser(sub)
     bench.add_parser(sub)
     info.add_parsers(sub)
     real.add_parser(sub)

@@ -1,0 +1,141 @@
+"""``kvtier plan``: the cheapest hardware and KV design meeting an SLO; each point's bottleneck."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from kvtier.console import make_console
+from kvtier.validate import check_out_dir, int_arg
+from sim.capacity.evaluate import Point, Question
+from sim.capacity.executors import make_executor
+from sim.capacity.prices import add_costs, load_prices
+from sim.capacity.search import Space, pareto, search
+from sim.capacity.store import ResultStore
+from sim.capacity.variants import Hardware, base_data, derive, resolve_ssd
+from sim.config import ConfigError
+
+SHOWN = ("design", "ssd_model", "ssds", "dram_modules", "cost_usd", "ttft_p99_s", "tpot_p99_s",
+         "throughput_tok_s", "bottleneck", "bottleneck_util")  # fmt: skip
+
+
+def _list(cast):
+    def parse(text: str) -> tuple:
+        try:
+            items = tuple(cast(v.strip()) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a list of {cast.__name__}: {text!r}") from None
+        if not items:
+            raise argparse.ArgumentTypeError("empty list")
+        return items
+
+    return parse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    q = Question()
+    p = sub.add_parser(
+        "plan",
+        help="cheapest hardware + KV design meeting TTFT/TPOT/throughput SLOs, with bottlenecks",
+        description="Derives machines from --base (SSD model and count, DRAM modules), simulates "
+        "each design on each (pruned: plateaus and saturated resources skipped), prices them and "
+        "prints the cheapest meeting the SLOs, the Pareto fronts and every point's bottleneck.",
+    )
+    a = p.add_argument
+    a("--base", default=q.base, help="base hardware profile")
+    a("--model", default=q.model)
+    a("--trace", default=q.trace, help="long_doc or a request trace file")
+    a("--context-tokens", type=int_arg(1), default=q.context_tokens)
+    a("--docs", type=int_arg(1), default=q.docs, help="long_doc: documents queried at once")
+    a("--requests", type=int_arg(0), default=q.requests, help="trace file: first N requests")
+    a("--ttft-p99", type=float, default=q.slo_ttft_p99_s, help="SLO: P99 TTFT limit, s (0: none)")
+    a("--tpot-p99", type=float, default=q.slo_tpot_p99_s, help="SLO: P99 TPOT limit, s (0: none)")
+    a("--min-tok-s", type=float, default=0.0, help="SLO: output tokens/s floor (0: none)")
+    a("--designs", type=_list(str), default=("lmcache", "pool"))
+    a("--ssd-models", type=_list(str), default=("9100 PRO", "900P"))
+    a("--ssd-counts", type=_list(int), default=(1, 2, 4))
+    a("--dram-modules", type=_list(int), default=(1, 2, 4))
+    a("--dram-gib", type=_list(float), default=(64.0,), help="GiB per DRAM module")
+    a("--prices", action="append", default=[], help="price YAML overriding the shipped entries")
+    a("--no-prune", action="store_true", help="evaluate the whole grid")
+    a("--executor", choices=("local", "ray"), default="local")
+    a("--address", default="local", help="Ray cluster address (--executor ray)")
+    a("--jobs", type=int_arg(1), help="worker processes (default: CPU count)")
+    a("--out", default="results/plan", help="output directory (results resume from it)")
+    p.set_defaults(handler=cmd_plan)
+
+
+def question(args: argparse.Namespace) -> Question:
+    for name in ("ttft_p99", "tpot_p99", "min_tok_s"):
+        if getattr(args, name) < 0:
+            raise ConfigError(f"--{name.replace('_', '-')}: must be >= 0")
+    return dataclasses.replace(
+        Question(), base=args.base, model=args.model, trace=args.trace,
+        context_tokens=args.context_tokens, docs=args.docs, requests=args.requests,
+        slo_ttft_p99_s=args.ttft_p99, slo_tpot_p99_s=args.tpot_p99, slo_min_tok_s=args.min_tok_s,
+    )  # fmt: skip
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    console = make_console()
+    check_out_dir(args.out)
+    q = question(args)
+    prices = load_prices(*args.prices)  # fail fast on a bad table
+    models = tuple(resolve_ssd(m) for m in args.ssd_models)
+    space = Space(args.designs, models, args.ssd_counts, args.dram_modules, args.dram_gib)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    base_data(q.base)  # fail fast on a bad base profile
+    store = ResultStore(Path(args.out) / "points")
+    console.print(f"[bold]kvtier plan[/bold]: {q.model}, {q.trace}, {space.size} grid points")
+    t0 = time.perf_counter()
+    res = search(q, space, make_executor(args.executor, args.jobs, args.address), store,
+                 prune=not args.no_prune)  # fmt: skip
+    df = add_costs(res.rows, q.base, prices)
+    df = _judge(q, df)
+    df.to_parquet(Path(args.out) / "plan.parquet", index=False)
+    _report(console, q, df, res, time.perf_counter() - t0, prices, Path(args.out))
+    return 0
+
+
+def _judge(q: Question, df: pd.DataFrame) -> pd.DataFrame:
+    from sim.capacity.evaluate import with_slos
+
+    return pd.DataFrame([with_slos(q, r) for r in df.to_dict("records")])
+
+
+def _fmt(df: pd.DataFrame) -> str:
+    cols = [c for c in SHOWN if c in df.columns]
+    return df[cols].to_string(index=False, float_format=lambda v: f"{v:,.3f}")
+
+
+def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
+    console.print(
+        f"simulated {res.simulated} points this run ({res.evaluated} with results) of a "
+        f"{res.grid}-point grid in {wall_s:.1f} s; skipped {len(res.skipped)} as dominated"
+    )
+    ok = df[df["meets_slo"]].sort_values("cost_usd")
+    slos = ", ".join(f"{m} {s} {v:g}" for m, (s, v) in q.slos().items()) or "none"
+    if ok.empty:
+        console.print(f"[bold]no point meets the SLOs[/bold] ({slos})")
+    else:
+        best = ok.iloc[0]
+        console.print(f"[bold]cheapest meeting the SLOs[/bold] ({slos}):")
+        console.print(_fmt(ok.head(1)), soft_wrap=True)
+        hw = Hardware(best.ssd_model, int(best.ssds), int(best.dram_modules), float(best.dram_gib))
+        prof = derive(q.base, hw, out / "profiles")
+        console.print(f"its profile: {prof.source_file}; design {Point(best.design, hw).design}")
+    for metric in ("ttft_p99_s", "throughput_tok_s"):
+        console.print(f"[bold]Pareto front, cost vs {metric}[/bold]:")
+        console.print(_fmt(pareto(df, "cost_usd", metric)), soft_wrap=True)
+    done = df[df["status"] == "ok"]
+    counts = done.groupby(["design", "bottleneck"]).size().rename("points").reset_index()
+    console.print("[bold]bottlenecks[/bold] (busiest device or link of each point):")
+    console.print(counts.to_string(index=False))
+    assumed = sorted({k for s in df["assumed_prices"] for k in s.split(",") if k})
+    if assumed:
+        console.print(f"assumed prices (no cited source): {', '.join(assumed)}")
+    console.print(f"written: {out}/plan.parquet (every point), {out}/points/ (resumable)")

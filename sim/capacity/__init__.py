@@ -1,0 +1,7 @@
+"""Capacity planning: the cheapest hardware and design meeting an SLO, and why.
+
+:mod:`.variants` derives machines from a base profile, :mod:`.prices` costs them,
+:mod:`.evaluate` simulates one point and names its bottleneck, :mod:`.store`
+keeps every result keyed by its configuration, :mod:`.search` prunes and bisects
+the grid, :mod:`.executors` runs points locally or on Ray.
+"""

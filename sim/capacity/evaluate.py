@@ -1,0 +1,175 @@
+"""One point of a capacity plan: simulate it, read its SLO metrics and its bottleneck.
+
+A :class:`Question` is what the user asks (model, workload, SLOs, base
+profile); a :class:`Point` is one design on one hardware variant.  The
+workload is the serving scenario (:mod:`sim.scenarios.serving`): ``long_doc``
+(``docs`` documents of ``context_tokens`` each, offloaded then queried at
+once, as in seed 004) or a request trace file; TTFT and TPOT percentiles and
+output tokens/s come from its request records.
+
+The host-memory KV tier gets what the machine's DRAM leaves after
+``host_reserve_gib`` (OS, engine, pinned buffers), so buying DRAM buys KV
+capacity and, with each module on its own memory bus, bandwidth.
+
+Bottleneck: the device or link with the highest ``util_mean`` (busy seconds
+over the makespan, :mod:`kvtier.records`) in the run's device records, i.e.
+the resource that had work in flight for the largest share of the run, with
+that share.  Headroom to an SLO limit ``L`` on a metric ``m`` is ``L / m - 1``
+(0.25: 25% slack; negative: missed); for a throughput floor it is ``m / L - 1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hwprofiles import HardwareProfile
+from kvtier.provenance import file_digest
+from sim.capacity.variants import Hardware, derive
+from sim.config import ConfigError, ScenarioConfig, ServingParams, Variant
+
+# metrics a point reports; the objectives of the search are the first three
+OBJECTIVES = ("ttft_p99_s", "tpot_p99_s", "throughput_tok_s")
+
+
+@dataclass(frozen=True)
+class Question:
+    """What the plan must serve, and how well."""
+
+    base: str = "h100-2dimm-2ssd"  # base hardware profile (name or path)
+    model: str = "Llama-3.1-8B"
+    trace: str = "long_doc"  # long_doc | a request trace file
+    context_tokens: int = 131072
+    docs: int = 8
+    output_tokens: int = 100
+    requests: int = 0  # a trace file: first N requests (0 = all)
+    block_tokens: int = 256
+    ssd_gib: float = 372.53  # SSD KV capacity of a design that uses SSDs (400 GB)
+    host_reserve_gib: float = 16.0  # DRAM not available to the KV tier
+    seed: int = 0
+    slo_ttft_p99_s: float = 10.0  # 0 = no limit
+    slo_tpot_p99_s: float = 0.0  # 0 = no limit
+    slo_min_tok_s: float = 0.0  # 0 = no floor
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def slos(self) -> dict[str, tuple[str, float]]:
+        """metric -> (``max`` or ``min``, limit) of the SLOs set."""
+        out = {}
+        if self.slo_ttft_p99_s > 0:
+            out["ttft_p99_s"] = ("max", self.slo_ttft_p99_s)
+        if self.slo_tpot_p99_s > 0:
+            out["tpot_p99_s"] = ("max", self.slo_tpot_p99_s)
+        if self.slo_min_tok_s > 0:
+            out["throughput_tok_s"] = ("min", self.slo_min_tok_s)
+        return out
+
+
+@dataclass(frozen=True)
+class Point:
+    """One design on one hardware variant."""
+
+    design: str
+    hw: Hardware
+
+    def flat(self) -> dict[str, Any]:
+        return {"design": self.design, **asdict(self.hw)}
+
+
+def point_key(q: Question, p: Point) -> str:
+    """Hash of the effective configuration: the question (SLOs excluded: they
+    judge a result, not make it), the point, and the base profile file's bytes."""
+    from hwprofiles.loader import PROFILE_DIR, resolve_yaml
+
+    run = {k: v for k, v in q.to_dict().items() if not k.startswith("slo_")}
+    base = resolve_yaml(q.base, PROFILE_DIR, "hardware profile")
+    blob = json.dumps({"q": run, "p": p.flat(), "base": file_digest(base)}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def scenario(q: Question, design: str, profile: HardwareProfile) -> ScenarioConfig:
+    """The serving scenario of ``design`` on ``profile`` for question ``q``."""
+    from sim.serving.designs import get_design
+
+    base = get_design(design, {})
+    # a preset that sizes its tiers names them (paged-*); lmcache and pool presets
+    # leave both to the scenario; gpu-only keeps none
+    both = not base.has_offload and design != "gpu-only"
+    params: dict[str, Any] = {}
+    if base.cpu_gib > 0 or both:
+        dram = sum(m.capacity_gib for m in profile.dram)
+        params["cpu_gib"] = max(dram - q.host_reserve_gib, 1.0)
+    if base.ssd_gib > 0 or both:
+        params["ssd_gib"] = q.ssd_gib
+    w = ServingParams(
+        model=q.model, design=design, design_params=params, trace=q.trace,
+        requests=q.requests, context_tokens=q.context_tokens, docs=q.docs,
+        output_tokens=q.output_tokens, block_tokens=q.block_tokens,
+        gpu_prefix_cache=q.trace != "long_doc",
+    )  # fmt: skip
+    return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
+
+
+def bottleneck(devices: Any) -> tuple[str, float]:
+    """(device, util_mean) of the busiest device or link of a run's records."""
+    df = devices.to_pandas() if hasattr(devices, "to_pandas") else devices
+    if not len(df):
+        return "", 0.0
+    row = df.sort_values(["util_mean", "device"], ascending=[False, True]).iloc[0]
+    return str(row["device"]), float(row["util_mean"])
+
+
+def headroom(q: Question, metrics: dict[str, float]) -> dict[str, float]:
+    """``headroom_<metric>`` per SLO (see the module docstring)."""
+    out = {}
+    for metric, (sense, limit) in q.slos().items():
+        m = metrics.get(metric, float("nan"))
+        out[f"headroom_{metric}"] = limit / m - 1 if sense == "max" else m / limit - 1
+    return out
+
+
+def evaluate(q: Question, p: Point) -> dict[str, Any]:
+    """Simulate ``p`` for ``q``: one result row (``status`` ok, or why it cannot run)."""
+    from sim.runner import run
+    from sim.scenarios.sparse_decode import Unsupported
+
+    row: dict[str, Any] = {"key": point_key(q, p), **p.flat()}
+    with tempfile.TemporaryDirectory(prefix="kvtier-plan-") as tmp:
+        profile = derive(q.base, p.hw, tmp)
+        try:
+            result = run(scenario(q, p.design, profile), profile, None)
+        except (ConfigError, Unsupported, ValueError) as exc:
+            return {**row, "status": f"cannot run: {' '.join(str(exc).split())}"}
+    if not result.variants:
+        return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
+    v = result.variants[0]
+    metrics = {k: float(v.summary[k]) for k in OBJECTIVES}
+    device, util = bottleneck(v.records.devices)
+    return {
+        **row, "status": "ok", **metrics, "bottleneck": device, "bottleneck_util": util,
+        "ssd_util": float(v.summary["ssd_util"]), "gpu_util": float(v.summary["gpu_util"]),
+        "hit_rate_ssd": float(v.summary.get("hit_rate_ssd", 0.0)), "sim_wall_s": result.wall_s,
+    }  # fmt: skip
+
+
+def with_slos(q: Question, row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its headroom to each SLO and ``meets_slo``."""
+    if row.get("status") != "ok":
+        return {**row, "meets_slo": False}
+    room = headroom(q, row)
+    return {**row, **room, "meets_slo": all(v >= 0 for v in room.values())}
+
+
+def replace(q: Question, **changes: Any) -> Question:
+    return dataclasses.replace(q, **changes)
+
+
+def save_variant(q: Question, p: Point, out_dir: str | Path) -> HardwareProfile:
+    """Write ``p``'s machine as a profile YAML under ``out_dir`` (to inspect or rerun)."""
+    return derive(q.base, p.hw, out_dir)

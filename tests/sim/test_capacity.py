@@ -1,0 +1,173 @@
+"""kvtier plan's parts: derived profiles, prices, the pruned search's rules, resume."""
+
+from __future__ import annotations
+
+import pytest
+
+from hwprofiles import load_profile
+from sim.capacity.evaluate import Point, Question, bottleneck, point_key
+from sim.capacity.executors import LocalExecutor
+from sim.capacity.prices import PriceError, bill, load_prices, read_prices
+from sim.capacity.search import Space, pareto, search
+from sim.capacity.store import ResultStore
+from sim.capacity.variants import Hardware, derive, resolve_ssd
+
+PM9A3 = "Samsung PM9A3 3.84 TB U.2"
+
+
+def test_variant_is_a_valid_profile_with_new_ssds_behind_the_same_switch(tmp_path):
+    p = derive("h100-2dimm-2ssd", Hardware(resolve_ssd("PM9A3"), 4, 3, 32), tmp_path)
+    assert p.ssd_names == ("ssd0", "ssd1", "ssd2", "ssd3")
+    ref = load_profile("h20-8ssd").ssds[0]  # the drive's figures come from its shipped profile
+    assert (p.ssds[0].read_gbps, p.ssds[0].read_iops) == (ref.read_gbps, ref.read_iops)
+    for i in range(4):  # each new SSD: a copy of ssd0's x4 link, into sw0 like ssd0
+        assert p.link(f"ssd{i}.pcie").between == (f"ssd{i}", "sw0")
+    assert p.link("sw0.up").gbps == 63.0  # the shared upstream link is untouched
+    assert [m.capacity_gib for m in p.dram] == [32.0] * 3
+    assert [p.link(f"dram{i}.bus").between for i in range(3)] == [
+        ("rc0", f"dram{i}") for i in range(3)
+    ]
+    assert load_profile(p.source_file) == p  # saved: it loads back the same
+
+
+def test_bill_by_hand():
+    p = derive("h100-2dimm-2ssd", Hardware(PM9A3, 4, 3, 32), "/tmp/kvtier-test-bill")
+    # shipped table: platform 10,000 + H100 30,000 + 96 GiB x 4 + 4 x (600 + 50 slot)
+    assert sum(bill(p, load_prices()).values()) == pytest.approx(10000 + 30000 + 384 + 2600)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "ssd_slot: {usd: 50, source: x, date: 2025-01-01, color: red}\n",
+            ":1: ssd_slot.color: unknown key",
+        ),
+        (
+            "gpu:\n  H100: {usd: -3, source: x, date: 2025-01-01}\n",
+            ":2: gpu.H100.usd: must be a number >= 0, got -3",
+        ),
+        ("platfrom: {usd: 1, source: x, date: 2025-01-01}\n", ":1: platfrom: unknown key"),
+        ("ssd_slot: {usd: 5, date: 2025-01-01}\n", ":1: ssd_slot: missing required key 'source'"),
+    ],
+)
+def test_bad_price_table_is_one_line(tmp_path, text, message):
+    path = tmp_path / "prices.yaml"
+    path.write_text(text)
+    with pytest.raises(PriceError) as err:
+        read_prices(path)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_bad_prices_exit_2(tmp_path, capsys):
+    from kvtier.cli.main import main
+
+    path = tmp_path / "p.yaml"
+    path.write_text("ssd: {X: {usd: -1, source: s, date: 2025-01-01}}\n")
+    assert main(["plan", "--prices", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ssd.X.usd: must be a number >= 0" in err[0]
+
+
+def test_override_replaces_only_its_entries(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("ssd_slot: {usd: 0, source: mine, date: 2026-01-01}\n")
+    prices = load_prices(path)
+    assert prices.get("ssd_slot").usd == 0 and prices.get("platform").usd == 10000
+
+
+def test_bottleneck_is_the_busiest_device():
+    import pandas as pd
+
+    dev = pd.DataFrame({"device": ["ssd0", "sw0.up", "gpu0.compute"], "util_mean": [0.4, 0.9, 0.7]})
+    assert bottleneck(dev) == ("sw0.up", 0.9)
+
+
+# ---- the search's rules on a made-up monotone model, counted by hand ----------------
+CALLS: list[str] = []
+
+
+def fake(q: Question, p: Point) -> dict:
+    """TTFT 8/n s, but no better than 2 s (a shared link saturates from n = 4)."""
+    CALLS.append(point_key(q, p))
+    n = p.hw.ssds
+    ttft = max(8.0 / n, 2.0)
+    return {"key": point_key(q, p), **p.flat(), "status": "ok", "ttft_p99_s": ttft,
+            "tpot_p99_s": 0.01, "throughput_tok_s": 100 / ttft,
+            "bottleneck": "ssd0" if n < 4 else "sw0.up", "bottleneck_util": 1.0}  # fmt: skip
+
+
+def space(counts=tuple(range(1, 9))) -> Space:
+    return Space(("pool",), (PM9A3,), counts, (1,), (64.0,))
+
+
+def test_bisection_skips_the_plateau():
+    CALLS.clear()
+    res = search(Question(), space(), fn=fake)
+    # round 1: n=1 (8 s), n=8 (2 s); round 2: mid n=4 (2 s) -> 5..7 equal 4 and 8 (skipped);
+    # round 3: n=2 (4 s); round 4: n=3 (2.67 s).  5 of 8 simulated.
+    assert sorted(res.rows.loc[res.rows["evaluated"], "ssds"]) == [1, 2, 3, 4, 8]
+    assert res.simulated == len(CALLS) == 5 and res.grid == 8
+
+
+def saturating(q: Question, p: Point) -> dict:
+    """TTFT 4/n s up to n = 2 (SSD-bound), then 2 + 0.1 (n - 2) s: DRAM-bus bound, each
+    added SSD only adds contention."""
+    n = p.hw.ssds
+    ttft = 4.0 / n if n <= 2 else 2 + 0.1 * (n - 2)
+    row = fake(q, p)
+    return {**row, "ttft_p99_s": ttft, "throughput_tok_s": 100 / ttft,
+            "bottleneck": "ssd0" if n < 2 else "dram0.bus"}  # fmt: skip
+
+
+def test_saturation_stops_adding():
+    res = search(Question(), space(), fn=saturating)
+    # n=1 (4 s), n=8 (2.6 s); mid n=4 (2.2 s); lowest interval first: n=2 (2 s), n=3
+    # (2.1 s): 3 is no better than 2 and dram0.bus binds -> 5, 6, 7 skipped.
+    assert sorted(res.rows.loc[res.rows["evaluated"], "ssds"]) == [1, 2, 3, 4, 8]
+    assert all(res.rows.loc[~res.rows["evaluated"], "status"].str.contains("saturated: dram0"))
+
+
+def test_pareto_by_hand():
+    import pandas as pd
+
+    df = pd.DataFrame({"key": list("abcd"), "status": "ok", "cost_usd": [1, 2, 3, 4],
+                       "ttft_p99_s": [5.0, 5.0, 3.0, 4.0]})  # fmt: skip
+    assert list(pareto(df, "cost_usd", "ttft_p99_s")["key"]) == ["a", "c"]
+
+
+def test_resume_never_recomputes(tmp_path):
+    """A search killed after 3 points, rerun: the 3 are read back, each point simulated once."""
+    q, sp = Question(), space((1, 2, 3, 4, 5, 6))
+    CALLS.clear()
+
+    def dies(q: Question, p: Point) -> dict:
+        if len(CALLS) == 3:
+            raise KeyboardInterrupt
+        return fake(q, p)
+
+    with pytest.raises(KeyboardInterrupt):
+        search(q, sp, store=ResultStore(tmp_path / "pts"), prune=False, fn=dies)
+    assert len(ResultStore(tmp_path / "pts")) == 3
+    res = search(q, sp, store=ResultStore(tmp_path / "pts"), prune=False, fn=fake)
+    assert res.simulated == 3 and len(CALLS) == 6 == len(set(CALLS))
+    again = search(q, sp, store=ResultStore(tmp_path / "pts"), prune=False, fn=fake)
+    assert again.simulated == 0 and len(CALLS) == 6
+
+
+def test_ray_executor_matches_local():
+    ray = pytest.importorskip("ray", reason="the cluster extra (ray) is not installed")
+    import sys
+
+    from sim.capacity.executors import RayExecutor
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers can't import tests
+    ex = RayExecutor("local", num_cpus=1)
+    try:
+        got = search(Question(), space(), executor=ex, fn=fake).rows
+    finally:
+        ray.shutdown()
+    ref = search(Question(), space(), executor=LocalExecutor(1), fn=fake).rows
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(got, ref)
