@@ -40,7 +40,9 @@ def kvdrive_tables(df: pd.DataFrame, cfg) -> list[Table]:
     ]
     return [
         _table(df, f"{title}: throughput and GPU cache", speed),
-        _table(df, "per-layer time of each stage (op time per (step, layer), summed)", stages),
+        _table(
+            df, "per-layer time of each stage (when any of its ops runs, per (step, layer))", stages
+        ),
     ]
 
 
