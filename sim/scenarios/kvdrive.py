@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from kvtier.plan import CPU, PlanBuilder
 from sim.models import decode_layer_cost, get_model
+from sim.policies.kvdrive.windows import allocate_windows
 from sim.scenarios.swarm import (
     SwarmPlan,
     _reads,
@@ -58,11 +59,22 @@ def plan_kvdrive(p, profile, seed: int, progress=None) -> SwarmPlan:
     """Run every lane's design and assemble the micro-batched plan (``p`` is a
     :class:`sim.scenarios.kvdrive_kind.KVDriveParams`)."""
     ssds, layout, built = build_lanes(p, profile, seed)
+    apply_windows(p, built)
     lanes = {k: replay_lane(b, p, layout, progress) for k, b in built.items()}
     bases = lane_bases(lanes, len(ssds))
     prefix = p.context_tokens + p.profile_steps
     plan = assemble(p, profile, max_io_bytes(profile, ssds), layout, lanes, bases, prefix)
     return SwarmPlan(plan, lanes, ssds, p, layout, bases)
+
+
+def apply_windows(p, built: dict) -> np.ndarray | None:
+    """With ``p.gpu_cache_mb`` set, the knapsack's window for every lane whose
+    design has a window cache (:func:`allocate_windows`); the windows chosen."""
+    designs = [b.design for b in built.values() if hasattr(b.design, "resize_cache")]
+    if p.gpu_cache_mb <= 0 or not designs:
+        return None
+    repeat = (p.layers or get_model(p.model).layers) // p.layers_modeled
+    return allocate_windows(designs, p.gpu_cache_mb * 1e6, repeat)
 
 
 def _h2d_entries(dec) -> int:

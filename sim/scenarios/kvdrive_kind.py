@@ -36,11 +36,16 @@ class KVDriveParams(SwarmParams):
     local_window: int = 64  # "retain sink tokens (the first 4 tokens) and 64 local tokens"
     design: str = "kvdrive"
     micro_batches: int = 1  # 1 = sequential; > 1 = SFC disaggregation (§6.1)
+    # GPU memory for every window cache (all layers and sequences), MB; > 0: each lane's
+    # window from the knapsack (sim.policies.kvdrive.windows); 0: the design's own window
+    gpu_cache_mb: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.micro_batches < 1:
             raise ParamError("micro_batches", f"must be >= 1, got {self.micro_batches}")
+        if self.gpu_cache_mb < 0:
+            raise ParamError("gpu_cache_mb", f"must be >= 0, got {self.gpu_cache_mb}")
 
 
 def plan_kvdrive(params: KVDriveParams, profile, seed: int, name: str, progress) -> Any:
