@@ -39,6 +39,9 @@ class KVDriveParams(SwarmParams):
     # GPU memory for every window cache (all layers and sequences), MB; > 0: each lane's
     # window from the knapsack (sim.policies.kvdrive.windows); 0: the design's own window
     gpu_cache_mb: float = 0.0
+    # InfiniGen-style previous-layer prefetch: layer l's selection and fetch start once
+    # layer l-2's compute is done (speculating on layer l-1's input), overlapping l-1
+    prefetch: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
