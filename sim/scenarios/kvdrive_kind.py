@@ -64,13 +64,17 @@ def plan_kvdrive(params: KVDriveParams, profile, seed: int, name: str, progress)
         progress(done[0], total)
 
     splan = plan(params, profile, seed, tick if progress else None)
-    return Planned(splan.plan, summarize_kvdrive(params, splan))
+    return Planned(splan.plan, summarize_kvdrive(params, splan, profile))
 
 
-def summarize_kvdrive(params: KVDriveParams, splan) -> Callable[[Any], dict]:
+def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], dict]:
     """Throughput, the per-layer time of each stage (per (step, layer) group,
     the time any of its ops runs: :func:`stage_busy_s`), GPU cache hit rate (hits
     over the entries chosen beyond sinks and window), recall and GPU memory."""
+
+    from sim.scenarios.kvdrive_memory import gpu_memory
+
+    need, oom = gpu_memory(params, profile, splan.lanes, splan.layout.entry_bytes)
 
     def summarize(records) -> dict:
         ops = records.ops.to_pandas()
@@ -92,7 +96,11 @@ def summarize_kvdrive(params: KVDriveParams, splan) -> Callable[[Any], dict]:
         row = {
             "design": params.design,
             "micro_batches": params.micro_batches,
-            "tokens_per_s": params.batch * params.steps / makespan if makespan else float("nan"),
+            "tokens_per_s": params.batch * params.steps / makespan
+            if makespan and not oom
+            else float("nan"),
+            "gpu_mem_gb": need / 1e9,
+            "oom": oom,
             "step_ms": 1e3 * makespan / params.steps,
             "gpu_hit_rate": hits / (hits + misses) if hits + misses else 0.0,
             "recall": sum(recall) / len(recall) if recall else float("nan"),
