@@ -13,6 +13,7 @@ HEADERS = {
     "lookup": "lookup",
     "kv_fetch": "SSD I/O",
     "h2d": "H2D",
+    "cpu_attn": "CPU attn",
     "attn": "attn+FFN",
 }
 

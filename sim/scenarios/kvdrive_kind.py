@@ -22,7 +22,7 @@ from sim.registry import KV_DESIGNS, WORKLOADS, ParamError
 if TYPE_CHECKING:
     import pandas as pd
 
-BREAKDOWN = ("select", "lookup", "kv_fetch", "h2d", "attn")  # op tags, per-layer time
+BREAKDOWN = ("select", "lookup", "kv_fetch", "h2d", "cpu_attn", "attn")  # op tags, per-layer time
 
 
 @dataclass(frozen=True)
