@@ -45,12 +45,22 @@ overlaps compute (§6.1) and is not charged.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 
 from kvtier.plan import CPU, PlanBuilder
 from sim.models import decode_layer_cost, get_model
 from sim.policies.kvdrive.windows import allocate_windows
+from sim.scenarios.matched import (
+    Match,
+    full_scale,
+    match_columns,
+    mean_recall,
+    scale_grid,
+    smallest_reaching,
+)
 from sim.scenarios.swarm import (
     SwarmPlan,
     _reads,
@@ -68,11 +78,29 @@ def plan_kvdrive(p, profile, seed: int, progress=None) -> SwarmPlan:
     :class:`sim.scenarios.kvdrive_kind.KVDriveParams`)."""
     ssds, layout, built = build_lanes(p, profile, seed)
     apply_windows(p, built)
+    info = {}
+    if p.match_recall > 0:  # the Swarm comparison's rule: budget raised to a target recall
+        match = match_budget(p, layout, built)
+        layout = replace(layout, budget_scale=match.scale)
+        info = match_columns(match)
     lanes = {k: replay_lane(b, p, layout, progress) for k, b in built.items()}
     bases = lane_bases(lanes, len(ssds))
     prefix = p.context_tokens + p.profile_steps
     plan = assemble(p, profile, max_io_bytes(profile, ssds), layout, lanes, bases, prefix)
-    return SwarmPlan(plan, lanes, ssds, p, layout, bases)
+    return SwarmPlan(plan, lanes, ssds, p, layout, bases, info)
+
+
+def match_budget(p, layout, built: dict) -> Match:
+    """The smallest budget scale whose mean recall reaches ``p.match_recall``
+    (:func:`sim.scenarios.matched.smallest_reaching`, selection replays only)."""
+    prefix = p.context_tokens + p.profile_steps
+    top = full_scale(layout, (prefix + t + 1 for t in range(p.steps)))
+
+    def recall_at(scale: float) -> float:
+        lay = replace(layout, budget_scale=scale)
+        return mean_recall(replay_lane(b, p, lay) for b in built.values())
+
+    return smallest_reaching(recall_at, scale_grid(p.match_step, top), float(p.match_recall))
 
 
 def apply_windows(p, built: dict) -> np.ndarray | None:

@@ -110,6 +110,7 @@ def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], 
             "index_mb_per_layer": index / per_layer,
             "gpu_cache_mb_per_layer": cap * splan.layout.entry_bytes / per_layer,
         }
+        row.update(splan.info)
         for tag in BREAKDOWN:
             row[f"{tag}_ms_per_layer"] = 1e3 * float(dur.get(tag, 0.0)) / groups
         return row
