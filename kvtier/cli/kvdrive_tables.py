@@ -13,6 +13,7 @@ HEADERS = {
     "lookup": "lookup",
     "kv_fetch": "SSD I/O",
     "h2d": "H2D",
+    "cpu_attn": "CPU attn",
     "attn": "attn+FFN",
 }
 
@@ -34,13 +35,17 @@ def kvdrive_tables(df: pd.DataFrame, cfg) -> list[Table]:
         ("read MB/step", "read_mb_per_step", lambda v: f"{v:,.2f}"),
         ("index MB/layer", "index_mb_per_layer", lambda v: f"{v:.2f}"),
         ("GPU cache MB/layer", "gpu_cache_mb_per_layer", lambda v: f"{v:.2f}"),
+        ("GPU GB", "gpu_mem_gb", lambda v: f"{v:.1f}"),
+        ("fits", "oom", lambda v: "OOM" if v else "yes"),
     ]
     stages = [("design", "variant", str)] + [
         (f"{HEADERS[t]} ms", f"{t}_ms_per_layer", lambda v: f"{v:.3f}") for t in BREAKDOWN
     ]
     return [
         _table(df, f"{title}: throughput and GPU cache", speed),
-        _table(df, "per-layer time of each stage (op time per (step, layer), summed)", stages),
+        _table(
+            df, "per-layer time of each stage (when any of its ops runs, per (step, layer))", stages
+        ),
     ]
 
 

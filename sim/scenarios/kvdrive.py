@@ -29,7 +29,15 @@ lookup i-1; fetch i after lookup i (the micro-batches' reads share each SSD
 by max-min, so their access latencies overlap); h2d i after fetch i (or
 lookup i) and h2d i-1 (one copy engine); compute after every h2d and the previous compute.
 Each layer's first selection waits for the previous layer's compute (the
-query of layer l comes out of layer l-1), so nothing is speculative.
+query of layer l comes out of layer l-1), so nothing is speculative, unless
+``prefetch`` (InfiniGen-style): then layer l's selection waits for layer
+l-2's compute only (it speculates on layer l-1's input) and each stage chains
+after the previous layer's, so layer l's select/fetch/copy overlap layer
+l-1's compute; the selections themselves are the exact ones (speculation's
+recall loss is not modelled: prefetch is an upper bound).  Designs that
+attend on the CPU (MagicPIG, ``info["cpu_attn_entries"]``) get a
+``cpu_attn`` op on every core over those entries' KV in DRAM; the GPU's
+attention covers the rest.
 ``micro_batches = 1`` is the sequential select -> fetch -> compute pipeline
 of Quest, ShadowKV, MagicPIG (Fig. 10c,d).  The cache's metadata update
 overlaps compute (§6.1) and is not charged.
@@ -37,11 +45,22 @@ overlaps compute (§6.1) and is not charged.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 
 from kvtier.plan import CPU, PlanBuilder
 from sim.models import decode_layer_cost, get_model
+from sim.policies.kvdrive.windows import allocate_windows
+from sim.scenarios.matched import (
+    Match,
+    full_scale,
+    match_columns,
+    mean_recall,
+    scale_grid,
+    smallest_reaching,
+)
 from sim.scenarios.swarm import (
     SwarmPlan,
     _reads,
@@ -58,15 +77,49 @@ def plan_kvdrive(p, profile, seed: int, progress=None) -> SwarmPlan:
     """Run every lane's design and assemble the micro-batched plan (``p`` is a
     :class:`sim.scenarios.kvdrive_kind.KVDriveParams`)."""
     ssds, layout, built = build_lanes(p, profile, seed)
+    apply_windows(p, built)
+    info = {}
+    if p.match_recall > 0:  # the Swarm comparison's rule: budget raised to a target recall
+        match = match_budget(p, layout, built)
+        layout = replace(layout, budget_scale=match.scale)
+        info = match_columns(match)
     lanes = {k: replay_lane(b, p, layout, progress) for k, b in built.items()}
     bases = lane_bases(lanes, len(ssds))
     prefix = p.context_tokens + p.profile_steps
     plan = assemble(p, profile, max_io_bytes(profile, ssds), layout, lanes, bases, prefix)
-    return SwarmPlan(plan, lanes, ssds, p, layout, bases)
+    return SwarmPlan(plan, lanes, ssds, p, layout, bases, info)
 
 
-def _h2d_entries(dec) -> int:
-    return int(dec.info.get("h2d_entries", len(dec.selected)))
+def match_budget(p, layout, built: dict) -> Match:
+    """The smallest budget scale whose mean recall reaches ``p.match_recall``
+    (:func:`sim.scenarios.matched.smallest_reaching`, selection replays only)."""
+    prefix = p.context_tokens + p.profile_steps
+    top = full_scale(layout, (prefix + t + 1 for t in range(p.steps)))
+
+    def recall_at(scale: float) -> float:
+        lay = replace(layout, budget_scale=scale)
+        return mean_recall(replay_lane(b, p, lay) for b in built.values())
+
+    return smallest_reaching(recall_at, scale_grid(p.match_step, top), float(p.match_recall))
+
+
+def apply_windows(p, built: dict) -> np.ndarray | None:
+    """With ``p.gpu_cache_mb`` set, the knapsack's window for every lane whose
+    design has a window cache (:func:`allocate_windows`); the windows chosen."""
+    designs = [b.design for b in built.values() if hasattr(b.design, "resize_cache")]
+    if p.gpu_cache_mb <= 0 or not designs:
+        return None
+    repeat = (p.layers or get_model(p.model).layers) // p.layers_modeled
+    return allocate_windows(designs, p.gpu_cache_mb * 1e6, repeat)
+
+
+def _h2d_bytes(dec, entry_bytes: int) -> float:
+    """DRAM -> GPU bytes: ``info["h2d_bytes"]`` (ShadowKV: values only), else
+    ``h2d_entries`` whole entries (KVDrive: the cache misses), else every
+    selected entry (designs without a GPU cache)."""
+    if "h2d_bytes" in dec.info:
+        return float(dec.info["h2d_bytes"])
+    return float(dec.info.get("h2d_entries", len(dec.selected))) * entry_bytes
 
 
 def _stage(b: PlanBuilder, on: str, gpu: str, flops: float, nbytes: float, deps, **kw) -> int:
@@ -78,53 +131,82 @@ def _stage(b: PlanBuilder, on: str, gpu: str, flops: float, nbytes: float, deps,
     return b.compute(gpu, flops, nbytes, depends_on=deps, **kw)
 
 
+def _chain(*ops) -> list[int]:
+    return [x for x in ops if x >= 0]
+
+
+def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
+    """One micro-batch's select, lookup, reads, CPU attention and copy; returns
+    (what the compute waits for, this micro-batch's stage ops, GPU-attended entries)."""
+    p, gpu, dram, entry = ctx["p"], ctx["gpu"], ctx["dram"], ctx["entry"]
+    flops = sum(d.score_flops for d, _ in decs)
+    nbytes = sum(d.score_bytes for d, _ in decs)
+    deps = gate + _chain(prev["select"])
+    sel = _stage(b, ctx["on"], gpu, flops, nbytes, deps, tag="select", **kw)
+    after = [sel] if sel >= 0 else gate
+    n_look = sum(d.info.get("lookup_entries", 0.0) for d, _ in decs)
+    deps = after + _chain(prev["lookup"])
+    look = _stage(b, CPU, gpu, n_look, n_look * ID_BYTES, deps, tag="lookup", **kw)
+    after = [look] if look >= 0 else after
+    t, layer = kw["step"], kw["layer"]
+    reads = _reads(b, decs, ctx["ssds"], dram, p, t, layer, "ssd", after, "kv_fetch")
+    n_cpu = sum(d.info.get("cpu_attn_entries", 0.0) for d, _ in decs)
+    ends = []
+    if n_cpu:  # MagicPIG: attention over the sampled entries where the KV lives
+        card = ctx["card"]
+        cpu_flops = 4.0 * card.q_heads * card.head_dim * n_cpu
+        deps = reads or after
+        ends.append(
+            b.cpu_compute(
+                cpu_flops, n_cpu * entry, ctx["threads"], depends_on=deps, tag="cpu_attn", **kw
+            )
+        )
+    n_h2d = sum(_h2d_bytes(d, entry) for d, _ in decs)
+    h2d = -1
+    if n_h2d:
+        deps = (reads or after) + _chain(prev["h2d"])
+        h2d = b.copy(dram, gpu, n_h2d, depends_on=deps, tag="h2d", **kw)
+    ends += [h2d] if h2d >= 0 else (reads or after)
+    n_gpu = sum(len(d.selected) - d.info.get("cpu_attn_entries", 0.0) for d, _ in decs)
+    return ends, {"select": sel, "lookup": look, "h2d": h2d}, int(n_gpu)
+
+
 def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
     """The plan of every (step, layer) group (see the module doc)."""
     card = get_model(p.model)
     layers = p.layers or card.layers
-    gpu, dram = profile.gpu_names[0], profile.dram_names[0]
+    ctx = {
+        "p": p,
+        "card": card,
+        "gpu": profile.gpu_names[0],
+        "dram": profile.dram_names[0],
+        "entry": layout.entry_bytes,
+        "ssds": ssds,
+        "threads": profile.cpu.cores,
+    }
     mbs = [m for m in np.array_split(np.arange(p.batch), p.micro_batches) if len(m)]
     b = PlanBuilder()
-    last = -1  # the previous compute
+    comps: list[int] = []  # every layer's compute, in order
+    prev = {"select": -1, "lookup": -1, "h2d": -1}
     for t in range(p.steps):
         for layer in range(layers):
             kw = {"step": t, "layer": layer}
             keys = [(s, layer % p.layers_modeled) for s in range(p.batch)]
-            on = lanes[keys[0]].score_device
-            prev = {"select": -1, "lookup": -1, "h2d": -1}
+            ctx["on"] = lanes[keys[0]].score_device
+            back = 2 if p.prefetch and layer > 0 else 1  # InfiniGen: speculate a layer early
+            gate = comps[-back:][:1] if len(comps) >= back else []
+            if not p.prefetch:
+                prev = {"select": -1, "lookup": -1, "h2d": -1}
             ends, n_sel = [], 0
             for mb in mbs:
                 decs = [(lanes[keys[s]].decisions[t], bases[keys[s]]) for s in mb]
-                gate = [last] if last >= 0 else []
-                sel = _stage(
-                    b,
-                    on,
-                    gpu,
-                    sum(d.score_flops for d, _ in decs),
-                    sum(d.score_bytes for d, _ in decs),
-                    gate + [x for x in [prev["select"]] if x >= 0],
-                    tag="select",
-                    **kw,
-                )
-                after = [sel] if sel >= 0 else gate
-                n_look = sum(d.info.get("lookup_entries", 0.0) for d, _ in decs)
-                deps = after + [x for x in [prev["lookup"]] if x >= 0]
-                look = _stage(b, CPU, gpu, n_look, n_look * ID_BYTES, deps, tag="lookup", **kw)
-                after = [look] if look >= 0 else after
-                reads = _reads(b, decs, ssds, dram, p, t, layer, "ssd", after, "kv_fetch")
-                n_h2d = sum(_h2d_entries(d) for d, _ in decs)
-                n_sel += sum(len(d.selected) for d, _ in decs)
-                deps = (reads or after) + [x for x in [prev["h2d"]] if x >= 0]
-                h2d = -1
-                if n_h2d:
-                    h2d = b.copy(
-                        dram, gpu, n_h2d * layout.entry_bytes, depends_on=deps, tag="h2d", **kw
-                    )
-                ends.append(h2d if h2d >= 0 else (reads or after))
-                prev = {"select": sel, "lookup": look, "h2d": h2d}
-            deps = sorted({x for e in ends for x in (e if isinstance(e, list) else [e])})
+                e, prev, n = _micro_batch(b, ctx, decs, gate, prev, kw)
+                ends += e
+                n_sel += n
             visible = prefix + t + 1
             cost = decode_layer_cost(card, p.batch, visible, min(1.0, n_sel / (p.batch * visible)))
-            deps = sorted(set(deps + ([last] if last >= 0 else [])))
-            last = b.compute(gpu, cost.flops, cost.hbm_bytes, depends_on=deps, tag="attn", **kw)
+            deps = sorted(set(ends + comps[-1:]))
+            comps.append(
+                b.compute(ctx["gpu"], cost.flops, cost.hbm_bytes, depends_on=deps, tag="attn", **kw)
+            )
     return b.table()

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from sim.config import SwarmParams
 from sim.registry import KV_DESIGNS, WORKLOADS, ParamError
 
-BREAKDOWN = ("select", "lookup", "kv_fetch", "h2d", "attn")  # op tags, per-layer time
+if TYPE_CHECKING:
+    import pandas as pd
+
+BREAKDOWN = ("select", "lookup", "kv_fetch", "h2d", "cpu_attn", "attn")  # op tags, per-layer time
 
 
 @dataclass(frozen=True)
@@ -33,11 +36,19 @@ class KVDriveParams(SwarmParams):
     local_window: int = 64  # "retain sink tokens (the first 4 tokens) and 64 local tokens"
     design: str = "kvdrive"
     micro_batches: int = 1  # 1 = sequential; > 1 = SFC disaggregation (§6.1)
+    # GPU memory for every window cache (all layers and sequences), MB; > 0: each lane's
+    # window from the knapsack (sim.policies.kvdrive.windows); 0: the design's own window
+    gpu_cache_mb: float = 0.0
+    # InfiniGen-style previous-layer prefetch: layer l's selection and fetch start once
+    # layer l-2's compute is done (speculating on layer l-1's input), overlapping l-1
+    prefetch: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.micro_batches < 1:
             raise ParamError("micro_batches", f"must be >= 1, got {self.micro_batches}")
+        if self.gpu_cache_mb < 0:
+            raise ParamError("gpu_cache_mb", f"must be >= 0, got {self.gpu_cache_mb}")
 
 
 def plan_kvdrive(params: KVDriveParams, profile, seed: int, name: str, progress) -> Any:
@@ -53,19 +64,23 @@ def plan_kvdrive(params: KVDriveParams, profile, seed: int, name: str, progress)
         progress(done[0], total)
 
     splan = plan(params, profile, seed, tick if progress else None)
-    return Planned(splan.plan, summarize_kvdrive(params, splan))
+    return Planned(splan.plan, summarize_kvdrive(params, splan, profile))
 
 
-def summarize_kvdrive(params: KVDriveParams, splan) -> Callable[[Any], dict]:
-    """Throughput, the per-layer time of each stage (mean op duration per
-    (step, layer) group, summed over micro-batches), GPU cache hit rate (hits
+def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], dict]:
+    """Throughput, the per-layer time of each stage (per (step, layer) group,
+    the time any of its ops runs: :func:`stage_busy_s`), GPU cache hit rate (hits
     over the entries chosen beyond sinks and window), recall and GPU memory."""
+
+    from sim.scenarios.kvdrive_memory import gpu_memory
+
+    need, oom = gpu_memory(params, profile, splan.lanes, splan.layout.entry_bytes)
 
     def summarize(records) -> dict:
         ops = records.ops.to_pandas()
         makespan = float(ops["end_s"].max()) if len(ops) else 0.0
         groups = max(1, ops.groupby(["step", "layer"]).ngroups)
-        dur = (ops["end_s"] - ops["start_s"]).groupby(ops["tag"]).sum()
+        dur = stage_busy_s(ops)
         hits = misses = 0.0
         recall = []
         for lane in splan.lanes.values():
@@ -81,7 +96,11 @@ def summarize_kvdrive(params: KVDriveParams, splan) -> Callable[[Any], dict]:
         row = {
             "design": params.design,
             "micro_batches": params.micro_batches,
-            "tokens_per_s": params.batch * params.steps / makespan if makespan else float("nan"),
+            "tokens_per_s": params.batch * params.steps / makespan
+            if makespan and not oom
+            else float("nan"),
+            "gpu_mem_gb": need / 1e9,
+            "oom": oom,
             "step_ms": 1e3 * makespan / params.steps,
             "gpu_hit_rate": hits / (hits + misses) if hits + misses else 0.0,
             "recall": sum(recall) / len(recall) if recall else float("nan"),
@@ -91,11 +110,33 @@ def summarize_kvdrive(params: KVDriveParams, splan) -> Callable[[Any], dict]:
             "index_mb_per_layer": index / per_layer,
             "gpu_cache_mb_per_layer": cap * splan.layout.entry_bytes / per_layer,
         }
+        row.update(splan.info)
         for tag in BREAKDOWN:
             row[f"{tag}_ms_per_layer"] = 1e3 * float(dur.get(tag, 0.0)) / groups
         return row
 
     return summarize
+
+
+def stage_busy_s(ops: pd.DataFrame) -> pd.Series:
+    """Per tag, the seconds summed over (step, layer) groups during which at least
+    one of the group's ops of that tag runs: the union of their busy intervals.
+
+    Micro-batches' reads share the SSDs and overlap in time; summing their
+    durations would count the shared seconds once per micro-batch.  Vectorised:
+    ops sorted by (group, tag, start); each op adds what it runs past the
+    latest end of the ops before it in its group and tag."""
+    import pandas as pd
+
+    if not len(ops):
+        return pd.Series(dtype=float)
+    keys = ["step", "layer", "tag"]
+    o = ops.sort_values(keys + ["start_s"], kind="stable")
+    reach = o.groupby(keys, sort=False)["end_s"].cummax()
+    before = reach.groupby([o[k] for k in keys], sort=False).shift(1)
+    start = np.maximum(o["start_s"].to_numpy(), before.fillna(-np.inf).to_numpy())
+    added = np.maximum(0.0, o["end_s"].to_numpy() - start)
+    return pd.Series(added, index=o.index).groupby(o["tag"]).sum()
 
 
 WORKLOADS.register("kvdrive", KVDriveParams, plan_kvdrive, designs=KV_DESIGNS)

@@ -64,3 +64,23 @@ def test_the_kvdrive_scenario_loads_and_names_bad_keys(tmp_path):
     with pytest.raises(ValueError, match="micro_batches"):
         load_scenario(str(bad))
     assert np.isfinite(cfg.workload.sparsity)
+
+
+@pytest.mark.parametrize("design", ["kvdrive", "quest"])
+def test_matched_recall_raises_the_budget_to_the_target(l20, design):
+    from dataclasses import replace
+
+    from sim.scenarios.matched import mean_recall
+    from sim.scenarios.swarm import build_lanes, replay_lane
+
+    kw = dict(sparsity=0.05, design=design, match_recall=0.6, match_step=0.25)
+    p, splan, _ = _run(l20, **kw)
+    info = splan.info
+    assert info["match_reached"] and info["match_recall"] >= 0.6
+    # the plan's own lanes, replayed at the scale found, give the search's recall
+    assert mean_recall(splan.lanes.values()) == pytest.approx(info["match_recall"])
+    assert splan.layout.budget_scale == info["match_scale"]
+    if info["match_scale"] > 0.25:  # one grid step less falls short of the target
+        _, layout, built = build_lanes(p, l20, 0)
+        lower = replace(layout, budget_scale=info["match_scale"] - 0.25)
+        assert mean_recall(replay_lane(b, p, lower) for b in built.values()) < 0.6

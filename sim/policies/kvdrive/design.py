@@ -90,16 +90,27 @@ class KVDrive:
         self.members = list(self.index.members)
         self.label = np.repeat(self.index.chunk_label, p.chunk_size)[:n].astype(np.int64)
         self.packed = PackedLayout(self.members, n, layout.n_ssd)
-        cap = p.gpu_cache_entries or p.window * layout.step_budget(n + 1)
-        self.cache = WindowCache(cap, p.eviction)
-        self.in_dram = np.zeros(n, dtype=bool)
+        act = activations.tocsr()
+        self.profile_selections = [
+            act.indices[act.indptr[i] : act.indptr[i + 1]] for i in range(act.shape[0])
+        ]
+        self.ranked = np.zeros(0, dtype=np.int64)
         if p.warmup:
-            importance = np.asarray(activations.sum(axis=0)).ravel()[:n]
+            importance = np.asarray(act.sum(axis=0)).ravel()[:n]
             ranked = np.lexsort((np.arange(n), -importance))
-            ranked = ranked[importance[ranked] > 0]
-            self.cache.warm(ranked[:cap])
-            self.in_dram[ranked[cap : cap + layout.dram_cache_entries]] = True
+            self.ranked = ranked[importance[ranked] > 0]
+        self.resize_cache(p.gpu_cache_entries or p.window * layout.step_budget(n + 1))
         self.placed = n
+
+    def resize_cache(self, capacity: int) -> None:
+        """A fresh window cache of ``capacity`` entries (before any step), warmed
+        up with the most important entries; the next ones go to DRAM (§7.1).
+        The per-head window allocation (:mod:`~sim.policies.kvdrive.windows`)
+        calls it with each head's knapsack choice."""
+        self.cache = WindowCache(capacity, self.params.eviction)
+        self.in_dram = np.zeros(self.n_prefix, dtype=bool)
+        self.cache.warm(self.ranked[:capacity])
+        self.in_dram[self.ranked[capacity : capacity + self.layout.dram_cache_entries]] = True
 
     def index_bytes(self) -> int:
         return self.index.index_bytes(self.layout.key_bytes)

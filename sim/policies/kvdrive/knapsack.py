@@ -8,10 +8,11 @@ multiple-choice knapsack problem (MCKP).
 
 * :func:`greedy_mckp` is the paper's algorithm: "starts from the smallest
   windows and iteratively enlarges the window with the highest
-  benefit-to-cost ratio until the GPU cache budget is met".  Each move is one
-  step up (j -> j+1) in one group, rated by its *incremental* benefit over
-  incremental cost; a move that does not fit the remaining budget is skipped
-  (its group stays where it is) and the next best is tried.
+  benefit-to-cost ratio until the GPU cache budget is met".  A move enlarges
+  one group's window from its current j to any larger j' (a jump over options
+  that gain nothing on their own: the step along the curve's upper hull),
+  rated by its *incremental* benefit over incremental cost; moves that do not
+  fit the remaining budget are not candidates.
 * :func:`exhaustive_mckp` tries every combination (small instances only).
 
 What holds (tests/sim/test_kvdrive_knapsack.py): greedy is feasible and never
@@ -50,23 +51,17 @@ def greedy_mckp(benefit: np.ndarray, cost: np.ndarray, budget: float) -> np.ndar
     choice = np.zeros(g_n, dtype=np.int64)
     left = budget - cost[:, 0].sum()
     rows = np.arange(g_n)
-    blocked = np.zeros(g_n, dtype=bool)
+    later = np.arange(k_n)[None, :]
     while True:
-        can = (choice < k_n - 1) & ~blocked
-        if not can.any():
+        d_cost = cost - cost[rows, choice][:, None]
+        d_gain = benefit - benefit[rows, choice][:, None]
+        ok = (later > choice[:, None]) & (d_gain > 0) & (d_cost <= left)
+        ratio = np.where(ok, d_gain / np.where(ok, d_cost, 1.0), -np.inf)
+        g, j = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+        if ratio[g, j] == -np.inf:
             return choice
-        nxt = np.minimum(choice + 1, k_n - 1)
-        d_cost = cost[rows, nxt] - cost[rows, choice]
-        d_gain = benefit[rows, nxt] - benefit[rows, choice]
-        ratio = np.where(can & (d_gain > 0), d_gain / np.where(can, d_cost, 1.0), -np.inf)
-        g = int(np.argmax(ratio))
-        if ratio[g] == -np.inf:
-            return choice
-        if d_cost[g] > left:  # does not fit: this group can never grow again
-            blocked[g] = True
-            continue
-        choice[g] += 1
-        left -= d_cost[g]
+        left -= d_cost[g, j]
+        choice[g] = j
 
 
 def exhaustive_mckp(benefit: np.ndarray, cost: np.ndarray, budget: float) -> np.ndarray:

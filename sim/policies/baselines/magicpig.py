@@ -1,0 +1,106 @@
+"""MagicPIG (seed 003 §2.2, §9.1): LSH sampling, attention on the CPU.
+
+* index: SimHash, ``tables`` tables of ``bits`` random hyperplanes each; an
+  entry's code in a table is the sign pattern of its key against the planes
+  (one 32-bit word per table and entry, in DRAM);
+* selection, on the CPU: the query's code in every table; an entry is a
+  candidate when it collides with the query in at least ``min_collisions``
+  tables; candidates in descending collision count (then by id) fill the
+  budget.  Cost: one code comparison per (table, entry), ``4 x tables``
+  bytes per entry scanned;
+* the mechanism that distinguishes it: attention over the sampled entries
+  runs *on the CPU* where the KV lives (``info["cpu_attn_entries"]``), so no
+  KV crosses PCIe (``h2d_entries = 0``); only sinks and the local window are
+  attended on the GPU.  The KV sits in DRAM, nothing on SSD.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from sim.policies.baselines.nocluster import KeyLog
+from sim.policies.kvdesign import Layout, StepDecision, register
+from sim.policies.selection import always_selected
+from sim.registry import ParamError
+
+CODE_BYTES = 4  # one table's code of one entry
+
+
+@dataclass(frozen=True)
+class Params:
+    bits: int = 10  # hyperplanes per table (MagicPIG's K)
+    tables: int = 150  # hash tables (MagicPIG's L)
+    min_collisions: int = 2
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.bits <= 31:
+            raise ParamError("bits", f"must be in [1, 31], got {self.bits}")
+        for name in ("tables", "min_collisions"):
+            if getattr(self, name) < 1:
+                raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
+
+
+def simhash(x: np.ndarray, planes: np.ndarray) -> np.ndarray:
+    """(n, tables) codes: bit b of table l is ``x . planes[l, b] > 0``."""
+    bits = np.einsum("nd,lbd->nlb", np.atleast_2d(x).astype(np.float32), planes) > 0
+    return (bits * (1 << np.arange(planes.shape[1]))).sum(axis=2)
+
+
+class MagicPIG:
+    """SimHash sampling on the CPU; sampled attention on the CPU."""
+
+    name = "magicpig"
+    score_device = "cpu"
+
+    def __init__(self, params: Params | None = None):
+        self.params = params or Params()
+
+    def build(
+        self, activations: sp.csr_matrix, keys: np.ndarray, layout: Layout, rng: np.random.Generator
+    ) -> None:
+        p = self.params
+        self.layout = layout
+        self.n_prefix = len(keys)
+        self.keys = KeyLog(keys)
+        d = keys.shape[1]
+        self.planes = rng.normal(size=(p.tables, p.bits, d)).astype(np.float32)
+        self.codes = simhash(self.keys.rows(), self.planes)
+
+    def index_bytes(self) -> int:
+        return 0  # the tables live in DRAM with the KV
+
+    def ssd_bytes(self) -> np.ndarray:
+        return np.zeros(self.layout.n_ssd, dtype=np.int64)
+
+    def collisions(self, query: np.ndarray) -> np.ndarray:
+        """Per indexed entry, the tables in which its code equals the query's."""
+        return (self.codes == simhash(query, self.planes)[0]).sum(axis=1)
+
+    def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
+        lay, p = self.layout, self.params
+        if self.keys.n != self.n_prefix + t:
+            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
+        self.keys.append(new_key)
+        self.codes = np.vstack([self.codes, simhash(new_key, self.planes)])
+        visible = self.keys.n
+        always = always_selected(visible, lay.sink_tokens, lay.local_window)
+        hits = self.collisions(query)
+        hits[always] = -1
+        room = max(0, lay.step_budget(visible) - len(always))
+        order = np.lexsort((np.arange(visible), -hits))
+        order = order[hits[order] >= p.min_collisions][:room]
+        sampled = np.sort(order)
+        return StepDecision(
+            selected=np.union1d(always, sampled),
+            dram_entries=len(always) + len(sampled),
+            ssd_extents=[np.zeros((0, 2), dtype=np.int64)] * lay.n_ssd,
+            score_flops=float(p.tables * visible),
+            score_bytes=float(CODE_BYTES * p.tables * visible),
+            info={"h2d_entries": 0.0, "cpu_attn_entries": float(len(sampled))},
+        )
+
+
+register("magicpig", Params, MagicPIG)
