@@ -168,7 +168,9 @@ def write_results(result: ScenarioResult, out: Path, trace: bool) -> None:
         runs = [(vdir, v.records)] + [(vdir / slug(k), r) for k, r in v.also.items()]
         for rdir, records in runs:  # companion runs in a subfolder (variants/<slug>/matched)
             records.write(rdir)
-            write_plan(records.plan, rdir / "plan.parquet")  # type: ignore[attr-defined]
+            chunks = getattr(records, "plan_chunks", None)  # a serving run's, built in chunks
+            plan = chunks() if chunks else records.plan  # type: ignore[attr-defined]
+            write_plan(plan, rdir / "plan.parquet")
             if trace:
                 write_trace(records.ops, rdir / "trace.json", name=v.variant.name)
     cfg, profile = result.config, result.profile

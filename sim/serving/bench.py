@@ -18,7 +18,8 @@ targets.  The printed trace statistics (mean and p99 input, reusable share
 = hashed blocks seen before / all hashed blocks) are measured on the drawn
 trace, not assumed.
 
-Prints requests served, simulated span (last finish), wall time, speed vs
+The run keeps no plan (``keep_plan=False``: no extents, no dependencies;
+the op records need neither).  Prints requests served, simulated span (last finish), wall time, speed vs
 real time (simulated span / wall) and the process's peak RSS.
 """
 
@@ -115,7 +116,7 @@ def run(
     del table
     kv = default_gpu_kv_bytes(profile, card, 0.9)
     cfg = EngineConfig(gpu_blocks=gpu_blocks(kv, card, block), block_tokens=block,
-                       gpu=profile.gpu_names[0])  # fmt: skip
+                       gpu=profile.gpu_names[0], keep_plan=False)  # fmt: skip
     engine = build_engine(
         profile,
         card,

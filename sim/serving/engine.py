@@ -68,6 +68,7 @@ class EngineConfig:
     prefix_cache: bool = True  # keep finished requests' blocks on the GPU for reuse
     max_inflight: int = 0  # client: outstanding requests at most; 0 = open loop
     gpu: str = "gpu0"
+    keep_plan: bool = True  # write the issued plan down (extents, dependencies) for replay
 
 
 class Engine:
@@ -87,7 +88,7 @@ class Engine:
         self.env = machine.env
         self.card, self.design, self.cfg = card, design, cfg
         self.B = cfg.block_tokens
-        self.ops = OnlineOps(machine)
+        self.ops = OnlineOps(machine, cfg.keep_plan)
         layer_bytes = design.block_factor * self.B * card.kv_bytes_per_token_layer
         mover = Mover(self.ops, design, machine.profile, layer_bytes, bounce, cfg.gpu)
         gpu = GpuCache(cfg.gpu_blocks, cfg.prefix_cache)
@@ -319,7 +320,7 @@ class Engine:
             ops=base.ops,
             devices=base.devices,
             stats=base.stats,
-            plan=self.ops.plan(),
+            plan_store=self.ops.store if self.cfg.keep_plan else None,
             requests=request_records([s.req for s in self.seqs], base.ops),
             timeline=timeline_table(self.timeline),
             gpus=(self.cfg.gpu,),

@@ -17,6 +17,7 @@ loaded and stored, device utilisation (GPU compute, busiest SSD).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kvtier.records import Records
+from sim.serving.planstore import PlanStore
 from sim.serving.requests import Request
 
 TIERS = ("gpu", "cpu", "ssd", "pool")
@@ -69,10 +71,22 @@ class ServingRecords(Records):
     """Records of a serving run: ops and devices plus the plan it issued,
     one row per request and the queue/batch timeline."""
 
-    plan: pa.Table | None = None
+    plan_store: PlanStore | None = None  # the issued plan, compactly (None: not kept)
     requests: pa.Table | None = None
     timeline: pa.Table | None = None
     gpus: tuple[str, ...] = ("gpu0",)  # the GPUs loads land on
+
+    @property
+    def plan(self) -> pa.Table | None:
+        """The plan the run issued, as one table (it holds every extent: a large
+        run's is written chunk by chunk, :meth:`plan_chunks`)."""
+        return self.plan_store.table() if self.plan_store is not None else None
+
+    def plan_chunks(self) -> Iterator[pa.Table]:
+        """The plan as consecutive tables of bounded size (for ``write_plan``)."""
+        if self.plan_store is None:
+            raise ValueError("this serving run did not keep its plan")
+        return self.plan_store.chunks()
 
     def write(self, out_dir: str | Path) -> None:
         super().write(out_dir)

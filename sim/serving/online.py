@@ -19,45 +19,45 @@ reproduces the same end times).  A read/write given ``extents`` (one
 is written down with them, so the replay touches the byte ranges the
 design's layout chose; its bytes and I/O count, and so its physics, are the
 extents' total and I/O count (:func:`kvtier.plan.extent_totals`).  The rows
-are kept as plain column lists (no per-op dict) and become a plan table
-once, on :meth:`OnlineOps.plan`.
+are kept compactly (:class:`sim.serving.planstore.PlanStore`: typed columns,
+extents as runs) and become a plan again on :meth:`OnlineOps.plan`; a run
+made with ``keep_plan=False`` keeps only what its op records need.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import simpy
 
-from kvtier.plan import NO_EXTENTS, extent_totals, plan_from_columns
-from kvtier.records import Records, op_records
+from kvtier.plan import extent_totals
+from kvtier.records import OP_RECORD_SCHEMA, Records, op_records
 from sim.executor import OpPhysics, device_records, launch, op_physics
 from sim.hw.machine import Machine
+from sim.serving.planstore import PlanStore
 
 # the plan columns an online op fills (the others keep their defaults)
 _COLUMNS = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "offset",
             "io_bytes", "flops", "hbm_bytes", "release_s", "step", "layer", "tag")  # fmt: skip
+_IDENTITY = ("step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag")
 
 
 class OnlineOps:
     """Ops issued while the simulation runs, and their records."""
 
-    def __init__(self, machine: Machine):
+    def __init__(self, machine: Machine, keep_plan: bool = True):
         self.machine = machine
         self.env = machine.env
-        self._cols: dict[str, list] = {name: [] for name in _COLUMNS}
-        self._dep_count: list[int] = []
-        self._deps: list[int] = []
-        self._ext: list[np.ndarray] = []
-        self.start_s: list[float] = []
-        self.end_s: list[float] = []
-        self.cpu_s: list[float] = []
+        self.store = PlanStore(keep_plan)
+        self.start_s = array("d")
+        self.end_s = array("d")
+        self.cpu_s = array("d")
         self.flows = 0
         self._cache: dict[tuple, OpPhysics] = {}
-        self._plan: pa.Table | None = None
 
     def __len__(self) -> int:
         return len(self.start_s)
@@ -130,11 +130,7 @@ class OnlineOps:
         row = (kind, src, dst, nbytes, n_ios, queue_depth, io_path,
                0 if extents is None else int(extents[0, 0]),
                io_bytes, float(flops), float(hbm_bytes), now, step, layer, tag)  # fmt: skip
-        for col, value in zip(self._cols.values(), row, strict=True):
-            col.append(value)
-        self._dep_count.append(len(deps))
-        self._deps.extend(deps)
-        self._ext.append(NO_EXTENTS if extents is None else extents)
+        self.store.add(dict(zip(_COLUMNS, row, strict=True)), deps, extents)
         phys = self._physics(kind, src, dst, nbytes, n_ios, queue_depth, io_path, flops, hbm_bytes)
         ended = self.env.event()
         if on_done is not None:
@@ -166,22 +162,23 @@ class OnlineOps:
 
     # ---- results ---------------------------------------------------------------
     def plan(self) -> pa.Table:
-        """The ops issued so far, as a plan (built once per number of ops)."""
-        if self._plan is None or self._plan.num_rows != len(self):
-            dep_ptr = np.zeros(len(self) + 1, dtype=np.int64)
-            np.cumsum(self._dep_count, out=dep_ptr[1:])
-            ext_ptr = np.zeros(len(self) + 1, dtype=np.int64)
-            np.cumsum([len(e) for e in self._ext], out=ext_ptr[1:])
-            ext = np.concatenate(self._ext) if self._ext else NO_EXTENTS
-            self._plan = plan_from_columns(self._cols, dep_ptr, self._deps, (ext_ptr, ext))
-        return self._plan
+        """The ops issued so far, as one plan table (it holds every extent:
+        :meth:`plan_chunks` for a large run)."""
+        return self.store.table()
+
+    def plan_chunks(self) -> Iterator[pa.Table]:
+        """The ops issued so far, as consecutive plan tables of bounded size."""
+        return self.store.chunks()
 
     def records(self, stats: dict[str, Any] | None = None) -> Records:
         """Records of every op issued so far (all must have ended)."""
-        plan = self.plan()
+        store = self.store
+        cols = {"op_id": np.arange(len(self), dtype=np.int64)}
+        cols.update({c: store.column(c) for c in _IDENTITY})
+        ident = pa.table({c: pa.array(v, OP_RECORD_SCHEMA.field(c).type) for c, v in cols.items()})
         makespan = max(self.end_s) if self.end_s else 0.0
-        ops = op_records(plan, self.start_s, self.start_s, self.end_s, self.cpu_s, "sim")
-        devices = device_records(plan, self.machine, makespan)
+        ops = op_records(ident, self.start_s, self.start_s, self.end_s, self.cpu_s, "sim")
+        devices = device_records(None, self.machine, makespan)
         m = self.machine
         base = {
             "ops": len(self),

@@ -13,12 +13,13 @@ from sim.serving.designs import get_design
 from sim.serving.engine import EngineConfig
 
 
-def _engine(n: int):
+def _engine(n: int, keep_plan: bool = True):
     profile, card = load_profile("h100-2dimm-2ssd"), get_model("Llama-3.1-8B")
     cfg = EngineConfig(
         gpu_blocks=gpu_blocks(default_gpu_kv_bytes(profile, card), card, 256),
         block_tokens=256,
         gpu=profile.gpu_names[0],
+        keep_plan=keep_plan,
     )
     design = get_design("lmcache", {"cpu_gib": 1.0, "ssd_gib": 4.0})
     return build_engine(profile, card, design, cfg, bench.mooncake_requests(n, 256))
@@ -36,6 +37,16 @@ def test_progress_watches_without_changing_a_single_event(monkeypatch) -> None:
     assert seen[-1][1:] == (40, 40)  # the last report: everything served
     assert seen[-1][0] == float(np.max(watched.column("finish_s").to_numpy()))
     assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(seen, seen[1:], strict=False))
+
+
+def test_a_run_without_its_plan_has_the_same_records() -> None:
+    """keep_plan=False drops extents and dependencies, not a single event."""
+    kept, lean = _engine(30).run(), _engine(30, keep_plan=False).run()
+    assert lean.plan is None and kept.plan is not None
+    assert kept.plan.num_rows == lean.ops.num_rows == kept.ops.num_rows
+    assert lean.ops.equals(kept.ops)
+    assert lean.requests.to_pandas().equals(kept.requests.to_pandas())  # NaN == NaN here
+    assert lean.devices.equals(kept.devices)
 
 
 def test_trace_stats_count_reused_blocks_by_hand() -> None:
