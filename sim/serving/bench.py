@@ -19,8 +19,9 @@ targets.  The printed trace statistics (mean and p99 input, reusable share
 trace, not assumed.
 
 The run keeps no plan (``keep_plan=False``: no extents, no dependencies;
-the op records need neither).  Prints requests served, simulated span (last finish), wall time, speed vs
-real time (simulated span / wall) and the process's peak RSS.
+the op records need neither).  Prints requests served, simulated span
+(last finish), wall time, speed vs real time (simulated span / wall) and
+the process's peak RSS.
 """
 
 from __future__ import annotations
