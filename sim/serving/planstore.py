@@ -35,6 +35,7 @@ CHUNK_OPS = 1 << 16  # ops per plan chunk, at most
 NUMERIC = {"bytes": "q", "n_ios": "q", "queue_depth": "q", "offset": "q", "io_bytes": "q",
            "flops": "d", "hbm_bytes": "d", "release_s": "d", "step": "q", "layer": "q"}  # fmt: skip
 STRINGS = ("kind", "src", "dst", "io_path", "tag")
+RECORDED = {"step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag"}  # the op records'
 _DTYPE = {"q": np.int64, "d": np.float64}
 
 
@@ -98,14 +99,15 @@ def expand_runs(runs: np.ndarray) -> np.ndarray:
 class PlanStore:
     """Every op an online run issued, compactly; a plan again on demand.
 
-    ``keep_plan=False``: only the columns the op records need are used
-    (extents and dependencies are dropped as they come, :meth:`chunks` is
-    refused)."""
+    ``keep_plan=False``: only the columns the op records need are kept
+    (:data:`RECORDED`; extents, dependencies and the other columns are
+    dropped as they come, :meth:`chunks` is refused)."""
 
     def __init__(self, keep_plan: bool = True):
         self.keep_plan = keep_plan
-        self.num = {name: array(code) for name, code in NUMERIC.items()}
-        self.text: dict[str, list[str]] = {name: [] for name in STRINGS}
+        kept = set(NUMERIC) | set(STRINGS) if keep_plan else RECORDED
+        self.num = {name: array(code) for name, code in NUMERIC.items() if name in kept}
+        self.text: dict[str, list[str]] = {name: [] for name in STRINGS if name in kept}
         self.dep_count = array("q")
         self.deps = array("q")
         self.ext_count = array("q")  # extents per op
@@ -149,7 +151,8 @@ class PlanStore:
         self._pending, self._pending_rows = [], 0
 
     def column(self, name: str) -> np.ndarray | list[str]:
-        """One scalar column of every op (numpy view, or the list of strings)."""
+        """One scalar column of every op (numpy view, or the list of strings);
+        KeyError for a column not kept."""
         if name in self.num:
             col = self.num[name]
             return np.frombuffer(col, dtype=_DTYPE[col.typecode])

@@ -118,8 +118,11 @@ def test_a_store_without_its_plan_keeps_the_op_columns_only() -> None:
     for row, deps, ext in ops:
         kept.add(row, deps, ext)
         lean.add(row, deps, ext)
-    for name in ("bytes", "n_ios", "step", "layer", "release_s", "kind", "tag"):
+    for name in ("bytes", "n_ios", "step", "layer", "kind", "src", "dst", "tag"):
         assert list(lean.column(name)) == list(kept.column(name))
     assert lean.runs_held() == 0 and len(lean.deps) == 0
+    assert kept.runs_held() > 0 and len(kept.deps) > 0
+    with pytest.raises(KeyError):
+        lean.column("release_s")
     with pytest.raises(ValueError, match="keep_plan"):
         next(lean.chunks())
