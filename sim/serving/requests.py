@@ -52,6 +52,7 @@ REQUEST_SCHEMA = SCHEMA  # one request-table contract (traces/requests.py)
 _MASK = (1 << 64) - 1
 _SESSION_SALT = 0x5E55_10A5
 _UNIQUE_SALT = 0x0DD_BA11
+HASH_CHUNK = 1 << 20  # engine hashes computed per batch of rows (load_requests)
 
 
 class RequestError(ValueError):
@@ -167,22 +168,23 @@ def _engine_hash_array(
     n = np.where(traced, np.minimum(n_full, count * m_down if m_down else count // max(m_up, 1)),
                  n_full)  # fmt: skip
     ptr = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
-    owner = np.repeat(np.arange(len(n)), n)
-    e = np.arange(int(ptr[-1]), dtype=np.int64) - ptr[owner]
-    out = np.empty(len(e), dtype=np.int64)
-    t = traced[owner]
-    if t.any():
-        own, et = owner[t], e[t]
-        if m_down == 1:
-            out[t] = values[first[own] + et]
-        elif m_down:
-            out[t] = mix_array(values[first[own] + et // m_down], et % m_down)
-        else:
-            out[t] = values[first[own] + et * m_up + m_up - 1]
     session, rid = cols["session_id"], cols["request_id"]
     base = np.where(session >= 0, mix_array(np.full(len(n), _SESSION_SALT), session),
                     mix_array(np.full(len(n), _UNIQUE_SALT), rid))  # fmt: skip
-    out[~t] = mix_array(base[owner[~t]], e[~t])
+    out = np.empty(int(ptr[-1]), dtype=np.int64)
+    lo = 0
+    while lo < len(n):  # rows in chunks of about HASH_CHUNK hashes: bounded temporaries
+        hi = max(int(np.searchsorted(ptr, ptr[lo] + HASH_CHUNK, side="right")) - 1, lo + 1)
+        owner = np.repeat(np.arange(lo, hi), n[lo:hi])
+        e = np.arange(int(ptr[hi] - ptr[lo]), dtype=np.int64) - (ptr[owner] - ptr[lo])
+        part = out[ptr[lo] : ptr[hi]]
+        t = traced[owner]
+        src = first[owner] + np.where(t, e // max(m_down, 1) if m_down else e * m_up + m_up - 1, 0)
+        got = values[np.where(t, src, 0)] if len(values) else np.zeros(len(e), np.int64)
+        if m_down > 1:
+            got = np.where(t, mix_array(got, e % m_down), got)
+        part[:] = np.where(t, got, mix_array(base[owner], e))
+        lo = hi
     return ptr, out
 
 

@@ -80,3 +80,12 @@ def test_the_first_bad_row_is_named() -> None:
     )
     with pytest.raises(RequestError, match="request row 1: arrival_s is missing"):
         load_requests(null_arrival, 16)
+
+
+def test_hashes_computed_in_small_batches_are_the_same(monkeypatch) -> None:
+    from sim.serving import requests as requests_module
+
+    table = request_table(ROWS, 512)
+    whole = [tuple(r.hashes) for r in load_requests(table, 16)]
+    monkeypatch.setattr(requests_module, "HASH_CHUNK", 3)  # a batch per row or less
+    assert [tuple(r.hashes) for r in load_requests(table, 16)] == whole
