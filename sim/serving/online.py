@@ -40,9 +40,6 @@ from sim.executor import OpPhysics, device_records, launch, op_physics
 from sim.hw.machine import Machine
 from sim.serving.planstore import PlanStore
 
-# the plan columns an online op fills (the others keep their defaults)
-_COLUMNS = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "offset",
-            "io_bytes", "flops", "hbm_bytes", "release_s", "step", "layer", "tag")  # fmt: skip
 _IDENTITY = ("step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag")
 
 
@@ -130,7 +127,7 @@ class OnlineOps:
         row = (kind, src, dst, nbytes, n_ios, queue_depth, io_path,
                0 if extents is None else int(extents[0, 0]),
                io_bytes, float(flops), float(hbm_bytes), now, step, layer, tag)  # fmt: skip
-        self.store.add(dict(zip(_COLUMNS, row, strict=True)), deps, extents)
+        self.store.add(row, deps, extents)  # in planstore.COLUMNS order
         phys = self._physics(kind, src, dst, nbytes, n_ios, queue_depth, io_path, flops, hbm_bytes)
         ended = self.env.event()
         if on_done is not None:

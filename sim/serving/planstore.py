@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +33,9 @@ PENDING_EXTENTS = 1 << 20  # raw extent rows buffered before they are encoded as
 CHUNK_EXTENTS = 1 << 22  # expanded extent rows per plan chunk (64 MiB), at most
 CHUNK_OPS = 1 << 16  # ops per plan chunk, at most
 
+# the plan columns an online op fills, in the order PlanStore.add takes them
+COLUMNS = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "offset",
+           "io_bytes", "flops", "hbm_bytes", "release_s", "step", "layer", "tag")  # fmt: skip
 NUMERIC = {"bytes": "q", "n_ios": "q", "queue_depth": "q", "offset": "q", "io_bytes": "q",
            "flops": "d", "hbm_bytes": "d", "release_s": "d", "step": "q", "layer": "q"}  # fmt: skip
 STRINGS = ("kind", "src", "dst", "io_path", "tag")
@@ -108,6 +112,8 @@ class PlanStore:
         kept = set(NUMERIC) | set(STRINGS) if keep_plan else RECORDED
         self.num = {name: array(code) for name, code in NUMERIC.items() if name in kept}
         self.text: dict[str, list[str]] = {name: [] for name in STRINGS if name in kept}
+        cols: dict[str, Any] = {**self.num, **self.text}
+        self._sinks = [(k, cols[name]) for k, name in enumerate(COLUMNS) if name in cols]
         self.dep_count = array("q")
         self.deps = array("q")
         self.ext_count = array("q")  # extents per op
@@ -119,12 +125,11 @@ class PlanStore:
     def __len__(self) -> int:
         return len(self.ext_count)
 
-    def add(self, row: dict, deps: Sequence[int], extents: np.ndarray | None) -> None:
-        """Write down one op: its scalar columns, dependencies and extents."""
-        for name, col in self.num.items():
-            col.append(row[name])
-        for name, col in self.text.items():
-            col.append(row[name])
+    def add(self, row: tuple, deps: Sequence[int], extents: np.ndarray | None) -> None:
+        """Write down one op: its scalar columns (``row``, in :data:`COLUMNS`
+        order), dependencies and extents."""
+        for k, col in self._sinks:
+            col.append(row[k])
         n_ext = 0 if extents is None else len(extents)
         self.ext_count.append(n_ext if self.keep_plan else 0)
         if not self.keep_plan:

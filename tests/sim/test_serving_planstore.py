@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from kvtier.plan import PlanBuilder, read_plan, write_plan
 from sim.serving import planstore
-from sim.serving.planstore import PlanStore, encode_runs, expand_runs
+from sim.serving.planstore import COLUMNS, PlanStore, encode_runs, expand_runs
 
 
 def _csr(ops: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
@@ -99,7 +99,7 @@ def test_chunks_rebuild_the_plan_a_builder_makes(monkeypatch, tmp_path) -> None:
     ops = _ops(23, np.random.default_rng(5))
     store, builder = PlanStore(), PlanBuilder()
     for row, deps, ext in ops:
-        store.add(row, deps, ext)
+        store.add(tuple(row[c] for c in COLUMNS), deps, ext)
         fields = {k: v for k, v in row.items() if k not in ("kind", "dst", "offset")}
         if ext is not None:
             fields.update(bytes=0, n_ios=0)  # the builder takes them from the extents
@@ -116,8 +116,8 @@ def test_a_store_without_its_plan_keeps_the_op_columns_only() -> None:
     ops = _ops(10, np.random.default_rng(1))
     kept, lean = PlanStore(), PlanStore(keep_plan=False)
     for row, deps, ext in ops:
-        kept.add(row, deps, ext)
-        lean.add(row, deps, ext)
+        kept.add(tuple(row[c] for c in COLUMNS), deps, ext)
+        lean.add(tuple(row[c] for c in COLUMNS), deps, ext)
     for name in ("bytes", "n_ios", "step", "layer", "kind", "src", "dst", "tag"):
         assert list(lean.column(name)) == list(kept.column(name))
     assert lean.runs_held() == 0 and len(lean.deps) == 0
