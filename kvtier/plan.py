@@ -465,8 +465,15 @@ def _check_row(
         raise PlanError(f"op {i}: {kind} needs an io_path other than 'none'")
 
 
-def write_plan(plan: pa.Table, path: str | Path) -> None:
-    pq.write_table(plan, path)
+def write_plan(plan: pa.Table | Iterable[pa.Table], path: str | Path) -> None:
+    """Write a plan: one table, or consecutive tables of whole ops (a large
+    plan built chunk by chunk, each written as it comes: one row group each)."""
+    if isinstance(plan, pa.Table):
+        pq.write_table(plan, path)
+        return
+    with pq.ParquetWriter(path, PLAN_SCHEMA) as writer:
+        for chunk in plan:
+            writer.write_table(chunk.cast(PLAN_SCHEMA))
 
 
 def read_plan(path: str | Path) -> pa.Table:

@@ -37,6 +37,7 @@ from sim.scenarios.sparse_decode import Unsupported
 
 # (variant name, ops done, ops total) -> None
 Progress = Callable[[str, int, int], None]
+EngineProgress = Callable[[str, float, int, int], None]  # variant, simulated s, done, total
 
 
 @dataclass
@@ -69,7 +70,7 @@ class PlannedVariant:
     variant: Variant
     plan: pa.Table | None  # None for closed-loop kinds, whose plan is what ``drive`` issued
     summarize: Callable[[Records], dict]
-    drive: Callable[[], Records] | None = None
+    drive: Callable[..., Records] | None = None  # drive(watch=None): watch(now, done, total)
     also: dict = field(default_factory=dict)  # column prefix -> companion (plan, summarize)
 
 
@@ -113,10 +114,14 @@ def run_variant(
     planned: PlannedVariant,
     profile: HardwareProfile,
     progress: Progress | None = None,
+    engine_progress: EngineProgress | None = None,
 ) -> VariantResult:
+    """Simulate one planned variant; ``engine_progress(variant, simulated s,
+    requests done, requests)`` reports a closed-loop (serving) run as it goes."""
     name = planned.variant.name
     if planned.drive is not None:
-        records = planned.drive()
+        watch = (lambda now, d, t: engine_progress(name, now, d, t)) if engine_progress else None
+        records = planned.drive(watch)
         if progress:
             progress(name, 1, 1)
         return VariantResult(planned.variant, records, planned.summarize(records))
@@ -140,10 +145,11 @@ def run(
     out_dir: str | Path | None,
     progress: Progress | None = None,
     trace: bool = False,
+    engine_progress: EngineProgress | None = None,
 ) -> ScenarioResult:
     t0 = time.perf_counter()
     planned, skipped = plan_variants(cfg, profile, progress)
-    results = [run_variant(cfg, p, profile, progress) for p in planned]
+    results = [run_variant(cfg, p, profile, progress, engine_progress) for p in planned]
     result = ScenarioResult(
         cfg, profile, results, Path(out_dir) if out_dir else None, time.perf_counter() - t0, skipped
     )
@@ -162,7 +168,9 @@ def write_results(result: ScenarioResult, out: Path, trace: bool) -> None:
         runs = [(vdir, v.records)] + [(vdir / slug(k), r) for k, r in v.also.items()]
         for rdir, records in runs:  # companion runs in a subfolder (variants/<slug>/matched)
             records.write(rdir)
-            write_plan(records.plan, rdir / "plan.parquet")  # type: ignore[attr-defined]
+            chunks = getattr(records, "plan_chunks", None)  # a serving run's, built in chunks
+            plan = chunks() if chunks else records.plan  # type: ignore[attr-defined]
+            write_plan(plan, rdir / "plan.parquet")
             if trace:
                 write_trace(records.ops, rdir / "trace.json", name=v.variant.name)
     cfg, profile = result.config, result.profile

@@ -37,7 +37,7 @@ class Planned:
 
     plan: pa.Table | None  # None for closed-loop kinds: the plan is what ``drive`` issued
     summarize: Callable[[Any], dict]
-    drive: Callable[[], Records] | None = None
+    drive: Callable[..., Records] | None = None  # drive(watch=None): watch(now, done, total)
     # companion runs of the same variant, by column prefix: each is simulated too and
     # its summary joins the variant's row with the prefix (``matched_tokens_per_s``)
     also: dict[str, Planned] = field(default_factory=dict)

@@ -78,14 +78,22 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
             def update(name: str, done: int, total: int) -> None:
                 if done == total:
                     bar.advance(one)
+
+            def engine(name: str, now: float, done: int, total: int) -> None:
+                """One bar per serving run: requests done, simulated time."""
+                desc = f"{name} {now:,.0f} s simulated"
+                if name not in tasks:
+                    tasks[name] = bar.add_task(desc, total=total)
+                bar.update(tasks[name], completed=done, description=desc)
         else:
+            engine = None
 
             def update(name: str, done: int, total: int) -> None:
                 if name not in tasks:
                     tasks[name] = bar.add_task(name, total=total)
                 bar.update(tasks[name], completed=done)
 
-        result = run(cfg, profile, out, progress=update, trace=args.trace)
+        result = run(cfg, profile, out, progress=update, trace=args.trace, engine_progress=engine)
     if cfg.workload.kind == "swarm":
         for table in design_tables(result.summary(), cfg):
             console.print(table)

@@ -51,6 +51,7 @@ from sim.serving.build import (
 )
 from sim.serving.designs import get_design
 from sim.serving.engine import EngineConfig
+from sim.serving.engine import Progress as EngineProgress
 from sim.serving.metrics import ServingRecords, serving_summary
 from sim.serving.requests import Request, load_requests, request_table
 
@@ -158,10 +159,11 @@ def prepare(
     cfg = engine_config(p, profile)
     table, warm = trace_tables(p, seed)
 
-    def drive() -> ServingRecords:
+    def drive(watch: EngineProgress | None = None) -> ServingRecords:
+        """Run the engine; ``watch(simulated s, requests done, requests)`` as it goes."""
         reqs = load_requests(table, p.block_tokens)
         pre: list[Request] = load_requests(warm, p.block_tokens) if warm is not None else []
-        return build_engine(profile, card, design, cfg, reqs, pre).run()
+        return build_engine(profile, card, design, cfg, reqs, pre).run(watch)
 
     def summarize(records: ServingRecords) -> dict:
         head: dict[str, Any] = {"design": design_label(name), "model": card.name}

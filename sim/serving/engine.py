@@ -49,7 +49,7 @@ from sim.serving.blocks import GpuCache, OffloadTier
 from sim.serving.costs import iteration_cost
 from sim.serving.designs import DesignParams
 from sim.serving.manager import BlockManager, Seq
-from sim.serving.metrics import ServingRecords, request_records, timeline_table
+from sim.serving.metrics import RequestLog, ServingRecords, Timeline, request_records
 from sim.serving.online import OnlineOps
 from sim.serving.requests import Request
 from sim.serving.stores import Offloader
@@ -68,6 +68,7 @@ class EngineConfig:
     prefix_cache: bool = True  # keep finished requests' blocks on the GPU for reuse
     max_inflight: int = 0  # client: outstanding requests at most; 0 = open loop
     gpu: str = "gpu0"
+    keep_plan: bool = True  # write the issued plan down (extents, dependencies) for replay
 
 
 class Engine:
@@ -87,7 +88,7 @@ class Engine:
         self.env = machine.env
         self.card, self.design, self.cfg = card, design, cfg
         self.B = cfg.block_tokens
-        self.ops = OnlineOps(machine)
+        self.ops = OnlineOps(machine, cfg.keep_plan)
         layer_bytes = design.block_factor * self.B * card.kv_bytes_per_token_layer
         mover = Mover(self.ops, design, machine.profile, layer_bytes, bounce, cfg.gpu)
         gpu = GpuCache(cfg.gpu_blocks, cfg.prefix_cache)
@@ -99,6 +100,8 @@ class Engine:
             Seq(r, math.ceil((r.input_tokens + r.output_tokens) / self.B)) for r in requests
         ]
         self.finished = {s: self.env.event() for s in self.seqs}
+        self.row = {s: i for i, s in enumerate(self.seqs)}  # the request's row in the log
+        self.log = RequestLog(len(self.seqs))
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.parked: list[Seq] = []
@@ -108,7 +111,7 @@ class Engine:
         self._wake = self.env.event()
         self.prev_compute: int | None = None
         self.iterations = 0
-        self.timeline: list[tuple] = []
+        self.timeline = Timeline()
 
     # ---- lifecycle ------------------------------------------------------------------
     def run(self, progress: Progress | None = None) -> ServingRecords:
@@ -157,9 +160,10 @@ class Engine:
             prev = s
 
     def _release(self, s: Seq) -> None:
-        s.req.release_s = self.env.now
+        i = self.row[s]
+        self.log.release_s[i] = self.env.now
         if s.total_blocks > self.mgr.gpu.capacity:
-            s.req.rejected = True
+            self.log.rejected[i] = True
             self._finish(s)
             return
         self.waiting.append(s)
@@ -168,8 +172,10 @@ class Engine:
         self._kick()
 
     def _finish(self, s: Seq) -> None:
-        s.req.finish_s = self.env.now
-        if not s.req.rejected:
+        i = self.row[s]
+        self.log.finish_s[i] = self.env.now
+        self.log.set_hits(i, s.req.hits)
+        if not self.log.rejected[i]:
             self.mgr.release(s)
             self.running.remove(s)
         if self.inflight is not None:
@@ -216,7 +222,7 @@ class Engine:
                 if s.lookup is not None and self.design.async_load != "off":
                     self._start_async(s)
             self.waiting.popleft()
-            s.req.admit_s = self.env.now
+            self.log.admit_s[self.row[s]] = self.env.now
             (self.parked if s.load is not None else self.running).append(s)
 
     # ---- iterations -----------------------------------------------------------------
@@ -288,10 +294,10 @@ class Engine:
         for s, chunk in batch:
             if s.prefill_left > 0:
                 s.prefilled += chunk
-                s.req.computed_tokens += chunk
+                self.log.computed_tokens[self.row[s]] += chunk
                 self.offload.store(self.mgr.computed(s))
                 if s.prefill_left == 0:
-                    s.req.first_token_s = now
+                    self.log.first_token_s[self.row[s]] = now
                     s.generated = 1
             else:
                 s.generated += 1
@@ -301,9 +307,9 @@ class Engine:
     # ---- results --------------------------------------------------------------------
     def _sample(self) -> None:
         gpu = self.mgr.gpu
-        row = (len(self.waiting), len(self.parked), len(self.running), gpu.used)
-        if not self.timeline or self.timeline[-1][1:] != row:
-            self.timeline.append((self.env.now, *row))
+        self.timeline.sample(
+            self.env.now, len(self.waiting), len(self.parked), len(self.running), gpu.used
+        )
 
     def _records(self) -> ServingRecords:
         self._sample()
@@ -319,9 +325,9 @@ class Engine:
             ops=base.ops,
             devices=base.devices,
             stats=base.stats,
-            plan=self.ops.plan(),
-            requests=request_records([s.req for s in self.seqs], base.ops),
-            timeline=timeline_table(self.timeline),
+            plan_store=self.ops.store if self.cfg.keep_plan else None,
+            requests=request_records([s.req for s in self.seqs], self.log, base.ops),
+            timeline=self.timeline.table(),
             gpus=(self.cfg.gpu,),
         )
 

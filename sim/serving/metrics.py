@@ -17,6 +17,8 @@ loaded and stored, device utilisation (GPU compute, busiest SSD).
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kvtier.records import Records
+from sim.serving.planstore import PlanStore
 from sim.serving.requests import Request
 
 TIERS = ("gpu", "cpu", "ssd", "pool")
@@ -69,10 +72,22 @@ class ServingRecords(Records):
     """Records of a serving run: ops and devices plus the plan it issued,
     one row per request and the queue/batch timeline."""
 
-    plan: pa.Table | None = None
+    plan_store: PlanStore | None = None  # the issued plan, compactly (None: not kept)
     requests: pa.Table | None = None
     timeline: pa.Table | None = None
     gpus: tuple[str, ...] = ("gpu0",)  # the GPUs loads land on
+
+    @property
+    def plan(self) -> pa.Table | None:
+        """The plan the run issued, as one table (it holds every extent: a large
+        run's is written chunk by chunk, :meth:`plan_chunks`)."""
+        return self.plan_store.table() if self.plan_store is not None else None
+
+    def plan_chunks(self) -> Iterator[pa.Table]:
+        """The plan as consecutive tables of bounded size (for ``write_plan``)."""
+        if self.plan_store is None:
+            raise ValueError("this serving run did not keep its plan")
+        return self.plan_store.chunks()
 
     def write(self, out_dir: str | Path) -> None:
         super().write(out_dir)
@@ -83,44 +98,82 @@ class ServingRecords(Records):
             pq.write_table(self.timeline, out / "timeline.parquet")
 
 
-def request_records(reqs: list[Request], ops: pa.Table | None = None) -> pa.Table:
-    blocked = blocked_io(ops) if ops is not None else {}
-    rows: dict[str, list] = {f.name: [] for f in REQUEST_RECORD_SCHEMA}
-    for r in sorted(reqs, key=lambda r: r.rid):
-        tpot = (
-            (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
-            if r.output_tokens > 1
-            else float("nan")
+class RequestLog:
+    """What the engine observed of each request, one column per quantity
+    preallocated for every request (row ``i`` = the engine's ``i``-th
+    request; times in seconds, NaN until they happen)."""
+
+    def __init__(self, n: int):
+        self.release_s = np.full(n, np.nan)  # the client sent it (>= arrival)
+        self.admit_s = np.full(n, np.nan)
+        self.first_token_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.computed_tokens = np.zeros(n, dtype=np.int64)  # prompt tokens prefilled
+        self.rejected = np.zeros(n, dtype=bool)
+        self.hits = np.zeros((len(TIERS), n), dtype=np.int64)  # GPU blocks hit, per tier
+
+    def set_hits(self, i: int, hits: dict[str, int]) -> None:
+        """Row ``i``'s hits (tier -> GPU blocks; tiers not in TIERS are not columns)."""
+        for t, tier in enumerate(TIERS):
+            self.hits[t, i] = hits.get(tier, 0)
+
+
+class Timeline:
+    """Waiting, loading (parked), running requests and GPU blocks in use over
+    time: one row per change, in typed columns."""
+
+    def __init__(self) -> None:
+        self.t_s = array("d")
+        self.cols = [array("q") for _ in TIMELINE_SCHEMA.names[1:]]
+
+    def sample(self, now: float, *row: int) -> None:
+        """A row at ``now`` if the state changed since the last one."""
+        if self.t_s and all(c[-1] == v for c, v in zip(self.cols, row, strict=True)):
+            return
+        self.t_s.append(now)
+        for c, v in zip(self.cols, row, strict=True):
+            c.append(v)
+
+    def table(self) -> pa.Table:
+        cols = [np.frombuffer(self.t_s, np.float64)]
+        cols += [np.frombuffer(c, np.int64) for c in self.cols]
+        return pa.Table.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(cols, TIMELINE_SCHEMA, strict=True)],
+            schema=TIMELINE_SCHEMA,
         )
-        values = {
-            "request_id": r.rid,
-            "session_id": r.session,
-            "turn": r.turn,
-            "input_tokens": r.input_tokens,
-            "output_tokens": r.output_tokens,
-            "arrival_s": r.arrival_s,
-            "release_s": r.release_s,
-            "admit_s": r.admit_s,
-            "first_token_s": r.first_token_s,
-            "finish_s": r.finish_s,
-            "queue_s": r.admit_s - r.release_s,
-            "ttft_s": r.first_token_s - r.release_s,
-            "tpot_s": tpot,
-            "computed_tokens": r.computed_tokens,
-            **{f"hit_blocks_{t}": r.hits.get(t, 0) for t in TIERS},
-            "blocked_io_s": blocked.get(r.rid, 0.0),
-            "rejected": r.rejected,
-        }
-        for k, v in values.items():
-            rows[k].append(v)
-    return pa.Table.from_pydict(rows, schema=REQUEST_RECORD_SCHEMA)
 
 
-def timeline_table(rows: list[tuple]) -> pa.Table:
-    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in TIMELINE_SCHEMA]
+def request_records(reqs: list[Request], log: RequestLog, ops: pa.Table | None = None) -> pa.Table:
+    """One row per request, by request id (``reqs[i]``'s outcome is ``log``'s row ``i``)."""
+    blocked = blocked_io(ops) if ops is not None else {}
+    rid = np.array([r.rid for r in reqs], dtype=np.int64)
+    order = np.argsort(rid, kind="stable")
+    out_tokens = np.array([r.output_tokens for r in reqs], dtype=np.int64)
+    first, finish = log.first_token_s, log.finish_s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out_tokens > 1, (finish - first) / np.maximum(out_tokens - 1, 1), np.nan)
+    cols = {
+        "request_id": rid,
+        "session_id": np.array([r.session for r in reqs], dtype=np.int64),
+        "turn": np.array([r.turn for r in reqs], dtype=np.int32),
+        "input_tokens": np.array([r.input_tokens for r in reqs], dtype=np.int64),
+        "output_tokens": out_tokens,
+        "arrival_s": np.array([r.arrival_s for r in reqs], dtype=np.float64),
+        "release_s": log.release_s,
+        "admit_s": log.admit_s,
+        "first_token_s": first,
+        "finish_s": finish,
+        "queue_s": log.admit_s - log.release_s,
+        "ttft_s": first - log.release_s,
+        "tpot_s": tpot,
+        "computed_tokens": log.computed_tokens,
+        **{f"hit_blocks_{t}": log.hits[k] for k, t in enumerate(TIERS)},
+        "blocked_io_s": np.array([blocked.get(int(r), 0.0) for r in rid]),
+        "rejected": log.rejected,
+    }
     return pa.Table.from_arrays(
-        [pa.array(c, type=f.type) for c, f in zip(cols, TIMELINE_SCHEMA, strict=True)],
-        schema=TIMELINE_SCHEMA,
+        [pa.array(cols[f.name][order], type=f.type) for f in REQUEST_RECORD_SCHEMA],
+        schema=REQUEST_RECORD_SCHEMA,
     )
 
 

@@ -4,8 +4,10 @@ A serving engine cannot precompute its plan: when a request is admitted
 depends on when earlier loads finished.  :class:`OnlineOps` gives the engine
 the same transfer machinery as :class:`sim.executor.PlanExecutor` (the very
 same :func:`sim.executor.op_physics` and :func:`sim.executor.launch` on the
-machine's flow networks) one op at a time: :meth:`OnlineOps.submit` starts
-an op now and returns a simpy event that fires when it ends.
+machine's flow networks) one op at a time: :meth:`OnlineOps.submit` starts an
+op now and returns a simpy event that fires when it ends (the only event
+per op); :meth:`OnlineOps.issue` is its lean form for the transfer mover
+(totals computed by the caller, an optional callback).
 
 Every submitted op is also written down as a plan row (``release_s`` = the
 time it was issued, ``depends_on`` = the ops whose completion the engine
@@ -13,42 +15,49 @@ waited for before issuing it), so the run can be replayed open loop: the
 plan executor, or the real backend, started on :meth:`OnlineOps.plan` issues
 every op at the same instant the engine did (tests check the simulator
 reproduces the same end times).  A read/write given ``extents`` (one
-(offset, length) per I/O on its SSD) is written down with them, so the
-replay touches the byte ranges the design's layout chose; its bytes and
-I/O count, and so its physics, are the extents' total and number.
+(offset, length) byte range on its SSD each, cut into I/Os of ``io_bytes``)
+is written down with them, so the replay touches the byte ranges the
+design's layout chose; its bytes and I/O count, and so its physics, are the
+extents' total and I/O count (:func:`kvtier.plan.extent_totals`).  The rows
+are kept compactly (:class:`sim.serving.planstore.PlanStore`: typed columns,
+extents as runs) and become a plan again on :meth:`OnlineOps.plan`; a run
+made with ``keep_plan=False`` keeps only what its op records need.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from array import array
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import simpy
 
-from kvtier.plan import PlanBuilder, extent_totals
-from kvtier.records import Records, op_records
+from kvtier.plan import extent_totals
+from kvtier.records import OP_RECORD_SCHEMA, Records, op_records
 from sim.executor import OpPhysics, device_records, launch, op_physics
 from sim.hw.machine import Machine
+from sim.serving.planstore import PlanStore
+
+_IDENTITY = ("step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag")
 
 
 class OnlineOps:
     """Ops issued while the simulation runs, and their records."""
 
-    def __init__(self, machine: Machine):
+    def __init__(self, machine: Machine, keep_plan: bool = True):
         self.machine = machine
         self.env = machine.env
-        self.builder = PlanBuilder()
-        self.start_s: list[float] = []
-        self.end_s: list[float] = []
-        self.cpu_s: list[float] = []
+        self.store = PlanStore(keep_plan)
+        self.start_s = array("d")
+        self.end_s = array("d")
+        self.cpu_s = array("d")
         self.flows = 0
         self._cache: dict[tuple, OpPhysics] = {}
-        self._plan: pa.Table | None = None
 
     def __len__(self) -> int:
-        return len(self.builder)
+        return len(self.start_s)
 
     def submit(
         self,
@@ -64,57 +73,84 @@ class OnlineOps:
         hbm_bytes: float = 0.0,
         depends_on: Iterable[int] = (),
         extents: np.ndarray | None = None,
-        **fields: Any,
+        io_bytes: int = 0,
+        step: int = 0,
+        layer: int = -1,
+        tag: str = "",
     ) -> tuple[int, simpy.Event]:
-        """Start an op now; returns (op id, event that fires when it ends).
+        """Start an op now; returns (op id, event that fires with it when it ends).
 
         ``extents``: a read/write's (n, 2) byte ranges (offset, length), cut
-        into I/Os of ``io_bytes`` (a plan column in ``fields``; 0 = one I/O per
-        range); they set ``nbytes`` and ``n_ios``.  ``fields`` are the plan's free columns
-        (``step``, ``layer``, ``tag``).
+        into I/Os of ``io_bytes`` (0 = one I/O per range); they set ``nbytes``
+        and ``n_ios``.  ``step``, ``layer``, ``tag`` are the plan's free columns.
         """
-        now = self.env.now
-        deps = sorted(set(depends_on))
         if extents is not None and len(extents):
-            nbytes, n_ios = extent_totals(extents, int(fields.get("io_bytes", 0)))
+            extents = np.asarray(extents, dtype=np.int64).reshape(-1, 2)
+            nbytes, n_ios = extent_totals(extents, io_bytes)
         else:
             extents = None
-        op = self.builder.add(
-            kind,
-            dst,
-            src=src,
-            bytes=int(nbytes),
-            n_ios=int(n_ios) if kind != "compute" else 0,
-            queue_depth=queue_depth,
-            io_path=io_path,
-            flops=float(flops),
-            hbm_bytes=float(hbm_bytes),
-            release_s=now,
-            depends_on=deps,
-            extents=extents,
-            **fields,
-        )
+        return self.issue(
+            kind, src, dst, int(nbytes), int(n_ios), sorted(set(depends_on)), None,
+            queue_depth=queue_depth, io_path=io_path, flops=flops, hbm_bytes=hbm_bytes,
+            extents=extents, io_bytes=io_bytes, step=step, layer=layer, tag=tag,
+        )  # fmt: skip
+
+    def issue(
+        self,
+        kind: str,
+        src: str,
+        dst: str,
+        nbytes: int,
+        n_ios: int,
+        deps: list[int],
+        on_done: Callable[[int], Any] | None,
+        *,
+        queue_depth: int = 0,
+        io_path: str = "none",
+        flops: float = 0.0,
+        hbm_bytes: float = 0.0,
+        extents: np.ndarray | None = None,
+        io_bytes: int = 0,
+        step: int = 0,
+        layer: int = -1,
+        tag: str = "",
+    ) -> tuple[int, simpy.Event]:
+        """Start an op now; returns (op id, the simpy event that fires with the
+        op id when it ends), calling ``on_done(op)`` from it if given.
+        ``nbytes``/``n_ios`` must be the extents' totals when ``extents`` are
+        given (the caller computed them once); ``deps`` are distinct op ids,
+        written down in the order given."""
+        now = self.env.now
+        op = len(self.start_s)
+        if kind == "compute":
+            n_ios = 0
+        row = (kind, src, dst, nbytes, n_ios, queue_depth, io_path,
+               0 if extents is None else int(extents[0, 0]),
+               io_bytes, float(flops), float(hbm_bytes), now, step, layer, tag)  # fmt: skip
+        self.store.add(row, deps, extents)  # in planstore.COLUMNS order
         phys = self._physics(kind, src, dst, nbytes, n_ios, queue_depth, io_path, flops, hbm_bytes)
-        done = self.env.event()
+        ended = self.env.event()
+        if on_done is not None:
+            ended.callbacks.append(lambda _e: on_done(op))
         left = [0]
 
         def part_done() -> None:
             left[0] -= 1
             if left[0] == 0:
                 self.end_s[op] = self.env.now
-                done.succeed(op)
+                ended.succeed(op)
 
         self.start_s.append(now)
         self.end_s.append(float("nan"))
         self.cpu_s.append(phys.cpu_s)
         left[0] = launch(self.machine, phys, part_done)
         self.flows += left[0]
-        return op, done
+        return op, ended
 
     def _physics(self, kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm) -> OpPhysics:
         if kind == "compute":
             return op_physics(self.machine, kind, "", dst, 0, 0, 0, "none", flops, hbm)
-        key = (kind, src, dst, int(nbytes), int(n_ios), qd, io_path)
+        key = (kind, src, dst, nbytes, n_ios, qd, io_path)
         phys = self._cache.get(key)
         if phys is None:
             phys = op_physics(self.machine, kind, src, dst, nbytes, n_ios, qd, io_path, 0.0, 0.0)
@@ -123,17 +159,23 @@ class OnlineOps:
 
     # ---- results ---------------------------------------------------------------
     def plan(self) -> pa.Table:
-        """The ops issued so far, as a plan (built once per number of ops)."""
-        if self._plan is None or self._plan.num_rows != len(self):
-            self._plan = self.builder.table()
-        return self._plan
+        """The ops issued so far, as one plan table (it holds every extent:
+        :meth:`plan_chunks` for a large run)."""
+        return self.store.table()
+
+    def plan_chunks(self) -> Iterator[pa.Table]:
+        """The ops issued so far, as consecutive plan tables of bounded size."""
+        return self.store.chunks()
 
     def records(self, stats: dict[str, Any] | None = None) -> Records:
         """Records of every op issued so far (all must have ended)."""
-        plan = self.plan()
+        store = self.store
+        cols = {"op_id": np.arange(len(self), dtype=np.int64)}
+        cols.update({c: store.column(c) for c in _IDENTITY})
+        ident = pa.table({c: pa.array(v, OP_RECORD_SCHEMA.field(c).type) for c, v in cols.items()})
         makespan = max(self.end_s) if self.end_s else 0.0
-        ops = op_records(plan, self.start_s, self.start_s, self.end_s, self.cpu_s, "sim")
-        devices = device_records(plan, self.machine, makespan)
+        ops = op_records(ident, self.start_s, self.start_s, self.end_s, self.cpu_s, "sim")
+        devices = device_records(None, self.machine, makespan)
         m = self.machine
         base = {
             "ops": len(self),

@@ -42,6 +42,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from traces.requests import SCHEMA
@@ -51,6 +52,7 @@ REQUEST_SCHEMA = SCHEMA  # one request-table contract (traces/requests.py)
 _MASK = (1 << 64) - 1
 _SESSION_SALT = 0x5E55_10A5
 _UNIQUE_SALT = 0x0DD_BA11
+HASH_CHUNK = 1 << 20  # engine hashes computed per batch of rows (load_requests)
 
 
 class RequestError(ValueError):
@@ -65,9 +67,10 @@ def mix(a: int, b: int) -> int:
     return (z ^ (z >> 31)) >> 1
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request:
-    """One request and what the engine observed of it (times in seconds)."""
+    """One request of the trace (times in seconds).  What the engine observes
+    of it is written to its columnar log (:class:`sim.serving.metrics.RequestLog`)."""
 
     rid: int
     arrival_s: float
@@ -75,15 +78,10 @@ class Request:
     turn: int
     input_tokens: int
     output_tokens: int
-    hashes: tuple[int, ...]  # engine-block hashes of the full input blocks
-    # set by the engine
-    release_s: float = float("nan")  # the client sent it (>= arrival_s)
-    admit_s: float = float("nan")
-    first_token_s: float = float("nan")
-    finish_s: float = float("nan")
-    rejected: bool = False
-    hits: dict[str, int] = field(default_factory=dict)  # tier -> GPU blocks hit
-    computed_tokens: int = 0  # prompt tokens prefilled (not hits)
+    # engine-block hashes of the full input blocks: a read-only view of the trace's
+    # one int64 array (:func:`load_requests`) or any sequence of ints
+    hashes: Sequence[int]
+    hits: dict[str, int] = field(default_factory=dict)  # tier -> GPU blocks hit (manager)
 
 
 def request_table(rows: Iterable[dict[str, Any]], block_tokens: int) -> pa.Table:
@@ -128,38 +126,115 @@ def session_hashes(session: int, request_id: int, n_blocks: int) -> tuple[int, .
     return tuple(mix(base, j) for j in range(n_blocks))
 
 
+def mix_array(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`mix` of arrays, elementwise (uint64 arithmetic wraps as ``& _MASK`` does)."""
+    z = np.asarray(a).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    z += np.asarray(b).astype(np.uint64) + np.uint64(0x632BE59BD9B4E019)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return ((z ^ (z >> np.uint64(31))) >> np.uint64(1)).astype(np.int64)
+
+
+def _column(table: pa.Table, name: str, fill: float) -> tuple[np.ndarray, np.ndarray]:
+    """(values with nulls as ``fill``, null mask) of a scalar column."""
+    col = table.column(name)
+    null = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return np.asarray(col.fill_null(fill).to_numpy(zero_copy_only=False)), null
+
+
+def _trace_hashes(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first value, count, values) of each row's ``block_hashes`` (null = none)."""
+    col = table.column("block_hashes").combine_chunks()
+    offsets = np.asarray(col.offsets, dtype=np.int64)
+    count = np.diff(offsets)
+    count[np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = 0
+    values = np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return offsets[:-1], count, values
+
+
+def _engine_hash_array(
+    cols: dict[str, np.ndarray], trace_block: int, engine_block: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ptr, hashes) of every row's engine-block hashes (:func:`engine_hashes`
+    or :func:`session_hashes`, vectorised over the whole table)."""
+    first, count, values = cols["first"], cols["count"], cols["values"]
+    n_full = cols["input_tokens"] // engine_block
+    traced = count > 0
+    m_down = m_up = 0  # engine blocks per trace block, or trace blocks per engine block
+    if trace_block > 0 and trace_block % engine_block == 0:
+        m_down = trace_block // engine_block
+    elif trace_block > 0:
+        m_up = engine_block // trace_block
+    n = np.where(traced, np.minimum(n_full, count * m_down if m_down else count // max(m_up, 1)),
+                 n_full)  # fmt: skip
+    ptr = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+    session, rid = cols["session_id"], cols["request_id"]
+    base = np.where(session >= 0, mix_array(np.full(len(n), _SESSION_SALT), session),
+                    mix_array(np.full(len(n), _UNIQUE_SALT), rid))  # fmt: skip
+    out = np.empty(int(ptr[-1]), dtype=np.int64)
+    lo = 0
+    while lo < len(n):  # rows in chunks of about HASH_CHUNK hashes: bounded temporaries
+        hi = max(int(np.searchsorted(ptr, ptr[lo] + HASH_CHUNK, side="right")) - 1, lo + 1)
+        owner = np.repeat(np.arange(lo, hi), n[lo:hi])
+        e = np.arange(int(ptr[hi] - ptr[lo]), dtype=np.int64) - (ptr[owner] - ptr[lo])
+        part = out[ptr[lo] : ptr[hi]]
+        t = traced[owner]
+        src = first[owner] + np.where(t, e // max(m_down, 1) if m_down else e * m_up + m_up - 1, 0)
+        got = values[np.where(t, src, 0)] if len(values) else np.zeros(len(e), np.int64)
+        if m_down > 1:
+            got = np.where(t, mix_array(got, e % m_down), got)
+        part[:] = np.where(t, got, mix_array(base[owner], e))
+        lo = hi
+    return ptr, out
+
+
+def _first_error(table: pa.Table, cols: dict[str, np.ndarray], nulls: dict[str, np.ndarray]):
+    """Raise the error :func:`_check_row` (or the hash checks) gives the first bad row."""
+    bad = (
+        nulls["request_id"] | nulls["arrival_s"] | nulls["input_tokens"] | nulls["output_tokens"]
+        | (cols["input_tokens"] < 1) | (cols["output_tokens"] < 1) | (cols["arrival_s"] < 0)
+    )  # fmt: skip
+    bad_row = int(np.argmax(bad)) if bad.any() else table.num_rows
+    traced = np.flatnonzero(cols["count"] > 0)
+    first_traced = int(traced[0]) if len(traced) else table.num_rows
+    if bad_row < table.num_rows and bad_row <= first_traced:
+        row = {name: table.column(name)[bad_row].as_py() for name in table.schema.names}
+        _check_row(bad_row, row)
+    if first_traced < table.num_rows:
+        trace_block = table_block_tokens(table)
+        if trace_block <= 0:
+            raise RequestError("request table has block_hashes but no block_tokens metadata")
+        engine_hashes([], trace_block, cols["engine_block"], 0)  # raises if they do not nest
+        if bad_row < table.num_rows:
+            row = {name: table.column(name)[bad_row].as_py() for name in table.schema.names}
+            _check_row(bad_row, row)
+
+
 def load_requests(table: pa.Table, engine_block: int) -> list[Request]:
-    """The table's requests in arrival order, with engine-block hashes."""
+    """The table's requests in arrival order, with engine-block hashes (all in
+    one int64 array; each request's ``hashes`` is a read-only view of it)."""
     missing = [f.name for f in REQUEST_SCHEMA if f.name not in table.schema.names]
     if missing:
         raise RequestError(f"request table lacks column(s) {missing}")
-    trace_block = table_block_tokens(table)
-    cols = {f.name: table.column(f.name).to_pylist() for f in REQUEST_SCHEMA}
-    out = []
-    for i in range(table.num_rows):
-        row = {k: v[i] for k, v in cols.items()}
-        _check_row(i, row)
-        hashes = row["block_hashes"] or []
-        n_in = int(row["input_tokens"])
-        if hashes and trace_block > 0:
-            hs = engine_hashes(hashes, trace_block, engine_block, n_in)
-        elif hashes:
-            raise RequestError("request table has block_hashes but no block_tokens metadata")
-        else:
-            hs = session_hashes(
-                int(row["session_id"]), int(row["request_id"]), n_in // engine_block
-            )
-        out.append(
-            Request(
-                rid=int(row["request_id"]),
-                arrival_s=float(row["arrival_s"]),
-                session=int(row["session_id"]),
-                turn=int(row["turn"]),
-                input_tokens=n_in,
-                output_tokens=int(row["output_tokens"]),
-                hashes=hs,
-            )
+    cols: dict[str, Any] = {}
+    nulls: dict[str, np.ndarray] = {}
+    for name, fill in (("request_id", 0), ("arrival_s", 0.0), ("input_tokens", 1),
+                       ("output_tokens", 1), ("session_id", -1), ("turn", 0)):  # fmt: skip
+        cols[name], nulls[name] = _column(table, name, fill)
+    cols["first"], cols["count"], cols["values"] = _trace_hashes(table)
+    cols["engine_block"] = engine_block
+    _first_error(table, cols, nulls)
+    ptr, flat = _engine_hash_array(cols, table_block_tokens(table), engine_block)
+    flat.setflags(write=False)
+    view = memoryview(flat)  # indexing gives Python ints, slicing shares the buffer
+    fields = [cols[k].tolist() for k in ("request_id", "arrival_s", "session_id", "turn",
+                                         "input_tokens", "output_tokens")]  # fmt: skip
+    out = [
+        Request(int(rid), float(t), int(sess), int(turn), int(n_in), int(n_out), view[a:b])
+        for rid, t, sess, turn, n_in, n_out, a, b in zip(
+            *fields, ptr[:-1].tolist(), ptr[1:].tolist(), strict=True
         )
+    ]
     out.sort(key=lambda r: (r.arrival_s, r.rid))
     return out
 

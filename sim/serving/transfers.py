@@ -30,11 +30,18 @@ flight at once over all jobs.
 The pieces come from the block manager as plain data
 (:class:`sim.serving.jobs.Transfer`); a :class:`Job` is their executor-side
 twin, holding the events and the ops that completed each piece.
+
+Everything here is driven by callbacks, not simpy processes: an op's end
+(the one simpy event :meth:`OnlineOps.issue` makes per op) releases its
+transfer slot, completes its piece and issues what follows at the same
+instant, in the order a process per stream would have (a stream's next
+read before this piece's copy; the copy before the worker's next job).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable
 
 import simpy
 
@@ -43,21 +50,43 @@ from sim.serving.designs import DesignParams
 from sim.serving.jobs import Piece, Transfer
 from sim.serving.online import OnlineOps
 
+Stage = tuple[str, str, str]  # (kind, src, dst) of one op
 
-@dataclass
+
 class Job:
-    """A transfer in flight: ``piece_done[i]`` fires with the op that completed
-    piece ``i``; ``done`` when every piece has arrived."""
+    """A transfer in flight: ``done`` fires when every piece has arrived,
+    ``layer_done[l]`` when every piece of layer ``l`` has; ``op[i]`` is the op
+    that completed piece ``i`` (-1 until it has)."""
 
-    transfer: Transfer
-    piece_done: list[simpy.Event]
-    done: simpy.Event
-    layer_done: dict[int, simpy.Event] = field(default_factory=dict)
-    op: list[int] = field(default_factory=list)  # per piece, the op that completed it
+    __slots__ = ("transfer", "done", "layer_done", "op", "_left", "_layer_left")
+
+    def __init__(self, env: simpy.Environment, transfer: Transfer):
+        self.transfer = transfer
+        pieces = transfer.pieces
+        self.done = env.event()
+        self.op = [-1] * len(pieces)
+        self._left = len(pieces)
+        self._layer_left: dict[int, int] = {}
+        for p in pieces:
+            self._layer_left[p.layer] = self._layer_left.get(p.layer, 0) + 1
+        self.layer_done = {layer: env.event() for layer in sorted(self._layer_left)}
+        if not pieces:
+            self.done.succeed()
 
     def ops(self, layer: int | None = None) -> list[int]:
         pieces = zip(self.transfer.pieces, self.op, strict=True)
         return [o for p, o in pieces if layer is None or p.layer == layer]
+
+    def finish(self, i: int, op: int) -> None:
+        """Piece ``i`` arrived with ``op``: fire what it completes (the job first)."""
+        self.op[i] = op
+        self._left -= 1
+        if self._left == 0:
+            self.done.succeed()
+        layer = self.transfer.pieces[i].layer
+        self._layer_left[layer] -= 1
+        if self._layer_left[layer] == 0:
+            self.layer_done[layer].succeed()
 
 
 class Mover:
@@ -84,106 +113,154 @@ class Mover:
         self.io_bytes = int(min(design.io_bytes(), layer_bytes))
         self.layer_bytes = layer_bytes
         self.bounce = bounce
-        self.slots = simpy.Resource(self.env, capacity=design.max_transfers)
-        self.workers: dict[tuple[str, str], simpy.Resource] = {}
+        self._free = design.max_transfers  # transfer slots left
+        self._queued: deque[Callable[[], None]] = deque()  # issues waiting for a slot
+        self._workers: dict[tuple[str, str], deque[_Stream]] = {}  # busy ones: queued streams
+        self._stage_cache: dict[tuple[str, str], list[Stage]] = {}
 
     # ---- public ----------------------------------------------------------------
     def start(self, t: Transfer) -> Job:
         """Start moving ``t``'s pieces now, grouped into streams by device on its
         ``by`` end ('src' for loads, 'dst' for stores); returns the job."""
-        pieces, by = t.pieces, t.by
-        events = [self.env.event() for _ in pieces]
-        job = Job(t, events, self.env.all_of(events), op=[-1] * len(pieces))
-        for layer in sorted({p.layer for p in pieces}):
-            job.layer_done[layer] = self.env.all_of(
-                [ev for p, ev in zip(pieces, events, strict=True) if p.layer == layer]
-            )
+        job = Job(self.env, t)
         streams: dict[str, list[int]] = {}
-        for i, p in enumerate(pieces):
-            key = getattr(p, by) if self.design.parallel else "all"
+        by, parallel = t.by, self.design.parallel
+        for i, p in enumerate(t.pieces):
+            key = getattr(p, by) if parallel else "all"
             streams.setdefault(key, []).append(i)
-        for key, stream in streams.items():
-            worker = self.workers.setdefault((by, key), simpy.Resource(self.env, capacity=1))
-            self.env.process(self._stream(job, stream, worker))
+        for key, idx in streams.items():
+            stream = _Stream(self, job, idx, (by, key))
+            queue = self._workers.get(stream.worker)
+            if queue is None:  # an idle worker: it starts now
+                self._workers[stream.worker] = deque()
+                stream.issue_first()
+            else:
+                queue.append(stream)
         return job
 
-    # ---- stages ------------------------------------------------------------------
-    def _stages(self, p: Piece) -> list[tuple[str, str, str]]:
+    # ---- workers and slots -------------------------------------------------------
+    def worker_free(self, worker: tuple[str, str]) -> None:
+        """``worker`` finished a stream: the next queued one (FCFS) starts."""
+        queue = self._workers[worker]
+        if queue:
+            queue.popleft().issue_first()
+        else:
+            del self._workers[worker]
+
+    def acquire(self, issue: Callable[[], None]) -> None:
+        """Run ``issue`` when one of ``max_transfers`` slots is free (FIFO)."""
+        if self._free:
+            self._free -= 1
+            issue()
+        else:
+            self._queued.append(issue)
+
+    def release(self) -> None:
+        if self._queued:
+            self._queued.popleft()()
+        else:
+            self._free += 1
+
+    # ---- ops ---------------------------------------------------------------------
+    def stages(self, p: Piece) -> list[Stage]:
         """(kind, src, dst) of the ops that move ``p``."""
-        src_ssd, dst_ssd = p.src in self.ssds, p.dst in self.ssds
+        key = (p.src, p.dst)
+        stages = self._stage_cache.get(key)
+        if stages is None:
+            stages = self._stage_cache[key] = self._route(p.src, p.dst)
+        return stages
+
+    def _route(self, src: str, dst: str) -> list[Stage]:
+        src_ssd, dst_ssd = src in self.ssds, dst in self.ssds
         if src_ssd and dst_ssd:  # pragma: no cover - no design moves SSD to SSD
             raise ValueError("SSD to SSD transfer")
         if src_ssd:
-            if p.dst != self.gpu or self.gds:
-                return [("read", p.src, p.dst)]
-            return [("read", p.src, self.bounce[p.src]), ("copy", self.bounce[p.src], p.dst)]
+            if dst != self.gpu or self.gds:
+                return [("read", src, dst)]
+            return [("read", src, self.bounce[src]), ("copy", self.bounce[src], dst)]
         if dst_ssd:
-            if p.src != self.gpu or self.gds:
-                return [("write", p.src, p.dst)]
-            return [("copy", p.src, self.bounce[p.dst]), ("write", self.bounce[p.dst], p.dst)]
-        return [("copy", p.src, p.dst)]
+            if src != self.gpu or self.gds:
+                return [("write", src, dst)]
+            return [("copy", src, self.bounce[dst]), ("write", self.bounce[dst], dst)]
+        return [("copy", src, dst)]
 
-    def _fields(self, kind: str, src: str, dst: str, p: Piece) -> dict:
-        if kind == "copy":
-            return {"nbytes": int(round(p.nbytes)), "n_ios": 1}
-        covered = int(p.extents[:, 1].sum())
-        if covered != int(round(p.nbytes)):  # pragma: no cover - a layout bug
-            raise RuntimeError(f"{src}->{dst}: extents cover {covered} of {p.nbytes} B")
-        direct = self.gpu in (src, dst)
-        return {
-            "extents": p.extents,
-            "io_bytes": self.io_bytes,
-            "io_path": "gds" if direct else self.io_path,
-            "queue_depth": self.design.queue_depth,
-        }
-
-    def _op(self, kind: str, src: str, dst: str, p: Piece, deps: list[int], job: Job):
-        t = job.transfer
-        with self.slots.request() as slot:
-            yield slot
-            op, ev = self.ops.submit(
-                kind,
-                src,
-                dst,
-                depends_on=deps,
-                step=t.rid,
-                layer=p.layer,
-                tag=t.tag,
-                **self._fields(kind, src, dst, p),
-            )
-            yield ev
-        return op
-
-    def _stream(self, job: Job, stream: list[int], worker: simpy.Resource):
-        """One job's pieces on one device's worker, which serves jobs in turn."""
-        with worker.request() as turn:
-            yield turn
-            yield from self._pieces(job, stream)
-
-    def _pieces(self, job: Job, stream: list[int]):
-        prev_first: list[int] = []
-        prev_second: simpy.Process | None = None
-        for i in stream:
-            p = job.transfer.pieces[i]
-            stages = self._stages(p)
-            kind, src, dst = stages[0]
-            first = yield from self._op(kind, src, dst, p, prev_first, job)
-            prev_first = [first]
-            if len(stages) == 1:
-                self._done(job, i, first)
-                continue
-            prev_second = self.env.process(self._second(job, i, stages[1], first, prev_second))
-
-    def _second(self, job: Job, i: int, stage, first: int, before: simpy.Process | None):
-        deps = [first]
-        if before is not None:
-            deps.append((yield before))
+    def issue(self, stage: Stage, p: Piece, deps: list[int], t: Transfer, on_done) -> None:
+        """Issue one op of piece ``p`` now; ``on_done(op)`` when it ends."""
         kind, src, dst = stage
-        op = yield from self._op(kind, src, dst, job.transfer.pieces[i], deps, job)
-        self._done(job, i, op)
-        return op
+        if kind == "copy":
+            self.ops.issue(kind, src, dst, int(round(p.nbytes)), 1, deps, on_done,
+                           step=t.rid, layer=p.layer, tag=t.tag)  # fmt: skip
+            return
+        ext = p.extents
+        lengths = ext[:, 1]
+        nbytes = int(lengths.sum())
+        if nbytes != int(round(p.nbytes)):  # pragma: no cover - a layout bug
+            raise RuntimeError(f"{src}->{dst}: extents cover {nbytes} of {p.nbytes} B")
+        iob = self.io_bytes
+        n_ios = int((-(-lengths // iob)).sum()) if iob > 0 else len(ext)
+        self.ops.issue(
+            kind, src, dst, nbytes, n_ios, deps, on_done,
+            queue_depth=self.design.queue_depth,
+            io_path="gds" if self.gpu in (src, dst) else self.io_path,
+            extents=ext if len(ext) else None, io_bytes=iob,
+            step=t.rid, layer=p.layer, tag=t.tag,
+        )  # fmt: skip
 
-    @staticmethod
-    def _done(job: Job, i: int, op: int) -> None:
-        job.op[i] = op
-        job.piece_done[i].succeed(op)
+
+class _Stream:
+    """One job's pieces on one worker: a piece's first op, when it ends the
+    next piece's; second stages (bounce-buffer copies or writes) in piece
+    order, each after its own first stage and the previous second stage."""
+
+    __slots__ = ("mover", "job", "idx", "worker", "k", "prev_first", "pending", "busy", "last")
+
+    def __init__(self, mover: Mover, job: Job, idx: list[int], worker: tuple[str, str]):
+        self.mover, self.job, self.idx, self.worker = mover, job, idx, worker
+        self.k = 0  # position in idx of the piece whose first op is next
+        self.prev_first: list[int] = []
+        self.pending: deque[tuple[int, int, Stage]] = deque()  # (piece, first op, stage)
+        self.busy = False  # a second stage is in flight
+        self.last: int | None = None  # the previous second stage's op
+
+    def issue_first(self) -> None:
+        i = self.idx[self.k]
+        p = self.job.transfer.pieces[i]
+        stages = self.mover.stages(p)
+        second = stages[1] if len(stages) > 1 else None
+
+        def ended(op: int) -> None:
+            self._first_done(i, op, second)
+
+        deps = self.prev_first
+        self.mover.acquire(lambda: self.mover.issue(stages[0], p, deps, self.job.transfer, ended))
+
+    def _first_done(self, i: int, op: int, second: Stage | None) -> None:
+        self.mover.release()
+        if second is None:
+            self.job.finish(i, op)
+        else:
+            self.pending.append((i, op, second))
+        self.prev_first = [op]
+        self.k += 1
+        if self.k < len(self.idx):
+            self.issue_first()
+            self._try_second()
+        else:
+            self._try_second()
+            self.mover.worker_free(self.worker)
+
+    def _try_second(self) -> None:
+        if self.busy or not self.pending:
+            return
+        i, first, stage = self.pending.popleft()
+        self.busy = True
+        deps = [first] if self.last is None else sorted({first, self.last})
+        p, t = self.job.transfer.pieces[i], self.job.transfer
+
+        def ended(op: int) -> None:
+            self.mover.release()
+            self.last, self.busy = op, False
+            self.job.finish(i, op)
+            self._try_second()
+
+        self.mover.acquire(lambda: self.mover.issue(stage, p, deps, t, ended))

@@ -144,3 +144,27 @@ def test_a_mooncake_trace_drives_the_engine_with_its_prefix_hashes(tmp_path) -> 
     # two shared 512-token blocks = 64 engine blocks of 16 tokens
     assert r["hit_blocks_gpu"].tolist() == [0, 64]
     assert r.loc[1, "arrival_s"] == 2.0
+
+
+def test_a_serving_run_reports_simulated_time_and_requests_as_it_goes(monkeypatch) -> None:
+    """runner.run's engine_progress sees each serving variant's requests done
+    grow to all of them, and its last simulated time is the last finish."""
+    from sim.serving import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "PROGRESS_STEPS", 200)  # several reports mid-run
+    cfg = load_scenario("paged-ssd")
+    w = dataclasses.replace(cfg.workload, sessions=12, session_rate=8.0)
+    variants = tuple(v for v in cfg.variants if v.name == "GPU only")
+    seen: list[tuple[str, float, int, int]] = []
+    result = run(
+        dataclasses.replace(cfg, workload=w, variants=variants),
+        load_profile("dgx-spark"),
+        None,
+        engine_progress=lambda *a: seen.append(a),
+    )
+    (vr,) = result.variants
+    finish = vr.records.requests.column("finish_s").to_numpy()
+    assert len(seen) > 1 and {s[0] for s in seen} == {"GPU only"}
+    assert seen[-1][2] == seen[-1][3] == len(finish)
+    assert seen[-1][1] == float(finish.max())
+    assert all(a[1] <= b[1] and a[2] <= b[2] for a, b in zip(seen, seen[1:], strict=False))
