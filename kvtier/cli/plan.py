@@ -20,7 +20,7 @@ from sim.capacity.variants import Hardware, base_data, derive, resolve_ssd
 from sim.config import ConfigError
 
 SHOWN = ("design", "ssd_model", "ssds", "dram_modules", "cost_usd", "ttft_p99_s", "tpot_p99_s",
-         "throughput_tok_s", "bottleneck", "bottleneck_util")  # fmt: skip
+         "throughput_tok_s", "bottleneck", "bottleneck_share", "busiest")  # fmt: skip
 
 
 def _list(cast):

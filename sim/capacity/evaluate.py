@@ -11,10 +11,10 @@ The host-memory KV tier gets what the machine's DRAM leaves after
 ``host_reserve_gib`` (OS, engine, pinned buffers), so buying DRAM buys KV
 capacity and, with each module on its own memory bus, bandwidth.
 
-Bottleneck: the device or link with the highest ``util_mean`` (busy seconds
-over the makespan, :mod:`kvtier.records`) in the run's device records, i.e.
-the resource that had work in flight for the largest share of the run, with
-that share.  Headroom to an SLO limit ``L`` on a metric ``m`` is ``L / m - 1``
+Bottleneck: the resource whose capacity the run used the largest share of
+(:mod:`sim.capacity.binding`: bytes, I/Os, core-seconds or FLOPs over
+capacity x makespan), with that share; ``busiest`` is the device or link with
+the highest ``util_mean`` (busy seconds over the makespan), kept beside it.  Headroom to an SLO limit ``L`` on a metric ``m`` is ``L / m - 1``
 (0.25: 25% slack; negative: missed); for a throughput floor it is ``m / L - 1``.
 """
 
@@ -30,6 +30,7 @@ from typing import Any
 
 from hwprofiles import HardwareProfile
 from kvtier.provenance import file_digest
+from sim.capacity.binding import binding, of_run
 from sim.capacity.variants import Hardware, derive
 from sim.config import ConfigError, ScenarioConfig, ServingParams, Variant
 
@@ -116,7 +117,7 @@ def scenario(q: Question, design: str, profile: HardwareProfile) -> ScenarioConf
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
 
 
-def bottleneck(devices: Any) -> tuple[str, float]:
+def busiest(devices: Any) -> tuple[str, float]:
     """(device, util_mean) of the busiest device or link of a run's records."""
     df = devices.to_pandas() if hasattr(devices, "to_pandas") else devices
     if not len(df):
@@ -146,13 +147,15 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
             result = run(scenario(q, p.design, profile), profile, None)
         except (ConfigError, Unsupported, ValueError) as exc:
             return {**row, "status": f"cannot run: {' '.join(str(exc).split())}"}
-    if not result.variants:
-        return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
-    v = result.variants[0]
+        if not result.variants:
+            return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
+        v = result.variants[0]
+        name, share, busy = binding(of_run(v.records, profile))
     metrics = {k: float(v.summary[k]) for k in OBJECTIVES}
-    device, util = bottleneck(v.records.devices)
+    device, util = busiest(v.records.devices)
     return {
-        **row, "status": "ok", **metrics, "bottleneck": device, "bottleneck_util": util,
+        **row, "status": "ok", **metrics, "bottleneck": name, "bottleneck_share": share,
+        "bottleneck_busy": busy, "busiest": device, "busiest_util": util,
         "ssd_util": float(v.summary["ssd_util"]), "gpu_util": float(v.summary["gpu_util"]),
         "hit_rate_ssd": float(v.summary.get("hit_rate_ssd", 0.0)), "sim_wall_s": result.wall_s,
     }  # fmt: skip

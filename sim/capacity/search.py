@@ -94,7 +94,7 @@ def _plan_chain(chain: list[str], rows: dict[str, dict]) -> tuple[list[int], dic
     for a, b in itertools.pairwise(known):  # saturation: stop adding
         ra, rb = rows[chain[a]], rows[chain[b]]
         stuck = b == a + 1 and _ok(ra) and _ok(rb) and not better(rb, ra)
-        if stuck and not rb["bottleneck"].startswith("ssd"):
+        if stuck and not all(n.startswith("ssd") for n in rb["bottleneck"].split(" & ")):
             why = f"saturated: {rb['bottleneck']} binds, one more SSD did not help"
             skip.update({i: why for i in range(b + 1, len(chain)) if chain[i] not in rows})
             break
