@@ -51,7 +51,8 @@ def shares(
     devices: pd.DataFrame, ops: pd.DataFrame, plan: pd.DataFrame | None, profile: HardwareProfile
 ) -> pd.DataFrame:
     """One row per resource: ``resource``, ``measure`` (bytes; an SSD's
-    bandwidth_s and iops_s, device-seconds of work; core_s; flops; hbm_bytes), ``used``, ``capacity`` (per second), ``share`` and ``busy_share``."""
+    bandwidth_s and iops_s, device-seconds of work; core_s; flops; hbm_bytes),
+    ``used``, ``capacity`` (per second), ``share`` and ``busy_share``."""
     from sim.hw.machine import Machine
 
     m = Machine(profile)
@@ -59,10 +60,9 @@ def shares(
     busy = dict(zip(devices["device"], devices["util_mean"], strict=True))
     rows: list[tuple[str, str, float, float]] = []
     links = devices[devices["type"] == "link"]
-    for dev, moved in zip(
-        links["device"], links["bytes_read"] + links["bytes_written"], strict=True
-    ):
-        rows.append((dev, "bytes", float(moved), m.link_caps[dev.rstrip("<>")]))
+    moved = links["bytes_read"] + links["bytes_written"]
+    for dev, nbytes in zip(links["device"], moved, strict=True):
+        rows.append((dev, "bytes", float(nbytes), m.link_caps[dev.rstrip("<>")]))
     ios = _ssd_ios(ops)
     for dev in profile.ssd_names:
         r = devices[devices["device"] == dev]
@@ -96,7 +96,16 @@ def binding(df: pd.DataFrame) -> tuple[str, float, float]:
         ["share", "resource"], ascending=[False, True]
     )
     names = list(dict.fromkeys(tied["resource"]))
-    return " & ".join(names), float(top), float(tied["busy_share"].iloc[0])
+    return " & ".join(_compact(names)), float(top), float(tied["busy_share"].iloc[0])
+
+
+def _compact(names: list[str]) -> list[str]:
+    """More than two tied resources of one class become ``<class> x<count>``
+    (``ssd0 .. ssd7`` -> ``ssdN x8``), in order of first appearance."""
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        groups.setdefault(re.sub(r"\d+", "N", n), []).append(n)
+    return [f"{c} x{len(g)}" if len(g) > 2 else " & ".join(g) for c, g in groups.items()]
 
 
 def resource_class(name: str) -> str:

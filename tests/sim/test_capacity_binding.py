@@ -71,3 +71,9 @@ def test_ties_name_every_resource():
     name, share, _ = binding(table(1_850_000).reset_index())
     assert sorted(name.split(" & ")) == ["dram0.bus", "ssd0", "sw0.up>"]
     assert share == pytest.approx(0.5)
+
+
+def test_many_ties_of_one_class_are_counted():
+    df = pd.DataFrame({"resource": [f"ssd{i}" for i in range(8)] + ["cpu"],
+                       "share": [0.6] * 8 + [0.1], "busy_share": 0.5})  # fmt: skip
+    assert binding(df)[0] == "ssdN x8"
