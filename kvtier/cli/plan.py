@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.capacity_plots import write_figures
 from kvtier.console import make_console
 from kvtier.validate import check_out_dir, int_arg
 from sim.capacity.evaluate import Point, Question
@@ -112,6 +113,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     df = add_costs(res.rows, q.base, prices)
     df = _judge(q, df)
     df.to_parquet(Path(args.out) / "plan.parquet", index=False)
+    write_figures(df, Path(args.out))
     _report(console, q, df, res, time.perf_counter() - t0, prices, Path(args.out))
     return 0
 
@@ -155,4 +157,7 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
     assumed = sorted({k for s in df["assumed_prices"] for k in s.split(",") if k})
     if assumed:
         console.print(f"assumed prices (no cited source): {', '.join(assumed)}")
-    console.print(f"written: {out}/plan.parquet (every point), {out}/points/ (resumable)")
+    console.print(
+        f"written: {out}/plan.parquet (every point), {out}/pareto.png, {out}/bottlenecks.png, "
+        f"{out}/points/ (resumable)"
+    )
