@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.capacity_plots import write_figures
 from kvtier.console import make_console
 from kvtier.validate import check_out_dir, int_arg
 from sim.capacity.evaluate import Point, Question
@@ -20,7 +21,7 @@ from sim.capacity.variants import Hardware, base_data, derive, resolve_ssd
 from sim.config import ConfigError
 
 SHOWN = ("design", "ssd_model", "ssds", "dram_modules", "cost_usd", "ttft_p99_s", "tpot_p99_s",
-         "throughput_tok_s", "bottleneck", "bottleneck_util")  # fmt: skip
+         "throughput_tok_s", "bottleneck", "bottleneck_share", "busiest")  # fmt: skip
 
 
 def _list(cast):
@@ -48,13 +49,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a = p.add_argument
     a("--base", default=q.base, help="base hardware profile")
     a("--model", default=q.model)
-    a("--trace", default=q.trace, help="long_doc or a request trace file")
+    a("--trace", default=q.trace, help="long_doc, a request trace file, or sparse_decode")
     a("--context-tokens", type=int_arg(1), default=q.context_tokens)
-    a("--docs", type=int_arg(1), default=q.docs, help="long_doc: documents queried at once")
+    a(
+        "--docs",
+        type=int_arg(1),
+        default=q.docs,
+        help="long_doc: documents queried at once; sparse_decode: concurrent sessions",
+    )
+    a("--sparsity", type=float, default=q.sparsity, help="sparse_decode: KV share read per step")
+    a("--steps", type=int_arg(1), default=q.steps, help="sparse_decode: decode steps simulated")
     a("--requests", type=int_arg(0), default=q.requests, help="trace file: first N requests")
     a("--ttft-p99", type=float, default=q.slo_ttft_p99_s, help="SLO: P99 TTFT limit, s (0: none)")
     a("--tpot-p99", type=float, default=q.slo_tpot_p99_s, help="SLO: P99 TPOT limit, s (0: none)")
-    a("--min-tok-s", type=float, default=0.0, help="SLO: output tokens/s floor (0: none)")
+    a(
+        "--min-tok-s",
+        type=float,
+        default=0.0,
+        help="SLO: output tokens/s floor (0: none); sparse_decode: per session",
+    )
     a("--designs", type=_list(str), default=("lmcache", "pool"))
     a("--ssd-models", type=_list(str), default=("9100 PRO", "900P"))
     a("--ssd-counts", type=_list(int), default=(1, 2, 4))
@@ -70,12 +83,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def question(args: argparse.Namespace) -> Question:
+    if not 0 < args.sparsity <= 1:
+        raise ConfigError(f"--sparsity: must be in (0, 1], got {args.sparsity}")
     for name in ("ttft_p99", "tpot_p99", "min_tok_s"):
         if getattr(args, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')}: must be >= 0")
     return dataclasses.replace(
         Question(), base=args.base, model=args.model, trace=args.trace,
         context_tokens=args.context_tokens, docs=args.docs, requests=args.requests,
+        sparsity=args.sparsity, steps=args.steps,
         slo_ttft_p99_s=args.ttft_p99, slo_tpot_p99_s=args.tpot_p99, slo_min_tok_s=args.min_tok_s,
     )  # fmt: skip
 
@@ -97,6 +113,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     df = add_costs(res.rows, q.base, prices)
     df = _judge(q, df)
     df.to_parquet(Path(args.out) / "plan.parquet", index=False)
+    write_figures(df, Path(args.out))
     _report(console, q, df, res, time.perf_counter() - t0, prices, Path(args.out))
     return 0
 
@@ -129,13 +146,18 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
         prof = derive(q.base, hw, out / "profiles")
         console.print(f"its profile: {prof.source_file}; design {Point(best.design, hw).design}")
     for metric in ("ttft_p99_s", "throughput_tok_s"):
+        if df[metric].isna().all():
+            continue  # not modelled by this workload (sparse_decode: TTFT)
         console.print(f"[bold]Pareto front, cost vs {metric}[/bold]:")
         console.print(_fmt(pareto(df, "cost_usd", metric)), soft_wrap=True)
     done = df[df["status"] == "ok"]
     counts = done.groupby(["design", "bottleneck"]).size().rename("points").reset_index()
-    console.print("[bold]bottlenecks[/bold] (busiest device or link of each point):")
+    console.print("[bold]bottlenecks[/bold] (highest used share of capacity, each point):")
     console.print(counts.to_string(index=False))
     assumed = sorted({k for s in df["assumed_prices"] for k in s.split(",") if k})
     if assumed:
         console.print(f"assumed prices (no cited source): {', '.join(assumed)}")
-    console.print(f"written: {out}/plan.parquet (every point), {out}/points/ (resumable)")
+    console.print(
+        f"written: {out}/plan.parquet (every point), {out}/pareto.png, {out}/bottlenecks.png, "
+        f"{out}/points/ (resumable)"
+    )

@@ -11,10 +11,12 @@ The host-memory KV tier gets what the machine's DRAM leaves after
 ``host_reserve_gib`` (OS, engine, pinned buffers), so buying DRAM buys KV
 capacity and, with each module on its own memory bus, bandwidth.
 
-Bottleneck: the device or link with the highest ``util_mean`` (busy seconds
-over the makespan, :mod:`kvtier.records`) in the run's device records, i.e.
-the resource that had work in flight for the largest share of the run, with
-that share.  Headroom to an SLO limit ``L`` on a metric ``m`` is ``L / m - 1``
+Bottleneck: the resource whose capacity the run used the largest share of
+(:mod:`sim.capacity.binding`: bytes, I/Os, core-seconds or FLOPs over
+capacity x makespan), with that share; ``busiest`` is the device or link with
+the highest ``util_mean`` (busy seconds over the makespan), kept beside it.
+
+Headroom to an SLO limit ``L`` on a metric ``m`` is ``L / m - 1``
 (0.25: 25% slack; negative: missed); for a throughput floor it is ``m / L - 1``.
 """
 
@@ -30,8 +32,9 @@ from typing import Any
 
 from hwprofiles import HardwareProfile
 from kvtier.provenance import file_digest
+from sim.capacity.binding import binding, of_run
 from sim.capacity.variants import Hardware, derive
-from sim.config import ConfigError, ScenarioConfig, ServingParams, Variant
+from sim.config import ConfigError, ScenarioConfig, ServingParams, SparseDecodeParams, Variant
 
 # metrics a point reports; the objectives of the search are the first three
 OBJECTIVES = ("ttft_p99_s", "tpot_p99_s", "throughput_tok_s")
@@ -43,7 +46,9 @@ class Question:
 
     base: str = "h100-2dimm-2ssd"  # base hardware profile (name or path)
     model: str = "Llama-3.1-8B"
-    trace: str = "long_doc"  # long_doc | a request trace file
+    trace: str = "long_doc"  # long_doc | a request trace file | sparse_decode
+    sparsity: float = 0.1  # sparse_decode: share of the KV each decode step reads
+    steps: int = 4  # sparse_decode: decode steps simulated
     context_tokens: int = 131072
     docs: int = 8
     output_tokens: int = 100
@@ -94,7 +99,10 @@ def point_key(q: Question, p: Point) -> str:
 
 
 def scenario(q: Question, design: str, profile: HardwareProfile) -> ScenarioConfig:
-    """The serving scenario of ``design`` on ``profile`` for question ``q``."""
+    """The scenario of ``design`` on ``profile`` for question ``q``: serving, or
+    sparse decoding (``trace: sparse_decode``) of ``docs`` concurrent sessions."""
+    if q.trace == "sparse_decode":
+        return sparse_scenario(q, design)
     from sim.serving.designs import get_design
 
     base = get_design(design, {})
@@ -116,7 +124,34 @@ def scenario(q: Question, design: str, profile: HardwareProfile) -> ScenarioConf
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
 
 
-def bottleneck(devices: Any) -> tuple[str, float]:
+SPARSE_DESIGNS = {"sparse-ssd": "ssd", "sparse-dram": "dram"}  # design -> tier of the KV
+
+
+def sparse_scenario(q: Question, design: str) -> ScenarioConfig:
+    """``docs`` sessions of ``context_tokens`` decoding together, each step reading
+    ``sparsity`` of every layer's KV from the design's tier (:mod:`sim.scenarios.sparse_decode`)."""
+    if design not in SPARSE_DESIGNS:
+        raise ConfigError(
+            f"--designs: sparse_decode takes {', '.join(SPARSE_DESIGNS)}; got {design!r}"
+        )
+    w = SparseDecodeParams(
+        model=q.model, context_tokens=q.context_tokens, batch=q.docs, sparsity=q.sparsity,
+        steps=q.steps, tier=SPARSE_DESIGNS[design],
+    )  # fmt: skip
+    return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
+
+
+def metrics_of(q: Question, summary: dict[str, Any]) -> dict[str, float]:
+    """The objectives of a run: serving's request percentiles, or for sparse decoding
+    TPOT = one decode step (every session gets a token per step), throughput = tokens/s
+    *per session* (the floor the question sets), TTFT not modelled (NaN)."""
+    if q.trace != "sparse_decode":
+        return {k: float(summary[k]) for k in OBJECTIVES}
+    return {"ttft_p99_s": float("nan"), "tpot_p99_s": float(summary["step_ms"]) / 1e3,
+            "throughput_tok_s": float(summary["tokens_per_s"]) / q.docs}  # fmt: skip
+
+
+def busiest(devices: Any) -> tuple[str, float]:
     """(device, util_mean) of the busiest device or link of a run's records."""
     df = devices.to_pandas() if hasattr(devices, "to_pandas") else devices
     if not len(df):
@@ -146,14 +181,15 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
             result = run(scenario(q, p.design, profile), profile, None)
         except (ConfigError, Unsupported, ValueError) as exc:
             return {**row, "status": f"cannot run: {' '.join(str(exc).split())}"}
-    if not result.variants:
-        return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
-    v = result.variants[0]
-    metrics = {k: float(v.summary[k]) for k in OBJECTIVES}
-    device, util = bottleneck(v.records.devices)
+        if not result.variants:
+            return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
+        v = result.variants[0]
+        name, share, busy = binding(of_run(v.records, profile))
+    metrics = metrics_of(q, v.summary)
+    device, util = busiest(v.records.devices)
     return {
-        **row, "status": "ok", **metrics, "bottleneck": device, "bottleneck_util": util,
-        "ssd_util": float(v.summary["ssd_util"]), "gpu_util": float(v.summary["gpu_util"]),
+        **row, "status": "ok", **metrics, "bottleneck": name, "bottleneck_share": share,
+        "bottleneck_busy": busy, "busiest": device, "busiest_util": util,
         "hit_rate_ssd": float(v.summary.get("hit_rate_ssd", 0.0)), "sim_wall_s": result.wall_s,
     }  # fmt: skip
 

@@ -73,7 +73,9 @@ class SearchResult:
 
 
 def rounded(row: dict[str, Any]) -> tuple[float, ...]:
-    return tuple(float(f"{row[k]:.{DIGITS}g}") for k in OBJECTIVES)
+    """The objectives at :data:`DIGITS` digits; one not modelled (NaN) reads as inf,
+    so it neither improves nor breaks a plateau."""
+    return tuple(float(f"{row[k]:.{DIGITS}g}") if row[k] == row[k] else np.inf for k in OBJECTIVES)
 
 
 def better(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -94,7 +96,7 @@ def _plan_chain(chain: list[str], rows: dict[str, dict]) -> tuple[list[int], dic
     for a, b in itertools.pairwise(known):  # saturation: stop adding
         ra, rb = rows[chain[a]], rows[chain[b]]
         stuck = b == a + 1 and _ok(ra) and _ok(rb) and not better(rb, ra)
-        if stuck and not rb["bottleneck"].startswith("ssd"):
+        if stuck and not all(n.startswith("ssd") for n in rb["bottleneck"].split(" & ")):
             why = f"saturated: {rb['bottleneck']} binds, one more SSD did not help"
             skip.update({i: why for i in range(b + 1, len(chain)) if chain[i] not in rows})
             break
@@ -165,7 +167,7 @@ def _table(chains, keys, rows, skipped) -> pd.DataFrame:
 def pareto(df: pd.DataFrame, cost: str, metric: str) -> pd.DataFrame:
     """Rows of ``df`` (status ok) not dominated in (``cost`` low, ``metric``
     best by :data:`SENSE`), metric rounded to :data:`DIGITS`; sorted by cost."""
-    ok = df[df["status"] == "ok"].copy()
+    ok = df[(df["status"] == "ok") & df[metric].notna()].copy() if metric in df else df[:0]
     if ok.empty:
         return ok
     s = SENSE[metric]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hwprofiles import load_profile
-from sim.capacity.evaluate import Point, Question, bottleneck, point_key
+from sim.capacity.evaluate import Point, Question, busiest, point_key
 from sim.capacity.executors import LocalExecutor
 from sim.capacity.prices import PriceError, bill, load_prices, read_prices
 from sim.capacity.search import Space, pareto, search
@@ -76,11 +76,11 @@ def test_override_replaces_only_its_entries(tmp_path):
     assert prices.get("ssd_slot").usd == 0 and prices.get("platform").usd == 10000
 
 
-def test_bottleneck_is_the_busiest_device():
+def test_busiest_is_the_highest_busy_share():
     import pandas as pd
 
     dev = pd.DataFrame({"device": ["ssd0", "sw0.up", "gpu0.compute"], "util_mean": [0.4, 0.9, 0.7]})
-    assert bottleneck(dev) == ("sw0.up", 0.9)
+    assert busiest(dev) == ("sw0.up", 0.9)
 
 
 # ---- the search's rules on a made-up monotone model, counted by hand ----------------
@@ -94,7 +94,7 @@ def fake(q: Question, p: Point) -> dict:
     ttft = max(8.0 / n, 2.0)
     return {"key": point_key(q, p), **p.flat(), "status": "ok", "ttft_p99_s": ttft,
             "tpot_p99_s": 0.01, "throughput_tok_s": 100 / ttft,
-            "bottleneck": "ssd0" if n < 4 else "sw0.up", "bottleneck_util": 1.0}  # fmt: skip
+            "bottleneck": "ssd0" if n < 4 else "sw0.up", "bottleneck_share": 1.0}  # fmt: skip
 
 
 def space(counts=tuple(range(1, 9))) -> Space:

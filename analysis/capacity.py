@@ -1,0 +1,54 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Capacity plan: cost fronts and what binds each point
+#
+# Drawn from the `plan.parquet` of one `kvtier plan` run (`make plan`, or
+# `kvtier plan --out DIR ...`): the Pareto fronts of machine cost against P99
+# TTFT and tokens/s, each point coloured by its binding resource (the largest
+# used share of a capacity), and the bottleneck map (SSD count x DRAM per design).
+
+# %%
+import os
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import display
+
+from analysis.capacity_plots import bottleneck_map, classes, pareto_figure
+
+# %% tags=["parameters"]
+# the folder kvtier plan wrote (the tests inject a tiny one)
+RESULTS = os.environ.get("KVTIER_RESULTS", "../results/plan")
+
+# %%
+plan = pd.read_parquet(Path(RESULTS) / "plan.parquet")
+plan = plan.assign(bottleneck_class=classes(plan))
+ok = plan[plan["status"] == "ok"]
+print(f"{len(ok)} evaluated points of a {len(plan)}-point grid")
+display(ok.sort_values("cost_usd")[["design", "ssds", "dram_modules", "cost_usd", "bottleneck"]])
+
+# %% [markdown]
+# ## Cost vs latency and throughput (the front as a line)
+
+# %%
+front = pareto_figure(plan)
+
+# %% [markdown]
+# ## Bottleneck map
+
+# %%
+bmap = bottleneck_map(plan)

@@ -1,0 +1,79 @@
+"""The binding resource by used share of capacity, on hand-made records worked out by hand."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from hwprofiles import load_profile
+from sim.capacity.binding import binding, resource_class, shares
+
+# h100-2dimm-2ssd (efficiency: pcie 0.94, membus 0.80, ssd 1.0, hbm 0.90, tensor 0.75):
+# sw0.up 63 GB/s x 0.94 = 59.22e9 B/s; dram0.bus 10.65 x 0.80 = 8.52e9 B/s;
+# 9100 PRO: 14.7 GB/s read, 1.85M read IOPS; GPU 756 TFLOPS x 0.75, 2000 GB/s x 0.9.
+T = 2.0  # makespan: the last op ends at 2 s
+
+
+def records(ssd0_ios: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    devices = pd.DataFrame(
+        [  # device, type, bytes_read, bytes_written, n_ios, busy_s, util_mean
+            ("sw0.up>", "link", 59_220_000_000, 0, 0, 1.9, 0.95),  # 59.22e9 / (59.22e9 x 2) = 0.5
+            ("dram0.bus", "link", 8_520_000_000, 0, 0, 2.0, 1.0),  # 8.52e9 / (8.52e9 x 2) = 0.5
+            ("ssd0", "ssd", 14_700_000_000, 0, ssd0_ios, 1.2, 0.6),  # 14.7e9 / (14.7e9 x 2) = 0.5
+            ("ssd1", "ssd", 7_350_000_000, 0, 0, 0.6, 0.3),  # 0.25
+            ("cpu", "cpu", 0, 0, 0, 0.5, 0.25),
+            ("gpu0.compute", "gpu", 0, 0, 0, 1.8, 0.9),
+        ],
+        columns=["device", "type", "bytes_read", "bytes_written", "n_ios", "busy_s", "util_mean"],
+    )
+    ops = pd.DataFrame(
+        {
+            "kind": ["read", "read", "compute"],
+            "src": ["ssd0", "ssd1", ""],
+            "dst": ["dram0", "dram0", "gpu0"],
+            "n_ios": [ssd0_ios, 0, 0],
+            "cpu_s": [4.0, 0.0, 0.0],
+            "end_s": [1.0, 1.5, T],
+        }  # fmt: skip
+    )  # CPU: 4 core-s / (16 cores x 2 s) = 0.125
+    # GPU: 113.4e12 FLOPs / (567e12 x 2) = 0.1; HBM 0.9e12 B / (1.8e12 x 2) = 0.25
+    plan = pd.DataFrame({"kind": ["compute"], "dst": ["gpu0"], "flops": [113.4e12],
+                         "hbm_bytes": [0.9e12]})  # fmt: skip
+    return devices, ops, plan
+
+
+def table(ssd0_ios: int) -> pd.DataFrame:
+    return shares(*records(ssd0_ios), load_profile("h100-2dimm-2ssd")).set_index(
+        ["resource", "measure"]
+    )
+
+
+def test_shares_by_hand():
+    df = table(1_850_000)  # 1.85e6 I/Os / (1.85e6 IOPS x 2 s) = 0.5
+    want = {("sw0.up>", "bytes"): 0.5, ("dram0.bus", "bytes"): 0.5,
+            ("ssd0", "bandwidth_s"): 0.5, ("ssd0", "iops_s"): 0.5, ("ssd1", "bandwidth_s"): 0.25,
+            ("cpu", "core_s"): 0.125, ("gpu0.tensor", "flops"): 0.1,
+            ("gpu0.hbm", "hbm_bytes"): 0.25}  # fmt: skip
+    for key, share in want.items():
+        assert df.loc[key, "share"] == pytest.approx(share, rel=1e-9), key
+    assert df.loc[("gpu0.hbm", "hbm_bytes"), "busy_share"] == 0.9  # the busy share rides along
+
+
+def test_binding_is_highest_share_not_busiest():
+    # dram0.bus is the busiest (util 1.0) but ssd0's I/Os: 3.7e6 / (1.85e6 x 2) = 1.0 bind
+    name, share, busy = binding(table(3_700_000).reset_index())
+    assert (name, share, busy) == ("ssd0", pytest.approx(1.0), 0.6)
+    assert resource_class(name) == "ssdN"
+
+
+def test_ties_name_every_resource():
+    # sw0.up>, dram0.bus and ssd0 (bandwidth and IOPS) all at 0.5: all named, once each
+    name, share, _ = binding(table(1_850_000).reset_index())
+    assert sorted(name.split(" & ")) == ["dram0.bus", "ssd0", "sw0.up>"]
+    assert share == pytest.approx(0.5)
+
+
+def test_many_ties_of_one_class_are_counted():
+    df = pd.DataFrame({"resource": [f"ssd{i}" for i in range(8)] + ["cpu"],
+                       "share": [0.6] * 8 + [0.1], "busy_share": 0.5})  # fmt: skip
+    assert binding(df)[0] == "ssdN x8"
