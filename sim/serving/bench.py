@@ -111,7 +111,8 @@ def run(
     tiers_gib: tuple[float, float] = (18.63, 186.26), progress: bool = False,
 ) -> dict:  # fmt: skip
     """Build and run one engine (``tiers_gib``: host-memory and SSD offload
-    budgets, seed 004's 20 GB and 200 GB by default); the measured numbers."""
+    budgets, seed 004's 20 GB and 200 GB by default, for the tiers the design has:
+    :func:`_tier_overrides`); the measured numbers."""
     profile = load_profile(hw)
     card = get_model(model)
     table = mooncake_table(requests, seed)
@@ -124,7 +125,7 @@ def run(
     engine = build_engine(
         profile,
         card,
-        get_design(design, {"cpu_gib": tiers_gib[0], "ssd_gib": tiers_gib[1]}),
+        get_design(design, _tier_overrides(design, tiers_gib)),
         cfg,
         reqs,
     )
@@ -144,6 +145,18 @@ def run(
 def _peak_rss_mib() -> float:
     """The process's peak resident memory so far (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _tier_overrides(design: str, tiers_gib: tuple[float, float]) -> dict[str, float]:
+    """The offload budgets for the tiers ``design`` has: a paged design keeps its own
+    tiers (paged-cpu has no SSD), seed 004's designs (write-through, capacities set by
+    the scenario) get both, GPU only none (a host-memory tier would make it another
+    design)."""
+    base = get_design(design)
+    sizes = {"cpu_gib": tiers_gib[0], "ssd_gib": tiers_gib[1]}
+    if base.has_offload:
+        return {k: v for k, v in sizes.items() if getattr(base, k) > 0}
+    return sizes if base.cpu_to_ssd == "write_through" else {}
 
 
 def _progress(t0: float) -> Callable[[float, int, int], None]:
