@@ -52,12 +52,12 @@ def test_layer_major_copies_realise_the_resize(layers, n_old, n_new):
     # run the copies as memmoves on a buffer of block ids: every surviving block ends
     # where the new layer-major layout puts it
     buf = np.full(layers * max(n_old, n_new), -1)
-    buf[: layers * n_old] = [l * 100 + j for l in range(layers) for j in range(n_old)]
+    buf[: layers * n_old] = [ly * 100 + j for ly in range(layers) for j in range(n_old)]
     for c in resize_copies("layer-major", layers, n_old, n_new, 1):
         buf[c.dst_offset : c.dst_offset + c.nbytes] = buf[c.src_offset : c.src_offset + c.nbytes]
     keep = min(n_old, n_new)
-    for l in range(layers):
-        assert buf[l * n_new : l * n_new + keep].tolist() == [l * 100 + j for j in range(keep)]
+    for ly in range(layers):
+        assert buf[ly * n_new : ly * n_new + keep].tolist() == [ly * 100 + j for j in range(keep)]
 
 
 # ---- Algorithm 1 -------------------------------------------------------------------

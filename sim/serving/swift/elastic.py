@@ -68,8 +68,8 @@ def resize_copies(
     keep = min(n_old, n_new) * layer_block_bytes
     order = range(1, layers) if n_new < n_old else range(layers - 1, 0, -1)
     return [
-        HbmCopy(l, l * n_old * layer_block_bytes, l * n_new * layer_block_bytes, keep)
-        for l in order
+        HbmCopy(ly, ly * n_old * layer_block_bytes, ly * n_new * layer_block_bytes, keep)
+        for ly in order
         if keep
     ]
 
