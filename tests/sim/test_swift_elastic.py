@@ -5,10 +5,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hwprofiles import load_profile
+from kvtier.plan import PlanBuilder
+from sim.executor import simulate
 from sim.serving.swift.elastic import (
     ElasticCache,
     ElasticParams,
     Resize,
+    add_resize_ops,
     copied_bytes,
     resize_copies,
     scale_down,
@@ -98,3 +102,27 @@ def test_clock_must_not_go_back():
     c.on_request(5.0, 10)
     with pytest.raises(ValueError, match="backwards"):
         c.scale_down(4.0)
+
+
+# ---- a layer-major resize as HBM traffic on the simulated worker -----------------------
+def test_layer_major_resize_slows_the_worker_block_major_does_not():
+    profile = load_profile("h20-4gpu-nvlink")
+    hbm = 4000e9 * 0.90  # H20 HBM3 x efficiency
+    kernel_bytes = 1e9  # a worker decode step reading 1 GB: 0.278 ms alone
+    ends = {}
+    for layout in ("block-major", "layer-major"):
+        b = PlanBuilder()
+        k = b.compute("gpu1", 0.0, kernel_bytes, tag="decode")
+        # Qwen3-8B lends one MEU: 35 copies of 4080 x 64 KiB, 9.36 GB moved, 18.7 GB of HBM
+        add_resize_ops(b, "gpu1", resize_copies(layout, 36, 4096, 4080, 65_536))
+        ops = simulate(b.table(), profile).ops.to_pandas().set_index("op_id")
+        ends[layout] = ops.loc[k, "end_s"]
+        resize = ops[ops["tag"] == "kv_resize"]
+        if layout == "layer-major":
+            # the resize's HBM time: 2 x bytes / HBM bandwidth, plus the kernel's share
+            assert resize["end_s"].max() == pytest.approx(
+                (2 * 35 * 4080 * 65_536 + kernel_bytes) / hbm
+            )
+    assert ends["block-major"] == pytest.approx(kernel_bytes / hbm)
+    # the resize outlasts the kernel, which gets half the GPU all along: twice as long
+    assert ends["layer-major"] == pytest.approx(2 * kernel_bytes / hbm)

@@ -41,6 +41,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from kvtier.plan import PlanBuilder
+
 LAYOUTS = ("block-major", "layer-major")
 
 
@@ -77,6 +79,27 @@ def resize_copies(
 def copied_bytes(copies: list[HbmCopy]) -> int:
     """Bytes the copies move (HBM traffic is twice this: each byte is read and written)."""
     return sum(c.nbytes for c in copies)
+
+
+def add_resize_ops(
+    b: PlanBuilder, gpu: str, copies: list[HbmCopy], depends_on: tuple[int, ...] = ()
+) -> list[int]:
+    """Append ``copies`` to plan ``b`` as kernels on ``gpu``, one after another.
+
+    A copy within one GPU's memory crosses no link: it is HBM traffic, each
+    byte read once and written once, so each becomes a compute op with no
+    FLOPs and ``hbm_bytes = 2 x nbytes`` (tag ``kv_resize``).  On the
+    simulated GPU it shares the compute engine with the worker's own kernels
+    by max-min, which is how a layer-major resize slows the worker.  Chained
+    in the order given (:func:`resize_copies` orders them safely).
+    """
+    ids: list[int] = []
+    prev = tuple(depends_on)
+    for c in copies:
+        op = b.compute(gpu, 0.0, 2.0 * c.nbytes, layer=c.layer, depends_on=prev, tag="kv_resize")
+        ids.append(op)
+        prev = (op,)
+    return ids
 
 
 def scale_up(
