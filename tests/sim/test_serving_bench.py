@@ -77,3 +77,15 @@ def test_table_stats_agree_with_the_per_request_count() -> None:
     assert fast["mean_input"] == slow["mean_input"]
     assert fast["p99_input"] == slow["p99_input"]
     assert abs(fast["reusable"] - slow["reusable"]) < 1e-12
+
+
+def test_bench_gives_each_design_only_its_own_tiers():
+    """GPU only has no offload tier; paged-cpu no SSD; seed 004's designs both."""
+    from sim.serving.bench import _tier_overrides
+
+    t = (20.0, 200.0)
+    assert _tier_overrides("gpu-only", t) == {}
+    assert _tier_overrides("paged-cpu", t) == {"cpu_gib": 20.0}
+    assert _tier_overrides("paged-ssd", t) == {"ssd_gib": 200.0}
+    for d in ("lmcache", "pool", "paged-cpu-ssd"):
+        assert _tier_overrides(d, t) == {"cpu_gib": 20.0, "ssd_gib": 200.0}
