@@ -15,7 +15,7 @@ Roles (seed 002, SwiftCache):
 * ``solo`` — a plain instance;
 * ``worker`` — lends ``lend_bytes`` of its GPU's KV memory to the master (its
   own ``cfg.gpu_blocks`` is what it keeps);
-* ``master`` — gets a ``peer`` tier above its design's tiers
+* ``master`` — gets (when some worker lends) a ``peer`` tier above its design's tiers
   (:func:`sim.serving.build.peer_tier`) over the workers' lent bytes, so its
   offloads and reloads of borrowed blocks are GPU-to-GPU copies on the
   profile's NVLink route instead of the PCIe host link.
@@ -36,7 +36,7 @@ import pyarrow as pa
 from hwprofiles import HardwareProfile
 from sim.hw.machine import Machine
 from sim.models import ModelCard
-from sim.serving.build import Unsupported, build_engine, peer_tier
+from sim.serving.build import build_engine, peer_tier
 from sim.serving.designs import DesignParams
 from sim.serving.engine import Engine, EngineConfig
 from sim.serving.metrics import ServingRecords
@@ -96,9 +96,7 @@ def build_instances(profile: HardwareProfile, instances: Sequence[Instance]) -> 
     engines = []
     for inst in instances:
         above = []
-        if inst.role == "master":
-            if not any(b > 0 for b in lent.values()):
-                raise Unsupported(f"master {inst.name}: no worker lends KV memory")
+        if inst.role == "master" and any(b > 0 for b in lent.values()):
             b = inst.cfg.block_tokens
             above = [peer_tier(profile, inst.card, inst.design, b, inst.cfg.gpu, lent)]
         engines.append(
