@@ -158,7 +158,7 @@ def prepare(
     if p.instances:
         from sim.scenarios.serving_instances import prepare_instances
 
-        return prepare_instances(p, profile, seed, name)
+        return prepare_instances(p, profile, seed, name, engine_config, trace_tables)
     card = get_model(p.model)
     design = get_design(p.design, p.design_params)
     design_devices(design, profile)  # Unsupported if the profile lacks devices

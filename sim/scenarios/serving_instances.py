@@ -34,12 +34,12 @@ def instance_params(p: ServingParams, spec: dict) -> ServingParams:
 
 
 def make_instances(
-    p: ServingParams, profile: HardwareProfile, seed: int
+    p: ServingParams, profile: HardwareProfile, seed: int, engine_config, trace_tables
 ) -> list[Callable[[], Instance]]:
     """One builder per declared instance (requests are loaded when called);
-    raises ConfigError naming the instance when it cannot run."""
-    from sim.scenarios.serving import engine_config, trace_tables
-
+    raises ConfigError naming the instance when it cannot run.  ``engine_config``
+    and ``trace_tables`` are :mod:`sim.scenarios.serving`'s (passed in: that
+    module imports this one)."""
     out = []
     for i, spec in enumerate(p.instances):
         ip = instance_params(p, spec)
@@ -66,10 +66,10 @@ def make_instances(
 
 
 def prepare_instances(
-    p: ServingParams, profile: HardwareProfile, seed: int, label: str
+    p: ServingParams, profile: HardwareProfile, seed: int, label: str, engine_config, trace_tables
 ) -> tuple[Callable[..., ServingRecords], Callable[[Any], dict]]:
     """(drive, summarize) of a multi-instance variant."""
-    builders = make_instances(p, profile, seed)
+    builders = make_instances(p, profile, seed, engine_config, trace_tables)
     roles = [spec.get("role", "solo") for spec in p.instances]
     main = roles.index("master") if "master" in roles else 0
     others: dict[str, ServingRecords] = {}
