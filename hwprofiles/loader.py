@@ -137,7 +137,7 @@ def _convert(
         return build_dataclass(tp, value, where, key)
     if origin is tuple:
         args = typing.get_args(tp)
-        if not isinstance(value, list):
+        if not isinstance(value, list | tuple):  # a tuple: a parsed default, re-read
             raise where.error(key, f"must be a list, got {type(value).__name__}")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(

@@ -143,8 +143,13 @@ class ServingParams:
     gpu_memory_utilization: float = 0.9  # KV = this share of HBM minus the weights
     gpu_kv_tokens: int = 0  # GPU KV cache in tokens; 0 = from gpu_memory_utilization
     gpu_prefix_cache: bool = True
+    # several engines on one machine (sim.serving.multi): each a mapping of name, gpu,
+    # role (solo | master | worker), lend_share (a worker's KV share lent to the master)
+    # and any field above it overrides; empty = one instance of the fields above
+    instances: tuple[dict, ...] = ()
 
     def __post_init__(self) -> None:
+        _check_instances(self)
         _non_negative(self, "requests", "max_inflight", "max_batched_tokens", "gpu_kv_tokens")
         _non_negative(self, "think_s")
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -153,6 +158,29 @@ class ServingParams:
             if name == "matrix":
                 raise ParamError("matrix.matrix", "a matrix cannot vary itself")
             factor_values(type(self), name, values, f"matrix.{name}")
+
+
+INSTANCE_KEYS = ("name", "gpu", "role", "lend_share")
+
+
+def _check_instances(p: ServingParams) -> None:
+    """Each instance a mapping with a unique name and GPU, known keys only."""
+    names = {f.name for f in dataclasses.fields(p)} - {"instances", "matrix"}
+    seen: dict[str, set] = {"name": set(), "gpu": set()}
+    for i, inst in enumerate(p.instances):
+        if not isinstance(inst, dict) or "name" not in inst or "gpu" not in inst:
+            raise ParamError(f"instances[{i}]", "must be a mapping with a name and a gpu")
+        for key in inst:
+            if key not in names and key not in INSTANCE_KEYS:
+                raise ParamError(f"instances[{i}].{key}", "unknown instance key")
+        for key in ("name", "gpu"):
+            if inst[key] in seen[key]:
+                raise ParamError(f"instances[{i}].{key}", f"two instances with {inst[key]!r}")
+            seen[key].add(inst[key])
+        if inst.get("role", "solo") not in ("solo", "master", "worker"):
+            raise ParamError(f"instances[{i}].role", "must be solo, master or worker")
+        if not 0 <= inst.get("lend_share", 0.0) < 1:
+            raise ParamError(f"instances[{i}].lend_share", "must be in [0, 1)")
 
 
 def _check_decode(p: SparseDecodeParams | SwarmParams) -> None:

@@ -111,6 +111,8 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
         for table in serving_tables(result.summary(), f"{cfg.name} on {profile.name}"):
             console.print(table)
         _print_seed_figures(console, cfg, result.summary(), f"{cfg.name} on {profile.name}")
+        if cfg.workload.instances and "gpu1" in profile.gpu_names:
+            console.print(_reload_table(profile))
         plots = write_serving_plots(out)
         console.print(f"plots: {', '.join(p.name for p in plots)}")
     else:
@@ -293,3 +295,18 @@ def _sim_plan_run(console: Console, args: argparse.Namespace, profile, plan) -> 
     console.print(table)
     console.print(f"records: {out}/")
     return 0
+
+
+def _reload_table(profile):
+    """Seed 002 Fig. 1's mechanism: reload share of TTFT vs history, PCIe vs NVLink."""
+    from sim.scenarios.swiftcache import reload_shares
+
+    table = Table(title=f"reload share of TTFT, LWM-Text-1M on {profile.name} (seed 002 Fig. 1)")
+    for col in ("history tokens", "path", "TTFT ms", "reload ms", "reload share"):
+        table.add_column(col, justify="right")
+    for r in reload_shares(profile).to_pylist():
+        table.add_row(
+            f"{r['history_tokens']:,}", r["path"], f"{r['ttft_s'] * 1e3:.1f}",
+            f"{r['reload_s'] * 1e3:.1f}", f"{r['reload_share']:.0%}",
+        )  # fmt: skip
+    return table

@@ -152,7 +152,13 @@ def engine_config(p: ServingParams, profile: HardwareProfile) -> EngineConfig:
 def prepare(
     p: ServingParams, profile: HardwareProfile, seed: int, name: str
 ) -> tuple[Callable[[], ServingRecords], Callable[[Any], dict]]:
-    """(drive, summarize) of one variant; raises early if it cannot run."""
+    """(drive, summarize) of one variant; raises early if it cannot run.  A
+    workload declaring ``instances`` runs them all on one machine
+    (:mod:`sim.scenarios.serving_instances`)."""
+    if p.instances:
+        from sim.scenarios.serving_instances import prepare_instances
+
+        return prepare_instances(p, profile, seed, name, engine_config, trace_tables)
     card = get_model(p.model)
     design = get_design(p.design, p.design_params)
     design_devices(design, profile)  # Unsupported if the profile lacks devices

@@ -20,8 +20,9 @@ from sim.serving.designs import DesignParams
 from sim.serving.engine import Engine, EngineConfig
 from sim.serving.placement import device_bandwidth, placement_ratios
 from sim.serving.requests import Request
+from sim.serving.swift.links import path_bps
 
-__all__ = ["Unsupported", "build_engine", "make_tiers"]
+__all__ = ["Unsupported", "build_engine", "make_tiers", "peer_tier"]
 
 GIB = 2**30
 
@@ -29,8 +30,11 @@ GIB = 2**30
 def design_devices(d: DesignParams, profile: HardwareProfile) -> tuple[list[str], list[str]]:
     """(DRAM modules, SSDs) the design's tiers use."""
     drams, ssds = list(profile.dram_names), list(profile.ssd_names)
-    for what, want, have in (("DRAM modules", d.dram_modules, drams), ("SSDs", d.ssds, ssds)):
-        if want > len(have):
+    for what, want, have, gib in (
+        ("DRAM modules", d.dram_modules, drams, d.cpu_gib),
+        ("SSDs", d.ssds, ssds, d.ssd_gib),
+    ):
+        if gib > 0 and want > len(have):  # a tier of no capacity uses no device
             raise Unsupported(f"needs {want} {what}, profile {profile.name} has {len(have)}")
     drams = drams[: d.dram_modules or None] if d.cpu_gib > 0 else []
     ssds = ssds[: d.ssds or None] if d.ssd_gib > 0 else []
@@ -79,11 +83,42 @@ def build_engine(
     cfg: EngineConfig,
     requests: list[Request],
     preload: list[Request] = (),  # type: ignore[assignment]
+    machine: Machine | None = None,
+    above: list[OffloadTier] = (),  # type: ignore[assignment]
 ) -> Engine:
+    """An engine on ``machine`` (a new one of ``profile`` if None: one instance
+    alone); ``above`` are tiers placed above the design's own (a master's
+    borrowed blocks on peer GPUs, :func:`peer_tier`)."""
     tiers, bounce = make_tiers(design, profile, card, cfg.block_tokens)
+    tiers = [*above, *tiers]
     uses_ssd = any(t.name != "cpu" and set(t.devices) & set(profile.ssd_names) for t in tiers)
     if uses_ssd and not bounce and not (design.gds and profile.software.gpudirect):
         raise Unsupported(f"profile {profile.name} has no host memory for bounce buffers")
     if cfg.gpu_blocks < 1:
         raise Unsupported("the GPU has no room for KV blocks")
-    return Engine(Machine(profile), card, design, tiers, bounce, cfg, requests, list(preload))
+    machine = machine if machine is not None else Machine(profile)
+    return Engine(machine, card, design, tiers, bounce, cfg, requests, list(preload))
+
+
+def peer_tier(
+    profile: HardwareProfile,
+    card: ModelCard,
+    design: DesignParams,
+    block_tokens: int,
+    gpu: str,
+    lent_bytes: dict[str, float],
+) -> OffloadTier:
+    """The ``peer`` tier of a master on ``gpu`` (seed 002): KV blocks borrowed on
+    the worker GPUs of ``lent_bytes`` (GPU -> bytes lent).  Its devices are those
+    GPUs, so its loads and stores are ``copy`` ops over the profile's route
+    between the two GPUs (NVLink where the profile has it); a block's layers
+    spread over the workers by the bandwidth of each one's path to ``gpu``."""
+    workers = [w for w, b in lent_bytes.items() if b > 0]
+    if not workers:
+        raise Unsupported("no worker lends KV memory to the master")
+    if gpu in workers:
+        raise Unsupported(f"the master's GPU {gpu} cannot lend to itself")
+    ratios = placement_ratios([path_bps(profile, w, gpu) for w in workers])
+    layer_bytes = design.block_factor * block_tokens * card.kv_bytes_per_token_layer
+    caps = [lent_bytes[w] for w in workers]
+    return OffloadTier("peer", workers, ratios, caps, card.layers, layer_bytes)

@@ -117,15 +117,26 @@ class Engine:
     def run(self, progress: Progress | None = None) -> ServingRecords:
         """Serve every request; ``progress(now_s, done, total)`` is called every
         :data:`PROGRESS_STEPS` simulation events (the events are the same with
-        or without it: it only watches)."""
-        by_session = sorted(self.seqs, key=lambda s: (_session_key(s.req), s.req.turn))
-        for _, group in groupby(by_session, key=lambda s: _session_key(s.req)):
-            self.env.process(self._client(list(group)))
-        self.env.process(self._loop())
+        or without it: it only watches).  Alone on its machine: several engines
+        sharing one start (:meth:`start`), run the environment once, then
+        :meth:`collect` (:mod:`sim.serving.multi`)."""
+        self.start()
         if progress is None:
             self.env.run()
         else:
             self._run_watched(progress)
+        return self.collect()
+
+    def start(self) -> None:
+        """Register the client processes (one per session) and the iteration loop
+        on the machine's environment; nothing runs until the environment does."""
+        by_session = sorted(self.seqs, key=lambda s: (_session_key(s.req), s.req.turn))
+        for _, group in groupby(by_session, key=lambda s: _session_key(s.req)):
+            self.env.process(self._client(list(group)))
+        self.env.process(self._loop())
+
+    def collect(self) -> ServingRecords:
+        """The run's records, once the environment has run out of events."""
         if self.remaining:  # pragma: no cover - a scheduling bug
             raise RuntimeError(f"serving engine stalled with {self.remaining} requests left")
         return self._records()

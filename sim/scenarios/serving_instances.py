@@ -1,0 +1,96 @@
+"""A serving scenario of several instances on one machine (``workload.instances``).
+
+Each instance is the workload's fields with its own overrides (model, trace,
+design, ...), on its own GPU, with a role (:mod:`sim.serving.multi`).  A
+worker lends ``lend_share`` of its KV memory to the master: it keeps the
+rest as its own GPU cache.  Each instance's conversation trace is drawn
+from its own seed (the scenario's seed plus its index), so two instances
+with the same fields still see different sessions.  The run's records are
+the master's (or the first instance's); the summary adds every other
+instance's mean TTFT and TPOT (the interference a lending worker sees).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+from hwprofiles import HardwareProfile
+from sim.config import INSTANCE_KEYS, ConfigError, ServingParams
+from sim.models import get_model
+from sim.serving.build import design_devices
+from sim.serving.designs import get_design
+from sim.serving.metrics import ServingRecords, serving_summary
+from sim.serving.multi import Instance, run_instances
+from sim.serving.requests import Request, load_requests
+
+
+def instance_params(p: ServingParams, spec: dict) -> ServingParams:
+    """The workload's fields with the instance's overrides."""
+    over = {k: v for k, v in spec.items() if k not in INSTANCE_KEYS}
+    return dataclasses.replace(p, instances=(), **over)
+
+
+def make_instances(
+    p: ServingParams, profile: HardwareProfile, seed: int, engine_config, trace_tables
+) -> list[Callable[[], Instance]]:
+    """One builder per declared instance (requests are loaded when called);
+    raises ConfigError naming the instance when it cannot run.  ``engine_config``
+    and ``trace_tables`` are :mod:`sim.scenarios.serving`'s (passed in: that
+    module imports this one)."""
+    out = []
+    for i, spec in enumerate(p.instances):
+        ip = instance_params(p, spec)
+        gpu, role = spec["gpu"], spec.get("role", "solo")
+        if gpu not in profile.gpu_names:
+            raise ConfigError(f"instances[{i}].gpu: {profile.name} has no GPU {gpu!r}")
+        card, design = get_model(ip.model), get_design(ip.design, ip.design_params)
+        design_devices(design, profile)
+        cfg = engine_config(ip, profile)
+        share = spec.get("lend_share", 0.0) if role == "worker" else 0.0
+        lent_blocks = math.floor(cfg.gpu_blocks * share)
+        cfg = dataclasses.replace(cfg, gpu=gpu, gpu_blocks=cfg.gpu_blocks - lent_blocks)
+        lend = lent_blocks * ip.block_tokens * card.kv_bytes_per_token
+        table, warm = trace_tables(ip, seed + i)
+
+        def build(ip=ip, card=card, design=design, cfg=cfg, table=table, warm=warm,
+                  spec=spec, role=role, lend=lend) -> Instance:  # fmt: skip
+            reqs = load_requests(table, ip.block_tokens)
+            pre: list[Request] = load_requests(warm, ip.block_tokens) if warm is not None else []
+            return Instance(spec["name"], card, design, cfg, reqs, pre, role, lend)
+
+        out.append(build)
+    return out
+
+
+def prepare_instances(
+    p: ServingParams, profile: HardwareProfile, seed: int, label: str, engine_config, trace_tables
+) -> tuple[Callable[..., ServingRecords], Callable[[Any], dict]]:
+    """(drive, summarize) of a multi-instance variant."""
+    builders = make_instances(p, profile, seed, engine_config, trace_tables)
+    roles = [spec.get("role", "solo") for spec in p.instances]
+    main = roles.index("master") if "master" in roles else 0
+    others: dict[str, ServingRecords] = {}
+    head: dict[str, Any] = {}
+
+    def drive(watch: Any = None) -> ServingRecords:
+        insts = [b() for b in builders]
+        records = run_instances(profile, insts)
+        head.update(model=insts[main].card.name, gpu_kv_blocks=insts[main].cfg.gpu_blocks)
+        head["lent_gb"] = sum(i.lend_bytes for i in insts) / 1e9
+        names = [i.name for i in insts]
+        others.update({n: records[n] for k, n in enumerate(names) if k != main})
+        return records[names[main]]
+
+    def summarize(records: ServingRecords) -> dict:
+        row: dict[str, Any] = {"design": label.split(" | ")[0], **head}
+        row.update(serving_summary(records, p.block_tokens))
+        for name, rec in others.items():
+            s = serving_summary(rec, p.block_tokens)
+            row[f"{name}_ttft_mean_s"] = s["ttft_mean_s"]
+            row[f"{name}_tpot_mean_s"] = s["tpot_mean_s"]
+        return row
+
+    return drive, summarize

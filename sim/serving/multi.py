@@ -1,0 +1,142 @@
+"""Several serving instances in one simulation: one machine, one flow network.
+
+An *instance* is one serving engine (:class:`sim.serving.engine.Engine`):
+its own model, GPU, design, scheduler, block manager and request stream.
+:func:`run_instances` builds one :class:`sim.hw.machine.Machine` for all of
+them, starts every engine's processes on its simpy environment, runs it once
+and collects each engine's records under its instance name.  Contention is
+not modelled by a rule but comes from the structure: every engine's ops are
+flows on the same network, so two instances loading from host memory share
+the one host link their routes cross, and engines on one GPU would share its
+compute flow (one instance per GPU is required here).
+
+Roles (seed 002, SwiftCache):
+
+* ``solo`` — a plain instance;
+* ``worker`` — lends ``lend_bytes`` of its GPU's KV memory to the master (its
+  own ``cfg.gpu_blocks`` is what it keeps);
+* ``master`` — gets (when some worker lends) a ``peer`` tier above its design's tiers
+  (:func:`sim.serving.build.peer_tier`) over the workers' lent bytes, so its
+  offloads and reloads of borrowed blocks are GPU-to-GPU copies on the
+  profile's NVLink route instead of the PCIe host link.
+
+Requests reach instances by model (:func:`split_by_model`): a trace with a
+``model`` column is cut into one stream per model; an instance may also be
+given its own trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from hwprofiles import HardwareProfile
+from sim.hw.machine import Machine
+from sim.models import ModelCard
+from sim.serving.build import build_engine, peer_tier
+from sim.serving.designs import DesignParams
+from sim.serving.engine import Engine, EngineConfig
+from sim.serving.metrics import ServingRecords
+from sim.serving.requests import Request
+
+ROLES = ("solo", "master", "worker")
+
+
+@dataclass
+class Instance:
+    """One serving engine of a multi-instance run.
+
+    Attributes:
+        name: unique label; the records come back under it.
+        card: the model it serves.
+        design: its offload design (tiers below the GPU, transfer policy).
+        cfg: its engine configuration; ``cfg.gpu`` is the GPU it runs on.
+        requests: its request stream.
+        preload: requests whose KV is placed in its tiers before the run.
+        role: ``solo``, ``master`` or ``worker`` (module docstring).
+        lend_bytes: a worker's KV bytes lent to the master.
+    """
+
+    name: str
+    card: ModelCard
+    design: DesignParams
+    cfg: EngineConfig
+    requests: list[Request]
+    preload: list[Request] = field(default_factory=list)
+    role: str = "solo"
+    lend_bytes: float = 0.0
+
+
+def check_instances(instances: Sequence[Instance]) -> None:
+    """Unique names and GPUs, known roles, at most one master; raises ValueError."""
+    seen_name: set[str] = set()
+    seen_gpu: dict[str, str] = {}
+    for inst in instances:
+        if inst.role not in ROLES:
+            raise ValueError(f"instance {inst.name}: role must be one of {ROLES}")
+        if inst.name in seen_name:
+            raise ValueError(f"two instances named {inst.name!r}")
+        if inst.cfg.gpu in seen_gpu:
+            other = seen_gpu[inst.cfg.gpu]
+            raise ValueError(f"instances {other!r} and {inst.name!r} both on {inst.cfg.gpu}")
+        seen_name.add(inst.name)
+        seen_gpu[inst.cfg.gpu] = inst.name
+    if sum(inst.role == "master" for inst in instances) > 1:
+        raise ValueError("at most one master instance")
+
+
+def build_instances(profile: HardwareProfile, instances: Sequence[Instance]) -> list[Engine]:
+    """One engine per instance, all on one new machine of ``profile``."""
+    check_instances(instances)
+    machine = Machine(profile)
+    lent = {i.cfg.gpu: i.lend_bytes for i in instances if i.role == "worker"}
+    engines = []
+    for inst in instances:
+        above = []
+        if inst.role == "master" and any(b > 0 for b in lent.values()):
+            b = inst.cfg.block_tokens
+            above = [peer_tier(profile, inst.card, inst.design, b, inst.cfg.gpu, lent)]
+        engines.append(
+            build_engine(
+                profile,
+                inst.card,
+                inst.design,
+                inst.cfg,
+                inst.requests,
+                inst.preload,
+                machine=machine,
+                above=above,
+            )  # fmt: skip
+        )
+    return engines
+
+
+def run_instances(
+    profile: HardwareProfile, instances: Sequence[Instance]
+) -> dict[str, ServingRecords]:
+    """Serve every instance's requests together; records by instance name."""
+    engines = build_instances(profile, instances)
+    for e in engines:
+        e.start()
+    engines[0].env.run()
+    return {inst.name: e.collect() for inst, e in zip(instances, engines, strict=True)}
+
+
+def split_by_model(table: pa.Table, models: Sequence[str]) -> dict[str, pa.Table]:
+    """The rows of a request table with a ``model`` column, one table per model
+    of ``models`` (a row naming another model is an error: no instance serves it)."""
+    if "model" not in table.schema.names:
+        raise ValueError("the request table has no 'model' column to dispatch on")
+    col = np.asarray(table.column("model").to_pylist(), dtype=object)
+    unknown = sorted(set(col) - set(models))
+    if unknown:
+        raise ValueError(f"no instance serves model(s) {unknown}")
+    meta = table.schema.metadata
+    out = {}
+    for m in models:
+        rows = table.take(pa.array(np.flatnonzero(col == m)))
+        out[m] = rows.drop_columns(["model"]).replace_schema_metadata(meta)
+    return out
