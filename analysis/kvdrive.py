@@ -81,4 +81,4 @@ fig_breakdown.tight_layout()
 tput = runs.pivot_table(index=KEYS, columns="variant", values="tokens_per_s")
 both = {"KVDrive (SFC)", "KVDrive (DRAM only)"} <= set(tput.columns)
 ssd_over_dram = tput["KVDrive (SFC)"] / tput["KVDrive (DRAM only)"] if both else pd.Series()
-ssd_over_dram
+ssd_over_dram.round(3)
