@@ -90,3 +90,16 @@ def test_retroinfer_buffers_whole_clusters():
     assert again.info["gpu_hits"] == len(again.selected) - 12
     # the estimation zone costs compute only: 4 d FLOPs per estimated cluster
     assert again.score_flops == 2 * D * len(design.centroids) + 4 * D * 3
+
+
+def test_retroinfer_clusters_segment_by_segment():
+    # 512 prefix keys in segments of 200: 200, 200, 112 keys -> at most 13 + 13 + 7
+    # clusters of 16 (k-means drops empty ones), and no cluster mixes two segments
+    design, keys, n = _built("retroinfer", cluster_size=16, segment_tokens=200)
+    seg_of = [np.unique(m // 200) for m in design.members]
+    assert all(len(s) == 1 for s in seg_of)
+    per_seg = np.bincount([int(s[0]) for s in seg_of], minlength=3)
+    assert 0 < per_seg[0] <= 13 and 0 < per_seg[1] <= 13 and 0 < per_seg[2] <= 7
+    assert sorted(np.concatenate(design.members).tolist()) == list(range(n))
+    whole, _, _ = _built("retroinfer", cluster_size=16, segment_tokens=0)
+    assert any(len(np.unique(m // 200)) > 1 for m in whole.members)  # one k-means: mixes

@@ -75,10 +75,10 @@ def test_quest_reads_whole_pages_as_ranges():
     assert sum(len(e) for e in dec.ssd_extents) <= 3
 
 
-def _kvdrive(eviction, n=2048, window=2, dram=0):
+def _kvdrive(eviction, n=2048, window=2, dram=0, **kw):
     lay = _layout(budget=4 + 8 + 64, dram_cache_entries=dram)
     design = get_design(
-        "kvdrive", chunk_size=4, chunks_per_centroid=4, window=window, eviction=eviction
+        "kvdrive", chunk_size=4, chunks_per_centroid=4, window=window, eviction=eviction, **kw
     )
     keys = _keys(n + 8, 3)
     act = sp.csr_matrix(np.random.default_rng(1).random((16, n)) < 0.05)
@@ -122,3 +122,17 @@ def test_a_bigger_window_fetches_less():
             for t in range(8)
         )
     assert fetched[0] >= fetched[1] >= fetched[3] and fetched[0] > fetched[3]
+
+
+def test_kvdrive_dram_only_selects_the_same_and_reads_nothing_from_ssd():
+    tiered, keys, lay, n = _kvdrive("lookahead", window=1)
+    dram, _, _, _ = _kvdrive("lookahead", window=1, dram_only=True)
+    assert not dram.ssd_bytes().any()
+    rng = np.random.default_rng(4)
+    for t in range(6):  # past the local window's edge: new tokens join DRAM too
+        q = rng.normal(size=D).astype(np.float32)
+        a, b = tiered.step(t, q, keys[n + t]), dram.step(t, q, keys[n + t])
+        assert np.array_equal(a.selected, b.selected)
+        assert b.read_bytes == 0 and b.info["ssd_entries"] == 0
+        assert b.info["dram_hits"] == b.info["gpu_misses"] == a.info["gpu_misses"]
+        assert a.info["ssd_entries"] > 0  # the tiered design does read these misses

@@ -1,6 +1,9 @@
 """RetroInfer (seed 003 §2.2, §9.1): wave index and a cluster-granular GPU buffer.
 
-* index (on the GPU): k-means clusters of the prefix keys, their centroids;
+* index (on the GPU): k-means clusters of the prefix keys, their centroids,
+  clustered segment by segment (``segment_tokens`` consecutive tokens each,
+  RetroInfer's segmented clustering: a cluster never spans two segments, so
+  the build costs O(N x segment) rather than O(N^2) at long contexts);
 * selection, the tripartite attention: clusters in descending centroid
   score; the first ones up to the budget are attended *exactly* (their
   entries are selected and must be on the GPU); the next
@@ -35,13 +38,29 @@ class Params:
     estimate_clusters: int = 64  # clusters estimated from their centroid
     window: int = 2  # buffer as a multiple of the step budget
     buffer_entries: int = 0  # > 0: the buffer's capacity in entries instead of window
+    segment_tokens: int = 8192  # tokens clustered together (0: the whole prefix at once)
 
     def __post_init__(self) -> None:
         if self.cluster_size < 1:
             raise ParamError("cluster_size", f"must be >= 1, got {self.cluster_size}")
-        for name in ("estimate_clusters", "window", "buffer_entries"):
+        for name in ("estimate_clusters", "window", "buffer_entries", "segment_tokens"):
             if getattr(self, name) < 0:
                 raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
+
+
+def segmented_kmeans(
+    x: np.ndarray, cluster_size: int, segment: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """k-means (``ceil(len / cluster_size)`` clusters) over each run of ``segment``
+    rows on its own; (centroids, labels) numbered across segments in order."""
+    cents, labels, base = [], [], 0
+    for s in range(0, len(x), segment):
+        part = x[s : s + segment]
+        c, lab = kmeans(part, max(1, -(-len(part) // cluster_size)), rng)
+        cents.append(c)
+        labels.append(lab + base)
+        base += len(c)
+    return np.concatenate(cents), np.concatenate(labels)
 
 
 class RetroInfer:
@@ -60,8 +79,9 @@ class RetroInfer:
         self.layout = layout
         self.n_prefix = n = len(keys)
         self.keys = KeyLog(keys)
-        k = max(1, -(-n // p.cluster_size))
-        self.centroids, labels = kmeans(self.keys.rows(), k, rng)
+        self.centroids, labels = segmented_kmeans(
+            self.keys.rows(), p.cluster_size, p.segment_tokens or n, rng
+        )
         order = np.argsort(labels, kind="stable")
         cuts = np.cumsum(np.bincount(labels, minlength=len(self.centroids)))[:-1]
         self.members = np.split(order.astype(np.int64), cuts)

@@ -9,7 +9,9 @@ Offline (``build``, the prefill):
   is how often the prefill's observation window (the profiling queries,
   ``activations`` rows) selected it.  All entries persist on SSD in the
   packed layout (:mod:`~sim.policies.kvdrive.packing`); the most important
-  fill the in-GPU cache, the next ``layout.dram_cache_entries`` stay in DRAM.
+  fill the in-GPU cache, the next ``layout.dram_cache_entries`` stay in DRAM
+  (``dram_only``: every entry is in DRAM and nothing is read from SSD, the
+  paper's DRAM-only configuration of Fig. 21).
 
 Online (``step``): centroids in descending score until the budget fills
 (sinks and local window included, resident on the GPU as every sparse design
@@ -54,6 +56,7 @@ class Params:
     eviction: str = "lookahead"  # or "lru" (Table 3)
     warmup: bool = True  # importance-guided warm-up of GPU cache and DRAM (§7.1)
     kmeans_iters: int = 3
+    dram_only: bool = False  # the whole KV in DRAM (Fig. 21's DRAM-only): no SSD reads
 
     def __post_init__(self) -> None:
         for name in ("chunk_size", "chunks_per_centroid"):
@@ -108,7 +111,7 @@ class KVDrive:
         The per-head window allocation (:mod:`~sim.policies.kvdrive.windows`)
         calls it with each head's knapsack choice."""
         self.cache = WindowCache(capacity, self.params.eviction)
-        self.in_dram = np.zeros(self.n_prefix, dtype=bool)
+        self.in_dram = np.full(self.n_prefix, self.params.dram_only, dtype=bool)
         self.cache.warm(self.ranked[:capacity])
         self.in_dram[self.ranked[capacity : capacity + self.layout.dram_cache_entries]] = True
 
@@ -116,7 +119,7 @@ class KVDrive:
         return self.index.index_bytes(self.layout.key_bytes)
 
     def ssd_bytes(self) -> np.ndarray:
-        return self.packed.used * self.layout.entry_bytes
+        return self.packed.used * self.layout.entry_bytes * (not self.params.dram_only)
 
     def cache_bytes(self) -> int:
         """GPU memory the window cache may hold (its capacity)."""
@@ -132,7 +135,8 @@ class KVDrive:
         new = np.arange(self.placed, stop)
         lab = np.argmax(self.keys.rows()[new] @ c.T - half, axis=1)
         self.label = np.concatenate([self.label, lab])
-        self.in_dram = np.concatenate([self.in_dram, np.zeros(len(new), dtype=bool)])
+        fresh = np.full(len(new), self.params.dram_only, dtype=bool)
+        self.in_dram = np.concatenate([self.in_dram, fresh])
         for pos, cl in zip(new.tolist(), lab.tolist(), strict=True):
             self.members[cl] = np.append(self.members[cl], pos)
             self.packed.append(pos, cl)
