@@ -38,18 +38,25 @@ def test_matrix_expands_every_variant_at_every_point() -> None:
 def test_pooling_gain_grows_with_context(pool_vs_lmcache: pd.DataFrame) -> None:
     ttft = pool_vs_lmcache["ttft_mean_s"]
     gain = {n: ttft[("LMCache", n)] / ttft[("Unified KV pooling", n)] for n in (4096, 32768)}
-    assert gain[4096] > 1.0
+    # at 32K LMCache's 8 documents (34 GB) spill past its 20 GB of host memory onto the
+    # kernel-filesystem path: the pool wins.  (At 4K everything fits in host memory,
+    # where LMCache moves each byte over the DDR4 channel once and the pool, placing
+    # 41% on SSDs by Eq. (1), bounces those through the same channel twice: issue 15
+    # cause 4, a shared 21.3 GB/s channel; the pool is then slower, gain < 1.)
+    assert gain[32768] > 1.0
     assert gain[32768] > gain[4096]
 
 
 def test_every_query_hits_the_pool_and_loads_its_kv(pool_vs_lmcache: pd.DataFrame) -> None:
     df = pool_vs_lmcache
+    docs = load_scenario("unified-pooling").workload.docs
     for (design, n), r in df.iterrows():
-        tier = "pool" if design == "Unified KV pooling" else "cpu"
+        tiers = ["pool"] if design == "Unified KV pooling" else ["cpu", "ssd"]
         blocks = (n - 1) // 256  # 256-token chunks; the last one is recomputed
-        assert r[f"hit_rate_{tier}"] == pytest.approx(blocks * 256 / n)
+        hit = sum(r.get(f"hit_rate_{t}", 0.0) for t in tiers)
+        assert hit == pytest.approx(blocks * 256 / n)
         kv = get_kv(n)
-        assert r["load_gb"] == pytest.approx(2 * kv * blocks * 256 / n / 1e9, rel=1e-6)
+        assert r["load_gb"] == pytest.approx(docs * kv * blocks * 256 / n / 1e9, rel=1e-6)
 
 
 def get_kv(n: int) -> float:
