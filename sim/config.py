@@ -143,6 +143,7 @@ class ServingParams:
     gpu_memory_utilization: float = 0.9  # KV = this share of HBM minus the weights
     gpu_kv_tokens: int = 0  # GPU KV cache in tokens; 0 = from gpu_memory_utilization
     gpu_prefix_cache: bool = True
+    preempt: bool = False  # vLLM v1: prompt blocks at admission, preempt (recompute) on shortage
 
     def __post_init__(self) -> None:
         _non_negative(self, "requests", "max_inflight", "max_batched_tokens", "gpu_kv_tokens")

@@ -84,6 +84,7 @@ class Request:
     rejected: bool = False
     hits: dict[str, int] = field(default_factory=dict)  # tier -> GPU blocks hit
     computed_tokens: int = 0  # prompt tokens prefilled (not hits)
+    preemptions: int = 0  # times vLLM-style preemption sent it back to the queue
 
 
 def request_table(rows: Iterable[dict[str, Any]], block_tokens: int) -> pa.Table:
