@@ -141,9 +141,10 @@ def overload_warnings(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
 
     out, seen = [], set()
     for name, p in _variants(cfg):
-        if p.max_inflight or p.trace == "long_doc" or (p.trace, p.model) in seen:
+        key = repr(sorted((k, v) for k, v in vars(p).items() if not k.startswith("design")))
+        if p.max_inflight or p.trace == "long_doc" or key in seen:
             continue
-        seen.add((p.trace, p.model))
+        seen.add(key)
         table, _ = trace_tables(p, cfg.seed)
         rho = offered_load(table, get_model(p.model), profile, p.max_batch)
         if rho > 1:

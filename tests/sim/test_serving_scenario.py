@@ -84,21 +84,41 @@ def test_passthrough_matters_most_when_ios_are_many_and_small() -> None:
     assert gaps[4] > gaps[512] >= 1.0
 
 
+def multi_turn() -> dict:
+    """The paged-ssd scenario's multi-turn extension (the seed's future work):
+    its variants' workload overrides, less the design."""
+    cfg = load_scenario("paged-ssd")
+    (v, *_) = [v for v in cfg.variants if v.name.startswith("multi-turn")]
+    return {k: x for k, x in dict(v.overrides).items() if not k.startswith("design")}
+
+
 def test_conversation_turns_resend_a_growing_history() -> None:
     cfg = load_scenario("paged-ssd")
-    t = conversation_table(cfg.workload, seed=0).to_pandas()
-    assert (t["input_tokens"] + t["output_tokens"] <= cfg.workload.max_context).all()
+    w = dataclasses.replace(cfg.workload, **multi_turn())
+    t = conversation_table(w, seed=0).to_pandas()
+    assert (t["input_tokens"] + t["output_tokens"] <= w.max_context).all()
+    assert t["turn"].max() > 0  # sessions of several turns
     for _, s in t.groupby("session_id"):
         assert s["turn"].tolist() == list(range(len(s)))
         assert s["input_tokens"].is_monotonic_increasing
         assert s["arrival_s"].is_monotonic_increasing
-    same = conversation_table(cfg.workload, seed=0)
-    assert same.equals(conversation_table(cfg.workload, seed=0))
+    same = conversation_table(w, seed=0)
+    assert same.equals(conversation_table(w, seed=0))
+
+
+def test_the_seed_workload_is_single_turn_first_prompts() -> None:
+    # seed 001 §4.3.2: first prompts only; §3.2: --num-prompts 4096
+    w = load_scenario("paged-ssd").workload
+    t = conversation_table(w, seed=0).to_pandas()
+    # one request per prompt; a prompt + reply beyond --max-model-len is dropped
+    assert w.sessions == 4096 and 0.99 * 4096 < len(t) <= 4096
+    assert (t["turn"] == 0).all() and t["session_id"].is_unique
+    assert (t["input_tokens"] + t["output_tokens"] <= w.max_context).all()
 
 
 def test_paged_ssd_tiers_serve_what_the_gpu_lost() -> None:
     cfg = load_scenario("paged-ssd")
-    w = dataclasses.replace(cfg.workload, sessions=24, session_rate=8.0)
+    w = dataclasses.replace(cfg.workload, **{**multi_turn(), "sessions": 24, "session_rate": 8.0})
     keep = ("GPU only", "+CPU (minimal)", "+CPU (minimal) +SSD")
     variants = tuple(v for v in cfg.variants if v.name in keep)
     df = run(
