@@ -147,6 +147,7 @@ class ServingParams:
     # role (solo | master | worker), lend_share (a worker's KV share lent to the master)
     # and any field above it overrides; empty = one instance of the fields above
     instances: tuple[dict, ...] = ()
+    preempt: bool = False  # vLLM v1: prompt blocks at admission, preempt (recompute) on shortage
 
     def __post_init__(self) -> None:
         _check_instances(self)

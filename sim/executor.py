@@ -156,7 +156,7 @@ def op_physics(
         access, rates = m.ssd_access(ssd, kind == "write", nbytes / n_ios, qd)
         path.insert(0 if kind == "read" else len(path), access)
         cap, latency = rates.op_cap(n_ios), rates.latency_s
-    cpu_s = m.cpu_seconds(io_path, n_ios, queue_depth or n_ios)
+    cpu_s = m.cpu_seconds(io_path, n_ios, queue_depth or n_ios, nbytes)
     cpu_sig = m.cpu_net.intern(((m.cpu_res, 1.0),), 1.0)
     return OpPhysics(
         m.net,

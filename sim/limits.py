@@ -17,7 +17,15 @@ Every bound is a capacity of the profile or the model, never a constant:
   (``ssds``, 0 = all), the host DRAM, or the peer GPUs' HBM;
 * serving: one request's KV (``long_doc``: ``context_tokens +
   output_tokens``; ``conversation``: ``max_context``) must fit in the GPU KV
-  cache, and ``ssd_gib`` / ``cpu_gib`` within the design's SSDs / DRAM modules.
+  cache, and ``ssd_gib`` / ``cpu_gib`` within the design's SSDs / DRAM modules;
+  its prompt (``context_tokens``; ``max_context``) within the model's context
+  (the card's ``max_context``, or ``yarn_context`` where the vendor documents
+  YaRN): vLLM refuses a prompt longer than ``max_model_len`` (v1
+  ``Processor._validate_model_input``: "The decoder prompt ... is longer than
+  the maximum model length").
+
+:func:`overload_warnings` does not refuse: it says when an open-loop trace
+offers more work than the machine can serve (see there).
 """
 
 from __future__ import annotations
@@ -88,6 +96,14 @@ def _check_serving(p: Any, card: Any, profile: HardwareProfile, where: str) -> N
         "long_doc": ("context_tokens", p.context_tokens + p.output_tokens),
         "conversation": ("max_context", p.max_context),
     }.get(p.trace, ("", 0))
+    prompt = {"long_doc": p.context_tokens, "conversation": p.max_context}.get(p.trace, 0)
+    limit = max(card.max_context, card.yarn_context)
+    if key and prompt > limit:
+        how = "with YaRN" if card.yarn_context else "its config's max_context"
+        raise ConfigError(
+            f"{where}: {key}: a prompt of {prompt:,} tokens exceeds {card.name}'s context "
+            f"of {limit:,} tokens ({how}): vLLM refuses it"
+        )
     if key and tokens > gpu_tokens:
         raise ConfigError(
             f"{where}: {key}: a request of {tokens:,} tokens exceeds the GPU KV cache of "
@@ -113,4 +129,68 @@ def _dram_gib(profile: HardwareProfile) -> Any:
     return lambda name: sizes[name]
 
 
-__all__ = ["check_scenario"]
+def overload_warnings(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str]:
+    """One line per serving variant whose open-loop trace offers more work than
+    the GPU can do: offered load = arrival rate x the mean request's service
+    time > 1.  Closed-loop workloads (``max_inflight``, ``long_doc``) cannot
+    overload; no constant enters (see :func:`offered_load`)."""
+    if cfg.workload.kind != "serving":
+        return []
+    from sim.models import get_model
+    from sim.scenarios.serving import trace_tables
+
+    out, seen = [], set()
+    for name, p in _variants(cfg):
+        key = repr(sorted((k, v) for k, v in vars(p).items() if not k.startswith("design")))
+        if p.max_inflight or p.trace == "long_doc" or key in seen:
+            continue
+        seen.add(key)
+        table, _ = trace_tables(p, cfg.seed)
+        rho = offered_load(table, get_model(p.model), profile, p.max_batch)
+        if rho > 1:
+            out.append(
+                f"{cfg.source_file or cfg.name}: variant '{name}': the trace offers "
+                f"{rho:.2f}x what {profile.name} can serve with {p.model} (arrival rate x "
+                f"mean prefill + decode time): queues grow for the whole run"
+            )
+    return out
+
+
+def offered_load(table: Any, card: Any, profile: HardwareProfile, max_batch: int) -> float:
+    """Arrival rate x the mean request's service time on one GPU (a lower bound).
+
+    Rate: requests over the span of their arrivals.  Service: the roofline
+    time of the mean request's prefill alone (``sim.serving.costs``, its
+    whole prompt, no cache hits) plus its decodes, each a share
+    ``1 / max_batch`` of an iteration of ``max_batch`` equal decodes at the
+    mean context (the best batching the engine allows).  Cache hits and
+    batching of prefills can only lower the work further, so a value above 1
+    means the queue cannot drain.
+    """
+    from sim.hw.machine import Machine
+    from sim.serving.costs import iteration_cost
+
+    arrivals = table.column("arrival_s").to_numpy()
+    n = len(arrivals)
+    span = float(arrivals.max() - arrivals.min()) if n else 0.0
+    if n < 2 or span <= 0:
+        return 0.0
+    inp = float(table.column("input_tokens").to_numpy().mean())
+    outp = float(table.column("output_tokens").to_numpy().mean())
+    m, gpu = Machine(profile), profile.gpu_names[0]
+
+    def seconds(prefills: list, decodes: list, outputs: int) -> float:
+        layer, head = iteration_cost(card, prefills, decodes, outputs)
+        return m.gpu_seconds(
+            gpu,
+            layer.flops * card.layers + head.flops,
+            layer.hbm_bytes * card.layers + head.hbm_bytes,
+        )
+
+    prefill = seconds([(max(1, round(inp)), 0)], [], 1)
+    ctx = round(inp + outp / 2)
+    decode = seconds([], [ctx] * max_batch, max_batch) / max_batch * max(outp - 1, 0)
+    return (n - 1) / span * (prefill + decode)
+
+
+__all__ = ["check_scenario", "offered_load", "overload_warnings"]

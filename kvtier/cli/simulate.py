@@ -19,7 +19,7 @@ from kvtier.units import fmt_bytes
 from kvtier.validate import check_out_dir, int_arg
 from sim.config import ConfigError, load_scenario
 from sim.executor import simulate
-from sim.limits import check_scenario
+from sim.limits import check_scenario, overload_warnings
 from sim.runner import run
 
 
@@ -54,6 +54,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
             raise ConfigError(f"--steps: a {cfg.workload.kind} scenario has no decode steps")
         cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, steps=args.steps))
     check_scenario(cfg, profile)  # what the profile cannot hold, refused before simulating
+    for line in overload_warnings(cfg, profile):  # what it can hold but not serve in time
+        console.print(f"[yellow]warning[/yellow]: {line}")
     out = Path(args.out) / cfg.name / profile.name
     run = run_id(cmd="sim", scenario=cfg.to_dict(), hw=dataclasses.asdict(profile), t=args.trace)
     label = f"sim {cfg.name} on {profile.name}, seed {cfg.seed}"

@@ -47,6 +47,9 @@ from sim.engine.flownet import FlowNetwork
 from sim.hw.iometer import IoMeter
 from sim.models.cost import LayerCost, roofline_seconds
 
+# the page cache's unit: the x86-64 base page (PAGE_SIZE, arch/x86/include/asm/page_types.h)
+PAGE_BYTES = 4096
+
 
 class RouteError(ValueError):
     """No path between two nodes, or a node the profile does not have."""
@@ -221,23 +224,29 @@ class Machine:
         rates = ssd_rates(spec, write, io_bytes, queue_depth, eff)
         return (self.ssd_res[ssd], 1.0 / rates.device_rate), rates
 
-    def cpu_seconds(self, io_path: str, n_ios: int, queue_depth: int) -> float:
-        """CPU time to submit and complete ``n_ios`` I/Os on ``io_path``.
+    def cpu_seconds(self, io_path: str, n_ios: int, queue_depth: int, nbytes: float = 0.0) -> float:
+        """CPU time to submit and complete ``n_ios`` I/Os of ``nbytes`` on ``io_path``.
 
-        kernel_fs: one syscall and one filesystem traversal per I/O (pread);
-        io_uring: block-layer cost per I/O, one io_uring_enter per batch of
-        ``queue_depth``; passthrough: user-space driver cost per I/O, no
-        syscall; gds: cuFile cost on top of the kernel path per I/O; none:
-        DMA copies and compute, no CPU.  The executor runs this on one core
-        per op, which the drivers make one core (one ring) per SSD (see
+        kernel_fs: buffered reads/writes through the page cache.  The kernel
+        handles the data page by page (page-cache lookup, copy to or from the
+        user buffer, filesystem mapping), so the filesystem cost
+        ``kernel_fs_per_io_us`` is paid per 4 KiB page, ``max(n_ios,
+        ceil(nbytes / 4096))`` pages, and one syscall per I/O; the device sees
+        the I/Os themselves (readahead-sized for the serving designs,
+        :mod:`sim.serving.designs`).  With 4 KiB I/Os (or ``nbytes`` left 0)
+        pages = I/Os.  io_uring: block-layer cost per I/O, one io_uring_enter
+        per batch of ``queue_depth``; passthrough: user-space driver cost per
+        I/O, no syscall; gds: cuFile cost on top of the kernel path per I/O;
+        none: DMA copies and compute, no CPU.  The executor runs this on one
+        core per op, which the drivers make one core (one ring) per SSD (see
         :mod:`sim.executor`, "Who issues I/O").
         """
         sw = self.profile.software
         if io_path == "none" or n_ios == 0:
             return 0.0
         if io_path == "kernel_fs":
-            per = sw.kernel_fs_per_io_us + sw.syscall_us
-            return us(n_ios * per)
+            pages = max(n_ios, math.ceil(nbytes / PAGE_BYTES))
+            return us(pages * sw.kernel_fs_per_io_us + n_ios * sw.syscall_us)
         if io_path == "io_uring":
             batches = math.ceil(n_ios / max(1, queue_depth))
             return us(n_ios * sw.io_uring_per_io_us + batches * sw.syscall_us)

@@ -67,6 +67,9 @@ class ModelCard:
         tied_embeddings: input embedding and output head share one matrix.
         dtype_bytes: bytes per weight and per KV element (2: bf16/fp16).
         max_context: longest context the released config supports, tokens.
+        yarn_context: longest context with YaRN rope scaling where the vendor's
+            model card documents it (Qwen3: 131,072), tokens; 0 = none.  YaRN
+            changes positions only, not the KV size.
         source: where the numbers come from (config.json URL, seed table).
     """
 
@@ -86,6 +89,7 @@ class ModelCard:
     experts: int = 0
     experts_active: int = 0
     tied_embeddings: bool = False
+    yarn_context: int = 0
     dtype_bytes: int = field(default=2, metadata=_POSITIVE)
 
     # ---- KV cache -------------------------------------------------------

@@ -145,6 +145,7 @@ def engine_config(p: ServingParams, profile: HardwareProfile) -> EngineConfig:
         max_batched_tokens=p.max_batched_tokens,
         prefix_cache=p.gpu_prefix_cache,
         max_inflight=p.max_inflight,
+        preempt=p.preempt,
         gpu=profile.gpu_names[0],
     )
 

@@ -19,10 +19,14 @@ profile has it.  Configurations: GPU only, +CPU, +CPU+SSD (§3.2-3.5).
 baseline, §II-A, Fig. 1): one host-memory module and one SSD, every stored
 chunk written to host memory and through it to the SSD via the kernel
 filesystem, retrieval "serialized through host-memory and SSD" (§III-B): one
-I/O stream.  Kernel-filesystem reads go through the page cache, which the
-kernel handles page by page, so the per-I/O CPU cost of ``kernel_fs`` is
-paid per 4 KiB (``io_kib`` default for that path); SPDK passthrough issues
-NVMe commands of up to 128 KiB (a common MDTS).  +LP: layer-wise pipelining
+I/O stream.  Kernel-filesystem reads are buffered: the kernel handles the
+data page by page (the CPU cost of ``kernel_fs`` is paid per 4 KiB page,
+:meth:`sim.hw.machine.Machine.cpu_seconds`) while the device sees
+readahead-sized requests, 128 KiB by default (Linux ``VM_READAHEAD_PAGES`` =
+``SZ_128K / PAGE_SIZE``, include/linux/mm.h; sysfs ``read_ahead_kb`` = 128);
+seed 004 is silent on I/O size, readahead and O_DIRECT.  SPDK passthrough
+issues NVMe commands of up to 128 KiB (a common MDTS), so every path
+defaults to 128 KiB I/Os.  +LP: layer-wise pipelining
 (§II-B1); +AsyncKV: loads start when the request arrives (§II-B2).  Unified
 KV pooling (§IV): every DRAM module and SSD in one flat pool, placement by
 bandwidth (Algorithm 1, :mod:`sim.serving.placement`), one I/O stream per
@@ -42,6 +46,8 @@ from sim.registry import SERVING_DESIGNS, ParamError
 register = SERVING_DESIGNS.register  # register("name", DesignParams, preset={...})
 
 LOADS = ("off", "schedule", "arrival")
+# 128 KiB: Linux's default readahead (kernel_fs) and a common NVMe MDTS (passthrough)
+IO_KIB_DEFAULT = 128
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ class DesignParams:
     block_factor: int = 1  # an offload block is this many GPU blocks (seed 001 §2.3)
     cpu_to_ssd: str = "on_evict"  # on_evict: CPU victims demoted to SSD; write_through: both
     io_path: str = "io_uring"  # SSD software path (kernel_fs | io_uring | passthrough | gds)
-    io_kib: int = 0  # SSD I/O size; 0 = the path's default (4 KiB kernel_fs, else 128 KiB)
+    io_kib: int = 0  # SSD I/O size; 0 = the default, 128 KiB (readahead / MDTS, see above)
     gds: bool = False  # SSD <-> GPU directly (GPUDirect Storage) where the profile allows
     layerwise: bool = False  # layer-wise pipelining: layer l computes once its KV is in
     async_load: str = "off"  # off: in the forward pass; schedule: park while loading; arrival
@@ -82,7 +88,7 @@ class DesignParams:
         """Size of one SSD I/O on this design's software path."""
         if self.io_kib:
             return self.io_kib * 1024
-        return 4096 if self.io_path == "kernel_fs" else 128 * 1024
+        return IO_KIB_DEFAULT * 1024
 
     @property
     def has_offload(self) -> bool:

@@ -13,7 +13,13 @@ and writes every op down as it goes.
   every tier and admitted if the GPU can hold its whole context (prompt plus
   output: blocks are reserved for its lifetime, so no preemption is needed);
   otherwise the queue waits.  A request larger than the GPU cache is
-  rejected.
+  rejected.  With ``preempt`` (vLLM v1's scheduler) a request reserves only
+  its prompt's blocks and takes one more each time its decodes fill one;
+  when none is free the newest running request is preempted (vLLM v1's
+  only mode, RECOMPUTE: its blocks are freed, it goes back to the head of
+  the queue and prefills its prompt again, hitting whatever the GPU prefix
+  cache or the offload tiers still hold of it; the recompute of its
+  generated tokens is not charged).
 * **Loading.**  ``async_load: off``: the hits are loaded by the forward pass
   of the request's first iteration, which waits for them (all of them, or
   layer by layer with layer-wise pipelining: layer l computes as soon as
@@ -67,6 +73,7 @@ class EngineConfig:
     max_batched_tokens: int = 0  # tokens per iteration; 0 = unlimited (no chunked prefill)
     prefix_cache: bool = True  # keep finished requests' blocks on the GPU for reuse
     max_inflight: int = 0  # client: outstanding requests at most; 0 = open loop
+    preempt: bool = False  # vLLM v1: blocks as tokens need them, preempt the newest on shortage
     gpu: str = "gpu0"
     keep_plan: bool = True  # write the issued plan down (extents, dependencies) for replay
 
@@ -202,7 +209,7 @@ class Engine:
         if not n_load:
             return
         gpu = self.mgr.gpu
-        ahead = sum(q.total_blocks - len(q.blocks) - q.private for q in self.waiting if q is not s)
+        ahead = sum(self._target(q) - len(q.blocks) - q.private for q in self.waiting if q is not s)
         if gpu.free + len(gpu.evictable) - n_load < ahead:
             return
         if self.mgr.acquire(s, hit, n_load):
@@ -224,16 +231,17 @@ class Engine:
         while self.waiting and len(self.running) + len(self.parked) < self.cfg.max_batch:
             s = self.waiting[0]
             if s.blocks or s.private:  # prefetched on arrival
-                if not self.mgr.grow(s, s.total_blocks - len(s.blocks) - s.private):
+                if not self.mgr.grow(s, self._target(s) - len(s.blocks) - s.private):
                     return
             else:
                 hit = self.mgr.lookup(s)
-                if not self.mgr.acquire(s, hit, s.total_blocks - len(hit.gpu)):
+                if not self.mgr.acquire(s, hit, self._target(s) - len(hit.gpu)):
                     return
                 if s.lookup is not None and self.design.async_load != "off":
                     self._start_async(s)
             self.waiting.popleft()
-            self.log.admit_s[self.row[s]] = self.env.now
+            if not s.req.preemptions:  # the first admission; a preempted one is re-admitted
+                self.log.admit_s[self.row[s]] = self.env.now
             (self.parked if s.load is not None else self.running).append(s)
 
     # ---- iterations -----------------------------------------------------------------
@@ -307,13 +315,48 @@ class Engine:
                 s.prefilled += chunk
                 self.log.computed_tokens[self.row[s]] += chunk
                 self.offload.store(self.mgr.computed(s))
-                if s.prefill_left == 0:
+                if s.prefill_left == 0 and s.generated == 0:  # not a preempted one's recompute
                     self.log.first_token_s[self.row[s]] = now
                     s.generated = 1
             else:
                 s.generated += 1
             if s.prefill_left == 0 and s.generated >= s.req.output_tokens:
                 self._finish(s)
+        if self.cfg.preempt:
+            self._grow_or_preempt()
+
+    # ---- vLLM v1 incremental allocation and preemption ------------------------------
+    def _target(self, s: Seq) -> int:
+        """GPU blocks ``s`` takes at admission: its whole context, or with
+        ``preempt`` its prompt and any tokens it generated before a preemption
+        (vLLM v1 allocates as tokens arrive and recomputes them all)."""
+        if not self.cfg.preempt:
+            return s.total_blocks
+        return math.ceil((s.req.input_tokens + s.generated) / self.B)  # + tokens it had made
+
+    def _grow_or_preempt(self) -> None:
+        """Give each running request (oldest first) the block its next token
+        needs; when none is free, preempt the newest running request until it
+        is (vLLM v1 ``Scheduler.schedule``: ``self.running.pop()``)."""
+        for s in list(self.running):
+            if s not in self.running or s.prefill_left > 0:
+                continue
+            need = math.ceil((s.req.input_tokens + s.generated) / self.B)  # after next decode
+            more = need - len(s.blocks) - s.private
+            while more > 0 and not self.mgr.grow(s, more):
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is s:
+                    break
+
+    def _preempt(self, s: Seq) -> None:
+        """RECOMPUTE preemption: free ``s``'s blocks, requeue it at the head."""
+        self.mgr.release(s)
+        self.running.remove(s)
+        s.cached_tokens = s.prefilled = s.stored_groups = 0
+        s.lookup = s.load = None
+        s.req.preemptions += 1
+        self.waiting.appendleft(s)
 
     # ---- results --------------------------------------------------------------------
     def _sample(self) -> None:

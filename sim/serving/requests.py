@@ -82,6 +82,7 @@ class Request:
     # one int64 array (:func:`load_requests`) or any sequence of ints
     hashes: Sequence[int]
     hits: dict[str, int] = field(default_factory=dict)  # tier -> GPU blocks hit (manager)
+    preemptions: int = 0  # times vLLM-style preemption sent it back to the queue (engine)
 
 
 def request_table(rows: Iterable[dict[str, Any]], block_tokens: int) -> pa.Table:

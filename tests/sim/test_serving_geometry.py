@@ -151,15 +151,20 @@ def test_a_load_reads_exactly_the_ranges_its_store_wrote() -> None:
 
 
 def test_ssd_ops_count_ios_per_layer_as_the_simulator_does() -> None:
-    # LMCache on the kernel filesystem: 4 KiB I/Os; a 64 KiB layer (16 tokens) is 16 of them
+    # LMCache on the kernel filesystem with 4 KiB I/Os: a 64 KiB layer (16 tokens) is 16
     rows = [row(0, 0.0, 512, list(range(1, 33))), row(1, 0.5, 512, list(range(1, 33)))]
-    rec = engine(rows, "lmcache", {"cpu_gib": 1.0, "ssd_gib": 1.0}).run()
+    rec = engine(rows, "lmcache", {"cpu_gib": 1.0, "ssd_gib": 1.0, "io_kib": 4}).run()
     plan = rec.plan.to_pandas()
     io = plan[plan["kind"].isin(["read", "write"])]
     assert len(io) and (io["n_ios"] == io["bytes"] // (64 * KiB) * 16).all()
     lengths = io_extents(rec.plan).length
     assert (lengths == 4 * KiB).all()
     assert plan.loc[plan["kind"] == "copy", "extents"].map(len).eq(0).all()  # DRAM: none
+    # by default 128 KiB readahead I/Os, capped by one range: one I/O per 64 KiB layer
+    rec = engine(rows, "lmcache", {"cpu_gib": 1.0, "ssd_gib": 1.0}).run()
+    io = rec.plan.to_pandas().query("kind in ['read', 'write']")
+    assert len(io) and (io["n_ios"] == io["bytes"] // (64 * KiB)).all()
+    assert (io_extents(rec.plan).length == 64 * KiB).all()
 
 
 # ---- validation and real replay ------------------------------------------------------------

@@ -38,18 +38,25 @@ def test_matrix_expands_every_variant_at_every_point() -> None:
 def test_pooling_gain_grows_with_context(pool_vs_lmcache: pd.DataFrame) -> None:
     ttft = pool_vs_lmcache["ttft_mean_s"]
     gain = {n: ttft[("LMCache", n)] / ttft[("Unified KV pooling", n)] for n in (4096, 32768)}
-    assert gain[4096] > 1.0
+    # at 32K LMCache's 8 documents (34 GB) spill past its 20 GB of host memory onto the
+    # kernel-filesystem path: the pool wins.  (At 4K everything fits in host memory,
+    # where LMCache moves each byte over the DDR4 channel once and the pool, placing
+    # 41% on SSDs by Eq. (1), bounces those through the same channel twice: issue 15
+    # cause 4, a shared 21.3 GB/s channel; the pool is then slower, gain < 1.)
+    assert gain[32768] > 1.0
     assert gain[32768] > gain[4096]
 
 
 def test_every_query_hits_the_pool_and_loads_its_kv(pool_vs_lmcache: pd.DataFrame) -> None:
     df = pool_vs_lmcache
+    docs = load_scenario("unified-pooling").workload.docs
     for (design, n), r in df.iterrows():
-        tier = "pool" if design == "Unified KV pooling" else "cpu"
+        tiers = ["pool"] if design == "Unified KV pooling" else ["cpu", "ssd"]
         blocks = (n - 1) // 256  # 256-token chunks; the last one is recomputed
-        assert r[f"hit_rate_{tier}"] == pytest.approx(blocks * 256 / n)
+        hit = sum(r.get(f"hit_rate_{t}", 0.0) for t in tiers)
+        assert hit == pytest.approx(blocks * 256 / n)
         kv = get_kv(n)
-        assert r["load_gb"] == pytest.approx(2 * kv * blocks * 256 / n / 1e9, rel=1e-6)
+        assert r["load_gb"] == pytest.approx(docs * kv * blocks * 256 / n / 1e9, rel=1e-6)
 
 
 def get_kv(n: int) -> float:
@@ -77,21 +84,41 @@ def test_passthrough_matters_most_when_ios_are_many_and_small() -> None:
     assert gaps[4] > gaps[512] >= 1.0
 
 
+def multi_turn() -> dict:
+    """The paged-ssd scenario's multi-turn extension (the seed's future work):
+    its variants' workload overrides, less the design."""
+    cfg = load_scenario("paged-ssd")
+    (v, *_) = [v for v in cfg.variants if v.name.startswith("multi-turn")]
+    return {k: x for k, x in dict(v.overrides).items() if not k.startswith("design")}
+
+
 def test_conversation_turns_resend_a_growing_history() -> None:
     cfg = load_scenario("paged-ssd")
-    t = conversation_table(cfg.workload, seed=0).to_pandas()
-    assert (t["input_tokens"] + t["output_tokens"] <= cfg.workload.max_context).all()
+    w = dataclasses.replace(cfg.workload, **multi_turn())
+    t = conversation_table(w, seed=0).to_pandas()
+    assert (t["input_tokens"] + t["output_tokens"] <= w.max_context).all()
+    assert t["turn"].max() > 0  # sessions of several turns
     for _, s in t.groupby("session_id"):
         assert s["turn"].tolist() == list(range(len(s)))
         assert s["input_tokens"].is_monotonic_increasing
         assert s["arrival_s"].is_monotonic_increasing
-    same = conversation_table(cfg.workload, seed=0)
-    assert same.equals(conversation_table(cfg.workload, seed=0))
+    same = conversation_table(w, seed=0)
+    assert same.equals(conversation_table(w, seed=0))
+
+
+def test_the_seed_workload_is_single_turn_first_prompts() -> None:
+    # seed 001 §4.3.2: first prompts only; §3.2: --num-prompts 4096
+    w = load_scenario("paged-ssd").workload
+    t = conversation_table(w, seed=0).to_pandas()
+    # one request per prompt; a prompt + reply beyond --max-model-len is dropped
+    assert w.sessions == 4096 and 0.99 * 4096 < len(t) <= 4096
+    assert (t["turn"] == 0).all() and t["session_id"].is_unique
+    assert (t["input_tokens"] + t["output_tokens"] <= w.max_context).all()
 
 
 def test_paged_ssd_tiers_serve_what_the_gpu_lost() -> None:
     cfg = load_scenario("paged-ssd")
-    w = dataclasses.replace(cfg.workload, sessions=24, session_rate=8.0)
+    w = dataclasses.replace(cfg.workload, **{**multi_turn(), "sessions": 24, "session_rate": 8.0})
     keep = ("GPU only", "+CPU (minimal)", "+CPU (minimal) +SSD")
     variants = tuple(v for v in cfg.variants if v.name in keep)
     df = run(

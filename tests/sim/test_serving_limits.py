@@ -1,0 +1,76 @@
+"""Issue 15 cause 7: prompts beyond the model's context are refused (YaRN where
+the card documents it), and an open-loop trace beyond the machine's rate is
+named before simulating."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow as pa
+import pytest
+
+from hwprofiles import load_profile
+from sim.config import ConfigError, load_scenario
+from sim.limits import check_scenario, offered_load, overload_warnings
+from sim.models import get_model
+
+H100 = load_profile("h100-2dimm-2ssd")
+
+
+def pooling(**workload):
+    cfg = load_scenario("unified-pooling")
+    w = dataclasses.replace(cfg.workload, matrix={}, **workload)
+    return dataclasses.replace(cfg, workload=w, variants=cfg.variants[:1])
+
+
+def test_prompt_beyond_the_config_context_is_refused() -> None:
+    # Llama-3.1-8B: max_position_embeddings 131,072; its KV still fits the H100
+    check_scenario(pooling(model="Llama-3.1-8B", context_tokens=131_072), H100)
+    with pytest.raises(ConfigError, match=r"context_tokens: a prompt of 131,073 tokens .*131,072"):
+        check_scenario(pooling(model="Llama-3.1-8B", context_tokens=131_073), H100)
+
+
+def test_yarn_extends_qwen3_where_its_card_says_so() -> None:
+    card = get_model("Qwen3-30B-A3B")
+    assert (card.max_context, card.yarn_context) == (40_960, 131_072)
+    check_scenario(pooling(model="Qwen3-30B-A3B", context_tokens=131_072), H100)
+    with pytest.raises(ConfigError, match="with YaRN"):
+        check_scenario(pooling(model="Qwen3-30B-A3B", context_tokens=131_073), H100)
+
+
+def test_offered_load_of_a_prefill_only_trace_by_hand() -> None:
+    """Two 1,024-token prompts one second apart, one output token each: the
+    load is one prefill's roofline time per second; at 1K tokens on an H100
+    Llama-3.1-8B's prefill is compute-bound, so it is its FLOPs / tensor rate."""
+    c = get_model("Llama-3.1-8B")
+    table = pa.table({"arrival_s": [0.0, 1.0], "input_tokens": [1024, 1024],
+                      "output_tokens": [1, 1]})  # fmt: skip
+    n = 1024
+    flops = c.layers * (
+        2 * c.layer_active_params * n + 4 * c.q_heads * c.head_dim * n * (n + 1) / 2
+    )
+    flops += 2 * c.vocab_size * c.hidden_size  # the output head, once
+    tensor = H100.gpu.bf16_tflops * 1e12 * H100.efficiency.tensor
+    # upper bound of the bytes: every weight and the prompt's KV once
+    hbm = c.params_total_b * 1e9 * c.dtype_bytes + n * c.kv_bytes_per_token
+    assert hbm / (H100.gpu.hbm_gbps * 1e9 * H100.efficiency.hbm) < flops / tensor
+    assert offered_load(table, c, H100, max_batch=128) == pytest.approx(flops / tensor, rel=1e-9)
+
+
+def test_overload_is_named_and_a_light_trace_is_not() -> None:
+    cfg = load_scenario("unified-pooling")
+    light = dict(trace="conversation", model="Llama-3.1-8B", matrix={}, max_inflight=0,
+                 sessions=64, turns=1.0, prompt_tokens=2048, max_context=4096)  # fmt: skip
+    variants = cfg.variants[:1]
+    slow = dataclasses.replace(cfg, workload=dataclasses.replace(
+        cfg.workload, session_rate=0.01, **light), variants=variants)  # fmt: skip
+    assert overload_warnings(slow, H100) == []
+    # 64 prompts of ~2K tokens within ~6 ms: ~0.1 s of prefill each, ~1,000x overloaded
+    fast = dataclasses.replace(slow, workload=dataclasses.replace(slow.workload,
+                               session_rate=10_000.0))  # fmt: skip
+    (line,) = overload_warnings(fast, H100)
+    assert "can serve with Llama-3.1-8B" in line and "LMCache" in line
+    # a closed-loop client cannot overload
+    closed = dataclasses.replace(fast, workload=dataclasses.replace(fast.workload,
+                                 max_inflight=1))  # fmt: skip
+    assert overload_warnings(closed, H100) == []
