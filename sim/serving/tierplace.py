@@ -70,9 +70,7 @@ def place_single(
     return placed, waiting
 
 
-def _room_single(
-    tier: OffloadTier, b: float, c: float, evict: EvictFn | None
-) -> tuple[str, bool]:
+def _room_single(tier: OffloadTier, b: float, c: float, evict: EvictFn | None) -> tuple[str, bool]:
     """:meth:`OffloadTier.make_room` for ``b`` bytes on a one-device tier of
     capacity ``c`` that is short of them: the same victims, taken straight
     off the device's LRU.  Returns (verdict, dry): ``dry`` when the tier has
