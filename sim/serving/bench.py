@@ -46,8 +46,9 @@ pool-passthrough-only    5.37 / 453 / 84x / 169        31.1 / 453 / 15x / 241
 =======================  ============================  ============================
 
 4K requests at block 256: lmcache 14.2 s / 2,175 s / 153x / 233 MiB; pool
-29.5 s / 2,147 s / 73x / 233 MiB; gpu-only 3.96 s / 2,170 s / 548x / 233 MiB
-(the RSS is the trace's: the same before the run).  Wall time grows faster
+29.5 s / 2,147 s / 73x / 233 MiB; gpu-only 3.96 s / 2,170 s / 548x / 233 MiB;
+paged-cpu-ssd 29.7 s / 2,086 s / 70x / 233 MiB (the RSS is the trace's: the
+same before the run).  Wall time grows faster
 than the request count (lmcache 1K -> 4K: 7.6x the wall for 4.2x the span):
 the tiers fill and every store then evicts.  Below 300x real time: every
 offloading design at block 16, the pool and the demoting designs at 256.
