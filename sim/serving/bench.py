@@ -23,6 +23,35 @@ the op records need neither).  Prints requests served, simulated span
 (last finish), wall time, speed vs real time (simulated span / wall) and
 the process's peak RSS, at the end and before the run's first event (the
 trace and the engine's setup), so what the run itself adds shows.
+
+Measured 2026-11-24 (branch sonline: one-device tiers decide a set's keys
+after the LRU runs dry at once; demotion pieces made per store, not per
+victim), Llama-3.1-8B on h100-2dimm-2ssd, seed 0, run back to back on the
+2-core machine shared with other work (load average 3.8-6.3 throughout):
+wall (s) / simulated span (s) / speed vs real time / peak RSS (MiB).
+
+=======================  ============================  ============================
+design                   block 256, 1K requests        block 16, 1K requests
+=======================  ============================  ============================
+gpu-only                 0.41 / 499 / 1,204x / 158     2.20 / 496 / 226x / 198
+lmcache                  1.87 / 514 / 275x / 169       25.4 / 516 / 20x / 285
+lmcache-lp               1.77 / 479 / 271x / 174       10.7 / 474 / 44x / 234
+lmcache-lp-async         3.12 / 449 / 144x / 169       11.2 / 444 / 40x / 239
+paged-cpu                0.95 / 499 / 528x / 163       2.59 / 499 / 193x / 198
+paged-cpu-ssd            3.15 / 451 / 143x / 172       49.5 / 453 / 9.2x / 277
+paged-ssd                1.15 / 455 / 397x / 166       9.67 / 461 / 48x / 201
+pool                     4.54 / 485 / 107x / 176       59.7 / 479 / 8.0x / 263
+pool-orchestrator-only   7.06 / 480 / 68x / 178        66.3 / 482 / 7.3x / 264
+pool-passthrough-only    5.37 / 453 / 84x / 169        31.1 / 453 / 15x / 241
+=======================  ============================  ============================
+
+4K requests at block 256: lmcache 14.2 s / 2,175 s / 153x / 233 MiB; pool
+29.5 s / 2,147 s / 73x / 233 MiB; gpu-only 3.96 s / 2,170 s / 548x / 233 MiB;
+paged-cpu-ssd 29.7 s / 2,086 s / 70x / 233 MiB (the RSS is the trace's: the
+same before the run).  Wall time grows faster
+than the request count (lmcache 1K -> 4K: 7.6x the wall for 4.2x the span):
+the tiers fill and every store then evicts.  Below 300x real time: every
+offloading design at block 16, the pool and the demoting designs at 256.
 """
 
 from __future__ import annotations

@@ -215,3 +215,50 @@ def _layer_runs(first: np.ndarray, count: np.ndarray, stride: int, length: int) 
     out[:, 0] = np.repeat(np.asarray(first, dtype=np.int64), n) + rel * stride
     out[:, 1] = length
     return out
+
+
+def store_pieces_each(
+    src: OffloadTier | None, dst: OffloadTier, entries: Sequence[Entry], gpu: str
+) -> list[list[Piece]]:
+    """``store_pieces(src, dst, [e], gpu)`` for each of ``entries`` (a transfer
+    each: one demotion per victim), with the layout work done once per layout
+    pair and the ranges of all its entries made in one numpy expression (each
+    entry's pieces hold views of them)."""
+    stride = layer_stride(dst.layer_bytes)
+    length = int(round(dst.layer_bytes))
+    whole = ((-1, 0, dst.layers),)
+    pairs: dict[tuple[Runs, Runs], list[int]] = {}
+    for i, e in enumerate(entries):
+        s_runs = whole if src is None else src.entries[e.key].runs
+        pairs.setdefault((s_runs, e.runs), []).append(i)
+    out: list[list[Piece]] = [[] for _ in entries]
+    for (s_runs, d_runs), idx in pairs.items():
+        slots = np.array([entries[i].slots for i in idx], dtype=np.int64).reshape(len(idx), -1)
+        for (a, b), parts in _cuts(src, dst, s_runs, d_runs, gpu):
+            count = np.array([c for _r, _off, c in parts], dtype=np.int64)
+            run = np.repeat(np.array([r for r, _off, _c in parts], dtype=np.int64), count)
+            rel = np.concatenate([np.arange(off, off + c) for _r, off, c in parts]) * stride
+            ext = np.empty((len(idx), len(run), 2), dtype=np.int64)
+            ext[:, :, 0] = slots[:, run] + rel
+            ext[:, :, 1] = length
+            nbytes = _sum_layers(count, dst.layer_bytes)
+            for j, i in enumerate(idx):
+                out[i].append(Piece(a, b, nbytes, extents=ext[j]))
+    return out
+
+
+def _cuts(
+    src: OffloadTier | None, dst: OffloadTier, s_runs: Runs, d_runs: Runs, gpu: str
+) -> list[tuple[tuple[str, str], list[tuple[int, int, int]]]]:
+    """One entry's copy from ``s_runs`` to ``d_runs``, per (source device,
+    destination device) in order of first appearance: its parts (destination
+    run index, first layer within that run, layers), in :func:`store_pieces`'s
+    loop order."""
+    parts: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
+    for r, (dd, d0, d1) in enumerate(d_runs):
+        for sd, s0, s1 in s_runs:
+            lo, hi = max(d0, s0), min(d1, s1)
+            if hi > lo:
+                k = (src.devices[sd] if src is not None else gpu, dst.devices[dd])
+                parts.setdefault(k, []).append((r, lo - d0, hi - lo))
+    return list(parts.items())

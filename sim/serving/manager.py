@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
-from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces
+from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
 from sim.serving.requests import Request
 
 
@@ -97,7 +97,8 @@ class BlockManager:
         self.B = block_tokens
         self.k = design.block_factor
         self.gpu_name = gpu_name
-        self._demotions: list[Transfer] = []  # decided while placing, handed out after
+        # demotions decided while placing (tier, below, new entry, victim), handed out after
+        self._demotions: list[tuple[OffloadTier, OffloadTier, Entry, Entry]] = []
 
     # ---- lookup and admission ----------------------------------------------------
     def lookup(self, s: Seq) -> Lookup:
@@ -228,7 +229,7 @@ class BlockManager:
         placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
         for key in set(pending) - {e.key for e in placed} - set(waiting):
             self.gpu.release(sources[key], 0)  # no room: not offloaded
-        demotions, self._demotions = self._demotions, []
+        demotions = self._demotion_transfers()
         store = None
         if placed:
             pieces = store_pieces(None, tier, placed, self.gpu_name)
@@ -281,9 +282,26 @@ class BlockManager:
         placed, _ = below.place([e.key], None)
         if not placed:
             return False
-        pieces = store_pieces(tier, below, placed, self.gpu_name)
-        self._demotions.append(Transfer("demote", "dst", -1, pieces, tier, below, placed, [e]))
+        self._demotions.append((tier, below, placed[0], e))
         return True
+
+    def _demotion_transfers(self) -> list[Transfer]:
+        """The demotions :meth:`_evict` decided, in that order: a transfer per
+        victim, their pieces made together per (tier, tier below)
+        (:func:`store_pieces_each`: each the pieces of that victim alone)."""
+        decided, self._demotions = self._demotions, []
+        by_pair: dict[tuple[OffloadTier, OffloadTier], list[int]] = {}
+        for n, (tier, below, _new, _old) in enumerate(decided):
+            by_pair.setdefault((tier, below), []).append(n)
+        pieces: list = [None] * len(decided)
+        for (tier, below), idx in by_pair.items():
+            made = store_pieces_each(tier, below, [decided[n][2] for n in idx], self.gpu_name)
+            for n, p in zip(idx, made, strict=True):
+                pieces[n] = p
+        return [
+            Transfer("demote", "dst", -1, p, tier, below, [new], [old])
+            for (tier, below, new, old), p in zip(decided, pieces, strict=True)
+        ]
 
     # ---- warm-up ------------------------------------------------------------------
     def preload(self, req: Request) -> None:

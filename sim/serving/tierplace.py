@@ -56,29 +56,39 @@ def place_single(
         if evict is None:  # victims are dropped: keys that replace them, fused
             i = _replace_single(tier, new, i, runs, nbytes, placed, waiting)
             continue
-        verdict = _room_single(tier, b, c, evict)
+        verdict, dry = _room_single(tier, b, c, evict)
         if verdict == "ok":
             placed += tier.add(new[i : i + 1], runs, nbytes)
             tier.used[0] += b
+        elif dry:  # no victim left: every later key finds the same tier, same verdict
+            if verdict == "wait":
+                waiting += new[i:]
+            break
         elif verdict == "wait":
             waiting.append(new[i])
         i += 1
     return placed, waiting
 
 
-def _room_single(tier: OffloadTier, b: float, c: float, evict: EvictFn | None) -> str:
+def _room_single(tier: OffloadTier, b: float, c: float, evict: EvictFn | None) -> tuple[str, bool]:
     """:meth:`OffloadTier.make_room` for ``b`` bytes on a one-device tier of
     capacity ``c`` that is short of them: the same victims, taken straight
-    off the device's LRU."""
+    off the device's LRU.  Returns (verdict, dry): ``dry`` when the tier has
+    no evictable entry left (or ``b`` exceeds ``c``), so that a later key of
+    the same set, needing the same ``b`` of a tier that only its placement
+    changes (new entries are not ready, victims are gone or draining), gets
+    the same verdict without looking."""
     if b > c:
-        return "full"
+        return "full", True
     short = tier.used[0] + b - c
     victims: list[Entry] = []
     taken: set[int] = set()
     lru, entries = tier.lru, tier.entries
+    dry = False
     while short > SLACK:
         e = lru.top(0, entries, taken)
         if e is None:
+            dry = True
             break
         lru.pop(0)
         victims.append(e)
@@ -86,8 +96,8 @@ def _room_single(tier: OffloadTier, b: float, c: float, evict: EvictFn | None) -
         short -= e.nbytes[0]
     tier.evict_all(victims, evict)
     if tier.used[0] + b - c <= SLACK:
-        return "ok"
-    return "wait" if tier.draining else "full"
+        return "ok", dry
+    return ("wait" if tier.draining else "full"), dry
 
 
 def _replace_single(

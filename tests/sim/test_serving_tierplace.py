@@ -207,3 +207,31 @@ def test_vectorised_layer_runs_equal_the_item_by_item_assignment() -> None:
         ratios = [float(x) for x in r / r.sum()]
         n, layers = int(rng.integers(0, 50)), int(rng.integers(1, 40))
         assert layer_runs(ratios, n, layers) == literal_layer_runs(ratios, n, layers)
+
+
+def test_full_tier_of_draining_victims_makes_the_whole_set_wait() -> None:
+    """Worked by hand: a one-device tier of 4 blocks holding 4 ready entries,
+    every victim demoted.  A set of 6 new keys: the first key demotes all 4
+    (demoted victims keep their bytes until drained, so it still does not
+    fit) and waits; the 5 others find nothing left to evict and wait too,
+    without another eviction.  One demotion drains: placing the 6 again puts
+    the first in the freed block and the other 5 wait, no eviction at all."""
+    layers, lb = 4, 4096.0
+    block = layers * lb
+    tier = OffloadTier("cpu", ["m0"], [1.0], [4 * block], layers, lb)
+    old, _ = tier.place([1, 2, 3, 4], None)
+    tier.complete_all(old)
+    demoted: list[int] = []
+
+    def demote(_t: OffloadTier, e: Entry) -> bool:
+        demoted.append(e.key)
+        return True
+
+    new = [11, 12, 13, 14, 15, 16]
+    placed, waiting = tier.place(new, demote)
+    assert (placed, waiting, demoted) == ([], new, [1, 2, 3, 4])
+    assert tier.used == [4 * block] and tier.draining == 4
+    tier.drained(tier.entries[1])
+    placed, waiting = tier.place(new, demote)
+    assert [e.key for e in placed] == [11] and waiting == new[1:]
+    assert demoted == [1, 2, 3, 4] and tier.used == [4 * block]
