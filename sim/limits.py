@@ -165,7 +165,9 @@ def offered_load(table: Any, card: Any, profile: HardwareProfile, max_batch: int
     ``1 / max_batch`` of an iteration of ``max_batch`` equal decodes at the
     mean context (the best batching the engine allows).  Cache hits and
     batching of prefills can only lower the work further, so a value above 1
-    means the queue cannot drain.
+    means the queue cannot drain.  An offline batch (every request arrives
+    within one request's service time, e.g. ``paged-ssd``'s 4,096 prompts in
+    4 ms) offers no rate: 0.
     """
     from sim.hw.machine import Machine
     from sim.serving.costs import iteration_cost
@@ -190,6 +192,8 @@ def offered_load(table: Any, card: Any, profile: HardwareProfile, max_batch: int
     prefill = seconds([(max(1, round(inp)), 0)], [], 1)
     ctx = round(inp + outp / 2)
     decode = seconds([], [ctx] * max_batch, max_batch) / max_batch * max(outp - 1, 0)
+    if span < prefill + decode:  # all queued before one could be served: a batch, no rate
+        return 0.0
     return (n - 1) / span * (prefill + decode)
 
 

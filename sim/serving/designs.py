@@ -69,6 +69,8 @@ class DesignParams:
     parallel: bool = True  # one I/O stream per device; False: one serialized stream
     max_transfers: int = 16  # transfer ops in flight at once (all streams)
     queue_depth: int = 0  # I/Os in flight per SSD op; 0 = the device maximum
+    object_us: float = 0.0  # CPU per retrieved KV object (LMCache lookup, sim.serving.objcost)
+    file_us: float = 0.0  # CPU per object read from a file (open, read, close; kernel_fs)
 
     def __post_init__(self) -> None:
         if self.io_path not in IO_PATHS or self.io_path == "none":
@@ -77,7 +79,8 @@ class DesignParams:
             raise ParamError("async_load", f"must be one of {LOADS}, got {self.async_load!r}")
         if self.cpu_to_ssd not in ("on_evict", "write_through"):
             raise ParamError("cpu_to_ssd", "must be 'on_evict' or 'write_through'")
-        for name in ("cpu_gib", "ssd_gib", "dram_modules", "ssds", "io_kib", "queue_depth"):
+        nonneg = ("cpu_gib", "ssd_gib", "dram_modules", "ssds", "io_kib", "queue_depth")
+        for name in (*nonneg, "object_us", "file_us"):
             if getattr(self, name) < 0:
                 raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
         for name in ("block_factor", "max_transfers"):
@@ -96,9 +99,13 @@ class DesignParams:
 
 
 _PAGED: dict[str, Any] = dict(async_load="schedule", io_path="gds", gds=True, block_factor=4)
+# LMCache's per-object retrieval work, measured on this machine (python -m
+# analysis.lmcache_object_cost: lookup 12-15 us, open+read+close of a tmpfs file 24.5 us)
+LMCACHE_OBJECT_US, LMCACHE_FILE_US = 13.6, 24.5
 _LMCACHE: dict[str, Any] = dict(
-    cpu_to_ssd="write_through", io_path="kernel_fs", parallel=False, dram_modules=1, ssds=1
-)
+    cpu_to_ssd="write_through", io_path="kernel_fs", parallel=False, dram_modules=1, ssds=1,
+    object_us=LMCACHE_OBJECT_US, file_us=LMCACHE_FILE_US,
+)  # fmt: skip
 _POOL: dict[str, Any] = {
     **_LMCACHE,
     "pool": True,

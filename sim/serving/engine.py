@@ -56,6 +56,7 @@ from sim.serving.costs import iteration_cost
 from sim.serving.designs import DesignParams
 from sim.serving.manager import BlockManager, Seq
 from sim.serving.metrics import RequestLog, ServingRecords, Timeline, request_records
+from sim.serving.objcost import retrieval_cpu_s
 from sim.serving.online import OnlineOps
 from sim.serving.requests import Request
 from sim.serving.stores import Offloader
@@ -98,6 +99,7 @@ class Engine:
         self.ops = OnlineOps(machine, cfg.keep_plan)
         layer_bytes = design.block_factor * self.B * card.kv_bytes_per_token_layer
         mover = Mover(self.ops, design, machine.profile, layer_bytes, bounce, cfg.gpu)
+        self._ssds = frozenset(machine.profile.ssd_names)
         gpu = GpuCache(cfg.gpu_blocks, cfg.prefix_cache)
         self.mgr = BlockManager(gpu, tiers, design, self.B, cfg.gpu)
         self.offload = Offloader(self.mgr, mover)
@@ -215,7 +217,12 @@ class Engine:
         if self.mgr.acquire(s, hit, n_load):
             self._start_async(s)
 
+    def _object_cpu(self, lowers: list) -> list[float]:
+        return retrieval_cpu_s(self.design, lowers, self.card.layers, self._ssds)
+
     def _start_async(self, s: Seq) -> None:
+        assert s.lookup is not None
+        cpu = sum(self._object_cpu([s.lookup.lower]))  # the loader's per-object work
         job = self.offload.load(self.mgr.load(s, self.design.layerwise))
 
         def landed(_e) -> None:
@@ -225,7 +232,10 @@ class Engine:
                 self.running.append(s)
             self._kick()
 
-        job.done.callbacks.append(landed)
+        if cpu:  # the objects' CPU work after the bytes, before the request joins
+            job.done.callbacks.append(lambda _e: self.env.timeout(cpu).callbacks.append(landed))
+        else:
+            job.done.callbacks.append(landed)
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) + len(self.parked) < self.cfg.max_batch:
@@ -280,9 +290,11 @@ class Engine:
         ]
         deps = [self.prev_compute] if self.prev_compute is not None else []
         step, gpu, n_layers = self.iterations, self.cfg.gpu, self.card.layers
+        cpu = self._object_cpu([s.lookup.lower for s in loading if s.lookup is not None])
         if not (jobs and self.design.layerwise):
             if jobs:
                 yield self.env.all_of([j.done for j in jobs])
+                yield self.env.timeout(sum(cpu))  # per-object retrieval work (objcost)
                 deps += [op for j in jobs for op in j.ops()]
             total = layer * n_layers + head
             op, ev = self.ops.submit(
@@ -295,6 +307,8 @@ class Engine:
                 ready = [j.layer_done[li] for j in jobs if li in j.layer_done]
                 if ready:
                     yield self.env.all_of(ready)
+                if cpu[li]:
+                    yield self.env.timeout(cpu[li])
                 cost = layer + head if li == n_layers - 1 else layer
                 op, ev = self.ops.submit(
                     "compute", "", gpu, flops=cost.flops, hbm_bytes=cost.hbm_bytes,

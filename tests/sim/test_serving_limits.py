@@ -65,12 +65,16 @@ def test_overload_is_named_and_a_light_trace_is_not() -> None:
     slow = dataclasses.replace(cfg, workload=dataclasses.replace(
         cfg.workload, session_rate=0.01, **light), variants=variants)  # fmt: skip
     assert overload_warnings(slow, H100) == []
-    # 64 prompts of ~2K tokens within ~6 ms: ~0.1 s of prefill each, ~1,000x overloaded
+    # 64 prompts of ~2K tokens over ~0.6 s: ~0.1 s of prefill each, ~10x overloaded
     fast = dataclasses.replace(slow, workload=dataclasses.replace(slow.workload,
-                               session_rate=10_000.0))  # fmt: skip
+                               session_rate=100.0))  # fmt: skip
     (line,) = overload_warnings(fast, H100)
     assert "can serve with Llama-3.1-8B" in line and "LMCache" in line
     # a closed-loop client cannot overload
     closed = dataclasses.replace(fast, workload=dataclasses.replace(fast.workload,
                                  max_inflight=1))  # fmt: skip
     assert overload_warnings(closed, H100) == []
+    # nor can an offline batch: all 64 within ~6 ms, less than one request's service
+    batch = dataclasses.replace(fast, workload=dataclasses.replace(fast.workload,
+                                session_rate=10_000.0))  # fmt: skip
+    assert overload_warnings(batch, H100) == []

@@ -1,0 +1,57 @@
+"""CPU work LMCache does per retrieved KV object (issue 15, cause 1).
+
+LMCache keeps KV as *objects*: one per 256-token chunk, or one per (chunk,
+layer) with layer-wise retrieval (the layer-wise path splits a chunk's key
+per layer).  For every object it retrieves it runs Python on the retrieval
+thread besides moving the bytes (LMCache v0.3.x,
+``lmcache/v1/storage_backend/local_cpu_backend.py`` and
+``local_disk_backend.py``: ``get_blocking``, ``batched_get_non_blocking``,
+``read_file``):
+
+* a lookup: lock, dict lookup, the LRU policy's ``update_on_hit``, a
+  ``MemoryObj`` view of the pinned buffer, a ref-count update
+  (``DesignParams.object_us``);
+* for an object in the local disk backend, a file per object:
+  ``open(path, "rb")``, ``readinto``, ``close`` (``DesignParams.file_us``);
+  the pages themselves are charged on the kernel path
+  (:meth:`sim.hw.machine.Machine.cpu_seconds`).  SPDK passthrough (the pool,
+  seed 004 §IV-B) opens no file.
+
+Both figures are measured on this machine by
+``python -m analysis.lmcache_object_cost`` (the loop LMCache runs, timed);
+the designs built on LMCache's retrieval code (its baselines, the pool and
+the ablations, seed 004 §IV) carry them, the paged designs (vLLM's own
+connector) none.  The work is serial on the one retrieval thread, so it adds
+to the load: per layer before that layer's compute with layer-wise
+retrieval, in all before the forward pass without.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from sim.serving.designs import DesignParams
+from sim.serving.jobs import Hit
+
+
+def retrieval_cpu_s(
+    design: DesignParams, lowers: Sequence[Sequence[Hit]], layers: int, ssds: Collection[str]
+) -> list[float]:
+    """Seconds of per-object CPU work per layer (index = layer) for the lower
+    hits ``lowers`` of the requests being loaded; without layer-wise retrieval
+    the whole sum sits in layer 0 (one object per chunk, all layers)."""
+    out = [0.0] * layers
+    if not (design.object_us or design.file_us):
+        return out
+    files = design.file_us if design.io_path == "kernel_fs" else 0.0
+    for lower in lowers:
+        for tier, e, _j, n in lower:
+            for dev, l0, l1 in e.runs:
+                on_ssd = tier.devices[dev] in ssds
+                if design.layerwise:
+                    each = n * (design.object_us + (files if on_ssd else 0.0)) * 1e-6
+                    for li in range(l0, l1):
+                        out[li] += each
+                elif l0 == 0:  # one object per chunk: counted at its first run
+                    out[0] += n * (design.object_us + (files if on_ssd else 0.0)) * 1e-6
+    return out
