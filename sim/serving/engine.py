@@ -352,14 +352,16 @@ class Engine:
         """Give each running request (oldest first) the block its next token
         needs; when none is free, preempt the newest running request until it
         is (vLLM v1 ``Scheduler.schedule``: ``self.running.pop()``)."""
+        gone: set[int] = set()  # ids of the requests preempted in this pass
         for s in list(self.running):
-            if s not in self.running or s.prefill_left > 0:
+            if id(s) in gone or s.prefill_left > 0:
                 continue
             need = math.ceil((s.req.input_tokens + s.generated) / self.B)  # after next decode
             more = need - len(s.blocks) - s.private
             while more > 0 and not self.mgr.grow(s, more):
                 victim = self.running[-1]
                 self._preempt(victim)
+                gone.add(id(victim))
                 if victim is s:
                     break
 
