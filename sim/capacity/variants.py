@@ -37,7 +37,7 @@ class Hardware:
 
     ssd_model: str  # canonical SSD model name (see :func:`ssd_catalog`)
     ssds: int  # number of SSDs of that model
-    dram_modules: int  # host DRAM modules (each on its own memory bus)
+    dram_modules: int  # host DRAM modules (each linked like the base's dram0: behind its channel)
     dram_gib: float  # capacity of one module
 
     @property

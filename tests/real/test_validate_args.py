@@ -169,4 +169,5 @@ def test_no_fio_emulation_measures_with_the_replayer(tmp_path, monkeypatch) -> N
         assert r is not None and min(r.read_bps, r.write_bps, r.read_iops, r.write_iops) > 0
         assert r.read_latency_us > 0 and r.write_latency_us > 0
         assert es.scale == scale_for(es.source, 2, r) <= 1
-        assert es.targets[0].limits.read_iops == int(es.source.ssds[0].read_iops * es.scale)
+        # the limit is the scaled profile's IOPS, truncated: within one of the product
+        assert abs(es.targets[0].limits.read_iops - es.source.ssds[0].read_iops * es.scale) < 1

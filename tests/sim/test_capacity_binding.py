@@ -9,7 +9,7 @@ from hwprofiles import load_profile
 from sim.capacity.binding import binding, resource_class, shares
 
 # h100-2dimm-2ssd (efficiency: pcie 0.94, membus 0.80, ssd 1.0, hbm 0.90, tensor 0.75):
-# sw0.up 63 GB/s x 0.94 = 59.22e9 B/s; dram0.bus 10.65 x 0.80 = 8.52e9 B/s;
+# sw0.up 63 GB/s x 0.94 = 59.22e9 B/s; dram0.bus 21.3 x 0.80 = 17.04e9 B/s;
 # 9100 PRO: 14.7 GB/s read, 1.85M read IOPS; GPU 756 TFLOPS x 0.75, 2000 GB/s x 0.9.
 T = 2.0  # makespan: the last op ends at 2 s
 
@@ -18,7 +18,7 @@ def records(ssd0_ios: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     devices = pd.DataFrame(
         [  # device, type, bytes_read, bytes_written, n_ios, busy_s, util_mean
             ("sw0.up>", "link", 59_220_000_000, 0, 0, 1.9, 0.95),  # 59.22e9 / (59.22e9 x 2) = 0.5
-            ("dram0.bus", "link", 8_520_000_000, 0, 0, 2.0, 1.0),  # 8.52e9 / (8.52e9 x 2) = 0.5
+            ("dram0.bus", "link", 17_040_000_000, 0, 0, 2.0, 1.0),  # 17.04e9 / (17.04e9 x 2) = 0.5
             ("ssd0", "ssd", 14_700_000_000, 0, ssd0_ios, 1.2, 0.6),  # 14.7e9 / (14.7e9 x 2) = 0.5
             ("ssd1", "ssd", 7_350_000_000, 0, 0, 0.6, 0.3),  # 0.25
             ("cpu", "cpu", 0, 0, 0, 0.5, 0.25),
