@@ -25,7 +25,8 @@ def test_variant_is_a_valid_profile_with_new_ssds_behind_the_same_switch(tmp_pat
     assert p.link("sw0.up").gbps == 63.0  # the shared upstream link is untouched
     assert [m.capacity_gib for m in p.dram] == [32.0] * 3
     assert [p.link(f"dram{i}.bus").between for i in range(3)] == [
-        ("mc0", f"dram{i}") for i in range(3)  # each a copy of dram0's: behind its channel
+        ("mc0", f"dram{i}")
+        for i in range(3)  # each a copy of dram0's: behind its channel
     ]
     assert load_profile(p.source_file) == p  # saved: it loads back the same
 
