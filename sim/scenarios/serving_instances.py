@@ -20,6 +20,7 @@ from typing import Any
 from hwprofiles import HardwareProfile
 from sim.config import INSTANCE_KEYS, ConfigError, ServingParams
 from sim.models import get_model
+from sim.scenarios.swift_traces import sharegpt_long_tables
 from sim.serving.build import design_devices
 from sim.serving.designs import get_design
 from sim.serving.metrics import ServingRecords, serving_summary
@@ -53,7 +54,10 @@ def make_instances(
         lent_blocks = math.floor(cfg.gpu_blocks * share)
         cfg = dataclasses.replace(cfg, gpu=gpu, gpu_blocks=cfg.gpu_blocks - lent_blocks)
         lend = lent_blocks * ip.block_tokens * card.kv_bytes_per_token
-        table, warm = trace_tables(ip, seed + i)
+        if ip.trace == "sharegpt_long":  # seed 002's master workload
+            table, warm = sharegpt_long_tables(ip, seed + i)
+        else:
+            table, warm = trace_tables(ip, seed + i)
 
         def build(ip=ip, card=card, design=design, cfg=cfg, table=table, warm=warm,
                   spec=spec, role=role, lend=lend) -> Instance:  # fmt: skip
