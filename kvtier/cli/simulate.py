@@ -116,6 +116,11 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
             for table in _swift_tables(cfg, result.summary()):
                 console.print(table)
         plots = write_serving_plots(out)
+        if cfg.workload.instances and "gpu1" in profile.gpu_names:
+            from analysis.swift_plots import write_swift_outputs
+
+            share = max((i.get("lend_share", 0.0) for i in cfg.workload.instances), default=0.0)
+            plots += [p for p in write_swift_outputs(out, share) if p.suffix == ".png"]
         console.print(f"plots: {', '.join(p.name for p in plots)}")
     else:
         console.print(summary_table(result.summary(), cfg.workload.batch))
