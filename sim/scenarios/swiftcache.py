@@ -65,7 +65,7 @@ def reload_shares(
     profile: HardwareProfile,
     model: str = "LWM-Text-1M",
     histories: Sequence[int] = (5_000, 10_000, 20_000, 50_000),
-    prompt: int = 64,
+    prompt: int = 256,  # Fig. 1: "computing 256 new tokens"
     block_tokens: int = 16,
 ) -> pa.Table:
     """Fig. 1's table: reload time and share of TTFT per history, PCIe vs NVLink."""
