@@ -75,3 +75,31 @@ def test_layer_major_reclaim_delays_the_request_by_its_copies():
     assert layer["admit_s"][0] == pytest.approx(copy_s, rel=1e-6)
     # the second reclaim (0 -> 30) moves nothing: both layouts admit it on arrival
     assert layer["admit_s"][1] == pytest.approx(25.0) == block["admit_s"][1]
+
+
+def test_master_table_and_peer_tier_follow_the_worker():
+    """Through a run, the master's table and peer tier agree with the worker's cache."""
+    from sim.serving.multi import build_instances, start_lending
+    from sim.serving.swift.meu import block_bytes
+
+    profile = load_profile("h20-4gpu-nvlink")
+    rows = [{"request_id": 0, "arrival_s": 0.0, "session_id": 0, "turn": 0,
+             "input_tokens": 400, "output_tokens": 80}]  # fmt: skip
+    reqs = load_requests(request_table(rows, B), B)
+    design = get_design("gpu-only")
+    spec = ElasticSpec(window_s=5.0, check_interval_s=10.0, control_latency_s=0.5)
+    insts = [
+        Instance("master", Q8, design, EngineConfig(gpu_blocks=64, gpu="gpu0"), [], role="master"),
+        Instance("w", Q8, design, EngineConfig(gpu_blocks=10, gpu="gpu1"), reqs, role="worker",
+                 lend_bytes=20 * B * Q8.kv_bytes_per_token, elastic=spec),
+    ]  # fmt: skip
+    engines = build_instances(profile, insts)
+    lend = start_lending(insts, engines)["w"]
+    assert lend.tier.capacity[lend.dev] == 20 * block_bytes(Q8, B)  # the initial Lend
+    for e in engines:
+        e.start()
+    engines[0].env.run()
+    # 0 s: reclaim 20; 10 s: lend all 30 (nothing in the window), applied 0.5 s later
+    assert lend.cache.lent_units == 30 and lend.table.slots("gpu1") == 30
+    assert lend.tier.capacity[lend.dev] == 30 * block_bytes(Q8, B)
+    assert engines[1].mgr.gpu.capacity == 0
