@@ -161,7 +161,8 @@ class ServingParams:
             factor_values(type(self), name, values, f"matrix.{name}")
 
 
-INSTANCE_KEYS = ("name", "gpu", "role", "lend_share")
+INSTANCE_KEYS = ("name", "gpu", "role", "lend_share", "elastic")
+ELASTIC_KEYS = ("layout", "window_s", "check_interval_s", "control_latency_s")
 
 
 def _check_instances(p: ServingParams) -> None:
@@ -182,6 +183,25 @@ def _check_instances(p: ServingParams) -> None:
             raise ParamError(f"instances[{i}].role", "must be solo, master or worker")
         if not 0 <= inst.get("lend_share", 0.0) < 1:
             raise ParamError(f"instances[{i}].lend_share", "must be in [0, 1)")
+        _check_elastic(inst.get("elastic"), f"instances[{i}].elastic")
+
+
+def _check_elastic(el: Any, where: str) -> None:
+    """A worker's ``elastic`` mapping (sim.serving.lending.ElasticSpec)."""
+    if el is None:
+        return
+    if not isinstance(el, dict):
+        raise ParamError(where, f"must be a mapping of {', '.join(ELASTIC_KEYS)}")
+    for key, v in el.items():
+        if key not in ELASTIC_KEYS:
+            raise ParamError(f"{where}.{key}", f"unknown key (one of {', '.join(ELASTIC_KEYS)})")
+        if key == "layout" and v not in ("block-major", "layer-major"):
+            raise ParamError(f"{where}.layout", "must be block-major or layer-major")
+        if key != "layout" and not (isinstance(v, (int, float)) and v >= 0):
+            raise ParamError(f"{where}.{key}", "must be a number >= 0")
+    for key in ("window_s", "check_interval_s"):
+        if key in el and not el[key] > 0:
+            raise ParamError(f"{where}.{key}", "must be > 0")
 
 
 def _check_decode(p: SparseDecodeParams | SwarmParams) -> None:

@@ -115,7 +115,14 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
         _print_seed_figures(console, cfg, result.summary(), f"{cfg.name} on {profile.name}")
         if cfg.workload.instances and "gpu1" in profile.gpu_names:
             console.print(_reload_table(profile))
+            for table in _swift_tables(cfg, result.summary()):
+                console.print(table)
         plots = write_serving_plots(out)
+        if cfg.workload.instances and "gpu1" in profile.gpu_names:
+            from analysis.swift_plots import write_swift_outputs
+
+            share = max((i.get("lend_share", 0.0) for i in cfg.workload.instances), default=0.0)
+            plots += [p for p in write_swift_outputs(out, share) if p.suffix == ".png"]
         console.print(f"plots: {', '.join(p.name for p in plots)}")
     else:
         console.print(summary_table(result.summary(), cfg.workload.batch))
@@ -312,3 +319,44 @@ def _reload_table(profile):
             f"{r['reload_s'] * 1e3:.1f}", f"{r['reload_share']:.0%}",
         )  # fmt: skip
     return table
+
+
+def _swift_tables(cfg, summary) -> list:
+    """Seed 002's outputs: prefill breakdown, worker interference, Fig. 9's
+    maximum context per GPU size (at the scenario's largest lend share)."""
+    import pyarrow as pa
+
+    from sim.scenarios.swiftcache import max_context_table, prefill_breakdown, worker_interference
+
+    summ = pa.Table.from_pandas(summary, preserve_index=False)
+    share = max((i.get("lend_share", 0.0) for i in cfg.workload.instances), default=0.0)
+    out = []
+    t = Table(title="the master's mean TTFT, broken down (ms)")
+    for col in ("design", "TTFT", "queueing", "blocked load", "execution", "stored GB"):
+        t.add_column(col, justify="left" if col == "design" else "right")
+    for r in prefill_breakdown(summ).to_pylist():
+        ms = [f"{r[k] * 1e3:,.0f}" for k in ("ttft_mean_s", "queue_s", "load_s", "execution_s")]
+        t.add_row(r["design"], *ms, f"{r['store_gb']:.1f}")
+    out.append(t)
+    inter = worker_interference(summ).to_pylist()
+    if inter:
+        t = Table(title="worker interference: mean TTFT / TPOT alone vs lending (seed 002 Fig. 8)")
+        for col in ("design", "worker", "TTFT ms alone", "lending", "+", "TPOT ms alone",
+                    "lending", "+"):  # fmt: skip
+            t.add_column(col, justify="left" if col in ("design", "worker") else "right")
+        for r in inter:
+            t.add_row(r["design"], r["worker"], *(
+                v for m in ("ttft", "tpot") for v in (
+                    f"{r[f'{m}_alone_s'] * 1e3:.1f}", f"{r[f'{m}_lending_s'] * 1e3:.1f}",
+                    f"{r[f'{m}_increase']:+.1%}")))  # fmt: skip
+        out.append(t)
+    t = Table(title=f"maximum context, tokens (Fig. 9; workers lend {share:.0%} of their KV)")
+    for col in ("master", "GPU GB", "vLLM", "chunk 32K", "chunk 8K", "SwiftCache", "vs 8K"):
+        t.add_column(col, justify="left" if col == "master" else "right")
+    for r in max_context_table(share).to_pylist():
+        cells = [f"{r[k]:,}" if r[k] else "-" for k in
+                 ("vllm", "vllm_chunk_32k", "vllm_chunk_8k", "swiftcache")]  # fmt: skip
+        gain = f"{r['gain_vs_8k']:.2f}x" if r["vllm_chunk_8k"] else "-"
+        t.add_row(r["model"], f"{r['gpu_gb']:g}", *cells, gain)
+    out.append(t)
+    return out

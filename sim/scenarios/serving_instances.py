@@ -7,7 +7,9 @@ rest as its own GPU cache.  Each instance's conversation trace is drawn
 from its own seed (the scenario's seed plus its index), so two instances
 with the same fields still see different sessions.  The run's records are
 the master's (or the first instance's); the summary adds every other
-instance's mean TTFT and TPOT (the interference a lending worker sees).
+instance's mean TTFT and TPOT (the interference a lending worker sees) and
+each elastic worker's resizes (``elastic``: :class:`sim.serving.lending.ElasticSpec`,
+Algorithm 1 on the clock; without it a worker lends ``lend_share`` throughout).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import Any
 from hwprofiles import HardwareProfile
 from sim.config import INSTANCE_KEYS, ConfigError, ServingParams
 from sim.models import get_model
+from sim.scenarios.swift_traces import sharegpt_long_tables
 from sim.serving.build import design_devices
 from sim.serving.designs import get_design
+from sim.serving.lending import ElasticSpec
 from sim.serving.metrics import ServingRecords, serving_summary
 from sim.serving.multi import Instance, run_instances
 from sim.serving.requests import Request, load_requests
@@ -53,13 +57,18 @@ def make_instances(
         lent_blocks = math.floor(cfg.gpu_blocks * share)
         cfg = dataclasses.replace(cfg, gpu=gpu, gpu_blocks=cfg.gpu_blocks - lent_blocks)
         lend = lent_blocks * ip.block_tokens * card.kv_bytes_per_token
-        table, warm = trace_tables(ip, seed + i)
+        if ip.trace == "sharegpt_long":  # seed 002's master workload
+            table, warm = sharegpt_long_tables(ip, seed + i)
+        else:
+            table, warm = trace_tables(ip, seed + i)
+
+        el = ElasticSpec(**spec["elastic"]) if role == "worker" and spec.get("elastic") else None
 
         def build(ip=ip, card=card, design=design, cfg=cfg, table=table, warm=warm,
-                  spec=spec, role=role, lend=lend) -> Instance:  # fmt: skip
+                  spec=spec, role=role, lend=lend, el=el) -> Instance:  # fmt: skip
             reqs = load_requests(table, ip.block_tokens)
             pre: list[Request] = load_requests(warm, ip.block_tokens) if warm is not None else []
-            return Instance(spec["name"], card, design, cfg, reqs, pre, role, lend)
+            return Instance(spec["name"], card, design, cfg, reqs, pre, role, lend, el)
 
         out.append(build)
     return out
@@ -77,7 +86,9 @@ def prepare_instances(
 
     def drive(watch: Any = None) -> ServingRecords:
         insts = [b() for b in builders]
-        records = run_instances(profile, insts)
+        lending: dict = {}
+        records = run_instances(profile, insts, lending)
+        head.update({f"{w}_{k}": v for w, st in lending.items() for k, v in st.items()})
         head.update(model=insts[main].card.name, gpu_kv_blocks=insts[main].cfg.gpu_blocks)
         head["lent_gb"] = sum(i.lend_bytes for i in insts) / 1e9
         names = [i.name for i in insts]

@@ -12,6 +12,7 @@ request's blocked I/O time over its TTFT.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -64,7 +65,7 @@ def reload_shares(
     profile: HardwareProfile,
     model: str = "LWM-Text-1M",
     histories: Sequence[int] = (5_000, 10_000, 20_000, 50_000),
-    prompt: int = 64,
+    prompt: int = 256,  # Fig. 1: "computing 256 new tokens"
     block_tokens: int = 16,
 ) -> pa.Table:
     """Fig. 1's table: reload time and share of TTFT per history, PCIe vs NVLink."""
@@ -74,3 +75,58 @@ def reload_shares(
         for over in ("pcie", "nvlink")
     ]
     return pa.Table.from_pylist(rows)
+
+
+# ---- the scenario's report tables (printed by `kvtier sim`, written by analysis/) ----------
+GPU_SIZES_GB = (96, 80, 32, 24)  # §5.3: H20, A100, V100, L4
+FIG9_MASTERS = ("LWM-Text-1M", "Qwen3-14B", "Qwen3-32B")
+
+
+def fig9_workers(gpu_gb: float):
+    """§5.3's workers: Qwen3-14B and Qwen3-8B, two Qwen3-8B on 24 GB (14B does not fit)."""
+    names = ("Qwen3-8B", "Qwen3-8B") if gpu_gb <= 24 else ("Qwen3-14B", "Qwen3-8B")
+    return [get_model(n) for n in names]
+
+
+def max_context_table(lend_share: float, block_tokens: int = 16) -> pa.Table:
+    """Fig. 9: the longest context per master and GPU size (0 = does not fit)."""
+    from sim.serving.swift.maxctx import max_context_rows
+
+    masters = [get_model(m) for m in FIG9_MASTERS]
+    workers = {g: fig9_workers(g) for g in GPU_SIZES_GB}
+    return pa.Table.from_pylist(
+        max_context_rows(masters, GPU_SIZES_GB, workers, lend_share, block_tokens)
+    )
+
+
+def worker_interference(summary: pa.Table) -> pa.Table:
+    """Each worker's mean TTFT and TPOT in the variants where workers lend
+    (``lent_gb > 0``) against the mean over the variants where none does,
+    and the relative increase (seed 002 §5.2, Fig. 8)."""
+    rows = summary.to_pylist()
+    workers = sorted({k[: -len("_ttft_mean_s")] for k in summary.schema.names
+                      if k.endswith("_ttft_mean_s") and k != "ttft_mean_s"})  # fmt: skip
+    idle = [r for r in rows if not r["lent_gb"]]
+    out = []
+    for r in (r for r in rows if r["lent_gb"]):
+        for w in workers:
+            row = {"design": r["design"], "worker": w}
+            for m in ("ttft", "tpot"):
+                base = sum(x[f"{w}_{m}_mean_s"] for x in idle) / len(idle) if idle else math.nan
+                row[f"{m}_alone_s"], row[f"{m}_lending_s"] = base, r[f"{w}_{m}_mean_s"]
+                row[f"{m}_increase"] = r[f"{w}_{m}_mean_s"] / base - 1 if base else math.nan
+            out.append(row)
+    return pa.Table.from_pylist(out)
+
+
+def prefill_breakdown(summary: pa.Table) -> pa.Table:
+    """Mean TTFT per design split into queueing, blocked KV load and the rest
+    (execution: compute, and loads the compute waited on layer by layer), plus
+    the bytes stored (stores run behind the compute, off the TTFT path)."""
+    out = []
+    for r in summary.to_pylist():
+        q, load = r["queue_mean_s"], r["blocked_io_mean_s"]
+        out.append({"design": r["design"], "ttft_mean_s": r["ttft_mean_s"], "queue_s": q,
+                    "load_s": load, "execution_s": r["ttft_mean_s"] - q - load,
+                    "store_gb": r["store_gb"]})  # fmt: skip
+    return pa.Table.from_pylist(out)

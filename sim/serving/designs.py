@@ -131,6 +131,10 @@ register(
     preset={**_LMCACHE, "layerwise": True, "async_load": "arrival"},
 )
 register("pool", DesignParams, preset=_POOL)
+# seed 002's baselines: vLLM + LMCache loads a hit in the forward pass, one stream
+# (``lmcache`` above); SGLang HiCache loads it back when the request is scheduled,
+# layer by layer under the compute (its hierarchical GPU/host radix cache)
+register("hicache", DesignParams, preset={"layerwise": True, "async_load": "schedule"})
 register("pool-orchestrator-only", DesignParams, preset={**_POOL, "io_path": "kernel_fs"})
 register(
     "pool-passthrough-only",

@@ -121,6 +121,9 @@ class Engine:
         self.prev_compute: int | None = None
         self.iterations = 0
         self.timeline = Timeline()
+        # called with each request as it is released, before the fit check (a lending
+        # worker's ScaleUp, sim.serving.lending)
+        self.on_release: list[Callable[[Seq], None]] = []
 
     # ---- lifecycle ------------------------------------------------------------------
     def run(self, progress: Progress | None = None) -> ServingRecords:
@@ -182,6 +185,8 @@ class Engine:
     def _release(self, s: Seq) -> None:
         i = self.row[s]
         self.log.release_s[i] = self.env.now
+        for hook in self.on_release:
+            hook(s)
         if s.total_blocks > self.mgr.gpu.capacity:
             self.log.rejected[i] = True
             self._finish(s)

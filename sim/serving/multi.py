@@ -36,11 +36,14 @@ import pyarrow as pa
 from hwprofiles import HardwareProfile
 from sim.hw.machine import Machine
 from sim.models import ModelCard
-from sim.serving.build import build_engine, peer_tier
+from sim.serving.build import build_engine, gpu_blocks, peer_tier
 from sim.serving.designs import DesignParams
 from sim.serving.engine import Engine, EngineConfig
+from sim.serving.lending import ElasticSpec, Lending
 from sim.serving.metrics import ServingRecords
 from sim.serving.requests import Request
+from sim.serving.swift.coordinator import MasterBlockTable
+from sim.serving.swift.meu import block_bytes, model_elastic_unit
 
 ROLES = ("solo", "master", "worker")
 
@@ -57,7 +60,9 @@ class Instance:
         requests: its request stream.
         preload: requests whose KV is placed in its tiers before the run.
         role: ``solo``, ``master`` or ``worker`` (module docstring).
-        lend_bytes: a worker's KV bytes lent to the master.
+        lend_bytes: a worker's KV bytes lent to the master (at the start).
+        elastic: a worker's Algorithm 1 at run time (:mod:`sim.serving.lending`);
+            None keeps ``lend_bytes`` lent for the whole run.
     """
 
     name: str
@@ -68,6 +73,7 @@ class Instance:
     preload: list[Request] = field(default_factory=list)
     role: str = "solo"
     lend_bytes: float = 0.0
+    elastic: ElasticSpec | None = None  # a worker's elastic cache at run time; None = fixed
 
 
 def check_instances(instances: Sequence[Instance]) -> None:
@@ -88,11 +94,23 @@ def check_instances(instances: Sequence[Instance]) -> None:
         raise ValueError("at most one master instance")
 
 
+def lent_bytes(worker: Instance, master: Instance | None) -> float:
+    """Bytes ``worker`` lends at the start: ``lend_bytes``, rounded down to whole
+    elastic units of the pair when it is elastic (what :class:`Lending` starts from)."""
+    if worker.elastic is None or master is None:
+        return worker.lend_bytes
+    mb, wb = master.cfg.block_tokens, worker.cfg.block_tokens
+    unit = model_elastic_unit(master.card, worker.card, mb, wb)
+    units = gpu_blocks(worker.lend_bytes, worker.card, wb) // unit.meu_worker
+    return float(units * unit.meu_master * block_bytes(master.card, mb))
+
+
 def build_instances(profile: HardwareProfile, instances: Sequence[Instance]) -> list[Engine]:
     """One engine per instance, all on one new machine of ``profile``."""
     check_instances(instances)
     machine = Machine(profile)
-    lent = {i.cfg.gpu: i.lend_bytes for i in instances if i.role == "worker"}
+    master = next((i for i in instances if i.role == "master"), None)
+    lent = {i.cfg.gpu: lent_bytes(i, master) for i in instances if i.role == "worker"}
     engines = []
     for inst in instances:
         above = []
@@ -114,14 +132,43 @@ def build_instances(profile: HardwareProfile, instances: Sequence[Instance]) -> 
     return engines
 
 
+def start_lending(instances: Sequence[Instance], engines: list[Engine]) -> dict[str, Lending]:
+    """A :class:`~sim.serving.lending.Lending` for each elastic worker that lends
+    to the run's master (by instance name), started on the machine's clock."""
+    roles = [i.role for i in instances]
+    if "master" not in roles:
+        return {}
+    master = engines[roles.index("master")]
+    peer = [t for t in master.mgr.tiers if t.name == "peer"]
+    if not peer:
+        return {}
+    table, out = MasterBlockTable(), {}
+    for inst, e in zip(instances, engines, strict=True):
+        if inst.role == "worker" and inst.elastic is not None and inst.lend_bytes > 0:
+            lent = gpu_blocks(inst.lend_bytes, inst.card, inst.cfg.block_tokens)
+            out[inst.name] = Lending(e, master, peer[0], table, inst.elastic, lent, engines)
+            out[inst.name].start()
+    return out
+
+
+def lending_stats(lending: Lending) -> dict[str, float]:
+    """What one worker's elastic cache did over the run."""
+    return {"resizes": len(lending.resizes), "resize_copied_gb": lending.copied_bytes / 1e9,
+            "lent_blocks_end": lending.cache.lent_units * lending.cache.p.meu_worker}  # fmt: skip
+
+
 def run_instances(
-    profile: HardwareProfile, instances: Sequence[Instance]
+    profile: HardwareProfile, instances: Sequence[Instance], stats: dict | None = None
 ) -> dict[str, ServingRecords]:
-    """Serve every instance's requests together; records by instance name."""
+    """Serve every instance's requests together; records by instance name.
+    ``stats`` (if given) gets each elastic worker's :func:`lending_stats`."""
     engines = build_instances(profile, instances)
+    lendings = start_lending(instances, engines)
     for e in engines:
         e.start()
     engines[0].env.run()
+    if stats is not None:
+        stats.update({name: lending_stats(x) for name, x in lendings.items()})
     return {inst.name: e.collect() for inst, e in zip(instances, engines, strict=True)}
 
 

@@ -350,6 +350,17 @@ CASES: list[tuple[str, str, Files, str]] = [
         "--steps",
     ),
     (
+        "serve-elastic-layout",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {
+            "v.yaml": serving(
+                "  instances:\n    - {name: w, gpu: gpu1, role: worker, lend_share: 0.5,"
+                " elastic: {layout: diagonal}}\n"
+            )
+        },  # fmt: skip
+        "elastic.layout",
+    ),
+    (
         "serve-gpu-util",
         "sim --scenario v.yaml",
         {"v.yaml": serving("  gpu_memory_utilization: 0\n")},

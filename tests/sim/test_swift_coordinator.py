@@ -66,3 +66,27 @@ def test_master_refuses_gaps_and_overdraws():
         master.apply(Reclaim("gpu1", 1, 0.0, 16, 9))
     with pytest.raises(CoordinationError, match="unknown worker"):
         master.apply(Lend("gpu2", 1, 0.0, 16, 9))
+
+
+def test_initial_message_and_withdraw():
+    """The worker's first message states what it lends at the start; a withdrawn
+    message gives the units back and reuses its sequence number."""
+    from sim.serving.swift.coordinator import Lend, MasterBlockTable, WorkerCoordinator
+    from sim.serving.swift.elastic import ElasticCache, ElasticParams
+
+    cache = ElasticCache(ElasticParams(100, 16, 4, 3, window_s=5.0, check_interval_s=1.0))
+    cache.lent_units = 5
+    coord = WorkerCoordinator("gpu1", cache)
+    first = coord.initial(0.0)
+    assert first == Lend("gpu1", 1, 0.0, 20, 15)  # 5 units x (4 worker, 3 master) blocks
+    table = MasterBlockTable()
+    table.register("gpu1", 100 * 4096, 4096 * 4 // 3)
+    table.apply(first)
+    assert table.slots("gpu1") == 15
+    # nothing in the window: ScaleDown lends floor((80 - 0) / 4) = 20 more units
+    (msg,) = coord.scale_down(10.0)
+    assert msg.seq == 2 and msg.worker_blocks == 80 and cache.lent_units == 25
+    coord.withdraw(msg)
+    assert cache.lent_units == 5
+    (again,) = coord.scale_down(11.0)
+    assert again.seq == 2  # the withdrawn number is reused: the master saw no gap

@@ -72,6 +72,23 @@ class WorkerCoordinator:
         cls = Reclaim if r.worker_blocks > 0 else Lend
         return [cls(self.worker, self._seq, r.at_s, abs(r.worker_blocks), abs(r.master_blocks))]
 
+    def initial(self, now: float) -> Lend:
+        """Message 1: what the worker lends when it starts (its cache's state)."""
+        if self._seq:
+            raise CoordinationError(f"{self.worker}: the initial message is the first")
+        self._seq = 1
+        c = self.cache
+        return Lend(self.worker, 1, now, c.lent_units * c.p.meu_worker, c.lent_master_blocks)
+
+    def withdraw(self, msg: Message) -> None:
+        """Take back ``msg``, the last one, before it was sent (the worker could
+        not free the memory): the cache's lent units and the sequence go back."""
+        if msg.seq != self._seq:
+            raise CoordinationError(f"{self.worker}: only the last message can be withdrawn")
+        units = msg.worker_blocks // self.cache.p.meu_worker
+        self.cache.lent_units += units if isinstance(msg, Reclaim) else -units
+        self._seq -= 1
+
     def on_request(self, now: float, request_len: int) -> list[Message]:
         """A request arrives at the worker: ScaleUp, announced if it happened."""
         return self._message(self.cache.on_request(now, request_len))

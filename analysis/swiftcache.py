@@ -1,0 +1,75 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # SwiftCache (seed 002): a master borrowing idle KV memory over NVLink
+#
+# Redraws, from one `kvtier sim` run of the `swiftcache` scenario,
+#
+# ```sh
+# make sim HW=h20-4gpu-nvlink SCENARIO=swiftcache
+# ```
+#
+# the master's TTFT per design (Fig. 7), its breakdown (Fig. 10), the workers'
+# interference (Fig. 8) and the longest context per GPU memory size (Fig. 9).
+# Tables are written beside the run as Parquet, plots as PNG
+# (`analysis/swift_plots.py`). Set `RESULTS` to the run folder.
+
+# %%
+import os
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from IPython.display import display
+
+from analysis.swift_plots import swift_tables, write_swift_outputs
+
+# %% tags=["parameters"]
+# one run folder of the swiftcache scenario (the tests inject a tiny one)
+RESULTS = os.environ.get("KVTIER_RESULTS", "../results/swiftcache/h20-4gpu-nvlink")
+
+# %% [markdown]
+# The workers' lend share sizes Fig. 9's SwiftCache column: the largest
+# `lend_share` the run's scenario gives a worker.
+
+# %%
+RESULTS = Path(RESULTS)
+summary = pd.read_parquet(RESULTS / "summary.parquet")
+scenario = yaml.safe_load((RESULTS / "scenario.yaml").read_text())
+specs = [i for v in [scenario["workload"], *scenario.get("variants", [])]
+         for i in v.get("instances", [])]  # fmt: skip
+lend_share = max((i.get("lend_share", 0.0) for i in specs), default=0.0)
+tables = swift_tables(summary, lend_share)
+display(summary[["design", "ttft_mean_s", "ttft_p99_s", "tpot_mean_s", "queue_mean_s"]])
+
+# %% [markdown]
+# ## The master's TTFT broken down, and the workers' interference
+#
+# Expected by mechanism: SwiftCache's blocked load is smallest (NVLink, not
+# the shared PCIe host link); the workers slow down only where lending takes
+# memory they need or their GPU's time (layer-major resize copies).
+
+# %%
+display(tables["breakdown"].round(4))
+display(tables["interference"].round(4))
+
+# %% [markdown]
+# ## Longest context per GPU memory size (Fig. 9)
+
+# %%
+display(tables["max-context"])
+written = write_swift_outputs(RESULTS, lend_share)
+print("\n".join(p.name for p in written))
