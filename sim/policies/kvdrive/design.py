@@ -92,9 +92,8 @@ class KVDrive:
         self.layout = layout
         self.n_prefix = n = len(keys)
         self.keys = KeyLog(keys)
-        self.index = build_index(
-            self.keys.rows(), p.chunk_size, p.chunks_per_centroid, rng, p.kmeans_iters, p.index_build
-        )
+        rows, cpc = self.keys.rows(), p.chunks_per_centroid
+        self.index = build_index(rows, p.chunk_size, cpc, rng, p.kmeans_iters, p.index_build)
         self.members = list(self.index.members)
         self.label = np.repeat(self.index.chunk_label, p.chunk_size)[:n].astype(np.int64)
         self.packed = PackedLayout(self.members, n, layout.n_ssd)

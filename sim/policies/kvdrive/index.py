@@ -99,13 +99,14 @@ def apportion(sizes: np.ndarray, k: int) -> np.ndarray:
 
 
 def tree_kmeans(
-    x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 3
+    x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 3, leaf: int = LEAF
 ) -> tuple[np.ndarray, np.ndarray]:
     """Two-level k-means (see the module doc): (centroids, labels) as
-    :func:`~sim.policies.baselines.pqcache.kmeans` returns them."""
+    :func:`~sim.policies.baselines.pqcache.kmeans` returns them; flat up to
+    ``leaf`` centroids."""
     x = np.asarray(x, dtype=np.float32)
     k = min(k, len(x))
-    if k <= LEAF:
+    if k <= leaf:
         return kmeans(x, k, rng, iters)
     _, group = kmeans(x, math.ceil(math.sqrt(k)), rng, iters)
     order = np.argsort(group, kind="stable")
