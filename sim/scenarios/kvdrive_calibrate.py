@@ -109,3 +109,28 @@ def calibrate_kvdrive(params, profile, seed: int, steps: int = 2, **candidates) 
         return float(max(ops.column("end_s").to_pylist(), default=0.0)) / steps
 
     return calibrate(measure, start, **candidates)
+
+
+def calibrated(params, profile, seed: int, steps: int = 2):
+    """``params`` with the calibration pass's choice (:func:`calibrate_kvdrive` on
+    a profiling run of ``min(context_tokens, calibrate_tokens)`` tokens, ``steps``
+    steps) and the summary columns saying what it chose and what it cost."""
+    import time
+
+    short = replace(
+        params, context_tokens=min(params.context_tokens, params.calibrate_tokens), calibrate=False
+    )
+    t0 = time.perf_counter()
+    cal = calibrate_kvdrive(short, profile, seed, steps)
+    c = cal.best
+    design = {**params.design_params, "chunks_per_centroid": c.chunks_per_centroid}
+    design["window"] = c.window
+    chosen = replace(params, design_params=design, micro_batches=c.micro_batches, calibrate=False)
+    info = {
+        "cal_chunks_per_centroid": c.chunks_per_centroid,
+        "cal_window": c.window,
+        "cal_micro_batches": c.micro_batches,
+        "cal_configs": len(cal.measured),
+        "cal_s": time.perf_counter() - t0,
+    }
+    return chosen, info

@@ -42,9 +42,16 @@ class KVDriveParams(SwarmParams):
     # InfiniGen-style previous-layer prefetch: layer l's selection and fetch start once
     # layer l-2's compute is done (speculating on layer l-1's input), overlapping l-1
     prefetch: bool = False
+    # the calibration pass (seed 003 §6.2, sim.scenarios.kvdrive_calibrate): before the
+    # run, centroids, GPU cache and micro-batches are chosen on a short profiling run of
+    # the same workload at min(context_tokens, calibrate_tokens) tokens and 2 steps
+    calibrate: bool = False
+    calibrate_tokens: int = 32768
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.calibrate_tokens < 1:
+            raise ParamError("calibrate_tokens", f"must be >= 1, got {self.calibrate_tokens}")
         if self.micro_batches < 1:
             raise ParamError("micro_batches", f"must be >= 1, got {self.micro_batches}")
         if self.gpu_cache_mb < 0:
@@ -63,7 +70,13 @@ def plan_kvdrive(params: KVDriveParams, profile, seed: int, name: str, progress)
         done[0] += 1
         progress(done[0], total)
 
+    info = {}
+    if params.calibrate:
+        from sim.scenarios.kvdrive_calibrate import calibrated
+
+        params, info = calibrated(params, profile, seed)
     splan = plan(params, profile, seed, tick if progress else None)
+    splan.info.update(info)
     return Planned(splan.plan, summarize_kvdrive(params, splan, profile))
 
 

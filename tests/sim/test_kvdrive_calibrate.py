@@ -60,3 +60,42 @@ def test_calibrated_micro_batches_are_the_fastest_simulated_one():
     assert cal.best.micro_batches == min(step, key=lambda m: (step[m], m))
     assert cal.step_s == pytest.approx(min(step.values()))
     assert [c.micro_batches for c, _ in cal.measured] == [1, 2, 4]
+
+
+def test_calibrated_variant_runs_the_configuration_the_short_pass_picks():
+    """``calibrate: true`` = the pass on a short profiling run (1,024 tokens), then
+    the full run (2,048) with its choice: the same plan as giving that choice by hand."""
+    from sim.scenarios.kvdrive_kind import plan_kvdrive as plan_variant
+
+    l20 = load_profile("l20-server")
+    p = KVDriveParams(
+        context_tokens=2048,
+        batch=2,
+        steps=2,
+        profile_steps=16,
+        layers=2,
+        trace="positional",
+        calibrate=True,
+        calibrate_tokens=1024,
+    )
+    short = replace(p, context_tokens=1024, calibrate=False)
+    best = calibrate_kvdrive(short, l20, 0, steps=2).best
+    planned = plan_variant(p, l20, 0, "calibrated", None)
+    row = planned.summarize(simulate(planned.plan, l20))
+    assert (row["cal_chunks_per_centroid"], row["cal_window"], row["cal_micro_batches"]) == (
+        best.chunks_per_centroid,
+        best.window,
+        best.micro_batches,
+    )
+    assert row["micro_batches"] == best.micro_batches
+    design = {"chunks_per_centroid": best.chunks_per_centroid, "window": best.window}
+    by_hand = replace(p, calibrate=False, design_params=design, micro_batches=best.micro_batches)
+    direct = plan_kvdrive(by_hand, l20, 0).plan
+    assert planned.plan.equals(direct)
+
+
+def test_calibrate_tokens_must_be_positive():
+    from sim.registry import ParamError
+
+    with pytest.raises(ParamError, match="calibrate_tokens"):
+        KVDriveParams(calibrate_tokens=0)

@@ -43,10 +43,20 @@ class Params:
                 raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
 
 
-def simhash(x: np.ndarray, planes: np.ndarray) -> np.ndarray:
-    """(n, tables) codes: bit b of table l is ``x . planes[l, b] > 0``."""
-    bits = np.einsum("nd,lbd->nlb", np.atleast_2d(x).astype(np.float32), planes) > 0
-    return (bits * (1 << np.arange(planes.shape[1]))).sum(axis=2)
+def simhash(x: np.ndarray, planes: np.ndarray, rows: int = 4096) -> np.ndarray:
+    """(n, tables) uint32 codes: bit b of table l is ``x . planes[l, b] > 0``.
+
+    One BLAS product against all ``tables x bits`` planes per ``rows`` keys, the
+    sign bits packed by a product with the bit weights (exact in float64)."""
+    x = np.atleast_2d(np.asarray(x, dtype=np.float32))
+    tables, bits, d = planes.shape
+    flat = np.ascontiguousarray(planes.reshape(tables * bits, d).T)
+    weights = np.ldexp(1.0, np.arange(bits))
+    codes = np.empty((len(x), tables), dtype=np.uint32)
+    for s in range(0, len(x), rows):
+        signs = (x[s : s + rows] @ flat > 0).reshape(-1, tables, bits)
+        codes[s : s + rows] = signs @ weights
+    return codes
 
 
 class MagicPIG:

@@ -79,6 +79,17 @@ class Quest:
         self.keys = KeyLog(keys)
         self.stripe = Stripe(self.params.chunk_entries, layout.n_ssd)
         self.lo, self.hi = page_bounds(self.keys.rows(), self.params.page_size)
+        self.members: list[np.ndarray] = []  # per page: its placed positions
+        self._members_from(0)
+
+    def _members_from(self, page: int) -> None:
+        """Rebuild the member lists of ``page`` and every later page (the pages
+        a placement touched; the rest are kept from the steps before)."""
+        ps = self.params.page_size
+        del self.members[page:]
+        self.members += [
+            np.arange(q * ps, min((q + 1) * ps, self.placed)) for q in range(page, self.n_pages)
+        ]
 
     @property
     def n_pages(self) -> int:
@@ -92,6 +103,9 @@ class Quest:
 
     def _place(self, stop: int) -> None:
         ps = self.params.page_size
+        if stop <= self.placed:
+            return
+        first = self.placed // ps
         for pos in range(self.placed, stop):
             page, k = pos // ps, self.keys.rows()[pos]
             if page == self.n_pages:
@@ -99,19 +113,19 @@ class Quest:
             else:
                 np.minimum(self.lo[page], k, out=self.lo[page])
                 np.maximum(self.hi[page], k, out=self.hi[page])
-        self.placed = max(self.placed, stop)
+        self.placed = stop
+        self._members_from(first)
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
-        lay, ps = self.layout, self.params.page_size
+        lay = self.layout
         if self.keys.n != self.n_prefix + t:
             raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
         self.keys.append(new_key)
         visible = self.keys.n
         self._place(visible - lay.local_window)
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
-        members = [np.arange(p * ps, min((p + 1) * ps, self.placed)) for p in range(self.n_pages)]
         scores = bound_scores(query, self.lo, self.hi)
-        chosen, extra = take_units(scores, members, lay.step_budget(visible), always, visible)
+        chosen, extra = take_units(scores, self.members, lay.step_budget(visible), always, visible)
         extents = entry_reads(extra, self.stripe, lay.entry_bytes)
         d = self.lo.shape[1]
         return StepDecision(

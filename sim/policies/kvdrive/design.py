@@ -41,7 +41,7 @@ import scipy.sparse as sp
 from sim.policies.baselines.nocluster import KeyLog
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.kvdrive.gpucache import POLICIES, WindowCache
-from sim.policies.kvdrive.index import build_index
+from sim.policies.kvdrive.index import BUILDS, build_index
 from sim.policies.kvdrive.packing import PackedLayout
 from sim.policies.selection import always_selected, take_units
 from sim.registry import ParamError
@@ -56,6 +56,7 @@ class Params:
     eviction: str = "lookahead"  # or "lru" (Table 3)
     warmup: bool = True  # importance-guided warm-up of GPU cache and DRAM (§7.1)
     kmeans_iters: int = 3
+    index_build: str = "tree"  # "tree": two-level k-means; "exact": flat (index.py)
     dram_only: bool = False  # the whole KV in DRAM (Fig. 21's DRAM-only): no SSD reads
 
     def __post_init__(self) -> None:
@@ -65,6 +66,8 @@ class Params:
         for name in ("window", "gpu_cache_entries", "kmeans_iters"):
             if getattr(self, name) < 0:
                 raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
+        if self.index_build not in BUILDS:
+            raise ParamError("index_build", f"must be one of {BUILDS}, got {self.index_build!r}")
         if self.eviction not in POLICIES:
             raise ParamError("eviction", f"must be one of {POLICIES}, got {self.eviction!r}")
 
@@ -89,7 +92,8 @@ class KVDrive:
         self.layout = layout
         self.n_prefix = n = len(keys)
         self.keys = KeyLog(keys)
-        self.index = build_index(self.keys.rows(), p.chunk_size, p.chunks_per_centroid, rng)
+        rows, cpc = self.keys.rows(), p.chunks_per_centroid
+        self.index = build_index(rows, p.chunk_size, cpc, rng, p.kmeans_iters, p.index_build)
         self.members = list(self.index.members)
         self.label = np.repeat(self.index.chunk_label, p.chunk_size)[:n].astype(np.int64)
         self.packed = PackedLayout(self.members, n, layout.n_ssd)
