@@ -267,7 +267,9 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=None, help="emulated devices (default: all)")
     p.add_argument("--where", default="/dev/shm", help="backing directory of emulated devices")
     p.add_argument("--scale", type=float, default=None, help="emulation scale (default: measure)")
-    p.add_argument("--size", default=None, help="bytes per device (default: the sweep's)")
+    p.add_argument(
+        "--size", type=fio.size_arg, default=None, help="bytes per device (default: the sweep's)"
+    )
     p.add_argument("--full", action="store_true", help="the full sweep (default: quick)")
     p.add_argument(
         "--base",
