@@ -288,7 +288,10 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 
 def _cli(args: argparse.Namespace) -> int:
     from kvtier.outdir import claim
+    from kvtier.validate import check_out_file
 
+    if args.profile:  # the profile is written after the sweep: refuse a bad path before it
+        check_out_file(args.profile, "--profile")
     with claim(args.out, force=args.force, label="calibrate"):  # before any fio run
         return _calibrate_cli(args)
 

@@ -23,8 +23,10 @@ HUGE = "1e30"
 JUNK = b"\x00\xff\xfe junk \x89PNG\r\n"
 
 
-def _num(prefix: str, cmd: str, flag: str, values: tuple[str, ...]) -> list:
-    return [(f"{prefix}{flag[2:]}-{v}", f"{cmd} {flag} {v}", {}, flag) for v in values]
+def _num(prefix: str, cmd: str, flag: str, values: tuple[str, ...], files=None) -> list:
+    """``cmd flag v`` for each of ``values`` (in a directory holding ``files``)."""
+    base = dict(files or {})
+    return [(f"{prefix}{flag[2:]}-{v}", f"{cmd} {flag} {v}", base, flag) for v in values]
 
 
 def _file(prefix: str, cmd: str, name: str, needle: str | None = None, files=None) -> list:
@@ -57,6 +59,7 @@ CONV = "trace convert t.csv --out o.parquet"
 STATS = "trace stats t.csv"
 P = {"p.parquet": plan()}
 T = {"t.csv": VIDUR + "1,2,3\n"}
+TP = {**P, "t": "x"}
 
 PROBES: list[tuple[str, str, Files, str]] = [
     # --- sim / sweep
@@ -77,7 +80,7 @@ PROBES: list[tuple[str, str, Files, str]] = [
     *_num("plan-", PLAN, "--docs", ("-1", "0", "nan")),
     *_num("plan-", PLAN, "--sparsity", ("-1", "2", "nan")),
     *_num("plan-", PLAN, "--steps", ("-1", "0")),
-    *_num("plan-", PLAN, "--requests", ("-1", "0")),
+    *_num("plan-", PLAN, "--requests", ("-1", "1.5")),
     *_num("plan-", PLAN, "--ttft-p99", ("-1", "nan")),
     *_num("plan-", PLAN, "--tpot-p99", ("-1", "inf")),
     *_num("plan-", PLAN, "--min-tok-s", ("-1", "nan")),
@@ -105,12 +108,11 @@ PROBES: list[tuple[str, str, Files, str]] = [
     ("profiles-show-none", "profiles show", {}, "show"),
     ("models-show-unknown", "models show nope", {}, "nope"),
     # --- real replay
-    *_num("replay-", REPLAY, "--qd", ("-1", "nan", HUGE)),
-    *_num("replay-", REPLAY, "--pace-read-mbps", ("-1", "0", "nan")),
-    *_num("replay-", REPLAY, "--pace-write-iops", ("-1", "inf")),
+    *_num("replay-", REPLAY, "--qd", ("-1", "nan", HUGE), P),
+    *_num("replay-", REPLAY, "--pace-read-mbps", ("-1", "0", "nan"), P),
+    *_num("replay-", REPLAY, "--pace-write-iops", ("-1", "inf"), P),
     *_file("replay-plan", "real replay --plan {f} --target t --out o", "q.parquet"),
     ("replay-hw", f"{REPLAY} --hw nope", P, "nope"),
-    ("replay-target-missing", "real replay --plan p.parquet --target nope --out o", P, "nope"),
     (
         "replay-targets-dir-file",
         "real replay --plan p.parquet --targets-dir f --out o",
@@ -153,16 +155,16 @@ PROBES: list[tuple[str, str, Files, str]] = [
     ("val-hw", "real validate --hw nope --no-fio --out o", {}, "nope"),
     ("val-emulate", "real validate --emulate nope --out o", {}, "nope"),
     ("val-pace", "real validate --pace nope --out o", {}, "nope"),
-    ("val-dir-missing", f"{VAL} --dir nope/deeper", {}, "--dir"),
-    ("val-dir-file", f"{VAL} --dir f", {"f": "x"}, "--dir"),
+    ("val-dir-missing", f"{VAL} --dir nope/deeper", {}, "nope"),
+    ("val-dir-file", f"{VAL} --dir f", {"f": "x"}, "f:"),
     ("val-designs", f"{VAL} --designs nope", {}, "nope"),
     ("val-out-devnull", "real validate --hw h20-8ssd --no-fio --out /dev/null/x", {}, "/dev/null"),
     ("val-out-file", "real validate --hw h20-8ssd --no-fio --out f", {"f": "x"}, "--out"),
     # --- real iolog / cleanup
-    *_num("iolog-", IOLOG, "--iodepth", ("-1", "0", "nan")),
+    *_num("iolog-", IOLOG, "--iodepth", ("-1", "0", "nan"), {**P, "t": "x"}),
     *_file("iolog-plan", "real iolog --plan {f} --target ssd0=t --out o", "q.parquet"),
     ("iolog-target-noeq", "real iolog --plan p.parquet --target t --out o", P, "--target"),
-    ("iolog-target-node", "real iolog --plan p.parquet --target ssd7=t --out o", P, "ssd7"),
+    ("iolog-target-node", "real iolog --plan p.parquet --target ssd7=t --out o", TP, "ssd7"),
     ("iolog-target-missing", "real iolog --plan p.parquet --target ssd0=nope --out o", P, "nope"),
     (
         "iolog-target-dir",
@@ -175,28 +177,22 @@ PROBES: list[tuple[str, str, Files, str]] = [
         "iolog-out-file",
         "real iolog --plan p.parquet --target ssd0=t --out f",
         {**P, "t": "x", "f": "x"},
-        "--out",
+        "f:",
     ),
     ("cleanup-runtime-file", "real cleanup --runtime-dir f", {"f": "x"}, "f"),
     # --- trace stats / convert / gen-conversations
     *_file("stats", "trace stats {f}", "t.csv"),
     *_file("stats-jsonl", "trace stats {f}", "t.jsonl"),
-    *_num("stats-", STATS, "--block-tokens", ("-1", "nan", HUGE)),
-    *_num("conv-", "trace convert t.csv --out o.parquet", "--block-tokens", ("-1", "0")),
-    ("conv-window-inf", "trace convert t.csv --out o.parquet --window 0 inf", T, "--window"),
-    ("conv-window-empty", "trace convert t.csv --out o.parquet --window 100 200", T, "--window"),
-    (
-        "conv-scale-huge",
-        "trace convert t.csv --out o.parquet --scale-rate 1e308",
-        T,
-        "--scale-rate",
-    ),
+    *_num("stats-", STATS, "--block-tokens", ("-1", "nan", HUGE), T),
+    *_num("conv-", CONV, "--block-tokens", ("-1", "0"), T),
+    ("conv-window-inf", f"{CONV} --window 0 inf", T, "--window"),
+    ("conv-window-empty", f"{CONV} --window 100 200", T, "[100.0, 200.0)"),
     ("conv-out-devnull", "trace convert t.csv --out /dev/null/o.parquet", T, "/dev/null"),
-    *_num("gen-", GEN, "--sessions", ("1000000000000",)),
-    *_num("gen-", GEN, "--rate", (HUGE, "x")),
+    ("gen-sessions-huge", f"{GEN} --sessions 1000000000000", {}, "too large"),
+    *_num("gen-", GEN, "--rate", ("x",)),
     *_num("gen-", GEN, "--block-tokens", (HUGE,)),
-    *_num("gen-", GEN, "--system-prompt-tokens", ("nan", "1000000000000")),
-    *_num("gen-", GEN, "--think-s", (HUGE,)),
+    *_num("gen-", GEN, "--system-prompt-tokens", ("nan",)),
+    ("gen-system-huge", f"{GEN} --system-prompt-tokens 1000000000000", {}, "too large"),
     *_file("gen-arrivals", f"{GEN} --arrivals-from {{f}}", "a.csv"),
     # --- trace capture / fit (checked before the model loads)
     *_num("cap-", CAP, "--context", NEG_ZERO_NAN),
