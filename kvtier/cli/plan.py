@@ -133,12 +133,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     res = search(q, space, make_executor(args.executor, args.jobs, args.address), store,
                  prune=not args.no_prune)  # fmt: skip
+    _check_ran(res.rows)
     df = add_costs(res.rows, q.base, prices)
     df = _judge(q, df)
     df.to_parquet(Path(args.out) / "plan.parquet", index=False)
     write_figures(df, Path(args.out))
     _report(console, q, df, res, time.perf_counter() - t0, prices, Path(args.out))
     return 0
+
+
+def _check_ran(rows: pd.DataFrame | list) -> None:
+    """At least one grid point ran; else the first point's reason is the user's error
+    (an unknown model, a missing trace file: every point fails the same way)."""
+    df = pd.DataFrame(rows)
+    if len(df) and (df.get("status") == "ok").any():
+        return
+    why = str(df["status"].iloc[0]) if "status" in df and len(df) else "no grid point"
+    raise ConfigError(f"kvtier plan: no grid point could run: {why}")
 
 
 def _check_designs(q: Question, designs: tuple[str, ...]) -> None:
