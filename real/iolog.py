@@ -130,7 +130,10 @@ def _check_nodes(plan: pa.Table, targets: Sequence[Target]) -> None:
     used |= {d for k, d in zip(kinds, plan.column("dst").to_pylist(), strict=True) if k == "write"}
     missing = sorted(used - {t.node for t in targets})
     if missing:
-        raise RealError(f"no target for plan SSD node(s) {', '.join(missing)}")
+        given = ", ".join(t.node for t in targets) or "none"
+        raise RealError(
+            f"--target: no target for plan SSD node(s) {', '.join(missing)} (given: {given})"
+        )
 
 
 def job_file(

@@ -99,7 +99,7 @@ PROBES: list[tuple[str, str, Files, str]] = [
     # --- bench
     *_num("bench-", BENCH, "--steps", ("-1", "0", "nan")),
     *_num("bench-", BENCH, "--layers", ("-1", "0", "1.5")),
-    *_num("bench-", BENCH, "--ssds", ("-1", "0")),
+    *_num("bench-", BENCH, "--ssds", ("-1", "nan")),
     ("bench-hw", f"{BENCH} --hw nope", {}, "nope"),
     ("bench-model", f"{BENCH} --model nope", {}, "nope"),
     ("bench-out-devnull", f"{BENCH} --out /dev/null/x", {}, "/dev/null"),
@@ -137,7 +137,7 @@ PROBES: list[tuple[str, str, Files, str]] = [
     *_num("emu-", EMU, "--scale", ("-1", "0", "nan", "2")),
     ("emu-profile", "real emulate --profile nope --out o", {}, "nope"),
     ("emu-n-huge", f"{EMU} --n 100", {}, "--n"),
-    ("emu-where-file", f"{EMU} --where f", {"f": "x"}, "--where"),
+    ("emu-where-file", f"{EMU} --where f", {"f": "x"}, "f/"),
     ("emu-out-devnull", "real emulate --profile h20-8ssd --out /dev/null/x", {}, "/dev/null"),
     *_num("cal-", CAL, "--n", ("-1", "0")),
     *_num("cal-", CAL, "--scale", ("-1", "nan", "2")),
