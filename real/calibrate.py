@@ -292,6 +292,8 @@ def _cli(args: argparse.Namespace) -> int:
 
     if args.profile:  # the profile is written after the sweep: refuse a bad path before it
         check_out_file(args.profile, "--profile")
+    if args.base:  # lent GPUs/DRAM/software after the sweep: a bad name fails first
+        load_profile(args.base)
     with claim(args.out, force=args.force, label="calibrate"):  # before any fio run
         return _calibrate_cli(args)
 

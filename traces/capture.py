@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,6 +274,7 @@ def capture_command(args: argparse.Namespace) -> int:
         text_offset=args.text_offset,
     )  # fmt: skip
     check_out_file(args.out)
+    params.check(model_context=sys.maxsize)  # the values, before the model loads
     text, name = load_text(args.text)
     if not 0 <= args.text_offset < len(text):  # before the model loads
         where = args.text or "the default text"

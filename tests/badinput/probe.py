@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from tests.badinput.probes import PROBES
+from tests.badinput.test_corpus import _materialise
 
 MEMORY_LIMIT = 6 * 2**30  # bytes of address space a probe may map
 
@@ -37,7 +38,6 @@ MEMORY_LIMIT = 6 * 2**30  # bytes of address space a probe may map
 def _child(argv: list[str], files: dict, where: Path, err_path: Path) -> None:
     """Run ``kvtier argv`` in ``where``; never returns (``os._exit``)."""
     from kvtier.cli.main import main
-    from tests.badinput.test_corpus import _materialise
 
     status = 70
     try:

@@ -61,6 +61,10 @@ P = {"p.parquet": plan()}
 T = {"t.csv": VIDUR + "1,2,3\n"}
 TP = {**P, "t": "x"}
 
+# probes that do real work before failing (a grid of simulations, a model load,
+# a device set-up): run by the probe script only, not in the corpus
+SLOW = {"plan-model", "plan-trace-missing"}
+
 PROBES: list[tuple[str, str, Files, str]] = [
     # --- sim / sweep
     ("sim-steps-huge", "sim --steps 1000000000000", {}, "tokens"),
@@ -109,7 +113,7 @@ PROBES: list[tuple[str, str, Files, str]] = [
     ("models-show-unknown", "models show nope", {}, "nope"),
     # --- real replay
     *_num("replay-", REPLAY, "--qd", ("-1", "nan", HUGE), P),
-    *_num("replay-", REPLAY, "--pace-read-mbps", ("-1", "0", "nan"), P),
+    *_num("replay-", REPLAY, "--pace-read-mbps", ("-1", "nan", "x"), P),
     *_num("replay-", REPLAY, "--pace-write-iops", ("-1", "inf"), P),
     *_file("replay-plan", "real replay --plan {f} --target t --out o", "q.parquet"),
     ("replay-hw", f"{REPLAY} --hw nope", P, "nope"),
