@@ -67,10 +67,13 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 def _check_dir(args: argparse.Namespace) -> None:
     """``--dir`` before any work: the paced files' directory may be created; the
     data files and emulated backing files go into an existing directory."""
+    where = getattr(args, "dir", None)
+    if where is None:
+        return
     if getattr(args, "pace", None):
-        check_out_dir(args.dir, "--dir")
-    elif not Path(args.dir).is_dir():
-        raise RealError(f"--dir {args.dir}: not an existing directory")
+        check_out_dir(where, "--dir")
+    elif not Path(where).is_dir():
+        raise RealError(f"--dir {where}: not an existing directory")
 
 
 def check_args(args: argparse.Namespace) -> None:
