@@ -7,8 +7,8 @@ the value came from (``--steps: must be an integer > 0, got 1.5``;
 
 * ``int_arg(lo)`` / ``float_arg(lo, strict)`` are argparse ``type=``
   callables: they reject non-numbers, non-finite values (``nan``, ``inf``),
-  fractions where an integer is meant (``1.5``; ``2.0`` is accepted as 2) and
-  values below the bound; argparse names the flag.
+  fractions where an integer is meant (``1.5``; ``2.0`` is accepted as 2),
+  values below the bound and integers beyond int64; argparse names the flag.
 * :func:`check_out_dir` / :func:`check_out_file` check, before any work is
   done, that an output can be created: every existing ancestor must be a
   directory the user can write into (a file in the way, ``/dev/null/x`` or a
@@ -22,6 +22,8 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
+
+INT64_LIMIT = 2**63  # integers are stored as int64 (plans, traces, records)
 
 
 class InputError(ValueError):
@@ -47,6 +49,8 @@ def int_arg(lo: int = 0) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
         if value < lo:
             raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
+        if value >= INT64_LIMIT:  # every count lands in an int64 column or array
+            raise argparse.ArgumentTypeError(f"must be an integer below 2**63, got {text!r}")
         return int(value)
 
     parse.__name__ = "integer"

@@ -267,7 +267,9 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=None, help="emulated devices (default: all)")
     p.add_argument("--where", default="/dev/shm", help="backing directory of emulated devices")
     p.add_argument("--scale", type=float, default=None, help="emulation scale (default: measure)")
-    p.add_argument("--size", default=None, help="bytes per device (default: the sweep's)")
+    p.add_argument(
+        "--size", type=fio.size_arg, default=None, help="bytes per device (default: the sweep's)"
+    )
     p.add_argument("--full", action="store_true", help="the full sweep (default: quick)")
     p.add_argument(
         "--base",
@@ -286,7 +288,12 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 
 def _cli(args: argparse.Namespace) -> int:
     from kvtier.outdir import claim
+    from kvtier.validate import check_out_file
 
+    if args.profile:  # the profile is written after the sweep: refuse a bad path before it
+        check_out_file(args.profile, "--profile")
+    if args.base:  # lent GPUs/DRAM/software after the sweep: a bad name fails first
+        load_profile(args.base)
     with claim(args.out, force=args.force, label="calibrate"):  # before any fio run
         return _calibrate_cli(args)
 

@@ -181,11 +181,13 @@ def emulate(
     count = len(source.ssd_names)
     n = count if n is None else n
     if not 1 <= n <= count:
-        raise RealError(f"profile {source.name} has {count} SSDs; n must be 1..{count}, got {n}")
+        raise RealError(
+            f"--n: profile {source.name} has {count} SSDs; n must be 1..{count}, got {n}"
+        )
     if size < (1 << 20) or size % 4096:
-        raise RealError(f"size must be a multiple of 4096 and >= 1 MiB, got {size}")
+        raise RealError(f"--size: must be a multiple of 4096 and >= 1 MiB, got {size}")
     if scale is not None and not 0 < scale <= 1:
-        raise RealError(f"scale must be in (0, 1], got {scale}")
+        raise RealError(f"--scale: must be in (0, 1], got {scale}")
     where = Path(where)
     _check_space(where, n * size)
     reason = blkio.throttle_unavailable(cgroup_root) if mode != "pacing" else None
@@ -349,7 +351,9 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", required=True, help="hardware profile name or YAML path")
     p.add_argument("--n", type=int, default=None, help="number of SSDs (default: all)")
     p.add_argument("--where", default="/dev/shm", help="directory for the backing files")
-    p.add_argument("--size", default="1GiB", help="bytes per device (default 1GiB)")
+    p.add_argument(
+        "--size", type=fio.size_arg, default="1GiB", help="bytes per device (default 1GiB)"
+    )
     p.add_argument("--scale", type=float, default=None, help="scale factor (default: measure)")
     p.add_argument("--mode", choices=MODES, default="auto")
     p.add_argument("--out", required=True, help="directory for the scaled profile and fio JSON")

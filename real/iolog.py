@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kvtier.plan import io_extents, read_plan
+from kvtier.validate import int_arg
 from real import fio
 from real.errors import RealError
 from real.ownership import check_write
@@ -129,7 +130,10 @@ def _check_nodes(plan: pa.Table, targets: Sequence[Target]) -> None:
     used |= {d for k, d in zip(kinds, plan.column("dst").to_pylist(), strict=True) if k == "write"}
     missing = sorted(used - {t.node for t in targets})
     if missing:
-        raise RealError(f"no target for plan SSD node(s) {', '.join(missing)}")
+        given = ", ".join(t.node for t in targets) or "none"
+        raise RealError(
+            f"--target: no target for plan SSD node(s) {', '.join(missing)} (given: {given})"
+        )
 
 
 def job_file(
@@ -309,7 +313,7 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="directory for the logs, job file and fio JSON")
     p.add_argument("--run", action="store_true", help="replay the logs with fio")
     p.add_argument("--stall", action="store_true", help="honour the timestamps (default: no stall)")
-    p.add_argument("--iodepth", type=int, default=None, help="fio iodepth per device")
+    p.add_argument("--iodepth", type=int_arg(1), default=None, help="fio iodepth per device")
     p.add_argument("--allow-write", action="store_true", help="let fio write the given targets")
     p.set_defaults(handler=_cli)
 
@@ -321,10 +325,12 @@ def cli_targets(specs: Sequence[str]) -> list[Target]:
         node, sep, path = spec.partition("=")
         if not sep or not node or not path:
             raise RealError(f"--target wants NODE=PATH, got {spec!r}")
+        if os.path.isdir(path):
+            raise RealError(f"--target {spec}: {path} is a directory, not a file or block device")
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
-            raise RealError(f"{path}: {exc.strerror}") from None
+            raise RealError(f"--target {spec}: {path}: {exc.strerror}") from None
         try:
             size = os.lseek(fd, 0, os.SEEK_END)
         finally:
@@ -333,13 +339,23 @@ def cli_targets(specs: Sequence[str]) -> list[Target]:
     return targets
 
 
+def _read_records(path: Path) -> pa.Table:
+    """``--records``: an ops.parquet (or its directory) with ``op_id`` and ``start_s``."""
+    path = path / "ops.parquet" if path.is_dir() else path
+    try:
+        records = pq.read_table(path, columns=["op_id", "start_s"])
+    except (OSError, pa.ArrowException, KeyError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise RealError(f"--records {path}: not an op-records Parquet file ({reason})") from None
+    return records
+
+
 def _cli(args: argparse.Namespace) -> int:
     plan = read_plan(args.plan)
     targets = cli_targets(args.target)
     records = None
     if args.records:
-        path = Path(args.records)
-        records = pq.read_table(path / "ops.parquet" if path.is_dir() else path)
+        records = _read_records(Path(args.records))
     if not args.run:
         logs = export_iologs(plan, targets, args.out, records)
         for node, log in logs.items():

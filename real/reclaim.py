@@ -16,6 +16,7 @@ from pathlib import Path
 
 from real import blkio  # noqa: F401  (registers how a loop device entry is removed)
 from real.cleanup import describe, reclaim, runs
+from real.errors import RealError
 
 
 def add_cli(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +30,8 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 
 def _cli(args: argparse.Namespace) -> int:
     where = Path(args.runtime_dir) if args.runtime_dir else None
+    if where is not None and not where.is_dir():
+        raise RealError(f"--runtime-dir {where}: not a directory")
     found = runs(where)
     if not found:
         print("nothing to clean up: no kvtier run state found")

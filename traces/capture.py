@@ -33,12 +33,14 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from kvtier.validate import check_out_file, float_arg, int_arg
 from traces.access import AccessMeta, AccessTrace, forced_ids, selection_budget, write_access_trace
 from traces.errors import TraceError
 
@@ -236,14 +238,25 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", required=True, type=Path, help="output .parquet access trace")
     p.add_argument("--text", type=Path, help="UTF-8 text file (default: pydoc_data.topics)")
-    p.add_argument("--text-offset", type=int, default=0, help="characters skipped (default 0)")
-    p.add_argument("--context", type=int, default=2048, help="prefix tokens N (default 2048)")
-    p.add_argument("--steps", type=int, default=256, help="decode steps (default 256)")
-    p.add_argument("--sparsity", type=float, default=0.1, help="top-k fraction (default 0.1)")
-    p.add_argument("--sinks", type=int, default=4, help="sink tokens (default 4)")
-    p.add_argument("--window", type=int, default=64, help="local window (default 64)")
-    p.add_argument("--chunk", type=int, default=512, help="prefill chunk tokens (default 512)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's)")
+    p.add_argument(
+        "--text-offset", type=int_arg(0), default=0, help="characters skipped (default 0)"
+    )
+    p.add_argument(
+        "--context", type=int_arg(1), default=2048, help="prefix tokens N (default 2048)"
+    )
+    p.add_argument("--steps", type=int_arg(1), default=256, help="decode steps (default 256)")
+    p.add_argument(
+        "--sparsity",
+        type=float_arg(0.0, strict=True),
+        default=0.1,
+        help="top-k fraction (default 0.1)",
+    )
+    p.add_argument("--sinks", type=int_arg(0), default=4, help="sink tokens (default 4)")
+    p.add_argument("--window", type=int_arg(0), default=64, help="local window (default 64)")
+    p.add_argument(
+        "--chunk", type=int_arg(1), default=512, help="prefill chunk tokens (default 512)"
+    )
+    p.add_argument("--threads", type=int_arg(0), default=0, help="torch CPU threads (0 = torch's)")
     p.add_argument(
         "--keep-vectors", action="store_true", help="also write keys and queries (.vectors.npz)"
     )
@@ -260,7 +273,14 @@ def capture_command(args: argparse.Namespace) -> int:
         sink_tokens=args.sinks, local_window=args.window, chunk=args.chunk,
         text_offset=args.text_offset,
     )  # fmt: skip
+    check_out_file(args.out)
+    params.check(model_context=sys.maxsize)  # the values, before the model loads
     text, name = load_text(args.text)
+    if not 0 <= args.text_offset < len(text):  # before the model loads
+        where = args.text or "the default text"
+        raise TraceError(
+            f"capture: --text-offset {args.text_offset} outside {where} ({len(text)} characters)"
+        )
     console = make_console()
     t0 = time.perf_counter()
     model, tok = load_model()
@@ -269,8 +289,6 @@ def capture_command(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     params.check(model.cfg.context)
-    if not 0 <= args.text_offset < len(text):
-        raise TraceError(f"capture: --text-offset {args.text_offset} outside the text")
     ids = tok.encode(text[args.text_offset :][: 12 * (params.context_tokens + params.steps + 1)])
     source = f"capture:{MODEL_NAME}:{name}@{args.text_offset}"
     cols = (

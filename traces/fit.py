@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kvtier.validate import check_out_file, int_arg
 from traces import attention_stats as st
 from traces.access import AccessTrace, read_access_trace
 from traces.errors import TraceError
@@ -121,8 +122,10 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     p = group.add_parser("fit", help="fit the access-trace generator to a captured trace")
     p.add_argument("trace", type=Path, metavar="TRACE", help="a captured access trace (.parquet)")
     p.add_argument("--preset", help="compare this generator preset instead of fitting")
-    p.add_argument("--passes", type=int, default=2, help="coordinate-descent passes (default 2)")
-    p.add_argument("--seeds", type=int, default=2, help="generated heads per evaluation")
+    p.add_argument(
+        "--passes", type=int_arg(1), default=2, help="coordinate-descent passes (default 2)"
+    )
+    p.add_argument("--seeds", type=int_arg(1), default=2, help="generated heads per evaluation")
     p.add_argument("--out", type=Path, help="write the fitted parameters and the table (JSON)")
     p.set_defaults(handler=fit_command)
 
@@ -131,9 +134,11 @@ def fit_command(args: argparse.Namespace) -> int:
     from kvtier.console import make_console  # noqa: PLC0415
 
     console = make_console()
-    trace = read_access_trace(args.trace)
     if args.preset is not None and args.preset not in PRESETS:
         raise TraceError(f"--preset {args.preset!r}: unknown (known: {', '.join(PRESETS)})")
+    if args.out:
+        check_out_file(args.out)  # before the fit, not after it
+    trace = read_access_trace(args.trace)
     with console.status("statistics of the real trace"):
         real_df = st.per_head(trace)
     real = real_targets(real_df)

@@ -28,6 +28,7 @@ from rich.table import Table
 from hwprofiles import HardwareProfile, load_profile
 from kvtier.console import make_console
 from kvtier.provenance import provenance
+from kvtier.validate import int_arg
 from sim.config import ConfigError
 from sim.executor import simulate
 from sim.models import decode_layer_cost, get_model
@@ -36,11 +37,11 @@ from sim.scenarios.sparse_decode import SparseDecodeShape, build_plan, entry_cou
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark the simulator's own speed")
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--layers", type=int, default=64)
+    p.add_argument("--steps", type=int_arg(1), default=1000)
+    p.add_argument("--layers", type=int_arg(1), default=64)
     p.add_argument("--hw", default="h20-8ssd")
     p.add_argument("--model", default="Qwen3-32B", help="64 layers, as the reference shape")
-    p.add_argument("--ssds", type=int, default=0, help="SSDs (default: the profile's)")
+    p.add_argument("--ssds", type=int_arg(0), default=0, help="SSDs (default: the profile's)")
     p.add_argument(
         "--scaling",
         action="store_true",

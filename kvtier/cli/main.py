@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         return _fail(str(exc), 2)
     except OSError as exc:  # an output (or input) the system refused: name the path
-        return _fail(_os_error(exc), 2)
+        return _fail(_os_error(exc, getattr(args, "out", None)), 2)
     except KeyboardInterrupt:
         print("kvtier: interrupted", file=sys.stderr)
         return 130
@@ -108,12 +108,18 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
-def _os_error(exc: OSError) -> str:
-    """One line: the path(s) and the system's reason (ENOSPC named plainly)."""
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+
+
+def _os_error(exc: OSError, out: object = None) -> str:
+    """One line: the path(s) and the system's reason (ENOSPC named plainly); an
+    error only a write can raise, with no path (Arrow, a stream), names ``--out``."""
     reason = exc.strerror or str(exc)
     if exc.errno == errno.ENOSPC:
         reason = "no space left on the device"
     paths = [p for p in (exc.filename, exc.filename2) if p is not None]
+    if not paths and out is not None and exc.errno in WRITE_ERRNOS:
+        paths = [f"--out {out}"]
     return f"{' -> '.join(map(str, paths))}: {reason}" if paths else reason
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis.capacity_plots import write_figures
 from kvtier.console import make_console
-from kvtier.validate import check_out_dir, int_arg
+from kvtier.validate import check_out_dir, float_arg, int_arg
 from sim.capacity.evaluate import Point, Question
 from sim.capacity.executors import make_executor
 from sim.capacity.prices import add_costs, load_prices
@@ -28,6 +28,8 @@ def _list(cast):
     def parse(text: str) -> tuple:
         try:
             items = tuple(cast(v.strip()) for v in text.split(",") if v.strip())
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a list of {cast.__name__}: {text!r}") from None
         if not items:
@@ -57,22 +59,42 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=q.docs,
         help="long_doc: documents queried at once; sparse_decode: concurrent sessions",
     )
-    a("--sparsity", type=float, default=q.sparsity, help="sparse_decode: KV share read per step")
+    a(
+        "--sparsity",
+        type=float_arg(0.0, strict=True),
+        default=q.sparsity,
+        help="sparse_decode: KV share read per step",
+    )
     a("--steps", type=int_arg(1), default=q.steps, help="sparse_decode: decode steps simulated")
     a("--requests", type=int_arg(0), default=q.requests, help="trace file: first N requests")
-    a("--ttft-p99", type=float, default=q.slo_ttft_p99_s, help="SLO: P99 TTFT limit, s (0: none)")
-    a("--tpot-p99", type=float, default=q.slo_tpot_p99_s, help="SLO: P99 TPOT limit, s (0: none)")
+    a(
+        "--ttft-p99",
+        type=float_arg(),
+        default=q.slo_ttft_p99_s,
+        help="SLO: P99 TTFT limit, s (0: none)",
+    )
+    a(
+        "--tpot-p99",
+        type=float_arg(),
+        default=q.slo_tpot_p99_s,
+        help="SLO: P99 TPOT limit, s (0: none)",
+    )
     a(
         "--min-tok-s",
-        type=float,
+        type=float_arg(),
         default=0.0,
         help="SLO: output tokens/s floor (0: none); sparse_decode: per session",
     )
     a("--designs", type=_list(str), default=("lmcache", "pool"))
     a("--ssd-models", type=_list(str), default=("9100 PRO", "900P"))
-    a("--ssd-counts", type=_list(int), default=(1, 2, 4))
-    a("--dram-modules", type=_list(int), default=(1, 2, 4))
-    a("--dram-gib", type=_list(float), default=(64.0,), help="GiB per DRAM module")
+    a("--ssd-counts", type=_list(int_arg(1)), default=(1, 2, 4))
+    a("--dram-modules", type=_list(int_arg(1)), default=(1, 2, 4))
+    a(
+        "--dram-gib",
+        type=_list(float_arg(0.0, strict=True)),
+        default=(64.0,),
+        help="GiB per DRAM module",
+    )
     a("--prices", action="append", default=[], help="price YAML overriding the shipped entries")
     a("--no-prune", action="store_true", help="evaluate the whole grid")
     a("--executor", choices=("local", "ray"), default="local")
@@ -100,6 +122,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console = make_console()
     check_out_dir(args.out)
     q = question(args)
+    _check_designs(q, args.designs)
     prices = load_prices(*args.prices)  # fail fast on a bad table
     models = tuple(resolve_ssd(m) for m in args.ssd_models)
     space = Space(args.designs, models, args.ssd_counts, args.dram_modules, args.dram_gib)
@@ -110,12 +133,41 @@ def cmd_plan(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     res = search(q, space, make_executor(args.executor, args.jobs, args.address), store,
                  prune=not args.no_prune)  # fmt: skip
+    _check_ran(res.rows)
     df = add_costs(res.rows, q.base, prices)
     df = _judge(q, df)
     df.to_parquet(Path(args.out) / "plan.parquet", index=False)
     write_figures(df, Path(args.out))
     _report(console, q, df, res, time.perf_counter() - t0, prices, Path(args.out))
     return 0
+
+
+def _check_ran(rows: pd.DataFrame | list) -> None:
+    """At least one grid point ran; else the first point's reason is the user's error
+    (an unknown model, a missing trace file: every point fails the same way)."""
+    df = pd.DataFrame(rows)
+    if len(df) and (df.get("status") == "ok").any():
+        return
+    why = str(df["status"].iloc[0]) if "status" in df and len(df) else "no grid point"
+    raise ConfigError(f"kvtier plan: no grid point could run: {why}")
+
+
+def _check_designs(q: Question, designs: tuple[str, ...]) -> None:
+    """Every ``--designs`` name is one the question's trace can run (before any work)."""
+    from sim.capacity.evaluate import SPARSE_DESIGNS
+    from sim.serving.designs import get_design
+
+    for design in designs:
+        if q.trace == "sparse_decode":
+            if design not in SPARSE_DESIGNS:
+                raise ConfigError(
+                    f"--designs: sparse_decode takes {', '.join(SPARSE_DESIGNS)}; got {design!r}"
+                )
+        else:
+            try:
+                get_design(design, {})
+            except (ConfigError, KeyError, ValueError) as exc:
+                raise ConfigError(f"--designs: {design!r}: {exc}") from None
 
 
 def _judge(q: Question, df: pd.DataFrame) -> pd.DataFrame:

@@ -23,7 +23,7 @@ from kvtier.plan import read_plan
 from kvtier.provenance import file_digest
 from kvtier.records import Records
 from kvtier.units import fmt_bytes
-from kvtier.validate import int_arg
+from kvtier.validate import float_arg, int_arg
 from real.datafile import prepare_targets
 from real.engine import ENGINES
 from real.errors import RealError
@@ -72,7 +72,9 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip checking the data read")
     p.add_argument("--gds", choices=("auto", "host", "require"), default="auto")
     for rate in ("read-mbps", "write-mbps", "read-iops", "write-iops"):
-        p.add_argument(f"--pace-{rate}", type=float, default=0.0, help="user-space pacing limit")
+        p.add_argument(
+            f"--pace-{rate}", type=float_arg(), default=0.0, help="user-space pacing (0: none)"
+        )
     p.set_defaults(handler=cmd_replay)
 
 

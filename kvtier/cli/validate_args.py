@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
-from kvtier.validate import float_arg, int_arg
+from kvtier.validate import check_out_dir, float_arg, int_arg
 from real.errors import RealError
 from real.validate import REGIMES
 
@@ -63,6 +64,18 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int_arg(0), default=0)
 
 
+def _check_dir(args: argparse.Namespace) -> None:
+    """``--dir`` before any work: the paced files' directory may be created; the
+    data files and emulated backing files go into an existing directory."""
+    where = getattr(args, "dir", None)
+    if where is None:
+        return
+    if getattr(args, "pace", None):
+        check_out_dir(where, "--dir")
+    elif not Path(where).is_dir():
+        raise RealError(f"--dir {where}: not an existing directory")
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Refuse, in one line, values built without the parser (library callers) and
     make sure fio is there when the run uses it (``--install-fio`` installs it).
@@ -82,6 +95,7 @@ def check_args(args: argparse.Namespace) -> None:
     for flag, value, ok, want in bad:
         if not ok:
             raise RealError(f"{flag} must be {want}, got {value}")
+    _check_dir(args)
     if isinstance(args.regimes, str):
         try:
             args.regimes = regimes_arg(args.regimes)

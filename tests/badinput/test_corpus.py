@@ -16,6 +16,10 @@ import pytest
 
 from kvtier.cli.main import main
 from tests.badinput.cases import CASES
+from tests.badinput.probes import PROBES, SLOW
+
+# the corpus: the hand-written cases, and every probe that fails before real work
+CORPUS = CASES + [(f"probe-{c[0]}", *c[1:]) for c in PROBES if c[0] not in SLOW]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,12 +45,13 @@ def _check(status: int, err: str, needle: str) -> None:
 
 
 def test_corpus_ids_unique_and_large() -> None:
-    ids = [c[0] for c in CASES]
+    ids = [c[0] for c in CORPUS]
     assert len(ids) == len(set(ids))
-    assert len(ids) >= 100
+    assert len([p for p in PROBES if p[0] not in SLOW]) >= 100
+    assert {p[0] for p in PROBES} >= SLOW  # no stale name
 
 
-@pytest.mark.parametrize("argv, files, needle", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("argv, files, needle", [c[1:] for c in CORPUS], ids=[c[0] for c in CORPUS])
 def test_bad_input(argv, files, needle, tmp_path, monkeypatch, capsys) -> None:
     _materialise(files, tmp_path)
     monkeypatch.chdir(tmp_path)

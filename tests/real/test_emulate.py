@@ -80,7 +80,7 @@ def test_scaled_profile_loads_and_keeps_latency_and_links(tmp_path: Path) -> Non
 
 
 def test_refusals_leave_nothing(tmp_path: Path) -> None:
-    with pytest.raises(RealError, match="n must be 1..8"):
+    with pytest.raises(RealError, match="must be 1..8"):
         emulate("h20-8ssd", 9, where=tmp_path, scale=0.1)
     with pytest.raises(RealError, match="mode must be"):
         emulate("h20-8ssd", 1, where=tmp_path, scale=0.1, mode="fast")
