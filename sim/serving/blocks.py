@@ -339,16 +339,21 @@ class OffloadTier:
         positive, until it is not; taken off the LRU (the caller evicts them)."""
         victims: list[Entry] = []
         chosen: set[int] = set()
+        lru, entries = self.lru, self.entries
+        tops: dict[int, Entry | None] = {}  # device -> its top (valid until that heap moves)
         while True:
             best, dev = None, -1
             for d, s in enumerate(short):
                 if s > 1e-6:
-                    e = self.lru.top(d, self.entries, chosen)
+                    e = tops.get(d)
+                    if d not in tops or (e is not None and e.key in chosen):
+                        e = tops[d] = lru.top(d, entries, chosen)
                     if e is not None and (best is None or e.stamp < best.stamp):
                         best, dev = e, d
             if best is None:
                 return victims
-            self.lru.pop(dev)
+            lru.pop(dev)
+            del tops[dev]
             victims.append(best)
             chosen.add(best.key)
             short = [s - f for s, f in zip(short, best.nbytes, strict=True)]
