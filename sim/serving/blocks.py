@@ -272,6 +272,12 @@ class OffloadTier:
     def add(self, keys: Sequence[int], runs: Runs, nbytes: list[float]) -> list[Entry]:
         """Entries for ``keys``, all laid out as ``runs``, in this order (the
         caller checked the room and updates ``used``)."""
+        if len(keys) == 1:  # the per-key path: alloc is alloc_many of one
+            self._clock += 1
+            alloc = self.allocators
+            slot = tuple([alloc[d].alloc(l1 - l0) for d, l0, l1 in runs])
+            e = self.entries[keys[0]] = Entry(keys[0], runs, slot, nbytes, self._clock)
+            return [e]
         slots = [self.allocators[d].alloc_many(l1 - l0, len(keys)) for d, l0, l1 in runs]
         out = []
         for i, key in enumerate(keys):
