@@ -178,7 +178,7 @@ class OffloadTier:
         self.draining = 0
         self.evictions = 0
         self._clock = 0  # the next LRU stamp
-        self._alt: dict[tuple[bool, ...], Runs] = {}  # spill runs per device mask
+        self._alt: dict[tuple[bool, ...], tuple[Runs, list[float]]] = {}  # per device mask
         self._need: dict[Runs, list[float]] = {}  # bytes per device of a block's runs
         self.lru = LruRuns(len(self.devices))
 
@@ -295,22 +295,24 @@ class OffloadTier:
             return runs
         room = [c - u >= self.layer_bytes for u, c in zip(self.used, self.capacity, strict=True)]
         while any(room):
-            alt = self._runs_over(tuple(room))
-            short = self.short(self.bytes_on(alt))
+            alt, need = self.runs_over(tuple(room))
+            short = self.short(need)
             if all(s <= 1e-6 for s in short):
                 return alt
             room = [ok and s <= 1e-6 for ok, s in zip(room, short, strict=True)]
         return runs
 
-    def _runs_over(self, room: tuple[bool, ...]) -> Runs:
+    def runs_over(self, room: tuple[bool, ...]) -> tuple[Runs, list[float]]:
         """Algorithm 1's runs of one block over the devices marked in ``room``
-        (their ratios renormalised); memoised, as they depend on nothing else."""
-        runs = self._alt.get(room)
-        if runs is None:
+        (their ratios renormalised), and their bytes per device; memoised, as
+        they depend on nothing else (callers must not modify the list)."""
+        out = self._alt.get(room)
+        if out is None:
             ratios = [p if ok else 0.0 for p, ok in zip(self.ratios, room, strict=True)]
             total = sum(ratios)
-            runs = self._alt[room] = layer_runs([p / total for p in ratios], 1, self.layers)[0]
-        return runs
+            runs = layer_runs([p / total for p in ratios], 1, self.layers)[0]
+            out = self._alt[room] = (runs, self.bytes_on(runs))
+        return out
 
     def short(self, need: Sequence[float]) -> list[float]:
         """Bytes per device by which ``need`` more would overflow it."""

@@ -210,14 +210,14 @@ def _short_key(
     inlined (the same comparisons and float additions, in the same order)."""
     used, caps, lb = tier.used, tier.capacity, tier.layer_bytes
     runs, fits = plan, False
-    room = [c - u >= lb for u, c in zip(used, caps, strict=True)]
-    while any(room):  # spill: Algorithm 1 over the devices with room
-        alt = tier._runs_over(tuple(room))
-        short = [u + x - c for u, x, c in zip(used, tier.bytes_on(alt), caps, strict=True)]
+    room = tuple([c - u >= lb for u, c in zip(used, caps)])
+    while True in room:  # spill: Algorithm 1 over the devices with room
+        alt, need = tier.runs_over(room)
+        short = [u + x - c for u, x, c in zip(used, need, caps)]
         if all(s <= SLACK for s in short):
             runs, fits = alt, True
             break
-        room = [ok and s <= SLACK for ok, s in zip(room, short, strict=True)]
+        room = tuple([ok and s <= SLACK for ok, s in zip(room, short)])
     nbytes = tier.bytes_on(runs)
     if not fits:  # make room: LRU victims, demoted or dropped
         if any(x > c for x, c in zip(nbytes, caps, strict=True)):
