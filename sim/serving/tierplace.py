@@ -210,14 +210,14 @@ def _short_key(
     inlined (the same comparisons and float additions, in the same order)."""
     used, caps, lb = tier.used, tier.capacity, tier.layer_bytes
     runs, fits = plan, False
-    room = tuple([c - u >= lb for u, c in zip(used, caps)])
+    room = tuple([c - u >= lb for u, c in zip(used, caps, strict=True)])
     while True in room:  # spill: Algorithm 1 over the devices with room
         alt, need = tier.runs_over(room)
-        short = [u + x - c for u, x, c in zip(used, need, caps)]
+        short = [u + x - c for u, x, c in zip(used, need, caps, strict=True)]
         if all(s <= SLACK for s in short):
             runs, fits = alt, True
             break
-        room = tuple([ok and s <= SLACK for ok, s in zip(room, short)])
+        room = tuple([ok and s <= SLACK for ok, s in zip(room, short, strict=True)])
     nbytes = tier.bytes_on(runs)
     if not fits:  # make room: LRU victims, demoted or dropped
         if any(x > c for x, c in zip(nbytes, caps, strict=True)):
