@@ -56,9 +56,10 @@ Growth with the request count, block 256 (4K / 12K requests): lmcache
 27x and 188 s / 6,830 s / 36x; gpu-only 7.15 s / 2,170 s / 303x and 12.4 s /
 6,849 s / 551x; paged-cpu-ssd 188 s / 11,857 s / 63x at 12K.  Peak RSS 234
 MiB at 4K, 446 MiB at 12K, the same before the run's first event (the trace).
-Wall time grows linearly: span per wall second does not fall from 1K to 12K
-(the load fell meanwhile, so it rose), and within one run the progress lines
-show a steady simulated rate from the first requests to the last (lmcache 4K:
+Wall time grows linearly: speed does not fall systematically from 1K to 12K
+(lmcache 69x, 53x, 79x; pool 23x, 27x, 36x: the load varies more), and
+within one run the progress lines show a steady simulated rate from the
+first requests to the last (lmcache 4K:
 the first 1,059 requests take a quarter of the wall).  Below 300x real time
 here: every offloading design; the load alone explains 2-5x of it.
 """
