@@ -24,34 +24,44 @@ the op records need neither).  Prints requests served, simulated span
 the process's peak RSS, at the end and before the run's first event (the
 trace and the engine's setup), so what the run itself adds shows.
 
-Measured 2026-11-24 (branch sonline: one-device tiers decide a set's keys
-after the LRU runs dry at once; demotion pieces made per store, not per
-victim), Llama-3.1-8B on h100-2dimm-2ssd, seed 0, run back to back on the
-2-core machine shared with other work (load average 3.8-6.3 throughout):
+Measured 2026-11-24 03:56-04:40 (branch sonline2 at 37356dd: pool placement's
+short keys inlined, spill runs memoised per device mask; SSD op totals from
+Python ints; paged-cpu-ssd from 12K on with the store wake-up fix, which
+changes no column of the eviction-heavy baseline runs), Llama-3.1-8B on
+h100-2dimm-2ssd, seed 0, back to back on the 2-core machine shared with four
+other helpers: load average 6.9-9.6 during the block-256 runs, 4.1-4.3 during
+block 16, so every wall time here is 2-5x what the process alone would take.
 wall (s) / simulated span (s) / speed vs real time / peak RSS (MiB).
 
 =======================  ============================  ============================
 design                   block 256, 1K requests        block 16, 1K requests
 =======================  ============================  ============================
-gpu-only                 0.41 / 499 / 1,204x / 158     2.20 / 496 / 226x / 198
-lmcache                  1.87 / 514 / 275x / 169       25.4 / 516 / 20x / 285
-lmcache-lp               1.77 / 479 / 271x / 174       10.7 / 474 / 44x / 234
-lmcache-lp-async         3.12 / 449 / 144x / 169       11.2 / 444 / 40x / 239
-paged-cpu                0.95 / 499 / 528x / 163       2.59 / 499 / 193x / 198
-paged-cpu-ssd            3.15 / 451 / 143x / 172       49.5 / 453 / 9.2x / 277
-paged-ssd                1.15 / 455 / 397x / 166       9.67 / 461 / 48x / 201
-pool                     4.54 / 485 / 107x / 176       59.7 / 479 / 8.0x / 263
-pool-orchestrator-only   7.06 / 480 / 68x / 178        66.3 / 482 / 7.3x / 264
-pool-passthrough-only    5.37 / 453 / 84x / 169        31.1 / 453 / 15x / 241
+gpu-only                 1.09 / 499 / 459x / 159       1.35 / 496 / 367x / 200
+lmcache                  8.29 / 571 / 69x / 157        28.0 / 576 / 21x / 290
+lmcache-lp               8.19 / 513 / 63x / 163        18.8 / 511 / 27x / 244
+lmcache-lp-async         11.4 / 461 / 41x / 157        18.8 / 455 / 24x / 237
+paged-cpu                5.48 / 498 / 91x / 157        6.42 / 497 / 77x / 200
+paged-cpu-ssd            78.5 / 758 / 9.7x / 164 [1]   not measured (time)
+paged-ssd                7.33 / 457 / 62x / 165        not measured (time)
+pool                     21.4 / 483 / 23x / 168        not measured (time)
+pool-orchestrator-only   23.9 / 482 / 20x / 168        not measured (time)
+pool-passthrough-only    11.0 / 452 / 41x / 158        not measured (time)
 =======================  ============================  ============================
 
-4K requests at block 256: lmcache 14.2 s / 2,175 s / 153x / 233 MiB; pool
-29.5 s / 2,147 s / 73x / 233 MiB; gpu-only 3.96 s / 2,170 s / 548x / 233 MiB;
-paged-cpu-ssd 29.7 s / 2,086 s / 70x / 233 MiB (the RSS is the trace's: the
-same before the run).  Wall time grows faster
-than the request count (lmcache 1K -> 4K: 7.6x the wall for 4.2x the span):
-the tiers fill and every store then evicts.  Below 300x real time: every
-offloading design at block 16, the pool and the demoting designs at 256.
+[1] alone, after the table, with the fix: without it the run stalls (359
+requests left) since the issue-15 merge (shared host-memory channel).
+
+Growth with the request count, block 256 (4K / 12K requests): lmcache
+43.1 s / 2,265 s / 53x and 87.6 s / 6,946 s / 79x; pool 78.8 s / 2,149 s /
+27x and 188 s / 6,830 s / 36x; gpu-only 7.15 s / 2,170 s / 303x and 12.4 s /
+6,849 s / 551x; paged-cpu-ssd 188 s / 11,857 s / 63x at 12K.  Peak RSS 234
+MiB at 4K, 446 MiB at 12K, the same before the run's first event (the trace).
+Wall time grows linearly: speed does not fall systematically from 1K to 12K
+(lmcache 69x, 53x, 79x; pool 23x, 27x, 36x: the load varies more), and
+within one run the progress lines show a steady simulated rate from the
+first requests to the last (lmcache 4K:
+the first 1,059 requests take a quarter of the wall).  Below 300x real time
+here: every offloading design; the load alone explains 2-5x of it.
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ class OffloadTier:
         self.draining = 0
         self.evictions = 0
         self._clock = 0  # the next LRU stamp
-        self._alt: dict[tuple[bool, ...], Runs] = {}  # spill runs per device mask
+        self._alt: dict[tuple[bool, ...], tuple[Runs, list[float]]] = {}  # per device mask
         self._need: dict[Runs, list[float]] = {}  # bytes per device of a block's runs
         self.lru = LruRuns(len(self.devices))
 
@@ -272,6 +272,12 @@ class OffloadTier:
     def add(self, keys: Sequence[int], runs: Runs, nbytes: list[float]) -> list[Entry]:
         """Entries for ``keys``, all laid out as ``runs``, in this order (the
         caller checked the room and updates ``used``)."""
+        if len(keys) == 1:  # the per-key path: alloc is alloc_many of one
+            self._clock += 1
+            alloc = self.allocators
+            slot = tuple([alloc[d].alloc(l1 - l0) for d, l0, l1 in runs])
+            e = self.entries[keys[0]] = Entry(keys[0], runs, slot, nbytes, self._clock)
+            return [e]
         slots = [self.allocators[d].alloc_many(l1 - l0, len(keys)) for d, l0, l1 in runs]
         out = []
         for i, key in enumerate(keys):
@@ -289,22 +295,24 @@ class OffloadTier:
             return runs
         room = [c - u >= self.layer_bytes for u, c in zip(self.used, self.capacity, strict=True)]
         while any(room):
-            alt = self._runs_over(tuple(room))
-            short = self.short(self.bytes_on(alt))
+            alt, need = self.runs_over(tuple(room))
+            short = self.short(need)
             if all(s <= 1e-6 for s in short):
                 return alt
             room = [ok and s <= 1e-6 for ok, s in zip(room, short, strict=True)]
         return runs
 
-    def _runs_over(self, room: tuple[bool, ...]) -> Runs:
+    def runs_over(self, room: tuple[bool, ...]) -> tuple[Runs, list[float]]:
         """Algorithm 1's runs of one block over the devices marked in ``room``
-        (their ratios renormalised); memoised, as they depend on nothing else."""
-        runs = self._alt.get(room)
-        if runs is None:
+        (their ratios renormalised), and their bytes per device; memoised, as
+        they depend on nothing else (callers must not modify the list)."""
+        out = self._alt.get(room)
+        if out is None:
             ratios = [p if ok else 0.0 for p, ok in zip(self.ratios, room, strict=True)]
             total = sum(ratios)
-            runs = self._alt[room] = layer_runs([p / total for p in ratios], 1, self.layers)[0]
-        return runs
+            runs = layer_runs([p / total for p in ratios], 1, self.layers)[0]
+            out = self._alt[room] = (runs, self.bytes_on(runs))
+        return out
 
     def short(self, need: Sequence[float]) -> list[float]:
         """Bytes per device by which ``need`` more would overflow it."""
@@ -339,16 +347,21 @@ class OffloadTier:
         positive, until it is not; taken off the LRU (the caller evicts them)."""
         victims: list[Entry] = []
         chosen: set[int] = set()
+        lru, entries = self.lru, self.entries
+        tops: dict[int, Entry | None] = {}  # device -> its top (valid until that heap moves)
         while True:
             best, dev = None, -1
             for d, s in enumerate(short):
                 if s > 1e-6:
-                    e = self.lru.top(d, self.entries, chosen)
+                    e = tops.get(d)
+                    if d not in tops or (e is not None and e.key in chosen):
+                        e = tops[d] = lru.top(d, entries, chosen)
                     if e is not None and (best is None or e.stamp < best.stamp):
                         best, dev = e, d
             if best is None:
                 return victims
-            self.lru.pop(dev)
+            lru.pop(dev)
+            del tops[dev]
             victims.append(best)
             chosen.add(best.key)
             short = [s - f for s, f in zip(short, best.nbytes, strict=True)]

@@ -102,7 +102,7 @@ class Engine:
         self._ssds = frozenset(machine.profile.ssd_names)
         gpu = GpuCache(cfg.gpu_blocks, cfg.prefix_cache)
         self.mgr = BlockManager(gpu, tiers, design, self.B, cfg.gpu)
-        self.offload = Offloader(self.mgr, mover)
+        self.offload = Offloader(self.mgr, mover, self._released)
         for r in preload:
             self.mgr.preload(r)
         self.seqs = [
@@ -163,6 +163,11 @@ class Engine:
                 progress(env.now, total - self.remaining, total)
         except simpy.core.EmptySchedule:
             progress(env.now, total - self.remaining, total)
+
+    def _released(self) -> None:
+        """A store let go of GPU blocks: a waiting request may fit now."""
+        if self.waiting:
+            self._kick()
 
     def _kick(self) -> None:
         if not self._wake.triggered:

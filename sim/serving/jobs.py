@@ -34,13 +34,16 @@ _NO_EXTENTS = np.zeros((0, 2), dtype=np.int64)
 @dataclass(eq=False)
 class Piece:
     """``nbytes`` from ``src`` to ``dst``; ``layer`` -1 = all layers; ``extents``
-    the (n, 2) byte ranges on the tier end's device (module docstring)."""
+    the (n, 2) byte ranges on the tier end's device (module docstring);
+    ``length``: the length of every one of them (they are one offload block's
+    layer each, all of one tier), 0 = not known to be equal."""
 
     src: str
     dst: str
     nbytes: float
     layer: int = -1
     extents: np.ndarray = field(default_factory=lambda: _NO_EXTENTS)
+    length: int = 0
 
 
 @dataclass(eq=False)
@@ -95,6 +98,7 @@ def load_pieces(lower: Sequence[Hit], gpu: str, layerwise: bool) -> list[Piece]:
                 gpu,
                 (l1 - l0) * tier.layer_bytes,
                 extents=tier.layer_extents(e, dev, l0, l1),
+                length=int(round(tier.layer_bytes)),
             )
             for tier, e, _j, _n in lower
             for dev, l0, l1 in e.runs
@@ -137,10 +141,11 @@ def _layer_pieces(lower: Sequence[Hit], gpu: str) -> list[Piece]:
     )
     cut = np.flatnonzero((np.diff(layer) != 0) | (np.diff(device) != 0)) + 1
     bounds = np.concatenate([[0], cut, [len(layer)]])
+    same = int(round(lb[0])) if len(set(lb)) == 1 else 0  # every range this long
     out = []
     for a, b in zip(bounds[:-1], bounds[1:], strict=True):
         nbytes = float(lengths[a:b].sum())
-        out.append(Piece(by_name[int(device[a])], gpu, nbytes, int(layer[a]), ext[a:b]))
+        out.append(Piece(by_name[int(device[a])], gpu, nbytes, int(layer[a]), ext[a:b], same))
     return out
 
 
@@ -189,7 +194,8 @@ def store_pieces(
             order = np.argsort(at, kind="stable")
             first, count = first[order], count[order]
         nbytes = _sum_layers(count, dst.layer_bytes)
-        out.append(Piece(k[0], k[1], nbytes, extents=_layer_runs(first, count, stride, length)))
+        ext = _layer_runs(first, count, stride, length)
+        out.append(Piece(k[0], k[1], nbytes, extents=ext, length=length))
     return out
 
 
@@ -243,7 +249,7 @@ def store_pieces_each(
             ext[:, :, 1] = length
             nbytes = _sum_layers(count, dst.layer_bytes)
             for j, i in enumerate(idx):
-                out[i].append(Piece(a, b, nbytes, extents=ext[j]))
+                out[i].append(Piece(a, b, nbytes, extents=ext[j], length=length))
     return out
 
 

@@ -6,10 +6,15 @@ demote and write through, as plain :class:`~sim.serving.jobs.Transfer` s;
 tells the manager when it ended (:meth:`BlockManager.on_stored`) and starts
 what follows.  Stores that must wait for a demotion of the first tier to
 drain wait on that tier's *drain* event, fired each time one of its
-demotions completes, then ask the manager again.
+demotions completes, then ask the manager again.  A store that ends lets
+go of the GPU blocks it copied from: ``on_released`` (the engine's wake-up)
+is called then, so that a request waiting for GPU blocks that only stores
+held is admitted at that instant rather than never.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from sim.serving.jobs import StoreRequest, Transfer
 from sim.serving.manager import BlockManager
@@ -19,8 +24,11 @@ from sim.serving.transfers import Job, Mover
 class Offloader:
     """Runs the manager's stores, demotions and write-throughs on a mover."""
 
-    def __init__(self, mgr: BlockManager, mover: Mover):
+    def __init__(
+        self, mgr: BlockManager, mover: Mover, on_released: Callable[[], None] | None = None
+    ):
         self.mgr = mgr
+        self.on_released = on_released
         self.mover = mover
         self.env = mover.env
         self._drain = {t.name: self.env.event() for t in mgr.tiers}
@@ -51,6 +59,8 @@ class Offloader:
         yield self.mover.start(t).done
         for follow in self.mgr.on_stored(t):
             self.env.process(self._run(follow))
+        if t.sources and self.on_released is not None:  # GPU blocks let go
+            self.on_released()
         if t.tag == "demote":
             assert t.src is not None
             ev, self._drain[t.src.name] = self._drain[t.src.name], self.env.event()

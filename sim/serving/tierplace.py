@@ -192,25 +192,42 @@ def place_pool(
             tier.used[:] = used
             i = j
             continue
-        _one(tier, new[i], tier.spill(plans[i]), evict, placed, waiting)
+        _short_key(tier, new[i], plans[i], evict, placed, waiting)
         i += 1
     return placed, waiting
 
 
-def _one(
+def _short_key(
     tier: OffloadTier,
     key: int,
-    runs: Runs,
+    plan: Runs,
     evict: EvictFn | None,
     placed: list[Entry],
     waiting: list[int],
 ) -> None:
-    """The per-key path: make room for ``key`` laid out as ``runs``."""
+    """The per-key path for a key of a pool tier whose ``plan`` does not fit:
+    :meth:`OffloadTier.spill` then :meth:`OffloadTier.make_room` and ``add``,
+    inlined (the same comparisons and float additions, in the same order)."""
+    used, caps, lb = tier.used, tier.capacity, tier.layer_bytes
+    runs, fits = plan, False
+    room = tuple([c - u >= lb for u, c in zip(used, caps, strict=True)])
+    while True in room:  # spill: Algorithm 1 over the devices with room
+        alt, need = tier.runs_over(room)
+        short = [u + x - c for u, x, c in zip(used, need, caps, strict=True)]
+        if all(s <= SLACK for s in short):
+            runs, fits = alt, True
+            break
+        room = tuple([ok and s <= SLACK for ok, s in zip(room, short, strict=True)])
     nbytes = tier.bytes_on(runs)
-    verdict = tier.make_room(nbytes, evict)
-    if verdict == "ok":
-        placed += tier.add([key], runs, nbytes)
-        for d, x in enumerate(nbytes):
-            tier.used[d] += x
-    elif verdict == "wait":
-        waiting.append(key)
+    if not fits:  # make room: LRU victims, demoted or dropped
+        if any(x > c for x, c in zip(nbytes, caps, strict=True)):
+            return  # full
+        short = [u + x - c for u, x, c in zip(used, nbytes, caps, strict=True)]
+        tier.evict_all(tier.take_victims(short), evict)
+        if not all(u + x - c <= SLACK for u, x, c in zip(used, nbytes, caps, strict=True)):
+            if tier.draining:
+                waiting.append(key)
+            return
+    placed += tier.add([key], runs, nbytes)
+    for d, x in enumerate(nbytes):
+        used[d] += x

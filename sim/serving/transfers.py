@@ -43,9 +43,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+import numpy as np
 import simpy
 
 from hwprofiles import HardwareProfile
+from kvtier.plan import extent_totals
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import Piece, Transfer
 from sim.serving.online import OnlineOps
@@ -191,13 +193,10 @@ class Mover:
             self.ops.issue(kind, src, dst, int(round(p.nbytes)), 1, deps, on_done,
                            step=t.rid, layer=p.layer, tag=t.tag)  # fmt: skip
             return
-        ext = p.extents
-        lengths = ext[:, 1]
-        nbytes = int(lengths.sum())
+        ext, iob = p.extents, self.io_bytes
+        nbytes, n_ios = _totals(ext, p.length, iob)
         if nbytes != int(round(p.nbytes)):  # pragma: no cover - a layout bug
             raise RuntimeError(f"{src}->{dst}: extents cover {nbytes} of {p.nbytes} B")
-        iob = self.io_bytes
-        n_ios = int((-(-lengths // iob)).sum()) if iob > 0 else len(ext)
         self.ops.issue(
             kind, src, dst, nbytes, n_ios, deps, on_done,
             queue_depth=self.design.queue_depth,
@@ -205,6 +204,16 @@ class Mover:
             extents=ext if len(ext) else None, io_bytes=iob,
             step=t.rid, layer=p.layer, tag=t.tag,
         )  # fmt: skip
+
+
+def _totals(ext: np.ndarray, length: int, io_bytes: int) -> tuple[int, int]:
+    """Bytes and I/O count of ranges ``ext`` cut into I/Os of ``io_bytes`` (0 =
+    one I/O per range): from Python ints when every range is ``length`` long,
+    else reduced over the array (:func:`kvtier.plan.extent_totals`)."""
+    n = len(ext)
+    if length > 0:
+        return n * length, n * (-(-length // io_bytes)) if io_bytes > 0 else n
+    return extent_totals(ext, io_bytes)
 
 
 class _Stream:

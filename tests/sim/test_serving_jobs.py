@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sim.serving.blocks import OffloadTier
-from sim.serving.jobs import store_pieces, store_pieces_each
+from sim.serving.jobs import Piece, load_pieces, store_pieces, store_pieces_each
 from sim.serving.layout import layer_stride
 
 
@@ -49,11 +49,10 @@ def test_store_pieces_equal_the_per_entry_loop(seed: int, layer_bytes: float) ->
         half = above[: max(1, len(above) // 2)]
         below, _ = dst.place([e.key for e in half], None)
         for a, b, entries in ((None, src, above), (src, dst, below), (None, dst, below)):
-            got = [
-                (p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()])
-                for p in store_pieces(a, b, entries, "gpu0")
-            ]
+            pieces = store_pieces(a, b, entries, "gpu0")
+            got = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in pieces]
             assert got == reference(a, b, entries, "gpu0")
+            assert all_ranges_are_length(pieces)
     pairs = {(src.entries[k].runs, e.runs) for k, e in dst.entries.items()}
     assert len(pairs) > 3  # the comparison saw several layout pairs
 
@@ -81,9 +80,41 @@ def test_store_pieces_each_equal_store_pieces_of_one_entry(layer_bytes: float) -
                 assert [(p.src, p.dst, p.nbytes) for p in pieces] == [
                     (p.src, p.dst, p.nbytes) for p in want
                 ]
+                assert all_ranges_are_length(pieces)
                 for p, w in zip(pieces, want, strict=True):
                     assert np.array_equal(p.extents, w.extents)
                     assert p.extents.dtype == np.int64 and p.extents.flags.c_contiguous
                 if a is not None:
                     seen.add((src.entries[e.key].runs, e.runs))
     assert len(seen) > 3  # several layout pairs, some cut into several parts
+
+
+def all_ranges_are_length(pieces: list[Piece]) -> bool:
+    """Every piece's ``length`` is the length of each of its ranges."""
+    return all(p.length > 0 and bool((p.extents[:, 1] == p.length).all()) for p in pieces)
+
+
+@pytest.mark.parametrize("layerwise", [False, True])
+def test_load_pieces_name_the_length_of_their_ranges(layerwise: bool) -> None:
+    """A load's pieces (per entry run, or per layer and device) carry the one
+    length all their ranges have: a layer of an offload block, 1000.5 B
+    rounded to 1000 (half to even)."""
+    tier = OffloadTier("ssd", ["s0", "s1"], [0.4, 0.6], [1e12, 1e12], 8, 1000.5)
+    placed, _ = tier.place(list(range(7)), None)
+    pieces = load_pieces([(tier, e, 0, 1) for e in placed], "gpu0", layerwise)
+    assert pieces and all_ranges_are_length(pieces)
+    assert {p.length for p in pieces} == {1000}
+
+
+def test_io_totals_from_the_common_length_equal_the_reduction() -> None:
+    """:func:`transfers._totals` from ``length`` (Python ints) equals
+    :func:`extent_totals` over the array, for I/O sizes below, at, above and
+    not dividing the range length, and for one I/O per range."""
+    from kvtier.plan import extent_totals
+    from sim.serving.transfers import _totals
+
+    ext = np.array([[0, 12288], [65536, 12288], [8192, 12288]], dtype=np.int64)
+    for iob in (0, 4096, 5000, 12288, 1 << 20):
+        assert _totals(ext, 12288, iob) == extent_totals(ext, iob)
+        assert _totals(ext, 0, iob) == extent_totals(ext, iob)
+    assert _totals(ext, 12288, 5000) == (3 * 12288, 9)  # ceil(12288 / 5000) = 3 per range

@@ -117,6 +117,8 @@ def same_books(t: OffloadTier, r: RefTier) -> None:
 SHAPES = {
     "one device": ([1.0], [60 * 32.0]),
     "pool of three": ([0.2, 0.3, 0.5], [15 * 32.0, 10 * 32.0, 40 * 32.0]),
+    # one device far too small for its share: most keys spill over the others
+    "pool of four, one tiny": ([0.1, 0.4, 0.2, 0.3], [3 * 32.0, 12 * 32.0, 30 * 32.0, 9 * 32.0]),
 }
 
 
@@ -176,6 +178,8 @@ def test_bulk_placement_matches_the_per_key_reference(
                 r.drop(f)
         same_books(t, r)
     evicted = len(victims["ref"])
+    if len(caps) > 1:  # some entries spilled: no bytes on a device with a share
+        assert any(0.0 in e.nbytes for e in t.entries.values())
     assert evicted > 200  # the comparison saw real evictions
     if demote:
         assert waited > 0  # and demotions that made keys wait
