@@ -62,6 +62,16 @@ within one run the progress lines show a steady simulated rate from the
 first requests to the last (lmcache 4K:
 the first 1,059 requests take a quarter of the wall).  Below 300x real time
 here: every offloading design; the load alone explains 2-5x of it.
+
+Quiet machine, 2026-11-24 04:34-04:37 (main at the end of that session, load
+average 0.9-1.1, nothing else running), block 256, 1K requests, speed vs
+real time: gpu-only 1,260x, paged-cpu 769x, paged-ssd 445x, lmcache 364x,
+lmcache-lp 336x, lmcache-lp-async 310x, pool-passthrough-only 283x,
+pool-orchestrator-only 167x, pool 166x, paged-cpu-ssd 86x; block 16:
+lmcache 35x, pool 22.5x.  4K / 12K requests (block 256): lmcache 4.44 s /
+11.3 s wall (510x / 614x), pool 12.8 s / 40.5 s (168x / 169x), gpu-only
+1.24 s / 3.74 s (1,744x / 1,831x); peak RSS 234 / 446 MiB, all of it there
+before the first event (the trace).
 """
 
 from __future__ import annotations
