@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from rich.table import Table
 
+from kvtier.cli.tables import decode_title, rows_table
 from sim.scenarios.kvdrive_kind import BREAKDOWN
 
 HEADERS = {
@@ -20,11 +21,7 @@ HEADERS = {
 
 def kvdrive_tables(df: pd.DataFrame, cfg) -> list[Table]:
     """Two tables, one row per variant (columns missing from ``df`` are left out)."""
-    w = cfg.workload
-    title = (
-        f"{w.model}, {w.context_tokens:,}-token prefix, batch {w.batch}, "
-        f"{100 * w.sparsity:g}% sparsity, {w.steps} decode steps"
-    )
+    title = decode_title(cfg.workload)
     speed = [
         ("design", "variant", str),
         ("micro-batches", "micro_batches", lambda v: f"{v:.0f}"),
@@ -42,18 +39,8 @@ def kvdrive_tables(df: pd.DataFrame, cfg) -> list[Table]:
         (f"{HEADERS[t]} ms", f"{t}_ms_per_layer", lambda v: f"{v:.3f}") for t in BREAKDOWN
     ]
     return [
-        _table(df, f"{title}: throughput and GPU cache", speed),
-        _table(
+        rows_table(df, f"{title}: throughput and GPU cache", speed),
+        rows_table(
             df, "per-layer time of each stage (when any of its ops runs, per (step, layer))", stages
         ),
     ]
-
-
-def _table(df: pd.DataFrame, title: str, cols: list) -> Table:
-    table = Table(title=title)
-    cols = [c for c in cols if c[1] in df.columns]
-    for header, _, _ in cols:
-        table.add_column(header, justify="left" if header == "design" else "right")
-    for _, row in df.iterrows():
-        table.add_row(*[fmt(row[k]) if row[k] == row[k] else "-" for _, k, fmt in cols])
-    return table

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hwprofiles import load_profile
+from kvtier.cli.tables import decode_title, rows_table
 from kvtier.console import make_console
 from kvtier.outdir import claim, run_id
 from kvtier.plan import PlanError, read_plan
@@ -195,11 +196,7 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
     """Swarm's comparison (seed 000 §8.2/8.3), one row per design, as two tables
     that fit a terminal: speed and I/O at equal budget, then quality and index
     (Table 4's figures and, with ``match_recall``, each design at matched recall)."""
-    w = cfg.workload
-    title = (
-        f"{w.model}, {w.context_tokens:,}-token prefix, batch {w.batch}, "
-        f"{100 * w.sparsity:g}% sparsity, {w.steps} decode steps"
-    )
+    title = decode_title(cfg.workload)
     speed = [
         ("design", "variant", str),
         ("tokens/s", "tokens_per_s", lambda v: f"{v:,.2f}"),
@@ -236,25 +233,9 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
             "does not (the recall reached is shown)"
         )
     return [
-        _table(df, f"{title}: speed and I/O at equal budget", speed),
-        _table(df, "quality, index (Table 4) and matched recall", quality, caption),
+        rows_table(df, f"{title}: speed and I/O at equal budget", speed),
+        rows_table(df, "quality, index (Table 4) and matched recall", quality, caption),
     ]
-
-
-def _table(df: pd.DataFrame, title: str, cols: list, caption: str | None = None) -> Table:
-    """One row per design with the columns of ``cols`` that ``df`` has ("-" for NaN)."""
-    table = Table(title=title, caption=caption)
-    cols = [c for c in cols if c[1] in df.columns]
-    for header, _, _ in cols:
-        table.add_column(header, justify="left" if header == "design" else "right")
-    for _, row in df.iterrows():
-        cells = [fmt(row[key]) if row.get(key) == row.get(key) else "-" for _, key, fmt in cols]
-        reached = row.get("match_reached")
-        matched = cols[-1][1] == "matched_tokens_per_s" and reached is not None
-        if matched and reached == reached and not bool(reached):  # NaN: not matched
-            cells[-3] = f"unreachable ({row['match_scale']:.2f})"
-        table.add_row(*cells)
-    return table
 
 
 def limiter(row: pd.Series) -> str:
