@@ -148,6 +148,7 @@ class ServingParams:
     # and any field above it overrides; empty = one instance of the fields above
     instances: tuple[dict, ...] = ()
     preempt: bool = False  # vLLM v1: prompt blocks at admission, preempt (recompute) on shortage
+    tp: int = field(default=1, metadata={"positive": True})  # tensor parallel GPUs (sim.serving.tp)
 
     def __post_init__(self) -> None:
         _check_instances(self)

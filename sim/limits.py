@@ -46,7 +46,14 @@ def check_scenario(cfg: ScenarioConfig, profile: HardwareProfile) -> None:
         card = get_model(params.model)
         where = f"{cfg.source_file or cfg.name}: variant '{name}'"
         if params.kind == "serving":
-            _check_serving(params, card, profile, where)
+            from sim.scenarios.sparse_decode import Unsupported
+            from sim.serving.tp import rank_card, rank_profile  # one rank of ``tp``
+
+            try:
+                card, rank = rank_card(card, params.tp), rank_profile(profile, params.tp)
+            except Unsupported as exc:
+                raise ConfigError(f"{where}: tp: {exc}") from None
+            _check_serving(params, card, rank, where)
         else:
             _check_decode(params, card, profile, where)
 
@@ -146,7 +153,10 @@ def overload_warnings(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
             continue
         seen.add(key)
         table, _ = trace_tables(p, cfg.seed)
-        rho = offered_load(table, get_model(p.model), profile, p.max_batch)
+        from sim.serving.tp import rank_card, rank_profile
+
+        card = rank_card(get_model(p.model), p.tp)
+        rho = offered_load(table, card, rank_profile(profile, p.tp), p.max_batch)
         if rho > 1:
             out.append(
                 f"{cfg.source_file or cfg.name}: variant '{name}': the trace offers "

@@ -54,6 +54,7 @@ from sim.serving.engine import EngineConfig
 from sim.serving.engine import Progress as EngineProgress
 from sim.serving.metrics import ServingRecords, serving_summary
 from sim.serving.requests import Request, load_requests, request_table
+from sim.serving.tp import TensorParallel, rank_card, rank_profile
 
 
 # ---- variants ------------------------------------------------------------------------
@@ -127,7 +128,7 @@ def file_table(path: str) -> pa.Table:
 
 # ---- driver ----------------------------------------------------------------------------
 def engine_config(p: ServingParams, profile: HardwareProfile) -> EngineConfig:
-    card = get_model(p.model)
+    card = rank_card(get_model(p.model), p.tp)  # ``profile``: the rank's (sim.serving.tp)
     if p.gpu_kv_tokens:
         blocks = p.gpu_kv_tokens // p.block_tokens
     else:
@@ -159,8 +160,12 @@ def prepare(
     if p.instances:
         from sim.scenarios.serving_instances import prepare_instances
 
+        if p.tp > 1:
+            raise ConfigError("tp: tensor parallelism with several instances is not modelled")
         return prepare_instances(p, profile, seed, name, engine_config, trace_tables)
-    card = get_model(p.model)
+    full = get_model(p.model)
+    card, profile = rank_card(full, p.tp), rank_profile(profile, p.tp)
+    tp = TensorParallel(p.tp, full) if p.tp > 1 else None
     design = get_design(p.design, p.design_params)
     design_devices(design, profile)  # Unsupported if the profile lacks devices
     cfg = engine_config(p, profile)
@@ -170,10 +175,10 @@ def prepare(
         """Run the engine; ``watch(simulated s, requests done, requests)`` as it goes."""
         reqs = load_requests(table, p.block_tokens)
         pre: list[Request] = load_requests(warm, p.block_tokens) if warm is not None else []
-        return build_engine(profile, card, design, cfg, reqs, pre).run(watch)
+        return build_engine(profile, card, design, cfg, reqs, pre, tp=tp).run(watch)
 
     def summarize(records: ServingRecords) -> dict:
-        head: dict[str, Any] = {"design": design_label(name), "model": card.name}
+        head: dict[str, Any] = {"design": design_label(name), "model": full.name, "tp": p.tp}
         if p.trace == "long_doc":
             head["context_tokens"] = p.context_tokens
         return {**head, "gpu_kv_blocks": cfg.gpu_blocks, **serving_summary(records, p.block_tokens)}

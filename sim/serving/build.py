@@ -21,6 +21,7 @@ from sim.serving.engine import Engine, EngineConfig
 from sim.serving.placement import device_bandwidth, placement_ratios
 from sim.serving.requests import Request
 from sim.serving.swift.links import path_bps
+from sim.serving.tp import TensorParallel
 
 __all__ = ["Unsupported", "build_engine", "make_tiers", "peer_tier"]
 
@@ -85,10 +86,12 @@ def build_engine(
     preload: list[Request] = (),  # type: ignore[assignment]
     machine: Machine | None = None,
     above: list[OffloadTier] = (),  # type: ignore[assignment]
+    tp: TensorParallel | None = None,
 ) -> Engine:
     """An engine on ``machine`` (a new one of ``profile`` if None: one instance
     alone); ``above`` are tiers placed above the design's own (a master's
-    borrowed blocks on peer GPUs, :func:`peer_tier`)."""
+    borrowed blocks on peer GPUs, :func:`peer_tier`); ``tp``: the engine is rank 0
+    of tensor parallelism (:mod:`sim.serving.tp`: ``profile`` and ``card`` are the rank's)."""
     tiers, bounce = make_tiers(design, profile, card, cfg.block_tokens)
     tiers = [*above, *tiers]
     uses_ssd = any(t.name != "cpu" and set(t.devices) & set(profile.ssd_names) for t in tiers)
@@ -97,7 +100,9 @@ def build_engine(
     if cfg.gpu_blocks < 1:
         raise Unsupported("the GPU has no room for KV blocks")
     machine = machine if machine is not None else Machine(profile)
-    return Engine(machine, card, design, tiers, bounce, cfg, requests, list(preload))
+    engine = Engine(machine, card, design, tiers, bounce, cfg, requests, list(preload))
+    engine.tp = tp
+    return engine
 
 
 def peer_tier(

@@ -60,6 +60,7 @@ from sim.serving.objcost import retrieval_cpu_s
 from sim.serving.online import OnlineOps
 from sim.serving.requests import Request
 from sim.serving.stores import Offloader
+from sim.serving.tp import TensorParallel
 from sim.serving.transfers import Job, Mover
 
 Progress = Callable[[float, int, int], None]  # (simulated s, requests done, requests)
@@ -119,6 +120,7 @@ class Engine:
         self._slots: dict[int, simpy.Request] = {}
         self._wake = self.env.event()
         self.prev_compute: int | None = None
+        self.tp: TensorParallel | None = None  # rank 0 of tensor parallelism (build_engine)
         self.iterations = 0
         self.timeline = Timeline()
         # called with each request as it is released, before the fit check (a lending
@@ -294,6 +296,7 @@ class Engine:
         decodes = [s.req.input_tokens + s.generated - 1 for s, _ in batch if s.prefill_left == 0]
         outputs = len(decodes) + sum(1 for s, c in batch if 0 < s.prefill_left == c)
         layer, head = iteration_cost(self.card, prefills, decodes, outputs)
+        n_tok = sum(t for t, _ in prefills) + len(decodes)
         loading = [s for s, _ in batch if s.lookup is not None]
         jobs: list[Job] = [
             self.offload.load(self.mgr.load(s, self.design.layerwise)) for s in loading
@@ -312,6 +315,9 @@ class Engine:
                 depends_on=deps, step=step, tag="iteration",
             )  # fmt: skip
             yield ev
+            if self.tp is not None:
+                op, ev = self.tp.allreduce(self.ops, op, n_tok, n_layers, step, -1)
+                yield ev
         else:
             for li in range(n_layers):
                 ready = [j.layer_done[li] for j in jobs if li in j.layer_done]
@@ -326,6 +332,9 @@ class Engine:
                     step=step, layer=li, tag="iteration",
                 )  # fmt: skip
                 yield ev
+                if self.tp is not None:
+                    op, ev = self.tp.allreduce(self.ops, op, n_tok, 1, step, li)
+                    yield ev
                 deps = [op]
         for s in loading:
             self.mgr.on_loaded(s)
