@@ -1,0 +1,131 @@
+"""Tensor parallelism (sim/serving/tp.py): the rank's shard, its all-reduce and its
+share of the machine, checked by hand arithmetic and against N ranks simulated together."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hwprofiles import load_profile
+from sim.config import ScenarioConfig, ServingParams, Variant
+from sim.hw.machine import Machine
+from sim.models import get_model
+from sim.runner import run
+from sim.scenarios.sparse_decode import Unsupported
+from sim.serving.costs import iteration_layer_cost
+from sim.serving.online import OnlineOps
+from sim.serving.tp import allreduce_bytes, rank_card, rank_kv_heads, rank_profile
+
+H20 = "h20-8ssd"  # NVLink 450 GB/s per direction x 0.85; 2 GPUs per PCIe switch
+
+
+def test_rank_card_holds_one_nth_of_weights_kv_and_flops():
+    card = get_model("Llama-3.1-70B")
+    r = rank_card(card, 2)
+    # 8 KV heads over 2 ranks: 4 each; K+V x 4 heads x 128 x 2 B = 2048 B per token-layer
+    assert r.kv_heads == 4 and r.kv_bytes_per_token_layer == 2 * 4 * 128 * 2 == 2048
+    assert r.layer_params == pytest.approx(card.layer_params / 2, rel=1e-12)
+    assert r.weight_bytes == pytest.approx(card.weight_bytes / 2, rel=1e-12)  # 128256 / 2 exact
+    full = iteration_layer_cost(card, [(4096, 0)], [])
+    half = iteration_layer_cost(r, [(4096, 0)], [])
+    assert half.flops == pytest.approx(full.flops / 2, rel=1e-12)
+    assert half.hbm_bytes == pytest.approx(full.hbm_bytes / 2, rel=1e-12)
+
+
+def test_kv_heads_replicated_when_ranks_outnumber_them():
+    card = dataclasses.replace(get_model("Llama-3.1-8B"), kv_heads=4)  # 32 q heads, 4 KV heads
+    assert rank_kv_heads(card, 2) == 2
+    assert rank_kv_heads(card, 8) == 1  # each KV head held by 2 of the 8 ranks
+    r = rank_card(card, 8)
+    assert r.kv_bytes_per_token_layer == 2 * 1 * 128 * 2
+    # the replica's k/v projections: 2 x hidden x head_dim x (1 - 4/8) more per layer
+    extra = 2 * 4096 * 128 * (1 - 4 / 8)
+    assert r.layer_params == pytest.approx(card.layer_params / 8 + extra, rel=1e-12)
+    with pytest.raises(Unsupported, match="KV heads"):
+        rank_kv_heads(dataclasses.replace(card, kv_heads=8, q_heads=24), 3)
+
+
+def test_allreduce_of_one_layer_by_hand():
+    card = get_model("Llama-3.1-70B")
+    # 1024 tokens x 8192 x 2 B = 16 MiB a message; 2 per layer; ring: 2 (N-1)/N of it per rank
+    msg = 1024 * 8192 * 2
+    assert allreduce_bytes(card, 1024, 2) == 2 * 2 * (1 / 2) * msg
+    assert allreduce_bytes(card, 1024, 8, layers=80) == 80 * 2 * 2 * (7 / 8) * msg
+    # simulated: the copy gpu0 -> gpu1 crosses both NVLink ports at 450e9 x 0.85 B/s
+    prof = rank_profile(load_profile(H20), 2)
+    m = Machine(prof)
+    ops = OnlineOps(m)
+    nbytes = int(allreduce_bytes(card, 1024, 2))
+    ops.submit("copy", "gpu0", "gpu1", nbytes=nbytes)
+    m.env.run()
+    assert ops.end_s[0] - ops.start_s[0] == pytest.approx(nbytes / (450e9 * 0.85), rel=1e-9)
+
+
+def test_rank_profile_shares_by_topology():
+    base = load_profile(H20)
+    r = rank_profile(base, 4)  # ranks gpu0..gpu3: two under sw0, two under sw1
+    g = {ln.name: ln.gbps for ln in r.topology.links}
+    assert g["dram0.bus"] == pytest.approx(614.4 / 4)  # every rank's KV crosses it
+    assert g["ssd5.pcie"] == pytest.approx(7.88 / 4)  # each rank's slice is on every SSD
+    assert g["sw0.up"] == pytest.approx(63.0 / 2) and g["sw1.up"] == pytest.approx(63.0 / 2)
+    assert g["sw2.up"] == 63.0  # no rank below it
+    assert g["gpu0.pcie"] == 63.0 and g["gpu0.nvlink"] == 450.0  # the rank's own
+    assert r.dram[0].capacity_gib == 256 and r.cpu.cores == 16
+    assert r.ssds[0].read_iops == pytest.approx(1.1e6 / 4) and r.ssds[0].read_gbps == 6.9 / 4
+    with pytest.raises(Unsupported, match="needs 16 GPUs"):
+        rank_profile(base, 16)
+
+
+def test_one_rank_on_its_shares_moves_what_it_moves_among_n():
+    """N ranks each loading the same KV slice from DRAM and from every SSD at once, on
+    the whole machine, finish exactly when rank 0 alone does on its rank profile."""
+    base, n, nbytes = load_profile(H20), 4, 2_000_000_000
+    ends = []
+    for prof, gpus in ((base, [f"gpu{i}" for i in range(n)]), (rank_profile(base, n), ["gpu0"])):
+        m = Machine(prof)
+        ops = OnlineOps(m)
+        for g in gpus:
+            ops.submit("copy", "dram0", g, nbytes=nbytes)
+            for s in prof.ssd_names:
+                ops.submit(
+                    "read",
+                    s,
+                    g,
+                    nbytes=nbytes // 8,
+                    n_ios=64,
+                    queue_depth=32,
+                    io_path="passthrough",
+                )
+        m.env.run()
+        ends.append(max(ops.end_s))
+    assert ends[1] == pytest.approx(ends[0], rel=1e-9)
+
+
+def _ttft(tp: int) -> float:
+    w = ServingParams(
+        model="Llama-3.1-70B", design="gpu-only", trace="long_doc", context_tokens=8192,
+        docs=1, output_tokens=2, block_tokens=256, gpu_prefix_cache=False, tp=tp,
+    )  # fmt: skip
+    res = run(ScenarioConfig("t", "t", 0, w, (Variant("gpu-only"),)), load_profile(H20), None)
+    return float(res.variants[0].summary["ttft_p99_s"])
+
+
+def test_tp_prefill_time_is_the_rank_roofline_plus_the_allreduces():
+    card, base = get_model("Llama-3.1-70B"), load_profile(H20)
+    # 70B on one 96 GB H20: 141 GB of weights do not fit, so tp 1 cannot run
+    with pytest.raises(Exception, match="no room for KV|exceeds"):
+        _ttft(1)
+    m, t = Machine(base), 8192
+    for tp in (2, 4):
+        r = rank_card(card, tp)
+        layer = iteration_layer_cost(r, [(t, 0)], [])
+        from sim.models import lm_head_cost
+
+        head = lm_head_cost(r, 1)
+        compute = m.gpu_seconds("gpu0", layer.flops * 80 + head.flops,
+                                layer.hbm_bytes * 80 + head.hbm_bytes)  # fmt: skip
+        comm = int(allreduce_bytes(card, t, tp, 80)) / (450e9 * 0.85)
+        assert _ttft(tp) == pytest.approx(compute + comm, rel=1e-6)
+    # compute-bound prefill: 4 ranks take about half of 2 ranks' compute
+    assert _ttft(4) < 0.6 * _ttft(2)
