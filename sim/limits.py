@@ -47,13 +47,13 @@ def check_scenario(cfg: ScenarioConfig, profile: HardwareProfile) -> None:
         where = f"{cfg.source_file or cfg.name}: variant '{name}'"
         if params.kind == "serving":
             from sim.scenarios.sparse_decode import Unsupported
-            from sim.serving.tp import rank_card, rank_profile  # one rank of ``tp``
+            from sim.serving.tp import rank_card, rank_params, rank_profile  # one rank of tp
 
             try:
                 card, rank = rank_card(card, params.tp), rank_profile(profile, params.tp)
             except Unsupported as exc:
                 raise ConfigError(f"{where}: tp: {exc}") from None
-            _check_serving(params, card, rank, where)
+            _check_serving(rank_params(params), card, rank, where)
         else:
             _check_decode(params, card, profile, where)
 

@@ -20,8 +20,8 @@ from sim.capacity.store import ResultStore
 from sim.capacity.variants import Hardware, base_data, derive, resolve_ssd
 from sim.config import ConfigError
 
-SHOWN = ("design", "ssd_model", "ssds", "dram_modules", "cost_usd", "ttft_p99_s", "tpot_p99_s",
-         "throughput_tok_s", "bottleneck", "bottleneck_share", "busiest")  # fmt: skip
+SHOWN = ("design", "gpus", "ssd_model", "ssds", "dram_modules", "cost_usd", "ttft_p99_s",
+         "tpot_p99_s", "throughput_tok_s", "bottleneck", "bottleneck_share", "busiest")  # fmt: skip
 
 
 def _list(cast):
@@ -95,6 +95,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=(64.0,),
         help="GiB per DRAM module",
     )
+    a(
+        "--gpus",
+        type=_list(int_arg(0)),
+        default=(0,),
+        help="GPU counts (tensor parallel over the base's first N GPUs; 0: the base's, one serves)",
+    )
     a("--prices", action="append", default=[], help="price YAML overriding the shipped entries")
     a("--no-prune", action="store_true", help="evaluate the whole grid")
     a("--executor", choices=("local", "ray"), default="local")
@@ -125,9 +131,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _check_designs(q, args.designs)
     prices = load_prices(*args.prices)  # fail fast on a bad table
     models = tuple(resolve_ssd(m) for m in args.ssd_models)
-    space = Space(args.designs, models, args.ssd_counts, args.dram_modules, args.dram_gib)
+    space = Space(args.designs, models, args.ssd_counts, args.dram_modules, args.dram_gib,
+                  args.gpus)  # fmt: skip
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    base_data(q.base)  # fail fast on a bad base profile
+    have = base_data(q.base)["gpu"]["count"]  # fail fast on a bad base profile
+    if max(args.gpus) > have:
+        raise ConfigError(f"--gpus: {max(args.gpus)} GPUs asked of {q.base}, which has {have}")
     store = ResultStore(Path(args.out) / "points")
     console.print(f"[bold]kvtier plan[/bold]: {q.model}, {q.trace}, {space.size} grid points")
     t0 = time.perf_counter()
@@ -194,7 +203,8 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
         best = ok.iloc[0]
         console.print(f"[bold]cheapest meeting the SLOs[/bold] ({slos}):")
         console.print(_fmt(ok.head(1)), soft_wrap=True)
-        hw = Hardware(best.ssd_model, int(best.ssds), int(best.dram_modules), float(best.dram_gib))
+        hw = Hardware(best.ssd_model, int(best.ssds), int(best.dram_modules),
+                      float(best.dram_gib), int(best.get("gpus", 0) or 0))  # fmt: skip
         prof = derive(q.base, hw, out / "profiles")
         console.print(f"its profile: {prof.source_file}; design {Point(best.design, hw).design}")
     for metric in ("ttft_p99_s", "throughput_tok_s"):

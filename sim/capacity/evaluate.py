@@ -98,9 +98,10 @@ def point_key(q: Question, p: Point) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def scenario(q: Question, design: str, profile: HardwareProfile) -> ScenarioConfig:
-    """The scenario of ``design`` on ``profile`` for question ``q``: serving, or
-    sparse decoding (``trace: sparse_decode``) of ``docs`` concurrent sessions."""
+def scenario(q: Question, design: str, profile: HardwareProfile, tp: int = 1) -> ScenarioConfig:
+    """The scenario of ``design`` on ``profile`` for question ``q``: serving (tensor
+    parallel over ``tp`` GPUs), or sparse decoding (``trace: sparse_decode``) of
+    ``docs`` concurrent sessions."""
     if q.trace == "sparse_decode":
         return sparse_scenario(q, design)
     from sim.serving.designs import get_design
@@ -119,7 +120,7 @@ def scenario(q: Question, design: str, profile: HardwareProfile) -> ScenarioConf
         model=q.model, design=design, design_params=params, trace=q.trace,
         requests=q.requests, context_tokens=q.context_tokens, docs=q.docs,
         output_tokens=q.output_tokens, block_tokens=q.block_tokens,
-        gpu_prefix_cache=q.trace != "long_doc",
+        gpu_prefix_cache=q.trace != "long_doc", tp=tp,
     )  # fmt: skip
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
 
@@ -178,7 +179,8 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kvtier-plan-") as tmp:
         profile = derive(q.base, p.hw, tmp)
         try:
-            result = run(scenario(q, p.design, profile), profile, None)
+            tp = profile.gpu.count if p.hw.gpus else 1
+            result = run(scenario(q, p.design, profile, tp), profile, None)
         except (ConfigError, Unsupported, ValueError) as exc:
             return {**row, "status": f"cannot run: {' '.join(str(exc).split())}"}
         if not result.variants:
@@ -192,6 +194,31 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
         "bottleneck_busy": busy, "busiest": device, "busiest_util": util,
         "hit_rate_ssd": float(v.summary.get("hit_rate_ssd", 0.0)), "sim_wall_s": result.wall_s,
     }  # fmt: skip
+
+
+def unfit(q: Question, hw: Hardware) -> str:
+    """Why ``hw``'s GPUs cannot serve ``q.model`` at all, by arithmetic (no simulation):
+    a rank's weights over the engine's 0.9 of HBM, a TP degree the heads do not allow,
+    or TP asked of the sparse-decode workload (one GPU); "" when they can."""
+    if not hw.gpus:
+        return ""
+    from hwprofiles import load_profile
+    from sim.models import get_model
+    from sim.scenarios.sparse_decode import Unsupported
+    from sim.serving.tp import rank_card
+
+    if q.trace == "sparse_decode" and hw.gpus > 1:
+        return "sparse_decode runs on one GPU"
+    try:
+        card = rank_card(get_model(q.model), hw.gpus)
+    except Unsupported as exc:
+        return str(exc)
+    hbm = 0.9 * load_profile(q.base).gpu.hbm_capacity_gib * 2**30
+    if card.weight_bytes >= hbm:
+        return (
+            f"weights do not fit: {card.weight_bytes / 2**30:.1f} GiB a GPU over {hbm / 2**30:.1f}"
+        )
+    return ""
 
 
 def with_slos(q: Question, row: dict[str, Any]) -> dict[str, Any]:

@@ -149,7 +149,8 @@ def add_costs(df: Any, base: str | Path, prices: Prices) -> Any:
     costs, assumed = [], []
     with tempfile.TemporaryDirectory(prefix="kvtier-bill-") as tmp:
         for r in df.itertuples():
-            hw = Hardware(r.ssd_model, int(r.ssds), int(r.dram_modules), float(r.dram_gib))
+            gpus = int(getattr(r, "gpus", 0) or 0)
+            hw = Hardware(r.ssd_model, int(r.ssds), int(r.dram_modules), float(r.dram_gib), gpus)
             profile = derive(base, hw, tmp)
             costs.append(sum(bill(profile, prices).values()))
             assumed.append(",".join(k for k in used_keys(profile) if prices.get(k).assumed))

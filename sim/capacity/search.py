@@ -11,6 +11,9 @@ points it can show are dominated:
   :data:`DIGITS` significant digits): under "more SSDs never slow a
   read-bound design down" every count between them is equal too, and a
   cheaper equal point dominates them;
+* **unfit**: a chain whose GPUs cannot hold the model (a rank's weights over
+  the engine's share of HBM, or a TP degree the heads do not divide) is
+  skipped whole by arithmetic, never simulated;
 * **saturation**: count ``n_{k+1}`` improved no objective over ``n_k`` and
   its bottleneck is not an SSD (a shared link, the CPU, the GPU): the added
   SSD met a saturated resource more SSDs do not relieve, so the counts
@@ -31,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.capacity.evaluate import OBJECTIVES, Point, Question, evaluate, point_key
+from sim.capacity.evaluate import OBJECTIVES, Point, Question, evaluate, point_key, unfit
 from sim.capacity.executors import Executor, LocalExecutor
 from sim.capacity.store import ResultStore
 from sim.capacity.variants import Hardware
@@ -50,15 +53,16 @@ class Space:
     ssd_counts: tuple[int, ...]
     dram_modules: tuple[int, ...]
     dram_gib: tuple[float, ...]
+    gpu_counts: tuple[int, ...] = (0,)  # GPUs (tensor parallel); 0 = the base's, serving on one
 
     def chains(self) -> list[list[Point]]:
         """Points grouped by everything but the SSD count, counts ascending."""
         counts = sorted(set(self.ssd_counts))
         out = []
-        for d, m, k, g in itertools.product(
-            self.designs, self.ssd_models, self.dram_modules, self.dram_gib
+        for d, m, k, g, n_gpu in itertools.product(
+            self.designs, self.ssd_models, self.dram_modules, self.dram_gib, self.gpu_counts
         ):
-            out.append([Point(d, Hardware(m, n, k, g)) for n in counts])
+            out.append([Point(d, Hardware(m, n, k, g, n_gpu)) for n in counts])
         return out
 
     @property
@@ -136,10 +140,14 @@ def search(
     points = {k: p for c, ks in zip(chains, keys, strict=True) for p, k in zip(c, ks, strict=True)}
     rows = {k: store.get(k) for k in points if k in store}
     simulated, skipped = 0, {}
+    unfits = {id(ks): unfit(q, c[0].hw) for c, ks in zip(chains, keys, strict=True)}
     while True:
         todo: list[str] = []
         skipped = {}
         for ks in keys:
+            if unfits[id(ks)]:  # the GPUs cannot hold the model: no count of SSDs helps
+                skipped.update({k: f"unfit: {unfits[id(ks)]}" for k in ks})
+                continue
             idx, skip = _plan_chain(ks, rows) if prune else ([], {})
             if not prune:
                 idx = [i for i, k in enumerate(ks) if k not in rows]

@@ -12,8 +12,11 @@ drives added to a server's slots do.  The result is written as YAML and read
 back through :func:`hwprofiles.load_profile`, so every evaluated machine
 passes the loader's checks and can be saved and inspected.
 
-The GPU is the base profile's: the serving engine drives one GPU (``gpu0``),
-so the GPU count is not a dimension of the search yet.
+A variant may also keep only the base's first ``gpus`` GPUs (its GPU model is
+the base's): the links of the others are dropped, and the point serves with
+tensor parallelism over the ``gpus`` it keeps (:mod:`sim.serving.tp`); it
+pays for those GPUs only.  ``gpus`` 0 keeps the base's GPUs as they are
+(and serves on ``gpu0``, as before GPU count was a dimension).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class Hardware:
     ssds: int  # number of SSDs of that model
     dram_modules: int  # host DRAM modules (each linked like the base's dram0: behind its channel)
     dram_gib: float  # capacity of one module
+    gpus: int = 0  # GPUs kept (gpu0..), serving with tensor parallelism over them; 0 = base's
 
     @property
     def dram_total_gib(self) -> float:
@@ -105,12 +109,25 @@ def variant_data(base: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     links = _relink(links, old_ssds, "ssd0", [f"ssd{i}" for i in range(hw.ssds)])
     data["topology"]["links"] = _relink(links, old_dram, dram0["name"], drams)
     slug = "".join(c if c.isalnum() else "-" for c in hw.ssd_model.lower()).strip("-")
+    if hw.gpus:
+        data["topology"]["links"] = _keep_gpus(data, hw.gpus)
     data["name"] = f"{base['name']}--{hw.ssds}x-{slug}--{hw.dram_modules}x{hw.dram_gib:g}gib"
+    data["name"] += f"--{hw.gpus}gpu" if hw.gpus else ""
     data["description"] = (
         f"{base['name']} with {hw.ssds} x {hw.ssd_model} and "
         f"{hw.dram_modules} x {hw.dram_gib:g} GiB DRAM (derived by kvtier plan)"
     )
     return data
+
+
+def _keep_gpus(data: dict[str, Any], n: int) -> list[dict]:
+    """The links without those of GPUs ``n`` and up; sets the GPU count to ``n``."""
+    have = data["gpu"]["count"]
+    if not 1 <= n <= have:
+        raise ConfigError(f"gpus: {n} GPUs asked of {data['name']}, which has {have}")
+    data["gpu"]["count"] = n
+    gone = {f"gpu{i}" for i in range(n, have)}
+    return [lk for lk in data["topology"]["links"] if not set(lk["between"]) & gone]
 
 
 def base_data(base: str | Path) -> dict[str, Any]:

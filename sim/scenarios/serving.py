@@ -54,7 +54,7 @@ from sim.serving.engine import EngineConfig
 from sim.serving.engine import Progress as EngineProgress
 from sim.serving.metrics import ServingRecords, serving_summary
 from sim.serving.requests import Request, load_requests, request_table
-from sim.serving.tp import TensorParallel, rank_card, rank_profile
+from sim.serving.tp import TensorParallel, rank_card, rank_params, rank_profile
 
 
 # ---- variants ------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def prepare(
     full = get_model(p.model)
     card, profile = rank_card(full, p.tp), rank_profile(profile, p.tp)
     tp = TensorParallel(p.tp, full) if p.tp > 1 else None
-    design = get_design(p.design, p.design_params)
+    design = get_design(p.design, rank_params(p).design_params)
     design_devices(design, profile)  # Unsupported if the profile lacks devices
     cfg = engine_config(p, profile)
     table, warm = trace_tables(p, seed)

@@ -160,3 +160,12 @@ class TensorParallel:
             "copy", self.gpu, self.peer, nbytes=int(nbytes), depends_on=[after], step=step,
             layer=layer, tag="allreduce",
         )  # fmt: skip
+
+
+def rank_params(p: Any) -> Any:
+    """Serving params ``p`` as one rank of ``p.tp`` sees them: ``design_params``'
+    ``cpu_gib``/``ssd_gib`` are the machine's KV capacities, 1/N of each per rank."""
+    if p.tp == 1:
+        return p
+    dp = {k: (v / p.tp if k in ("cpu_gib", "ssd_gib") else v) for k, v in p.design_params.items()}
+    return dataclasses.replace(p, design_params=dp)
