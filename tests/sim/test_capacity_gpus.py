@@ -1,0 +1,46 @@
+"""GPU count as a plan dimension: variants keep N GPUs and pay for N; unfit chains skipped."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.capacity.evaluate import Point, Question, point_key, unfit
+from sim.capacity.prices import bill, load_prices
+from sim.capacity.search import Space, search
+from sim.capacity.variants import Hardware, derive, resolve_ssd
+
+
+def test_variant_keeps_n_gpus_and_pays_for_n(tmp_path):
+    pm = resolve_ssd("PM9A3")
+    prices = load_prices()
+    two = derive("h20-8ssd", Hardware(pm, 1, 1, 512.0, 2), tmp_path)
+    eight = derive("h20-8ssd", Hardware(pm, 1, 1, 512.0, 8), tmp_path)
+    assert two.gpu_names == ("gpu0", "gpu1")
+    assert not [ln for ln in two.topology.links if "gpu5" in ln.between]
+    h20 = prices.get("gpu/NVIDIA H20").usd
+    assert bill(eight, prices)["gpu"] - bill(two, prices)["gpu"] == pytest.approx(6 * h20)
+
+
+def test_unfit_by_weights_and_heads():
+    q = Question(base="h20-8ssd", model="Llama-3.1-70B")
+    pm = resolve_ssd("PM9A3")
+    # 141.1 GB of bf16 weights: one 96 GiB H20 (0.9 x 96 = 86.4 GiB) cannot hold them, two can
+    assert unfit(q, Hardware(pm, 1, 1, 512.0, 1)).startswith("weights do not fit")
+    assert unfit(q, Hardware(pm, 1, 1, 512.0, 2)) == ""
+    assert "does not divide" in unfit(q, Hardware(pm, 1, 1, 512.0, 3))
+    assert unfit(q, Hardware(pm, 1, 1, 512.0, 0)) == ""  # the base's GPUs, as before
+
+
+def test_search_never_simulates_unfit_chains():
+    q = Question(base="h20-8ssd", model="Llama-3.1-70B")
+    space = Space(("lmcache",), (resolve_ssd("PM9A3"),), (1, 2), (1,), (512.0,), (1, 2))
+    ran: list[Point] = []
+
+    def fake(q, p):
+        ran.append(p)
+        return {"key": point_key(q, p), **p.flat(), "status": "ok", "ttft_p99_s": 1.0, "tpot_p99_s": 0.01,
+                "throughput_tok_s": 10.0, "bottleneck": "gpu0.hbm"}  # fmt: skip
+
+    res = search(q, space, fn=fake)
+    assert {p.hw.gpus for p in ran} == {2}
+    assert sum(str(s).startswith("skipped: unfit") for s in res.rows["status"]) == 2
