@@ -188,6 +188,8 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
         v = result.variants[0]
         name, share, busy = binding(of_run(v.records, profile))
     metrics = metrics_of(q, v.summary)
+    if q.trace != "sparse_decode" and not metrics["throughput_tok_s"] > 0:
+        return {**row, "status": "cannot run: no request finished (none fits the GPU's KV)"}
     device, util = busiest(v.records.devices)
     return {
         **row, "status": "ok", **metrics, "bottleneck": name, "bottleneck_share": share,
