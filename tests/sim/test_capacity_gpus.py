@@ -38,8 +38,8 @@ def test_search_never_simulates_unfit_chains():
 
     def fake(q, p):
         ran.append(p)
-        return {"key": point_key(q, p), **p.flat(), "status": "ok", "ttft_p99_s": 1.0, "tpot_p99_s": 0.01,
-                "throughput_tok_s": 10.0, "bottleneck": "gpu0.hbm"}  # fmt: skip
+        return {"key": point_key(q, p), **p.flat(), "status": "ok", "ttft_p99_s": 1.0,
+                "tpot_p99_s": 0.01, "throughput_tok_s": 10.0, "bottleneck": "gpu0.hbm"}  # fmt: skip
 
     res = search(q, space, fn=fake)
     assert {p.hw.gpus for p in ran} == {2}
