@@ -161,7 +161,8 @@ class ServingParams:
             factor_values(type(self), name, values, f"matrix.{name}")
 
 
-INSTANCE_KEYS = ("name", "gpu", "role", "lend_share", "elastic")
+INSTANCE_KEYS = ("name", "gpu", "role", "lend_share", "elastic", "cache_replies")
+CACHE_REPLIES = ("off", "gpu", "store")  # sim.serving.engine.EngineConfig.cache_replies
 ELASTIC_KEYS = ("layout", "window_s", "check_interval_s", "control_latency_s")
 
 
@@ -184,6 +185,8 @@ def _check_instances(p: ServingParams) -> None:
         if not 0 <= inst.get("lend_share", 0.0) < 1:
             raise ParamError(f"instances[{i}].lend_share", "must be in [0, 1)")
         _check_elastic(inst.get("elastic"), f"instances[{i}].elastic")
+        if inst.get("cache_replies", "off") not in CACHE_REPLIES:
+            raise ParamError(f"instances[{i}].cache_replies", f"must be one of {CACHE_REPLIES}")
 
 
 def _check_elastic(el: Any, where: str) -> None:
