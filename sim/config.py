@@ -163,7 +163,7 @@ class ServingParams:
 
 INSTANCE_KEYS = ("name", "gpu", "role", "lend_share", "elastic", "cache_replies")
 CACHE_REPLIES = ("off", "gpu", "store")  # sim.serving.engine.EngineConfig.cache_replies
-ELASTIC_KEYS = ("layout", "window_s", "check_interval_s", "control_latency_s")
+ELASTIC_KEYS = ("layout", "window_s", "check_interval_s", "control_latency_s", "n_i")
 
 
 def _check_instances(p: ServingParams) -> None:
@@ -200,7 +200,9 @@ def _check_elastic(el: Any, where: str) -> None:
             raise ParamError(f"{where}.{key}", f"unknown key (one of {', '.join(ELASTIC_KEYS)})")
         if key == "layout" and v not in ("block-major", "layer-major"):
             raise ParamError(f"{where}.layout", "must be block-major or layer-major")
-        if key != "layout" and not (isinstance(v, (int, float)) and v >= 0):
+        if key == "n_i" and v not in ("own", "free"):
+            raise ParamError(f"{where}.n_i", "must be own or free")
+        if key not in ("layout", "n_i") and not (isinstance(v, (int, float)) and v >= 0):
             raise ParamError(f"{where}.{key}", "must be a number >= 0")
     for key in ("window_s", "check_interval_s"):
         if key in el and not el[key] > 0:
