@@ -89,7 +89,9 @@ class WorkerCoordinator:
         self.cache.lent_units += units if isinstance(msg, Reclaim) else -units
         self._seq -= 1
 
-    def on_request(self, now: float, request_len: int, n_blocks: int | None = None) -> list[Message]:
+    def on_request(
+        self, now: float, request_len: int, n_blocks: int | None = None
+    ) -> list[Message]:
         """A request arrives at the worker: ScaleUp, announced if it happened
         (``n_blocks``: Algorithm 1's ``N_i``, :meth:`ElasticCache.on_request`)."""
         return self._message(self.cache.on_request(now, request_len, n_blocks))

@@ -191,7 +191,9 @@ class ElasticCache:
         while self._recent and self._recent[0][0] < now - self.p.window_s:
             self._recent.popleft()
 
-    def on_request(self, now: float, request_len: int, n_blocks: int | None = None) -> Resize | None:
+    def on_request(
+        self, now: float, request_len: int, n_blocks: int | None = None
+    ) -> Resize | None:
         """A request of ``request_len`` tokens arrives: ScaleUp if it does not fit
         in ``n_blocks`` (Algorithm 1's ``N_i``; None = ``own_blocks``, the
         worker's whole cache; the caller may pass the blocks not yet committed
