@@ -162,8 +162,9 @@ class ServingParams:
             factor_values(type(self), name, values, f"matrix.{name}")
 
 
-INSTANCE_KEYS = ("name", "gpu", "role", "lend_share", "elastic")
-ELASTIC_KEYS = ("layout", "window_s", "check_interval_s", "control_latency_s")
+INSTANCE_KEYS = ("name", "gpu", "role", "lend_share", "elastic", "cache_replies")
+CACHE_REPLIES = ("off", "gpu", "store")  # sim.serving.engine.EngineConfig.cache_replies
+ELASTIC_KEYS = ("layout", "window_s", "check_interval_s", "control_latency_s", "n_i")
 
 
 def _check_instances(p: ServingParams) -> None:
@@ -185,6 +186,8 @@ def _check_instances(p: ServingParams) -> None:
         if not 0 <= inst.get("lend_share", 0.0) < 1:
             raise ParamError(f"instances[{i}].lend_share", "must be in [0, 1)")
         _check_elastic(inst.get("elastic"), f"instances[{i}].elastic")
+        if inst.get("cache_replies", "off") not in CACHE_REPLIES:
+            raise ParamError(f"instances[{i}].cache_replies", f"must be one of {CACHE_REPLIES}")
 
 
 def _check_elastic(el: Any, where: str) -> None:
@@ -198,7 +201,9 @@ def _check_elastic(el: Any, where: str) -> None:
             raise ParamError(f"{where}.{key}", f"unknown key (one of {', '.join(ELASTIC_KEYS)})")
         if key == "layout" and v not in ("block-major", "layer-major"):
             raise ParamError(f"{where}.layout", "must be block-major or layer-major")
-        if key != "layout" and not (isinstance(v, (int, float)) and v >= 0):
+        if key == "n_i" and v not in ("own", "free"):
+            raise ParamError(f"{where}.n_i", "must be own or free")
+        if key not in ("layout", "n_i") and not (isinstance(v, (int, float)) and v >= 0):
             raise ParamError(f"{where}.{key}", "must be a number >= 0")
     for key in ("window_s", "check_interval_s"):
         if key in el and not el[key] > 0:

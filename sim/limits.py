@@ -140,7 +140,8 @@ def overload_warnings(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
     """One line per serving variant whose open-loop trace offers more work than
     the GPU can do: offered load = arrival rate x the mean request's service
     time > 1.  Closed-loop workloads (``max_inflight``, ``long_doc``) cannot
-    overload; no constant enters (see :func:`offered_load`)."""
+    overload; no constant enters (see :func:`offered_load`).  Several instances
+    (``instances``: each its own trace and GPU) are not checked here."""
     if cfg.workload.kind != "serving":
         return []
     from sim.models import get_model
@@ -149,7 +150,7 @@ def overload_warnings(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
     out, seen = [], set()
     for name, p in _variants(cfg):
         key = repr(sorted((k, v) for k, v in vars(p).items() if not k.startswith("design")))
-        if p.max_inflight or p.trace == "long_doc" or key in seen:
+        if p.max_inflight or p.trace == "long_doc" or p.instances or key in seen:
             continue
         seen.add(key)
         table, _ = trace_tables(p, cfg.seed)

@@ -10,6 +10,8 @@ the master's (or the first instance's); the summary adds every other
 instance's mean TTFT and TPOT (the interference a lending worker sees) and
 each elastic worker's resizes (``elastic``: :class:`sim.serving.lending.ElasticSpec`,
 Algorithm 1 on the clock; without it a worker lends ``lend_share`` throughout).
+``cache_replies`` (off | gpu | store, :class:`sim.serving.engine.EngineConfig`)
+says what an instance keeps of each finished reply's KV for the next turn.
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def make_instances(
         cfg = engine_config(ip, profile)
         share = spec.get("lend_share", 0.0) if role == "worker" else 0.0
         lent_blocks = math.floor(cfg.gpu_blocks * share)
-        cfg = dataclasses.replace(cfg, gpu=gpu, gpu_blocks=cfg.gpu_blocks - lent_blocks)
+        replies = spec.get("cache_replies", "off")
+        cfg = dataclasses.replace(cfg, gpu=gpu, gpu_blocks=cfg.gpu_blocks - lent_blocks,
+                                  cache_replies=replies)  # fmt: skip
         lend = lent_blocks * ip.block_tokens * card.kv_bytes_per_token
         if ip.trace == "sharegpt_long":  # seed 002's master workload
             table, warm = sharegpt_long_tables(ip, seed + i)
@@ -66,7 +70,7 @@ def make_instances(
 
         def build(ip=ip, card=card, design=design, cfg=cfg, table=table, warm=warm,
                   spec=spec, role=role, lend=lend, el=el) -> Instance:  # fmt: skip
-            reqs = load_requests(table, ip.block_tokens)
+            reqs = load_requests(table, ip.block_tokens, cfg.cache_replies != "off")
             pre: list[Request] = load_requests(warm, ip.block_tokens) if warm is not None else []
             return Instance(spec["name"], card, design, cfg, reqs, pre, role, lend, el)
 

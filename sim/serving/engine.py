@@ -77,6 +77,10 @@ class EngineConfig:
     max_inflight: int = 0  # client: outstanding requests at most; 0 = open loop
     preempt: bool = False  # vLLM v1: blocks as tokens need them, preempt the newest on shortage
     gpu: str = "gpu0"
+    # a finished request's reply KV: "off" dropped; "gpu" hashed in the GPU prefix cache
+    # (vLLM v1; LMCache saves no decode KV by default); "store" also offloaded (SGLang
+    # HiCache inserts input + output); needs the replies' hashes (load_requests)
+    cache_replies: str = "off"
     keep_plan: bool = True  # write the issued plan down (extents, dependencies) for replay
 
 
@@ -208,6 +212,9 @@ class Engine:
         self.log.finish_s[i] = self.env.now
         self.log.set_hits(i, s.req.hits)
         if not self.log.rejected[i]:
+            if self.cfg.cache_replies != "off":  # KV exists for all but the last token
+                kv = s.req.input_tokens + s.generated - 1
+                self.offload.store(self.mgr.computed(s, kv, self.cfg.cache_replies == "store"))
             self.mgr.release(s)
             self.running.remove(s)
         if self.inflight is not None:

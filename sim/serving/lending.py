@@ -7,6 +7,14 @@ time.  One :class:`Lending` per worker engine:
   :meth:`~sim.serving.swift.coordinator.WorkerCoordinator.on_request`
   (Algorithm 1, lines 10-19) before the worker checks that it fits, so a
   request longer than the worker's current cache reclaims units first.
+* **N_i.**  Algorithm 1 compares a request's blocks with "N_i: Current #KV
+  blocks for i-th worker".  ``n_i: own`` (default) reads it as written: the
+  worker's whole cache, so ScaleDown keeps only the longest single request
+  of the window and concurrent requests queue behind each other.  ``n_i:
+  free`` reads it as the blocks not yet committed (free and evictable, less
+  what queued requests need): ScaleUp then reclaims whenever the worker's
+  concurrent demand outgrows its cache, and ScaleDown keeps the blocks in use
+  plus one longest request.
 * **ScaleDown, periodic.**  A simpy process calls ``scale_down`` every
   ``check_interval_s`` while any engine of the run has requests left.
 * **The master's block table.**  Each resize is a Lend or Reclaim message;
@@ -47,6 +55,9 @@ class ElasticSpec:
     window_s: float = 60.0  # ScaleDown's look-back ("e.g., 1 minute", §3.5)
     check_interval_s: float = 10.0  # ScaleDown period (the paper: "periodically")
     control_latency_s: float = 0.0  # worker -> master message delay (ZeroMQ in the seed)
+    # Algorithm 1's N_i ("current #KV blocks for i-th worker"): "own" = the worker's whole
+    # cache, as written; "free" = its blocks not committed to running or queued requests
+    n_i: str = "own"
 
 
 class Lending:
@@ -87,9 +98,19 @@ class Lending:
         self.worker.env.process(self._periodic())
 
     # ---- Algorithm 1 driven by the clock ------------------------------------------------
+    def _n_i(self) -> int | None:
+        """Algorithm 1's ``N_i`` (``ElasticSpec.n_i``): None = the worker's whole
+        cache; ``free``: free and evictable blocks less what queued requests need."""
+        if self.spec.n_i == "own":
+            return None
+        w, gpu = self.worker, self.worker.mgr.gpu
+        queued = sum(w._target(q) - len(q.blocks) - q.private for q in w.waiting)
+        return max(gpu.free + len(gpu.evictable) - queued, 0)
+
     def _on_release(self, s) -> None:
         before = self.cache.own_blocks
-        msgs = self.coord.on_request(self.worker.env.now, s.req.input_tokens + s.req.output_tokens)
+        need = s.req.input_tokens + s.req.output_tokens
+        msgs = self.coord.on_request(self.worker.env.now, need, self._n_i())
         if msgs:
             self._resize(before, msgs)
 
@@ -98,7 +119,7 @@ class Lending:
         while any(e.remaining for e in self.engines):
             yield env.timeout(self.spec.check_interval_s)
             before = self.cache.own_blocks
-            msgs = self.coord.scale_down(env.now)
+            msgs = self.coord.scale_down(env.now, self._n_i())
             if not msgs:
                 continue
             gpu, give = self.worker.mgr.gpu, before - self.cache.own_blocks
@@ -117,10 +138,10 @@ class Lending:
         self.copied_bytes += moved
         self.resizes.append((self.worker.env.now, after - before, moved))
         grow = max(after - before, 0)
-        if grow:  # reclaimed blocks count at once, held until the copies end
-            self.worker.mgr.gpu.capacity += grow
-            self.worker.mgr.gpu.private += grow
-        self.worker.env.process(self._carry_out(copies, grow, msgs))
+        self.worker.mgr.gpu.capacity += grow  # reclaimed blocks count at once,
+        held = grow if copies else 0  # held until the copies end (none: free now)
+        self.worker.mgr.gpu.private += held
+        self.worker.env.process(self._carry_out(copies, held, msgs))
 
     def _carry_out(self, copies, grow: int, msgs: list[Message]):
         env = self.worker.env

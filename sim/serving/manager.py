@@ -192,17 +192,21 @@ class BlockManager:
         s.load = None
 
     # ---- stores -------------------------------------------------------------------
-    def computed(self, s: Seq) -> StoreRequest | None:
+    def computed(self, s: Seq, upto: int | None = None, store: bool = True) -> StoreRequest | None:
         """Hash ``s``'s newly computed full blocks; the complete groups to offload
-        (their GPU blocks held from now: the request may finish before the copy)."""
+        (their GPU blocks held from now: the request may finish before the copy).
+        ``upto``: tokens whose KV exists (default: the prompt computed so far; at
+        the end of a request its prompt and reply, the engine's ``cache_replies``);
+        ``store=False`` hashes them on the GPU only."""
         hs, k = s.req.hashes, self.k
-        frontier = min(len(hs), (s.cached_tokens + s.prefilled) // self.B)
+        done = s.cached_tokens + s.prefilled if upto is None else upto
+        frontier = min(len(hs), done // self.B)
         if len(s.blocks) < frontier:
             blocks, made = self.gpu.promote_all(_ints(hs, len(s.blocks), frontier), ready=True)
             s.private -= made
             s.blocks += blocks
         g0, g1 = s.stored_groups, frontier // k
-        if not self.tiers or g1 <= g0:
+        if not (self.tiers and store) or g1 <= g0:
             return None
         s.stored_groups = g1
         held = [t.entries for t in self.tiers]

@@ -20,6 +20,15 @@ Roles (seed 002, SwiftCache):
   offloads and reloads of borrowed blocks are GPU-to-GPU copies on the
   profile's NVLink route instead of the PCIe host link.
 
+**HBM of NVLink copies** (:class:`PeerHbm`).  A GPU-to-GPU copy reads the
+source GPU's HBM and writes the destination's, so each one issued by any
+engine is charged to both endpoint GPUs as an HBM-bound kernel of its bytes
+(``hbm_bytes = nbytes``, no FLOPs) sharing the GPU's compute flow: a lending
+worker's own kernels slow down while the master streams its blocks (seed 002
+§5.2 calls it "a negligible fraction of GPU memory bandwidth"; here it is
+whatever the bytes make it).  The copy's own time is the link's; the charges
+are separate flows and are not in any engine's records (``stats['peer_hbm_gb']``).
+
 Requests reach instances by model (:func:`split_by_model`): a trace with a
 ``model`` column is cut into one stream per model; an instance may also be
 given its own trace.
@@ -41,6 +50,7 @@ from sim.serving.designs import DesignParams
 from sim.serving.engine import Engine, EngineConfig
 from sim.serving.lending import ElasticSpec, Lending
 from sim.serving.metrics import ServingRecords
+from sim.serving.online import OnlineOps
 from sim.serving.requests import Request
 from sim.serving.swift.coordinator import MasterBlockTable
 from sim.serving.swift.meu import block_bytes, model_elastic_unit
@@ -157,6 +167,31 @@ def lending_stats(lending: Lending) -> dict[str, float]:
             "lent_blocks_end": lending.cache.lent_units * lending.cache.p.meu_worker}  # fmt: skip
 
 
+class PeerHbm:
+    """Charges a GPU-to-GPU copy's bytes to both endpoint GPUs' HBM (module
+    docstring): ``Mover.on_copy`` of every engine on the machine."""
+
+    def __init__(self, machine: Machine):
+        self.ops = OnlineOps(machine, keep_plan=False)
+        self.gpus = frozenset(machine.profile.gpu_names)
+        self.bytes: dict[str, float] = {}  # GPU -> bytes charged (read or written)
+
+    def __call__(self, src: str, dst: str, nbytes: int) -> None:
+        if src not in self.gpus or dst not in self.gpus or nbytes <= 0:
+            return
+        for gpu in (src, dst):  # read on one, write on the other
+            self.ops.submit("compute", "", gpu, hbm_bytes=float(nbytes), tag="peer_hbm")
+            self.bytes[gpu] = self.bytes.get(gpu, 0.0) + nbytes
+
+
+def charge_peer_copies(engines: Sequence[Engine]) -> PeerHbm:
+    """One :class:`PeerHbm` on the engines' machine, hooked to each one's mover."""
+    charge = PeerHbm(engines[0].ops.machine)
+    for e in engines:
+        e.offload.mover.on_copy = charge
+    return charge
+
+
 def run_instances(
     profile: HardwareProfile, instances: Sequence[Instance], stats: dict | None = None
 ) -> dict[str, ServingRecords]:
@@ -164,11 +199,13 @@ def run_instances(
     ``stats`` (if given) gets each elastic worker's :func:`lending_stats`."""
     engines = build_instances(profile, instances)
     lendings = start_lending(instances, engines)
+    charge = charge_peer_copies(engines)
     for e in engines:
         e.start()
     engines[0].env.run()
     if stats is not None:
         stats.update({name: lending_stats(x) for name, x in lendings.items()})
+        stats["peer_hbm_gb"] = {g: b / 1e9 for g, b in sorted(charge.bytes.items())}
     return {inst.name: e.collect() for inst, e in zip(instances, engines, strict=True)}
 
 

@@ -31,9 +31,14 @@ tokens, 16 in vLLM).  Its block hashes come from the trace's:
   block ``j`` of every turn of session ``s`` holds the same tokens and gets
   hash (s, j); a request of unknown session gets hashes nobody shares.
 
-Only full blocks of input tokens are hashed; the KV of generated tokens is
-never reused across requests (the trace does not say which later prompt
-contains them), a slight under-count of reuse in multi-turn chats.
+By default only full blocks of input tokens are hashed.  With
+``reply_hashes`` (:func:`load_requests`) a request of a known session
+without trace hashes also gets the hashes of its reply's full blocks
+(positions ``input_tokens ...``): the next turn re-sends the reply at those
+positions, so an engine that caches generated tokens' KV (vLLM v1's prefix
+cache hashes every full block, decode included; SGLang inserts input plus
+output into its radix tree at request end) serves them to turn n+1.  Trace
+hashes cover prompts only, so traced rows keep their prompt's hashes.
 """
 
 from __future__ import annotations
@@ -154,13 +159,17 @@ def _trace_hashes(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _engine_hash_array(
-    cols: dict[str, np.ndarray], trace_block: int, engine_block: int
+    cols: dict[str, np.ndarray], trace_block: int, engine_block: int, reply: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """(ptr, hashes) of every row's engine-block hashes (:func:`engine_hashes`
-    or :func:`session_hashes`, vectorised over the whole table)."""
+    or :func:`session_hashes`, vectorised over the whole table); ``reply``:
+    a known session's untraced rows also hash their reply's full blocks."""
     first, count, values = cols["first"], cols["count"], cols["values"]
     n_full = cols["input_tokens"] // engine_block
     traced = count > 0
+    if reply:
+        whole = (cols["input_tokens"] + cols["output_tokens"]) // engine_block
+        n_full = np.where(~traced & (cols["session_id"] >= 0), whole, n_full)
     m_down = m_up = 0  # engine blocks per trace block, or trace blocks per engine block
     if trace_block > 0 and trace_block % engine_block == 0:
         m_down = trace_block // engine_block
@@ -211,9 +220,10 @@ def _first_error(table: pa.Table, cols: dict[str, np.ndarray], nulls: dict[str, 
             _check_row(bad_row, row)
 
 
-def load_requests(table: pa.Table, engine_block: int) -> list[Request]:
+def load_requests(table: pa.Table, engine_block: int, reply_hashes: bool = False) -> list[Request]:
     """The table's requests in arrival order, with engine-block hashes (all in
-    one int64 array; each request's ``hashes`` is a read-only view of it)."""
+    one int64 array; each request's ``hashes`` is a read-only view of it);
+    ``reply_hashes``: hash the replies too (module docstring)."""
     missing = [f.name for f in REQUEST_SCHEMA if f.name not in table.schema.names]
     if missing:
         raise RequestError(f"request table lacks column(s) {missing}")
@@ -225,7 +235,7 @@ def load_requests(table: pa.Table, engine_block: int) -> list[Request]:
     cols["first"], cols["count"], cols["values"] = _trace_hashes(table)
     cols["engine_block"] = engine_block
     _first_error(table, cols, nulls)
-    ptr, flat = _engine_hash_array(cols, table_block_tokens(table), engine_block)
+    ptr, flat = _engine_hash_array(cols, table_block_tokens(table), engine_block, reply_hashes)
     flat.setflags(write=False)
     view = memoryview(flat)  # indexing gives Python ints, slicing shares the buffer
     fields = [cols[k].tolist() for k in ("request_id", "arrival_s", "session_id", "turn",

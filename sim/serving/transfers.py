@@ -119,6 +119,8 @@ class Mover:
         self._queued: deque[Callable[[], None]] = deque()  # issues waiting for a slot
         self._workers: dict[tuple[str, str], deque[_Stream]] = {}  # busy ones: queued streams
         self._stage_cache: dict[tuple[str, str], list[Stage]] = {}
+        # called (src, dst, bytes) with each copy issued (sim.serving.multi.PeerHbm)
+        self.on_copy: Callable[[str, str, int], None] | None = None
 
     # ---- public ----------------------------------------------------------------
     def start(self, t: Transfer) -> Job:
@@ -192,6 +194,8 @@ class Mover:
         if kind == "copy":
             self.ops.issue(kind, src, dst, int(round(p.nbytes)), 1, deps, on_done,
                            step=t.rid, layer=p.layer, tag=t.tag)  # fmt: skip
+            if self.on_copy is not None:
+                self.on_copy(src, dst, int(round(p.nbytes)))
             return
         ext, iob = p.extents, self.io_bytes
         nbytes, n_ios = _totals(ext, p.length, iob)

@@ -361,6 +361,23 @@ CASES: list[tuple[str, str, Files, str]] = [
         "elastic.layout",
     ),
     (
+        "serve-elastic-n-i",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {
+            "v.yaml": serving(
+                "  instances:\n    - {name: w, gpu: gpu1, role: worker, lend_share: 0.5,"
+                " elastic: {n_i: all}}\n"
+            )
+        },  # fmt: skip
+        "elastic.n_i",
+    ),
+    (
+        "serve-cache-replies",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  instances:\n    - {name: m, gpu: gpu0, cache_replies: yes}\n")},
+        "cache_replies",
+    ),
+    (
         "serve-gpu-util",
         "sim --scenario v.yaml",
         {"v.yaml": serving("  gpu_memory_utilization: 0\n")},

@@ -89,13 +89,16 @@ class WorkerCoordinator:
         self.cache.lent_units += units if isinstance(msg, Reclaim) else -units
         self._seq -= 1
 
-    def on_request(self, now: float, request_len: int) -> list[Message]:
-        """A request arrives at the worker: ScaleUp, announced if it happened."""
-        return self._message(self.cache.on_request(now, request_len))
+    def on_request(
+        self, now: float, request_len: int, n_blocks: int | None = None
+    ) -> list[Message]:
+        """A request arrives at the worker: ScaleUp, announced if it happened
+        (``n_blocks``: Algorithm 1's ``N_i``, :meth:`ElasticCache.on_request`)."""
+        return self._message(self.cache.on_request(now, request_len, n_blocks))
 
-    def scale_down(self, now: float) -> list[Message]:
+    def scale_down(self, now: float, n_blocks: int | None = None) -> list[Message]:
         """The periodic check: ScaleDown, announced if it happened."""
-        return self._message(self.cache.scale_down(now))
+        return self._message(self.cache.scale_down(now, n_blocks))
 
 
 @dataclass

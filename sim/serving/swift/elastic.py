@@ -191,24 +191,32 @@ class ElasticCache:
         while self._recent and self._recent[0][0] < now - self.p.window_s:
             self._recent.popleft()
 
-    def on_request(self, now: float, request_len: int) -> Resize | None:
-        """A request of ``request_len`` tokens arrives: ScaleUp if it does not fit."""
+    def on_request(
+        self, now: float, request_len: int, n_blocks: int | None = None
+    ) -> Resize | None:
+        """A request of ``request_len`` tokens arrives: ScaleUp if it does not fit
+        in ``n_blocks`` (Algorithm 1's ``N_i``; None = ``own_blocks``, the
+        worker's whole cache; the caller may pass the blocks not yet committed
+        to its requests instead, the ``n_i: free`` reading of :mod:`sim.serving.lending`)."""
         self._clock(now)
         self._recent.append((now, request_len))
         p = self.p
-        dw, _ = scale_up(self.own_blocks, p.block_tokens, p.meu_worker, p.meu_master, request_len)
+        n = self.own_blocks if n_blocks is None else n_blocks
+        dw, _ = scale_up(n, p.block_tokens, p.meu_worker, p.meu_master, request_len)
         k = min(dw // p.meu_worker, self.lent_units)
         if k == 0:
             return None
         self.lent_units -= k
         return Resize(now, k * p.meu_worker, -k * p.meu_master)
 
-    def scale_down(self, now: float) -> Resize | None:
-        """The periodic check: lend what the last ``window_s`` seconds did not need."""
+    def scale_down(self, now: float, n_blocks: int | None = None) -> Resize | None:
+        """The periodic check: lend what the last ``window_s`` seconds did not need
+        out of ``n_blocks`` (``N_i``, as in :meth:`on_request`)."""
         self._clock(now)
         p = self.p
         max_len = max((n for _, n in self._recent), default=0)
-        dw, _ = scale_down(self.own_blocks, p.block_tokens, p.meu_worker, p.meu_master, max_len)
+        n = self.own_blocks if n_blocks is None else n_blocks
+        dw, _ = scale_down(n, p.block_tokens, p.meu_worker, p.meu_master, max_len)
         k = dw // p.meu_worker
         if k == 0:
             return None
