@@ -116,7 +116,8 @@ def turn_order(layout: IOLayout, k: int) -> np.ndarray:
 def write_iolog(path: Path, file: str, write: bool, off: np.ndarray, length: np.ndarray) -> None:
     """A fio v2 iolog: ``file`` opened, then one line per (offset, length)."""
     act = "write" if write else "read"
-    body = "\n".join(f"{file} {act} {o} {n}" for o, n in zip(off.tolist(), length.tolist()))
+    pairs = zip(off.tolist(), length.tolist(), strict=True)
+    body = "\n".join(f"{file} {act} {o} {n}" for o, n in pairs)
     path.write_text(f"fio version 2 iolog\n{file} add\n{file} open\n{body}\n")
 
 

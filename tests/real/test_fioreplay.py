@@ -97,9 +97,11 @@ def test_a_bad_block_fails_the_fio_replay(direct_dir, monkeypatch, damage):
             os.close(fd)
 
     monkeypatch.setattr(fioreplay, "fill_fio", fill_then_damage)
-    with prepare_targets(plan, direct_dir / "t") as files:
-        with pytest.raises(RealError, match="verify") as err:
-            replay(plan, files, engine="fio", qd=4)
+    with (
+        prepare_targets(plan, direct_dir / "t") as files,
+        pytest.raises(RealError, match="verify") as err,
+    ):
+        replay(plan, files, engine="fio", qd=4)
     assert "262144" in str(err.value)  # fio names the offset of the bad block
 
 
