@@ -80,8 +80,8 @@ def replay(
     the CLI's default) | ``fio`` | ``uring`` | ``liburing`` |
     ``threads``; the choice and why is ``stats['engine_note']`` (``run.json``).
     ``qd``: in-flight I/Os per device where the target sets none.  ``nonio_s``:
-    seconds to wait out per copy/compute op (op id -> seconds, or one value per op).  ``gds``: ``auto``
-    (GPUDirect where kvikio and a GPU work, else host memory with a note),
+    seconds to wait out per copy/compute op (op id -> seconds, or one value per
+    op).  ``gds``: ``auto`` (GPUDirect where kvikio and a GPU work, else host memory with a note),
     ``host`` or ``require``.  ``allow_write_existing``: let plan writes reach targets
     kvtier did not create (a :class:`DataFiles` carries the choice made when preparing).
     ``log`` hears, before the run, which engine runs it and why.
