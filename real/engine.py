@@ -50,6 +50,7 @@ from real import _gds, _rawring, _uring
 from real.errors import RealError
 
 ENGINES = ("auto", "uring", "liburing", "threads")
+REPLAY_ENGINES = ("auto", "fio", "python", *ENGINES[1:])  # real.replay.replay's choices
 TMPFS_MAGIC = 0x01021994  # statfs f_type of tmpfs / shmem (linux/magic.h)
 _libc = ctypes.CDLL(None, use_errno=True)
 GDS = 1 << 30  # engine flag: read into GPU memory (not an io_uring flag)

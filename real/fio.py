@@ -171,6 +171,10 @@ def run_fio(
     if rc != 0:
         lines = [ln for ln in text.splitlines() if ln.strip()]
         why = lines[-1] if lines else f"exit status {rc}"
+        why = next(
+            (ln for ln in lines if "verify" in ln and "failed" in ln or ln.startswith("verify:")),
+            why,
+        )
         raise RealError(f"fio failed ({why}); command: {' '.join(cmd)}")
     return load_fio_json(output)
 

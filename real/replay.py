@@ -44,6 +44,8 @@ from kvtier.provenance import provenance
 from kvtier.records import Records
 from real._signals import guarding
 from real.datafile import DataFiles, prepare_targets
+from real.errors import RealError
+from real.fioreplay import FioReplayer, fio_expressible, fio_partial_check
 from real.scheduler import DEFAULT_QD, Replayer
 from real.targets import Target
 
@@ -61,7 +63,7 @@ def replay(
     targets: DataFiles | Mapping[str, Target],
     *,
     seed: int | None = None,
-    engine: str = "auto",
+    engine: str = "python",
     qd: int = DEFAULT_QD,
     nonio_s: Mapping[int, float] | Sequence[float] | None = None,
     verify: bool = True,
@@ -73,10 +75,13 @@ def replay(
     """Execute ``plan`` on ``targets`` (filled by :func:`prepare_targets`) and record it.
 
     ``seed``: of the data set (default: the :class:`DataFiles`' own, else 0).
-    ``engine``: ``auto`` | ``uring`` | ``threads``.  ``qd``: in-flight I/Os per
-    device where the target sets none.  ``nonio_s``: seconds to wait out per
-    copy/compute op (op id -> seconds, or one value per op).  ``gds``: ``auto``
-    (GPUDirect where kvikio and a GPU work, else host memory with a note),
+    ``engine``: ``python`` (the default: the Python replayer, its best ring) |
+    ``auto`` (fio where it can replay the plan, :func:`pick_fio`, else ``python``;
+    the CLI's default) | ``fio`` | ``uring`` | ``liburing`` |
+    ``threads``; the choice and why is ``stats['engine_note']`` (``run.json``).
+    ``qd``: in-flight I/Os per device where the target sets none.  ``nonio_s``:
+    seconds to wait out per copy/compute op (op id -> seconds, or one value per
+    op).  ``gds``: ``auto`` (GPUDirect where kvikio and a GPU work, else host memory with a note),
     ``host`` or ``require``.  ``allow_write_existing``: let plan writes reach targets
     kvtier did not create (a :class:`DataFiles` carries the choice made when preparing).
     ``log`` hears, before the run, which engine runs it and why.
@@ -85,11 +90,17 @@ def replay(
         seed = targets.seed if seed is None else seed
         allow_write_existing = allow_write_existing or targets.allow_write_existing
         targets = targets.targets
+    use_fio, why = pick_fio(plan, targets, engine, verify, gds)
+    if use_fio:
+        fio_runner = FioReplayer(plan, targets, seed=seed or 0, qd=qd)
+        if log:
+            log(f"engine: {fio_runner.engine_note}")
+        return fio_runner.run()
     runner = Replayer(
         plan,
         targets,
         seed=seed or 0,
-        engine=engine,
+        engine="auto" if engine == "python" else engine,
         qd=qd,
         nonio_s=nonio_s,
         verify=verify,
@@ -97,9 +108,31 @@ def replay(
         allow_write_existing=allow_write_existing,
         progress=progress,
     )
+    if why:
+        runner.engine_note += f" (not fio: {why})"
     if log:
         log(f"engine: {runner.engine_note}")
     return runner.run()
+
+
+def pick_fio(
+    plan: pa.Table, targets: Mapping[str, Target], engine: str, verify: bool, gds: str
+) -> tuple[bool, str]:
+    """(use the fio engine, why not when ``auto`` passes it over).
+
+    ``fio`` must be able to replay the plan (else a :class:`RealError` says why);
+    ``auto`` takes it when fio is installed and the plan is one wave of I/O
+    (:func:`real.fioreplay.fio_expressible`) and verification is on; any other
+    engine name is the Python replayer's."""
+    if engine not in ("fio", "auto"):
+        return False, ""
+    wants_gds = gds != "host" and "gds" in plan.column("io_path").to_pylist()
+    why = fio_expressible(plan, targets, wants_gds) or ("" if verify else "verification is off")
+    if engine == "auto" and not why and fio_partial_check(plan):
+        why = fio_partial_check(plan)
+    if engine == "fio" and why:
+        raise RealError(f"--engine fio cannot replay this plan: {why}")
+    return not why, why
 
 
 def validate_for_replay(plan: pa.Table, profile: HardwareProfile | None = None) -> None:

@@ -25,7 +25,7 @@ from kvtier.records import Records
 from kvtier.units import fmt_bytes
 from kvtier.validate import float_arg, int_arg
 from real.datafile import prepare_targets
-from real.engine import ENGINES
+from real.engine import REPLAY_ENGINES
 from real.errors import RealError
 from real.replay import replay, sigterm_as_interrupt, validate_for_replay, write_results
 from real.scheduler import DEFAULT_QD
@@ -59,7 +59,13 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     where.add_argument("--targets-dir", metavar="DIR", help="one sub-directory per SSD node")
     p.add_argument("--out", required=True, help="output directory for records and run.json")
     p.add_argument("--force", action="store_true", help="overwrite results already in --out")
-    p.add_argument("--engine", choices=ENGINES, default="auto", help="I/O engine (default auto)")
+    p.add_argument(
+        "--engine",
+        choices=REPLAY_ENGINES,
+        default="auto",
+        help="I/O engine: auto (fio for a one-wave plan when installed, else python), fio, "
+        "python (uring/liburing/threads pick its ring)",
+    )
     p.add_argument("--qd", type=int_arg(1), default=DEFAULT_QD, help="in-flight I/Os per device")
     p.add_argument("--hw", help="profile for the modelled copy/compute times")
     p.add_argument("--seed", type=int_arg(0), default=0, help="seed of the data written")

@@ -42,6 +42,7 @@ from kvtier.plan import write_plan
 from kvtier.records import Records
 from real._signals import phase
 from real.crosscheck import describe, fio_cross_check
+from real.engine import REPLAY_ENGINES
 from real.errors import RealError
 from real.profile_yaml import scaled_profile
 from real.targets import Limits, Target
@@ -69,7 +70,12 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     dev.add_argument("--pace", metavar="PROFILE", help="files paced in user space to PROFILE")
     dev.add_argument("--hw", metavar="PROFILE", help="model the devices with this profile")
     add_run_args(p)
-    p.add_argument("--engine", default="auto", choices=("auto", "uring", "threads"))
+    p.add_argument(
+        "--engine",
+        default="auto",
+        choices=REPLAY_ENGINES,
+        help="I/O engine: auto (fio for a one-wave step plan, else python), fio, python, ...",
+    )
     p.add_argument("--out", default="results/real", help="output directory (locked while running)")
     p.add_argument("--force", action="store_true", help="overwrite results already in --out")
     p.add_argument(

@@ -1,0 +1,118 @@
+"""The fio engine replays exactly the plan's I/Os and fails on any bad block.
+
+Skipped where fio is not installed.  Data files live in a directory that takes
+O_DIRECT (the ``direct_dir`` fixture).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvtier.plan import BLOCK, PlanBuilder
+from kvtier.records import DEVICE_RECORD_SCHEMA, OP_RECORD_SCHEMA
+from real import fioreplay
+from real.datafile import io_layout, prepare_targets
+from real.errors import RealError
+from real.fio import fio_binary
+from real.replay import replay
+
+pytestmark = pytest.mark.skipif(fio_binary() is None, reason="fio is not installed")
+KIB = 1024
+
+
+def scattered_plan():
+    """ssd0: two reads of 3 + 2 ranges of 4/8/64 KiB; ssd1: one write of 2 ranges."""
+    b = PlanBuilder()
+    b.read(
+        "ssd0", "dram0", extents=np.array([[0, 4 * KIB], [64 * KIB, 8 * KIB], [8 * KIB, 64 * KIB]])
+    )
+    b.read("ssd0", "dram0", extents=np.array([[256 * KIB, 4 * KIB], [128 * KIB, 64 * KIB]]))
+    b.write("dram0", "ssd1", extents=np.array([[0, 8 * KIB], [32 * KIB, 4 * KIB]]))
+    return b.table()
+
+
+def test_turn_order_interleaves_the_ops_of_a_device_one_io_each():
+    # op 0 issues I/Os 0, 1, 2 and op 1 I/Os 3, 4: turns 0, 3 | 1, 4 | 2
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", 3 * BLOCK, 3)
+    b.read("ssd0", "dram0", 2 * BLOCK, 2, offset=8 * BLOCK)
+    assert fioreplay.turn_order(io_layout(b.table()), 0).tolist() == [0, 3, 1, 4, 2]
+
+
+def test_fio_moves_exactly_the_plans_ios_and_records_have_the_same_columns(direct_dir):
+    plan = scattered_plan()
+    with prepare_targets(plan, direct_dir / "t") as files:
+        rec = replay(plan, files, engine="fio", qd=4)
+        py = replay(plan, files, engine="python", qd=4)  # kvtier's format is back
+    dev = {r["device"]: r for r in rec.devices.to_pylist()}
+    # by hand: ssd0 reads 4+8+64 + 4+64 KiB in 5 I/Os; ssd1 writes 8+4 KiB in 2
+    assert (dev["ssd0"]["bytes_read"], dev["ssd0"]["n_ios"]) == (144 * KIB, 5)
+    assert (dev["ssd1"]["bytes_written"], dev["ssd1"]["n_ios"]) == (12 * KIB, 2)
+    assert rec.stats["engine"] == "fio" and rec.stats["verified"]
+    assert rec.ops.schema.equals(py.ops.schema) and rec.ops.schema.names == OP_RECORD_SCHEMA.names
+    assert rec.devices.schema.equals(py.devices.schema)
+    assert rec.devices.schema.names == DEVICE_RECORD_SCHEMA.names
+    ops = rec.ops.to_pandas()
+    assert (ops["start_s"] == 0).all() and (ops["end_s"] <= rec.stats["makespan_s"] + 1e-3).all()
+
+
+def test_match_refuses_a_completion_list_that_is_not_the_plans():
+    plan = scattered_plan()
+    lay = io_layout(plan)
+    mine = lay.io_node == 0
+    done = pd.DataFrame(
+        {"offset": lay.offset[mine], "length": lay.length[mine], "time_s": np.zeros(mine.sum())}
+    )
+    end = np.zeros(plan.num_rows)
+    fioreplay._match(lay, 0, done, end, "ssd0")  # the plan's own list passes
+    moved = done.assign(offset=done["offset"].where(done.index != 2, 512 * KIB))
+    with pytest.raises(RealError, match="not the plan's"):
+        fioreplay._match(lay, 0, moved, end, "ssd0")
+    with pytest.raises(RealError, match="fio completed 4 I/Os, not the plan's 5"):
+        fioreplay._match(lay, 0, done.iloc[1:], end, "ssd0")
+
+
+@pytest.mark.parametrize("damage", ["misplaced", "bitflip"])
+def test_a_bad_block_fails_the_fio_replay(direct_dir, monkeypatch, damage):
+    """The block at 256 KiB is op 1's 4 KiB read; after fio fills the file it is replaced
+    by the block from 4 KiB (right crc, wrong offset) or gets one bit flipped."""
+    plan = scattered_plan()
+    fill = fioreplay.fill_fio
+
+    def fill_then_damage(target, size, work):
+        fill(target, size, work)
+        if target.node != "ssd0":
+            return
+        fd = os.open(target.path, os.O_RDWR)
+        try:
+            blk = bytearray(os.pread(fd, BLOCK, 4 * KIB if damage == "misplaced" else 256 * KIB))
+            if damage == "bitflip":
+                blk[1000] ^= 1
+            os.pwrite(fd, bytes(blk), 256 * KIB)
+        finally:
+            os.close(fd)
+
+    monkeypatch.setattr(fioreplay, "fill_fio", fill_then_damage)
+    with (
+        prepare_targets(plan, direct_dir / "t") as files,
+        pytest.raises(RealError, match="verify") as err,
+    ):
+        replay(plan, files, engine="fio", qd=4)
+    assert "262144" in str(err.value)  # fio names the offset of the bad block
+
+
+def test_auto_takes_python_for_a_plan_with_steps_and_fio_refuses_it(direct_dir):
+    b = PlanBuilder()
+    first = b.read("ssd0", "dram0", 4 * BLOCK, 4)
+    b.read("ssd0", "dram0", 4 * BLOCK, 4, offset=16 * BLOCK, depends_on=[first])
+    plan = b.table()
+    with prepare_targets(plan, direct_dir / "t") as files:
+        rec = replay(plan, files, engine="auto")
+        assert rec.stats["engine"] != "fio"
+        assert "not fio: ops depend on other ops" in rec.stats["engine_note"]
+        with pytest.raises(RealError, match="--engine fio cannot replay this plan"):
+            replay(plan, files, engine="fio")
