@@ -285,7 +285,19 @@ def _match(lay: IOLayout, k: int, done: pd.DataFrame, end: np.ndarray, node: str
     ):
         raise RealError(
             f"{node}: fio completed {len(f_off)} I/Os, not the plan's {len(p_off)} "
-            "(offsets and lengths differ)"
+            f"(offsets and lengths differ; first plan I/O not verified: offset "
+            f"{_first_missing(p_off, p_len, f_off, f_len)})"
         )
     op_of_io = np.repeat(np.arange(len(lay.node)), np.diff(lay.first))
     np.maximum.at(end, op_of_io[mine[p_ord]], done["time_s"].to_numpy()[f_ord])
+
+
+def _first_missing(
+    p_off: np.ndarray, p_len: np.ndarray, f_off: np.ndarray, f_len: np.ndarray
+) -> int:
+    """Offset of the first plan I/O (by offset) that fio's completion log does not hold
+    as often as the plan does (-1: none missing, fio did extra I/Os)."""
+    plan = pd.Series(1, index=pd.MultiIndex.from_arrays([p_off, p_len])).groupby(level=[0, 1]).sum()
+    done = pd.Series(1, index=pd.MultiIndex.from_arrays([f_off, f_len])).groupby(level=[0, 1]).sum()
+    short = plan.sub(done.reindex(plan.index, fill_value=0)) > 0
+    return int(short[short].index[0][0]) if short.any() else -1
