@@ -264,8 +264,16 @@ def _sim_plan_run(console: Console, args: argparse.Namespace, profile, plan) -> 
     out = Path(args.out)
     records.write(out)
     dev = records.devices.to_pandas()
-    dev = dev[(dev["busy_s"] > 0)]
-    table = Table(title=f"{args.plan} on {profile.name}: makespan {records.makespan_s:.6f} s")
+    title = f"{args.plan} on {profile.name}: makespan {records.makespan_s:.6f} s"
+    table = device_table(dev[dev["busy_s"] > 0], title)
+    print_tables(console, table)
+    console.print(f"records: {out}/")
+    return 0
+
+
+def device_table(dev: pd.DataFrame, title: str) -> Table:
+    """One row per device of a plan's records: bytes, I/Os, busy time, utilisation."""
+    table = Table(title=title)
     for col in ("device", "type", "read GB", "written GB", "I/Os", "busy s", "util %"):
         table.add_column(col, justify="left" if col in ("device", "type") else "right")
     for _, r in dev.iterrows():
@@ -278,9 +286,7 @@ def _sim_plan_run(console: Console, args: argparse.Namespace, profile, plan) -> 
             f"{r['busy_s']:.6f}",
             f"{100 * r['util_mean']:.1f}",
         )
-    print_tables(console, table)
-    console.print(f"records: {out}/")
-    return 0
+    return table
 
 
 def _reload_table(profile):

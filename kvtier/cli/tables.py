@@ -22,6 +22,8 @@ from rich.text import Text
 MISSING = "-"  # the cell of a value that does not exist (NaN, no run)
 EDGE = 3  # columns a cell adds besides its text: padding of 1 each side and a rule
 KEY_SHARE = 0.4  # the row keys take at most this share of the width before they fold
+MAX_KEYS = 2  # leading text columns repeated in every part
+MIN_KEY = 6  # a key column is never narrowed below this
 
 
 def decode_title(w) -> str:
@@ -73,7 +75,18 @@ def _n_keys(table: Table) -> int:
         if col.justify not in ("left", "default", None):
             break
         n += 1
-    return min(n, len(table.columns) - 1) if len(table.columns) > 1 else n
+    return min(n, MAX_KEYS, len(table.columns) - 1) if len(table.columns) > 1 else n
+
+
+def _shrink(key_w: list[int], excess: int) -> list[int]:
+    """Key widths narrowed by ``excess`` in all, widest first, none below
+    :data:`MIN_KEY` (a key cell then folds inside a word, never truncates)."""
+    key_w = list(key_w)
+    while excess > 0 and max(key_w, default=0) > MIN_KEY:
+        i = key_w.index(max(key_w))
+        key_w[i] -= 1
+        excess -= 1
+    return key_w
 
 
 def _parts(need: list[int], room: int) -> list[list[int]]:
@@ -100,6 +113,8 @@ def fit(table: Table, width: int) -> list[Table]:
     k = _n_keys(table)
     key_room = max(int(KEY_SHARE * width) - EDGE * k, k)
     key_w = [min(n, max(least, key_room // max(k, 1))) for n, _, least in widths[:k]]
+    widest = max((wrapped for _, wrapped, _ in widths[k:]), default=0)
+    key_w = _shrink(key_w, sum(w + EDGE for w in key_w) + widest + EDGE + 1 - width)
     room = width - 1 - sum(w + EDGE for w in key_w)
     rest = [max(1, min(wrapped, room - EDGE)) for _, wrapped, _ in widths[k:]]
     parts = _parts(rest, room)
@@ -124,3 +139,24 @@ def print_tables(console: Console, tables: Iterable[Table] | Table) -> None:
     for table in [tables] if isinstance(tables, Table) else tables:
         for part in fit(table, console.width):
             console.print(part)
+
+
+def frame_table(df: pd.DataFrame, title: str) -> Table:
+    """``df`` as a table: its column names (which carry their units:
+    ``tokens_per_s``, ``io_ms_per_step``) as headers, numbers to 3 decimals,
+    text and flags left-justified, "-" for NaN."""
+    table = Table(title=title)
+    numeric = [pd.api.types.is_numeric_dtype(df[c]) and df[c].dtype != bool for c in df.columns]
+    for c, num in zip(df.columns, numeric, strict=True):
+        table.add_column(str(c), justify="right" if num else "left")
+    for row in df.itertuples(index=False):
+        table.add_row(*(_cell(v, num) for v, num in zip(row, numeric, strict=True)))
+    return table
+
+
+def _cell(v, numeric: bool) -> str:
+    if numeric:
+        if v != v:
+            return MISSING
+        return f"{v:,}" if float(v).is_integer() and abs(v) < 1e15 else f"{v:,.3f}"
+    return str(v)
