@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from hwprofiles import load_profile
 from kvtier.cli.tables import decode_title, print_tables, rows_table
@@ -155,9 +155,11 @@ def _headroom_line(w, profile) -> str:
 
 
 def _progress(console: Console) -> Progress:
+    """The progress bars; the description folds and the bar shrinks in a narrow
+    terminal, so counts and times are never cut ("…")."""
     return Progress(
-        TextColumn("{task.description:<28}"),
-        BarColumn(),
+        TextColumn("{task.description:<28}", table_column=Column(overflow="fold", ratio=3)),
+        BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=4)),
         MofNCompleteColumn(),
         TextColumn("ops"),
         TimeElapsedColumn(),

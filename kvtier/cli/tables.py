@@ -24,6 +24,8 @@ EDGE = 3  # columns a cell adds besides its text: padding of 1 each side and a r
 KEY_SHARE = 0.4  # the row keys take at most this share of the width before they fold
 MAX_KEYS = 2  # leading text columns repeated in every part
 MIN_KEY = 6  # a key column is never narrowed below this
+KEY_CUT = 0.3  # keys may fold this much narrower if that saves a part
+TEXT_WRAP = 14  # a text column (not a key) wraps at spaces to this width
 
 
 def decode_title(w) -> str:
@@ -66,6 +68,13 @@ def _widths(col: Column) -> tuple[int, int, int]:
     least = max(words, default=1)
     wrapped = max([len(ln) for ln in cells] + [len(w) for ln in head for w in ln.split()])
     return natural, max(wrapped, 1), max(least, 1)
+
+
+def _need(widths: tuple[int, int, int], numeric: bool) -> int:
+    """The width a non-key column takes: a number's whole cell (numbers never
+    fold), a text's words wrapped to :data:`TEXT_WRAP` (or its longest word)."""
+    natural, wrapped, least = widths
+    return wrapped if numeric else min(natural, max(least, TEXT_WRAP))
 
 
 def _n_keys(table: Table) -> int:
@@ -116,8 +125,18 @@ def fit(table: Table, width: int) -> list[Table]:
     widest = max((wrapped for _, wrapped, _ in widths[k:]), default=0)
     key_w = _shrink(key_w, sum(w + EDGE for w in key_w) + widest + EDGE + 1 - width)
     room = width - 1 - sum(w + EDGE for w in key_w)
-    rest = [max(1, min(wrapped, room - EDGE)) for _, wrapped, _ in widths[k:]]
+    rest = [
+        max(1, min(_need(w, col.justify == "right"), room - EDGE))
+        for w, col in zip(widths[k:], table.columns[k:], strict=True)
+    ]
     parts = _parts(rest, room)
+    for cut in range(1, int(KEY_CUT * sum(key_w)) + 1):  # a part less for narrower keys?
+        narrower = _shrink(key_w, cut)
+        wider = width - 1 - sum(w + EDGE for w in narrower)
+        if len(parts) > 1 and len(_parts(rest, wider)) < len(parts):
+            key_w, room = narrower, wider
+            parts = _parts(rest, room)
+            break
     out = []
     for p, idx in enumerate(parts):
         title = table.title if p == 0 else f"{table.title or ''} (cont. {p + 1}/{len(parts)})"

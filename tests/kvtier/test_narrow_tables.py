@@ -122,6 +122,8 @@ def test_table_fits_the_width_whole_with_one_unit_per_column(name, width):
     numbers = []
     for part in parts:
         console.print(part)
+        if len(parts) > 1:  # split parts: rich never has to squeeze (and fold) a column
+            assert sum(c.width + 3 for c in part.columns) + 1 <= width
         for col in part.columns:
             if col.justify != "right":
                 continue
@@ -147,3 +149,16 @@ def test_a_table_that_fits_is_printed_as_built_and_a_wide_one_keeps_every_cell()
     assert all({c.header for c in p.columns[:1]} == keys for p in parts)  # the key repeats
     shown = [c.header for p in parts for c in p.columns[1:]]
     assert sorted(shown) == sorted(c.header for c in table.columns[1:])  # each column once
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_progress_bars_fold_their_description_and_keep_counts_whole(width):
+    from kvtier.cli.simulate import _progress
+
+    console = Console(record=True, width=width, color_system=None)
+    with _progress(console) as bar:
+        task = bar.add_task("LMCache+LP+AsyncKV | Qwen3-30B-A3B | 128K 1,234 s simulated", total=9)
+        bar.update(task, completed=9)
+    text = console.export_text()
+    assert "…" not in text and "9/9" in text
+    assert max(len(line) for line in text.splitlines()) <= width
