@@ -222,13 +222,13 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
             ("scale@R", "match_scale", lambda v: f"{v:.2f}"),
             ("recall@R", "match_recall", lambda v: f"{v:.3f}"),
             ("tokens/s@R", "matched_tokens_per_s", lambda v: f"{v:,.2f}"),
-            ("R reached", "match_reached", lambda v: "yes" if v else "no"),
+            ("target R", "match_reached", lambda v: "reached" if v else "unreachable"),
         ]
         targets = sorted(set(df["match_target"].dropna()))
         caption = (
             f"@R: at the smallest budget scale (x the oracle's budget) reaching mean recall "
             f"{', '.join(f'{t:g}' for t in targets)}; 'unreachable' when even every entry "
-            "does not (R reached: no; the recall reached is shown)"
+            "does not (the recall reached is shown)"
         )
     return [
         rows_table(df, f"{title}: speed and I/O at equal budget", speed),
