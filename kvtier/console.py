@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 from rich.console import Console
+
+WIDE = 140  # columns when output is not a terminal and COLUMNS does not say
 
 
 def make_console() -> Console:
-    """A console; when output is not a terminal, wide enough for the tables."""
+    """A console; when output is not a terminal, ``COLUMNS`` wide if set, else
+    wide enough for the tables (:func:`kvtier.cli.tables.fit` fits them to either)."""
     console = Console()
-    return console if console.is_terminal else Console(width=140)
+    if console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return console
+    return Console(width=WIDE)

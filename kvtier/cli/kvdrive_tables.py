@@ -27,7 +27,7 @@ def kvdrive_tables(df: pd.DataFrame, cfg) -> list[Table]:
         ("micro-batches", "micro_batches", lambda v: f"{v:.0f}"),
         ("tokens/s", "tokens_per_s", lambda v: f"{v:,.2f}"),
         ("step ms", "step_ms", lambda v: f"{v:,.2f}"),
-        ("GPU hit", "gpu_hit_rate", lambda v: f"{100 * v:.1f}%"),
+        ("GPU hit %", "gpu_hit_rate", lambda v: f"{100 * v:.1f}"),
         ("recall", "recall", lambda v: f"{v:.3f}"),
         ("read MB/step", "read_mb_per_step", lambda v: f"{v:,.2f}"),
         ("index MB/layer", "index_mb_per_layer", lambda v: f"{v:.2f}"),

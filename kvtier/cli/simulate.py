@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from hwprofiles import load_profile
-from kvtier.cli.tables import decode_title, rows_table
+from kvtier.cli.tables import decode_title, print_tables, rows_table
 from kvtier.console import make_console
 from kvtier.outdir import claim, run_id
 from kvtier.plan import PlanError, read_plan
@@ -98,26 +98,21 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
 
         result = run(cfg, profile, out, progress=update, trace=args.trace, engine_progress=engine)
     if cfg.workload.kind == "swarm":
-        for table in design_tables(result.summary(), cfg):
-            console.print(table)
+        print_tables(console, design_tables(result.summary(), cfg))
         console.print(_headroom_line(cfg.workload, profile))
     elif cfg.workload.kind == "kvdrive":  # seed 003
         from kvtier.cli.kvdrive_tables import kvdrive_tables
 
-        for table in kvdrive_tables(result.summary(), cfg):
-            console.print(table)
+        print_tables(console, kvdrive_tables(result.summary(), cfg))
         console.print(_headroom_line(cfg.workload, profile))
     elif cfg.workload.kind == "serving":
         from analysis.serving_plots import write_serving_plots
         from sim.serving.report import serving_tables
 
-        for table in serving_tables(result.summary(), f"{cfg.name} on {profile.name}"):
-            console.print(table)
+        print_tables(console, serving_tables(result.summary(), f"{cfg.name} on {profile.name}"))
         _print_seed_figures(console, cfg, result.summary(), f"{cfg.name} on {profile.name}")
         if cfg.workload.instances and "gpu1" in profile.gpu_names:
-            console.print(_reload_table(profile))
-            for table in _swift_tables(cfg, result.summary()):
-                console.print(table)
+            print_tables(console, [_reload_table(profile), *_swift_tables(cfg, result.summary())])
         plots = write_serving_plots(out)
         if cfg.workload.instances and "gpu1" in profile.gpu_names:
             from analysis.swift_plots import write_swift_outputs
@@ -126,7 +121,7 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
             plots += [p for p in write_swift_outputs(out, share) if p.suffix == ".png"]
         console.print(f"plots: {', '.join(p.name for p in plots)}")
     else:
-        console.print(summary_table(result.summary(), cfg.workload.batch))
+        print_tables(console, summary_table(result.summary(), cfg.workload.batch))
     for name, why in result.skipped.items():
         console.print(f"skipped [yellow]{name}[/yellow]: {why}")
     console.print(
@@ -138,11 +133,11 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
 
 def _print_seed_figures(console: Console, cfg, summary, title: str) -> None:
     """The seed's figures kept in the scenario YAML, beside kvtier's (if it has any)."""
-    from sim.scenarios.seedref import compare, load_seed_figures, seed_table
+    from sim.scenarios.seedref import compare, load_seed_figures, seed_tables
 
     figs = load_seed_figures(cfg.source_file, ConfigError) if cfg.source_file else None
     if figs is not None:
-        console.print(seed_table(figs, compare(figs, summary), title))
+        print_tables(console, seed_tables(figs, compare(figs, summary), title))
 
 
 def _headroom_line(w, profile) -> str:
@@ -160,9 +155,11 @@ def _headroom_line(w, profile) -> str:
 
 
 def _progress(console: Console) -> Progress:
+    """The progress bars; the description folds and the bar shrinks in a narrow
+    terminal, so counts and times are never cut ("…")."""
     return Progress(
-        TextColumn("{task.description:<28}"),
-        BarColumn(),
+        TextColumn("{task.description:<28}", table_column=Column(overflow="fold", ratio=3)),
+        BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=4)),
         MofNCompleteColumn(),
         TextColumn("ops"),
         TimeElapsedColumn(),
@@ -180,12 +177,12 @@ def summary_table(df: pd.DataFrame, batch: int) -> Table:
         ("tokens/s", "tokens_per_s", lambda v: f"{v:,.2f}"),
         ("fetch ms/step", "fetch_ms_per_step", lambda v: f"{v:,.1f}"),
         ("fetch GB/s", "fetch_gbps", lambda v: f"{v:.2f}"),
-        ("of SSD BW", "ssd_share_of_aggregate", lambda v: "-" if v != v else f"{100 * v:.0f}%"),
+        ("of SSD BW %", "ssd_share_of_aggregate", lambda v: "-" if v != v else f"{100 * v:.0f}"),
         ("CPU cores", "cpu_cores_busy", lambda v: f"{v:.1f}"),
     ]
     for header, _, _ in cols:
         table.add_column(header, justify="left" if header == "design" else "right")
-    table.add_column("limited by")
+    table.add_column("limited by", overflow="fold")
     for _, row in df.iterrows():
         cells = [fmt(row[key]) for _, key, fmt in cols]
         table.add_row(*cells, limiter(row))
@@ -201,11 +198,11 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
         ("design", "variant", str),
         ("tokens/s", "tokens_per_s", lambda v: f"{v:,.2f}"),
         ("I/O ms/step", "io_ms_per_step", lambda v: f"{v:,.1f}"),
-        ("read/step", "read_bytes_per_step", fmt_bytes),
+        ("read MB/step", "read_bytes_per_step", lambda v: f"{v / 1e6:,.2f}"),
         ("I/Os/step", "ios_per_step", lambda v: f"{v:,.0f}"),
         ("SSD GB/s", "ssd_gbps", lambda v: f"{v:.2f}"),
-        ("of SSD BW", "ssd_share_of_aggregate", lambda v: f"{100 * v:.0f}%"),
-        ("DRAM hit", "dram_hit_rate", lambda v: f"{100 * v:.1f}%"),
+        ("of SSD BW %", "ssd_share_of_aggregate", lambda v: f"{100 * v:.0f}"),
+        ("DRAM hit %", "dram_hit_rate", lambda v: f"{100 * v:.1f}"),
         ("recall", "recall", lambda v: f"{v:.3f}"),
     ]
     quality = [
@@ -215,8 +212,8 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
         ("index MB", "index_mb_per_layer", lambda v: f"{v:.2f}"),
         # Swarm's clustering (sim.scenarios.swarm_report, Table 4): SSD/KV bytes,
         # index keys / all keys, full-scan keys / index keys
-        ("replication", "replication", lambda v: f"{v:.2f}x"),
-        ("index keys", "index_key_share", lambda v: f"{100 * v:.1f}%"),
+        ("replication x", "replication", lambda v: f"{v:.2f}"),
+        ("index keys %", "index_key_share", lambda v: f"{100 * v:.1f}"),
         ("select x", "select_speedup", lambda v: f"{v:.1f}"),
     ]
     caption = None
@@ -225,6 +222,7 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
             ("scale@R", "match_scale", lambda v: f"{v:.2f}"),
             ("recall@R", "match_recall", lambda v: f"{v:.3f}"),
             ("tokens/s@R", "matched_tokens_per_s", lambda v: f"{v:,.2f}"),
+            ("target R", "match_reached", lambda v: "reached" if v else "unreachable"),
         ]
         targets = sorted(set(df["match_target"].dropna()))
         caption = (
@@ -268,23 +266,29 @@ def _sim_plan_run(console: Console, args: argparse.Namespace, profile, plan) -> 
     out = Path(args.out)
     records.write(out)
     dev = records.devices.to_pandas()
-    dev = dev[(dev["busy_s"] > 0)]
-    table = Table(title=f"{args.plan} on {profile.name}: makespan {records.makespan_s:.6f} s")
-    for col in ("device", "type", "bytes read", "bytes written", "I/Os", "busy s", "util"):
+    title = f"{args.plan} on {profile.name}: makespan {records.makespan_s:.6f} s"
+    table = device_table(dev[dev["busy_s"] > 0], title)
+    print_tables(console, table)
+    console.print(f"records: {out}/")
+    return 0
+
+
+def device_table(dev: pd.DataFrame, title: str) -> Table:
+    """One row per device of a plan's records: bytes, I/Os, busy time, utilisation."""
+    table = Table(title=title)
+    for col in ("device", "type", "read GB", "written GB", "I/Os", "busy s", "util %"):
         table.add_column(col, justify="left" if col in ("device", "type") else "right")
     for _, r in dev.iterrows():
         table.add_row(
             r["device"],
             r["type"],
-            fmt_bytes(r["bytes_read"]),
-            fmt_bytes(r["bytes_written"]),
+            f"{r['bytes_read'] / 1e9:,.3f}",
+            f"{r['bytes_written'] / 1e9:,.3f}",
             f"{r['n_ios']:,}",
             f"{r['busy_s']:.6f}",
-            f"{100 * r['util_mean']:.1f}%",
+            f"{100 * r['util_mean']:.1f}",
         )
-    console.print(table)
-    console.print(f"records: {out}/")
-    return 0
+    return table
 
 
 def _reload_table(profile):
@@ -292,12 +296,12 @@ def _reload_table(profile):
     from sim.scenarios.swiftcache import reload_shares
 
     table = Table(title=f"reload share of TTFT, LWM-Text-1M on {profile.name} (seed 002 Fig. 1)")
-    for col in ("history tokens", "path", "TTFT ms", "reload ms", "reload share"):
-        table.add_column(col, justify="right")
+    for col in ("history tokens", "path", "TTFT ms", "reload ms", "reload share %"):
+        table.add_column(col, justify="left" if col == "path" else "right")
     for r in reload_shares(profile).to_pylist():
         table.add_row(
             f"{r['history_tokens']:,}", r["path"], f"{r['ttft_s'] * 1e3:.1f}",
-            f"{r['reload_s'] * 1e3:.1f}", f"{r['reload_share']:.0%}",
+            f"{r['reload_s'] * 1e3:.1f}", f"{100 * r['reload_share']:.0f}",
         )  # fmt: skip
     return table
 
@@ -322,22 +326,22 @@ def _swift_tables(cfg, summary) -> list:
     inter = worker_interference(summ).to_pylist()
     if inter:
         t = Table(title="worker interference: mean TTFT / TPOT alone vs lending (seed 002 Fig. 8)")
-        for col in ("design", "worker", "TTFT ms alone", "lending", "+", "TPOT ms alone",
-                    "lending", "+"):  # fmt: skip
+        for col in ("design", "worker", "TTFT ms alone", "lending ms", "+ %", "TPOT ms alone",
+                    "lending ms", "+ %"):  # fmt: skip
             t.add_column(col, justify="left" if col in ("design", "worker") else "right")
         for r in inter:
             t.add_row(r["design"], r["worker"], *(
                 v for m in ("ttft", "tpot") for v in (
                     f"{r[f'{m}_alone_s'] * 1e3:.1f}", f"{r[f'{m}_lending_s'] * 1e3:.1f}",
-                    f"{r[f'{m}_increase']:+.1%}")))  # fmt: skip
+                    f"{100 * r[f'{m}_increase']:+.1f}")))  # fmt: skip
         out.append(t)
     t = Table(title=f"maximum context, tokens (Fig. 9; workers lend {share:.0%} of their KV)")
-    for col in ("master", "GPU GB", "vLLM", "chunk 32K", "chunk 8K", "SwiftCache", "vs 8K"):
+    for col in ("master", "GPU GB", "vLLM", "chunk 32K", "chunk 8K", "SwiftCache", "vs 8K x"):
         t.add_column(col, justify="left" if col == "master" else "right")
     for r in max_context_table(share).to_pylist():
         cells = [f"{r[k]:,}" if r[k] else "-" for k in
                  ("vllm", "vllm_chunk_32k", "vllm_chunk_8k", "swiftcache")]  # fmt: skip
-        gain = f"{r['gain_vs_8k']:.2f}x" if r["vllm_chunk_8k"] else "-"
+        gain = f"{r['gain_vs_8k']:.2f}" if r["vllm_chunk_8k"] else "-"
         t.add_row(r["model"], f"{r['gpu_gb']:g}", *cells, gain)
     out.append(t)
     return out

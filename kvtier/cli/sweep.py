@@ -12,6 +12,7 @@ import pandas as pd
 from rich.progress import Progress
 
 from hwprofiles import load_profile
+from kvtier.cli.tables import frame_table, print_tables
 from kvtier.console import make_console
 from kvtier.outdir import claim, run_id
 from kvtier.provenance import provenance
@@ -127,7 +128,7 @@ def _sweep_into(console, args, cfg, profile, factors, points: int, out: Path) ->
     shown = ("tokens_per_s", "ssd_gbps", "fetch_gbps", "io_ms_per_step", "recall")
     shown += ("match_scale", "match_recall", "matched_tokens_per_s")  # with match_recall
     cols = [c for c in ("variant", *names, *shown) if c in df.columns]
-    console.print(df[cols].to_string(index=False, float_format=lambda v: f"{v:,.3f}"))
+    print_tables(console, frame_table(df[cols], f"{cfg.name}: {' x '.join(names)}"))
     console.print(f"written: {out}/{stem}.parquet, {len(pngs)} plots in {out}/plots")
     return 0
 

@@ -191,10 +191,12 @@ def _num(v: float, unit: str) -> str:
     return f"{x:,.{max(0, 2 - math.floor(math.log10(abs(x))))}f}" if x else "0"
 
 
+UNIT_NAMES = {"s": "times", "ms": "times", "x": "ratios", "%": "rates"}
+
+
 def seed_cell(f: SeedFigure) -> str:
-    """The seed column: the value, or the ordering it states."""
-    value = _num(f.seed, f.unit)
-    return value if f.relation == "=" else f"{f.relation} {value}"
+    """The seed column: the value (a bound's relation is in its own column)."""
+    return _num(f.seed, f.unit)
 
 
 def verdict(row: Row) -> str:
@@ -203,17 +205,33 @@ def verdict(row: Row) -> str:
     return "OFF" if row.off else "ok"
 
 
-def seed_table(figs: SeedFigures, rows: list[Row], title: str) -> Table:
-    """Rows "figure | where | section | unit | seed | kvtier | ratio | verdict";
-    verdict OFF marks rows more than ``figs.tolerance`` away (or orderings not held)."""
+def seed_tables(figs: SeedFigures, rows: list[Row], title: str) -> list[Table]:
+    """One table per unit (in the order the figures first use them), rows
+    "figure | where | section | rel | seed | kvtier | ratio | verdict", the
+    unit in the value columns' headers; ``rel`` is ``=``, or ``>`` / ``<`` for
+    a stated ordering or bound; verdict OFF marks rows more than
+    ``figs.tolerance`` away (or orderings not held)."""
     pct = f"{100 * figs.tolerance:.0f}%"
-    table = Table(
-        title=f"{title}: seed {figs.seed} vs kvtier (ratio = kvtier / seed; OFF: > {pct} away)"
-    )
+    head = f"{title}: seed {figs.seed} vs kvtier (ratio = kvtier / seed; OFF: > {pct} away)"
+    units = list(dict.fromkeys(r.figure.unit for r in rows))
+    out = []
+    for n, unit in enumerate(units):
+        these = [r for r in rows if r.figure.unit == unit]
+        name = f"{UNIT_NAMES[unit]}, {unit}"
+        out.append(_unit_table(these, unit, head + f"; {name}" if n == 0 else name))
+    return out
+
+
+def _unit_table(rows: list[Row], unit: str, title: str) -> Table:
+    """The rows of one unit as a table (see :func:`seed_tables`)."""
+    table = Table(title=title)
     wheres = any(r.where for r in rows)
-    for name in ("figure", "where", "section", "unit") if wheres else ("figure", "section", "unit"):
+    rels = any(r.figure.relation != "=" for r in rows)
+    for name in ("figure", "where", "section") if wheres else ("figure", "section"):
         table.add_column(name, overflow="fold")
-    for name in ("seed", "kvtier", "ratio"):
+    if rels:
+        table.add_column("rel", no_wrap=True)
+    for name in (f"seed {unit}", f"kvtier {unit}", "ratio"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("", no_wrap=True)
     for r in rows:
@@ -222,6 +240,7 @@ def seed_table(figs: SeedFigures, rows: list[Row], title: str) -> Table:
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
         mark = verdict(r)
         style = "red" if mark == "OFF" else ("yellow" if mark == "no run" else "green")
-        head = (f.name, r.where, f.section) if wheres else (f.name, f.section)
-        table.add_row(*head, f.unit, seed_cell(f), kv, ratio, f"[{style}]{mark}")
+        keys = (f.name, r.where, f.section) if wheres else (f.name, f.section)
+        rel = (f.relation,) if rels else ()
+        table.add_row(*keys, *rel, seed_cell(f), kv, ratio, f"[{style}]{mark}")
     return table

@@ -378,23 +378,28 @@ class Engine:
         """Give each running request (oldest first) the block its next token
         needs; when none is free, preempt the newest running request until it
         is (vLLM v1 ``Scheduler.schedule``: ``self.running.pop()``)."""
-        gone: set[int] = set()  # ids of the requests preempted in this pass
-        for s in list(self.running):
-            if id(s) in gone or s.prefill_left > 0:
+        B, running, grow = self.B, self.running, self.mgr.grow
+        i = 0
+        while i < len(running):  # preemption only shortens the tail: index i stays put
+            s = running[i]
+            i += 1
+            if s.prefill_left > 0:
                 continue
-            need = math.ceil((s.req.input_tokens + s.generated) / self.B)  # after next decode
-            more = need - len(s.blocks) - s.private
-            while more > 0 and not self.mgr.grow(s, more):
-                victim = self.running[-1]
+            held = len(s.blocks) + s.private
+            more = -(-(s.req.input_tokens + s.generated) // B) - held  # after next decode
+            while more > 0 and not grow(s, more):
+                victim = running[-1]
                 self._preempt(victim)
-                gone.add(id(victim))
                 if victim is s:
                     break
 
     def _preempt(self, s: Seq) -> None:
         """RECOMPUTE preemption: free ``s``'s blocks, requeue it at the head."""
         self.mgr.release(s)
-        self.running.remove(s)
+        if self.running[-1] is s:  # the newest: always, from _grow_or_preempt
+            self.running.pop()
+        else:
+            self.running.remove(s)
         s.cached_tokens = s.prefilled = s.stored_groups = 0
         s.lookup = s.load = None
         s.req.preemptions += 1

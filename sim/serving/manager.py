@@ -33,7 +33,7 @@ that follow it (LMCache's write-through).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
@@ -60,24 +60,49 @@ class Lookup:
     blocks: int
 
 
-@dataclass(eq=False)
 class Seq:
-    """The engine's state of one request."""
+    """The engine's state of one request.
 
-    req: Request
-    total_blocks: int
-    blocks: list[GpuBlock | None] = field(default_factory=list)  # per input block
-    private: int = 0
-    cached_tokens: int = 0
-    prefilled: int = 0
-    generated: int = 0
-    stored_groups: int = 0
-    lookup: Lookup | None = None  # hits still to load
-    load: Transfer | None = None  # their load, once started
+    ``prefill_left`` (prompt tokens neither cached nor prefilled yet) is read
+    several times per running request per iteration, so it is a plain
+    attribute kept up to date by the setters of ``cached_tokens`` and
+    ``prefilled`` rather than recomputed on every read.
+    """
+
+    __slots__ = ("req", "total_blocks", "blocks", "private", "_cached", "_prefilled",
+                 "prefill_left", "generated", "stored_groups", "lookup", "load")  # fmt: skip
+
+    def __init__(self, req: Request, total_blocks: int):
+        self.req = req
+        self.total_blocks = total_blocks
+        self.blocks: list[GpuBlock | None] = []  # per input block
+        self.private = 0
+        self._cached = self._prefilled = 0
+        self.prefill_left = req.input_tokens
+        self.generated = 0
+        self.stored_groups = 0
+        self.lookup: Lookup | None = None  # hits still to load
+        self.load: Transfer | None = None  # their load, once started
 
     @property
-    def prefill_left(self) -> int:
-        return self.req.input_tokens - self.cached_tokens - self.prefilled
+    def cached_tokens(self) -> int:
+        """Prompt tokens whose KV a prefix hit supplies (GPU or a lower tier)."""
+        return self._cached
+
+    @cached_tokens.setter
+    def cached_tokens(self, n: int) -> None:
+        self._cached = n
+        self.prefill_left = self.req.input_tokens - n - self._prefilled
+
+    @property
+    def prefilled(self) -> int:
+        """Prompt tokens computed by prefill chunks so far."""
+        return self._prefilled
+
+    @prefilled.setter
+    def prefilled(self, n: int) -> None:
+        self._prefilled = n
+        self.prefill_left = self.req.input_tokens - self._cached - n
 
 
 class BlockManager:

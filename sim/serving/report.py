@@ -45,7 +45,8 @@ def context_table(df: pd.DataFrame, metric: str, title: str) -> Table:
 
 
 def _pct(v: float) -> str:
-    return f"{100 * v:.1f}%"
+    """A fraction as a percentage, its unit in the column header."""
+    return f"{100 * v:.1f}"
 
 
 def design_table(df: pd.DataFrame, title: str) -> Table:
@@ -56,21 +57,20 @@ def design_table(df: pd.DataFrame, title: str) -> Table:
     cols = [
         ("design", "variant", str),
         ("TTFT ms", "ttft_mean_s", ms),
-        ("p50", "ttft_p50_s", ms),
-        ("p90", "ttft_p90_s", ms),
-        ("p99", "ttft_p99_s", ms),
+        ("p50 ms", "ttft_p50_s", ms),
+        ("p90 ms", "ttft_p90_s", ms),
+        ("p99 ms", "ttft_p99_s", ms),
         ("TPOT ms", "tpot_mean_s", lambda v: f"{1e3 * v:.1f}"),
         ("tok/s", "throughput_tok_s", lambda v: f"{v:,.0f}"),
         ("queue s", "queue_mean_s", lambda v: f"{v:.2f}"),
     ]
     for tier in ("gpu", "cpu", "ssd", "pool"):
         if df[f"hit_rate_{tier}"].any():
-            cols.append(
-                (f"hit {tier.upper() if tier != 'pool' else tier}", f"hit_rate_{tier}", _pct)
-            )
+            name = tier.upper() if tier != "pool" else tier
+            cols.append((f"hit {name} %", f"hit_rate_{tier}", _pct))
     cols += [
         ("blocked I/O s", "blocked_io_s", lambda v: f"{v:.3f}"),
-        ("SSD util", "ssd_util", _pct),
+        ("SSD util %", "ssd_util", _pct),
         ("span s", "duration_s", lambda v: f"{v:.1f}"),
     ]
     for header, _, _ in cols:

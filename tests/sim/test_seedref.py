@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from kvtier.cli.tables import fit
 from sim.config import ConfigError, load_scenario
 from sim.scenarios.seedref import (
     SeedFigure,
@@ -16,7 +17,7 @@ from sim.scenarios.seedref import (
     compare,
     judge,
     load_seed_figures,
-    seed_table,
+    seed_tables,
 )
 
 SCENARIOS = ("unified-pooling", "paged-ssd")
@@ -106,7 +107,9 @@ def test_table_marks_every_off_row_and_truncates_nothing_when_narrow():
     ))  # fmt: skip
     rows = compare(figs, df)
     console = Console(record=True, width=60, color_system=None)
-    console.print(seed_table(figs, rows, "narrow"))
+    for table in seed_tables(figs, rows, "narrow"):
+        for part in fit(table, console.width):
+            console.print(part)
     text = console.export_text()
     marks = [line.rstrip(" │").split()[-1] for line in text.splitlines() if line.startswith("│")]
     assert marks.count("OFF") == sum(r.off for r in rows) == 2  # 2/9 and 4/9 of the seed
