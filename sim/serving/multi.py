@@ -58,9 +58,9 @@ from sim.serving.lending import ElasticSpec, Lending
 from sim.serving.metrics import ServingRecords
 from sim.serving.online import OnlineOps
 from sim.serving.requests import Request
-from sim.serving.swift.coordinator import MasterBlockTable
 from sim.serving.streaming import LayerStream
-from sim.serving.swift.lsc import StreamSizing, layer_block_bytes
+from sim.serving.swift.coordinator import MasterBlockTable
+from sim.serving.swift.lsc import StreamSizing, layer_block_bytes, size_from_blocks
 from sim.serving.swift.meu import block_bytes, model_elastic_unit
 from sim.serving.swift.stream import master_sizing
 
@@ -85,6 +85,9 @@ class Instance:
         lsc: a master with a layer stream cache: its ``cfg.gpu_blocks`` full-layer
             blocks are split into the LSC and the regular cache by Eq. 3-5
             beside the workers' ``stream_bytes``, and it admits on ``N_RC + N_LSC``.
+        lsc_slots: the master's KV memory in single-layer slots (Eq. 3's
+            ``K_master``, not always a multiple of the layers); 0 takes
+            ``cfg.gpu_blocks`` full-layer blocks.
         elastic: a worker's Algorithm 1 at run time (:mod:`sim.serving.lending`);
             None keeps ``lend_bytes`` lent for the whole run.
     """
@@ -100,6 +103,7 @@ class Instance:
     elastic: ElasticSpec | None = None  # a worker's elastic cache at run time; None = fixed
     stream_bytes: float = 0.0  # a worker's KV bytes holding the master's streamed blocks
     lsc: bool = False  # a master streams through a layer stream cache (sim.serving.streaming)
+    lsc_slots: int = 0  # a master's own single-layer slots, Eq. 3; 0 = cfg.gpu_blocks x layers
 
 
 def check_instances(instances: Sequence[Instance]) -> None:
@@ -164,6 +168,8 @@ def stream_sizing(
     card, b = master.card, master.cfg.block_tokens
     full = layer_block_bytes(card, b) * card.layers
     k = {i.cfg.gpu: int(i.stream_bytes // full) for i in instances if i.role == "worker"}
+    if master.lsc_slots:
+        return size_from_blocks(master.lsc_slots, list(k.values()), card.layers), k
     return master_sizing(master.cfg.gpu_blocks, card.layers, list(k.values())), k
 
 

@@ -128,3 +128,16 @@ def test_master_without_streaming_iterations_is_unchanged():
     rec, stats = _run(card, 10, [9, 8], [(100, 2)])
     assert stats["m_lsc"]["iterations"] == 0
     assert set(rec.ops.column("tag").to_pylist()) == {"iteration"}
+
+
+def test_runtime_max_context_is_the_arithmetic():
+    # LWM on a 24 GB GPU beside two Qwen3-8B lending half: Fig. 9's arithmetic gives
+    # 21,904 tokens with the LSC and 13,936 for vLLM with 8K chunks; the engine serves a
+    # request of exactly that context, refuses one block more, and without the LSC
+    # serves only vLLM's
+    from sim.scenarios.swiftcache import fig9_workers
+    from sim.scenarios.swiftcache_lsc import runtime_max_context
+
+    (row,) = runtime_max_context(PROFILE, ["LWM-Text-1M"], [24], fig9_workers, 0.5).to_pylist()
+    assert (row["swiftcache_arith"], row["vllm_chunk_8k"]) == (21_904, 13_936)
+    assert (row["served_lsc"], row["served_no_lsc"]) == (21_904, 13_936)
