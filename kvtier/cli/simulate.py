@@ -112,7 +112,8 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
         print_tables(console, serving_tables(result.summary(), f"{cfg.name} on {profile.name}"))
         _print_seed_figures(console, cfg, result.summary(), f"{cfg.name} on {profile.name}")
         if cfg.workload.instances and "gpu1" in profile.gpu_names:
-            print_tables(console, [_reload_table(profile), *_swift_tables(cfg, result.summary())])
+            swift = [_reload_table(profile), *_swift_tables(cfg, result.summary())]
+            print_tables(console, [*swift, *_lsc_tables(cfg, profile)])
         plots = write_serving_plots(out)
         if cfg.workload.instances and "gpu1" in profile.gpu_names:
             from analysis.swift_plots import write_swift_outputs
@@ -343,5 +344,40 @@ def _swift_tables(cfg, summary) -> list:
                  ("vllm", "vllm_chunk_32k", "vllm_chunk_8k", "swiftcache")]  # fmt: skip
         gain = f"{r['gain_vs_8k']:.2f}" if r["vllm_chunk_8k"] else "-"
         t.add_row(r["model"], f"{r['gpu_gb']:g}", *cells, gain)
+    out.append(t)
+    return out
+
+
+def _lsc_tables(cfg, profile) -> list:
+    """The layer stream cache at run time: the longest context served per GPU
+    size, and long requests' TTFT/TPOT with and without it."""
+    from sim.scenarios.swiftcache import FIG9_MASTERS, GPU_SIZES_GB, fig9_workers
+    from sim.scenarios.swiftcache_lsc import long_context_table, runtime_max_context
+
+    share = max((i.get("lend_share", 0.0) for i in cfg.workload.instances), default=0.0)
+    if share <= 0:
+        return []
+    masters = [m for m in FIG9_MASTERS if m != "Qwen3-14B"]
+    t = Table(title="maximum context served at run time with the LSC (tokens)")
+    for col in ("master", "GPU GB", "arithmetic", "served, LSC", "served, no LSC", "8K chunks",
+                "TTFT of longest s"):  # fmt: skip
+        t.add_column(col, justify="left" if col == "master" else "right")
+    for r in runtime_max_context(profile, masters, GPU_SIZES_GB, fig9_workers, share).to_pylist():
+        t.add_row(r["model"], f"{r['gpu_gb']:g}", *(f"{r[k]:,}" if r[k] else "-" for k in (
+            "swiftcache_arith", "served_lsc", "served_no_lsc", "vllm_chunk_8k")),
+            f"{r['ttft_longest_s']:,.1f}")  # fmt: skip
+    out = [t]
+    t = Table(title="long requests (32 output tokens), Qwen3-32B master: no LSC vs LSC")
+    for col in ("GPU GB", "input tokens", "TTFT s, no LSC", "TTFT s, LSC", "TPOT ms, no LSC",
+                "TPOT ms, LSC", "streamed GB"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for r in long_context_table(profile, "Qwen3-32B", (96, 80), fig9_workers, share).to_pylist():
+        cells = [
+            f"{r[k]:.2f}" if r[k] == r[k] else "refused" for k in ("no_lsc_ttft_s", "lsc_ttft_s")
+        ]
+        cells += [f"{r[k] * 1e3:.1f}" if r[k] == r[k] else "refused"
+                  for k in ("no_lsc_tpot_s", "lsc_tpot_s")]  # fmt: skip
+        t.add_row(f"{r['gpu_gb']:g}", f"{r['input_tokens']:,}", cells[0], cells[1], cells[2],
+                  cells[3], f"{r['streamed_gb']:.1f}")  # fmt: skip
     out.append(t)
     return out

@@ -37,6 +37,9 @@ and writes every op down as it goes.
   ``max_batched_tokens`` (0 = whole prompts, no chunking).  One compute op
   of roofline time (:mod:`sim.serving.costs`); with layer-wise loads one op
   per layer.  The iteration that finishes a prompt emits its first token.
+  A SwiftCache master's iterations that reach past its regular cache run
+  QKV / attention / FFN ops per layer around the layer stream cache's loads
+  and stores (:mod:`sim.serving.streaming`, the ``stream`` hook).
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from sim.serving.objcost import retrieval_cpu_s
 from sim.serving.online import OnlineOps
 from sim.serving.requests import Request
 from sim.serving.stores import Offloader
+from sim.serving.streaming import LayerStream
 from sim.serving.tp import TensorParallel
 from sim.serving.transfers import Job, Mover
 
@@ -125,6 +129,9 @@ class Engine:
         self._wake = self.env.event()
         self.prev_compute: int | None = None
         self.tp: TensorParallel | None = None  # rank 0 of tensor parallelism (build_engine)
+        # a SwiftCache master's layer stream cache: iterations reaching past its regular
+        # cache stream borrowed KV layer by layer (sim.serving.streaming, multi.build_instances)
+        self.stream: LayerStream | None = None
         self.iterations = 0
         self.timeline = Timeline()
         # called with each request as it is released, before the fit check (a lending
@@ -311,7 +318,14 @@ class Engine:
         deps = [self.prev_compute] if self.prev_compute is not None else []
         step, gpu, n_layers = self.iterations, self.cfg.gpu, self.card.layers
         cpu = self._object_cpu([s.lookup.lower for s in loading if s.lookup is not None])
-        if not (jobs and self.design.layerwise):
+        stream = self.stream.io(prefills, decodes) if self.stream is not None else None
+        if stream and self.stream is not None:  # a master's LSC (sim.serving.streaming)
+            if jobs:
+                yield self.env.all_of([j.done for j in jobs])
+                yield self.env.timeout(sum(cpu))
+                deps += [op for j in jobs for op in j.ops()]
+            op = yield from self.stream.iterate(stream, prefills, decodes, head, deps)
+        elif not (jobs and self.design.layerwise):
             if jobs:
                 yield self.env.all_of([j.done for j in jobs])
                 yield self.env.timeout(sum(cpu))  # per-object retrieval work (objcost)

@@ -29,6 +29,12 @@ worker's own kernels slow down while the master streams its blocks (seed 002
 whatever the bytes make it).  The copy's own time is the link's; the charges
 are separate flows and are not in any engine's records (``stats['peer_hbm_gb']``).
 
+**Layer stream cache** (``Instance.lsc``, :mod:`sim.serving.streaming`).  A
+master with ``lsc`` splits its own blocks into the LSC and the regular cache
+by Eq. 3-5 beside the workers' ``stream_bytes`` (whole master blocks, Eq. 2),
+admits on ``N_RC + N_LSC`` blocks, and streams what lies beyond the regular
+cache over the workers' links layer by layer in every iteration.
+
 Requests reach instances by model (:func:`split_by_model`): a trace with a
 ``model`` column is cut into one stream per model; an instance may also be
 given its own trace.
@@ -37,7 +43,7 @@ given its own trace.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -52,8 +58,11 @@ from sim.serving.lending import ElasticSpec, Lending
 from sim.serving.metrics import ServingRecords
 from sim.serving.online import OnlineOps
 from sim.serving.requests import Request
+from sim.serving.streaming import LayerStream
 from sim.serving.swift.coordinator import MasterBlockTable
+from sim.serving.swift.lsc import StreamSizing, layer_block_bytes, size_from_blocks
 from sim.serving.swift.meu import block_bytes, model_elastic_unit
+from sim.serving.swift.stream import master_sizing
 
 ROLES = ("solo", "master", "worker")
 
@@ -71,6 +80,14 @@ class Instance:
         preload: requests whose KV is placed in its tiers before the run.
         role: ``solo``, ``master`` or ``worker`` (module docstring).
         lend_bytes: a worker's KV bytes lent to the master (at the start).
+        stream_bytes: a worker's KV bytes (outside ``lend_bytes`` and its own
+            ``cfg.gpu_blocks``) holding whole blocks the master streams, Eq. 2.
+        lsc: a master with a layer stream cache: its ``cfg.gpu_blocks`` full-layer
+            blocks are split into the LSC and the regular cache by Eq. 3-5
+            beside the workers' ``stream_bytes``, and it admits on ``N_RC + N_LSC``.
+        lsc_slots: the master's KV memory in single-layer slots (Eq. 3's
+            ``K_master``, not always a multiple of the layers); 0 takes
+            ``cfg.gpu_blocks`` full-layer blocks.
         elastic: a worker's Algorithm 1 at run time (:mod:`sim.serving.lending`);
             None keeps ``lend_bytes`` lent for the whole run.
     """
@@ -84,6 +101,9 @@ class Instance:
     role: str = "solo"
     lend_bytes: float = 0.0
     elastic: ElasticSpec | None = None  # a worker's elastic cache at run time; None = fixed
+    stream_bytes: float = 0.0  # a worker's KV bytes holding the master's streamed blocks
+    lsc: bool = False  # a master streams through a layer stream cache (sim.serving.streaming)
+    lsc_slots: int = 0  # a master's own single-layer slots, Eq. 3; 0 = cfg.gpu_blocks x layers
 
 
 def check_instances(instances: Sequence[Instance]) -> None:
@@ -123,23 +143,34 @@ def build_instances(profile: HardwareProfile, instances: Sequence[Instance]) -> 
     lent = {i.cfg.gpu: lent_bytes(i, master) for i in instances if i.role == "worker"}
     engines = []
     for inst in instances:
-        above = []
+        above, cfg, sizing = [], inst.cfg, None
         if inst.role == "master" and any(b > 0 for b in lent.values()):
             b = inst.cfg.block_tokens
             above = [peer_tier(profile, inst.card, inst.design, b, inst.cfg.gpu, lent)]
-        engines.append(
-            build_engine(
-                profile,
-                inst.card,
-                inst.design,
-                inst.cfg,
-                inst.requests,
-                inst.preload,
-                machine=machine,
-                above=above,
-            )  # fmt: skip
-        )
+        if inst.role == "master" and inst.lsc:
+            sizing, k = stream_sizing(inst, instances)
+            cfg = replace(cfg, gpu_blocks=sizing.max_blocks)
+        e = build_engine(profile, inst.card, inst.design, cfg, inst.requests, inst.preload,
+                         machine=machine, above=above)  # fmt: skip
+        if sizing is not None and sizing.n_lsc:
+            gpus = [w for w in k if k[w]]
+            e.stream = LayerStream(e, sizing.n_rc, sizing.n_lsc, gpus,
+                                   [k[w] / sum(k.values()) for w in gpus])  # fmt: skip
+        engines.append(e)
     return engines
+
+
+def stream_sizing(
+    master: Instance, instances: Sequence[Instance]
+) -> tuple[StreamSizing, dict[str, int]]:
+    """Eq. 2-5 for an ``lsc`` master: its split, and each worker GPU's ``K_i``
+    (full-layer master blocks in its ``stream_bytes``)."""
+    card, b = master.card, master.cfg.block_tokens
+    full = layer_block_bytes(card, b) * card.layers
+    k = {i.cfg.gpu: int(i.stream_bytes // full) for i in instances if i.role == "worker"}
+    if master.lsc_slots:
+        return size_from_blocks(master.lsc_slots, list(k.values()), card.layers), k
+    return master_sizing(master.cfg.gpu_blocks, card.layers, list(k.values())), k
 
 
 def start_lending(instances: Sequence[Instance], engines: list[Engine]) -> dict[str, Lending]:
@@ -206,6 +237,12 @@ def run_instances(
     if stats is not None:
         stats.update({name: lending_stats(x) for name, x in lendings.items()})
         stats["peer_hbm_gb"] = {g: b / 1e9 for g, b in sorted(charge.bytes.items())}
+        for inst, e in zip(instances, engines, strict=True):
+            if e.stream is not None:
+                stats[f"{inst.name}_lsc"] = {"n_rc": e.stream.n_rc, "n_lsc": e.stream.n_lsc,
+                                             "loaded_gb": e.stream.loaded / 1e9,
+                                             "stored_gb": e.stream.stored / 1e9,
+                                             "iterations": e.stream.iterations}  # fmt: skip
     return {inst.name: e.collect() for inst, e in zip(instances, engines, strict=True)}
 
 
