@@ -363,9 +363,10 @@ def _lsc_tables(cfg, profile) -> list:
                 "TTFT of longest s"):  # fmt: skip
         t.add_column(col, justify="left" if col == "master" else "right")
     for r in runtime_max_context(profile, masters, GPU_SIZES_GB, fig9_workers, share).to_pylist():
+        ttft = r["ttft_longest_s"]
         t.add_row(r["model"], f"{r['gpu_gb']:g}", *(f"{r[k]:,}" if r[k] else "-" for k in (
             "swiftcache_arith", "served_lsc", "served_no_lsc", "vllm_chunk_8k")),
-            f"{r['ttft_longest_s']:,.1f}" if r["ttft_longest_s"] == r["ttft_longest_s"] else "-")  # fmt: skip
+            f"{ttft:,.1f}" if ttft == ttft else "-")  # fmt: skip
     out = [t]
     t = Table(title="long requests (32 output tokens), Qwen3-32B master: no LSC vs LSC")
     for col in ("GPU GB", "input tokens", "TTFT s, no LSC", "TTFT s, LSC", "TPOT ms, no LSC",
