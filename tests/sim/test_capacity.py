@@ -185,3 +185,18 @@ def test_ray_executor_matches_local():
     import pandas as pd
 
     pd.testing.assert_frame_equal(got, ref)
+
+
+def test_assumed_share_of_the_cheapest_point_by_hand(tmp_path):
+    import pandas as pd
+
+    from kvtier.cli.plan import _assumed_share
+
+    q = Question(base="h20-8ssd")
+    assumed = f"platform,ssd/{PM9A3},ssd_slot"
+    row = pd.Series({"ssd_model": PM9A3, "ssds": 1, "dram_modules": 1, "dram_gib": 64.0,
+                     "gpus": 2, "assumed_prices": assumed})  # fmt: skip
+    # 2 H20 (24,000, street) + 64 GiB x 18.58 (street); assumed: platform 10,000,
+    # PM9A3 600, slot 50
+    total = 10000 + 24000 + 64 * 18.58 + 600 + 50
+    assert _assumed_share(row, q, load_prices(), tmp_path) == pytest.approx(10650 / total)
