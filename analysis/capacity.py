@@ -19,7 +19,9 @@
 # Drawn from the `plan.parquet` of one `kvtier plan` run (`make plan`, or
 # `kvtier plan --out DIR ...`): the Pareto fronts of machine cost against P99
 # TTFT and tokens/s, each point coloured by its binding resource (the largest
-# used share of a capacity), and the bottleneck map (SSD count x DRAM per design).
+# used share of a capacity), and the bottleneck map (SSD count x DRAM per design;
+# one panel per GPU count when the plan searched several: tensor parallelism over
+# N GPUs, each rank on its share of the host).
 
 # %%
 import os
@@ -39,7 +41,8 @@ plan = pd.read_parquet(Path(RESULTS) / "plan.parquet")
 plan = plan.assign(bottleneck_class=classes(plan))
 ok = plan[plan["status"] == "ok"]
 print(f"{len(ok)} evaluated points of a {len(plan)}-point grid")
-display(ok.sort_values("cost_usd")[["design", "ssds", "dram_modules", "cost_usd", "bottleneck"]])
+shown = ["design", "gpus", "ssds", "dram_modules", "cost_usd", "ttft_p99_s", "bottleneck"]
+display(ok.sort_values("cost_usd")[[c for c in shown if c in ok]])
 
 # %% [markdown]
 # ## Cost vs latency and throughput (the front as a line)
@@ -52,3 +55,22 @@ front = pareto_figure(plan)
 
 # %%
 bmap = bottleneck_map(plan)
+
+# %% [markdown]
+# ## The GPU dimension: the best point at each GPU count
+#
+# Per GPU count (0: the base's GPUs, serving on one), the lowest P99 TTFT and
+# the highest tokens/s any evaluated point reached, and the cheapest point's
+# cost and bottleneck: where one more GPU stops paying, the bottleneck has left
+# the GPU (an NVLink port under the all-reduce, or a host resource every rank
+# shares).
+
+# %%
+by_gpus = (
+    ok.sort_values("cost_usd")
+    .groupby("gpus" if "gpus" in ok else "design")
+    .agg(points=("key", "size"), cheapest_usd=("cost_usd", "first"),
+         best_ttft_s=("ttft_p99_s", "min"), best_tok_s=("throughput_tok_s", "max"),
+         cheapest_bound_by=("bottleneck", "first"))
+)  # fmt: skip
+display(by_gpus)

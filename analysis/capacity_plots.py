@@ -4,8 +4,10 @@
   tokens/s), every evaluated point coloured by the class of its binding
   resource (:func:`sim.capacity.binding.resource_class`), the Pareto front
   drawn as a line through its points (:func:`sim.capacity.search.pareto`);
-* :func:`bottleneck_map`: per design and SSD model, a grid of SSD count (x) by
-  DRAM configuration (y, ``modules x GiB``), each cell coloured by its binding
+* :func:`bottleneck_map`: per design and SSD model (and GPU count, when the
+  plan searched more than one: one panel per count, so the map shows where
+  adding GPUs moves the bottleneck), a grid of SSD count (x) by DRAM
+  configuration (y, ``modules x GiB``), each cell coloured by its binding
   resource's class; cells the search skipped (dominated) are left blank.
 """
 
@@ -57,19 +59,25 @@ def pareto_figure(df: pd.DataFrame):
     return fig
 
 
+def gpu_facets(df: pd.DataFrame) -> bool:
+    """Whether the plan searched more than one GPU count (a facet of the map)."""
+    return "gpus" in df and df["gpus"].nunique() > 1
+
+
 def bottleneck_map(df: pd.DataFrame):
     """Per (design, SSD model): SSD count x DRAM configuration, cells by bottleneck class."""
     df = df.assign(
         cls=classes(df),
         dram=[f"{m}x{g:g}" for m, g in zip(df["dram_modules"], df["dram_gib"], strict=True)],
     )
-    panels = list(df.groupby(["design", "ssd_model"], sort=True))
+    facets = ["design", "ssd_model"] + (["gpus"] if gpu_facets(df) else [])
+    panels = list(df.groupby(facets, sort=True))
     names = sorted(c for c in df["cls"].unique() if c)
     colours = _palette(names)
     code = {n: i for i, n in enumerate(names)}
     fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.5), squeeze=False)
     cmap = ListedColormap([colours[n] for n in names] or ["white"])
-    for ax, ((design, model), g) in zip(axes[0], panels, strict=True):
+    for ax, (key, g) in zip(axes[0], panels, strict=True):
         grid = g.pivot_table(index="dram", columns="ssds", values="cls", aggfunc="first")
         cells = grid.map(lambda c: code.get(c, np.nan) if isinstance(c, str) else np.nan)
         vmax = max(len(names) - 1, 1)
@@ -78,7 +86,8 @@ def bottleneck_map(df: pd.DataFrame):
         ax.set_yticks(range(len(grid.index)), list(grid.index))
         ax.set_xlabel("SSDs")
         ax.set_ylabel("DRAM modules x GiB")
-        ax.set_title(f"{design}\n{model}", fontsize=8)
+        gpus = f", {key[2]} GPU{'s' if key[2] != 1 else ''} (TP)" if len(key) > 2 else ""
+        ax.set_title(f"{key[0]}{gpus}\n{key[1]}", fontsize=8)
     fig.legend(handles=[Patch(color=colours[n], label=n) for n in names], loc="lower center",
                ncol=min(len(names), 5), fontsize=7)  # fmt: skip
     fig.tight_layout(rect=(0, 0.1, 1, 1))

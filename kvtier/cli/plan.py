@@ -213,13 +213,33 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
         console.print(f"[bold]Pareto front, cost vs {metric}[/bold]:")
         console.print(_fmt(pareto(df, "cost_usd", metric)), soft_wrap=True)
     done = df[df["status"] == "ok"]
-    counts = done.groupby(["design", "bottleneck"]).size().rename("points").reset_index()
+    by = ["design", "gpus", "bottleneck"] if "gpus" in done else ["design", "bottleneck"]
+    counts = done.groupby(by).size().rename("points").reset_index()
     console.print("[bold]bottlenecks[/bold] (highest used share of capacity, each point):")
     console.print(counts.to_string(index=False))
     assumed = sorted({k for s in df["assumed_prices"] for k in s.split(",") if k})
     if assumed:
         console.print(f"assumed prices (no cited source): {', '.join(assumed)}")
+    if not ok.empty and ok.iloc[0]["assumed_prices"]:
+        share = _assumed_share(ok.iloc[0], q, prices, out)
+        console.print(f"the cheapest point's cost rests {share:.0%} on assumed prices: "
+                      f"{ok.iloc[0]['assumed_prices'].replace(',', ', ')}")  # fmt: skip
     console.print(
         f"written: {out}/plan.parquet (every point), {out}/pareto.png, {out}/bottlenecks.png, "
         f"{out}/points/ (resumable)"
     )
+
+
+def _assumed_share(row: pd.Series, q: Question, prices, out: Path) -> float:
+    """Share of ``row``'s machine cost that comes from assumed price entries."""
+    from sim.capacity.prices import bill
+
+    hw = Hardware(row.ssd_model, int(row.ssds), int(row.dram_modules), float(row.dram_gib),
+                  int(row.get("gpus", 0) or 0))  # fmt: skip
+    parts = bill(derive(q.base, hw, out / "profiles"), prices)
+    keys = set(row["assumed_prices"].split(","))
+    part_of = {"platform": "platform", "ssd_slot": "ssd_slot", "dram_per_gib": "dram"}
+    assumed = sum(
+        v for k, v in parts.items() if k in {part_of.get(x, x.split("/")[0]) for x in keys}
+    )
+    return assumed / sum(parts.values())

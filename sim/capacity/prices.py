@@ -3,15 +3,17 @@
 A price table (YAML, ``hwprofiles/prices/default.yaml`` ships one) has::
 
     currency: USD
-    platform:     {usd, source, date}            # the server without GPU/DRAM/SSDs
-    gpu:          {<gpu.model>: {usd, source, date}, ...}
-    dram_per_gib: {usd, source, date}
-    ssd:          {<canonical SSD model>: {usd, source, date}, ...}
-    ssd_slot:     {usd, source, date}            # per SSD: lanes, bay, cabling
+    platform:     {usd, source, date, kind}      # the server without GPU/DRAM/SSDs
+    gpu:          {<gpu.model>: {usd, source, date, kind}, ...}
+    dram_per_gib: {usd, source, date, kind}
+    ssd:          {<canonical SSD model>: {usd, source, date, kind}, ...}
+    ssd_slot:     {usd, source, date, kind}      # per SSD: lanes, bay, cabling
 
-Every entry names its source and date; ``source: assumed`` (or a source
-starting with "assumed") marks a number nobody could cite, and the plan says
-which of those its answer used.  A user table given after the shipped one
+Every entry names its source and date, and may say what kind of price it is
+(:data:`KINDS`: a vendor's list price, a street price, one derived from cloud
+rates, or assumed).  ``kind: assumed``, or a source starting with "assumed",
+marks a number nobody could cite, and the plan says which of those its
+answer used.  A user table given after the shipped one
 replaces the entries it names.  Mistakes (an unknown key, a negative price, a
 missing source) are one :class:`PriceError` line naming the file, line and key.
 """
@@ -32,7 +34,9 @@ DEFAULT_PRICES = Path(__file__).resolve().parents[2] / "hwprofiles" / "prices" /
 _SINGLE = ("platform", "dram_per_gib", "ssd_slot")
 _BY_MODEL = ("gpu", "ssd")
 _TOP = ("currency", *_SINGLE, *_BY_MODEL)
-_ENTRY = ("usd", "source", "date")
+_ENTRY = ("usd", "source", "date", "kind")
+_REQUIRED = ("usd", "source", "date")
+KINDS = ("list", "street", "cloud-derived", "assumed")
 
 
 class PriceError(ConfigError):
@@ -44,10 +48,11 @@ class Price:
     usd: float
     source: str
     date: str
+    kind: str = ""  # one of KINDS, or "" when the table does not say
 
     @property
     def assumed(self) -> bool:
-        return self.source.lower().startswith("assumed")
+        return self.kind == "assumed" or self.source.lower().startswith("assumed")
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ def _entry(raw: Any, where: Any, key: str) -> Price:
         raise where.error(
             f"{key}.{unknown[0]}", f"unknown key (expected one of: {', '.join(_ENTRY)})"
         )
-    for name in _ENTRY:
+    for name in _REQUIRED:
         if name not in raw:
             raise where.error(key, f"missing required key '{name}'")
     usd = raw["usd"]
@@ -83,7 +88,10 @@ def _entry(raw: Any, where: Any, key: str) -> Price:
         raise where.error(f"{key}.source", "must name where the number comes from (or 'assumed')")
     if not isinstance(raw["date"], datetime.date | str):
         raise where.error(f"{key}.date", f"must be a date (YYYY-MM-DD), got {raw['date']!r}")
-    return Price(float(usd), raw["source"].strip(), str(raw["date"]))
+    kind = raw.get("kind", "")
+    if kind and kind not in KINDS:
+        raise where.error(f"{key}.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    return Price(float(usd), raw["source"].strip(), str(raw["date"]), kind)
 
 
 def read_prices(path: str | Path) -> tuple[str | None, dict[str, Price]]:

@@ -19,6 +19,19 @@ points it can show are dominated:
   SSD met a saturated resource more SSDs do not relieve, so the counts
   above are skipped ("stop adding").
 
+GPU counts (tensor parallel, ``gpus`` > 0) are walked the same way, one level
+up: chains that differ only in the GPU count are started in ascending count,
+each once the previous one has its two ends (fewest and most SSDs).  When
+``g_{k+1}`` improved no objective over ``g_k`` at either end and both its
+ends are bound by a resource more GPUs do not relieve (an NVLink port, which
+the all-reduce loads more with every rank, or one every rank shares: a DRAM
+bus, an SSD, the CPU), the larger counts' chains are skipped ("stop adding
+GPUs").  GPU compute, HBM, a GPU's own PCIe link and a switch uplink are
+relieved: each rank brings its own or moves 1/N of the bytes through its
+share.  A rule "stop once a point meets the SLO" is *not* used: more GPUs
+cost more but may lower latency, so such a point can be on the cost-vs-TTFT
+front, which must stay the exhaustive grid's.
+
 ``prune=False`` evaluates the whole grid (the reference the pruned search is
 tested against).  Every evaluation goes through the :class:`ResultStore`, so
 a point already there is never simulated again.
@@ -27,6 +40,7 @@ a point already there is never simulated again.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,6 +137,58 @@ def _plan_chain(chain: list[str], rows: dict[str, dict]) -> tuple[list[int], dic
     return todo, skip
 
 
+# resources more GPUs relieve: each rank's compute, HBM and own x16 link, and the
+# switch uplinks (a rank's 1/N of the bytes through its fixed share)
+GPU_RELIEVED = re.compile(r"^(gpu(\d+|N)\.(tensor|hbm|pcie)|sw(\d+|N)\.up)$")
+
+
+def _gpu_relieved(bottleneck: str) -> bool:
+    parts = (p.split(" x")[0].rstrip("<>") for p in bottleneck.split(" & "))
+    return any(GPU_RELIEVED.match(p) for p in parts)
+
+
+def _gpu_stuck(a: list[str], b: list[str], rows: dict[str, dict]) -> str:
+    """Why chain ``b`` (one more GPU step than ``a``) ends the GPU walk, or ""."""
+    for i in (0, -1):
+        ra, rb = rows[a[i]], rows[b[i]]
+        if not (_ok(ra) and _ok(rb)) or better(rb, ra) or _gpu_relieved(rb["bottleneck"]):
+            return ""
+    return f"saturated: {rows[b[-1]]['bottleneck']} binds, more GPUs did not help"
+
+
+def _gpu_groups(chains: list[list[Point]]) -> list[list[int]]:
+    """Indices of chains equal but for a GPU count > 0, grouped, counts ascending."""
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(chains):
+        hw = c[0].hw
+        if hw.gpus:
+            key = (c[0].design, hw.ssd_model, hw.dram_modules, hw.dram_gib)
+            groups.setdefault(key, []).append(i)
+    return [sorted(g, key=lambda i: chains[i][0].hw.gpus) for g in groups.values()]
+
+
+def _gpu_walk(groups, keys, rows, unfits) -> tuple[set[int], dict[str, str]]:
+    """(chains not to start yet, key -> why skipped) of the GPU walk (module docstring)."""
+    wait: set[int] = set()
+    skipped: dict[str, str] = {}
+    for group in groups:
+        prev, stop = None, ""
+        for n, ci in enumerate(group):
+            ks = keys[ci]
+            if stop:
+                skipped.update({k: stop for k in ks})
+                continue
+            if unfits[ci]:
+                continue
+            if ks[0] not in rows or ks[-1] not in rows:  # its first round is under way
+                wait.update(group[n + 1 :])
+                break
+            if prev is not None:
+                stop = _gpu_stuck(prev, ks, rows)
+            prev = ks
+    return wait, skipped
+
+
 def search(
     q: Question,
     space: Space,
@@ -140,13 +206,16 @@ def search(
     points = {k: p for c, ks in zip(chains, keys, strict=True) for p, k in zip(c, ks, strict=True)}
     rows = {k: store.get(k) for k in points if k in store}
     simulated, skipped = 0, {}
-    unfits = {id(ks): unfit(q, c[0].hw) for c, ks in zip(chains, keys, strict=True)}
+    unfits = [unfit(q, c[0].hw) for c in chains]
+    groups = _gpu_groups(chains) if prune else []
     while True:
         todo: list[str] = []
-        skipped = {}
-        for ks in keys:
-            if unfits[id(ks)]:  # the GPUs cannot hold the model: no count of SSDs helps
-                skipped.update({k: f"unfit: {unfits[id(ks)]}" for k in ks})
+        wait, skipped = _gpu_walk(groups, keys, rows, unfits)
+        for ci, ks in enumerate(keys):
+            if unfits[ci]:  # the GPUs cannot hold the model: no count of SSDs helps
+                skipped.update({k: f"unfit: {unfits[ci]}" for k in ks})
+                continue
+            if ci in wait or ks[0] in skipped:  # GPU walk: not yet, or stopped
                 continue
             idx, skip = _plan_chain(ks, rows) if prune else ([], {})
             if not prune:

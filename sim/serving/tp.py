@@ -16,10 +16,21 @@ rank (reduce-scatter then all-gather, N-1 steps each: Patarasuk & Yuan,
 JPDC 2009; NCCL's "busbw" = algbw x 2(N-1)/N, NCCL tests' PERFORMANCE.md).
 The all-reduce is simulated as a copy of those bytes from ``gpu0`` to its
 ring neighbour ``gpu1`` over NVLink after each iteration's compute (vLLM
-does not overlap it with compute); its latency term (2(N-1) hops of a few
-microseconds) is not modelled, so decode steps of small batches read
-slightly fast.  TP over PCIe only is refused (the ring would share the KV
-path's switches, which the per-rank view below does not model).
+does not overlap it with compute), followed by its **latency term**, NCCL's
+own cost model (``src/graph/tuning.cc``, ``ncclTopoTuneModel``): a ring
+all-reduce takes ``nsteps = 2 (N-1)`` steps, and its latency is
+``baseLat + nsteps x hwLat``, with, for the ring over NVLink and the LL
+protocol NCCL picks for small messages, ``baseLat`` = 3.6 us and ``hwLat``
+= 0.47 us a step (NVIDIA/nccl, tuning.cc, commit 01afd20a: the
+``baseLat``/``hwLat`` tables, "Latencies in us").  Decode all-reduces are
+small (8 sequences x 8192 x 2 B = 128 KiB), so the latency is their
+cost: Llama-3.1-70B (80 layers, 2 all-reduces each) pays
+160 x (3.6 + 2 (N-1) x 0.47) us a decode step, 0.73 ms at N = 2, 1.03 ms at
+N = 4 and 1.63 ms at N = 8 (``test_serving_tp``), against a 4-rank H20
+decode step of about 10 ms (35 GB of weights a rank at 4 TB/s).  The LL
+protocol's lower bandwidth (NCCL: busBw / 4) is not modelled: the copy
+moves at NVLink's rate.  TP over PCIe only is refused (the ring would share
+the KV path's switches, which the per-rank view below does not model).
 
 **Why one rank is enough.**  The ranks run in lock-step: every iteration
 each rank computes the same batch on its shard, loads and stores the same
@@ -53,7 +64,14 @@ from sim.hw.machine import Machine
 from sim.models import ModelCard
 from sim.scenarios.sparse_decode import Unsupported
 
-__all__ = ["TensorParallel", "allreduce_bytes", "rank_card", "rank_kv_heads", "rank_profile"]
+__all__ = [
+    "TensorParallel", "allreduce_bytes", "allreduce_latency_s", "rank_card", "rank_kv_heads",
+    "rank_profile",
+]  # fmt: skip
+
+# NCCL's ring all-reduce latency over NVLink, LL protocol (module docstring): seconds
+NCCL_BASE_LAT_S = 3.6e-6  # baseLat[Ring][LL]
+NCCL_STEP_LAT_S = 0.47e-6  # hwLat[NVLINK][Ring][LL], per step
 
 
 def rank_kv_heads(card: ModelCard, tp: int) -> int:
@@ -92,6 +110,14 @@ def allreduce_bytes(card: ModelCard, tokens: int, tp: int, layers: int = 1) -> f
     """Bytes one rank sends (and receives) for ``layers`` layers' all-reduces of
     ``tokens`` tokens: 2 per layer x ``2 (tp-1)/tp`` x tokens x hidden x dtype."""
     return layers * 2 * 2 * (tp - 1) / tp * tokens * card.hidden_size * card.dtype_bytes
+
+
+def allreduce_latency_s(tp: int, count: int = 1) -> float:
+    """Latency of ``count`` ring all-reduces over ``tp`` ranks (NCCL's model):
+    ``count x (baseLat + 2 (tp-1) x hwLat)``; 0 for one rank."""
+    if tp <= 1:
+        return 0.0
+    return count * (NCCL_BASE_LAT_S + 2 * (tp - 1) * NCCL_STEP_LAT_S)
 
 
 def _host_links(m: Machine, profile: HardwareProfile, tp: int) -> Counter:
@@ -154,12 +180,24 @@ class TensorParallel:
     peer: str = "gpu1"
 
     def allreduce(self, ops: Any, after: int, tokens: int, layers: int, step: int, layer: int):
-        """Submit the all-reduces of ``layers`` layers after op ``after``: (op, event)."""
+        """Submit the all-reduces of ``layers`` layers after op ``after``: (op, event
+        that fires when the copy has ended and the all-reduces' latency has passed)."""
         nbytes = allreduce_bytes(self.card, tokens, self.tp, layers)
-        return ops.submit(
+        op, ev = ops.submit(
             "copy", self.gpu, self.peer, nbytes=int(nbytes), depends_on=[after], step=step,
             layer=layer, tag="allreduce",
         )  # fmt: skip
+        lat = allreduce_latency_s(self.tp, 2 * layers)
+        if lat <= 0:
+            return op, ev
+        return op, ops.env.process(_then_wait(ops.env, ev, lat, op))
+
+
+def _then_wait(env: Any, ev: Any, seconds: float, op: int):
+    """A simpy process: wait for ``ev``, then ``seconds``; its value is ``op``."""
+    yield ev
+    yield env.timeout(seconds)
+    return op
 
 
 def rank_params(p: Any) -> Any:

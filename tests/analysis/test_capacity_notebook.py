@@ -14,8 +14,9 @@ from sim.capacity.search import Space, pareto, search
 
 
 def test_capacity_notebook_draws_a_tiny_plan(run_notebook, tmp_path: Path) -> None:
-    q = Question(docs=2, context_tokens=16384)
-    space = Space(("pool",), ("Samsung 9100 PRO 2 TB",), (1, 2), (1,), (32.0,))
+    # a GPU dimension: Llama-3.1-8B tensor parallel over 1 or 2 of h20-8ssd's GPUs
+    q = Question(base="h20-8ssd", docs=2, context_tokens=16384)
+    space = Space(("pool",), ("Samsung PM9A3 3.84 TB U.2",), (1, 2), (1,), (32.0,), (1, 2))
     df = add_costs(search(q, space).rows, q.base, load_prices())
     df.to_parquet(tmp_path / "plan.parquet", index=False)
     probes = {
@@ -24,10 +25,15 @@ def test_capacity_notebook_draws_a_tiny_plan(run_notebook, tmp_path: Path) -> No
         "for ax in front.axes}",
         "points": "sum(len(c.get_offsets()) for c in front.axes[0].collections)",
         "panels": "len(bmap.axes)",
+        "titles": "[ax.get_title() for ax in bmap.axes]",
+        "by_gpus": "by_gpus.reset_index()[['gpus', 'points', 'best_ttft_s']].values.tolist()",
     }
     _, got = run_notebook("capacity", {"RESULTS": str(tmp_path)}, probes)
     ok = df[df["status"] == "ok"]
-    assert got["n"] == len(ok) == 2 and got["points"] == 2  # each point drawn once
+    assert got["n"] == len(ok) == 4 and got["points"] == 4  # each point drawn once
     front = pareto(df, "cost_usd", "ttft_p99_s")
     assert got["lines"][LABELS["ttft_p99_s"]] == [pytest.approx(front["cost_usd"].tolist())]
-    assert got["panels"] == 1  # one design x one SSD model
+    # one design x one SSD model x two GPU counts: a panel per GPU count
+    assert got["panels"] == 2 and all("(TP)" in t for t in got["titles"])
+    for g, n, ttft in got["by_gpus"]:  # per GPU count: its points, its best TTFT
+        assert n == 2 and ttft == pytest.approx(ok[ok["gpus"] == g]["ttft_p99_s"].min())

@@ -7,7 +7,7 @@ import pytest
 from hwprofiles import load_profile
 from sim.capacity.evaluate import Point, Question, busiest, point_key
 from sim.capacity.executors import LocalExecutor
-from sim.capacity.prices import PriceError, bill, load_prices, read_prices
+from sim.capacity.prices import KINDS, PriceError, bill, load_prices, read_prices
 from sim.capacity.search import Space, pareto, search
 from sim.capacity.store import ResultStore
 from sim.capacity.variants import Hardware, derive, resolve_ssd
@@ -33,8 +33,8 @@ def test_variant_is_a_valid_profile_with_new_ssds_behind_the_same_switch(tmp_pat
 
 def test_bill_by_hand():
     p = derive("h100-2dimm-2ssd", Hardware(PM9A3, 4, 3, 32), "/tmp/kvtier-test-bill")
-    # shipped table: platform 10,000 + H100 30,000 + 96 GiB x 4 + 4 x (600 + 50 slot)
-    assert sum(bill(p, load_prices()).values()) == pytest.approx(10000 + 30000 + 384 + 2600)
+    # shipped table: platform 10,000 + H100 25,000 + 96 GiB x 18.58 + 4 x (600 + 50 slot)
+    assert sum(bill(p, load_prices()).values()) == pytest.approx(10000 + 25000 + 1783.68 + 2600)
 
 
 @pytest.mark.parametrize(
@@ -50,6 +50,10 @@ def test_bill_by_hand():
         ),
         ("platfrom: {usd: 1, source: x, date: 2025-01-01}\n", ":1: platfrom: unknown key"),
         ("ssd_slot: {usd: 5, date: 2025-01-01}\n", ":1: ssd_slot: missing required key 'source'"),
+        (
+            "ssd_slot: {usd: 5, source: x, date: 2025-01-01, kind: guessed}\n",
+            ":1: ssd_slot.kind: must be one of list, street, cloud-derived, assumed",
+        ),
     ],
 )
 def test_bad_price_table_is_one_line(tmp_path, text, message):
@@ -68,6 +72,15 @@ def test_cli_bad_prices_exit_2(tmp_path, capsys):
     assert main(["plan", "--prices", str(path), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "ssd.X.usd: must be a number >= 0" in err[0]
+
+
+def test_shipped_prices_each_say_where_from_and_what_kind():
+    prices = load_prices()
+    for key, price in prices.entries.items():
+        assert price.source and price.date and price.kind in KINDS, key
+        # an assumed price says why (more than the bare word), a cited one is not assumed
+        assert price.assumed == (price.kind == "assumed"), key
+        assert not price.assumed or len(price.source) > len("assumed: "), key
 
 
 def test_override_replaces_only_its_entries(tmp_path):
@@ -172,3 +185,18 @@ def test_ray_executor_matches_local():
     import pandas as pd
 
     pd.testing.assert_frame_equal(got, ref)
+
+
+def test_assumed_share_of_the_cheapest_point_by_hand(tmp_path):
+    import pandas as pd
+
+    from kvtier.cli.plan import _assumed_share
+
+    q = Question(base="h20-8ssd")
+    assumed = f"platform,ssd/{PM9A3},ssd_slot"
+    row = pd.Series({"ssd_model": PM9A3, "ssds": 1, "dram_modules": 1, "dram_gib": 64.0,
+                     "gpus": 2, "assumed_prices": assumed})  # fmt: skip
+    # 2 H20 (24,000, street) + 64 GiB x 18.58 (street); assumed: platform 10,000,
+    # PM9A3 600, slot 50
+    total = 10000 + 24000 + 64 * 18.58 + 600 + 50
+    assert _assumed_share(row, q, load_prices(), tmp_path) == pytest.approx(10650 / total)

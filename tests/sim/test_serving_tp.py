@@ -13,9 +13,16 @@ from sim.hw.machine import Machine
 from sim.models import get_model
 from sim.runner import run
 from sim.scenarios.sparse_decode import Unsupported
+from sim.serving import tp as tp_mod
 from sim.serving.costs import iteration_layer_cost
 from sim.serving.online import OnlineOps
-from sim.serving.tp import allreduce_bytes, rank_card, rank_kv_heads, rank_profile
+from sim.serving.tp import (
+    allreduce_bytes,
+    allreduce_latency_s,
+    rank_card,
+    rank_kv_heads,
+    rank_profile,
+)
 
 H20 = "h20-8ssd"  # NVLink 450 GB/s per direction x 0.85; 2 GPUs per PCIe switch
 
@@ -102,13 +109,41 @@ def test_one_rank_on_its_shares_moves_what_it_moves_among_n():
     assert ends[1] == pytest.approx(ends[0], rel=1e-9)
 
 
-def _ttft(tp: int) -> float:
+def _summary(tp: int, output_tokens: int = 2) -> dict:
     w = ServingParams(
         model="Llama-3.1-70B", design="gpu-only", trace="long_doc", context_tokens=8192,
-        docs=1, output_tokens=2, block_tokens=256, gpu_prefix_cache=False, tp=tp,
+        docs=1, output_tokens=output_tokens, block_tokens=256, gpu_prefix_cache=False, tp=tp,
     )  # fmt: skip
     res = run(ScenarioConfig("t", "t", 0, w, (Variant("gpu-only"),)), load_profile(H20), None)
-    return float(res.variants[0].summary["ttft_p99_s"])
+    return res.variants[0].summary
+
+
+def _ttft(tp: int) -> float:
+    return float(_summary(tp)["ttft_p99_s"])
+
+
+def test_allreduce_latency_by_hand():
+    # NCCL ring over NVLink, LL: 3.6 us + 2 (N-1) steps x 0.47 us an all-reduce
+    assert allreduce_latency_s(1, 160) == 0.0
+    assert allreduce_latency_s(2) == pytest.approx(3.6e-6 + 2 * 0.47e-6)
+    assert allreduce_latency_s(8) == pytest.approx(3.6e-6 + 14 * 0.47e-6)  # 10.18 us
+    # 70B decode step (80 layers x 2 all-reduces): 0.73 / 1.03 / 1.63 ms at N = 2 / 4 / 8
+    for n, ms in ((2, 0.7264), (4, 1.0272), (8, 1.6288)):
+        assert allreduce_latency_s(n, 160) * 1e3 == pytest.approx(ms, rel=1e-9)
+
+
+def test_allreduce_latency_adds_exactly_to_each_decode_step(monkeypatch):
+    """A lone request decodes in lock-step: every decode step (one TPOT) is longer by
+    exactly the 160 all-reduces' latency; the prefill (TTFT) by the same amount."""
+    with_lat = _summary(4, output_tokens=5)
+    monkeypatch.setattr(tp_mod, "NCCL_BASE_LAT_S", 0.0)
+    monkeypatch.setattr(tp_mod, "NCCL_STEP_LAT_S", 0.0)
+    without = _summary(4, output_tokens=5)
+    lat = 160 * (3.6e-6 + 6 * 0.47e-6)  # 1.0272 ms
+    for key in ("tpot_p99_s", "ttft_p99_s"):
+        assert with_lat[key] - without[key] == pytest.approx(lat, rel=1e-6)
+    print(f"70B tp 4 decode TPOT {without['tpot_p99_s'] * 1e3:.3f} -> "
+          f"{with_lat['tpot_p99_s'] * 1e3:.3f} ms with the all-reduce latency")  # fmt: skip
 
 
 def test_tp_prefill_time_is_the_rank_roofline_plus_the_allreduces():
@@ -126,6 +161,7 @@ def test_tp_prefill_time_is_the_rank_roofline_plus_the_allreduces():
         compute = m.gpu_seconds("gpu0", layer.flops * 80 + head.flops,
                                 layer.hbm_bytes * 80 + head.hbm_bytes)  # fmt: skip
         comm = int(allreduce_bytes(card, t, tp, 80)) / (450e9 * 0.85)
+        comm += 160 * (3.6e-6 + 2 * (tp - 1) * 0.47e-6)  # NCCL's latency term
         assert _ttft(tp) == pytest.approx(compute + comm, rel=1e-6)
     # compute-bound prefill: 4 ranks take about half of 2 ranks' compute
     assert _ttft(4) < 0.6 * _ttft(2)
