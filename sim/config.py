@@ -201,8 +201,8 @@ def _check_elastic(el: Any, where: str) -> None:
             raise ParamError(f"{where}.{key}", f"unknown key (one of {', '.join(ELASTIC_KEYS)})")
         if key == "layout" and v not in ("block-major", "layer-major"):
             raise ParamError(f"{where}.layout", "must be block-major or layer-major")
-        if key == "n_i" and v not in ("own", "free"):
-            raise ParamError(f"{where}.n_i", "must be own or free")
+        if key == "n_i" and v not in ("own", "free", "idle"):
+            raise ParamError(f"{where}.n_i", "must be own, free or idle")
         if key not in ("layout", "n_i") and not (isinstance(v, (int, float)) and v >= 0):
             raise ParamError(f"{where}.{key}", "must be a number >= 0")
     for key in ("window_s", "check_interval_s"):
