@@ -1,4 +1,4 @@
-"""Algorithm 1's ScaleDown lending *idle* blocks only (``ElasticSpec.n_i = idle``,
+"""Algorithm 1's N_i counting *idle* blocks only (``ElasticSpec.n_i = idle``,
 seed 002: "When a worker is lightly loaded, it donates idle cache blocks to the
 master") against ``free``, which also lends the worker's evictable prefix cache.
 
@@ -13,8 +13,9 @@ longest need is 0 blocks and the worker lends N_i whole units.
   blocks.  Turn 1 at 15 s re-sends the 150 tokens plus 50 new ones (needs
   ceil(210 / 16) = 14 blocks): N_i = 0 -> reclaims 14; no hit, computes 200.
 * ``idle``: N_i = 1 free block -> lends 1, the 9 cached blocks stay.  Turn 1:
-  N_i = 0 free + 9 evictable = 9 < 14 -> reclaims 5; hits 9 blocks (144
-  tokens) and computes 200 - 144 = 56.
+  N_i = 0 idle blocks < 14 -> reclaims 14 (Algorithm 1 counts the request's
+  whole length); hits the 9 cached blocks (144 tokens) and computes
+  200 - 144 = 56.
 """
 
 from __future__ import annotations
@@ -63,5 +64,5 @@ def test_free_lends_the_cached_conversation_and_recomputes_it():
 
 def test_idle_lends_only_the_empty_block_and_keeps_the_history():
     resizes, turn1 = _run("idle")
-    assert [(t, d) for t, d, _ in resizes[:2]] == [(10.0, -1), (15.0, 5)]
+    assert [(t, d) for t, d, _ in resizes[:2]] == [(10.0, -1), (15.0, 14)]
     assert turn1["hit_blocks_gpu"] == 9 and turn1["computed_tokens"] == 200 - 144
