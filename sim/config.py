@@ -199,7 +199,7 @@ def _check_instances(p: ServingParams) -> None:
         stream = inst.get("stream_share", 0.0)
         if not (
             isinstance(stream, (int, float))
-            and 0 <= stream
+            and stream >= 0
             and stream + inst.get("lend_share", 0.0) < 1
         ):
             raise ParamError(

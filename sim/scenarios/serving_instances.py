@@ -78,8 +78,9 @@ def make_instances(
                   spec=spec, role=role, lend=lend, el=el, stream=stream) -> Instance:  # fmt: skip
             reqs = load_requests(table, ip.block_tokens, cfg.cache_replies != "off")
             pre: list[Request] = load_requests(warm, ip.block_tokens) if warm is not None else []
+            lsc = role == "master" and spec.get("lsc", False)
             return Instance(spec["name"], card, design, cfg, reqs, pre, role, lend, el,
-                            stream_bytes=stream, lsc=role == "master" and spec.get("lsc", False))  # fmt: skip
+                            stream_bytes=stream, lsc=lsc)  # fmt: skip
 
         out.append(build)
     return out

@@ -25,8 +25,7 @@ from sim.models import get_model
 from sim.serving.designs import get_design
 from sim.serving.engine import EngineConfig
 from sim.serving.lending import ElasticSpec
-from sim.serving.multi import Instance, start_lending
-from sim.serving.multi import build_instances, charge_peer_copies
+from sim.serving.multi import Instance, build_instances, charge_peer_copies, start_lending
 from sim.serving.requests import load_requests, request_table
 
 Q8 = get_model("Qwen3-8B")
