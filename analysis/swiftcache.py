@@ -42,8 +42,9 @@ from analysis.swift_plots import swift_tables, write_swift_outputs
 RESULTS = os.environ.get("KVTIER_RESULTS", "../results/swiftcache/h20-4gpu-nvlink")
 
 # %% [markdown]
-# The workers' lend share sizes Fig. 9's SwiftCache column: the largest
-# `lend_share` the run's scenario gives a worker.
+# The workers' share sizes Fig. 9's SwiftCache column: the largest share of
+# its KV a worker of the run's scenario makes available to the master
+# (`lend_share`, lent to its prefix cache, plus `stream_share`, its streamed blocks).
 
 # %%
 RESULTS = Path(RESULTS)
@@ -51,7 +52,9 @@ summary = pd.read_parquet(RESULTS / "summary.parquet")
 scenario = yaml.safe_load((RESULTS / "scenario.yaml").read_text())
 specs = [i for v in [scenario["workload"], *scenario.get("variants", [])]
          for i in v.get("instances", [])]  # fmt: skip
-lend_share = max((i.get("lend_share", 0.0) for i in specs), default=0.0)
+lend_share = max(
+    (i.get("lend_share", 0.0) + i.get("stream_share", 0.0) for i in specs), default=0.0
+)
 tables = swift_tables(summary, lend_share)
 display(summary[["design", "ttft_mean_s", "ttft_p99_s", "tpot_mean_s", "queue_mean_s"]])
 

@@ -144,8 +144,10 @@ class ServingParams:
     gpu_kv_tokens: int = 0  # GPU KV cache in tokens; 0 = from gpu_memory_utilization
     gpu_prefix_cache: bool = True
     # several engines on one machine (sim.serving.multi): each a mapping of name, gpu,
-    # role (solo | master | worker), lend_share (a worker's KV share lent to the master)
-    # and any field above it overrides; empty = one instance of the fields above
+    # role (solo | master | worker), lend_share (a worker's KV share lent to the master),
+    # stream_share (a worker's KV share holding the master's streamed blocks, Eq. 2),
+    # lsc (a master with a layer stream cache) and any field above it overrides;
+    # empty = one instance of the fields above
     instances: tuple[dict, ...] = ()
     preempt: bool = False  # vLLM v1: prompt blocks at admission, preempt (recompute) on shortage
     tp: int = field(default=1, metadata={"positive": True})  # tensor parallel GPUs (sim.serving.tp)
@@ -162,7 +164,16 @@ class ServingParams:
             factor_values(type(self), name, values, f"matrix.{name}")
 
 
-INSTANCE_KEYS = ("name", "gpu", "role", "lend_share", "elastic", "cache_replies")
+INSTANCE_KEYS = (
+    "name",
+    "gpu",
+    "role",
+    "lend_share",
+    "elastic",
+    "cache_replies",
+    "lsc",
+    "stream_share",
+)
 CACHE_REPLIES = ("off", "gpu", "store")  # sim.serving.engine.EngineConfig.cache_replies
 ELASTIC_KEYS = ("layout", "window_s", "check_interval_s", "control_latency_s", "n_i")
 
@@ -185,6 +196,17 @@ def _check_instances(p: ServingParams) -> None:
             raise ParamError(f"instances[{i}].role", "must be solo, master or worker")
         if not 0 <= inst.get("lend_share", 0.0) < 1:
             raise ParamError(f"instances[{i}].lend_share", "must be in [0, 1)")
+        stream = inst.get("stream_share", 0.0)
+        if not (
+            isinstance(stream, (int, float))
+            and stream >= 0
+            and stream + inst.get("lend_share", 0.0) < 1
+        ):
+            raise ParamError(
+                f"instances[{i}].stream_share", "must be >= 0 with lend_share + stream_share < 1"
+            )
+        if inst.get("lsc", False) not in (True, False):
+            raise ParamError(f"instances[{i}].lsc", "must be true or false")
         _check_elastic(inst.get("elastic"), f"instances[{i}].elastic")
         if inst.get("cache_replies", "off") not in CACHE_REPLIES:
             raise ParamError(f"instances[{i}].cache_replies", f"must be one of {CACHE_REPLIES}")
@@ -201,8 +223,8 @@ def _check_elastic(el: Any, where: str) -> None:
             raise ParamError(f"{where}.{key}", f"unknown key (one of {', '.join(ELASTIC_KEYS)})")
         if key == "layout" and v not in ("block-major", "layer-major"):
             raise ParamError(f"{where}.layout", "must be block-major or layer-major")
-        if key == "n_i" and v not in ("own", "free"):
-            raise ParamError(f"{where}.n_i", "must be own or free")
+        if key == "n_i" and v not in ("own", "free", "idle"):
+            raise ParamError(f"{where}.n_i", "must be own, free or idle")
         if key not in ("layout", "n_i") and not (isinstance(v, (int, float)) and v >= 0):
             raise ParamError(f"{where}.{key}", "must be a number >= 0")
     for key in ("window_s", "check_interval_s"):

@@ -118,7 +118,7 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
         if cfg.workload.instances and "gpu1" in profile.gpu_names:
             from analysis.swift_plots import write_swift_outputs
 
-            share = max((i.get("lend_share", 0.0) for i in cfg.workload.instances), default=0.0)
+            share = _worker_share(cfg)
             plots += [p for p in write_swift_outputs(out, share) if p.suffix == ".png"]
         console.print(f"plots: {', '.join(p.name for p in plots)}")
     else:
@@ -307,6 +307,13 @@ def _reload_table(profile):
     return table
 
 
+def _worker_share(cfg) -> float:
+    """The largest share of its KV memory a worker makes available to the
+    master (lent to its prefix cache plus the area holding its streamed blocks)."""
+    return max((i.get("lend_share", 0.0) + i.get("stream_share", 0.0)
+                for i in cfg.workload.instances), default=0.0)  # fmt: skip
+
+
 def _swift_tables(cfg, summary) -> list:
     """Seed 002's outputs: prefill breakdown, worker interference, Fig. 9's
     maximum context per GPU size (at the scenario's largest lend share)."""
@@ -315,14 +322,16 @@ def _swift_tables(cfg, summary) -> list:
     from sim.scenarios.swiftcache import max_context_table, prefill_breakdown, worker_interference
 
     summ = pa.Table.from_pandas(summary, preserve_index=False)
-    share = max((i.get("lend_share", 0.0) for i in cfg.workload.instances), default=0.0)
+    share = _worker_share(cfg)
     out = []
     t = Table(title="the master's mean TTFT, broken down (ms)")
-    for col in ("design", "TTFT", "queueing", "blocked load", "execution", "stored GB"):
+    for col in ("design", "TTFT", "queueing", "blocked load", "execution", "stored GB",
+                "RC blocks", "LSC blocks", "streamed GB"):  # fmt: skip
         t.add_column(col, justify="left" if col == "design" else "right")
     for r in prefill_breakdown(summ).to_pylist():
         ms = [f"{r[k] * 1e3:,.0f}" for k in ("ttft_mean_s", "queue_s", "load_s", "execution_s")]
-        t.add_row(r["design"], *ms, f"{r['store_gb']:.1f}")
+        t.add_row(r["design"], *ms, f"{r['store_gb']:.1f}", f"{r['rc_blocks']:,}",
+                  f"{r['lsc_blocks']:,}", f"{r['streamed_gb']:.1f}")  # fmt: skip
     out.append(t)
     inter = worker_interference(summ).to_pylist()
     if inter:
@@ -354,7 +363,7 @@ def _lsc_tables(cfg, profile) -> list:
     from sim.scenarios.swiftcache import FIG9_MASTERS, GPU_SIZES_GB, fig9_workers
     from sim.scenarios.swiftcache_lsc import long_context_table, runtime_max_context
 
-    share = max((i.get("lend_share", 0.0) for i in cfg.workload.instances), default=0.0)
+    share = _worker_share(cfg)
     if share <= 0:
         return []
     masters = [m for m in FIG9_MASTERS if m != "Qwen3-14B"]

@@ -10,6 +10,10 @@ the master's (or the first instance's); the summary adds every other
 instance's mean TTFT and TPOT (the interference a lending worker sees) and
 each elastic worker's resizes (``elastic``: :class:`sim.serving.lending.ElasticSpec`,
 Algorithm 1 on the clock; without it a worker lends ``lend_share`` throughout).
+A worker's ``stream_share`` of its KV memory holds the master's streamed
+full-layer blocks (Eq. 2's ``C_worker``, outside ``lend_share``), and a
+master with ``lsc: true`` splits its own memory into the layer stream cache
+and the regular cache by Eq. 3-5 over them (:mod:`sim.serving.streaming`).
 ``cache_replies`` (off | gpu | store, :class:`sim.serving.engine.EngineConfig`)
 says what an instance keeps of each finished reply's KV for the next turn.
 """
@@ -57,10 +61,12 @@ def make_instances(
         cfg = engine_config(ip, profile)
         share = spec.get("lend_share", 0.0) if role == "worker" else 0.0
         lent_blocks = math.floor(cfg.gpu_blocks * share)
+        stream_blocks = math.floor(cfg.gpu_blocks * spec.get("stream_share", 0.0))
         replies = spec.get("cache_replies", "off")
-        cfg = dataclasses.replace(cfg, gpu=gpu, gpu_blocks=cfg.gpu_blocks - lent_blocks,
-                                  cache_replies=replies)  # fmt: skip
+        own = cfg.gpu_blocks - lent_blocks - stream_blocks
+        cfg = dataclasses.replace(cfg, gpu=gpu, gpu_blocks=own, cache_replies=replies)
         lend = lent_blocks * ip.block_tokens * card.kv_bytes_per_token
+        stream = stream_blocks * ip.block_tokens * card.kv_bytes_per_token
         if ip.trace == "sharegpt_long":  # seed 002's master workload
             table, warm = sharegpt_long_tables(ip, seed + i)
         else:
@@ -69,10 +75,12 @@ def make_instances(
         el = ElasticSpec(**spec["elastic"]) if role == "worker" and spec.get("elastic") else None
 
         def build(ip=ip, card=card, design=design, cfg=cfg, table=table, warm=warm,
-                  spec=spec, role=role, lend=lend, el=el) -> Instance:  # fmt: skip
+                  spec=spec, role=role, lend=lend, el=el, stream=stream) -> Instance:  # fmt: skip
             reqs = load_requests(table, ip.block_tokens, cfg.cache_replies != "off")
             pre: list[Request] = load_requests(warm, ip.block_tokens) if warm is not None else []
-            return Instance(spec["name"], card, design, cfg, reqs, pre, role, lend, el)
+            lsc = role == "master" and spec.get("lsc", False)
+            return Instance(spec["name"], card, design, cfg, reqs, pre, role, lend, el,
+                            stream_bytes=stream, lsc=lsc)  # fmt: skip
 
         out.append(build)
     return out

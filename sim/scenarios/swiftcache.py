@@ -119,14 +119,26 @@ def worker_interference(summary: pa.Table) -> pa.Table:
     return pa.Table.from_pylist(out)
 
 
+def _num(r: dict, key: str) -> float:
+    """A summary column that only some variants have (None or NaN elsewhere) -> 0."""
+    v = r.get(key)
+    return 0.0 if v is None or v != v else float(v)
+
+
 def prefill_breakdown(summary: pa.Table) -> pa.Table:
     """Mean TTFT per design split into queueing, blocked KV load and the rest
     (execution: compute, and loads the compute waited on layer by layer), plus
-    the bytes stored (stores run behind the compute, off the TTFT path)."""
+    the bytes stored (stores run behind the compute, off the TTFT path) and the
+    master's cache: regular-cache and LSC blocks (Eq. 4-5; without an LSC the
+    regular cache is its whole KV memory) and the bytes the LSC streamed."""
     out = []
     for r in summary.to_pylist():
         q, load = r["queue_mean_s"], r["blocked_io_mean_s"]
+        lsc = _num(r, "master_lsc_n_lsc")
+        rc = _num(r, "master_lsc_n_rc") if lsc else _num(r, "gpu_kv_blocks")
+        streamed = _num(r, "master_lsc_loaded_gb") + _num(r, "master_lsc_stored_gb")
         out.append({"design": r["design"], "ttft_mean_s": r["ttft_mean_s"], "queue_s": q,
                     "load_s": load, "execution_s": r["ttft_mean_s"] - q - load,
-                    "store_gb": r["store_gb"]})  # fmt: skip
+                    "store_gb": r["store_gb"], "rc_blocks": int(rc), "lsc_blocks": int(lsc),
+                    "streamed_gb": streamed})  # fmt: skip
     return pa.Table.from_pylist(out)

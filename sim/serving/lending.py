@@ -14,7 +14,14 @@ time.  One :class:`Lending` per worker engine:
   free`` reads it as the blocks not yet committed (free and evictable, less
   what queued requests need): ScaleUp then reclaims whenever the worker's
   concurrent demand outgrows its cache, and ScaleDown keeps the blocks in use
-  plus one longest request.
+  plus one longest request.  ``n_i: idle`` counts only *idle* blocks, as
+  the seed words it ("When a worker is lightly loaded, it donates idle cache
+  blocks to the master", §3.1; "its idle cache blocks can be borrowed by the
+  master", §3.5): N_i is the blocks holding no KV (not the worker's own
+  prefix cache of finished requests) less what queued requests need, in
+  ScaleDown and ScaleUp alike, so lending never evicts the worker's cached
+  conversations and a request that does not fit in idle blocks reclaims
+  rather than evicting them.
 * **ScaleDown, periodic.**  A simpy process calls ``scale_down`` every
   ``check_interval_s`` while any engine of the run has requests left.
 * **The master's block table.**  Each resize is a Lend or Reclaim message;
@@ -56,7 +63,8 @@ class ElasticSpec:
     check_interval_s: float = 10.0  # ScaleDown period (the paper: "periodically")
     control_latency_s: float = 0.0  # worker -> master message delay (ZeroMQ in the seed)
     # Algorithm 1's N_i ("current #KV blocks for i-th worker"): "own" = the worker's whole
-    # cache, as written; "free" = its blocks not committed to running or queued requests
+    # cache, as written; "free" = its blocks not committed to running or queued requests;
+    # "idle" = its blocks holding no KV (not its prefix cache) and not committed
     n_i: str = "own"
 
 
@@ -100,12 +108,14 @@ class Lending:
     # ---- Algorithm 1 driven by the clock ------------------------------------------------
     def _n_i(self) -> int | None:
         """Algorithm 1's ``N_i`` (``ElasticSpec.n_i``): None = the worker's whole
-        cache; ``free``: free and evictable blocks less what queued requests need."""
+        cache; ``free``: free and evictable blocks less what queued requests need;
+        ``idle``: the blocks holding no KV (not its prefix cache) less the same."""
         if self.spec.n_i == "own":
             return None
         w, gpu = self.worker, self.worker.mgr.gpu
         queued = sum(w._target(q) - len(q.blocks) - q.private for q in w.waiting)
-        return max(gpu.free + len(gpu.evictable) - queued, 0)
+        cached = 0 if self.spec.n_i == "idle" else len(gpu.evictable)
+        return max(gpu.free + cached - queued, 0)
 
     def _on_release(self, s) -> None:
         before = self.cache.own_blocks

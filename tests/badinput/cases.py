@@ -372,6 +372,23 @@ CASES: list[tuple[str, str, Files, str]] = [
         "elastic.n_i",
     ),
     (
+        "serve-stream-share",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {
+            "v.yaml": serving(
+                "  instances:\n    - {name: w, gpu: gpu1, role: worker, lend_share: 0.6,"
+                " stream_share: 0.4}\n"
+            )
+        },  # fmt: skip
+        "stream_share",
+    ),
+    (
+        "serve-lsc",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  instances:\n    - {name: m, gpu: gpu0, role: master, lsc: 2}\n")},
+        "lsc",
+    ),
+    (
         "serve-cache-replies",
         "sim --scenario v.yaml --hw h20-4gpu-nvlink",
         {"v.yaml": serving("  instances:\n    - {name: m, gpu: gpu0, cache_replies: yes}\n")},
