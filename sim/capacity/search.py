@@ -117,9 +117,8 @@ def _plan_chain(chain: list[str], rows: dict[str, dict]) -> tuple[list[int], dic
     for a, b in itertools.pairwise(known):  # saturation: stop adding
         ra, rb = rows[chain[a]], rows[chain[b]]
         stuck = b == a + 1 and _ok(ra) and _ok(rb) and not better(rb, ra)
-        held = _run_label(rb)
-        if stuck and not all(n.startswith("ssd") for n in held.split(" & ")):
-            why = f"saturated: {held} binds, one more SSD did not help"
+        if stuck and not all(n.startswith("ssd") for n in _run_label(rb).split(" & ")):
+            why = f"saturated: {_run_label(rb)} binds, one more SSD did not help"
             skip.update({i: why for i in range(b + 1, len(chain)) if chain[i] not in rows})
             break
     todo: list[int] = []
@@ -147,7 +146,7 @@ def _run_label(row: Any) -> str:
     """The whole-run binding label of a result row (rows stored before the window
     label existed carry it as ``bottleneck``)."""
     run = row.get("bottleneck_run")
-    return str(run) if isinstance(run, str) else str(row["bottleneck"])
+    return str(run) if isinstance(run, str) else str(row.get("bottleneck", ""))
 
 
 def _gpu_relieved(bottleneck: str) -> bool:
