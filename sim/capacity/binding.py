@@ -19,6 +19,19 @@ run used the most of, over the makespan ``T`` (the last op's end):
 The binding resource is the one with the highest share; resources within
 :data:`TIE` (relative) of it tie and are all named, joined by `` & ``.  The
 busy share (``util_mean``) stays beside each row as a second column.
+
+**What binds a metric** (:func:`window_shares`).  Over the whole run, an SSD
+that keeps writing the KV out long after the last prompt was computed can
+have the largest used share while the GPU decided every TTFT: TTFT halves
+when the GPUs double, yet the whole-run label names the SSD.  A TTFT is
+decided inside its request's window, from its release to its first token, so
+the label for the TTFT SLO is the same share computed over the window of the
+P99 request (:func:`p99_window`): every op counts in proportion to the part
+of its ``[start_s, end_s)`` inside the window, as if it did its work at an
+even rate; a link's bytes are the bytes of the ops whose route crosses it
+(:meth:`sim.hw.machine.Machine.route_names`), an SSD's reads and writes are
+its ops', the CPU's and GPU's work their ops'.  Capacity is over the window's
+length.  The whole-run share stays as a second label.
 """
 
 from __future__ import annotations
@@ -47,6 +60,39 @@ def _ssd_ios(ops: pd.DataFrame) -> dict[tuple[str, bool], float]:
     return out
 
 
+def _frame(rows: list, t: float, devices: pd.DataFrame) -> pd.DataFrame:
+    """The shares table of ``rows`` (resource, measure, used, capacity) over ``t`` seconds."""
+    busy = dict(zip(devices["device"], devices["util_mean"], strict=True))
+    df = pd.DataFrame(rows, columns=["resource", "measure", "used", "capacity"])
+    df["share"] = df["used"] / (df["capacity"] * t) if t > 0 else 0.0
+    device = df["resource"].str.replace(r"\.(tensor|hbm)$", ".compute", regex=True)
+    df["busy_share"] = device.map(busy).fillna(0.0)
+    return df
+
+
+def _ssd_rows(profile: HardwareProfile, dev: str, rd: float, wr: float, ios: tuple) -> list:
+    """An SSD's bandwidth and IOPS rows (device-seconds of work) from bytes and I/Os."""
+    spec, eff = profile.ssd(dev), profile.efficiency.ssd
+    bw = rd / (spec.read_gbps * 1e9 * eff) + wr / (spec.write_gbps * 1e9 * eff)
+    io = ios[0] / (spec.read_iops * eff) + ios[1] / (spec.write_iops * eff)
+    return [(dev, "bandwidth_s", bw, 1.0), (dev, "iops_s", io, 1.0)]
+
+
+def _gpu_rows(plan: pd.DataFrame | None, profile: HardwareProfile, m: Any) -> list:
+    """Each GPU's FLOPs and HBM bytes rows from the plan's compute ops (scaled by ``w``)."""
+    if plan is None or not len(plan):
+        return []
+    comp = plan[(plan["kind"] == "compute") & (plan["dst"] != "cpu")]
+    w = comp.get("w", 1.0)
+    rows = []
+    for gpu in profile.gpu_names:
+        sel = comp["dst"] == gpu
+        flops, hbm = (float((comp[c] * w)[sel].sum()) for c in ("flops", "hbm_bytes"))
+        rows.append((f"{gpu}.tensor", "flops", flops, m.tensor_flops))
+        rows.append((f"{gpu}.hbm", "hbm_bytes", hbm, m.hbm_bps))
+    return rows
+
+
 def shares(
     devices: pd.DataFrame, ops: pd.DataFrame, plan: pd.DataFrame | None, profile: HardwareProfile
 ) -> pd.DataFrame:
@@ -56,8 +102,6 @@ def shares(
     from sim.hw.machine import Machine
 
     m = Machine(profile)
-    t = makespan(ops)
-    busy = dict(zip(devices["device"], devices["util_mean"], strict=True))
     rows: list[tuple[str, str, float, float]] = []
     links = devices[devices["type"] == "link"]
     moved = links["bytes_read"] + links["bytes_written"]
@@ -66,24 +110,83 @@ def shares(
     ios = _ssd_ios(ops)
     for dev in profile.ssd_names:
         r = devices[devices["device"] == dev]
-        spec, eff = profile.ssd(dev), profile.efficiency.ssd
         rd, wr = (float(r[c].sum()) for c in ("bytes_read", "bytes_written"))
-        bw = rd / (spec.read_gbps * 1e9 * eff) + wr / (spec.write_gbps * 1e9 * eff)
-        io = ios.get((dev, False), 0.0) / (spec.read_iops * eff)
-        io += ios.get((dev, True), 0.0) / (spec.write_iops * eff)
-        rows += [(dev, "bandwidth_s", bw, 1.0), (dev, "iops_s", io, 1.0)]  # device-seconds
+        rows += _ssd_rows(
+            profile, dev, rd, wr, (ios.get((dev, False), 0.0), ios.get((dev, True), 0.0))
+        )
     rows.append(("cpu", "core_s", float(ops["cpu_s"].sum()), float(profile.cpu.cores)))
-    if plan is not None and len(plan):
-        comp = plan[(plan["kind"] == "compute") & (plan["dst"] != "cpu")]
-        for gpu in profile.gpu_names:
-            g = comp[comp["dst"] == gpu]
-            rows.append((f"{gpu}.tensor", "flops", float(g["flops"].sum()), m.tensor_flops))
-            rows.append((f"{gpu}.hbm", "hbm_bytes", float(g["hbm_bytes"].sum()), m.hbm_bps))
-    df = pd.DataFrame(rows, columns=["resource", "measure", "used", "capacity"])
-    df["share"] = df["used"] / (df["capacity"] * t) if t > 0 else 0.0
-    device = df["resource"].str.replace(r"\.(tensor|hbm)$", ".compute", regex=True)
-    df["busy_share"] = device.map(busy).fillna(0.0)
-    return df
+    rows += _gpu_rows(plan, profile, m)
+    return _frame(rows, makespan(ops), devices)
+
+
+def overlap(ops: pd.DataFrame, t0: float, t1: float) -> pd.Series:
+    """Per op, the share of its ``[start_s, end_s)`` inside ``[t0, t1)`` (an op of no
+    duration: 1 when it falls inside, else 0)."""
+    s, e = ops["start_s"], ops["end_s"]
+    inside = (e.clip(upper=t1) - s.clip(lower=t0)).clip(lower=0.0)
+    dur = e - s
+    point = ((s >= t0) & (s < t1)).astype(float)
+    return (inside / dur.where(dur > 0, 1.0)).where(dur > 0, point)
+
+
+def window_shares(
+    devices: pd.DataFrame, ops: pd.DataFrame, plan: pd.DataFrame | None,
+    profile: HardwareProfile, window: tuple[float, float],
+) -> pd.DataFrame:  # fmt: skip
+    """:func:`shares` over ``window`` (t0, t1): each op's work in proportion to its
+    overlap with the window, links charged along each op's route; ``plan`` rows
+    align with ``ops`` rows (the records copy the plan in order)."""
+    from sim.hw.machine import Machine
+
+    m = Machine(profile)
+    t0, t1 = window
+    w = overlap(ops, t0, t1)
+    ops = ops.assign(w=w, wb=w * ops["bytes"], wio=w * ops["n_ios"])
+    moving = ops[(ops["kind"] != "compute") & (ops["wb"] > 0) & (ops["src"] != ops["dst"])]
+    used: dict[str, float] = {}
+    for (src, dst), nbytes in moving.groupby(["src", "dst"])["wb"].sum().items():
+        for link in m.route_names(str(src), str(dst)):
+            used[link] = used.get(link, 0.0) + float(nbytes)
+    rows = [(k, "bytes", v, m.link_caps[k.rstrip("<>")]) for k, v in sorted(used.items())]
+    for dev in profile.ssd_names:
+        rd, wr = (
+            ops[(ops["kind"] == "read") & (ops["src"] == dev)],
+            ops[(ops["kind"] == "write") & (ops["dst"] == dev)],
+        )
+        rows += _ssd_rows(
+            profile, dev, rd["wb"].sum(), wr["wb"].sum(), (rd["wio"].sum(), wr["wio"].sum())
+        )
+    rows.append(("cpu", "core_s", float((ops["cpu_s"] * w).sum()), float(profile.cpu.cores)))
+    if plan is not None:
+        plan = plan.assign(w=_plan_weights(plan, ops, w))
+    rows += _gpu_rows(plan, profile, m)
+    return _frame(rows, t1 - t0, devices)
+
+
+def _plan_weights(plan: pd.DataFrame, ops: pd.DataFrame, w: pd.Series) -> Any:
+    """``w`` (per op record) for each plan row: by ``op_id`` when both carry it,
+    else row by row (the records copy the plan in order)."""
+    if "op_id" in plan and "op_id" in ops:
+        return plan["op_id"].map(pd.Series(w.to_numpy(), index=ops["op_id"])).fillna(0.0)
+    if len(plan) != len(ops):
+        raise ValueError(f"plan has {len(plan)} rows, records {len(ops)}: cannot align")
+    return w.to_numpy()
+
+
+def p99_window(requests: pd.DataFrame) -> tuple[float, float] | None:
+    """(release, first token) of the P99-TTFT request: the finished request of the
+    smallest TTFT at or above the 99th percentile (``np.percentile``, linear), or
+    None when no request finished."""
+    import numpy as np
+
+    done = requests[~requests["rejected"]] if "rejected" in requests else requests
+    done = done[done["ttft_s"].notna()]
+    if not len(done):
+        return None
+    p99 = float(np.percentile(done["ttft_s"], 99))
+    row = done[done["ttft_s"] >= p99 * (1 - 1e-12)].sort_values("ttft_s").iloc[0]
+    t0 = float(row["release_s"])
+    return t0, t0 + float(row["ttft_s"])
 
 
 def binding(df: pd.DataFrame) -> tuple[str, float, float]:
@@ -114,12 +217,31 @@ def resource_class(name: str) -> str:
     return re.sub(r"\d+", "N", name.split(" & ")[0]) if name else "none"
 
 
-def of_run(records: Any, profile: HardwareProfile) -> pd.DataFrame:
-    """:func:`shares` of a run's records (its ``plan``, when it carries one, gives FLOPs)."""
+def of_run(records: Any, profile: HardwareProfile, window: bool = False) -> pd.DataFrame:
+    """:func:`shares` of a run's records (its ``plan``, when it carries one, gives FLOPs);
+    with ``window``, :func:`window_shares` over the P99-TTFT request's window when the
+    records carry requests (else the whole run)."""
     plan = getattr(records, "plan", None)
-    plan_df = plan.select(["kind", "dst", "flops", "hbm_bytes"]).to_pandas() if plan else None
-    ops = records.ops.select(["kind", "src", "dst", "n_ios", "cpu_s", "end_s"]).to_pandas()
-    return shares(records.devices.to_pandas(), ops, plan_df, profile)
+    pcols = ["op_id", "kind", "dst", "flops", "hbm_bytes"]
+    plan_df = plan.select(pcols).to_pandas() if plan else None
+    cols = ["op_id", "kind", "src", "dst", "bytes", "n_ios", "cpu_s", "start_s", "end_s"]
+    ops = records.ops.select(cols).to_pandas()
+    devices = records.devices.to_pandas()
+    reqs = getattr(records, "requests", None)
+    span = p99_window(reqs.to_pandas()) if window and reqs is not None else None
+    if span is not None and span[1] > span[0]:
+        return window_shares(devices, ops, plan_df, profile, span)
+    return shares(devices, ops, plan_df, profile)
 
 
-__all__ = ["TIE", "binding", "makespan", "of_run", "resource_class", "shares"]
+__all__ = [
+    "TIE",
+    "binding",
+    "makespan",
+    "of_run",
+    "overlap",
+    "p99_window",
+    "resource_class",
+    "shares",
+    "window_shares",
+]

@@ -11,10 +11,14 @@ The host-memory KV tier gets what the machine's DRAM leaves after
 ``host_reserve_gib`` (OS, engine, pinned buffers), so buying DRAM buys KV
 capacity and, with each module on its own memory bus, bandwidth.
 
-Bottleneck: the resource whose capacity the run used the largest share of
-(:mod:`sim.capacity.binding`: bytes, I/Os, core-seconds or FLOPs over
-capacity x makespan), with that share; ``busiest`` is the device or link with
-the highest ``util_mean`` (busy seconds over the makespan), kept beside it.
+Bottleneck (:mod:`sim.capacity.binding`: bytes, I/Os, core-seconds or FLOPs
+over capacity x time): ``bottleneck`` is what binds the TTFT, the resource
+with the largest used share inside the P99-TTFT request's window (release to
+first token; the whole run where there are no requests: sparse decoding), with
+that share and its busy share; ``bottleneck_run`` is the largest used share
+over the whole run (what a longer or busier run would saturate first: the
+search's saturation rules read it); ``busiest`` is the device or link with
+the highest ``util_mean`` (busy seconds over the makespan).
 
 Headroom to an SLO limit ``L`` on a metric ``m`` is ``L / m - 1``
 (0.25: 25% slack; negative: missed); for a throughput floor it is ``m / L - 1``.
@@ -186,14 +190,16 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
         if not result.variants:
             return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
         v = result.variants[0]
-        name, share, busy = binding(of_run(v.records, profile))
+        name, share, busy = binding(of_run(v.records, profile, window=True))
+        run_name, run_share, _ = binding(of_run(v.records, profile))
     metrics = metrics_of(q, v.summary)
     if q.trace != "sparse_decode" and not metrics["throughput_tok_s"] > 0:
         return {**row, "status": "cannot run: no request finished (none fits the GPU's KV)"}
     device, util = busiest(v.records.devices)
     return {
         **row, "status": "ok", **metrics, "bottleneck": name, "bottleneck_share": share,
-        "bottleneck_busy": busy, "busiest": device, "busiest_util": util,
+        "bottleneck_busy": busy, "bottleneck_run": run_name, "bottleneck_run_share": run_share,
+        "busiest": device, "busiest_util": util,
         "hit_rate_ssd": float(v.summary.get("hit_rate_ssd", 0.0)), "sim_wall_s": result.wall_s,
     }  # fmt: skip
 

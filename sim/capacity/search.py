@@ -117,8 +117,8 @@ def _plan_chain(chain: list[str], rows: dict[str, dict]) -> tuple[list[int], dic
     for a, b in itertools.pairwise(known):  # saturation: stop adding
         ra, rb = rows[chain[a]], rows[chain[b]]
         stuck = b == a + 1 and _ok(ra) and _ok(rb) and not better(rb, ra)
-        if stuck and not all(n.startswith("ssd") for n in rb["bottleneck"].split(" & ")):
-            why = f"saturated: {rb['bottleneck']} binds, one more SSD did not help"
+        if stuck and not all(n.startswith("ssd") for n in _run_label(rb).split(" & ")):
+            why = f"saturated: {_run_label(rb)} binds, one more SSD did not help"
             skip.update({i: why for i in range(b + 1, len(chain)) if chain[i] not in rows})
             break
     todo: list[int] = []
@@ -142,6 +142,13 @@ def _plan_chain(chain: list[str], rows: dict[str, dict]) -> tuple[list[int], dic
 GPU_RELIEVED = re.compile(r"^(gpu(\d+|N)\.(tensor|hbm|pcie)|sw(\d+|N)\.up)$")
 
 
+def _run_label(row: Any) -> str:
+    """The whole-run binding label of a result row (rows stored before the window
+    label existed carry it as ``bottleneck``)."""
+    run = row.get("bottleneck_run")
+    return str(run) if isinstance(run, str) else str(row.get("bottleneck", ""))
+
+
 def _gpu_relieved(bottleneck: str) -> bool:
     parts = (p.split(" x")[0].rstrip("<>") for p in bottleneck.split(" & "))
     return any(GPU_RELIEVED.match(p) for p in parts)
@@ -151,9 +158,9 @@ def _gpu_stuck(a: list[str], b: list[str], rows: dict[str, dict]) -> str:
     """Why chain ``b`` (one more GPU step than ``a``) ends the GPU walk, or ""."""
     for i in (0, -1):
         ra, rb = rows[a[i]], rows[b[i]]
-        if not (_ok(ra) and _ok(rb)) or better(rb, ra) or _gpu_relieved(rb["bottleneck"]):
+        if not (_ok(ra) and _ok(rb)) or better(rb, ra) or _gpu_relieved(_run_label(rb)):
             return ""
-    return f"saturated: {rows[b[-1]]['bottleneck']} binds, more GPUs did not help"
+    return f"saturated: {_run_label(rows[b[-1]])} binds, more GPUs did not help"
 
 
 def _gpu_groups(chains: list[list[Point]]) -> list[list[int]]:

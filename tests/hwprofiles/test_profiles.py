@@ -38,6 +38,9 @@ EXPECTED = {
     "l20-server": Expect(1, 48, 1, 6.9, 1, 100, 307.2, 48),
     "h20-server": Expect(1, 96, 1, 6.9, 1, 200, 460.8, 96),
     "rtx4090-ws": Expect(1, 24, 1, 6.9, 1, 120, 281.6, 32),
+    # DGX BasePOD RA: 8 x H100 80 GB, 112 cores, 2 TB DDR5 (32 x 64 GB at 2 DPC: 16 channels x
+    # 4400 MT/s x 8 B = 563.2 GB/s), 8 x 3.84 TB U.2 (modelled as PM1733: 6.4 GB/s read each)
+    "dgx-h100": Expect(8, 80, 8, 8 * 6.4, 1, 2048, 563.2, 112),
     # seed 001 §3.1.1: 128 GB unified LPDDR5X, 20 cores; 273 GB/s (NVIDIA datasheet)
     "dgx-spark": Expect(1, 112, 1, 5.0, 1, 16, 273.0, 20),
 }
@@ -259,3 +262,30 @@ def test_header_names_the_seed(name: str) -> None:
     header = text[: text.index("\nname:")]
     assert all(line.startswith("#") for line in header.splitlines() if line.strip())
     assert re.search(r"seed 00\d_[0-9a-f]{16}", header), f"{name}.yaml: header names no seed"
+
+
+def test_dgx_h100_nvlink_is_half_the_bidirectional_900_per_direction() -> None:
+    """NVIDIA's 900 GB/s per H100 SXM is both directions together (HGX H100 blog: "NVLink
+    bidirectional speed of 900 gigabytes per second"): each direction of a GPU's port is
+    450 GB/s, and the simulator charges 450 x 0.85 (efficiency.nvlink) = 382.5 GB/s."""
+    from sim.hw.machine import Machine
+
+    p = load_profile("dgx-h100")
+    m = Machine(p)
+    for gpu in p.gpu_names:
+        assert p.link(f"{gpu}.nvlink").gbps == 900 / 2
+        assert m.link_caps[f"{gpu}.nvlink"] == pytest.approx(382.5e9)
+    assert m.route_names("gpu0", "gpu5") == ["gpu0.nvlink>", "gpu5.nvlink<"]  # via NVSwitch
+
+
+def test_dgx_h100_aggregate_nvme_read_by_hand() -> None:
+    """8 U.2 drives x 6.4 GB/s = 51.2 GB/s of reads into host memory, each drive on its own
+    PCIe 4.0 x4 (16 GT/s x 4 x 128/130 / 8 = 7.88 GB/s, x 0.88 = 6.93 GB/s: wider than 6.4);
+    the 563.2 GB/s DRAM bus (x 0.8 = 450.6) does not bind 51.2."""
+    from sim.hw.machine import Machine
+
+    p = load_profile("dgx-h100")
+    m = Machine(p)
+    assert sum(p.ssd(s).read_gbps for s in p.ssd_names) == pytest.approx(51.2)
+    assert m.link_caps["ssd0.pcie"] == pytest.approx(7.88e9 * 0.88)
+    assert m.link_caps["dram0.bus"] == pytest.approx(16 * 4400e6 * 8 * 0.80)
