@@ -32,6 +32,7 @@ the same devices.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ import pyarrow as pa
 from hwprofiles import HardwareProfile
 from kvtier.plan import PlanBuilder
 from kvtier.records import Records
+from real.targets import Limits
 
 KIB, MIB = 1 << 10, 1 << 20
 REGIMES = ("latency", "iops", "bandwidth", "write")
@@ -266,18 +268,30 @@ def plot_report(result: dict[str, Any], out: Path) -> None:
 
 
 REPEATS = 3  # replays of the engine-cost plan; the model takes each quantity's median
+# Limits so high that a paced device's token buckets never hold an I/O back: the pacer's
+# bookkeeping runs for every I/O (what a paced replay pays) but never delays one.
+NO_BIND = Limits(read_bps=1 << 50, write_bps=1 << 50, read_iops=1 << 40, write_iops=1 << 40)
 
 
-def engine_costs(devices, engine: str = "auto", n_ssd: int = 1, n: int = 1000) -> dict:
-    """Measure the replayer on this machine, unpaced and unthrottled, on ``n_ssd``
-    of the validation's devices (:class:`kvtier.cli.validate.Devices`) at once:
-    the QD1 4 KiB read and write time per I/O of each device (what a
+def engine_costs(
+    devices, engine: str = "auto", n_ssd: int = 1, n: int = 1000, paced: bool = False
+) -> dict:
+    """Measure the replayer on this machine, unthrottled by the replayer itself, on
+    ``n_ssd`` of the validation's devices (:class:`kvtier.cli.validate.Devices`) at
+    once: the QD1 4 KiB read and write time per I/O of each device (what a
     latency-bound step sees: device plus the software of one replay thread
     serving every device) and the per-I/O time with every device read at
     QD64 at once (software-bound on a fast backing store, and the same
     concurrency as the IOPS steps).  These become the model's
     latencies and per-I/O CPU cost: each the median of :data:`REPEATS` replays
-    (a single one once measured 1.19 ms against 0.69 ms in three other runs)."""
+    (a single one once measured 1.19 ms against 0.69 ms in three other runs).
+
+    ``paced``: measure the replayer as it runs paced targets (the design replays,
+    :func:`kvtier.cli.validate_designs.paced`): every device goes through the
+    user-space pacer at :data:`NO_BIND` limits, so each I/O pays the paced issue
+    path (token buckets, one I/O at a time) without ever waiting for tokens.  On
+    this machine that path costs several times the batched one per I/O
+    (``kvtier real validate`` prints both)."""
     from real.replay import replay
 
     engine = "python" if engine == "fio" else engine  # the plan has steps: fio cannot run it
@@ -295,6 +309,10 @@ def engine_costs(devices, engine: str = "auto", n_ssd: int = 1, n: int = 1000) -
     plan = b.table()
     runs = []
     with devices.prepared(plan, 0, None, unpaced=True) as targets:
+        if paced:
+            targets = {
+                k: dataclasses.replace(t, limits=NO_BIND, pacing=True) for k, t in targets.items()
+            }
         for _ in range(REPEATS):  # one stall (a flush, another process) must not set the model
             rec = replay(plan, targets, engine=engine)
             ops = rec.ops.to_pandas()
@@ -307,6 +325,7 @@ def engine_costs(devices, engine: str = "auto", n_ssd: int = 1, n: int = 1000) -
         "read_latency_us": float(read),
         "write_latency_us": float(write),
         "per_io_us": float(per_io),
+        "paced": paced,
         "engine": rec.stats.get("engine_note", ""),
     }
 
@@ -314,8 +333,6 @@ def engine_costs(devices, engine: str = "auto", n_ssd: int = 1, n: int = 1000) -
 def with_engine_costs(profile: HardwareProfile, costs: dict) -> HardwareProfile:
     """``profile`` with the measured replayer costs: QD1 latencies, per-I/O CPU
     time on one core (the replay loop is one thread; syscalls folded in)."""
-    import dataclasses
-
     g = profile.ssds[0]
     group = dataclasses.replace(
         g,
