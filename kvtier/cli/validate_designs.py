@@ -267,25 +267,58 @@ def ranking(table: pd.DataFrame) -> dict[str, Any]:
 # -- running and reporting ------------------------------------------------------------------
 
 
+PACED_COST_IOS = 500  # QD1 I/Os per device in the paced engine-cost plan (8x that at QD64)
+
+
+def designs_paced(dev) -> bool:
+    """Whether the design replays go through the user-space pacer (:func:`paced`):
+    targets with limits (emulated, or files paced by ``--pace``)."""
+    if dev.targets is not None:
+        return any(not t.limits.unlimited for t in dev.targets.values())
+    return bool(dev.pacing and dev.limits is not None and not dev.limits.unlimited)
+
+
+def design_profile(dev, engine: str, costs: dict | None) -> tuple[HardwareProfile, dict | None]:
+    """The profile the designs are simulated on, and the replayer costs it holds.
+
+    ``costs``: the replayer as measured for the regime steps
+    (:func:`real.validate.engine_costs`), None when the model keeps the profile's own
+    figures (``--no-engine-costs``).  Paced design replays issue every I/O through the
+    pacer, one at a time: a per-I/O cost several times the batched path's (the
+    designs' fidelity gap, see the module doc), so the replayer is measured again on
+    that path and those costs model it."""
+    if costs is None or not designs_paced(dev):
+        return dev.profile, costs
+    from real.validate import engine_costs, with_engine_costs
+
+    n_ssd = len(dev.targets) if dev.targets is not None else len(dev.profile.ssd_names)
+    with dev.throttled():  # the same kernel path as the design replays
+        measured = engine_costs(dev, engine, n_ssd, n=PACED_COST_IOS, paced=True)
+    return with_engine_costs(dev.profile, measured), measured
+
+
 def run_designs(
-    dev, plans: dict[str, pa.Table], *, seed: int, engine: str
-) -> tuple[pd.DataFrame, dict[str, tuple[Records, Records]]]:
-    """Simulate and replay every plan on ``dev`` (:class:`kvtier.cli.validate.Devices`)."""
+    dev, plans: dict[str, pa.Table], *, seed: int, engine: str, costs: dict | None = None
+) -> tuple[pd.DataFrame, dict[str, tuple[Records, Records]], dict | None]:
+    """Simulate and replay every plan on ``dev`` (:class:`kvtier.cli.validate.Devices`);
+    the simulation models the replayer by :func:`design_profile` (``costs``: see there).
+    Returns the table, each design's (sim, real) records and the replayer costs modelled."""
     from kvtier.cli.replay import modelled_durations
     from real.replay import replay
     from sim.executor import simulate
 
+    profile, costs = design_profile(dev, engine, costs)
     sim_m: dict[str, dict] = {}
     real_m: dict[str, dict] = {}
     records: dict[str, tuple[Records, Records]] = {}
     for name, plan in plans.items():
-        sim = simulate(plan, dev.profile)
-        nonio = modelled_durations(plan, dev.profile)
+        sim = simulate(plan, profile)
+        nonio = modelled_durations(plan, profile)
         with dev.prepared(plan, seed, None) as targets, dev.throttled():
             real = replay(plan, paced(targets), seed=seed, engine=engine, nonio_s=nonio)
         sim_m[name], real_m[name] = design_metrics(sim), design_metrics(real)
         records[name] = (sim, real)
-    return design_table(sim_m, real_m), records
+    return design_table(sim_m, real_m), records, costs
 
 
 def write_designs(
@@ -361,6 +394,7 @@ class DesignRun:
     plan_s: float
     table: pd.DataFrame | None = None
     records: dict[str, tuple[Records, Records]] | None = None
+    costs: dict | None = None  # the replayer costs the designs were simulated with
 
 
 def plan_for_devices(args: argparse.Namespace, console) -> DesignRun | None:
@@ -399,12 +433,20 @@ def report_designs(
         "device_bytes": size,
         "seed": args.seed,
         "wall_s": wall_s,
+        "replayer_costs": run.costs,
     }
     report = write_designs(run.table, run.records, run.plans, out, meta)
     title = (
         f"Designs, simulated vs real ({profile.name}): {w.model}, {w.context_tokens:,}-token "
         f"prefix, batch {w.batch}, {w.layers} layers, {w.steps - WARMUP_STEPS} measured steps"
     )
+    if run.costs is not None:
+        c = run.costs
+        how = "paced, one I/O at a time" if c.get("paced") else "batched"
+        console.print(
+            f"designs modelled with the replayer's {how} path: {c['per_io_us']:.1f} us/I/O, "
+            f"QD1 read {c['read_latency_us']:.1f} us"
+        )
     console.print(designs_table(run.table, title))
     for line in ranking_lines(report["ranking"]):
         console.print(line)

@@ -250,7 +250,7 @@ def test_designs_on_throttled_loop_devices(tiny: Path, tmp_path: Path):
             limits=es.targets[0].limits,
             throttled=es.joined,
         )
-        table, _ = run_designs(dev, plans, seed=0, engine="auto")
+        table, _, _ = run_designs(dev, plans, seed=0, engine="auto")
     assert table["design"].tolist() == list(plans)
     assert table["bytes_match"].all()
     assert (table["real_bytes_read"] == table["sim_bytes_read"]).all()
