@@ -326,6 +326,7 @@ def engine_costs(
         "write_latency_us": float(write),
         "per_io_us": float(per_io),
         "paced": paced,
+        "paced_devices": list(rec.stats.get("paced", [])),  # the nodes the pacer ran on
         "engine": rec.stats.get("engine_note", ""),
     }
 
