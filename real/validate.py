@@ -287,7 +287,7 @@ def engine_costs(
     (a single one once measured 1.19 ms against 0.69 ms in three other runs).
 
     ``paced``: measure the replayer as it runs paced targets (the design replays,
-    :func:`kvtier.cli.validate_designs.paced`): every device goes through the
+    :func:`kvtier.cli.design_replayer.paced`): every device goes through the
     user-space pacer at :data:`NO_BIND` limits, so each I/O pays the paced issue
     path (token buckets, one I/O at a time) without ever waiting for tokens.  On
     this machine that path costs several times the batched one per I/O

@@ -30,7 +30,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,9 +40,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 from rich.table import Table
-from scipy.stats import kendalltau
 
 from hwprofiles import HardwareProfile, load_profile
+from kvtier.cli.design_metrics import (
+    WARMUP_STEPS,
+    design_metrics,
+    design_table,
+    ranking,
+)
+from kvtier.cli.design_replayer import design_profile, paced
 from kvtier.plan import extents_csr
 from kvtier.records import Records
 from sim.config import ConfigError, ScenarioConfig, SwarmParams, Variant, load_scenario
@@ -66,7 +71,6 @@ DESIGN_CAPS: dict[str, int] = {
     "steps": 6,
     "profile_steps": 256,
 }
-WARMUP_STEPS = 1
 # The designs replayed by default: the baselines and the Swarm ablations that change
 # what is read (medoid-only index, no replicas, static routing, no dedup); the
 # others move the same bytes as Swarm within a few I/Os, so their order among
@@ -159,22 +163,6 @@ def plan_designs(
     return plans, skipped
 
 
-# The emulated devices' throttle (cgroup v1 blk-throttle) enforces its rates over time
-# slices (100 ms by default: the budget is the rate times the elapsed time rounded up to
-# the slice), not I/O by I/O.  A design whose reads come in bursts between compute phases
-# -- InfLLM reads ~1.8 MB per device per step, then computes -- stays under the average
-# and its bursts run at the backing store's speed (measured: 1.3-1.8 GB/s over 4 devices
-# throttled to 1.1 GB/s, step errors of +180-300%).  A real SSD has no such credit, so the
-# design replays are also paced I/O by I/O in user space (real._pacing: token buckets of
-# 5 ms) at the same limits, inside the throttle.
-def paced(targets: dict) -> dict:
-    """``targets`` held to their own limits by the replayer too (where they have any)."""
-    return {
-        k: dataclasses.replace(t, pacing=True) if not t.limits.unlimited else t
-        for k, t in targets.items()
-    }
-
-
 def footprint(plans: dict[str, pa.Table]) -> int:
     """Bytes each device must hold for every plan (the replayer's own footprint)."""
     from real.datafile import io_layout
@@ -182,119 +170,7 @@ def footprint(plans: dict[str, pa.Table]) -> int:
     return max(max(io_layout(p).extents().values()) for p in plans.values())
 
 
-# -- metrics --------------------------------------------------------------------------------
-
-
-def busy_time(start: np.ndarray, end: np.ndarray) -> float:
-    """Length of the union of the intervals ``[start, end)`` (sorted sweep, O(n log n))."""
-    if len(start) == 0:
-        return 0.0
-    order = np.argsort(start, kind="stable")
-    s, e = np.asarray(start)[order], np.asarray(end)[order]
-    reach = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0], new[1:] = True, s[1:] > reach[:-1]  # a gap before this interval
-    first = np.flatnonzero(new)
-    last = np.r_[first[1:] - 1, len(s) - 1]
-    return float((reach[last] - s[first]).sum())
-
-
-def step_times(ops: pd.DataFrame, warmup: int = WARMUP_STEPS) -> np.ndarray:
-    """Seconds per decode step: end of its last op minus the previous step's end."""
-    ends = ops.groupby("step")["end_s"].max().sort_index()
-    prev = np.r_[ops["start_s"].min(), ends.to_numpy()[:-1]]
-    return (ends.to_numpy() - prev)[warmup:]
-
-
-def design_metrics(records: Records, warmup: int = WARMUP_STEPS) -> dict[str, float]:
-    """Mean step time, bytes and I/Os read (as the backend counted them), read bandwidth."""
-    ops = records.ops.to_pandas()
-    dev = records.devices.to_pandas()
-    dev = dev[dev["type"] == "ssd"] if "type" in dev else dev
-    reads = ops[ops["kind"] == "read"]
-    io_s = busy_time(reads["start_s"].to_numpy(), reads["end_s"].to_numpy())
-    nbytes = int(dev["bytes_read"].sum())
-    return {
-        "step_ms": float(step_times(ops, warmup).mean() * 1e3),
-        "bytes_read": nbytes,
-        "n_ios": int(dev["n_ios"].sum()),
-        "read_io_s": io_s,
-        "read_gbps": nbytes / io_s / 1e9 if io_s > 0 else 0.0,
-    }
-
-
-def design_table(sim: dict[str, dict], real: dict[str, dict]) -> pd.DataFrame:
-    """One row per design: both backends' metrics and the errors relative to real."""
-    rows = []
-    for name in sim:
-        s, r = sim[name], real[name]
-        rows.append(
-            {
-                "design": name,
-                "sim_step_ms": s["step_ms"],
-                "real_step_ms": r["step_ms"],
-                "step_error": (s["step_ms"] - r["step_ms"]) / r["step_ms"],
-                "sim_read_gbps": s["read_gbps"],
-                "real_read_gbps": r["read_gbps"],
-                "gbps_error": (s["read_gbps"] - r["read_gbps"]) / r["read_gbps"]
-                if r["read_gbps"] > 0
-                else math.nan,
-                "sim_bytes_read": s["bytes_read"],
-                "real_bytes_read": r["bytes_read"],
-                "sim_n_ios": s["n_ios"],
-                "real_n_ios": r["n_ios"],
-                "bytes_match": s["bytes_read"] == r["bytes_read"] and s["n_ios"] == r["n_ios"],
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def ranking(table: pd.DataFrame) -> dict[str, Any]:
-    """Designs fastest first by simulated and by real step time, and Kendall's tau."""
-    sim_order = table.sort_values("sim_step_ms", kind="stable")["design"].tolist()
-    real_order = table.sort_values("real_step_ms", kind="stable")["design"].tolist()
-    tau = math.nan
-    if len(table) > 1:
-        tau = float(kendalltau(table["sim_step_ms"], table["real_step_ms"]).statistic)
-    return {
-        "sim_order": sim_order,
-        "real_order": real_order,
-        "same_order": sim_order == real_order,
-        "kendall_tau": tau,
-    }
-
-
 # -- running and reporting ------------------------------------------------------------------
-
-
-PACED_COST_IOS = 500  # QD1 I/Os per device in the paced engine-cost plan (8x that at QD64)
-
-
-def designs_paced(dev) -> bool:
-    """Whether the design replays go through the user-space pacer (:func:`paced`):
-    targets with limits (emulated, or files paced by ``--pace``)."""
-    if dev.targets is not None:
-        return any(not t.limits.unlimited for t in dev.targets.values())
-    return bool(dev.pacing and dev.limits is not None and not dev.limits.unlimited)
-
-
-def design_profile(dev, engine: str, costs: dict | None) -> tuple[HardwareProfile, dict | None]:
-    """The profile the designs are simulated on, and the replayer costs it holds.
-
-    ``costs``: the replayer as measured for the regime steps
-    (:func:`real.validate.engine_costs`), None when the model keeps the profile's own
-    figures (``--no-engine-costs``).  Paced design replays issue every I/O through the
-    pacer, one at a time: a per-I/O cost several times the batched path's (the
-    designs' fidelity gap, see the module doc), so the replayer is measured again on
-    that path and those costs model it."""
-    if costs is None or not designs_paced(dev):
-        return dev.profile, costs
-    from real.validate import engine_costs, with_engine_costs
-
-    n_ssd = len(dev.targets) if dev.targets is not None else len(dev.profile.ssd_names)
-    with dev.throttled():  # the same kernel path as the design replays
-        measured = engine_costs(dev, engine, n_ssd, n=PACED_COST_IOS, paced=True)
-    return with_engine_costs(dev.profile, measured), measured
 
 
 def run_designs(

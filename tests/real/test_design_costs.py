@@ -1,6 +1,6 @@
 """The replayer's costs the design validation models: measured on the path the
 design replays take (paced, one I/O at a time) and charged by the simulator's CPU
-model (:func:`kvtier.cli.validate_designs.design_profile`)."""
+model (:func:`kvtier.cli.design_replayer.design_profile`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from hwprofiles import load_profile
+from kvtier.cli.design_replayer import design_profile, designs_paced
 from kvtier.cli.validate import Devices
-from kvtier.cli.validate_designs import design_profile, designs_paced
 from kvtier.plan import PlanBuilder
 from real._pacing import Pacer
 from real.replay import replay

@@ -13,18 +13,15 @@ import pyarrow as pa
 import pytest
 
 from hwprofiles import load_profile
+from kvtier.cli.design_metrics import busy_time, design_metrics, design_table, ranking
 from kvtier.cli.main import main
 from kvtier.cli.validate import Devices
 from kvtier.cli.validate_designs import (
     DESIGN_CAPS,
     KEY_DESIGNS,
-    busy_time,
-    design_metrics,
-    design_table,
     footprint,
     paced,
     plan_designs,
-    ranking,
     run_designs,
     scaled_designs,
 )

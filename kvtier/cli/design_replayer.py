@@ -1,0 +1,82 @@
+"""How the design validation drives the replayer, and how it models it.
+
+Pacing.  The design replays are paced I/O by I/O in user space (:func:`paced`), inside
+the emulation's throttle: see the note above it.
+
+The replayer in the model.  A paced device issues one I/O at a time
+(:meth:`real._iobatch.BatchIO._issue_paced`: its token buckets, the op whose turn it
+is, a one-I/O batch), where an unpaced one hands a round's I/Os to the ring as arrays.
+Measured on the design plans (``--emulate h20-8ssd``, 4 devices, loaded 2-core
+machine; wall time of the replay loop's parts, wrapped and timed per call):
+
+=================  ======  =====  =======  ======  ======  ========  ========
+design             I/Os    ops    wall ms  issue   wait    complete  us/I/O
+=================  ======  =====  =======  ======  ======  ========  ========
+PQCache            2,612   160    250      156     70      19        52
+Swarm              3,016   168    313      154     123     31        42
+=================  ======  =====  =======  ======  ======  ========  ========
+
+The issue path is half the replay and more: 42-52 us per I/O, of which the one-I/O
+batch alone is 42-52 us; rounds are few (53-63 waits, a per-round cost of ~20 us is 1-2
+ms in all), per-step barriers and copy/compute waits are the simulator's own ops.  The
+batched path measured for the regime steps costs 8-10 us per I/O, so the model, which
+charged that, was 45-80% fast for the designs made of many small scattered reads
+(Swarm, PQCache and the Swarm ablations), and right about those of few large ones
+(InfLLM, No Cluster).  So when the design replays are paced, the replayer is measured
+again on that path (:func:`real.validate.engine_costs` with ``paced=True``: the same
+calibration plan, every device through the pacer at limits that never bind) and those
+costs (per-I/O CPU on one core, QD1 latencies) are what the designs are simulated on
+(:func:`design_profile`).  The hardware profiles users simulate are not touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hwprofiles import HardwareProfile
+
+
+# The emulated devices' throttle (cgroup v1 blk-throttle) enforces its rates over time
+# slices (100 ms by default: the budget is the rate times the elapsed time rounded up to
+# the slice), not I/O by I/O.  A design whose reads come in bursts between compute phases
+# -- InfLLM reads ~1.8 MB per device per step, then computes -- stays under the average
+# and its bursts run at the backing store's speed (measured: 1.3-1.8 GB/s over 4 devices
+# throttled to 1.1 GB/s, step errors of +180-300%).  A real SSD has no such credit, so the
+# design replays are also paced I/O by I/O in user space (real._pacing: token buckets of
+# 5 ms) at the same limits, inside the throttle.
+def paced(targets: dict) -> dict:
+    """``targets`` held to their own limits by the replayer too (where they have any)."""
+    return {
+        k: dataclasses.replace(t, pacing=True) if not t.limits.unlimited else t
+        for k, t in targets.items()
+    }
+
+
+PACED_COST_IOS = 500  # QD1 I/Os per device in the paced engine-cost plan (8x that at QD64)
+
+
+def designs_paced(dev) -> bool:
+    """Whether the design replays go through the user-space pacer (:func:`paced`):
+    targets with limits (emulated, or files paced by ``--pace``)."""
+    if dev.targets is not None:
+        return any(not t.limits.unlimited for t in dev.targets.values())
+    return bool(dev.pacing and dev.limits is not None and not dev.limits.unlimited)
+
+
+def design_profile(dev, engine: str, costs: dict | None) -> tuple[HardwareProfile, dict | None]:
+    """The profile the designs are simulated on, and the replayer costs it holds.
+
+    ``costs``: the replayer as measured for the regime steps
+    (:func:`real.validate.engine_costs`), None when the model keeps the profile's own
+    figures (``--no-engine-costs``).  Paced design replays issue every I/O through the
+    pacer, one at a time: a per-I/O cost several times the batched path's (the
+    designs' fidelity gap, see the module doc), so the replayer is measured again on
+    that path and those costs model it."""
+    if costs is None or not designs_paced(dev):
+        return dev.profile, costs
+    from real.validate import engine_costs, with_engine_costs
+
+    n_ssd = len(dev.targets) if dev.targets is not None else len(dev.profile.ssd_names)
+    with dev.throttled():  # the same kernel path as the design replays
+        measured = engine_costs(dev, engine, n_ssd, n=PACED_COST_IOS, paced=True)
+    return with_engine_costs(dev.profile, measured), measured
