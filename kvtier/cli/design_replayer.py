@@ -9,24 +9,25 @@ is, a one-I/O batch), where an unpaced one hands a round's I/Os to the ring as a
 Measured on the design plans (``--emulate h20-8ssd``, 4 devices, loaded 2-core
 machine; wall time of the replay loop's parts, wrapped and timed per call):
 
-=================  ======  =====  =======  ======  ======  ========  ========
-design             I/Os    ops    wall ms  issue   wait    complete  us/I/O
-=================  ======  =====  =======  ======  ======  ========  ========
-PQCache            2,612   160    250      156     70      19        52
-Swarm              3,016   168    313      154     123     31        42
-=================  ======  =====  =======  ======  ======  ========  ========
+=========  =====  ===  =======  ========  =======  ========  ========================
+design     I/Os   ops  wall ms  issue ms  wait ms  complete  issue us/I/O (1-I/O batch)
+=========  =====  ===  =======  ========  =======  ========  ========================
+PQCache    2,612  160  250      156       70       19        60 (52)
+Swarm      3,016  168  313      154       123      31        51 (42)
+=========  =====  ===  =======  ========  =======  ========  ========================
 
-The issue path is half the replay and more: 42-52 us per I/O, of which the one-I/O
-batch alone is 42-52 us; rounds are few (53-63 waits, a per-round cost of ~20 us is 1-2
+The issue path is half the replay and more: 51-60 us per I/O, 42-52 us of it the one-I/O
+batch; rounds are few (53-63 waits, a per-round cost of ~20 us is 1-2
 ms in all), per-step barriers and copy/compute waits are the simulator's own ops.  The
 batched path measured for the regime steps costs 8-10 us per I/O, so the model, which
 charged that, was 45-80% fast for the designs made of many small scattered reads
 (Swarm, PQCache and the Swarm ablations), and right about those of few large ones
 (InfLLM, No Cluster).  So when the design replays are paced, the replayer is measured
-again on that path (:func:`real.validate.engine_costs` with ``paced=True``: the same
-calibration plan, every device through the pacer at limits that never bind) and those
-costs (per-I/O CPU on one core, QD1 latencies) are what the designs are simulated on
-(:func:`design_profile`).  The hardware profiles users simulate are not touched.
+again on that path (:func:`real.validate.engine_costs` with ``paced=True``: the
+calibration plan's QD64 step, every device through the pacer at limits that never bind),
+and the designs are simulated on that per-I/O CPU cost (one core) with QD1 latencies
+grown by what pacing adds per I/O (:func:`paced_costs`, :func:`design_profile`).  The
+hardware profiles users simulate are not touched.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def paced(targets: dict) -> dict:
     }
 
 
-PACED_COST_IOS = 500  # QD1 I/Os per device in the paced engine-cost plan (8x that at QD64)
+PACED_COST_IOS = 500  # the paced engine-cost plan: 8 x 500 I/Os per device at QD64
 
 
 def designs_paced(dev) -> bool:
@@ -63,6 +64,23 @@ def designs_paced(dev) -> bool:
     return bool(dev.pacing and dev.limits is not None and not dev.limits.unlimited)
 
 
+def paced_costs(costs: dict, paced_per_io_us: float) -> dict:
+    """The replayer's costs on the paced path, from the unpaced measurement ``costs``
+    and the paced per-I/O time.  A QD1 I/O is issue + device + reap; pacing changes
+    only the issue, by what it adds per I/O (the two QD64 per-I/O times' difference,
+    never below 0), so each QD1 latency grows by that.  The QD1 times are not measured
+    through the pacer itself: a few hundred QD1 I/Os on a loaded machine caught stalls
+    (2.6 ms against 0.77 ms), where the QD64 difference averages over thousands."""
+    extra = max(0.0, paced_per_io_us - costs["per_io_us"])
+    return costs | {
+        "read_latency_us": costs["read_latency_us"] + extra,
+        "write_latency_us": costs["write_latency_us"] + extra,
+        "per_io_us": paced_per_io_us,
+        "paced": True,
+        "paced_extra_us": extra,
+    }
+
+
 def design_profile(dev, engine: str, costs: dict | None) -> tuple[HardwareProfile, dict | None]:
     """The profile the designs are simulated on, and the replayer costs it holds.
 
@@ -70,8 +88,8 @@ def design_profile(dev, engine: str, costs: dict | None) -> tuple[HardwareProfil
     (:func:`real.validate.engine_costs`), None when the model keeps the profile's own
     figures (``--no-engine-costs``).  Paced design replays issue every I/O through the
     pacer, one at a time: a per-I/O cost several times the batched path's (the
-    designs' fidelity gap, see the module doc), so the replayer is measured again on
-    that path and those costs model it."""
+    designs' fidelity gap, see the module doc), so the replayer's per-I/O time is
+    measured again on that path and :func:`paced_costs` model it."""
     if costs is None or not designs_paced(dev):
         return dev.profile, costs
     from real.validate import engine_costs, with_engine_costs
@@ -79,4 +97,5 @@ def design_profile(dev, engine: str, costs: dict | None) -> tuple[HardwareProfil
     n_ssd = len(dev.targets) if dev.targets is not None else len(dev.profile.ssd_names)
     with dev.throttled():  # the same kernel path as the design replays
         measured = engine_costs(dev, engine, n_ssd, n=PACED_COST_IOS, paced=True)
-    return with_engine_costs(dev.profile, measured), measured
+    model = paced_costs(costs, measured["per_io_us"])
+    return with_engine_costs(dev.profile, model), model
