@@ -64,21 +64,25 @@ def designs_paced(dev) -> bool:
     return bool(dev.pacing and dev.limits is not None and not dev.limits.unlimited)
 
 
-def paced_costs(costs: dict, paced_per_io_us: float) -> dict:
+def paced_costs(costs: dict, paced: dict) -> dict:
     """The replayer's costs on the paced path, from the unpaced measurement ``costs``
-    and the paced per-I/O time.  A QD1 I/O is issue + device + reap; pacing changes
-    only the issue, by what it adds per I/O (the two QD64 per-I/O times' difference,
-    never below 0), so each QD1 latency grows by that.  The QD1 times are not measured
-    through the pacer itself: a few hundred QD1 I/Os on a loaded machine caught stalls
-    (2.6 ms against 0.77 ms), where the QD64 difference averages over thousands."""
-    extra = max(0.0, paced_per_io_us - costs["per_io_us"])
-    return costs | {
-        "read_latency_us": costs["read_latency_us"] + extra,
-        "write_latency_us": costs["write_latency_us"] + extra,
-        "per_io_us": paced_per_io_us,
-        "paced": True,
-        "paced_extra_us": extra,
-    }
+    and the paced one ``paced`` (its ``per_io_us``; both from
+    :func:`real.validate.engine_costs`).  A QD1 I/O is issue + device + reap; pacing
+    changes only the issue, by what it adds per I/O (the two QD64 per-I/O times'
+    difference, never below 0), so each QD1 latency grows by that.  The QD1 times are
+    not measured through the pacer itself: a few hundred QD1 I/Os on a loaded machine
+    caught stalls (2.6 ms against 0.77 ms), where the QD64 difference averages over
+    thousands."""
+    extra = max(0.0, paced["per_io_us"] - costs["per_io_us"])
+    return (
+        costs
+        | paced
+        | {
+            "read_latency_us": costs["read_latency_us"] + extra,
+            "write_latency_us": costs["write_latency_us"] + extra,
+            "paced_extra_us": extra,
+        }
+    )
 
 
 def design_profile(dev, engine: str, costs: dict | None) -> tuple[HardwareProfile, dict | None]:
@@ -97,5 +101,5 @@ def design_profile(dev, engine: str, costs: dict | None) -> tuple[HardwareProfil
     n_ssd = len(dev.targets) if dev.targets is not None else len(dev.profile.ssd_names)
     with dev.throttled():  # the same kernel path as the design replays
         measured = engine_costs(dev, engine, n_ssd, n=PACED_COST_IOS, paced=True)
-    model = paced_costs(costs, measured["per_io_us"])
+    model = paced_costs(costs, measured)
     return with_engine_costs(dev.profile, model), model

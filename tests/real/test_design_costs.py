@@ -73,10 +73,10 @@ def test_paced_costs_by_hand():
     50 - 9 = 41 us to each I/O's issue, so QD1 takes 121 and 61 us; a paced time
     below the batched one (noise) adds nothing."""
     batched = {"read_latency_us": 80.0, "write_latency_us": 20.0, "per_io_us": 9.0}
-    c = paced_costs(batched, 50.0)
+    c = paced_costs(batched, {"per_io_us": 50.0, "paced": True})
     assert (c["read_latency_us"], c["write_latency_us"], c["per_io_us"]) == (121.0, 61.0, 50.0)
     assert c["paced"] and c["paced_extra_us"] == 41.0
-    c = paced_costs(batched, 7.0)
+    c = paced_costs(batched, {"per_io_us": 7.0, "paced": True})
     assert (c["read_latency_us"], c["write_latency_us"], c["per_io_us"]) == (80.0, 20.0, 7.0)
 
 
@@ -117,7 +117,7 @@ def test_paced_costs_model_a_paced_replay_better_than_batched_ones(direct_dir: P
     dev = Devices(load_profile("h20-8ssd"), str(direct_dir))
     plan = layered_plan(2, 6, 24)
     batched_c = engine_costs(dev, "auto", n_ssd=2, n=100)
-    paced_c = paced_costs(batched_c, engine_costs(dev, "auto", 2, n=100, paced=True)["per_io_us"])
+    paced_c = paced_costs(batched_c, engine_costs(dev, "auto", 2, n=100, paced=True))
     spans = []
     with dev.prepared(plan, 0, None, unpaced=True) as targets:
         paced_t = {k: replace(t, limits=NO_BIND, pacing=True) for k, t in targets.items()}
