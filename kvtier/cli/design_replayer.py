@@ -17,17 +17,27 @@ Swarm      3,016  168  313      154       123      31        51 (42)
 =========  =====  ===  =======  ========  =======  ========  ========================
 
 The issue path is half the replay and more: 51-60 us per I/O, 42-52 us of it the one-I/O
-batch; rounds are few (53-63 waits, a per-round cost of ~20 us is 1-2
-ms in all), per-step barriers and copy/compute waits are the simulator's own ops.  The
-batched path measured for the regime steps costs 8-10 us per I/O, so the model, which
-charged that, was 45-80% fast for the designs made of many small scattered reads
-(Swarm, PQCache and the Swarm ablations), and right about those of few large ones
-(InfLLM, No Cluster).  So when the design replays are paced, the replayer is measured
-again on that path (:func:`real.validate.engine_costs` with ``paced=True``: the
-calibration plan's QD64 step, every device through the pacer at limits that never bind),
-and the designs are simulated on that per-I/O CPU cost (one core) with QD1 latencies
-grown by what pacing adds per I/O (:func:`paced_costs`, :func:`design_profile`).  The
-hardware profiles users simulate are not touched.
+batch; rounds are few (53-63 waits: a per-round cost of ~20 us is 1-2 ms in all), and
+per-step barriers and copy/compute waits are ops the simulator has too.  The batched
+path measured for the regime steps costs 8-14 us per I/O, so the model, which charged
+that, was 40-88% fast for the designs made of many small scattered reads (Swarm,
+PQCache and the Swarm ablations).  So when the design replays are paced, the replayer
+is measured again on that path (:func:`real.validate.engine_costs` with ``paced=True``:
+the calibration plan's QD64 step, every device through the pacer at limits that never
+bind: 81-124 us per I/O here), and the designs are simulated on that per-I/O CPU cost
+(one core) with QD1 latencies grown by what pacing adds per I/O (:func:`paced_costs`,
+:func:`design_profile`).  The hardware profiles users simulate are not touched.
+
+What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
+
+* No Cluster (-14% to -44%) reads 8 MB prefetches in 1 MiB I/Os beside its 4 KiB
+  fetches on the same devices.  One pacer per device takes its ops in turn, and a 1 MiB
+  I/O waiting 6 ms for its tokens holds the fetch's small I/Os behind it; the
+  simulator shares the device by max-min.  Its fetch ops take 32-101 ms against 30.
+* The replay is one CPU-bound thread, so another process's load stretches it, and a
+  copy/compute op's end (a timer checked between rounds) fires late while the thread
+  is busy or descheduled: 0.27 ms attention ops lasted 2-18 ms at load 6-10 on 2 cores.
+  The calibration catches the load of its own moment only.
 """
 
 from __future__ import annotations
