@@ -32,6 +32,7 @@ the same devices.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ import pyarrow as pa
 from hwprofiles import HardwareProfile
 from kvtier.plan import PlanBuilder
 from kvtier.records import Records
+from real.targets import Limits
 
 KIB, MIB = 1 << 10, 1 << 20
 REGIMES = ("latency", "iops", "bandwidth", "write")
@@ -266,56 +268,79 @@ def plot_report(result: dict[str, Any], out: Path) -> None:
 
 
 REPEATS = 3  # replays of the engine-cost plan; the model takes each quantity's median
+# Limits so high that a paced device's token buckets never hold an I/O back: the pacer's
+# bookkeeping runs for every I/O (what a paced replay pays) but never delays one.
+NO_BIND = Limits(read_bps=1 << 50, write_bps=1 << 50, read_iops=1 << 40, write_iops=1 << 40)
 
 
-def engine_costs(devices, engine: str = "auto", n_ssd: int = 1, n: int = 1000) -> dict:
-    """Measure the replayer on this machine, unpaced and unthrottled, on ``n_ssd``
-    of the validation's devices (:class:`kvtier.cli.validate.Devices`) at once:
-    the QD1 4 KiB read and write time per I/O of each device (what a
+def engine_costs(
+    devices, engine: str = "auto", n_ssd: int = 1, n: int = 1000, paced: bool = False
+) -> dict:
+    """Measure the replayer on this machine, unthrottled by the replayer itself, on
+    ``n_ssd`` of the validation's devices (:class:`kvtier.cli.validate.Devices`) at
+    once: the QD1 4 KiB read and write time per I/O of each device (what a
     latency-bound step sees: device plus the software of one replay thread
     serving every device) and the per-I/O time with every device read at
     QD64 at once (software-bound on a fast backing store, and the same
     concurrency as the IOPS steps).  These become the model's
     latencies and per-I/O CPU cost: each the median of :data:`REPEATS` replays
-    (a single one once measured 1.19 ms against 0.69 ms in three other runs)."""
+    (a single one once measured 1.19 ms against 0.69 ms in three other runs).
+
+    ``paced``: only the per-I/O time, with every device going through the user-space
+    pacer at :data:`NO_BIND` limits, the path of paced replays (the design replays,
+    :func:`kvtier.cli.design_replayer.paced`): each I/O pays the pacer's bookkeeping
+    and is issued alone, yet never waits for tokens.  (Its QD1 times follow from the
+    unpaced ones: :func:`kvtier.cli.design_replayer.paced_costs`.)"""
     from real.replay import replay
 
     engine = "python" if engine == "fio" else engine  # the plan has steps: fio cannot run it
-    b = PlanBuilder()
-    common = {"io_path": "io_uring", "offset": 0, "stride": 4 * KIB}
-    nodes = [f"ssd{k}" for k in range(n_ssd)]
-    r1 = [b.read(s, "dram0", n * 4 * KIB, n, queue_depth=1, step=0, **common) for s in nodes]
-    w1 = [
-        b.write("dram0", s, n * 4 * KIB, n, queue_depth=1, step=1, depends_on=r1, **common)
-        for s in nodes
-    ]
-    many = 8 * n
-    for s in nodes:  # every device at once, as the validation's IOPS steps drive them
-        b.read(s, "dram0", many * 4 * KIB, many, queue_depth=64, step=2, depends_on=w1, **common)
-    plan = b.table()
+    plan, many = _cost_plan(n_ssd, n, qd1=not paced)
     runs = []
     with devices.prepared(plan, 0, None, unpaced=True) as targets:
+        if paced:
+            targets = {
+                k: dataclasses.replace(t, limits=NO_BIND, pacing=True) for k, t in targets.items()
+            }
         for _ in range(REPEATS):  # one stall (a flush, another process) must not set the model
             rec = replay(plan, targets, engine=engine)
             ops = rec.ops.to_pandas()
             dur = (ops["end_s"] - ops["start_s"]).groupby(ops["step"]).median()
             last = ops[ops["step"] == 2]
             span = last["end_s"].max() - last["start_s"].min()
-            runs.append((dur[0] / n, dur[1] / n, span / (many * n_ssd)))
+            runs.append((dur.get(0, np.nan) / n, dur.get(1, np.nan) / n, span / (many * n_ssd)))
     read, write, per_io = np.median(np.array(runs), axis=0) * 1e6
-    return {
-        "read_latency_us": float(read),
-        "write_latency_us": float(write),
+    out = {} if paced else {"read_latency_us": float(read), "write_latency_us": float(write)}
+    return out | {
         "per_io_us": float(per_io),
+        "paced": paced,
+        "paced_devices": list(rec.stats.get("paced", [])),  # the nodes the pacer ran on
         "engine": rec.stats.get("engine_note", ""),
     }
+
+
+def _cost_plan(n_ssd: int, n: int, qd1: bool = True) -> tuple[pa.Table, int]:
+    """The engine-cost plan and its QD64 I/Os per device: ``n`` QD1 reads then ``n``
+    QD1 writes per device (steps 0 and 1, left out unless ``qd1``), then ``8 n`` reads
+    per device at QD64, every device at once (step 2)."""
+    b = PlanBuilder()
+    common = {"io_path": "io_uring", "offset": 0, "stride": 4 * KIB}
+    nodes = [f"ssd{k}" for k in range(n_ssd)]
+    w1: list[int] = []
+    if qd1:
+        r1 = [b.read(s, "dram0", n * 4 * KIB, n, queue_depth=1, step=0, **common) for s in nodes]
+        w1 = [
+            b.write("dram0", s, n * 4 * KIB, n, queue_depth=1, step=1, depends_on=r1, **common)
+            for s in nodes
+        ]
+    many = 8 * n
+    for s in nodes:  # every device at once, as the validation's IOPS steps drive them
+        b.read(s, "dram0", many * 4 * KIB, many, queue_depth=64, step=2, depends_on=w1, **common)
+    return b.table(), many
 
 
 def with_engine_costs(profile: HardwareProfile, costs: dict) -> HardwareProfile:
     """``profile`` with the measured replayer costs: QD1 latencies, per-I/O CPU
     time on one core (the replay loop is one thread; syscalls folded in)."""
-    import dataclasses
-
     g = profile.ssds[0]
     group = dataclasses.replace(
         g,

@@ -265,8 +265,8 @@ def _validate(args: argparse.Namespace) -> int:
         result, sim, real = run_validation(dev, args, console)
         t1 = time.perf_counter()
         if designs is not None:
-            designs.table, designs.records = run_designs(
-                dev, designs.plans, seed=args.seed, engine=args.engine
+            designs.table, designs.records, designs.costs = run_designs(
+                dev, designs.plans, seed=args.seed, engine=args.engine, costs=costs
             )
         designs_s = time.perf_counter() - t1
         profile = dev.profile

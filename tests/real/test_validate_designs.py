@@ -13,18 +13,15 @@ import pyarrow as pa
 import pytest
 
 from hwprofiles import load_profile
+from kvtier.cli.design_metrics import busy_time, design_metrics, design_table, ranking
 from kvtier.cli.main import main
 from kvtier.cli.validate import Devices
 from kvtier.cli.validate_designs import (
     DESIGN_CAPS,
     KEY_DESIGNS,
-    busy_time,
-    design_metrics,
-    design_table,
     footprint,
     paced,
     plan_designs,
-    ranking,
     run_designs,
     scaled_designs,
 )
@@ -250,7 +247,7 @@ def test_designs_on_throttled_loop_devices(tiny: Path, tmp_path: Path):
             limits=es.targets[0].limits,
             throttled=es.joined,
         )
-        table, _ = run_designs(dev, plans, seed=0, engine="auto")
+        table, _, _ = run_designs(dev, plans, seed=0, engine="auto")
     assert table["design"].tolist() == list(plans)
     assert table["bytes_match"].all()
     assert (table["real_bytes_read"] == table["sim_bytes_read"]).all()
