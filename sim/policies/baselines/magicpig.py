@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.baselines.nocluster import KeyLog
+from sim.policies.design_base import DesignBase
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.selection import always_selected
 from sim.registry import ParamError
@@ -59,31 +59,25 @@ def simhash(x: np.ndarray, planes: np.ndarray, rows: int = 4096) -> np.ndarray:
     return codes
 
 
-class MagicPIG:
+class MagicPIG(DesignBase):
     """SimHash sampling on the CPU; sampled attention on the CPU."""
 
     name = "magicpig"
+    params_type = Params
     score_device = "cpu"
-
-    def __init__(self, params: Params | None = None):
-        self.params = params or Params()
 
     def build(
         self, activations: sp.csr_matrix, keys: np.ndarray, layout: Layout, rng: np.random.Generator
     ) -> None:
         p = self.params
-        self.layout = layout
-        self.n_prefix = len(keys)
-        self.keys = KeyLog(keys)
+        self.start(keys, layout)
         d = keys.shape[1]
         self.planes = rng.normal(size=(p.tables, p.bits, d)).astype(np.float32)
         self.codes = simhash(self.keys.rows(), self.planes)
 
-    def index_bytes(self) -> int:
-        return 0  # the tables live in DRAM with the KV
-
-    def ssd_bytes(self) -> np.ndarray:
-        return np.zeros(self.layout.n_ssd, dtype=np.int64)
+    def host_bytes(self) -> int:
+        """Every entry's KV and its code in every table, in DRAM (the CPU attends there)."""
+        return self.visible * (self.layout.entry_bytes + CODE_BYTES * self.params.tables)
 
     def collisions(self, query: np.ndarray) -> np.ndarray:
         """Per indexed entry, the tables in which its code equals the query's."""
@@ -91,11 +85,8 @@ class MagicPIG:
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
         lay, p = self.layout, self.params
-        if self.keys.n != self.n_prefix + t:
-            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
-        self.keys.append(new_key)
+        visible = self.advance(t, new_key)
         self.codes = np.vstack([self.codes, simhash(new_key, self.planes)])
-        visible = self.keys.n
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         hits = self.collisions(query)
         hits[always] = -1
