@@ -77,8 +77,7 @@ class DesignBase:
         return np.zeros(self.layout.n_ssd, dtype=np.int64)
 
     def host_bytes(self) -> int:
-        """Host DRAM the lane holds: by default its DRAM cache
-        (``layout.dram_cache_entries`` whole entries) and, when selection runs on
-        the CPU, its index.  Designs whose KV lives in DRAM say so themselves."""
-        index = self.index_bytes() if self.score_device == "cpu" else 0
-        return self.layout.dram_cache_entries * self.layout.entry_bytes + index
+        """Host DRAM the lane holds: by default its index when selection runs on
+        the CPU (against a DRAM-resident index), nothing else.  Designs that keep
+        KV in DRAM (a DRAM cache, a DRAM tier, the whole KV) say so themselves."""
+        return self.index_bytes() if self.score_device == "cpu" else 0

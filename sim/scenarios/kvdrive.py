@@ -96,7 +96,7 @@ def host_columns(p, profile, built: dict) -> dict:
     """The host-memory check at build time (:func:`host_memory`), as summary columns."""
     need, budget, oom = host_memory(p, profile, [lane_host_bytes(b.design) for b in built.values()])
     return {
-        "host_mem_gb": need / 1e9,
+        "host_need_gb": need / 1e9,
         "host_budget_gb": budget / 1e9,
         "host_oom": oom,
         "dram_tier": p.dram_cache,

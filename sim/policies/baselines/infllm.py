@@ -114,6 +114,10 @@ class InfLLM(DesignBase):
     def index_bytes(self) -> int:
         return self.n_blocks * self.params.representatives * self.layout.key_bytes
 
+    def host_bytes(self) -> int:
+        """The index and the DRAM cache (``layout.dram_cache_entries`` entries)."""
+        return self.index_bytes() + self.layout.dram_cache_entries * self.layout.entry_bytes
+
     def ssd_bytes(self) -> np.ndarray:
         """Whole blocks reserved per disk (a short last block still reserves B slots)."""
         return self.slots_used * self.layout.entry_bytes

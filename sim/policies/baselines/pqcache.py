@@ -176,6 +176,10 @@ class PQCache(DesignBase):
     def index_bytes(self) -> int:
         return self.n_clusters * self.layout.key_bytes
 
+    def host_bytes(self) -> int:
+        """The index and the DRAM cache (``layout.dram_cache_entries`` entries)."""
+        return self.index_bytes() + self.layout.dram_cache_entries * self.layout.entry_bytes
+
     def ssd_bytes(self) -> np.ndarray:
         return self.slots_used * self.layout.entry_bytes
 
