@@ -156,3 +156,11 @@ def test_every_kvdrive_design_shares_the_one_base_and_its_step_order():
         design.step(0, keys[0], keys[296])
         with pytest.raises(ValueError, match="step 2 out of order"):
             design.step(2, keys[0], keys[297])
+
+
+@pytest.mark.parametrize("key", ["host_mem_gb", "host_reserved_gb"])
+def test_a_negative_host_budget_is_named(tmp_path, key):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"name: b\ndescription: d\nseed: 0\nworkload:\n  kind: kvdrive\n  {key}: -1\n")
+    with pytest.raises(ValueError, match=f"{key}.*must be >= 0"):
+        load_scenario(str(bad))
