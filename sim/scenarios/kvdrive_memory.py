@@ -5,11 +5,16 @@ Both checks charge the **whole model**: a modeled layer stands for
 when the run times only ``layers`` of them), because memory is what the
 real system must hold, not what the simulation samples.
 
-* GPU: ``weights + repeat x sum over lanes of (peak resident KV + index)``,
-  where a lane's resident KV at a step is ``info["hbm_entries"]`` when the
-  design says (Original: the whole visible layer) and otherwise its GPU
-  cache's capacity plus the step's selection (the working set attention
-  reads), in ``entry_bytes`` each.  Over the GPU's HBM: out of memory.
+* GPU: ``weights + repeat x sum over lanes of (resident KV + index) + live x
+  max over modeled layers of sum over its lanes of the working set``.  A
+  lane's *resident* KV stays for the whole run, in every layer:
+  ``info["hbm_entries"]`` when the design says (Original: the whole visible
+  layer), else its GPU cache's capacity.  Its *working set* (the step's
+  selection, which attention reads; 0 for a design whose KV is all resident)
+  lives only while its layer runs: one layer's at a time, two with prefetch
+  (``live``; the next layer's fetched while this one computes).  FlexGen's
+  whole-layer working set is thus one layer's KV, not the model's ("it
+  circumvents OOM errors", §9.2).  Over the GPU's HBM: out of memory.
 * Host: ``repeat x sum over lanes of design.host_bytes()`` at build time
   (the prefill: the paper's MagicPIG fails "during initialization") against
   the **host budget**, the same for every design of a comparison
@@ -34,22 +39,31 @@ def memory_repeat(p) -> float:
     return get_model(p.model).layers / p.layers_modeled
 
 
-def lane_peak_entries(lane) -> float:
-    """The most KV entries the lane keeps on the GPU at any step."""
-    return max(
-        (
-            d.info.get("hbm_entries", d.info.get("cache_capacity", 0.0) + len(d.selected))
-            for d in lane.decisions
-        ),
-        default=0.0,
-    )
+def lane_peak_entries(lane) -> tuple[float, float]:
+    """(the most KV entries the lane keeps resident on the GPU, the largest working
+    set of one step beyond them), over its steps."""
+    resident = working = 0.0
+    for d in lane.decisions:
+        if "hbm_entries" in d.info:
+            resident = max(resident, d.info["hbm_entries"])
+        else:
+            resident = max(resident, d.info.get("cache_capacity", 0.0))
+            working = max(working, float(len(d.selected)))
+    return resident, working
 
 
 def gpu_memory(p, profile, lanes: dict, entry_bytes: int) -> tuple[float, bool]:
-    """(bytes the run needs on the GPU, whether that exceeds its HBM)."""
+    """(bytes the run needs on the GPU, whether that exceeds its HBM); ``lanes``
+    keyed (sequence, modeled layer)."""
     card = get_model(p.model)
-    kv = sum(lane_peak_entries(lane) * entry_bytes + lane.index_bytes for lane in lanes.values())
-    need = card.weight_bytes + memory_repeat(p) * kv
+    kept, layer_sets = 0.0, {}
+    for key, lane in lanes.items():
+        resident, working = lane_peak_entries(lane)
+        kept += resident * entry_bytes + lane.index_bytes
+        lm = key[1] if isinstance(key, tuple) else 0
+        layer_sets[lm] = layer_sets.get(lm, 0.0) + working * entry_bytes
+    live = 2 if getattr(p, "prefetch", False) else 1
+    need = card.weight_bytes + memory_repeat(p) * kept + live * max(layer_sets.values(), default=0)
     return need, bool(need > profile.gpu.hbm_capacity_gib * 2**30)
 
 

@@ -164,3 +164,21 @@ def test_a_negative_host_budget_is_named(tmp_path, key):
     bad.write_text(f"name: b\ndescription: d\nseed: 0\nworkload:\n  kind: kvdrive\n  {key}: -1\n")
     with pytest.raises(ValueError, match=f"{key}.*must be >= 0"):
         load_scenario(str(bad))
+
+
+def test_flexgen_streams_one_layer_so_it_fits_where_original_does_not():
+    # 360K x 2 on the L20 (48 GiB = 51.54e9 B): one sequence's visible layer is
+    # 368,673 entries.  Original keeps every layer: 16.06e9 + 2 x 32 x 368,673 x 4096 B
+    # = 112.7e9 B, out of memory.  FlexGen holds one layer's KV while it runs:
+    # 16.06e9 + 2 x 368,673 x 4096 B = 19.08e9 B, it fits (seed 003 §9.2).
+    n, profile = 368_673, load_profile("l20-server")
+    p = KVDriveParams(batch=2, layers=8)
+
+    def lanes(info):
+        dec = StepDecision(selected=np.arange(n), dram_entries=0, ssd_extents=[], info=info)
+        return {(b, 0): LaneResult([dec], [], 0, 0, np.zeros(1, dtype=np.int64)) for b in (0, 1)}
+
+    orig = gpu_memory(p, profile, lanes({"hbm_entries": float(n)}), ENTRY)
+    flex = gpu_memory(p, profile, lanes({}), ENTRY)
+    assert orig == (pytest.approx(16.06e9 + 2 * 32 * n * ENTRY), True)
+    assert flex == (pytest.approx(16.06e9 + 2 * n * ENTRY), False)
