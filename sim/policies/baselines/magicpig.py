@@ -34,11 +34,14 @@ class Params:
     bits: int = 10  # hyperplanes per table (MagicPIG's K)
     tables: int = 150  # hash tables (MagicPIG's L)
     min_collisions: int = 2
+    # KV heads hashed separately (MagicPIG hashes per head; Llama-3-8B has 8): every
+    # table holds each entry's 4-byte id once per head, in host memory
+    hashed_heads: int = 8
 
     def __post_init__(self) -> None:
         if not 1 <= self.bits <= 31:
             raise ParamError("bits", f"must be in [1, 31], got {self.bits}")
-        for name in ("tables", "min_collisions"):
+        for name in ("tables", "min_collisions", "hashed_heads"):
             if getattr(self, name) < 1:
                 raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
 
@@ -76,8 +79,12 @@ class MagicPIG(DesignBase):
         self.codes = simhash(self.keys.rows(), self.planes)
 
     def host_bytes(self) -> int:
-        """Every entry's KV and its code in every table, in DRAM (the CPU attends there)."""
-        return self.visible * (self.layout.entry_bytes + CODE_BYTES * self.params.tables)
+        """Every entry's KV (the CPU attends there) and its id in every table of every
+        hashed head, in DRAM: ``visible x (entry_bytes + 4 x tables x hashed_heads)``,
+        2.2x the KV itself at the defaults (the index that makes MagicPIG fail at
+        initialization, seed 003 §9.2)."""
+        p = self.params
+        return self.visible * (self.layout.entry_bytes + CODE_BYTES * p.tables * p.hashed_heads)
 
     def collisions(self, query: np.ndarray) -> np.ndarray:
         """Per indexed entry, the tables in which its code equals the query's."""
