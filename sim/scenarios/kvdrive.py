@@ -53,7 +53,7 @@ import pyarrow as pa
 from kvtier.plan import CPU, PlanBuilder
 from sim.models import decode_layer_cost, get_model
 from sim.policies.kvdrive.windows import allocate_windows
-from sim.scenarios.kvdrive_memory import dram_tier_fraction, host_memory
+from sim.scenarios.kvdrive_memory import dram_tier_entries, dram_tier_fraction, host_memory
 from sim.scenarios.matched import (
     Match,
     full_scale,
@@ -80,6 +80,7 @@ def plan_kvdrive(p, profile, seed: int, progress=None) -> SwarmPlan:
     prefix = p.context_tokens + p.profile_steps
     p = replace(p, dram_cache=dram_tier_fraction(p, profile, prefix))
     ssds, layout, built = build_lanes(p, profile, seed)
+    layout = fit_dram_tier(p, profile, layout, built)
     apply_windows(p, built)
     info = host_columns(p, profile, built)
     if p.match_recall > 0:  # the Swarm comparison's rule: budget raised to a target recall
@@ -90,6 +91,23 @@ def plan_kvdrive(p, profile, seed: int, progress=None) -> SwarmPlan:
     bases = lane_bases(lanes, len(ssds))
     plan = assemble(p, profile, max_io_bytes(profile, ssds), layout, lanes, bases, prefix)
     return SwarmPlan(plan, lanes, ssds, p, layout, bases, info)
+
+
+def fit_dram_tier(p, profile, layout, built: dict):
+    """With ``dram_fill``, every design with a DRAM tier (KVDrive: ``resize_cache``)
+    re-warmed with it at :func:`dram_tier_entries` whole entries (the fraction the
+    lanes were built with rounds; the whole prefix when the budget holds it);
+    the layout the lanes then replay with."""
+    if not p.dram_fill:
+        return layout
+    layout = replace(
+        layout, dram_cache_entries=dram_tier_entries(p, profile, p.context_tokens + p.profile_steps)
+    )
+    for b in built.values():
+        if hasattr(b.design, "resize_cache"):
+            b.design.layout = layout
+            b.design.resize_cache(b.design.cache.capacity)
+    return layout
 
 
 def host_columns(p, profile, built: dict) -> dict:

@@ -86,6 +86,16 @@ def host_memory(p, profile, host_bytes: list[int]) -> tuple[float, float, bool]:
     return need, budget, bool(need > budget)
 
 
+def dram_tier_entries(p, profile, prefix: int) -> int:
+    """KVDrive's DRAM tier per lane in whole entries: ``floor(budget / (batch x
+    layers x entry_bytes))``, at most the prefix (``dram_fill``) or
+    ``int(dram_cache x prefix)``."""
+    card = get_model(p.model)
+    per_lane = host_budget(p, profile) / (p.batch * card.layers * card.kv_bytes_per_token_layer)
+    cap = prefix if p.dram_fill else int(p.dram_cache * prefix)
+    return max(0, min(cap, math.floor(per_lane)))
+
+
 def dram_tier_fraction(p, profile, prefix: int) -> float:
     """The DRAM cache (``dram_cache``, a fraction of the prefix) once the host
     budget caps it: every lane of every model layer may hold ``budget / (batch

@@ -16,6 +16,7 @@ from sim.policies.design_base import DesignBase
 from sim.scenarios.kvdrive import plan_kvdrive
 from sim.scenarios.kvdrive_kind import KVDriveParams
 from sim.scenarios.kvdrive_memory import (
+    dram_tier_entries,
     dram_tier_fraction,
     gpu_memory,
     host_budget,
@@ -101,6 +102,10 @@ def test_kvdrives_dram_tier_is_what_the_budget_holds():
     assert dram_tier_fraction(fill, profile, 10_000) == pytest.approx(1e9 / (2 * 32 * 4096) / 1e4)
     roomy = replace(fill, host_mem_gb=1e3)  # the whole prefix fits: just under 1
     assert dram_tier_fraction(roomy, profile, 10_000) == math.nextafter(1.0, 0.0)
+    # in whole entries: floor(3,814.7) = 3,814; the whole prefix when it fits
+    assert dram_tier_entries(fill, profile, 10_000) == 3_814
+    assert dram_tier_entries(p, profile, 10_000) == 2_500  # dram_cache's quarter, below it
+    assert dram_tier_entries(roomy, profile, 10_000) == 10_000
 
 
 SMALL = dict(context_tokens=2048, batch=2, steps=2, profile_steps=16, layers=2, trace="positional")
@@ -127,7 +132,8 @@ def test_at_one_budget_kvdrive_spills_to_ssd_and_shadowkv_runs_out():
     read = [
         sum(d.read_bytes for lane in s.lanes.values() for d in lane.decisions) for s in (kvd, roomy)
     ]
-    assert read[0] > read[1]  # what the budget leaves out is read from SSD
+    assert read[0] > read[1] == 0  # what the budget leaves out is read from SSD
+    assert roomy.layout.dram_cache_entries == 2064  # the whole prefix in DRAM
 
 
 def test_original_gpu_memory_charges_every_model_layer_not_only_the_timed_ones():
