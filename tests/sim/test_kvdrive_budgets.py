@@ -133,7 +133,24 @@ def test_at_one_budget_kvdrive_spills_to_ssd_and_shadowkv_runs_out():
         sum(d.read_bytes for lane in s.lanes.values() for d in lane.decisions) for s in (kvd, roomy)
     ]
     assert read[0] > read[1] == 0  # what the budget leaves out is read from SSD
-    assert roomy.layout.dram_cache_entries == 2064  # the whole prefix in DRAM
+    assert roomy.layout.dram_cache_entries == 2064  # the whole prefix in DRAM, the
+    # GPU-warmed entries included: 2,064 x 4096 B x 32 layers x 2 lanes
+    assert roomy.info["host_need_gb"] == pytest.approx(2064 * 4096 * 32 * 2 / 1e9)
+
+
+@pytest.mark.parametrize("room, warmed_in_dram", [(900, 0), (990, 40), (5000, 50)])
+def test_kvdrives_gpu_warmed_entries_get_a_dram_copy_only_from_spare_room(room, warmed_in_dram):
+    # 1,000 prefix entries, all important (ranked), 50 warmed into the GPU cache: the
+    # DRAM tier takes the next 950 first; what room is left copies warmed ones
+    lay = Layout(1, 256, 128, 16, 8, 4, room, 80.0, 0.04)
+    keys = np.random.default_rng(2).normal(size=(1000, 8)).astype(np.float32)
+    act = sp.csr_matrix(np.ones((2, 1000), dtype=bool))
+    design = get_design("kvdrive", gpu_cache_entries=50)
+    design.build(act, keys, lay, np.random.default_rng(0))
+    warmed = design.ranked[:50]
+    assert design.in_dram[warmed].sum() == warmed_in_dram
+    assert design.in_dram.sum() == min(room, 950) + warmed_in_dram
+    assert design.host_bytes() == design.in_dram.sum() * 256
 
 
 def test_original_gpu_memory_charges_every_model_layer_not_only_the_timed_ones():

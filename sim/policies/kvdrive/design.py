@@ -109,15 +109,19 @@ class KVDrive(DesignBase):
 
     def resize_cache(self, capacity: int) -> None:
         """A fresh window cache of ``capacity`` entries (before any step), warmed
-        up with the most important entries; the next ones go to DRAM (§7.1).
+        up with the most important entries; the next ones go to DRAM (§7.1), and
+        when the DRAM tier has room beyond every other entry, the GPU-warmed ones
+        get a DRAM copy too (so a later eviction does not leave them on SSD only).
         The per-head window allocation (:mod:`~sim.policies.kvdrive.windows`)
         calls it with each head's knapsack choice."""
         self.cache = WindowCache(capacity, self.params.eviction)
         self.in_dram = np.full(self.n_prefix, self.params.dram_only, dtype=bool)
         warmed = self.ranked[:capacity]
         self.cache.warm(warmed)
-        dram = self.order[len(warmed) : len(warmed) + self.layout.dram_cache_entries]
-        self.in_dram[dram] = True
+        room = self.layout.dram_cache_entries
+        rest = self.order[len(warmed) :][:room]
+        self.in_dram[rest] = True
+        self.in_dram[warmed[: max(0, room - len(rest))]] = True
 
     def index_bytes(self) -> int:
         return self.index.index_bytes(self.layout.key_bytes)
