@@ -33,7 +33,9 @@ def kvdrive_tables(df: pd.DataFrame, cfg) -> list[Table]:
         ("index MB/layer", "index_mb_per_layer", lambda v: f"{v:.2f}"),
         ("GPU cache MB/layer", "gpu_cache_mb_per_layer", lambda v: f"{v:.2f}"),
         ("GPU GB", "gpu_mem_gb", lambda v: f"{v:.1f}"),
-        ("fits", "oom", lambda v: "OOM" if v else "yes"),
+        ("host GB", "host_need_gb", lambda v: f"{v:.1f}"),
+        ("host budget GB", "host_budget_gb", lambda v: f"{v:.1f}"),
+        ("fits", "oom_where", lambda v: f"{v} OOM" if v else "yes"),
     ]
     stages = [("design", "variant", str)] + [
         (f"{HEADERS[t]} ms", f"{t}_ms_per_layer", lambda v: f"{v:.3f}") for t in BREAKDOWN

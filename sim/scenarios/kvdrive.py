@@ -53,6 +53,7 @@ import pyarrow as pa
 from kvtier.plan import CPU, PlanBuilder
 from sim.models import decode_layer_cost, get_model
 from sim.policies.kvdrive.windows import allocate_windows
+from sim.scenarios.kvdrive_memory import dram_tier_entries, dram_tier_fraction, host_memory
 from sim.scenarios.matched import (
     Match,
     full_scale,
@@ -76,18 +77,58 @@ ID_BYTES = 8  # one int64 entry id of cache metadata
 def plan_kvdrive(p, profile, seed: int, progress=None) -> SwarmPlan:
     """Run every lane's design and assemble the micro-batched plan (``p`` is a
     :class:`sim.scenarios.kvdrive_kind.KVDriveParams`)."""
+    prefix = p.context_tokens + p.profile_steps
+    p = replace(p, dram_cache=dram_tier_fraction(p, profile, prefix))
     ssds, layout, built = build_lanes(p, profile, seed)
+    layout = fit_dram_tier(p, profile, layout, built)
     apply_windows(p, built)
-    info = {}
+    info = host_columns(p, profile, built)
     if p.match_recall > 0:  # the Swarm comparison's rule: budget raised to a target recall
         match = match_budget(p, layout, built)
         layout = replace(layout, budget_scale=match.scale)
-        info = match_columns(match)
+        info.update(match_columns(match))
     lanes = {k: replay_lane(b, p, layout, progress) for k, b in built.items()}
     bases = lane_bases(lanes, len(ssds))
-    prefix = p.context_tokens + p.profile_steps
     plan = assemble(p, profile, max_io_bytes(profile, ssds), layout, lanes, bases, prefix)
     return SwarmPlan(plan, lanes, ssds, p, layout, bases, info)
+
+
+def fit_dram_tier(p, profile, layout, built: dict):
+    """With ``dram_fill``, every design with a DRAM tier (KVDrive: ``resize_cache``)
+    re-warmed with it at :func:`dram_tier_entries` whole entries (the fraction the
+    lanes were built with rounds; the whole prefix when the budget holds it);
+    the layout the lanes then replay with."""
+    if not p.dram_fill:
+        return layout
+    layout = replace(
+        layout, dram_cache_entries=dram_tier_entries(p, profile, p.context_tokens + p.profile_steps)
+    )
+    for b in built.values():
+        if hasattr(b.design, "resize_cache"):
+            b.design.layout = layout
+            b.design.resize_cache(b.design.cache.capacity)
+    return layout
+
+
+def host_columns(p, profile, built: dict) -> dict:
+    """The host-memory check at build time (:func:`host_memory`), as summary columns."""
+    need, budget, oom = host_memory(p, profile, [lane_host_bytes(b.design) for b in built.values()])
+    return {
+        "host_need_gb": need / 1e9,
+        "host_budget_gb": budget / 1e9,
+        "host_oom": oom,
+        "dram_tier": p.dram_cache,
+    }
+
+
+def lane_host_bytes(design) -> int:
+    """``design.host_bytes()``; for a design without it (Swarm), the base rule:
+    its DRAM cache and its DRAM-resident index
+    (:class:`sim.policies.design_base.DesignBase`)."""
+    if hasattr(design, "host_bytes"):
+        return int(design.host_bytes())
+    lay = design.layout
+    return lay.dram_cache_entries * lay.entry_bytes + int(design.index_bytes())
 
 
 def match_budget(p, layout, built: dict) -> Match:

@@ -47,6 +47,14 @@ class KVDriveParams(SwarmParams):
     # the same workload at min(context_tokens, calibrate_tokens) tokens and 2 steps
     calibrate: bool = False
     calibrate_tokens: int = 32768
+    # the host-memory budget, the same for every design (sim.scenarios.kvdrive_memory):
+    # host_mem_gb when > 0, else the profile's DRAM minus host_reserved_gb (OS, runtime,
+    # staging buffers); a design over it is out of memory, KVDrive's DRAM tier fits it
+    host_mem_gb: float = 0.0
+    host_reserved_gb: float = 0.0
+    # KVDrive's DRAM tier takes all the host budget allows (§7.1: "the subsequent
+    # highest-scoring entries ... are offloaded to DRAM"), not dram_cache x prefix
+    dram_fill: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -54,8 +62,9 @@ class KVDriveParams(SwarmParams):
             raise ParamError("calibrate_tokens", f"must be >= 1, got {self.calibrate_tokens}")
         if self.micro_batches < 1:
             raise ParamError("micro_batches", f"must be >= 1, got {self.micro_batches}")
-        if self.gpu_cache_mb < 0:
-            raise ParamError("gpu_cache_mb", f"must be >= 0, got {self.gpu_cache_mb}")
+        for name in ("gpu_cache_mb", "host_mem_gb", "host_reserved_gb"):
+            if getattr(self, name) < 0:
+                raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
 
 
 def plan_kvdrive(params: KVDriveParams, profile, seed: int, name: str, progress) -> Any:
@@ -87,7 +96,10 @@ def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], 
 
     from sim.scenarios.kvdrive_memory import gpu_memory
 
-    need, oom = gpu_memory(params, profile, splan.lanes, splan.layout.entry_bytes)
+    need, gpu_oom = gpu_memory(params, profile, splan.lanes, splan.layout.entry_bytes)
+    host_oom = bool(splan.info.get("host_oom", False))
+    oom = gpu_oom or host_oom
+    where = " and ".join(w for w, o in (("GPU", gpu_oom), ("host", host_oom)) if o)
 
     def summarize(records) -> dict:
         ops = records.ops.to_pandas()
@@ -114,6 +126,7 @@ def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], 
             else float("nan"),
             "gpu_mem_gb": need / 1e9,
             "oom": oom,
+            "oom_where": where,  # "GPU", "host" or "" (fits)
             "step_ms": 1e3 * makespan / params.steps,
             "gpu_hit_rate": hits / (hits + misses) if hits + misses else 0.0,
             "recall": sum(recall) / len(recall) if recall else float("nan"),

@@ -36,5 +36,15 @@ def test_other_designs_count_cache_selection_and_index():
         (b, lm): _lane(cache=100.0, selected=50, index=1000) for b in range(2) for lm in range(2)
     }
     need, oom = gpu_memory(p, load_profile("l20-server"), lanes, ENTRY)
-    # 4 lanes x (150 entries x 4096 B + 1000 B), each lane standing for 8 / 2 = 4 layers
-    assert need == pytest.approx(16.06e9 + 4 * 4 * (150 * ENTRY + 1000)) and not oom
+    # resident: 4 lanes x (100 cached entries x 4096 B + 1000 B of index), each lane
+    # standing for the model's 32 layers / 2 modeled = 16 layers (memory charges every
+    # layer, not the 8 timed); working set: one layer at a time, its 2 sequences x 50
+    # selected entries x 4096 B
+    assert need == pytest.approx(16.06e9 + 4 * 16 * (100 * ENTRY + 1000) + 2 * 50 * ENTRY)
+    assert not oom
+
+
+def test_prefetch_keeps_two_layers_working_sets():
+    p = KVDriveParams(batch=1, layers_modeled=1, prefetch=True)
+    need, _ = gpu_memory(p, load_profile("l20-server"), {(0, 0): _lane(selected=50)}, ENTRY)
+    assert need == pytest.approx(16.06e9 + 2 * 50 * ENTRY)  # no cache, 2 layers live

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from sim.policies.baselines.nocluster import Stripe, entry_reads, io_rounds
+from sim.policies.design_base import DesignBase
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.registry import ParamError
 
@@ -38,14 +39,12 @@ class Params:
                 raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
 
 
-class FlexGen:
+class FlexGen(DesignBase):
     """The whole layer's KV read from SSD every step; no index, no cache."""
 
     name = "flexgen"
+    params_type = Params
     score_device = "gpu"
-
-    def __init__(self, params: Params | None = None):
-        self.params = params or Params()
 
     def build(
         self,
@@ -54,21 +53,14 @@ class FlexGen:
         layout: Layout,
         rng: np.random.Generator,
     ) -> None:
-        self.layout = layout
-        self.n_prefix = self.visible = len(keys)
+        self.start(keys, layout, keep_keys=False)
         self.stripe = Stripe(self.params.chunk_entries, layout.n_ssd)
-
-    def index_bytes(self) -> int:
-        return 0
 
     def ssd_bytes(self) -> np.ndarray:
         return self.stripe.slots_used(self.visible) * self.layout.entry_bytes
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
-        if self.visible != self.n_prefix + t:
-            raise ValueError(f"step {t} out of order (expected {self.visible - self.n_prefix})")
-        self.visible += 1
-        every = np.arange(self.visible, dtype=np.int64)
+        every = np.arange(self.advance(t, new_key), dtype=np.int64)
         extents = entry_reads(every, self.stripe, self.layout.entry_bytes)
         return StepDecision(
             selected=every,

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.baselines.nocluster import KeyLog, extents_by_disk, io_rounds
+from sim.policies.baselines.nocluster import extents_by_disk, io_rounds
 from sim.policies.cache import LRUCache
+from sim.policies.design_base import DesignBase, KeyLog
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.selection import always_selected, take_units
 
@@ -53,16 +54,14 @@ class Params:
             raise ValueError(f"block_tokens, representatives, ios_per_round must be >= 1: {self}")
 
 
-class InfLLM:
+class InfLLM(DesignBase):
     """Fixed blocks, scored by their representative keys, read as one extent each."""
 
     name = "infllm"
     # as seed 000 runs its baselines (§8.1): block representatives in DRAM, scored
     # by the host in Swarm's pipeline (§7); InfLLM's own system scores on the GPU
+    params_type = Params
     score_device = "cpu"
-
-    def __init__(self, params: Params | None = None):
-        self.params = params or Params()
 
     def build(
         self,
@@ -71,9 +70,7 @@ class InfLLM:
         layout: Layout,
         rng: np.random.Generator,
     ) -> None:
-        self.layout = layout
-        self.n_prefix = n = len(keys)
-        self.keys = KeyLog(keys)
+        n = self.start(keys, layout)
         self.starts: list[int] = []
         self.sizes: list[int] = []  # live list: the cache reads block sizes from it
         self.members: list[np.ndarray] = []
@@ -117,6 +114,10 @@ class InfLLM:
     def index_bytes(self) -> int:
         return self.n_blocks * self.params.representatives * self.layout.key_bytes
 
+    def host_bytes(self) -> int:
+        """The index and the DRAM cache (``layout.dram_cache_entries`` entries)."""
+        return self.index_bytes() + self.layout.dram_cache_entries * self.layout.entry_bytes
+
     def ssd_bytes(self) -> np.ndarray:
         """Whole blocks reserved per disk (a short last block still reserves B slots)."""
         return self.slots_used * self.layout.entry_bytes
@@ -127,10 +128,7 @@ class InfLLM:
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
         lay, bt = self.layout, self.params.block_tokens
-        if self.keys.n != self.n_prefix + t:
-            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
-        self.keys.append(new_key)
-        visible = self.keys.n
+        visible = self.advance(t, new_key)
         self.received = np.append(self.received, 0.0)
         while self.next_start + bt <= visible - lay.local_window:
             self._add_block(self.next_start, self.received[:bt])

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.baselines.nocluster import KeyLog
+from sim.policies.design_base import DesignBase
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.selection import always_selected
 from sim.registry import ParamError
@@ -34,11 +34,14 @@ class Params:
     bits: int = 10  # hyperplanes per table (MagicPIG's K)
     tables: int = 150  # hash tables (MagicPIG's L)
     min_collisions: int = 2
+    # KV heads hashed separately (MagicPIG hashes per head; Llama-3-8B has 8): every
+    # table holds each entry's 4-byte id once per head, in host memory
+    hashed_heads: int = 8
 
     def __post_init__(self) -> None:
         if not 1 <= self.bits <= 31:
             raise ParamError("bits", f"must be in [1, 31], got {self.bits}")
-        for name in ("tables", "min_collisions"):
+        for name in ("tables", "min_collisions", "hashed_heads"):
             if getattr(self, name) < 1:
                 raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
 
@@ -59,31 +62,29 @@ def simhash(x: np.ndarray, planes: np.ndarray, rows: int = 4096) -> np.ndarray:
     return codes
 
 
-class MagicPIG:
+class MagicPIG(DesignBase):
     """SimHash sampling on the CPU; sampled attention on the CPU."""
 
     name = "magicpig"
+    params_type = Params
     score_device = "cpu"
-
-    def __init__(self, params: Params | None = None):
-        self.params = params or Params()
 
     def build(
         self, activations: sp.csr_matrix, keys: np.ndarray, layout: Layout, rng: np.random.Generator
     ) -> None:
         p = self.params
-        self.layout = layout
-        self.n_prefix = len(keys)
-        self.keys = KeyLog(keys)
+        self.start(keys, layout)
         d = keys.shape[1]
         self.planes = rng.normal(size=(p.tables, p.bits, d)).astype(np.float32)
         self.codes = simhash(self.keys.rows(), self.planes)
 
-    def index_bytes(self) -> int:
-        return 0  # the tables live in DRAM with the KV
-
-    def ssd_bytes(self) -> np.ndarray:
-        return np.zeros(self.layout.n_ssd, dtype=np.int64)
+    def host_bytes(self) -> int:
+        """Every entry's KV (the CPU attends there) and its id in every table of every
+        hashed head, in DRAM: ``visible x (entry_bytes + 4 x tables x hashed_heads)``,
+        2.2x the KV itself at the defaults (the index that makes MagicPIG fail at
+        initialization, seed 003 §9.2)."""
+        p = self.params
+        return self.visible * (self.layout.entry_bytes + CODE_BYTES * p.tables * p.hashed_heads)
 
     def collisions(self, query: np.ndarray) -> np.ndarray:
         """Per indexed entry, the tables in which its code equals the query's."""
@@ -91,11 +92,8 @@ class MagicPIG:
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
         lay, p = self.layout, self.params
-        if self.keys.n != self.n_prefix + t:
-            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
-        self.keys.append(new_key)
+        visible = self.advance(t, new_key)
         self.codes = np.vstack([self.codes, simhash(new_key, self.planes)])
-        visible = self.keys.n
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         hits = self.collisions(query)
         hits[always] = -1

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from sim.policies.design_base import DesignBase, KeyLog
 from sim.policies.kvdesign import Layout, StepDecision, extents_from_slots, register
 from sim.policies.selection import always_selected, top_entries
 
@@ -71,25 +72,6 @@ class Stripe:
         rem = placed % per_round
         k = np.arange(self.n_ssd, dtype=np.int64)
         return (placed // per_round) * self.chunk + np.clip(rem - k * self.chunk, 0, self.chunk)
-
-
-class KeyLog:
-    """Keys by entry id: the prefix, then one row per decode step (amortised growth)."""
-
-    def __init__(self, keys: np.ndarray):
-        self._buf = np.array(keys, dtype=np.float32, copy=True)
-        self.n = len(self._buf)
-
-    def append(self, key: np.ndarray) -> None:
-        if self.n == len(self._buf):
-            grown = np.empty((max(2 * self.n, 16), self._buf.shape[1]), dtype=np.float32)
-            grown[: self.n] = self._buf[: self.n]
-            self._buf = grown
-        self._buf[self.n] = key
-        self.n += 1
-
-    def rows(self, start: int = 0, stop: int | None = None) -> np.ndarray:
-        return self._buf[start : self.n if stop is None else stop]
 
 
 def extents_by_disk(
@@ -131,15 +113,13 @@ class Params:
             raise ValueError(f"chunk_entries and ios_per_round must be >= 1: {self}")
 
 
-class NoCluster:
+class NoCluster(DesignBase):
     """Sequential chunks over the SSDs; oracle top-k over every visible key."""
 
     name = "nocluster"
     # seed 000 §8.1: the KV is "first loaded into DRAM ... to compute attention scores"
+    params_type = Params
     score_device = "cpu"
-
-    def __init__(self, params: Params | None = None):
-        self.params = params or Params()
 
     def build(
         self,
@@ -148,28 +128,19 @@ class NoCluster:
         layout: Layout,
         rng: np.random.Generator,
     ) -> None:
-        self.layout = layout
-        self.n_prefix = len(keys)
+        self.placed = self.start(keys, layout)  # positions < placed have their slot on SSD
         self.stripe = Stripe(self.params.chunk_entries, layout.n_ssd)
-        self.keys = KeyLog(keys)
-        self.placed = self.n_prefix  # positions < placed have their slot on SSD
 
     @property
     def slots_used(self) -> np.ndarray:
         return self.stripe.slots_used(self.placed)
-
-    def index_bytes(self) -> int:
-        return 0
 
     def ssd_bytes(self) -> np.ndarray:
         return self.slots_used * self.layout.entry_bytes
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
         lay = self.layout
-        if self.keys.n != self.n_prefix + t:
-            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
-        self.keys.append(new_key)
-        visible = self.keys.n
+        visible = self.advance(t, new_key)
         self.placed = max(self.placed, visible - lay.local_window)
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         scores = self.keys.rows() @ np.asarray(query, dtype=np.float32)
@@ -211,3 +182,5 @@ class NoCluster:
 
 
 register("nocluster", Params, NoCluster)
+
+__all__ = ["KeyLog", "NoCluster", "Params", "Stripe", "entry_reads", "extents_by_disk", "io_rounds"]

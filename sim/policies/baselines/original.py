@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from sim.policies.design_base import DesignBase
 from sim.policies.kvdesign import Layout, StepDecision, register
 
 
@@ -24,31 +25,20 @@ class Params:
     """No parameters: everything is resident."""
 
 
-class Original:
+class Original(DesignBase):
     """All KV in HBM; every visible entry attended, nothing moved."""
 
     name = "original"
+    params_type = Params
     score_device = "gpu"
-
-    def __init__(self, params: Params | None = None):
-        self.params = params or Params()
 
     def build(
         self, activations: sp.csr_matrix, keys: np.ndarray, layout: Layout, rng: np.random.Generator
     ) -> None:
-        self.layout = layout
-        self.n_prefix = self.visible = len(keys)
-
-    def index_bytes(self) -> int:
-        return 0
-
-    def ssd_bytes(self) -> np.ndarray:
-        return np.zeros(self.layout.n_ssd, dtype=np.int64)
+        self.start(keys, layout, keep_keys=False)
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
-        if self.visible != self.n_prefix + t:
-            raise ValueError(f"step {t} out of order (expected {self.visible - self.n_prefix})")
-        self.visible += 1
+        self.advance(t, new_key)
         empty = np.zeros((0, 2), dtype=np.int64)
         return StepDecision(
             selected=np.arange(self.visible, dtype=np.int64),

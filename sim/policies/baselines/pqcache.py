@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.baselines.nocluster import KeyLog, Stripe, entry_reads, io_rounds
+from sim.policies.baselines.nocluster import Stripe, entry_reads, io_rounds
 from sim.policies.cache import LRUCache
+from sim.policies.design_base import DesignBase
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.selection import always_selected, take_units
 
@@ -135,16 +136,14 @@ class Params:
             raise ValueError(f"kmeans_iters must be >= 0: {self}")
 
 
-class PQCache:
+class PQCache(DesignBase):
     """k-means clusters of keys, centroids as the index, entries striped by position."""
 
     name = "pqcache"
     # as seed 000 runs its baselines (§8.1): centroids in DRAM, scored by the host
     # in Swarm's pipeline (§7); PQCache's own system scores PQ codes on the GPU
+    params_type = Params
     score_device = "cpu"
-
-    def __init__(self, params: Params | None = None):
-        self.params = params or Params()
 
     def build(
         self,
@@ -154,9 +153,7 @@ class PQCache:
         rng: np.random.Generator,
     ) -> None:
         p = self.params
-        self.layout = layout
-        self.n_prefix = n = len(keys)
-        self.keys = KeyLog(keys)
+        n = self.start(keys, layout)
         self.stripe = Stripe(p.chunk_entries, layout.n_ssd)
         k = math.ceil(n / p.target_size)
         self.centroids, labels = kmeans(self.keys.rows(), k, rng, p.kmeans_iters, p.init_sample)
@@ -179,6 +176,10 @@ class PQCache:
     def index_bytes(self) -> int:
         return self.n_clusters * self.layout.key_bytes
 
+    def host_bytes(self) -> int:
+        """The index and the DRAM cache (``layout.dram_cache_entries`` entries)."""
+        return self.index_bytes() + self.layout.dram_cache_entries * self.layout.entry_bytes
+
     def ssd_bytes(self) -> np.ndarray:
         return self.slots_used * self.layout.entry_bytes
 
@@ -192,10 +193,7 @@ class PQCache:
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
         lay = self.layout
-        if self.keys.n != self.n_prefix + t:
-            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
-        self.keys.append(new_key)
-        visible = self.keys.n
+        visible = self.advance(t, new_key)
         for pos in range(self.placed, visible - lay.local_window):
             self._join(pos)
         self.placed = max(self.placed, visible - lay.local_window)

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.baselines.nocluster import KeyLog, Stripe, entry_reads, io_rounds
+from sim.policies.baselines.nocluster import Stripe, entry_reads, io_rounds
+from sim.policies.design_base import DesignBase
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.selection import always_selected, take_units
 from sim.registry import ParamError
@@ -58,14 +59,12 @@ def bound_scores(query: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarra
     return np.maximum(lo * q, hi * q).sum(axis=1)
 
 
-class Quest:
+class Quest(DesignBase):
     """Min/max key bounds per page, the top pages read as contiguous ranges."""
 
     name = "quest"
+    params_type = Params
     score_device = "gpu"
-
-    def __init__(self, params: Params | None = None):
-        self.params = params or Params()
 
     def build(
         self,
@@ -74,9 +73,7 @@ class Quest:
         layout: Layout,
         rng: np.random.Generator,
     ) -> None:
-        self.layout = layout
-        self.n_prefix = self.placed = len(keys)
-        self.keys = KeyLog(keys)
+        self.placed = self.start(keys, layout)
         self.stripe = Stripe(self.params.chunk_entries, layout.n_ssd)
         self.lo, self.hi = page_bounds(self.keys.rows(), self.params.page_size)
         self.members: list[np.ndarray] = []  # per page: its placed positions
@@ -118,10 +115,7 @@ class Quest:
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
         lay = self.layout
-        if self.keys.n != self.n_prefix + t:
-            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
-        self.keys.append(new_key)
-        visible = self.keys.n
+        visible = self.advance(t, new_key)
         self._place(visible - lay.local_window)
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         scores = bound_scores(query, self.lo, self.hi)

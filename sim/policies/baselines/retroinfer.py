@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.baselines.nocluster import KeyLog
 from sim.policies.baselines.pqcache import kmeans
+from sim.policies.design_base import DesignBase
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.kvdrive.gpucache import WindowCache
 from sim.policies.selection import always_selected, take_units
@@ -63,22 +63,18 @@ def segmented_kmeans(
     return np.concatenate(cents), np.concatenate(labels)
 
 
-class RetroInfer:
+class RetroInfer(DesignBase):
     """Exact, estimated and ignored clusters; whole clusters buffered on the GPU."""
 
     name = "retroinfer"
+    params_type = Params
     score_device = "gpu"
-
-    def __init__(self, params: Params | None = None):
-        self.params = params or Params()
 
     def build(
         self, activations: sp.csr_matrix, keys: np.ndarray, layout: Layout, rng: np.random.Generator
     ) -> None:
         p = self.params
-        self.layout = layout
-        self.n_prefix = n = len(keys)
-        self.keys = KeyLog(keys)
+        n = self.start(keys, layout)
         self.centroids, labels = segmented_kmeans(
             self.keys.rows(), p.cluster_size, p.segment_tokens or n, rng
         )
@@ -91,15 +87,13 @@ class RetroInfer:
     def index_bytes(self) -> int:
         return len(self.centroids) * self.layout.key_bytes
 
-    def ssd_bytes(self) -> np.ndarray:
-        return np.zeros(self.layout.n_ssd, dtype=np.int64)
+    def host_bytes(self) -> int:
+        """Every entry's KV in DRAM (the wave buffer copies whole clusters from it)."""
+        return self.visible * self.layout.entry_bytes
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
         lay, p = self.layout, self.params
-        if self.keys.n != self.n_prefix + t:
-            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
-        self.keys.append(new_key)
-        visible = self.keys.n
+        visible = self.advance(t, new_key)
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         scores = self.centroids @ np.asarray(query, dtype=np.float32)
         chosen, extra = take_units(scores, self.members, lay.step_budget(visible), always, visible)

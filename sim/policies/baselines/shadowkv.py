@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.baselines.nocluster import KeyLog
+from sim.policies.design_base import DesignBase
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.kvdrive.index import chunk_means
 from sim.policies.selection import always_selected, take_units
@@ -47,22 +47,18 @@ class Params:
             raise ParamError("outlier_frac", f"must be in [0, 1], got {self.outlier_frac}")
 
 
-class ShadowKV:
+class ShadowKV(DesignBase):
     """Landmarks and low-rank keys on the GPU; values fetched from DRAM."""
 
     name = "shadowkv"
+    params_type = Params
     score_device = "gpu"
-
-    def __init__(self, params: Params | None = None):
-        self.params = params or Params()
 
     def build(
         self, activations: sp.csr_matrix, keys: np.ndarray, layout: Layout, rng: np.random.Generator
     ) -> None:
         p = self.params
-        self.layout = layout
-        self.n_prefix = n = len(keys)
-        self.keys = KeyLog(keys)
+        n = self.start(keys, layout)
         k = self.keys.rows()
         self.landmarks = chunk_means(k, p.chunk_size)
         chunk = np.arange(n) // p.chunk_size
@@ -87,15 +83,13 @@ class ShadowKV:
         whole = int(self.resident.sum()) * lay.entry_bytes
         return factors + len(self.landmarks) * lay.key_bytes + whole
 
-    def ssd_bytes(self) -> np.ndarray:
-        return np.zeros(self.layout.n_ssd, dtype=np.int64)
+    def host_bytes(self) -> int:
+        """Every entry's value in DRAM (keys are rebuilt on the GPU from the factors)."""
+        return self.visible * (self.layout.entry_bytes // 2)
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
         lay, p = self.layout, self.params
-        if self.keys.n != self.n_prefix + t:
-            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
-        self.keys.append(new_key)
-        visible = self.keys.n
+        visible = self.advance(t, new_key)
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         scores = self.landmarks @ np.asarray(query, dtype=np.float32)
         _, extra = take_units(scores, self.members, lay.step_budget(visible), always, visible)

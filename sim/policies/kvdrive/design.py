@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.baselines.nocluster import KeyLog
+from sim.policies.design_base import DesignBase
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.kvdrive.gpucache import POLICIES, WindowCache
 from sim.policies.kvdrive.index import BUILDS, build_index
@@ -72,14 +72,12 @@ class Params:
             raise ParamError("eviction", f"must be one of {POLICIES}, got {self.eviction!r}")
 
 
-class KVDrive:
+class KVDrive(DesignBase):
     """Hierarchical index on the GPU, window cache, packed SSD layout."""
 
     name = "kvdrive"
+    params_type = Params
     score_device = "gpu"
-
-    def __init__(self, params: Params | None = None):
-        self.params = params or Params()
 
     def build(
         self,
@@ -89,9 +87,7 @@ class KVDrive:
         rng: np.random.Generator,
     ) -> None:
         p = self.params
-        self.layout = layout
-        self.n_prefix = n = len(keys)
-        self.keys = KeyLog(keys)
+        n = self.start(keys, layout)
         rows, cpc = self.keys.rows(), p.chunks_per_centroid
         self.index = build_index(rows, p.chunk_size, cpc, rng, p.kmeans_iters, p.index_build)
         self.members = list(self.index.members)
@@ -101,29 +97,42 @@ class KVDrive:
         self.profile_selections = [
             act.indices[act.indptr[i] : act.indptr[i + 1]] for i in range(act.shape[0])
         ]
-        self.ranked = np.zeros(0, dtype=np.int64)
+        # warm-up order: by importance (then position); without warm-up, by position
+        self.order = np.arange(n, dtype=np.int64)
+        self.ranked = self.order[:0]  # the entries the observation window selected
         if p.warmup:
             importance = np.asarray(act.sum(axis=0)).ravel()[:n]
-            ranked = np.lexsort((np.arange(n), -importance))
-            self.ranked = ranked[importance[ranked] > 0]
+            self.order = np.lexsort((np.arange(n), -importance))
+            self.ranked = self.order[importance[self.order] > 0]
         self.resize_cache(p.gpu_cache_entries or p.window * layout.step_budget(n + 1))
         self.placed = n
 
     def resize_cache(self, capacity: int) -> None:
         """A fresh window cache of ``capacity`` entries (before any step), warmed
-        up with the most important entries; the next ones go to DRAM (§7.1).
+        up with the most important entries; the next ones go to DRAM (§7.1), and
+        when the DRAM tier has room beyond every other entry, the GPU-warmed ones
+        get a DRAM copy too (so a later eviction does not leave them on SSD only).
         The per-head window allocation (:mod:`~sim.policies.kvdrive.windows`)
         calls it with each head's knapsack choice."""
         self.cache = WindowCache(capacity, self.params.eviction)
         self.in_dram = np.full(self.n_prefix, self.params.dram_only, dtype=bool)
-        self.cache.warm(self.ranked[:capacity])
-        self.in_dram[self.ranked[capacity : capacity + self.layout.dram_cache_entries]] = True
+        warmed = self.ranked[:capacity]
+        self.cache.warm(warmed)
+        room = self.layout.dram_cache_entries
+        rest = self.order[len(warmed) :][:room]
+        self.in_dram[rest] = True
+        self.in_dram[warmed[: max(0, room - len(rest))]] = True
 
     def index_bytes(self) -> int:
         return self.index.index_bytes(self.layout.key_bytes)
 
     def ssd_bytes(self) -> np.ndarray:
         return self.packed.used * self.layout.entry_bytes * (not self.params.dram_only)
+
+    def host_bytes(self) -> int:
+        """The DRAM tier: the entries warm-up put in DRAM (all of them when
+        ``dram_only``); the rest are on SSD only."""
+        return int(self.in_dram.sum()) * self.layout.entry_bytes
 
     def cache_bytes(self) -> int:
         """GPU memory the window cache may hold (its capacity)."""
@@ -148,10 +157,7 @@ class KVDrive:
 
     def step(self, t: int, query: np.ndarray, new_key: np.ndarray) -> StepDecision:
         lay = self.layout
-        if self.keys.n != self.n_prefix + t:
-            raise ValueError(f"step {t} out of order (expected {self.keys.n - self.n_prefix})")
-        self.keys.append(new_key)
-        visible = self.keys.n
+        visible = self.advance(t, new_key)
         self._place(visible)
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         scores = self.index.centroids @ np.asarray(query, dtype=np.float32)
