@@ -38,7 +38,9 @@ from dataclasses import dataclass, field
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
+from sim.serving.placement import layer_runs
 from sim.serving.requests import Request
+from sim.serving.tierplace import SLACK
 
 
 @dataclass
@@ -236,6 +238,27 @@ class BlockManager:
             store = Transfer("store", "dst", req.rid, pieces, None, tier, placed, [], sources)
         rest = StoreRequest(req.rid, [(k, sources[k]) for k in waiting]) if waiting else None
         return Placement(demotions, store, rest)
+
+    def still_blocked(self, keys: set[int], since: int) -> bool:
+        """Whether :meth:`place_store` of a waiting store of ``keys`` would now
+        decide what it did last time (every key waits; nothing placed, evicted
+        or let go), so that it need not run.  True when tier 0 is one device
+        whose victims are demoted, none of ``keys`` was added to it since
+        position ``since`` of its ``added`` log (a key present is skipped and
+        let go), one more block does not fit, it has no evictable entry left and
+        demotions drain: :func:`sim.serving.tierplace.place_single`'s first key
+        then finds ``wait`` with no victim (dry), and so does every later key.
+        The LRU's top is looked up exactly as that path does."""
+        tier = self.tiers[0]
+        added = tier.added
+        if added is None or len(tier.devices) != 1 or not tier.draining or not self._demotes(0):
+            return False
+        if any(k in keys for k in added[since:]):
+            return False
+        b, c = tier.bytes_on(layer_runs(tier.ratios, 1, tier.layers)[0])[0], tier.capacity[0]
+        if b > c or tier.used[0] + b - c <= SLACK:
+            return False
+        return tier.lru.top(0, tier.entries, set()) is None
 
     def on_stored(self, t: Transfer) -> list[Transfer]:
         """Store or demotion ``t`` ended: its entries are ready below, its sources

@@ -32,6 +32,7 @@ class Offloader:
         self.mover = mover
         self.env = mover.env
         self._drain = {t.name: self.env.event() for t in mgr.tiers}
+        self._waiters = 0  # stores waiting for the first tier to drain
 
     def store(self, req: StoreRequest | None) -> None:
         """Offload ``req``'s blocks, starting at this instant (after the caller yields)."""
@@ -43,7 +44,6 @@ class Offloader:
         return self.mover.start(t)
 
     def _store(self, req: StoreRequest):
-        tier = self.mgr.tiers[0]
         while True:
             placed = self.mgr.place_store(req)
             for t in placed.demotions:  # started first, as they were decided first
@@ -52,8 +52,27 @@ class Offloader:
                 self.env.process(self._run(placed.store))
             if placed.waiting is None:
                 return
-            yield self._drain[tier.name]
             req = placed.waiting
+            yield from self._wait(req)
+
+    def _wait(self, req: StoreRequest):
+        """Wait for demotions of the first tier to drain until placing ``req``
+        again could decide something new (:meth:`BlockManager.still_blocked`):
+        a waiting store looks at the tier once per drain, not at all its keys."""
+        tier = self.mgr.tiers[0]
+        keys = {key for key, _ in req.groups}
+        if tier.added is None:
+            tier.added = []
+        self._waiters += 1
+        since = len(tier.added)
+        while True:
+            yield self._drain[tier.name]
+            if not self.mgr.still_blocked(keys, since):
+                break
+            since = len(tier.added)
+        self._waiters -= 1
+        if not self._waiters:  # nobody reads the log: stop keeping it
+            tier.added = None
 
     def _run(self, t: Transfer):
         yield self.mover.start(t).done

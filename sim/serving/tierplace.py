@@ -154,6 +154,8 @@ def _replace_single(
                 alloc.live += 1
             tier._clock += 1
             entry = entries[new[i]] = Entry(new[i], runs, (slot,), nbytes, tier._clock)
+            if tier.added is not None:
+                tier.added.append(new[i])
             out.append(entry)
             u += b
         else:  # "wait" (demotions of earlier sets draining) or "full": not placed
