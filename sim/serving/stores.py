@@ -32,7 +32,7 @@ class Offloader:
         self.mover = mover
         self.env = mover.env
         self._drain = {t.name: self.env.event() for t in mgr.tiers}
-        self._waiters = 0  # stores waiting for the first tier to drain
+        self._waiting: list[list] = []  # [store, its keys, log position] waiting for a drain
 
     def store(self, req: StoreRequest | None) -> None:
         """Offload ``req``'s blocks, starting at this instant (after the caller yields)."""
@@ -44,34 +44,50 @@ class Offloader:
         return self.mover.start(t)
 
     def _store(self, req: StoreRequest):
-        while True:
-            placed = self.mgr.place_store(req)
-            for t in placed.demotions:  # started first, as they were decided first
-                self.env.process(self._run(t))
-            if placed.store is not None:
-                self.env.process(self._run(placed.store))
-            if placed.waiting is None:
-                return
-            req = placed.waiting
-            yield from self._wait(req)
+        """A process only so that the store is placed when simpy starts it."""
+        rest = self._place(req)
+        if rest is not None:
+            if not self._waiting:  # the first waiter: look at the next drain
+                self._drain[self.mgr.tiers[0].name].callbacks.append(self._on_drain)
+            self._enqueue(self._waiting, rest)
+        return
+        yield  # pragma: no cover - makes this a generator
 
-    def _wait(self, req: StoreRequest):
-        """Wait for demotions of the first tier to drain until placing ``req``
-        again could decide something new (:meth:`BlockManager.still_blocked`):
-        a waiting store looks at the tier once per drain, not at all its keys."""
+    def _place(self, req: StoreRequest) -> StoreRequest | None:
+        """Place ``req`` now, start its demotions and store; the groups that wait."""
+        placed = self.mgr.place_store(req)
+        for t in placed.demotions:  # started first, as they were decided first
+            self.env.process(self._run(t))
+        if placed.store is not None:
+            self.env.process(self._run(placed.store))
+        return placed.waiting
+
+    def _enqueue(self, queue: list[list], req: StoreRequest) -> None:
+        """``req`` waits for a drain of the first tier: its keys, and from where
+        in the tier's ``added`` log it has yet to look."""
         tier = self.mgr.tiers[0]
-        keys = {key for key, _ in req.groups}
         if tier.added is None:
             tier.added = []
-        self._waiters += 1
-        since = len(tier.added)
-        while True:
-            yield self._drain[tier.name]
-            if not self.mgr.still_blocked(keys, since):
-                break
-            since = len(tier.added)
-        self._waiters -= 1
-        if not self._waiters:  # nobody reads the log: stop keeping it
+        queue.append([req, {key for key, _ in req.groups}, len(tier.added)])
+
+    def _on_drain(self, _event) -> None:
+        """A demotion of the first tier drained: the waiting stores, in the order
+        they began to wait, place their groups again, except those for which
+        that could decide nothing new (:meth:`BlockManager.still_blocked`);
+        the ones still waiting keep their order for the next drain."""
+        tier = self.mgr.tiers[0]
+        waiting, self._waiting = self._waiting, []
+        for w in waiting:
+            if self.mgr.still_blocked(w[1], w[2]):
+                w[2] = len(tier.added)
+                self._waiting.append(w)
+                continue
+            rest = self._place(w[0])
+            if rest is not None:
+                self._enqueue(self._waiting, rest)
+        if self._waiting:
+            self._drain[tier.name].callbacks.append(self._on_drain)
+        else:  # nobody reads the log: stop keeping it
             tier.added = None
 
     def _run(self, t: Transfer):
