@@ -239,21 +239,26 @@ class BlockManager:
         rest = StoreRequest(req.rid, [(k, sources[k]) for k in waiting]) if waiting else None
         return Placement(demotions, store, rest)
 
-    def still_blocked(self, keys: set[int], since: int) -> bool:
-        """Whether :meth:`place_store` of a waiting store of ``keys`` would now
-        decide what it did last time (every key waits; nothing placed, evicted
-        or let go), so that it need not run.  True when tier 0 is one device
-        whose victims are demoted, none of ``keys`` was added to it since
-        position ``since`` of its ``added`` log (a key present is skipped and
-        let go), one more block does not fit, it has no evictable entry left and
-        demotions drain: :func:`sim.serving.tierplace.place_single`'s first key
-        then finds ``wait`` with no victim (dry), and so does every later key.
-        The LRU's top is looked up exactly as that path does."""
+    def keys_added(self, keys: set[int], since: int) -> bool:
+        """Whether one of ``keys`` was added to tier 0 since position ``since``
+        of its ``added`` log (True when it keeps none).  A waiting store none
+        of whose keys was added, placed again while :meth:`room_blocked`,
+        would decide what it did last time (every key waits; nothing placed,
+        evicted or let go: a key present would be skipped and let go), so it
+        need not be placed again."""
+        added = self.tiers[0].added
+        return added is None or any(k in keys for k in added[since:])
+
+    def room_blocked(self) -> bool:
+        """Whether every key a store places in tier 0 now must wait, with
+        nothing evicted: tier 0 is one device whose victims are demoted, one
+        more block does not fit, it has no evictable entry left and demotions
+        drain (:func:`sim.serving.tierplace.place_single`'s first key then
+        finds ``wait`` with no victim (dry), and so does every later key).
+        The LRU's top is looked up exactly as that path does (a second look
+        with nothing changed in between consumes nothing more)."""
         tier = self.tiers[0]
-        added = tier.added
-        if added is None or len(tier.devices) != 1 or not tier.draining or not self._demotes(0):
-            return False
-        if any(k in keys for k in added[since:]):
+        if len(tier.devices) != 1 or not tier.draining or not self._demotes(0):
             return False
         b, c = tier.bytes_on(layer_runs(tier.ratios, 1, tier.layers)[0])[0], tier.capacity[0]
         if b > c or tier.used[0] + b - c <= SLACK:

@@ -73,16 +73,22 @@ class Offloader:
     def _on_drain(self, _event) -> None:
         """A demotion of the first tier drained: the waiting stores, in the order
         they began to wait, place their groups again, except those for which
-        that could decide nothing new (:meth:`BlockManager.still_blocked`);
+        that could decide nothing new (:meth:`BlockManager.keys_added`, then
+        :meth:`~BlockManager.room_blocked`, looked at once until one of them places);
         the ones still waiting keep their order for the next drain."""
         tier = self.mgr.tiers[0]
         waiting, self._waiting = self._waiting, []
+        blocked = None  # room_blocked(), until a placement changes the tier
         for w in waiting:
-            if self.mgr.still_blocked(w[1], w[2]):
-                w[2] = len(tier.added)
-                self._waiting.append(w)
-                continue
+            if not self.mgr.keys_added(w[1], w[2]):
+                if blocked is None:
+                    blocked = self.mgr.room_blocked()
+                if blocked:
+                    w[2] = len(tier.added)
+                    self._waiting.append(w)
+                    continue
             rest = self._place(w[0])
+            blocked = None
             if rest is not None:
                 self._enqueue(self._waiting, rest)
         if self._waiting:

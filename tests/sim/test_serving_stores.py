@@ -1,6 +1,6 @@
 """A waiting store skips the placements that cannot change anything.
 
-:meth:`BlockManager.still_blocked` lets a store that waits for the first
+:meth:`BlockManager.keys_added` and :meth:`~BlockManager.room_blocked` let a store that waits for the first
 tier's demotions to drain skip re-placing its keys when the outcome is
 known.  The invariant: a run where it always answers "look again" (every
 waiting store re-placed at every drain, as before) gives the same request
@@ -36,18 +36,18 @@ def _run(n: int, block: int, tiers: dict[str, float]) -> tuple[pa.Table, pa.Tabl
 
 def test_skipping_blocked_retries_changes_no_record(monkeypatch) -> None:
     tiers = {"cpu_gib": 0.3, "ssd_gib": 2.0}
-    real = BlockManager.still_blocked
+    real = BlockManager.room_blocked
     said = {True: 0, False: 0}
 
-    def counted(self, keys, since):
-        out = real(self, keys, since)
+    def counted(self):
+        out = real(self)
         said[out] += 1
         return out
 
-    monkeypatch.setattr(BlockManager, "still_blocked", counted)
+    monkeypatch.setattr(BlockManager, "room_blocked", counted)
     fast = _run(150, 256, tiers)
-    assert said[True] > 100  # the skip happened, many times
-    monkeypatch.setattr(BlockManager, "still_blocked", lambda self, keys, since: False)
+    assert said[True] > 20  # the skip happened, many times
+    monkeypatch.setattr(BlockManager, "room_blocked", lambda self: False)
     slow = _run(150, 256, tiers)
     for a, b in zip(fast, slow, strict=True):
         assert a.num_rows == b.num_rows > 0
