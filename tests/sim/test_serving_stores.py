@@ -1,8 +1,9 @@
 """A waiting store skips the placements that cannot change anything.
 
-:meth:`BlockManager.keys_added` and :meth:`~BlockManager.room_blocked` let a store that waits for the first
-tier's demotions to drain skip re-placing its keys when the outcome is
-known.  The invariant: a run where it always answers "look again" (every
+:meth:`BlockManager.keys_added` and :meth:`~BlockManager.room_blocked`
+let a store that waits for the first tier's demotions to drain skip
+re-placing its keys when the outcome is known.  The invariant: a run where
+``room_blocked`` always answers "look again" (every
 waiting store re-placed at every drain, as before) gives the same request
 and op records, column for column, on an eviction-heavy paged-cpu-ssd run,
 and the skip did happen there (else the test would prove nothing).
