@@ -265,6 +265,30 @@ class BlockManager:
             return False
         return tier.lru.top(0, tier.entries, set()) is None
 
+    def fitting_prefix(self, n: int) -> int:
+        """How many keys :meth:`place_store` of a waiting store of ``n`` keys,
+        none of them in tier 0 (:meth:`keys_added` is False), would place, when
+        that is all it would do (no victim, the others wait): tier 0 is one
+        device whose victims are demoted, demotions drain, and the first ``m``
+        keys fit (the same float sums as
+        :func:`sim.serving.tierplace.place_single`'s bulk path) while the next
+        finds no evictable entry (dry: it and every later key wait).  Then
+        placing the first ``m`` alone is the same placement, and the rest wait
+        as they were.  0 when that is not so (place the store whole)."""
+        tier = self.tiers[0]
+        if len(tier.devices) != 1 or not tier.draining or not self._demotes(0):
+            return 0
+        b, c = tier.bytes_on(layer_runs(tier.ratios, 1, tier.layers)[0])[0], tier.capacity[0]
+        u, m = tier.used[0], 0
+        while m < n and u + b - c <= SLACK:
+            u += b
+            m += 1
+        if m == n or m == 0:
+            return m
+        if b > c or tier.lru.top(0, tier.entries, set()) is not None:
+            return 0  # the next key would evict (or is refused): not only a prefix
+        return m
+
     def on_stored(self, t: Transfer) -> list[Transfer]:
         """Store or demotion ``t`` ended: its entries are ready below, its sources
         let go; returns the transfers that follow (write-through to the next tier)."""

@@ -87,14 +87,35 @@ class Offloader:
                     w[2] = len(tier.added)
                     self._waiting.append(w)
                     continue
-            rest = self._place(w[0])
             blocked = None
+            if self._place_prefix(w):
+                continue
+            rest = self._place(w[0])
             if rest is not None:
                 self._enqueue(self._waiting, rest)
         if self._waiting:
             self._drain[tier.name].callbacks.append(self._on_drain)
         else:  # nobody reads the log: stop keeping it
             tier.added = None
+
+    def _place_prefix(self, w: list) -> bool:
+        """Place only the keys of waiter ``w`` that fit, when that is all placing
+        it whole would do (:meth:`BlockManager.fitting_prefix`; none of its keys
+        was added since it looked), without going over the keys that still wait;
+        ``w`` waits on with them, its place kept.  False when not so."""
+        req, keys, since = w
+        groups = req.groups
+        m = 0 if self.mgr.keys_added(keys, since) else self.mgr.fitting_prefix(len(groups))
+        if not m:
+            return False
+        rest = self._place(StoreRequest(req.rid, groups[:m]))
+        assert rest is None  # pragma: no branch - every one of them fits
+        if m < len(groups):
+            keys.difference_update([key for key, _ in groups[:m]])
+            w[0] = StoreRequest(req.rid, groups[m:])
+            w[2] = len(self.mgr.tiers[0].added)
+            self._waiting.append(w)
+        return True
 
     def _run(self, t: Transfer):
         yield self.mover.start(t).done

@@ -2,17 +2,21 @@
 
 :meth:`BlockManager.keys_added` and :meth:`~BlockManager.room_blocked`
 let a store that waits for the first tier's demotions to drain skip
-re-placing its keys when the outcome is known.  The invariant: a run where
-``room_blocked`` always answers "look again" (every
-waiting store re-placed at every drain, as before) gives the same request
-and op records, column for column, on an eviction-heavy paged-cpu-ssd run,
-and the skip did happen there (else the test would prove nothing).
+re-placing its keys when the outcome is known, and
+:meth:`~BlockManager.fitting_prefix` lets it place only the keys that fit
+when the others would wait anyway.  The invariant: a run where
+``room_blocked`` always answers "look again" and ``fitting_prefix`` "place
+it whole" (every waiting store re-placed whole at every drain, as before)
+gives the same request and op records, column for column, on an
+eviction-heavy paged-cpu-ssd run, and both shortcuts were taken there (else
+the test would prove nothing).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from hwprofiles.loader import load_profile
 from sim.models import get_model
@@ -35,8 +39,11 @@ def _run(n: int, block: int, tiers: dict[str, float]) -> tuple[pa.Table, pa.Tabl
     return rec.requests, rec.ops
 
 
-def test_skipping_blocked_retries_changes_no_record(monkeypatch) -> None:
-    tiers = {"cpu_gib": 0.3, "ssd_gib": 2.0}
+@pytest.mark.parametrize(
+    "n, tiers",
+    [(150, {"cpu_gib": 0.3, "ssd_gib": 2.0}), (85, {"cpu_gib": 18.63, "ssd_gib": 186.26})],
+)
+def test_skipping_blocked_retries_changes_no_record(monkeypatch, n, tiers) -> None:
     real = BlockManager.room_blocked
     said = {True: 0, False: 0}
 
@@ -45,11 +52,22 @@ def test_skipping_blocked_retries_changes_no_record(monkeypatch) -> None:
         said[out] += 1
         return out
 
+    real_prefix = BlockManager.fitting_prefix
+    cut = [0]
+
+    def counted_prefix(self, n):
+        m = real_prefix(self, n)
+        cut[0] += 0 < m < n
+        return m
+
     monkeypatch.setattr(BlockManager, "room_blocked", counted)
-    fast = _run(150, 256, tiers)
-    assert said[True] > 20  # the skip happened, many times
+    monkeypatch.setattr(BlockManager, "fitting_prefix", counted_prefix)
+    fast = _run(n, 256, tiers)
+    assert said[True] > 0  # the skip happened
+    assert cut[0] > 0  # and so did placing a waiting store's fitting keys alone
     monkeypatch.setattr(BlockManager, "room_blocked", lambda self: False)
-    slow = _run(150, 256, tiers)
+    monkeypatch.setattr(BlockManager, "fitting_prefix", lambda self, n: 0)
+    slow = _run(n, 256, tiers)
     for a, b in zip(fast, slow, strict=True):
         assert a.num_rows == b.num_rows > 0
         assert a.column_names == b.column_names
