@@ -38,9 +38,8 @@ from dataclasses import dataclass, field
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
-from sim.serving.placement import layer_runs
 from sim.serving.requests import Request
-from sim.serving.tierplace import SLACK
+from sim.serving.tierplace import fitting_prefix, room_blocked
 
 
 @dataclass
@@ -229,15 +228,15 @@ class BlockManager:
         sources = dict(req.groups)
         pending = [key for key, _ in req.groups]
         placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
-        for key in set(pending) - {e.key for e in placed} - set(waiting):
-            self.gpu.release(sources[key], 0)  # no room: not offloaded
+        if len(placed) + len(waiting) < len(pending):  # some were let go
+            for key in set(pending) - {e.key for e in placed} - set(waiting):
+                self.gpu.release(sources[key], 0)  # no room: not offloaded
         demotions = self._demotion_transfers()
         store = None
         if placed:
             pieces = store_pieces(None, tier, placed, self.gpu_name)
             store = Transfer("store", "dst", req.rid, pieces, None, tier, placed, [], sources)
-        rest = StoreRequest(req.rid, [(k, sources[k]) for k in waiting]) if waiting else None
-        return Placement(demotions, store, rest)
+        return Placement(demotions, store, _rest(req, pending, waiting, sources))
 
     def keys_added(self, keys: set[int], since: int) -> bool:
         """Whether one of ``keys`` was added to tier 0 since position ``since``
@@ -251,43 +250,13 @@ class BlockManager:
 
     def room_blocked(self) -> bool:
         """Whether every key a store places in tier 0 now must wait, with
-        nothing evicted: tier 0 is one device whose victims are demoted, one
-        more block does not fit, it has no evictable entry left and demotions
-        drain (:func:`sim.serving.tierplace.place_single`'s first key then
-        finds ``wait`` with no victim (dry), and so does every later key).
-        The LRU's top is looked up exactly as that path does (a second look
-        with nothing changed in between consumes nothing more)."""
-        tier = self.tiers[0]
-        if len(tier.devices) != 1 or not tier.draining or not self._demotes(0):
-            return False
-        b, c = tier.bytes_on(layer_runs(tier.ratios, 1, tier.layers)[0])[0], tier.capacity[0]
-        if b > c or tier.used[0] + b - c <= SLACK:
-            return False
-        return tier.lru.top(0, tier.entries, set()) is None
+        nothing evicted (:func:`sim.serving.tierplace.room_blocked`)."""
+        return room_blocked(self.tiers[0], self._demotes(0))
 
     def fitting_prefix(self, n: int) -> int:
-        """How many keys :meth:`place_store` of a waiting store of ``n`` keys,
-        none of them in tier 0 (:meth:`keys_added` is False), would place, when
-        that is all it would do (no victim, the others wait): tier 0 is one
-        device whose victims are demoted, demotions drain, and the first ``m``
-        keys fit (the same float sums as
-        :func:`sim.serving.tierplace.place_single`'s bulk path) while the next
-        finds no evictable entry (dry: it and every later key wait).  Then
-        placing the first ``m`` alone is the same placement, and the rest wait
-        as they were.  0 when that is not so (place the store whole)."""
-        tier = self.tiers[0]
-        if len(tier.devices) != 1 or not tier.draining or not self._demotes(0):
-            return 0
-        b, c = tier.bytes_on(layer_runs(tier.ratios, 1, tier.layers)[0])[0], tier.capacity[0]
-        u, m = tier.used[0], 0
-        while m < n and u + b - c <= SLACK:
-            u += b
-            m += 1
-        if m == n or m == 0:
-            return m
-        if b > c or tier.lru.top(0, tier.entries, set()) is not None:
-            return 0  # the next key would evict (or is refused): not only a prefix
-        return m
+        """How many keys of a waiting store of ``n`` keys, none in tier 0, to
+        place alone (:func:`sim.serving.tierplace.fitting_prefix`); 0: all."""
+        return fitting_prefix(self.tiers[0], self._demotes(0), n)
 
     def on_stored(self, t: Transfer) -> list[Transfer]:
         """Store or demotion ``t`` ended: its entries are ready below, its sources
@@ -383,6 +352,20 @@ def _ints(hs: Sequence[int], start: int, stop: int, step: int = 1) -> list[int]:
     """``hs[start:stop:step]`` as Python ints (``hs`` a tuple or an int64 array)."""
     part = hs[start:stop:step]
     return part.tolist() if hasattr(part, "tolist") else list(part)
+
+
+def _rest(
+    req: StoreRequest, pending: list[int], waiting: list[int], sources: dict[int, list[GpuBlock]]
+) -> StoreRequest | None:
+    """The groups of ``req`` whose ``waiting`` keys wait (None if none): a slice
+    of its groups when they are its last ones (the usual case: from the first
+    key that must wait on), else picked key by key."""
+    if not waiting:
+        return None
+    cut = len(pending) - len(waiting)
+    if cut >= 0 and pending[cut:] == waiting:
+        return StoreRequest(req.rid, req.groups[cut:])
+    return StoreRequest(req.rid, [(k, sources[k]) for k in waiting])
 
 
 def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTier, list[Entry]]:
