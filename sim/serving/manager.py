@@ -246,7 +246,7 @@ class BlockManager:
         evicted or let go: a key present would be skipped and let go), so it
         need not be placed again."""
         added = self.tiers[0].added
-        return added is None or any(k in keys for k in added[since:])
+        return added is None or not keys.isdisjoint(added[since:])
 
     def room_blocked(self) -> bool:
         """Whether every key a store places in tier 0 now must wait, with

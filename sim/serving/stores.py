@@ -80,7 +80,8 @@ class Offloader:
         waiting, self._waiting = self._waiting, []
         blocked = None  # room_blocked(), until a placement changes the tier
         for w in waiting:
-            if not self.mgr.keys_added(w[1], w[2]):
+            fresh = not self.mgr.keys_added(w[1], w[2])  # none of its keys placed since
+            if fresh:
                 if blocked is None:
                     blocked = self.mgr.room_blocked()
                 if blocked:
@@ -88,7 +89,7 @@ class Offloader:
                     self._waiting.append(w)
                     continue
             blocked = None
-            if self._place_prefix(w):
+            if fresh and self._place_prefix(w):
                 continue
             rest = self._place(w[0])
             if rest is not None:
@@ -101,11 +102,12 @@ class Offloader:
     def _place_prefix(self, w: list) -> bool:
         """Place only the keys of waiter ``w`` that fit, when that is all placing
         it whole would do (:meth:`BlockManager.fitting_prefix`; none of its keys
-        was added since it looked), without going over the keys that still wait;
-        ``w`` waits on with them, its place kept.  False when not so."""
-        req, keys, since = w
+        was added since it looked: the caller checked), without going over the
+        keys that still wait; ``w`` waits on with them, its place kept.  False
+        when not so."""
+        req, keys, _since = w
         groups = req.groups
-        m = 0 if self.mgr.keys_added(keys, since) else self.mgr.fitting_prefix(len(groups))
+        m = self.mgr.fitting_prefix(len(groups))
         if not m:
             return False
         rest = self._place(StoreRequest(req.rid, groups[:m]))
