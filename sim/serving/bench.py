@@ -20,58 +20,64 @@ trace, not assumed.
 
 The run keeps no plan (``keep_plan=False``: no extents, no dependencies;
 the op records need neither).  Prints requests served, simulated span
-(last finish), wall time, speed vs real time (simulated span / wall) and
-the process's peak RSS, at the end and before the run's first event (the
-trace and the engine's setup), so what the run itself adds shows.
+(last finish), wall time, speed vs real time (simulated span / wall), the
+process's CPU time in the run and the speed per CPU second (simulated span /
+CPU time: what a loaded machine's wall time hides), and the process's peak
+RSS, at the end and before the run's first event (the trace and the
+engine's setup), so what the run itself adds shows.
 
-Measured 2026-11-24 03:56-04:40 (branch sonline2 at 37356dd: pool placement's
-short keys inlined, spill runs memoised per device mask; SSD op totals from
-Python ints; paged-cpu-ssd from 12K on with the store wake-up fix, which
-changes no column of the eviction-heavy baseline runs), Llama-3.1-8B on
-h100-2dimm-2ssd, seed 0, back to back on the 2-core machine shared with four
-other helpers: load average 6.9-9.6 during the block-256 runs, 4.1-4.3 during
-block 16, so every wall time here is 2-5x what the process alone would take.
-wall (s) / simulated span (s) / speed vs real time / peak RSS (MiB).
+Measured 2026-11-24 05:25-05:42 (branch sfast3 at 7e525cc: waiting stores
+re-placed only when a drain can change their verdict, and then only their
+keys that fit; no column of the baseline runs changes), Llama-3.1-8B on
+h100-2dimm-2ssd, seed 0, back to back on the 2-core machine shared with five
+other helpers (``uptime`` load average 5.0-9.3), so wall times are 1-4x the
+CPU time; the CPU time of the run (``time.process_time``) is the figure to
+compare.  CPU s / simulated span s / speed per CPU second (speed per wall
+second) / peak RSS MiB:
 
-=======================  ============================  ============================
-design                   block 256, 1K requests        block 16, 1K requests
-=======================  ============================  ============================
-gpu-only                 1.09 / 499 / 459x / 159       1.35 / 496 / 367x / 200
-lmcache                  8.29 / 571 / 69x / 157        28.0 / 576 / 21x / 290
-lmcache-lp               8.19 / 513 / 63x / 163        18.8 / 511 / 27x / 244
-lmcache-lp-async         11.4 / 461 / 41x / 157        18.8 / 455 / 24x / 237
-paged-cpu                5.48 / 498 / 91x / 157        6.42 / 497 / 77x / 200
-paged-cpu-ssd            78.5 / 758 / 9.7x / 164 [1]   not measured (time)
-paged-ssd                7.33 / 457 / 62x / 165        not measured (time)
-pool                     21.4 / 483 / 23x / 168        not measured (time)
-pool-orchestrator-only   23.9 / 482 / 20x / 168        not measured (time)
-pool-passthrough-only    11.0 / 452 / 41x / 158        not measured (time)
-=======================  ============================  ============================
+======================  ==================================  ==============================
+design                  block 256, 1K requests              block 16, 1K requests
+======================  ==================================  ==============================
+gpu-only                0.40 / 499 / 1,249x (1,241x) / 157  1.32 / 496 / 377x (151x) / 200
+hicache                 0.40 / 499 / 1,234x (875x) / 157    1.49 / 496 / 334x (72x) / 200
+lmcache                 1.60 / 569 / 357x (129x) / 157      17.1 / 573 / 34x (12x) / 278
+lmcache-lp              1.66 / 512 / 308x (103x) / 163      9.98 / 568 / 57x (43x) / 242
+lmcache-lp-async        1.65 / 452 / 273x (63x) / 157       9.47 / 453 / 48x (47x) / 238
+paged-cpu               0.70 / 498 / 711x (160x) / 157      2.74 / 497 / 182x (180x) / 200
+paged-cpu-ssd           5.68 / 758 / 134x (37x) / 164       81.2 / 806 / 9.9x (5.5x) / 305
+paged-ssd               1.14 / 457 / 400x (161x) / 157      5.07 / 459 / 91x (54x) / 200
+pool                    3.16 / 481 / 152x (29x) / 169       21.0 / 482 / 23x (15x) / 286
+pool-orchestrator-only  3.31 / 482 / 145x (33x) / 169       22.7 / 485 / 21x (7.7x) / 284
+pool-passthrough-only   1.55 / 452 / 292x (132x) / 158      11.2 / 453 / 40x (23x) / 239
+======================  ==================================  ==============================
 
-[1] alone, after the table, with the fix: without it the run stalls (359
-requests left) since the issue-15 merge (shared host-memory channel).
+Growth with the request count, block 256, CPU s / span s / speed per CPU
+second (1K / 4K / 12K requests): gpu-only 0.40 / 1.24 / 3.80 s, 1,249x /
+1,755x / 1,801x; lmcache 1.60 / 4.72 / 11.75 s, 357x / 480x / 591x; pool
+3.16 / 12.9 / 40.2 s, 152x / 167x / 170x; paged-cpu-ssd 5.68 / 23.9 /
+78.4 s, 134x / 157x / 151x (spans 758 / 3,753 / 11,857 s).  CPU time
+grows linearly with the simulated span (speed does not fall from 1K to 12K).
+Peak RSS 234 MiB at 4K, 446 MiB at 12K, all of it there before the run's
+first event (the trace).
 
-Growth with the request count, block 256 (4K / 12K requests): lmcache
-43.1 s / 2,265 s / 53x and 87.6 s / 6,946 s / 79x; pool 78.8 s / 2,149 s /
-27x and 188 s / 6,830 s / 36x; gpu-only 7.15 s / 2,170 s / 303x and 12.4 s /
-6,849 s / 551x; paged-cpu-ssd 188 s / 11,857 s / 63x at 12K.  Peak RSS 234
-MiB at 4K, 446 MiB at 12K, the same before the run's first event (the trace).
-Wall time grows linearly: speed does not fall systematically from 1K to 12K
-(lmcache 69x, 53x, 79x; pool 23x, 27x, 36x: the load varies more), and
-within one run the progress lines show a steady simulated rate from the
-first requests to the last (lmcache 4K:
-the first 1,059 requests take a quarter of the wall).  Below 300x real time
-here: every offloading design; the load alone explains 2-5x of it.
+paged-cpu-ssd before these changes (back to back at 05:44-05:46, load 6.3-7.4;
+process CPU including ~1 s of trace and setup): 1K requests at block 256
+9.10 s -> 5.70 s; 200 requests at block 16 36.7 s -> 8.80 s.  Its waiting
+stores (each retried at every demotion that drained, over all its keys)
+were quadratic in the queue; at block 16 it could not be run to 1K before.
+Still below 300x per CPU second: at block 256 lmcache-lp-async (273x), the
+pool family and paged-cpu-ssd; at block 16 every design but gpu-only and
+hicache.  Where the time goes now: per-key pool placement
+(:func:`sim.serving.tierplace.place_pool`'s short keys, ~35K at 1K
+requests, each a distinct spill or eviction), the flow network's re-rating
+per op, and at block 16 per-block bookkeeping in lookup, store and the
+GPU cache (9M blocks).
 
-Quiet machine, 2026-11-24 04:34-04:37 (main at the end of that session, load
-average 0.9-1.1, nothing else running), block 256, 1K requests, speed vs
-real time: gpu-only 1,260x, paged-cpu 769x, paged-ssd 445x, lmcache 364x,
-lmcache-lp 336x, lmcache-lp-async 310x, pool-passthrough-only 283x,
-pool-orchestrator-only 167x, pool 166x, paged-cpu-ssd 86x; block 16:
-lmcache 35x, pool 22.5x.  4K / 12K requests (block 256): lmcache 4.44 s /
-11.3 s wall (510x / 614x), pool 12.8 s / 40.5 s (168x / 169x), gpu-only
-1.24 s / 3.74 s (1,744x / 1,831x); peak RSS 234 / 446 MiB, all of it there
-before the first event (the trace).
+Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
+sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
+769x, paged-ssd 445x, lmcache 364x, lmcache-lp 336x, lmcache-lp-async 310x,
+pool-passthrough-only 283x, pool-orchestrator-only 167x, pool 166x,
+paged-cpu-ssd 86x; block 16: lmcache 35x, pool 22.5x.
 """
 
 from __future__ import annotations
@@ -179,16 +185,19 @@ def run(
         reqs,
     )
     before = _peak_rss_mib()  # the trace and the engine, before any event
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     records = engine.run(_progress(t0) if progress else None)
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0  # this process alone: robust to a loaded machine
     table = records.requests
     assert table is not None
     span = float(np.nanmax(table.column("finish_s").to_numpy(zero_copy_only=False)))
     rss_mib = _peak_rss_mib()
     speed = span / wall if wall > 0 else float("inf")
-    return {"requests": len(reqs), **stats, "span_s": span, "wall_s": wall,
-            "speed": speed, "peak_rss_mib": rss_mib, "setup_peak_rss_mib": before}  # fmt: skip
+    speed_cpu = span / cpu if cpu > 0 else float("inf")
+    return {"requests": len(reqs), **stats, "span_s": span, "wall_s": wall, "cpu_s": cpu,
+            "speed": speed, "speed_cpu": speed_cpu, "peak_rss_mib": rss_mib,
+            "setup_peak_rss_mib": before}  # fmt: skip
 
 
 def _peak_rss_mib() -> float:
@@ -241,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{a.design} block={a.block} requests={m['requests']} "
         f"input mean={m['mean_input']:,.0f} p99={m['p99_input']:,.0f} "
         f"reusable={m['reusable']:.0%} | span={m['span_s']:,.1f} s wall={m['wall_s']:,.2f} s "
-        f"speed={m['speed']:,.1f}x real time peak RSS={m['peak_rss_mib']:,.0f} MiB "
+        f"speed={m['speed']:,.1f}x real time cpu={m['cpu_s']:,.2f} s "
+        f"({m['speed_cpu']:,.1f}x real time per CPU second) peak RSS={m['peak_rss_mib']:,.0f} MiB "
         f"(before the run: {m['setup_peak_rss_mib']:,.0f} MiB)"
     )
     return 0

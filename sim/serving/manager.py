@@ -39,6 +39,7 @@ from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
 from sim.serving.requests import Request
+from sim.serving.tierplace import fitting_prefix, room_blocked
 
 
 @dataclass
@@ -256,15 +257,35 @@ class BlockManager:
         sources = dict(req.groups)
         pending = [key for key, _ in req.groups]
         placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
-        for key in set(pending) - {e.key for e in placed} - set(waiting):
-            self.gpu.release(sources[key], 0)  # no room: not offloaded
+        if len(placed) + len(waiting) < len(pending):  # some were let go
+            for key in set(pending) - {e.key for e in placed} - set(waiting):
+                self.gpu.release(sources[key], 0)  # no room: not offloaded
         demotions = self._demotion_transfers()
         store = None
         if placed:
             pieces = store_pieces(None, tier, placed, self.gpu_name)
             store = Transfer("store", "dst", req.rid, pieces, None, tier, placed, [], sources)
-        rest = StoreRequest(req.rid, [(k, sources[k]) for k in waiting]) if waiting else None
-        return Placement(demotions, store, rest)
+        return Placement(demotions, store, _rest(req, pending, waiting, sources))
+
+    def keys_added(self, keys: set[int], since: int) -> bool:
+        """Whether one of ``keys`` was added to tier 0 since position ``since``
+        of its ``added`` log (True when it keeps none).  A waiting store none
+        of whose keys was added, placed again while :meth:`room_blocked`,
+        would decide what it did last time (every key waits; nothing placed,
+        evicted or let go: a key present would be skipped and let go), so it
+        need not be placed again."""
+        added = self.tiers[0].added
+        return added is None or not keys.isdisjoint(added[since:])
+
+    def room_blocked(self) -> bool:
+        """Whether every key a store places in tier 0 now must wait, with
+        nothing evicted (:func:`sim.serving.tierplace.room_blocked`)."""
+        return room_blocked(self.tiers[0], self._demotes(0))
+
+    def fitting_prefix(self, n: int) -> int:
+        """How many keys of a waiting store of ``n`` keys, none in tier 0, to
+        place alone (:func:`sim.serving.tierplace.fitting_prefix`); 0: all."""
+        return fitting_prefix(self.tiers[0], self._demotes(0), n)
 
     def on_stored(self, t: Transfer) -> list[Transfer]:
         """Store or demotion ``t`` ended: its entries are ready below, its sources
@@ -360,6 +381,20 @@ def _ints(hs: Sequence[int], start: int, stop: int, step: int = 1) -> list[int]:
     """``hs[start:stop:step]`` as Python ints (``hs`` a tuple or an int64 array)."""
     part = hs[start:stop:step]
     return part.tolist() if hasattr(part, "tolist") else list(part)
+
+
+def _rest(
+    req: StoreRequest, pending: list[int], waiting: list[int], sources: dict[int, list[GpuBlock]]
+) -> StoreRequest | None:
+    """The groups of ``req`` whose ``waiting`` keys wait (None if none): a slice
+    of its groups when they are its last ones (the usual case: from the first
+    key that must wait on), else picked key by key."""
+    if not waiting:
+        return None
+    cut = len(pending) - len(waiting)
+    if cut >= 0 and pending[cut:] == waiting:
+        return StoreRequest(req.rid, req.groups[cut:])
+    return StoreRequest(req.rid, [(k, sources[k]) for k in waiting])
 
 
 def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTier, list[Entry]]:
