@@ -1,6 +1,7 @@
 """kvtier's shared contracts, imported by both backends, and the CLI on top.
 
-* :mod:`kvtier.plan` — the transfer plan (schema, builder, validation);
+* :mod:`kvtier.plan` — the transfer plan (schema, builder, validation; its parts
+  in :mod:`kvtier.plan_schema` and :mod:`kvtier.plan_check`);
 * :mod:`kvtier.geometry` — the byte ranges and I/Os of its read/write ops;
 * :mod:`kvtier.records` — what an executor measured (one schema for sim and real);
 * :mod:`kvtier.units` — unit conversions and formatting;

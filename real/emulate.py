@@ -28,116 +28,36 @@ Where the kernel cannot throttle (not root, no losetup, no blkio) the devices
 are plain files and ``Target.pacing`` tells the replayer to hold the same
 limits itself; a one-line warning says so.
 
-:class:`EmulatedSet` is a context manager; leaving it -- normally, by an
-exception or a signal (:mod:`real._signals`) -- detaches the loop devices,
-removes the cgroup and deletes the files, each registered in
-:data:`real.cleanup.REGISTRY` as it is made.  It never touches loop devices or
-cgroups it did not create.
+:class:`EmulatedSet` (:mod:`real._emuset`) is a context manager; leaving
+it removes everything the set made.
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
 import dataclasses
 import itertools
 import logging
 import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 from hwprofiles.loader import ProfileError, load_profile
 from hwprofiles.schema import HardwareProfile
 from real import blkio, fio
+from real._emuset import EmulatedSet, allocate, check_space, in_memory
 from real._signals import phase
-from real.capacity import METERS, Meter, Rates, check_limits, make_meter
+from real.capacity import METERS, Meter, check_limits, make_meter
 from real.cleanup import REGISTRY, file_id
 from real.errors import RealError
 from real.profile_yaml import scaled_profile, write_scaled_profile
 from real.sustain import emulation_scale
 from real.targets import Limits, Target
 
+__all__ = ["MODES", "EmulatedSet", "add_cli", "emulate", "print_set"]
+
 log = logging.getLogger("kvtier.real")
 MODES = ("auto", "throttle", "pacing")
 _seq = itertools.count()
-
-
-class EmulatedSet:
-    """The emulated devices of one :func:`emulate` call; close (or leave ``with``) to remove.
-
-    ``targets``: one :class:`Target` per SSD node, in node order.
-    ``profile`` / ``profile_path``: the scaled profile, as loaded from its YAML.
-    ``scale``: the factor applied to the source's bandwidth and IOPS.
-    ``mode``: ``throttle`` (kernel limits, loop devices) or ``pacing``.
-    ``cgroup``: the blkio group to join (None when pacing).
-    ``sustainable``: measured rates of the backing store (None if ``scale`` was given).
-    ``note``: one line describing the set (printed by the CLI).
-    """
-
-    def __init__(self, workdir: Path, source: HardwareProfile, mode: str) -> None:
-        self.workdir = workdir
-        self.source = source
-        self.mode = mode
-        self.targets: tuple[Target, ...] = ()
-        self.profile: HardwareProfile | None = None
-        self.profile_path: Path | None = None
-        self.scale = 1.0
-        self.sustainable: Rates | None = None
-        self.replayer_iops: float | None = None  # the replayer's ceiling the scale obeys
-        self.note = ""
-        self.group: blkio.ThrottleGroup | None = None
-        self.loops: list[tuple[str, Path]] = []
-        self.closed = False
-        atexit.register(self.close)
-
-    @property
-    def cgroup(self) -> Path | None:
-        return self.group.path if self.group else None
-
-    def join(self, pid: int | None = None) -> None:
-        """Put process ``pid`` (default: this one) under the devices' limits."""
-        if self.group is not None:
-            self.group.join(pid)
-
-    def leave(self, pid: int | None = None) -> None:
-        if self.group is not None:
-            self.group.leave(pid)
-
-    @contextlib.contextmanager
-    def joined(self, pid: int | None = None) -> Iterator[EmulatedSet]:
-        """``with es.joined():`` -- this process is throttled inside the block."""
-        self.join(pid)
-        try:
-            yield self
-        finally:
-            self.leave(pid)
-
-    def close(self) -> None:
-        """Detach the loop devices, remove the cgroup, delete the files (idempotent)."""
-        if self.closed:
-            return
-        self.closed = True
-        atexit.unregister(self.close)
-        problems = []
-        if self.group is not None:
-            try:
-                self.group.remove()
-            except RealError as exc:
-                problems.append(str(exc))
-        for dev, backing in reversed(self.loops):
-            blkio.loop_detach(dev, backing)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        REGISTRY.forget("tree", path=str(self.workdir))
-        if problems:
-            raise RealError("; ".join(problems))
-
-    def __enter__(self) -> EmulatedSet:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def emulate(
@@ -169,33 +89,16 @@ def emulate(
     or ``replayer`` (kvtier's own, :func:`real.capacity.measure_rates_replayer`:
     no fio needed).
     """
-    if meter not in METERS:
-        raise RealError(f"meter must be one of {METERS}, got {meter!r}")
-    if latency not in ("source", "measured"):
-        raise RealError(f"latency must be 'source' or 'measured', got {latency!r}")
-    if latency == "measured" and scale is not None:
-        raise RealError("latency='measured' needs the measurement: leave scale unset")
-    if mode not in MODES:
-        raise RealError(f"mode must be one of {MODES}, got {mode!r}")
+    _check_options(meter, latency, scale, mode)
     source = profile if isinstance(profile, HardwareProfile) else _load(profile)
-    count = len(source.ssd_names)
-    n = count if n is None else n
-    if not 1 <= n <= count:
-        raise RealError(
-            f"--n: profile {source.name} has {count} SSDs; n must be 1..{count}, got {n}"
-        )
+    n = _device_count(source, n)
     if size < (1 << 20) or size % 4096:
         raise RealError(f"--size: must be a multiple of 4096 and >= 1 MiB, got {size}")
     if scale is not None and not 0 < scale <= 1:
         raise RealError(f"--scale: must be in (0, 1], got {scale}")
     where = Path(where)
-    _check_space(where, n * size)
-    reason = blkio.throttle_unavailable(cgroup_root) if mode != "pacing" else None
-    if reason and mode == "throttle":
-        raise RealError(f"cannot throttle emulated devices: {reason}")
-    chosen = "pacing" if (mode == "pacing" or reason) else "throttle"
-    if reason:
-        log.warning("kvtier: %s: emulated SSDs are plain files paced by the replayer", reason)
+    check_space(where, n * size)
+    chosen = _choose_mode(mode, cgroup_root)
     workdir = where / f"kvtier-emu-{os.getpid()}-{next(_seq)}"
     try:
         workdir.mkdir(parents=True)
@@ -214,21 +117,45 @@ def emulate(
     return es
 
 
+def _check_options(meter: str, latency: str, scale: float | None, mode: str) -> None:
+    """The named choices of :func:`emulate` are known and agree with each other."""
+    if meter not in METERS:
+        raise RealError(f"meter must be one of {METERS}, got {meter!r}")
+    if latency not in ("source", "measured"):
+        raise RealError(f"latency must be 'source' or 'measured', got {latency!r}")
+    if latency == "measured" and scale is not None:
+        raise RealError("latency='measured' needs the measurement: leave scale unset")
+    if mode not in MODES:
+        raise RealError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def _device_count(source: HardwareProfile, n: int | None) -> int:
+    """``n`` (default: all the profile's SSDs), checked against the profile."""
+    count = len(source.ssd_names)
+    n = count if n is None else n
+    if not 1 <= n <= count:
+        raise RealError(
+            f"--n: profile {source.name} has {count} SSDs; n must be 1..{count}, got {n}"
+        )
+    return n
+
+
+def _choose_mode(mode: str, cgroup_root: str | Path) -> str:
+    """``throttle`` where the kernel can (and ``mode`` allows), else ``pacing``;
+    refuses when ``mode`` is ``throttle`` and the kernel cannot."""
+    reason = blkio.throttle_unavailable(cgroup_root) if mode != "pacing" else None
+    if reason and mode == "throttle":
+        raise RealError(f"cannot throttle emulated devices: {reason}")
+    if reason:
+        log.warning("kvtier: %s: emulated SSDs are plain files paced by the replayer", reason)
+    return "pacing" if (mode == "pacing" or reason) else "throttle"
+
+
 def _load(name: str | Path) -> HardwareProfile:
     try:
         return load_profile(name)
     except ProfileError as exc:
         raise RealError(str(exc)) from None
-
-
-def _check_space(where: Path, need: int) -> None:
-    try:
-        st = os.statvfs(where)
-    except OSError as exc:
-        raise RealError(f"{where}: {exc.strerror}") from None
-    free = st.f_bavail * st.f_frsize
-    if free < need:
-        raise RealError(f"{where}: {need / 2**30:.2f} GiB needed, {free / 2**30:.2f} GiB free")
 
 
 def _build(
@@ -245,7 +172,7 @@ def _build(
     unless given) and one target per device, limited to the scaled profile's rates."""
     backing = [es.workdir / f"ssd{i}.img" for i in range(n)]
     for path in backing:
-        _allocate(path, size, fill or (scale is None and not _in_memory(path)))
+        allocate(path, size, fill or (scale is None and not in_memory(path)))
     paths = [str(p) for p in backing]
     if es.mode == "throttle":
         for path in backing:
@@ -311,38 +238,6 @@ def _describe(es: EmulatedSet, out: Path, size: int, measured_latency: bool) -> 
 
 def _mbs(bps: float) -> str:
     return f"{bps / 1e6:.1f} MB/s"
-
-
-def _in_memory(path: Path) -> bool:
-    """Whether ``path`` lies on tmpfs/ramfs (allocated pages are real storage there)."""
-    best, fstype = "", ""
-    target = str(path.resolve())
-    with open("/proc/self/mounts") as fh:
-        for line in fh:
-            parts = line.split()
-            mnt = parts[1]
-            if (target == mnt or target.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(
-                best
-            ):
-                best, fstype = mnt, parts[2]
-    return fstype in ("tmpfs", "ramfs")
-
-
-def _allocate(path: Path, size: int, fill: bool) -> None:
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        try:
-            os.posix_fallocate(fd, 0, size)
-            if fill:
-                chunk = bytes(8 << 20)
-                for off in range(0, size, len(chunk)):
-                    os.pwrite(fd, chunk[: size - off], off)
-                    phase("fill")
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise RealError(f"cannot create {path} ({size} bytes): {exc.strerror}") from None
 
 
 # ---- CLI -------------------------------------------------------------------------

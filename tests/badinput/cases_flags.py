@@ -1,0 +1,77 @@
+"""Bad-input cases: flag values, `real validate` flags and sweep factors."""
+
+from __future__ import annotations
+
+from tests.badinput.builders import CONV, GEN, VALIDATE, VIDUR, Files
+
+FLAGS: list[tuple[str, str, Files, str]] = [
+    # --- flag values: negative, zero, non-finite, fractional, not a number, unknown choice
+    *[
+        (f"sim-steps-{v}", f"sim --steps {v}", {}, "--steps")
+        for v in ("0", "-1", "1.5", "nan", "inf", "x")
+    ],
+    *[(f"sim-seed-{v}", f"sim --seed {v}", {}, "--seed") for v in ("-1", "1.5", "x", "inf")],
+    *[
+        (f"sweep-jobs-{v}", f"sweep --factor ssds=1 --jobs {v}", {}, "--jobs")
+        for v in ("0", "-2", "1.5")
+    ],
+    *[
+        (f"sweep-steps-{v}", f"sweep --factor ssds=1 --steps {v}", {}, "--steps")
+        for v in ("0", "nan")
+    ],
+    *[
+        (f"gen-sessions-{v}", f"{GEN} --sessions {v}", {}, "--sessions")
+        for v in ("0", "-1", "1.5", "nan")
+    ],
+    *[(f"gen-rate-{v}", f"{GEN} --rate {v}", {}, "--rate") for v in ("0", "-1", "inf", "nan")],
+    *[(f"gen-think-{v}", f"{GEN} --think-s {v}", {}, "--think-s") for v in ("-1", "nan", "inf")],
+    ("gen-seed-neg", f"{GEN} --seed -1", {}, "--seed"),
+    *[
+        (f"gen-block-{v}", f"{GEN} --block-tokens {v}", {}, "--block-tokens")
+        for v in ("0", "-5", "2.5")
+    ],
+    ("gen-system-neg", f"{GEN} --system-prompt-tokens -1", {}, "--system-prompt-tokens"),
+    *[
+        (f"conv-scale-{v}", f"{CONV} --scale-rate {v}", {}, "--scale-rate")
+        for v in ("0", "-1", "nan")
+    ],
+    ("conv-window-nan", f"{CONV} --window nan 5", {}, "--window"),
+    ("conv-window-neg", f"{CONV} --window -1 5", {}, "--window"),
+    ("conv-window-reversed", f"{CONV} --window 5 1", {"t.csv": VIDUR + "1,2,3\n"}, "--window"),
+    ("stats-block-0", "trace stats t.csv --block-tokens 0", {}, "--block-tokens"),
+    ("stats-format", "trace stats t.csv --format bogus", {}, "--format"),
+    ("profiles-action", "profiles bogus", {}, "action"),
+    ("models-action", "models bogus", {}, "action"),
+    ("command", "bogus", {}, "bogus"),
+    ("sim-unknown-flag", "sim --bogus", {}, "--bogus"),
+    ("sweep-no-factor", "sweep", {}, "--factor"),
+    ("conv-no-out", "trace convert t.csv", {}, "--out"),
+    # --- real validate (parsed before any I/O)
+    *[
+        (f"validate-{flag[2:]}-{v}", f"{VALIDATE} {flag} {v}", {}, flag)
+        for flag, values in (
+            ("--steps", ("0", "1.5")),
+            ("--n", ("0", "-1")),
+            ("--step-s", ("-1", "0", "nan")),
+            ("--scale", ("0", "nan", "2")),
+            ("--seed", ("-1",)),
+            ("--regimes", ("bogus", ",")),
+        )
+        for v in values
+    ],
+    ("replay-seed-neg", "real replay --plan p --targets-dir t --out o --seed -1", {}, "--seed"),
+    ("replay-qd-zero", "real replay --plan p --targets-dir t --out o --qd 0", {}, "--qd"),
+    # --- sweep factors, typed per factor
+    ("factor-ssds-neg", "sweep --factor ssds --values -1", {}, "ssds"),
+    ("factor-batch-frac", "sweep --factor batch --values 1.5", {}, "batch"),
+    ("factor-batch-zero", "sweep --factor batch=0", {}, "batch"),
+    ("factor-context-zero", "sweep --factor context_tokens --values 0", {}, "context_tokens"),
+    ("factor-sparsity-big", "sweep --factor sparsity=2", {}, "sparsity"),
+    ("factor-gds-word", "sweep --scenario tiers --factor gds=maybe", {}, "gds"),
+    ("factor-unknown", "sweep --factor bogus=1,2", {}, "bogus"),
+    ("factor-twice", "sweep --factor ssds=1 --factor ssds=2", {}, "ssds"),
+    ("factor-values-two", "sweep --factor ssds --factor batch --values 1", {}, "--values"),
+    ("factor-no-values", "sweep --factor ssds", {}, "ssds"),
+    ("factor-hw-unknown", "sweep --factor hw=nope", {}, "nope"),
+    ("factor-steps-nan", "sweep --factor steps=.nan", {}, "steps"),
+]

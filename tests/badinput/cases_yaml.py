@@ -1,0 +1,262 @@
+"""Bad-input cases: profile YAML and scenario YAML."""
+
+from __future__ import annotations
+
+from tests.badinput.builders import PROFILE, Files, bomb, profile, serving, sparse
+
+YAML: list[tuple[str, str, Files, str]] = [
+    # --- profile YAML (read by `profiles show FILE`, `sim --hw FILE`, `sweep --hw FILE`)
+    ("yaml-latin1", "profiles show p.yaml", {"p.yaml": PROFILE.encode() + b"# caf\xe9\n"}, "UTF-8"),
+    ("yaml-utf16", "profiles show p.yaml", {"p.yaml": PROFILE.encode("utf-16")}, "UTF-16"),
+    ("yaml-binary", "profiles show p.yaml", {"p.yaml": b"\x00\x01\x02\x03gpu"}, "p.yaml"),
+    ("yaml-bomb", "profiles show p.yaml", {"p.yaml": bomb()}, "alias"),
+    ("yaml-self-alias", "profiles show p.yaml", {"p.yaml": "a: &x [1, *x]\n"}, "alias"),
+    ("yaml-deep", "profiles show p.yaml", {"p.yaml": "a: " + "[" * 3000 + "]" * 3000}, "p.yaml"),
+    ("yaml-syntax", "profiles show p.yaml", {"p.yaml": "gpu: [1,\n"}, "invalid YAML"),
+    ("yaml-not-mapping", "profiles show p.yaml", {"p.yaml": "- 1\n- 2\n"}, "mapping"),
+    ("yaml-missing", "profiles show nope.yaml", {}, "nope.yaml"),
+    ("yaml-is-dir", "profiles show d.yaml", {"d.yaml/x": ""}, "d.yaml"),
+    (
+        "prof-unknown-key",
+        "profiles show p.yaml",
+        {"p.yaml": profile("  count: 1 ", "  cuont: 1 ")},
+        "gpu.cuont",
+    ),
+    (
+        "prof-zero-gbps",
+        "profiles show p.yaml",
+        {"p.yaml": profile("read_gbps: 14.7", "read_gbps: 0")},
+        "read_gbps",
+    ),
+    (
+        "prof-neg-gbps",
+        "profiles show p.yaml",
+        {"p.yaml": profile("read_gbps: 14.7", "read_gbps: -1")},
+        "read_gbps",
+    ),
+    (
+        "prof-nan-gbps",
+        "profiles show p.yaml",
+        {"p.yaml": profile("read_gbps: 14.7", "read_gbps: .nan")},
+        "read_gbps",
+    ),
+    (
+        "prof-inf-iops",
+        "profiles show p.yaml",
+        {"p.yaml": profile("read_iops: 1850000", "read_iops: .inf")},
+        "read_iops",
+    ),
+    (
+        "prof-str-gbps",
+        "profiles show p.yaml",
+        {"p.yaml": profile("read_gbps: 14.7", "read_gbps: fast")},
+        "read_gbps",
+    ),
+    (
+        "prof-bool-cores",
+        "profiles show p.yaml",
+        {"p.yaml": profile("cores: 16", "cores: true")},
+        "cpu.cores",
+    ),
+    (
+        "prof-frac-count",
+        "profiles show p.yaml",
+        {"p.yaml": profile("count: 2 ", "count: 2.5 ")},
+        "count",
+    ),
+    (
+        "prof-neg-latency",
+        "profiles show p.yaml",
+        {"p.yaml": profile("read_latency_us: 60", "read_latency_us: -60")},
+        "read_latency_us",
+    ),
+    (
+        "prof-tiny-ssd",
+        "profiles show p.yaml",
+        {"p.yaml": profile("capacity_gib: 1862.6", "capacity_gib: 0.000001")},
+        "capacity_gib",
+    ),
+    (
+        "sim-ssd-below-kv",
+        "sim --hw p.yaml",
+        {"p.yaml": profile("capacity_gib: 1862.6", "capacity_gib: 0.001")},
+        "exceeds 2 SSD(s) of mine (0.002 GiB)",
+    ),
+    (
+        "prof-zero-dram",
+        "profiles show p.yaml",
+        {"p.yaml": profile("capacity_gib: 64,", "capacity_gib: 0,")},
+        "capacity_gib",
+    ),
+    (
+        "prof-efficiency",
+        "profiles show p.yaml",
+        {"p.yaml": profile("pcie: 0.94", "pcie: 1.5")},
+        "efficiency.pcie",
+    ),
+    (
+        "prof-link-kind",
+        "profiles show p.yaml",
+        {"p.yaml": profile("kind: membus, duplex", "kind: bogus, duplex")},
+        "kind",
+    ),
+    (
+        "prof-link-node",
+        "profiles show p.yaml",
+        {"p.yaml": profile("between: [ssd0, sw0]", "between: [ssd9, sw0]")},
+        "between",
+    ),
+    (
+        "prof-duplicate-key",
+        "profiles show p.yaml",
+        {"p.yaml": profile("  cores: 16", "  cores: 16\n  cores: 8")},
+        "cores",
+    ),
+    (
+        "prof-missing-key",
+        "profiles show p.yaml",
+        {"p.yaml": profile("  bf16_tflops: 756", "")},
+        "bf16_tflops",
+    ),
+    ("sim-hw-latin1", "sim --hw p.yaml", {"p.yaml": b"name: caf\xe9\n"}, "p.yaml"),
+    (
+        "sweep-hw-tiny",
+        "sweep --hw p.yaml --factor ssds=1",
+        {"p.yaml": profile("capacity_gib: 1862.6", "capacity_gib: 0.001")},
+        "exceeds 1 SSD(s) of mine (0.001 GiB)",
+    ),
+    # --- scenario YAML
+    ("scen-latin1", "sim --scenario s.yaml", {"s.yaml": sparse().encode() + b"# \xe9\n"}, "UTF-8"),
+    ("scen-bomb", "sim --scenario s.yaml", {"s.yaml": bomb()}, "alias"),
+    ("scen-utf16", "sim --scenario s.yaml", {"s.yaml": sparse().encode("utf-16")}, "UTF-16"),
+    ("scen-batch-neg", "sim --scenario s.yaml", {"s.yaml": sparse(batch="-1")}, "batch"),
+    ("scen-batch-frac", "sim --scenario s.yaml", {"s.yaml": sparse(batch="1.5")}, "batch"),
+    ("scen-sparsity", "sim --scenario s.yaml", {"s.yaml": sparse(sparsity="2")}, "sparsity"),
+    ("scen-sparsity-nan", "sim --scenario s.yaml", {"s.yaml": sparse(sparsity=".nan")}, "sparsity"),
+    ("scen-steps-frac", "sim --scenario s.yaml", {"s.yaml": sparse(steps="1.5")}, "steps"),
+    (
+        "scen-context-str",
+        "sim --scenario s.yaml",
+        {"s.yaml": sparse(context="1e12")},
+        "context_tokens",
+    ),
+    (
+        "scen-context-huge",
+        "sim --scenario s.yaml --hw h100-2dimm-2ssd",
+        {"s.yaml": sparse(context="1.0e+12")},
+        "context_tokens",
+    ),
+    (
+        "scen-context-inf",
+        "sim --scenario s.yaml",
+        {"s.yaml": sparse(context=".inf")},
+        "context_tokens",
+    ),
+    (
+        "scen-unknown-key",
+        "sim --scenario s.yaml",
+        {"s.yaml": sparse() + "  bogus: 1\n"},
+        "workload.bogus",
+    ),
+    (
+        "scen-unknown-kind",
+        "sim --scenario s.yaml",
+        {"s.yaml": sparse() + "  kind: bogus\n"},
+        "kind",
+    ),
+    (
+        "scen-variant-key",
+        "sim --scenario s.yaml",
+        {"s.yaml": sparse() + "variants:\n  - {name: a, bogus: 1}\n"},
+        "bogus",
+    ),
+    (
+        "scen-model",
+        "sim --scenario s.yaml",
+        {"s.yaml": sparse().replace("Llama-3.1-8B", "Nope-1B")},
+        "Nope-1B",
+    ),
+    (
+        "serve-doc-huge",
+        "sim --scenario v.yaml --hw h100-2dimm-2ssd",
+        {"v.yaml": serving("  trace: long_doc\n  context_tokens: 1.0e+12\n  docs: 1\n")},
+        "context_tokens",
+    ),
+    (
+        "serve-ssd-gib",
+        "sim --scenario v.yaml --hw h100-2dimm-2ssd",
+        {"v.yaml": serving("  design: paged-ssd\n  design_params: {ssd_gib: 100000.0}\n")},
+        "ssd_gib",
+    ),
+    (
+        "serve-cpu-gib",
+        "sim --scenario v.yaml --hw h100-2dimm-2ssd",
+        {"v.yaml": serving("  design: paged-cpu-ssd\n  design_params: {cpu_gib: 5000.0}\n")},
+        "cpu_gib",
+    ),
+    ("serve-design", "sim --scenario v.yaml", {"v.yaml": serving("  design: bogus\n")}, "design"),
+    ("serve-think", "sim --scenario v.yaml", {"v.yaml": serving("  think_s: -1\n")}, "think_s"),
+    (
+        "serve-steps",
+        "sim --scenario v.yaml --steps 2",
+        {"v.yaml": serving("  design: gpu-only\n")},
+        "--steps",
+    ),
+    (
+        "serve-elastic-layout",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {
+            "v.yaml": serving(
+                "  instances:\n    - {name: w, gpu: gpu1, role: worker, lend_share: 0.5,"
+                " elastic: {layout: diagonal}}\n"
+            )
+        },  # fmt: skip
+        "elastic.layout",
+    ),
+    (
+        "serve-elastic-n-i",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {
+            "v.yaml": serving(
+                "  instances:\n    - {name: w, gpu: gpu1, role: worker, lend_share: 0.5,"
+                " elastic: {n_i: all}}\n"
+            )
+        },  # fmt: skip
+        "elastic.n_i",
+    ),
+    (
+        "serve-stream-share",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {
+            "v.yaml": serving(
+                "  instances:\n    - {name: w, gpu: gpu1, role: worker, lend_share: 0.6,"
+                " stream_share: 0.4}\n"
+            )
+        },  # fmt: skip
+        "stream_share",
+    ),
+    (
+        "serve-lsc",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  instances:\n    - {name: m, gpu: gpu0, role: master, lsc: 2}\n")},
+        "lsc",
+    ),
+    (
+        "serve-cache-replies",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  instances:\n    - {name: m, gpu: gpu0, cache_replies: yes}\n")},
+        "cache_replies",
+    ),
+    (
+        "serve-gpu-util",
+        "sim --scenario v.yaml",
+        {"v.yaml": serving("  gpu_memory_utilization: 0\n")},
+        "gpu_memory_utilization",
+    ),
+    (
+        "sweep-context-huge",
+        "sweep --scenario s.yaml --hw h100-2dimm-2ssd --factor context_tokens=4096,1000000000000",
+        {"s.yaml": sparse()},
+        "context_tokens",
+    ),
+]
