@@ -37,8 +37,11 @@ import numpy as np
 from real._blocks import BLOCK
 from real._checks import io_error, mismatch
 from real._devices import Device
+from real._pacing import io_costs
 from real._rrstream import RoundRobin
 from real.engine import GDS
+
+TOL_S = 1e-9  # paced: credit short of an I/O's cost by this little still covers it
 
 
 def water_fill(avail: list[int], room: int) -> list[int]:
@@ -87,6 +90,22 @@ class BatchIO:
         self.dev_gds = [bool(gds[dev_of == k].any()) for k in range(len(self.devs))]
         self._all_blocks = bool((self.io_len == BLOCK).all())
         self._slotted = False
+        self.io_cum = self._paced_costs(dev_of)
+
+    def _paced_costs(self, dev_of: np.ndarray) -> np.ndarray | None:
+        """Prefix sums of the plan I/Os' device seconds (:func:`real._pacing.io_costs`,
+        0 on unpaced devices; entry ``i`` is the cost of I/Os ``0 .. i - 1``), or None
+        when no device is paced."""
+        paced = [k for k, d in enumerate(self.devs) if d.pacer is not None]
+        if not paced:
+            return None
+        io_op = np.repeat(np.arange(self.n), np.diff(self.first_np))
+        io_dev, io_write = dev_of[io_op], self._write_np[io_op]
+        cost = np.zeros(len(io_op))
+        for k in paced:
+            mine = io_dev == k
+            cost[mine] = io_costs(self.devs[k].pacer.limits, io_write[mine], self.io_len[mine])
+        return np.concatenate(([0.0], np.cumsum(cost)))
 
     def _prime_engine(self) -> None:
         """Fix the raw ring's SQE of every slot (after the devices' flags are final)."""
@@ -143,34 +162,57 @@ class BatchIO:
         return dict(zip(ops.tolist(), cnt.tolist(), strict=True))
 
     def _issue_paced(self, k: int, d: Device, now: float) -> int:
-        """One I/O at a time while the device's token buckets allow it."""
-        count, infl = 0, self._op_inflight(k)
-        while d.active and d.inflight + count < d.qd:
-            j = next((j for j in d.active if infl.get(j, 0) < self.op_cap[j]), None)
-            if j is None:
-                break
-            size = int(self.io_len[self.first[j] + self.next_io[j]])
-            wait = d.pacer.delay(self.write[j], size, now)
-            if wait > 0:
-                d.wake = now + wait
-                break
-            while d.active[0] != j:
-                d.active.rotate(-1)
-            count += self._issue_batch(k, d, 1, infl)
-            infl[j] = infl.get(j, 0) + 1
-        return count
+        """Queue what the device's bucket allows, shared max-min by its ops (:mod:`real._pacing`).
+
+        The ops that can issue (under their queue depth) may each take ``avail`` I/Os
+        (at most the device's free slots); each asks the bucket for their cost beyond
+        its credit (``cum``: prefix sums of the plan I/Os' costs, so an op's next ``a``
+        I/Os cost ``cum[s + a] - cum[s]``), takes the I/Os its credit then covers, and
+        the device's slots go round robin (:func:`water_fill`).  When an op is left
+        waiting for tokens the device wakes when the first such op can be served: the
+        ``h`` hungry ops each get at least ``1 / h`` of the refill."""
+        infl, room, pacer = self._op_inflight(k), d.qd - d.inflight, d.pacer
+        ops = [j for j in d.active if infl.get(j, 0) < self.op_cap[j]]
+        if not ops:
+            return 0
+        nxt, cum = self.next_io, self.io_cum
+        s = np.fromiter((self.first[j] + nxt[j] for j in ops), np.int64, len(ops))
+        avail = np.fromiter(
+            (min(self.n_ios[j] - nxt[j], self.op_cap[j] - infl.get(j, 0), room) for j in ops),
+            np.int64,
+            len(ops),
+        )
+        held = np.fromiter((pacer.credit.get(j, 0.0) for j in ops), float, len(ops))
+        credit = held + pacer.share(np.maximum(cum[s + avail] - cum[s] - held, 0.0), now)
+        covered = np.searchsorted(cum, cum[s] + credit + TOL_S, "right") - 1 - s
+        afford = np.minimum(covered, avail)
+        take = np.asarray(water_fill(afford.tolist(), room), np.int64)
+        credit -= cum[s + take] - cum[s]
+        pacer.keep(ops, credit)
+        hungry = (afford == take) & (take < avail)
+        if hungry.any():
+            need = cum[(s + take + 1)[hungry]] - cum[(s + take)[hungry]] - credit[hungry]
+            d.wake = now + int(hungry.sum()) * max(float(need.min()), 1e-6)
+        else:
+            d.wake = 0.0
+        return self._queue_takes(k, d, ops, take.tolist())
 
     def _issue_batch(self, k: int, d: Device, room: int, infl: dict | None = None) -> int:
         """Queue up to ``room`` I/Os of device ``d`` (index ``k``) in turn order (water fill);
         ``infl``: in-flight I/Os per op when the caller has counted them."""
-        active, nxt = d.active, self.next_io
-        ops = list(active)
+        ops = list(d.active)
         infl = self._op_inflight(k) if infl is None else infl
+        nxt = self.next_io
         avail = [min(self.n_ios[j] - nxt[j], self.op_cap[j] - infl.get(j, 0)) for j in ops]
-        take = water_fill(avail, room)
+        return self._queue_takes(k, d, ops, water_fill(avail, room))
+
+    def _queue_takes(self, k: int, d: Device, ops: list[int], take: list[int]) -> int:
+        """Queue ``take[i]`` next I/Os of each op ``ops[i]`` of device ``k``, interleaved
+        one per op in turn; ops with nothing left close, and the turn moves on."""
         n = sum(take)
         if n == 0:
             return 0
+        active, nxt = d.active, self.next_io
         starts = [self.first[j] + nxt[j] for j in ops]
         ks = np.asarray(take, np.int64)
         pos = np.repeat(np.arange(len(ops)), ks)
@@ -185,6 +227,8 @@ class BatchIO:
             if nxt[j] == self.n_ios[j]:
                 active.remove(j)
                 self.closing[k].append(j)
+                if d.pacer is not None:
+                    d.pacer.release(j)
         if active and len(ops) > 1:
             active.rotate(-(served % len(active)))
         return n

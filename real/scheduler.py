@@ -227,7 +227,9 @@ class Replayer(BatchIO):
         self.start_s[j] = t
         d = self.dev_of[j]
         if d >= 0:
-            self.devs[d].active.append(j)
+            dev = self.devs[d]
+            dev.active.append(j)
+            dev.wake = 0.0  # paced: the newcomer takes its share from now (real._pacing)
             return False
         if self.nonio[j] > 0:
             self._timer(t + self.nonio[j], _END, j)
