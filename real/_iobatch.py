@@ -20,7 +20,9 @@ are handed out in closed form: each op may take ``avail = min(I/Os left, its
 queue depth - its in-flight)``; when the device's free slots ``room`` fall
 short of their sum, every op gets ``min(avail, level)`` with ``level`` the
 largest water level that fits, and the ``room - sum`` left over go one each
-to the first ops, in turn order, that could take more.
+to the first ops, in turn order, that could take more.  A paced device's round
+is the same batch, its counts set by the device's token bucket shared max-min
+between its ops (:meth:`real._pacing.Pacer.admit`).
 
 An op ends when its last I/O has completed: an op whose I/Os have all been
 issued is *closing* on its device, and ends in the first round after which no
@@ -37,33 +39,9 @@ import numpy as np
 from real._blocks import BLOCK
 from real._checks import io_error, mismatch
 from real._devices import Device
-from real._pacing import io_costs
-from real._rrstream import RoundRobin
+from real._pacing import plan_costs
+from real._rrstream import RoundRobin, water_fill
 from real.engine import GDS
-
-TOL_S = 1e-9  # paced: credit short of an I/O's cost by this little still covers it
-
-
-def water_fill(avail: list[int], room: int) -> list[int]:
-    """I/Os per op when ``room`` are handed out one at a time in turn (see module doc)."""
-    if sum(avail) <= room:
-        return list(avail)
-    srt, m, used = sorted(avail), len(avail), 0
-    level = 0
-    for i, a in enumerate(srt):
-        if used + a * (m - i) >= room:
-            level = (room - used) // (m - i)
-            break
-        used += a
-    take = [min(a, level) for a in avail]
-    extra = room - sum(take)
-    for k, a in enumerate(avail):
-        if extra == 0:
-            break
-        if a > take[k]:
-            take[k] += 1
-            extra -= 1
-    return take
 
 
 class BatchIO:
@@ -90,22 +68,8 @@ class BatchIO:
         self.dev_gds = [bool(gds[dev_of == k].any()) for k in range(len(self.devs))]
         self._all_blocks = bool((self.io_len == BLOCK).all())
         self._slotted = False
-        self.io_cum = self._paced_costs(dev_of)
-
-    def _paced_costs(self, dev_of: np.ndarray) -> np.ndarray | None:
-        """Prefix sums of the plan I/Os' device seconds (:func:`real._pacing.io_costs`,
-        0 on unpaced devices; entry ``i`` is the cost of I/Os ``0 .. i - 1``), or None
-        when no device is paced."""
-        paced = [k for k, d in enumerate(self.devs) if d.pacer is not None]
-        if not paced:
-            return None
-        io_op = np.repeat(np.arange(self.n), np.diff(self.first_np))
-        io_dev, io_write = dev_of[io_op], self._write_np[io_op]
-        cost = np.zeros(len(io_op))
-        for k in paced:
-            mine = io_dev == k
-            cost[mine] = io_costs(self.devs[k].pacer.limits, io_write[mine], self.io_len[mine])
-        return np.concatenate(([0.0], np.cumsum(cost)))
+        pacers = [d.pacer for d in self.devs]
+        self.io_cum = plan_costs(pacers, self.first_np, dev_of, self._write_np, self.io_len)
 
     def _prime_engine(self) -> None:
         """Fix the raw ring's SQE of every slot (after the devices' flags are final)."""
@@ -162,39 +126,21 @@ class BatchIO:
         return dict(zip(ops.tolist(), cnt.tolist(), strict=True))
 
     def _issue_paced(self, k: int, d: Device, now: float) -> int:
-        """Queue what the device's bucket allows, shared max-min by its ops (:mod:`real._pacing`).
-
-        The ops that can issue (under their queue depth) may each take ``avail`` I/Os
-        (at most the device's free slots); each asks the bucket for their cost beyond
-        its credit (``cum``: prefix sums of the plan I/Os' costs, so an op's next ``a``
-        I/Os cost ``cum[s + a] - cum[s]``), takes the I/Os its credit then covers, and
-        the device's slots go round robin (:func:`water_fill`).  When an op is left
-        waiting for tokens the device wakes when the first such op can be served: the
-        ``h`` hungry ops each get at least ``1 / h`` of the refill."""
-        infl, room, pacer = self._op_inflight(k), d.qd - d.inflight, d.pacer
+        """Queue what the device's bucket allows, shared max-min by the ops that can
+        issue (under their queue depth), each at most the device's free slots
+        (:meth:`real._pacing.Pacer.admit`)."""
+        infl, room = self._op_inflight(k), d.qd - d.inflight
         ops = [j for j in d.active if infl.get(j, 0) < self.op_cap[j]]
         if not ops:
             return 0
-        nxt, cum = self.next_io, self.io_cum
-        s = np.fromiter((self.first[j] + nxt[j] for j in ops), np.int64, len(ops))
+        nxt = self.next_io
+        start = np.fromiter((self.first[j] + nxt[j] for j in ops), np.int64, len(ops))
         avail = np.fromiter(
             (min(self.n_ios[j] - nxt[j], self.op_cap[j] - infl.get(j, 0), room) for j in ops),
             np.int64,
             len(ops),
         )
-        held = np.fromiter((pacer.credit.get(j, 0.0) for j in ops), float, len(ops))
-        credit = held + pacer.share(np.maximum(cum[s + avail] - cum[s] - held, 0.0), now)
-        covered = np.searchsorted(cum, cum[s] + credit + TOL_S, "right") - 1 - s
-        afford = np.minimum(covered, avail)
-        take = np.asarray(water_fill(afford.tolist(), room), np.int64)
-        credit -= cum[s + take] - cum[s]
-        pacer.keep(ops, credit)
-        hungry = (afford == take) & (take < avail)
-        if hungry.any():
-            need = cum[(s + take + 1)[hungry]] - cum[(s + take)[hungry]] - credit[hungry]
-            d.wake = now + int(hungry.sum()) * max(float(need.min()), 1e-6)
-        else:
-            d.wake = 0.0
+        take, d.wake = d.pacer.admit(ops, start, avail, self.io_cum, room, now)
         return self._queue_takes(k, d, ops, take.tolist())
 
     def _issue_batch(self, k: int, d: Device, room: int, infl: dict | None = None) -> int:

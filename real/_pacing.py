@@ -28,9 +28,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from real._rrstream import water_fill
 from real.targets import Limits
 
 BURST_S = 0.005
+TOL_S = 1e-9  # credit short of an I/O's cost by this little (rounding) still covers it
+MIN_WAKE_S = 1e-6
 
 
 def io_costs(limits: Limits, write: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -60,6 +63,26 @@ def max_min(demand: np.ndarray, pool: float) -> np.ndarray:
     i = int(np.searchsorted(filled, pool))
     level = (pool - below[i]) / (m - i)
     return np.minimum(demand, level)
+
+
+def plan_costs(
+    pacers: list, first: np.ndarray, dev_of: np.ndarray, write: np.ndarray, size: np.ndarray
+) -> np.ndarray | None:
+    """Prefix sums of a plan's I/O costs (entry ``i``: the device seconds of I/Os
+    ``0 .. i - 1``; I/Os of unpaced devices cost 0), or None when no device is paced.
+    ``pacers[k]``: device ``k``'s :class:`Pacer` or None; op ``j`` (of device
+    ``dev_of[j]``, writing where ``write[j]``) issues I/Os ``first[j]:first[j + 1]``
+    of ``size`` bytes."""
+    paced = [k for k, p in enumerate(pacers) if p is not None]
+    if not paced:
+        return None
+    io_op = np.repeat(np.arange(len(first) - 1), np.diff(first))
+    io_dev, io_write = dev_of[io_op], write[io_op]
+    cost = np.zeros(len(io_op))
+    for k in paced:
+        mine = io_dev == k
+        cost[mine] = io_costs(pacers[k].limits, io_write[mine], size[mine])
+    return np.concatenate(([0.0], np.cumsum(cost)))
 
 
 class Pacer:
@@ -95,9 +118,32 @@ class Pacer:
         self.tokens -= float(give.sum())
         return give
 
-    def keep(self, ops: list[int], credit: np.ndarray) -> None:
-        """Store the ops' credits after a round."""
+    def admit(
+        self, ops: list[int], start, avail, cum: np.ndarray, room: int, now: float
+    ) -> tuple[np.ndarray, float]:
+        """One round: how many I/Os each of ``ops`` issues, and when the device next
+        wakes (0: when an I/O completes or an op starts).
+
+        Op ``ops[i]``'s next I/O is plan I/O ``start[i]``; it may issue ``avail[i]``
+        now, which cost ``cum[start + avail] - cum[start]`` (``cum``:
+        :func:`plan_costs`).  Each asks that beyond its credit (:meth:`share`) and
+        takes the I/Os its credit then covers; the device's ``room`` free slots go
+        round robin (:func:`~real._rrstream.water_fill`).  When ops are left waiting
+        for tokens, the ``h`` of them each get at least ``1 / h`` of the refill, so
+        the first is served ``h x`` its shortfall later."""
+        held = np.fromiter((self.credit.get(j, 0.0) for j in ops), float, len(ops))
+        credit = held + self.share(np.maximum(cum[start + avail] - cum[start] - held, 0.0), now)
+        covered = np.searchsorted(cum, cum[start] + credit + TOL_S, "right") - 1 - start
+        afford = np.minimum(covered, avail)
+        take = np.asarray(water_fill(afford.tolist(), room), np.int64)
+        credit -= cum[start + take] - cum[start]
         self.credit.update(zip(ops, credit.tolist(), strict=True))
+        hungry = (afford == take) & (take < avail)
+        if not hungry.any():
+            return take, 0.0
+        nxt = (start + take)[hungry]
+        need = float((cum[nxt + 1] - cum[nxt] - credit[hungry]).min())
+        return take, now + int(hungry.sum()) * max(need, MIN_WAKE_S)
 
     def release(self, j: int) -> None:
         """Op ``j`` issued its last I/O: what credit it has left goes back to the bucket."""
