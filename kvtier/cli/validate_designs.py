@@ -348,7 +348,7 @@ def report_designs(
     )
     if run.costs is not None:
         c = run.costs
-        how = "paced, one I/O at a time" if c.get("paced") else "batched"
+        how = "paced" if c.get("paced") else "batched"
         console.print(
             f"designs modelled with the replayer's {how} path: {c['per_io_us']:.1f} us/I/O, "
             f"QD1 read {c['read_latency_us']:.1f} us"

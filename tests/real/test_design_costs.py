@@ -1,5 +1,5 @@
 """The replayer's costs the design validation models: measured on the path the
-design replays take (paced, one I/O at a time) and charged by the simulator's CPU
+design replays take (paced) and charged by the simulator's CPU
 model (:func:`kvtier.cli.design_replayer.design_profile`)."""
 
 from __future__ import annotations
