@@ -20,7 +20,9 @@ are handed out in closed form: each op may take ``avail = min(I/Os left, its
 queue depth - its in-flight)``; when the device's free slots ``room`` fall
 short of their sum, every op gets ``min(avail, level)`` with ``level`` the
 largest water level that fits, and the ``room - sum`` left over go one each
-to the first ops, in turn order, that could take more.
+to the first ops, in turn order, that could take more.  A paced device's round
+is the same batch, its counts set by the device's token bucket shared max-min
+between its ops (:meth:`real._pacing.Pacer.admit`).
 
 An op ends when its last I/O has completed: an op whose I/Os have all been
 issued is *closing* on its device, and ends in the first round after which no
@@ -37,30 +39,9 @@ import numpy as np
 from real._blocks import BLOCK
 from real._checks import io_error, mismatch
 from real._devices import Device
-from real._rrstream import RoundRobin
+from real._pacing import plan_costs
+from real._rrstream import RoundRobin, water_fill
 from real.engine import GDS
-
-
-def water_fill(avail: list[int], room: int) -> list[int]:
-    """I/Os per op when ``room`` are handed out one at a time in turn (see module doc)."""
-    if sum(avail) <= room:
-        return list(avail)
-    srt, m, used = sorted(avail), len(avail), 0
-    level = 0
-    for i, a in enumerate(srt):
-        if used + a * (m - i) >= room:
-            level = (room - used) // (m - i)
-            break
-        used += a
-    take = [min(a, level) for a in avail]
-    extra = room - sum(take)
-    for k, a in enumerate(avail):
-        if extra == 0:
-            break
-        if a > take[k]:
-            take[k] += 1
-            extra -= 1
-    return take
 
 
 class BatchIO:
@@ -87,6 +68,8 @@ class BatchIO:
         self.dev_gds = [bool(gds[dev_of == k].any()) for k in range(len(self.devs))]
         self._all_blocks = bool((self.io_len == BLOCK).all())
         self._slotted = False
+        pacers = [d.pacer for d in self.devs]
+        self.io_cum = plan_costs(pacers, self.first_np, dev_of, self._write_np, self.io_len)
 
     def _prime_engine(self) -> None:
         """Fix the raw ring's SQE of every slot (after the devices' flags are final)."""
@@ -143,34 +126,39 @@ class BatchIO:
         return dict(zip(ops.tolist(), cnt.tolist(), strict=True))
 
     def _issue_paced(self, k: int, d: Device, now: float) -> int:
-        """One I/O at a time while the device's token buckets allow it."""
-        count, infl = 0, self._op_inflight(k)
-        while d.active and d.inflight + count < d.qd:
-            j = next((j for j in d.active if infl.get(j, 0) < self.op_cap[j]), None)
-            if j is None:
-                break
-            size = int(self.io_len[self.first[j] + self.next_io[j]])
-            wait = d.pacer.delay(self.write[j], size, now)
-            if wait > 0:
-                d.wake = now + wait
-                break
-            while d.active[0] != j:
-                d.active.rotate(-1)
-            count += self._issue_batch(k, d, 1, infl)
-            infl[j] = infl.get(j, 0) + 1
-        return count
+        """Queue what the device's bucket allows, shared max-min by the ops that can
+        issue (under their queue depth), each at most the device's free slots
+        (:meth:`real._pacing.Pacer.admit`)."""
+        infl, room = self._op_inflight(k), d.qd - d.inflight
+        ops = [j for j in d.active if infl.get(j, 0) < self.op_cap[j]]
+        if not ops:
+            return 0
+        nxt = self.next_io
+        start = np.fromiter((self.first[j] + nxt[j] for j in ops), np.int64, len(ops))
+        avail = np.fromiter(
+            (min(self.n_ios[j] - nxt[j], self.op_cap[j] - infl.get(j, 0), room) for j in ops),
+            np.int64,
+            len(ops),
+        )
+        take, d.wake = d.pacer.admit(ops, start, avail, self.io_cum, room, now)
+        return self._queue_takes(k, d, ops, take.tolist())
 
     def _issue_batch(self, k: int, d: Device, room: int, infl: dict | None = None) -> int:
         """Queue up to ``room`` I/Os of device ``d`` (index ``k``) in turn order (water fill);
         ``infl``: in-flight I/Os per op when the caller has counted them."""
-        active, nxt = d.active, self.next_io
-        ops = list(active)
+        ops = list(d.active)
         infl = self._op_inflight(k) if infl is None else infl
+        nxt = self.next_io
         avail = [min(self.n_ios[j] - nxt[j], self.op_cap[j] - infl.get(j, 0)) for j in ops]
-        take = water_fill(avail, room)
+        return self._queue_takes(k, d, ops, water_fill(avail, room))
+
+    def _queue_takes(self, k: int, d: Device, ops: list[int], take: list[int]) -> int:
+        """Queue ``take[i]`` next I/Os of each op ``ops[i]`` of device ``k``, interleaved
+        one per op in turn; ops with nothing left close, and the turn moves on."""
         n = sum(take)
         if n == 0:
             return 0
+        active, nxt = d.active, self.next_io
         starts = [self.first[j] + nxt[j] for j in ops]
         ks = np.asarray(take, np.int64)
         pos = np.repeat(np.arange(len(ops)), ks)
@@ -185,6 +173,8 @@ class BatchIO:
             if nxt[j] == self.n_ios[j]:
                 active.remove(j)
                 self.closing[k].append(j)
+                if d.pacer is not None:
+                    d.pacer.release(j)
         if active and len(ops) > 1:
             active.rotate(-(served % len(active)))
         return n

@@ -21,6 +21,28 @@ import numpy as np
 CHUNK = 8192  # most I/Os laid out at once
 
 
+def water_fill(avail: list[int], room: int) -> list[int]:
+    """I/Os per op when ``room`` are handed out one at a time in turn (see module doc)."""
+    if sum(avail) <= room:
+        return list(avail)
+    srt, m, used = sorted(avail), len(avail), 0
+    level = 0
+    for i, a in enumerate(srt):
+        if used + a * (m - i) >= room:
+            level = (room - used) // (m - i)
+            break
+        used += a
+    take = [min(a, level) for a in avail]
+    extra = room - sum(take)
+    for k, a in enumerate(avail):
+        if extra == 0:
+            break
+        if a > take[k]:
+            take[k] += 1
+            extra -= 1
+    return take
+
+
 class RoundRobin:
     """The laid-out turn order of device ``k`` of a :class:`real._iobatch.BatchIO`."""
 

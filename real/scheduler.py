@@ -18,7 +18,8 @@ takes a fast one's: a device keeps at most its queue depth in flight
 ``queue_depth``), an op at most its own ``queue_depth`` (0 = the device's).
 Within a device, started ops take turns one I/O at a time (round robin), like
 the simulator's fair sharing.  A paced device
-(:mod:`real._pacing`) issues an I/O only when its token buckets allow.
+(:mod:`real._pacing`) issues what its token bucket of device time allows, shared
+between its ops by max-min, as one batch per round.
 
 Every I/O has its own slot of a page-aligned per-device ``mmap`` arena (O_DIRECT
 needs aligned memory); a write renders the blocks it stores, a read is checked
@@ -227,7 +228,9 @@ class Replayer(BatchIO):
         self.start_s[j] = t
         d = self.dev_of[j]
         if d >= 0:
-            self.devs[d].active.append(j)
+            dev = self.devs[d]
+            dev.active.append(j)
+            dev.wake = 0.0  # paced: the newcomer takes its share from now (real._pacing)
             return False
         if self.nonio[j] > 0:
             self._timer(t + self.nonio[j], _END, j)

@@ -3,11 +3,11 @@
 Pacing.  The design replays are paced I/O by I/O in user space (:func:`paced`), inside
 the emulation's throttle: see the note above it.
 
-The replayer in the model.  A paced device issues one I/O at a time
-(:meth:`real._iobatch.BatchIO._issue_paced`: its token buckets, the op whose turn it
-is, a one-I/O batch), where an unpaced one hands a round's I/Os to the ring as arrays.
-Measured on the design plans (``--emulate h20-8ssd``, 4 devices, loaded 2-core
-machine; wall time of the replay loop's parts, wrapped and timed per call):
+The replayer in the model.  Until 2026-11-25 a paced device issued one I/O at a time
+(its token buckets, the op whose turn it was, a one-I/O batch), where an unpaced one
+hands a round's I/Os to the ring as arrays.  Measured then on the design plans
+(``--emulate h20-8ssd``, 4 devices, loaded 2-core machine; wall time of the replay
+loop's parts, wrapped and timed per call):
 
 =========  =====  ===  =======  ========  =======  ========  ========================
 design     I/Os   ops  wall ms  issue ms  wait ms  complete  issue us/I/O (1-I/O batch)
@@ -16,24 +16,24 @@ PQCache    2,612  160  250      156       70       19        60 (52)
 Swarm      3,016  168  313      154       123      31        51 (42)
 =========  =====  ===  =======  ========  =======  ========  ========================
 
-The issue path is half the replay and more: 51-60 us per I/O, 42-52 us of it the one-I/O
-batch; rounds are few (53-63 waits: a per-round cost of ~20 us is 1-2 ms in all), and
-per-step barriers and copy/compute waits are ops the simulator has too.  The batched
-path measured for the regime steps costs 8-14 us per I/O, so the model, which charged
-that, was 40-88% fast for the designs made of many small scattered reads (Swarm,
-PQCache and the Swarm ablations).  So when the design replays are paced, the replayer
-is measured again on that path (:func:`real.validate.engine_costs` with ``paced=True``:
-the calibration plan's QD64 step, every device through the pacer at limits that never
-bind: 81-124 us per I/O here), and the designs are simulated on that per-I/O CPU cost
-(one core) with QD1 latencies grown by what pacing adds per I/O (:func:`paced_costs`,
-:func:`design_profile`).  The hardware profiles users simulate are not touched.
+So the model charged the paced path's own per-I/O cost (:func:`real.validate.engine_costs`
+with ``paced=True``: the calibration plan's QD64 step, every device through the pacer
+at limits that never bind; :func:`paced_costs`, :func:`design_profile`).  Now a paced
+round is one batch too (:meth:`real._pacing.Pacer.admit`: the device's bucket of
+device time handed out max-min between its ops, each op's I/Os covered by its credit
+queued together): the engine-cost plan's QD64 step (4 devices x 4,000 4 KiB reads on
+/dev/shm files, limits that never bind, medians of 3, load 5) went from **118 us** per
+I/O paced (109-128; unpaced 4.2) to **13 us** (8-20; unpaced 4.3).  The paced
+measurement stays: where it is no dearer than the batched one :func:`paced_costs`
+adds nothing.  The hardware profiles users simulate are not touched.
 
 What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
 
-* No Cluster (-14% to -44%) reads 8 MB prefetches in 1 MiB I/Os beside its 4 KiB
-  fetches on the same devices.  One pacer per device takes its ops in turn, and a 1 MiB
-  I/O waiting 6 ms for its tokens holds the fetch's small I/Os behind it; the
-  simulator shares the device by max-min.  Its fetch ops take 32-101 ms against 30.
+* No Cluster's fetches (fixed 2026-11-25).  It reads 8 MB prefetches in 1 MiB I/Os
+  beside its 4 KiB fetches on the same devices; the old pacer took a device's ops in
+  turn, so a 1 MiB I/O waiting for its tokens held the fetch's small I/Os behind it
+  (fetch ops 61 ms real against 18 ms simulated).  The bucket is now shared max-min
+  (:mod:`real._pacing`): fetch ops 12.9 ms against 14.5 ms simulated.
 * The replay is one CPU-bound thread, so another process's load stretches it, and a
   copy/compute op's end (a timer checked between rounds) fires late while the thread
   is busy or descheduled: 0.27 ms attention ops lasted 2-18 ms at load 6-10 on 2 cores.
@@ -100,10 +100,10 @@ def design_profile(dev, engine: str, costs: dict | None) -> tuple[HardwareProfil
 
     ``costs``: the replayer as measured for the regime steps
     (:func:`real.validate.engine_costs`), None when the model keeps the profile's own
-    figures (``--no-engine-costs``).  Paced design replays issue every I/O through the
-    pacer, one at a time: a per-I/O cost several times the batched path's (the
-    designs' fidelity gap, see the module doc), so the replayer's per-I/O time is
-    measured again on that path and :func:`paced_costs` model it."""
+    figures (``--no-engine-costs``).  Paced design replays go through the pacer, whose
+    per-I/O cost was several times the batched path's while it issued one I/O at a time
+    (see the module doc), so the replayer's per-I/O time is measured again on that path
+    and :func:`paced_costs` model it (nothing added where it is no dearer)."""
     if costs is None or not designs_paced(dev):
         return dev.profile, costs
     from real.validate import engine_costs, with_engine_costs

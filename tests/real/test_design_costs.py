@@ -1,5 +1,5 @@
 """The replayer's costs the design validation models: measured on the path the
-design replays take (paced, one I/O at a time) and charged by the simulator's CPU
+design replays take (paced) and charged by the simulator's CPU
 model (:func:`kvtier.cli.design_replayer.design_profile`)."""
 
 from __future__ import annotations
@@ -113,7 +113,9 @@ def layered_plan(n_ssd: int, layers: int, ios: int):
 def test_paced_costs_model_a_paced_replay_better_than_batched_ones(direct_dir: Path):
     """The designs' gap and its fix on plain files: a layered plan replayed through the
     pacer (limits that never bind, so the replayer is the bound) is predicted by the
-    paced-path costs within a factor of 2 and closer than by the batched path's."""
+    paced-path costs within a factor of 2 and no worse than by the batched path's (the
+    same, now that the paced path issues a round as one batch too and costs no more:
+    :func:`paced_costs` then adds nothing)."""
     dev = Devices(load_profile("h20-8ssd"), str(direct_dir))
     plan = layered_plan(2, 6, 24)
     batched_c = engine_costs(dev, "auto", n_ssd=2, n=100)
@@ -131,4 +133,4 @@ def test_paced_costs_model_a_paced_replay_better_than_batched_ones(direct_dir: P
         return simulate(plan, with_engine_costs(dev.profile, c)).stats["makespan_s"] / real
 
     assert 0.5 < ratio(paced_c) < 2.0
-    assert abs(np.log(ratio(paced_c))) < abs(np.log(ratio(batched_c)))
+    assert abs(np.log(ratio(paced_c))) <= abs(np.log(ratio(batched_c)))
