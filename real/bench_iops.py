@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -45,6 +46,8 @@ from real.datafile import fill_targets, io_layout, prepare_targets
 from real.fio import run_fio, summarize
 from real.replay import replay
 from real.targets import Target
+
+PLAIN = "plain-fio"  # fio's own random reads (no iolog, no verification): the yardstick
 
 
 def randread_plan(
@@ -110,8 +113,8 @@ def compare(plan: pa.Table, targets: Mapping[str, Target], size: int, a, tmp: Pa
             line += f" {e} {iops:,.0f} IOPS ({cpu * 1e6:.2f} us CPU/I/O),"
         if not a.no_fio:
             theirs, fio_cpu = fio_iops(jobs, size, a.qd, tmp, a.fio_async)
-            got.setdefault("fio", []).append((theirs, fio_cpu))
-            line += f" fio {theirs:,.0f} IOPS ({fio_cpu * 1e6:.2f} us CPU/I/O)"
+            got.setdefault(PLAIN, []).append((theirs, fio_cpu))
+            line += f" {PLAIN} {theirs:,.0f} IOPS ({fio_cpu * 1e6:.2f} us CPU/I/O)"
         print(line, flush=True)
     return summarize_rounds(got, a.qd)
 
@@ -119,12 +122,12 @@ def compare(plan: pa.Table, targets: Mapping[str, Target], size: int, a, tmp: Pa
 def summarize_rounds(got: dict[str, list], qd: int) -> dict:
     """Per engine: median IOPS, median CPU/I/O (us) and the median of its per-round ratio
     to fio's IOPS (NaN without fio); printed one line each."""
-    fio = np.array([i for i, _ in got.get("fio", [])])
+    fio = np.array([i for i, _ in got.get(PLAIN, [])])
     out = {}
     for e, rounds in got.items():
         iops = np.array([i for i, _ in rounds])
         cpu = np.median([c for _, c in rounds]) * 1e6
-        ratio = float(np.median(iops / fio)) if len(fio) and e != "fio" else float("nan")
+        ratio = float(np.median(iops / fio)) if len(fio) and e != PLAIN else float("nan")
         out[e] = (float(np.median(iops)), float(cpu), ratio)
         tail = f"; median {e}/fio {ratio:.2f} over {len(fio)} rounds" if ratio == ratio else ""
         print(f"qd {qd}: median {e} {out[e][0]:,.0f} IOPS, {cpu:.2f} us CPU/I/O{tail}")
@@ -148,7 +151,8 @@ def devices(a: argparse.Namespace, plan: pa.Table) -> Iterator[tuple[dict[str, T
 
         with emulate(a.emulate, a.n, where=a.path, size=a.size, scale=a.scale) as es:
             print(es.note, flush=True)
-            targets = {t.node: t for t in es.targets}
+            # the plan's queue depth, not the profile's device slots, sets what is in flight
+            targets = {t.node: dataclasses.replace(t, queue_depth=0) for t in es.targets}
             fill_targets(targets, plan)
             with es.joined():
                 yield targets, Path(tmp)

@@ -91,7 +91,29 @@ def fio_expressible(plan: pa.Table, targets: Mapping[str, Target], gds: bool = F
         t = targets.get(node)
         if t is not None and t.pacing:
             return f"{node} is paced in user space (fio would not hold its limits)"
-    return ""
+    pads = pad_offsets(io_layout(plan), targets)
+    return pads if isinstance(pads, str) else ""
+
+
+def pad_offsets(layout: IOLayout, targets: Mapping[str, Target]) -> dict[str, int] | str:
+    """Per node, the 4 KiB block fio's pad I/Os use: the one just past the plan's extent,
+    or, where the target ends there, the first block no plan I/O touches; a string
+    says which node has none."""
+    need, pads = layout.extents(), {}
+    for k, node in enumerate(layout.nodes):
+        t = targets.get(node)
+        if t is None or need[node] + BLOCK <= t.size:
+            pads[node] = need[node]
+            continue
+        mine = layout.io_node == k
+        edges = np.zeros(need[node] // BLOCK + 1, np.int64)
+        np.add.at(edges, layout.offset[mine] // BLOCK, 1)
+        np.add.at(edges, (layout.offset[mine] + layout.length[mine]) // BLOCK, -1)
+        free = np.flatnonzero(np.cumsum(edges)[:-1] == 0)
+        if not len(free):
+            return f"{node}: the plan reads or writes every block (fio needs one spare)"
+        pads[node] = int(free[0]) * BLOCK
+    return pads
 
 
 def fio_partial_check(plan: pa.Table) -> str:
@@ -152,6 +174,10 @@ class FioReplayer:
             raise RealError(f"the fio engine cannot replay this plan: {why}")
         self.plan, self.targets, self.seed = plan, targets, seed
         self.layout = io_layout(plan)
+        pads = pad_offsets(self.layout, targets)
+        if isinstance(pads, str):
+            raise RealError(f"the fio engine cannot replay this plan: {pads}")
+        self.pads = pads
         missing = [n for n in self.layout.nodes if n not in targets]
         if missing:
             raise RealError(f"no target for {', '.join(missing)}: the plan reads or writes it")
@@ -167,7 +193,7 @@ class FioReplayer:
         need = self.layout.extents()
         try:
             for node in self.layout.nodes:
-                fill_fio(self.targets[node], need[node] + BLOCK, work)
+                fill_fio(self.targets[node], max(need[node], self.pads[node] + BLOCK), work)
             doc = run_fio(self._args(work, need), work / "replay.json", cwd=work)
             return self._records(doc, work, need)
         finally:
@@ -181,7 +207,7 @@ class FioReplayer:
             t, qd = self.targets[node], self.qd[node]
             order = turn_order(lay, k)
             pads = PADS_PER_SLOT * qd
-            off = np.concatenate([lay.offset[order], np.full(pads, need[node], np.int64)])
+            off = np.concatenate([lay.offset[order], np.full(pads, self.pads[node], np.int64)])
             length = np.concatenate([lay.length[order], np.full(pads, BLOCK, np.int64)])
             is_write = bool(write[lay.node == k].any())
             write_iolog(work / f"{node}.iolog", t.path, is_write, off, length)
@@ -203,7 +229,7 @@ class FioReplayer:
         cpu = makespan = 0.0
         for k, node in enumerate(lay.nodes):
             job = jobs[node]
-            done = _completions(work / f"{node}_clat.log", need[node])
+            done = _completions(work / f"{node}_clat.log", self.pads[node])
             _match(lay, k, done, end, node)
             busy = job["job_runtime"] / 1e3
             makespan = max(makespan, busy)
