@@ -44,6 +44,7 @@ from kvtier.plan import PlanBuilder
 from real._blocks import BLOCK
 from real.datafile import fill_targets, io_layout, prepare_targets
 from real.fio import run_fio, summarize
+from real.fioreplay import children_cpu_s
 from real.replay import replay
 from real.targets import Target
 
@@ -71,8 +72,9 @@ def fio_iops(
 ) -> tuple[float, float]:
     """(IOPS, process CPU seconds per I/O) of fio doing 4 KiB io_uring O_DIRECT random
     reads at ``qd``: one job per path of ``jobs`` (path -> I/Os), all at once.  IOPS are
-    all jobs' I/Os over the longest job's runtime; CPU is ``usr_cpu + sys_cpu`` of each
-    job process (io-wq workers included, as for the replayer), summed.
+    all jobs' I/Os over the longest job's runtime; CPU is fio's whole process CPU
+    (:func:`real.fioreplay.children_cpu_s`, io-wq workers included, as for the replayer;
+    fio's own ``usr_cpu``/``sys_cpu`` leave them out).
 
     ``--io_size`` (not ``--number_ios``, which ``--size`` would cut to one pass
     over the file) makes fio issue exactly the job's I/Os.
@@ -83,12 +85,11 @@ def fio_iops(
     args = list(glob)
     for k, (path, ios) in enumerate(jobs.items()):
         args += [f"--name=bench{k}", f"--filename={path}", f"--io_size={ios * BLOCK}"]
+    before = children_cpu_s()
     got = run_fio(args, out / "fio.json")
+    cpu_s = children_cpu_s() - before
     runtime = max(j["read"]["runtime"] for j in got["jobs"]) / 1e3
     total = sum(j["read"]["total_ios"] for j in got["jobs"])
-    cpu_s = sum(
-        (j["usr_cpu"] + j["sys_cpu"]) / 100 * j["read"]["runtime"] / 1e3 for j in got["jobs"]
-    )
     return total / runtime if runtime > 0 else summarize(got).read.iops, cpu_s / max(1, total)
 
 

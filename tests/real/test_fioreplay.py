@@ -19,6 +19,7 @@ from real.datafile import io_layout, prepare_targets
 from real.errors import RealError
 from real.fio import fio_binary
 from real.replay import replay
+from real.targets import Limits, Target
 
 pytestmark = pytest.mark.skipif(fio_binary() is None, reason="fio is not installed")
 KIB = 1024
@@ -116,3 +117,52 @@ def test_auto_takes_python_for_a_plan_with_steps_and_fio_refuses_it(direct_dir):
         assert "not fio: ops depend on other ops" in rec.stats["engine_note"]
         with pytest.raises(RealError, match="--engine fio cannot replay this plan"):
             replay(plan, files, engine="fio")
+
+
+def _reads(blocks, node="ssd0"):
+    b = PlanBuilder()
+    ext = np.array([[k * BLOCK, BLOCK] for k in blocks], dtype=np.int64)
+    b.read(node, "dram0", extents=ext)
+    return b.table()
+
+
+def test_pads_go_past_the_extent_else_in_the_first_block_no_io_touches():
+    lay = io_layout(_reads([0, 1, 3]))  # the plan needs 16 KiB; block 2 is never read
+    roomy = {"ssd0": Target("ssd0", "/x", 20 * KIB)}
+    tight = {"ssd0": Target("ssd0", "/x", 16 * KIB)}
+    assert fioreplay.pad_offsets(lay, roomy) == {"ssd0": 16 * KIB}
+    assert fioreplay.pad_offsets(lay, tight) == {"ssd0": 8 * KIB}
+    full = io_layout(_reads([3, 0, 2, 1]))
+    assert "every block" in fioreplay.pad_offsets(full, tight)
+    assert "every block" in fioreplay.fio_expressible(_reads([3, 0, 2, 1]), tight)
+
+
+def test_fio_replays_a_plan_that_ends_where_the_file_ends(direct_dir):
+    plan = _reads([0, 1, 3])
+    with prepare_targets(plan, direct_dir / "t") as files:
+        assert files.targets["ssd0"].size == 16 * KIB  # no room past the plan's extent
+        rec = replay(plan, files, engine="fio", qd=2)
+        py = replay(plan, files, engine="python", qd=2)  # kvtier's format is back everywhere
+    for r in (rec, py):
+        dev = r.devices.to_pylist()[0]
+        assert (dev["bytes_read"], dev["n_ios"]) == (12 * KIB, 3)
+
+
+def test_kernel_throttled_targets_go_to_fio_paced_ones_do_not():
+    plan = _reads([0, 1])
+    limits = Limits(read_iops=1000, read_bps=10 << 20)
+    throttled = {"ssd0": Target("ssd0", "/x", 1 << 20, "loop", limits=limits)}
+    paced = {"ssd0": Target("ssd0", "/x", 1 << 20, limits=limits, pacing=True)}
+    assert fioreplay.fio_expressible(plan, throttled) == ""
+    assert "paced in user space" in fioreplay.fio_expressible(plan, paced)
+
+
+def test_fio_cpu_holds_at_least_what_fio_reports_of_itself(direct_dir):
+    """cpu_s is fio's whole process (io-wq workers too), a superset of its job's own
+    usr_cpu + sys_cpu; fio rounds those to 1/100 % of a ms-resolution runtime."""
+    plan = _reads(np.random.default_rng(0).permutation(4096)[:3000])
+    with prepare_targets(plan, direct_dir / "t") as files:
+        rec = replay(plan, files, engine="fio", qd=16)
+    s = rec.stats
+    assert s["cpu_s"] > 0 and s["cpu_s"] >= 0.99 * s["fio_reported_cpu_s"] - 1e-3
+    assert rec.ops.to_pandas()["cpu_s"].sum() == pytest.approx(s["cpu_s"])
