@@ -6,6 +6,7 @@ O_DIRECT (the ``direct_dir`` fixture).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -129,19 +130,24 @@ def _reads(blocks, node="ssd0"):
 def test_pads_go_past_the_extent_else_in_the_first_block_no_io_touches():
     lay = io_layout(_reads([0, 1, 3]))  # the plan needs 16 KiB; block 2 is never read
     roomy = {"ssd0": Target("ssd0", "/x", 20 * KIB)}
-    tight = {"ssd0": Target("ssd0", "/x", 16 * KIB)}
+    tight = {"ssd0": Target("ssd0", "/x", 16 * KIB, "loop")}  # a device cannot grow
     assert fioreplay.pad_offsets(lay, roomy) == {"ssd0": 16 * KIB}
     assert fioreplay.pad_offsets(lay, tight) == {"ssd0": 8 * KIB}
+    file = {"ssd0": Target("ssd0", "/x", 16 * KIB, "file")}  # a file grows past the plan
+    assert fioreplay.pad_offsets(io_layout(_reads([3, 0, 2, 1])), file) == {"ssd0": 16 * KIB}
     full = io_layout(_reads([3, 0, 2, 1]))
     assert "every block" in fioreplay.pad_offsets(full, tight)
     assert "every block" in fioreplay.fio_expressible(_reads([3, 0, 2, 1]), tight)
 
 
-def test_fio_replays_a_plan_that_ends_where_the_file_ends(direct_dir):
+def test_fio_replays_a_plan_that_ends_where_the_device_ends(direct_dir):
     plan = _reads([0, 1, 3])
     with prepare_targets(plan, direct_dir / "t") as files:
-        assert files.targets["ssd0"].size == 16 * KIB  # no room past the plan's extent
-        rec = replay(plan, files, engine="fio", qd=2)
+        t = files.targets["ssd0"]
+        assert t.size == 16 * KIB  # no room past the plan's extent
+        dev = {"ssd0": dataclasses.replace(t, kind="block")}  # held to its size: pads inside
+        rec = replay(plan, dev, engine="fio", qd=2)
+        assert os.path.getsize(t.path) == 16 * KIB
         py = replay(plan, files, engine="python", qd=2)  # kvtier's format is back everywhere
     for r in (rec, py):
         dev = r.devices.to_pylist()[0]
@@ -166,3 +172,56 @@ def test_fio_cpu_holds_at_least_what_fio_reports_of_itself(direct_dir):
     s = rec.stats
     assert s["cpu_s"] > 0 and s["cpu_s"] >= 0.99 * s["fio_reported_cpu_s"] - 1e-3
     assert rec.ops.to_pandas()["cpu_s"].sum() == pytest.approx(s["cpu_s"])
+
+
+def _chain(dep_of_third=(0, 1), third_step=1):
+    """Two reads of ssd0/ssd1 in step 0, then a write of ssd0 depending on ``dep_of_third``."""
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", 4 * BLOCK, 4, step=0, queue_depth=2)
+    b.read("ssd1", "dram0", 2 * BLOCK, 2, step=0, queue_depth=3)
+    b.write("dram0", "ssd0", 2 * BLOCK, 2, step=third_step, depends_on=list(dep_of_third))
+    return b.table()
+
+
+def test_waves_are_steps_each_depending_on_the_whole_step_before():
+    assert [w.tolist() for w in fioreplay.fio_waves(_chain())] == [[0, 1], [2]]
+    assert "beyond the whole previous step" in fioreplay.fio_waves(_chain((0,)))  # half a step
+    assert "beyond" in fioreplay.fio_waves(_chain((0, 0)))  # op 0 twice is not ops 0 and 1
+    assert "beyond" in fioreplay.fio_waves(_chain((0, 1), third_step=0))  # a dep in its own step
+    b = PlanBuilder()
+    a = b.read("ssd0", "dram0", BLOCK, 1, step=0)
+    c = b.read("ssd0", "dram0", BLOCK, 1, step=1, depends_on=[a])
+    b.read("ssd0", "dram0", BLOCK, 1, step=2, depends_on=[a])  # skips step 1
+    assert "beyond" in fioreplay.fio_waves(b.table())
+    assert c == 1
+
+
+def test_each_node_in_a_wave_keeps_its_ops_queue_depths():
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", 4 * BLOCK, 4, queue_depth=2)
+    b.read("ssd0", "dram0", 4 * BLOCK, 4, offset=4 * BLOCK, queue_depth=3)
+    b.read("ssd1", "dram0", 4 * BLOCK, 4, queue_depth=1)
+    plan = b.table()
+    t = {n: Target(n, "/x", 1 << 20) for n in ("ssd0", "ssd1")}
+    (wave,) = fioreplay.FioReplayer(plan, t, qd=32).waves
+    assert wave.qd == {"ssd0": 2 + 3, "ssd1": 1}
+    (wave,) = fioreplay.FioReplayer(plan, t, qd=4).waves  # 4 slots cap ssd0's 2 + 3
+    assert wave.qd == {"ssd0": 4, "ssd1": 1}
+
+
+def test_fio_runs_one_step_after_another_and_a_node_may_change_direction(direct_dir):
+    plan = _chain()
+    with prepare_targets(plan, direct_dir / "t") as files:
+        rec = replay(plan, files, engine="fio")
+        replay(plan, files, engine="python")  # kvtier's format is back
+    assert rec.stats["fio_runs"] == 2 and "2 runs" in rec.stats["engine_note"]
+    ops = rec.ops.to_pandas()
+    assert ops.loc[2, "start_s"] >= ops.loc[[0, 1], "end_s"].max()  # the dependency holds
+    dev = {r["device"]: r for r in rec.devices.to_pylist()}
+    # by hand: ssd0 reads 4 blocks and writes 2 in 6 I/Os; ssd1 reads 2 blocks in 2
+    assert (dev["ssd0"]["bytes_read"], dev["ssd0"]["bytes_written"]) == (4 * BLOCK, 2 * BLOCK)
+    assert (dev["ssd0"]["n_ios"], dev["ssd1"]["bytes_read"], dev["ssd1"]["n_ios"]) == (
+        6,
+        2 * BLOCK,
+        2,
+    )
