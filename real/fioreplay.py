@@ -57,6 +57,7 @@ by I/O count.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -76,6 +77,7 @@ from real._fiolog import (
     completions,
     fill_fio,
     fio_waves,
+    lead_in,
     pad_offsets,
     turn_order,
     write_iolog,
@@ -113,10 +115,25 @@ def fio_expressible(plan: pa.Table, targets: Mapping[str, Target], gds: bool = F
         for node in set(dev[ops].tolist()):
             if len(set(kind[ops][dev[ops] == node].tolist())) > 1:
                 return f"{node} is both read and written in one step (a read-only job verifies)"
-        pads = pad_offsets(io_layout(plan.take(ops)), targets)
+        pads = wave_geometry(plan.take(ops), targets)[3]
         if isinstance(pads, str):
             return pads
     return ""
+
+
+def wave_geometry(sub: pa.Table, targets: Mapping[str, Target]) -> tuple:
+    """(layout, write per op, lead-in per node, pad offsets or why none) of one wave."""
+    lay = io_layout(sub)
+    write = np.asarray(sub.column("kind").to_pylist(), dtype=object) == "write"
+    big = lay.largest_io()
+    lead = {
+        n: lead_in(targets[n], bool(write[lay.node == k].any()), int(big[k]))
+        if n in targets
+        else (0, 0)
+        for k, n in enumerate(lay.nodes)
+    }
+    pads = pad_offsets(lay, targets, {n: max(BLOCK, b) for n, (_, b) in lead.items()})
+    return lay, write, lead, pads
 
 
 def fio_partial_check(plan: pa.Table) -> str:
@@ -140,6 +157,7 @@ class Wave:
     write: np.ndarray  # per op of the wave
     pads: dict[str, int]
     qd: dict[str, int]
+    lead: dict[str, tuple[int, int]]  # (count, bytes) of each node's lead-in pads
 
 
 class FioReplayer:
@@ -168,24 +186,26 @@ class FioReplayer:
         sum of its ops' own ``queue_depth`` (0 = the slots), as the Python engine caps
         each op -- exact when the node has one op in the wave or all drain together."""
         sub = self.plan.take(ops)
-        lay = io_layout(sub)
-        pads = pad_offsets(lay, self.targets)
-        assert not isinstance(pads, str)
+        lay, write, lead, pads = wave_geometry(sub, self.targets)
+        if isinstance(pads, str):
+            raise RealError(f"the fio engine cannot replay this plan: {pads}")
         op_qd = sub.column("queue_depth").to_numpy()
         depth = {}
         for k, n in enumerate(lay.nodes):
             mine = op_qd[lay.node == k]
             slots = max(1, self.targets[n].queue_depth or max(qd, int(mine.max())))
             depth[n] = min(slots, int(np.where(mine > 0, np.minimum(mine, slots), slots).sum()))
-        write = np.asarray(sub.column("kind").to_pylist(), dtype=object) == "write"
-        return Wave(ops, lay, write, pads, depth)
+        return Wave(ops, lay, write, pads, depth, lead)
 
     def run(self) -> Records:
         work = Path(tempfile.mkdtemp(prefix="kvtier-fio-"))
         need = self.layout.extents()
         try:
             for node in self.layout.nodes:
-                pad_end = max(w.pads.get(node, 0) for w in self.waves) + BLOCK
+                pad_end = max(
+                    w.pads.get(node, 0) + max(BLOCK, w.lead.get(node, (0, 0))[1])
+                    for w in self.waves
+                )
                 fill_fio(self.targets[node], max(need[node], pad_end), work)
             return self._run_waves(work)
         finally:
@@ -206,10 +226,12 @@ class FioReplayer:
             doc = run_fio(self._args(w, wdir), wdir / "replay.json", cwd=wdir)
             spent = children_cpu_s() - before
             jobs = {j["jobname"]: j for j in doc.get("jobs", [])}
-            w_end = np.zeros(len(w.ops))
+            _job_errors(jobs)
+            w_end, w_start = np.zeros(len(w.ops)), np.zeros(len(w.ops))
             for k, node in enumerate(w.layout.nodes):
-                done = completions(wdir / f"{node}_clat.log", w.pads[node])
+                done, began = completions(wdir / f"{node}_clat.log", w.pads[node], w.lead[node][0])
                 _match(w.layout, k, done, w_end, node)
+                w_start[w.layout.node == k] = began
                 busy[node] += jobs[node]["job_runtime"] / 1e3
                 fio_cpu += (
                     (jobs[node]["usr_cpu"] + jobs[node]["sys_cpu"])
@@ -217,7 +239,7 @@ class FioReplayer:
                     * (jobs[node]["job_runtime"])
                 )
             n_ios = np.diff(w.layout.first)
-            start[w.ops], end[w.ops] = t0, t0 + w_end
+            start[w.ops], end[w.ops] = t0 + w_start, t0 + w_end
             cpu_op[w.ops] = spent * n_ios / max(1, n_ios.sum())
             t0 += max(j["job_runtime"] for j in jobs.values()) / 1e3
             cpu += spent
@@ -272,9 +294,12 @@ class FioReplayer:
         for k, node in enumerate(lay.nodes):
             t, qd = self.targets[node], w.qd[node]
             order = turn_order(lay, k)
-            pads = PADS_PER_SLOT * qd
-            off = np.concatenate([lay.offset[order], np.full(pads, w.pads[node], np.int64)])
-            length = np.concatenate([lay.length[order], np.full(pads, BLOCK, np.int64)])
+            pads, (lead, lead_bytes) = PADS_PER_SLOT * qd, w.lead[node]
+            at = np.full(lead + pads, w.pads[node], np.int64)
+            off = np.concatenate([at[:lead], lay.offset[order], at[lead:]])
+            length = np.concatenate(
+                [np.full(lead, lead_bytes), lay.length[order], np.full(pads, BLOCK)]
+            ).astype(np.int64)
             is_write = bool(w.write[lay.node == k].any())
             write_iolog(work / f"{node}.iolog", t.path, is_write, off, length)
             job = {"name": node, "read_iolog": work / f"{node}.iolog", "iodepth": qd}
@@ -296,6 +321,18 @@ class FioReplayer:
                 _fill(fd, t, BlockFormat(node, self.seed), need[node])
             finally:
                 os.close(fd)
+
+
+def _job_errors(jobs: dict[str, dict]) -> None:
+    """A :class:`RealError` when fio's JSON records a job error though fio exited 0
+    (seen once under load: a bad block's read missing from the completion log)."""
+    bad = {n: int(j["error"]) for n, j in jobs.items() if j.get("error")}
+    if bad:
+        what = ", ".join(
+            f"{n}: errno {e} ({'a verify failure' if e == errno.EILSEQ else os.strerror(e)})"
+            for n, e in bad.items()
+        )
+        raise RealError(f"fio job failed ({what})")
 
 
 def _async(t: Target) -> bool:

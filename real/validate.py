@@ -280,7 +280,10 @@ def engine_costs(devices, engine: str = "auto", n_ssd: int = 1, n: int = 1000) -
     (a single one once measured 1.19 ms against 0.69 ms in three other runs)."""
     from real.replay import replay
 
-    engine = "python" if engine == "fio" else engine  # the plan has steps: fio cannot run it
+    # the same engine as the regime replay: ``auto`` keeps its 1 MiB steps on Python
+    # (real.fioreplay.fio_partial_check), and ``fio`` runs these steps as waves, as it
+    # runs the regime steps
+    engine = "python" if engine == "auto" else engine
     b = PlanBuilder()
     common = {"io_path": "io_uring", "offset": 0, "stride": 4 * KIB}
     nodes = [f"ssd{k}" for k in range(n_ssd)]

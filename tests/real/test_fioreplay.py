@@ -15,7 +15,7 @@ import pytest
 
 from kvtier.plan import BLOCK, PlanBuilder
 from kvtier.records import DEVICE_RECORD_SCHEMA, OP_RECORD_SCHEMA
-from real import fioreplay
+from real import _fiolog, fioreplay
 from real.datafile import io_layout, prepare_targets
 from real.errors import RealError
 from real.fio import fio_binary
@@ -95,6 +95,10 @@ def test_a_bad_block_fails_the_fio_replay(direct_dir, monkeypatch, damage):
             if damage == "bitflip":
                 blk[1000] ^= 1
             os.pwrite(fd, bytes(blk), 256 * KIB)
+            # clean page cache: a dirty page would slow fio's O_DIRECT read of it into
+            # fio's unverified last completions (then the log check fails the run instead)
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
 
@@ -136,8 +140,14 @@ def test_pads_go_past_the_extent_else_in_the_first_block_no_io_touches():
     file = {"ssd0": Target("ssd0", "/x", 16 * KIB, "file")}  # a file grows past the plan
     assert fioreplay.pad_offsets(io_layout(_reads([3, 0, 2, 1])), file) == {"ssd0": 16 * KIB}
     full = io_layout(_reads([3, 0, 2, 1]))
-    assert "every block" in fioreplay.pad_offsets(full, tight)
-    assert "every block" in fioreplay.fio_expressible(_reads([3, 0, 2, 1]), tight)
+    assert "untouched" in fioreplay.pad_offsets(full, tight)
+    assert "untouched" in fioreplay.fio_expressible(_reads([3, 0, 2, 1]), tight)
+    six = {"ssd0": Target("ssd0", "/x", 24 * KIB, "loop")}  # blocks 0-5
+    holes = io_layout(_reads([0, 2, 3, 5]))  # free: 1 and 4, no two in a row
+    assert fioreplay.pad_offsets(holes, six, {"ssd0": BLOCK}) == {"ssd0": 4 * KIB}
+    assert "no 2 blocks" in fioreplay.pad_offsets(holes, six, {"ssd0": 2 * BLOCK})
+    run = io_layout(_reads([0, 3, 4, 5]))  # free: 1 and 2
+    assert fioreplay.pad_offsets(run, six, {"ssd0": 2 * BLOCK}) == {"ssd0": 4 * KIB}
 
 
 def test_fio_replays_a_plan_that_ends_where_the_device_ends(direct_dir):
@@ -225,3 +235,29 @@ def test_fio_runs_one_step_after_another_and_a_node_may_change_direction(direct_
         2 * BLOCK,
         2,
     )
+
+
+def test_lead_in_spends_one_throttle_slice_of_the_binding_limit():
+    lim = Limits(read_iops=63_290, read_bps=397_000_000, write_iops=11_507, write_bps=0)
+    t = Target("ssd0", "/dev/loop9", 1 << 30, "loop", limits=lim)
+    # 4 KiB reads: IOPS bind (63,290 < 397e6 / 4096 = 96,924): 0.1 s of them
+    assert _fiolog.lead_in(t, False, BLOCK) == (6329, BLOCK)
+    # 1 MiB reads: bytes bind: 397e6 / 2**20 = 378.6 per s, 37.86 in a slice
+    assert _fiolog.lead_in(t, False, 1 << 20) == (38, 1 << 20)
+    assert _fiolog.lead_in(t, True, BLOCK) == (1151, BLOCK)  # writes: 11,507 IOPS only
+    assert _fiolog.lead_in(dataclasses.replace(t, limits=Limits()), False, BLOCK) == (0, 0)
+    assert _fiolog.lead_in(dataclasses.replace(t, pacing=True), False, BLOCK) == (0, 0)
+
+
+def test_lead_in_pads_are_not_the_plans_and_the_clock_starts_after_them(direct_dir):
+    plan = _reads(range(64))
+    with prepare_targets(plan, direct_dir / "t") as files:
+        t = files.targets["ssd0"]
+        limited = {"ssd0": dataclasses.replace(t, limits=Limits(read_iops=2000))}  # 200 pads
+        replayer = fioreplay.FioReplayer(plan, limited, qd=8)
+        assert replayer.waves[0].lead == {"ssd0": (200, BLOCK)}
+        rec = replayer.run()
+    dev = rec.devices.to_pylist()[0]
+    assert (dev["bytes_read"], dev["n_ios"], rec.stats["ios"]) == (64 * BLOCK, 64, 64)
+    op = rec.ops.to_pylist()[0]
+    assert 0 <= op["start_s"] == op["ready_s"] <= op["end_s"] <= rec.stats["makespan_s"] + 1e-3
