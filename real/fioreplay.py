@@ -43,13 +43,16 @@ measured) and a ``stonewall``/``wait_for`` between jobs cost 200-300 ms each
 here, hence one run per wave: the runs' start-up is outside every measured
 time (:func:`fio_expressible` says why a plan does not fit).
 
-What the records hold.  The same columns as the Python engine's.  The ops of
-wave ``i`` are ready and start when wave ``i - 1``'s longest job ended (wave 0
-at 0); an op's ``end_s`` is the completion of its last I/O in fio's log, which
-has **1 ms resolution** (fio 3.33 logs times in ms); I/Os with the same
-(offset, length) are paired with the log's in completion order.  Devices:
-bytes and I/Os of the plan (all verified), ``busy_s`` the jobs' runtimes (ms,
-fio's ``job_runtime``; they include the pads, 2 x qd I/Os a run).  ``cpu_s``:
+What the records hold.  The same columns as the Python engine's.  Waves run
+back to back on the records' clock (fio's start-up, lead-ins and closing pads
+are not on it): the ops of wave ``i`` are ready and start when their node's
+lead-in was done, shifted so that the wave's first node starts when wave
+``i - 1``'s last op ended (wave 0 at 0); an op's ``end_s`` is the completion
+of its last I/O in fio's log, which has **1 ms resolution** (fio 3.33 logs
+times in ms); I/Os with the same (offset, length) are paired with the log's
+in completion order.  Devices: bytes and I/Os of the plan (all verified),
+``busy_s`` the sum over waves of the node's first start to last end.
+``cpu_s``:
 each run's fio process user + system CPU (:func:`real._fiolog.children_cpu_s`,
 io-wq workers included, as for the Python engine), shared over the wave's ops
 by I/O count.
@@ -213,8 +216,10 @@ class FioReplayer:
             shutil.rmtree(work, ignore_errors=True)
 
     def _run_waves(self, work: Path) -> Records:
-        """Each wave one fio run; wave ``i`` starts (on the records' clock) when wave
-        ``i - 1``'s longest job ended."""
+        """Each wave one fio run.  The records' clock runs the waves back to back, as
+        the Python engine does: wave ``i`` starts when wave ``i - 1``'s last op ended,
+        and a wave lasts from its first node's end of lead-in to its last completion
+        (fio's start-up, lead-ins and closing pads are not on it)."""
         n = self.plan.num_rows
         start, end, cpu_op = np.zeros(n), np.zeros(n), np.zeros(n)
         busy = dict.fromkeys(self.layout.nodes, 0.0)
@@ -229,19 +234,21 @@ class FioReplayer:
             _job_errors(jobs)
             w_end, w_start = np.zeros(len(w.ops)), np.zeros(len(w.ops))
             for k, node in enumerate(w.layout.nodes):
-                done, began = completions(wdir / f"{node}_clat.log", w.pads[node], w.lead[node][0])
+                log = wdir / f"{node}_clat.log"
+                done, began = completions(log, w.pads[node], w.lead[node][0])
                 _match(w.layout, k, done, w_end, node)
                 w_start[w.layout.node == k] = began
-                busy[node] += jobs[node]["job_runtime"] / 1e3
-                fio_cpu += (
-                    (jobs[node]["usr_cpu"] + jobs[node]["sys_cpu"])
-                    / 1e5
-                    * (jobs[node]["job_runtime"])
-                )
+                j = jobs[node]
+                fio_cpu += (j["usr_cpu"] + j["sys_cpu"]) / 1e5 * j["job_runtime"]
+            origin = w_start.min()
+            w_start, w_end = w_start - origin, np.maximum(w_end - origin, w_start - origin)
+            for k, node in enumerate(w.layout.nodes):
+                mine = w.layout.node == k
+                busy[node] += float(w_end[mine].max() - w_start[mine].min())
             n_ios = np.diff(w.layout.first)
             start[w.ops], end[w.ops] = t0 + w_start, t0 + w_end
             cpu_op[w.ops] = spent * n_ios / max(1, n_ios.sum())
-            t0 += max(j["job_runtime"] for j in jobs.values()) / 1e3
+            t0 += float(w_end.max())
             cpu += spent
         ops = op_records(
             self.plan, start.tolist(), start.tolist(), end.tolist(), cpu_op.tolist(), "real"
