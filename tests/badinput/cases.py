@@ -139,6 +139,8 @@ CASES: list[tuple[str, str, Files, str]] = [
     ],
     ("replay-seed-neg", "real replay --plan p --targets-dir t --out o --seed -1", {}, "--seed"),
     ("replay-qd-zero", "real replay --plan p --targets-dir t --out o --qd 0", {}, "--qd"),
+    ("replay-engine", "real replay --plan p --targets-dir t --out o --engine x", {}, "--engine"),
+    ("validate-engine", f"{VALIDATE} --engine bogus", {}, "--engine"),
     # --- sweep factors, typed per factor
     ("factor-ssds-neg", "sweep --factor ssds --values -1", {}, "ssds"),
     ("factor-batch-frac", "sweep --factor batch --values 1.5", {}, "batch"),
