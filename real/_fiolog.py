@@ -66,9 +66,11 @@ def fio_waves(plan: pa.Table) -> list[np.ndarray] | str:
 
 
 def lead_in(target: Target, write: bool, io_bytes: int) -> tuple[int, int]:
-    """(count, bytes) of the pad I/Os that open a throttled node's log: one
+    """(count, bytes) of the pad I/Os that open a throttled node's log: as many as one
     :data:`SLICE_S` of the limit that binds I/Os of ``io_bytes`` (IOPS or bytes/s
-    over ``io_bytes``), each ``io_bytes`` long; (0, 0) on an unthrottled target.
+    over ``io_bytes``) lets through, rounded down (one more would wait for the next
+    slice, whose credit the plan would then get), each ``io_bytes`` long; (0, 0) on
+    an unthrottled target.
 
     cgroup v1 blk-throttle lets a group dispatch ``rate x elapsed`` rounded *up* to
     its slice, so a stream that starts a fresh slice -- every fio run does, after the
@@ -81,7 +83,7 @@ def lead_in(target: Target, write: bool, io_bytes: int) -> tuple[int, int]:
     rates = [r for r in (iops, bps / io_bytes if bps else 0) if r > 0]
     if target.pacing or not rates:
         return 0, 0
-    return math.ceil(SLICE_S * min(rates)), io_bytes
+    return math.floor(SLICE_S * min(rates)), io_bytes  # one more would wait a slice
 
 
 def pad_offsets(

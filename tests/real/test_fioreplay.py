@@ -247,9 +247,9 @@ def test_lead_in_spends_one_throttle_slice_of_the_binding_limit():
     t = Target("ssd0", "/dev/loop9", 1 << 30, "loop", limits=lim)
     # 4 KiB reads: IOPS bind (63,290 < 397e6 / 4096 = 96,924): 0.1 s of them
     assert _fiolog.lead_in(t, False, BLOCK) == (6329, BLOCK)
-    # 1 MiB reads: bytes bind: 397e6 / 2**20 = 378.6 per s, 37.86 in a slice
-    assert _fiolog.lead_in(t, False, 1 << 20) == (38, 1 << 20)
-    assert _fiolog.lead_in(t, True, BLOCK) == (1151, BLOCK)  # writes: 11,507 IOPS only
+    # 1 MiB reads: bytes bind: 397e6 / 2**20 = 378.6 per s, 37.86 in a slice: 37 fit
+    assert _fiolog.lead_in(t, False, 1 << 20) == (37, 1 << 20)
+    assert _fiolog.lead_in(t, True, BLOCK) == (1150, BLOCK)  # writes: 11,507 IOPS only
     assert _fiolog.lead_in(dataclasses.replace(t, limits=Limits()), False, BLOCK) == (0, 0)
     assert _fiolog.lead_in(dataclasses.replace(t, pacing=True), False, BLOCK) == (0, 0)
 
