@@ -301,12 +301,14 @@ class FioReplayer:
         for k, node in enumerate(lay.nodes):
             t, qd = self.targets[node], w.qd[node]
             order = turn_order(lay, k)
-            pads, (lead, lead_bytes) = PADS_PER_SLOT * qd, w.lead[node]
-            at = np.full(lead + pads, w.pads[node], np.int64)
+            # closing pads: 2 x qd, and on a throttled device one more slice of them,
+            # as long as the lead-in's: io-wq workers may hand I/Os to the throttle out
+            # of order, and a plan I/O queued behind pads must still not be in the tail
+            (lead, lead_bytes), pads = w.lead[node], PADS_PER_SLOT * qd
+            at = np.full(2 * lead + pads, w.pads[node], np.int64)
             off = np.concatenate([at[:lead], lay.offset[order], at[lead:]])
-            length = np.concatenate(
-                [np.full(lead, lead_bytes), lay.length[order], np.full(pads, BLOCK)]
-            ).astype(np.int64)
+            size = np.full(2 * lead + pads, max(BLOCK, lead_bytes), np.int64)
+            length = np.concatenate([size[:lead], lay.length[order], size[lead:]])
             is_write = bool(w.write[lay.node == k].any())
             write_iolog(work / f"{node}.iolog", t.path, is_write, off, length)
             job = {"name": node, "read_iolog": work / f"{node}.iolog", "iodepth": qd}
