@@ -1,4 +1,4 @@
-"""Replayer IOPS against fio's on the same file: ``python -m real.bench_iops``.
+"""Replayer IOPS against fio's on the same file or devices: ``python -m real.bench_iops``.
 
 Builds a plan of 4 KiB random reads (``--ops`` read ops whose extents are
 ``--ios`` block offsets drawn uniformly over a ``--size`` file, each op at
@@ -9,23 +9,57 @@ prints both IOPS and their ratio.  The file is created by kvtier under
 ``--path`` (a directory, e.g. ``/dev/shm``, which accepts O_DIRECT) and
 removed at the end.
 
-Each queue depth alternates replayer and fio ``--repeat`` times on the same
-file and prints the median of the per-pair ratios, so that a noisy machine's
-swings cancel; ``--fio-async`` runs fio with ``--force_async=1``, the way the
-replayer issues reads of tmpfs files (:func:`real.engine.on_tmpfs`).
+Each queue depth alternates the ``--engine`` replayers (``uring``, ``python``,
+``fio``, ...) and fio ``--repeat`` times on the same targets and prints, per
+engine, the median of its per-round ratios to fio, so that a noisy machine's
+swings cancel; ``--fio-async`` runs fio with ``--force_async=1``, the way both
+engines issue reads of tmpfs files and loop devices (:func:`real.engine.on_tmpfs`).
+``--emulate PROFILE --n N --scale S`` reads N emulated devices instead
+(:func:`real.emulate.emulate`: loop devices over ``--path``, cgroup v1 blkio
+limits; this process joins the group, so fio, its child, is held to the same
+limits), one job per device.  CPU per I/O is each side's whole process (user +
+system, io-wq workers included): fio's from :func:`real.fioreplay.children_cpu_s`,
+since fio's own ``usr_cpu``/``sys_cpu`` leave io-wq out (measured 1.4 us reported
+against 3.7 us per 4 KiB read on tmpfs).
 
-Measured on the 2-core dev machine (shared with 4 other jobs, load 3-8; 200K
-verified I/Os per run, medians of 3 pairs): before this work qd 32 0.44 of
-fio at 9.1 us of process CPU per I/O, qd 128 0.66 at 4.5 us.  Now qd 32
+Measured 2026-11-24 on the 2-core dev machine shared with 5 other jobs (load
+4-9 throughout; 200K verified 4 KiB random reads per run, medians of 3 rounds):
+
+``--emulate h20-8ssd --n 1``: IOPS (ratio to fio's in the same round), CPU us/I/O
+
+* scale 1 (1.1M IOPS limit), qd 32: python 84K (0.68), fio engine 131K (1.00),
+  async fio 131K; CPU 6.8 / 9.1* / 5.1
+* scale 1, qd 128: python 129K (0.90), fio engine 134K (0.78), async fio 143K;
+  CPU 4.5 / 8.3* / 4.8
+* scale 0.1 (110K IOPS limit) [a], qd 32: python 90K (1.44), fio engine 98K
+  (1.72), fio 58K; CPU 6.2 / - / 4.2
+* scale 0.1 [a], qd 128: python 88K (1.13), fio engine 93K (1.18), fio 87K;
+  CPU 3.8 / - / 3.6
+
+Ratios are to fio's IOPS in the same round.  [a]: fio without ``--force_async``
+(which on a loop device costs it half its IOPS), before CPU was measured from
+outside.  ``*``: the fio engine's CPU is per plan I/O, but on a throttled target
+every run also does one slice of lead-in and closing pads (:func:`real._fiolog.lead_in`;
+at scale 1 that is 110K pads each way against 200K plan I/Os), so about half of it
+is pads.  The spread is the machine's: plain fio alone ran 29K-172K IOPS over the
+session.  Verification settings (fio alone, tmpfs, async, qd 32 / 128, CPU from
+outside): no verify 3.7 / 3.6 us per I/O; ``verify=crc32c`` 5.9 / 5.8;
+``crc32c-intel`` 5.6 / 5.6 (the same code: fio picks the SSE4.2 crc32c for both);
+``disable_lat``/``disable_clat`` 5.7 / 5.6 (no gain); ``thread=1`` the same CPU as
+processes; ``verify_async=2`` 17K IOPS at 37 us (far worse: handing each
+completion to a verify thread costs more than checking it).  So per-I/O
+verification costs fio about 2 us per 4 KiB read here and no setting tried
+lowers it; ``verify=md5`` and ``experimental_verify`` were not tried (md5 is
+slower than crc32c; experimental_verify concerns write-then-verify jobs).
+
+Before 2026-11-24 (tmpfs file, no emulation, medians of 3 pairs): qd 32
 0.71-1.24 of plain fio and 0.43 of ``--fio-async`` fio at 5.5-8 us per I/O; qd
-128 0.78-2.25 of plain fio and 0.85 of ``--fio-async`` fio at 3.2-4.8 us; fio
-itself spends 1.3-2.4 us per I/O.  The spread is the machine's: fio alone ran
-64K-330K IOPS over the session.  The replay loop's own cost, fitted over qd 8,
-32 and 128 (main thread, verification on): about 62-77 us per round plus 1-2
-us per I/O, of which verification is about 20 us per round plus 0.4 us per I/O
-(the expected images gathered from the 1 MiB block template, then one
-comparison); with no kernel at all (an engine that completes at once) a round
-of the laid-out round robin costs 19 us of Python at qd 32 and 22 us at qd 128.
+128 0.78-2.25 of plain fio and 0.85 of ``--fio-async`` fio at 3.2-4.8 us.  The
+replay loop's own cost, fitted over qd 8, 32 and 128 (main thread, verification
+on): about 62-77 us per round plus 1-2 us per I/O, of which verification is
+about 20 us per round plus 0.4 us per I/O; with no kernel at all (an engine
+that completes at once) a round of the laid-out round robin costs 19 us of
+Python at qd 32 and 22 us at qd 128.
 """
 
 from __future__ import annotations
