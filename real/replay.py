@@ -121,8 +121,9 @@ def pick_fio(
     """(use the fio engine, why not when ``auto`` passes it over).
 
     ``fio`` must be able to replay the plan (else a :class:`RealError` says why);
-    ``auto`` takes it when fio is installed and the plan is one wave of I/O
-    (:func:`real.fioreplay.fio_expressible`) and verification is on; any other
+    ``auto`` takes it when fio is installed, the plan is waves of I/O (steps, each
+    depending on the whole step before: :func:`real.fioreplay.fio_expressible`)
+    of 4 KiB only and verification is on; any other
     engine name is the Python replayer's."""
     if engine not in ("fio", "auto"):
         return False, ""

@@ -289,11 +289,14 @@ def engine_costs(
     ``paced``: only the per-I/O time, with every device going through the user-space
     pacer at :data:`NO_BIND` limits, the path of paced replays (the design replays,
     :func:`kvtier.cli.design_replayer.paced`): each I/O pays the pacer's bookkeeping
-    and is issued alone, yet never waits for tokens.  (Its QD1 times follow from the
-    unpaced ones: :func:`kvtier.cli.design_replayer.paced_costs`.)"""
+    and is issued in the pacer's batches, yet never waits for tokens.  (Its QD1
+    times follow from the unpaced ones: :func:`kvtier.cli.design_replayer.paced_costs`.)"""
     from real.replay import replay
 
-    engine = "python" if engine == "fio" else engine  # the plan has steps: fio cannot run it
+    # the same engine as the regime replay: ``auto`` keeps its 1 MiB steps on Python
+    # (real.fioreplay.fio_partial_check), and ``fio`` runs these steps as waves, as it
+    # runs the regime steps; paced targets (the design replays) are Python's alone
+    engine = "python" if engine == "auto" or paced else engine
     plan, many = _cost_plan(n_ssd, n, qd1=not paced)
     runs = []
     with devices.prepared(plan, 0, None, unpaced=True) as targets:

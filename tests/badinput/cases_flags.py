@@ -60,6 +60,8 @@ FLAGS: list[tuple[str, str, Files, str]] = [
         for v in values
     ],
     ("replay-seed-neg", "real replay --plan p --targets-dir t --out o --seed -1", {}, "--seed"),
+    ("replay-engine", "real replay --plan p --targets-dir t --out o --engine x", {}, "--engine"),
+    ("validate-engine", f"{VALIDATE} --engine bogus", {}, "--engine"),
     ("replay-qd-zero", "real replay --plan p --targets-dir t --out o --qd 0", {}, "--qd"),
     # --- sweep factors, typed per factor
     ("factor-ssds-neg", "sweep --factor ssds --values -1", {}, "ssds"),

@@ -6,6 +6,7 @@ O_DIRECT (the ``direct_dir`` fixture).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -14,11 +15,12 @@ import pytest
 
 from kvtier.plan import BLOCK, PlanBuilder
 from kvtier.records import DEVICE_RECORD_SCHEMA, OP_RECORD_SCHEMA
-from real import fioreplay
+from real import _fiolog, fioreplay
 from real.datafile import io_layout, prepare_targets
 from real.errors import RealError
 from real.fio import fio_binary
 from real.replay import replay
+from real.targets import Limits, Target
 
 pytestmark = pytest.mark.skipif(fio_binary() is None, reason="fio is not installed")
 KIB = 1024
@@ -93,6 +95,10 @@ def test_a_bad_block_fails_the_fio_replay(direct_dir, monkeypatch, damage):
             if damage == "bitflip":
                 blk[1000] ^= 1
             os.pwrite(fd, bytes(blk), 256 * KIB)
+            # clean page cache: a dirty page would slow fio's O_DIRECT read of it into
+            # fio's unverified last completions (then the log check fails the run instead)
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
 
@@ -118,3 +124,147 @@ def test_auto_takes_python_for_a_plan_with_steps_and_fio_refuses_it(direct_dir):
         assert "not fio: ops depend on other ops" in rec.stats["engine_note"]
         with pytest.raises(RealError, match="--engine fio cannot replay this plan"):
             replay(plan, files, engine="fio")
+
+
+def _reads(blocks, node="ssd0"):
+    b = PlanBuilder()
+    ext = np.array([[k * BLOCK, BLOCK] for k in blocks], dtype=np.int64)
+    b.read(node, "dram0", extents=ext)
+    return b.table()
+
+
+def test_pads_go_past_the_extent_else_in_the_first_block_no_io_touches():
+    lay = io_layout(_reads([0, 1, 3]))  # the plan needs 16 KiB; block 2 is never read
+    roomy = {"ssd0": Target("ssd0", "/x", 20 * KIB)}
+    tight = {"ssd0": Target("ssd0", "/x", 16 * KIB, "loop")}  # a device cannot grow
+    assert fioreplay.pad_offsets(lay, roomy) == {"ssd0": 16 * KIB}
+    assert fioreplay.pad_offsets(lay, tight) == {"ssd0": 8 * KIB}
+    file = {"ssd0": Target("ssd0", "/x", 16 * KIB, "file")}  # a file grows past the plan
+    assert fioreplay.pad_offsets(io_layout(_reads([3, 0, 2, 1])), file) == {"ssd0": 16 * KIB}
+    full = io_layout(_reads([3, 0, 2, 1]))
+    assert "untouched" in fioreplay.pad_offsets(full, tight)
+    assert "untouched" in fioreplay.fio_expressible(_reads([3, 0, 2, 1]), tight)
+    six = {"ssd0": Target("ssd0", "/x", 24 * KIB, "loop")}  # blocks 0-5
+    holes = io_layout(_reads([0, 2, 3, 5]))  # free: 1 and 4, no two in a row
+    assert fioreplay.pad_offsets(holes, six, {"ssd0": BLOCK}) == {"ssd0": 4 * KIB}
+    assert "no 2 blocks" in fioreplay.pad_offsets(holes, six, {"ssd0": 2 * BLOCK})
+    run = io_layout(_reads([0, 3, 4, 5]))  # free: 1 and 2
+    assert fioreplay.pad_offsets(run, six, {"ssd0": 2 * BLOCK}) == {"ssd0": 4 * KIB}
+
+
+def test_fio_replays_a_plan_that_ends_where_the_device_ends(direct_dir):
+    plan = _reads([0, 1, 3])
+    with prepare_targets(plan, direct_dir / "t") as files:
+        t = files.targets["ssd0"]
+        assert t.size == 16 * KIB  # no room past the plan's extent
+        dev = {"ssd0": dataclasses.replace(t, kind="block")}  # held to its size: pads inside
+        rec = replay(plan, dev, engine="fio", qd=2)
+        assert os.path.getsize(t.path) == 16 * KIB
+        py = replay(plan, files, engine="python", qd=2)  # kvtier's format is back everywhere
+    for r in (rec, py):
+        dev = r.devices.to_pylist()[0]
+        assert (dev["bytes_read"], dev["n_ios"]) == (12 * KIB, 3)
+
+
+def test_kernel_throttled_targets_go_to_fio_paced_ones_do_not():
+    plan = _reads([0, 1])
+    limits = Limits(read_iops=1000, read_bps=10 << 20)
+    throttled = {"ssd0": Target("ssd0", "/x", 1 << 20, "loop", limits=limits)}
+    paced = {"ssd0": Target("ssd0", "/x", 1 << 20, limits=limits, pacing=True)}
+    assert fioreplay.fio_expressible(plan, throttled) == ""
+    assert "paced in user space" in fioreplay.fio_expressible(plan, paced)
+
+
+def test_fio_cpu_holds_at_least_what_fio_reports_of_itself(direct_dir):
+    """cpu_s is fio's whole process (io-wq workers too), a superset of its job's own
+    usr_cpu + sys_cpu; fio rounds those to 1/100 % of a ms-resolution runtime."""
+    plan = _reads(np.random.default_rng(0).permutation(4096)[:3000])
+    with prepare_targets(plan, direct_dir / "t") as files:
+        rec = replay(plan, files, engine="fio", qd=16)
+    s = rec.stats
+    assert s["cpu_s"] > 0 and s["cpu_s"] >= 0.99 * s["fio_reported_cpu_s"] - 1e-3
+    assert rec.ops.to_pandas()["cpu_s"].sum() == pytest.approx(s["cpu_s"])
+
+
+def _chain(dep_of_third=(0, 1), third_step=1):
+    """Two reads of ssd0/ssd1 in step 0, then a write of ssd0 depending on ``dep_of_third``."""
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", 4 * BLOCK, 4, step=0, queue_depth=2)
+    b.read("ssd1", "dram0", 2 * BLOCK, 2, step=0, queue_depth=3)
+    b.write("dram0", "ssd0", 2 * BLOCK, 2, step=third_step, depends_on=list(dep_of_third))
+    return b.table()
+
+
+def test_waves_are_steps_each_depending_on_the_whole_step_before():
+    assert [w.tolist() for w in fioreplay.fio_waves(_chain())] == [[0, 1], [2]]
+    assert "beyond the whole previous step" in fioreplay.fio_waves(_chain((0,)))  # half a step
+    assert "beyond" in fioreplay.fio_waves(_chain((0, 0)))  # op 0 twice is not ops 0 and 1
+    assert "beyond" in fioreplay.fio_waves(_chain((0, 1), third_step=0))  # a dep in its own step
+    b = PlanBuilder()
+    a = b.read("ssd0", "dram0", BLOCK, 1, step=0)
+    c = b.read("ssd0", "dram0", BLOCK, 1, step=1, depends_on=[a])
+    b.read("ssd0", "dram0", BLOCK, 1, step=2, depends_on=[a])  # skips step 1
+    assert "beyond" in fioreplay.fio_waves(b.table())
+    assert c == 1
+
+
+def test_each_node_in_a_wave_keeps_its_ops_queue_depths():
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", 4 * BLOCK, 4, queue_depth=2)
+    b.read("ssd0", "dram0", 4 * BLOCK, 4, offset=4 * BLOCK, queue_depth=3)
+    b.read("ssd1", "dram0", 4 * BLOCK, 4, queue_depth=1)
+    plan = b.table()
+    t = {n: Target(n, "/x", 1 << 20) for n in ("ssd0", "ssd1")}
+    (wave,) = fioreplay.FioReplayer(plan, t, qd=32).waves
+    assert wave.qd == {"ssd0": 2 + 3, "ssd1": 1}
+    (wave,) = fioreplay.FioReplayer(plan, t, qd=4).waves  # 4 slots cap ssd0's 2 + 3
+    assert wave.qd == {"ssd0": 4, "ssd1": 1}
+
+
+def test_fio_runs_one_step_after_another_and_a_node_may_change_direction(direct_dir):
+    plan = _chain()
+    with prepare_targets(plan, direct_dir / "t") as files:
+        rec = replay(plan, files, engine="fio")
+        replay(plan, files, engine="python")  # kvtier's format is back
+    assert rec.stats["fio_runs"] == 2 and "2 runs" in rec.stats["engine_note"]
+    ops = rec.ops.to_pandas()
+    # back to back, as the Python engine runs them: the write starts as the reads end
+    assert ops.loc[2, "start_s"] == pytest.approx(ops.loc[[0, 1], "end_s"].max())
+    assert ops["start_s"].min() == 0
+    assert rec.stats["makespan_s"] == pytest.approx(ops["end_s"].max())
+    busy = {r["device"]: r["busy_s"] for r in rec.devices.to_pylist()}
+    assert busy["ssd0"] <= rec.stats["makespan_s"] + 1e-9  # on the same clock
+    dev = {r["device"]: r for r in rec.devices.to_pylist()}
+    # by hand: ssd0 reads 4 blocks and writes 2 in 6 I/Os; ssd1 reads 2 blocks in 2
+    assert (dev["ssd0"]["bytes_read"], dev["ssd0"]["bytes_written"]) == (4 * BLOCK, 2 * BLOCK)
+    assert (dev["ssd0"]["n_ios"], dev["ssd1"]["bytes_read"], dev["ssd1"]["n_ios"]) == (
+        6,
+        2 * BLOCK,
+        2,
+    )
+
+
+def test_lead_in_spends_one_throttle_slice_of_the_binding_limit():
+    lim = Limits(read_iops=63_290, read_bps=397_000_000, write_iops=11_507, write_bps=0)
+    t = Target("ssd0", "/dev/loop9", 1 << 30, "loop", limits=lim)
+    # 4 KiB reads: IOPS bind (63,290 < 397e6 / 4096 = 96,924): 0.1 s of them
+    assert _fiolog.lead_in(t, False, BLOCK) == (6329, BLOCK)
+    # 1 MiB reads: bytes bind: 397e6 / 2**20 = 378.6 per s, 37.86 in a slice: 37 fit
+    assert _fiolog.lead_in(t, False, 1 << 20) == (37, 1 << 20)
+    assert _fiolog.lead_in(t, True, BLOCK) == (1150, BLOCK)  # writes: 11,507 IOPS only
+    assert _fiolog.lead_in(dataclasses.replace(t, limits=Limits()), False, BLOCK) == (0, 0)
+    assert _fiolog.lead_in(dataclasses.replace(t, pacing=True), False, BLOCK) == (0, 0)
+
+
+def test_lead_in_pads_are_not_the_plans_and_the_clock_starts_after_them(direct_dir):
+    plan = _reads(range(64))
+    with prepare_targets(plan, direct_dir / "t") as files:
+        t = files.targets["ssd0"]
+        limited = {"ssd0": dataclasses.replace(t, limits=Limits(read_iops=2000))}  # 200 pads
+        replayer = fioreplay.FioReplayer(plan, limited, qd=8)
+        assert replayer.waves[0].lead == {"ssd0": (200, BLOCK)}
+        rec = replayer.run()
+    dev = rec.devices.to_pylist()[0]
+    assert (dev["bytes_read"], dev["n_ios"], rec.stats["ios"]) == (64 * BLOCK, 64, 64)
+    op = rec.ops.to_pylist()[0]
+    assert 0 <= op["start_s"] == op["ready_s"] <= op["end_s"] <= rec.stats["makespan_s"] + 1e-3
