@@ -36,6 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# memmap page faults read around the fault: ra_pages, the default readahead window
+# (VM_READAHEAD_PAGES = SZ_128K / PAGE_SIZE, include/linux/mm.h; do_sync_mmap_readahead,
+# mm/filemap.c), so a memmap read is issued in I/Os of at most 128 KiB
+MEMMAP_IO_BYTES = 128 * 1024
 SYNCS = ("layerwise", "blockwise", "hierarchical", "balanced")
 MEMMAP_SYNCS = ("layerwise", "hierarchical", "balanced")  # SSD reads by memmap page faults
 PAGEABLE_SYNCS = ("layerwise", "blockwise")  # H2D from pageable memory: synchronous
