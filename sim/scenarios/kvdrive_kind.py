@@ -23,7 +23,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 BREAKDOWN = ("select", "lookup", "kv_fetch", "stage", "h2d", "cpu_attn", "attn")
-FETCH = ("kv_fetch", "stage", "h2d")  # the fetch: SSD -> DRAM -> (staging) -> GPU  # op tags, per-layer time
+FETCH = (
+    "kv_fetch",
+    "stage",
+    "h2d",
+)  # the fetch: SSD -> DRAM -> (staging) -> GPU  # op tags, per-layer time
 
 
 @dataclass(frozen=True)
