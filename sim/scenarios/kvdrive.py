@@ -30,9 +30,11 @@ Dependencies (SFC disaggregation, §6.1: "the GPU performs selection for the
 current micro-batch concurrently with the CPU evaluating cache hit/miss
 status for the previous one and fetching the KV entries of an earlier
 micro-batch"): select i after select i-1; lookup i after select i and
-lookup i-1; fetch i after lookup i (the micro-batches' reads share each SSD
-by max-min, so their access latencies overlap); stage i after fetch i; h2d i after stage i (or fetch i, or
-lookup i) and h2d i-1 (one copy engine); memmap reads (``memmap_reads``)
+lookup i-1 (and after h2d i-1 when the copies are pageable, ``blocking_h2d``:
+a pageable cudaMemcpy holds the host thread until staged); fetch i after
+lookup i (the micro-batches' reads share each SSD by max-min, so their access
+latencies overlap); stage i after fetch i; h2d i after stage i (or fetch i,
+or lookup i) and h2d i-1 (one copy engine); memmap reads (``memmap_reads``)
 go by the kernel path (``kernel_fs``: the per-page fault cost) in I/Os of
 the readahead window; compute after every h2d and the previous compute.
 Each layer's first selection waits for the previous layer's compute (the
