@@ -156,3 +156,20 @@ def test_the_pinned_budget_goes_to_the_most_stalling_entries_over_all_lanes():
     assert allocate_pinned(lanes, 800, 2.0) == 4
     assert picked == {0: [0, 3], 1: [0, 3]}
     assert allocate_pinned(lanes, 1e9, 2.0) == 6  # only entries that stalled
+
+
+def test_the_sync_scenario_runs_the_four_settings_where_dram_cannot_hold_the_kv():
+    from hwprofiles import load_profile
+    from sim.config import load_scenario
+    from sim.policies.kvdrive.sync import SYNCS
+    from sim.scenarios.kvdrive_memory import host_budget
+
+    cfg = load_scenario("kvdrive-sync")
+    params = [cfg.variant_params(v) for v in cfg.variants]
+    syncs = [dict(p.design_params).get("sync") for p in params if p.design == "kvdrive"]
+    assert syncs == list(SYNCS)
+    profile = load_profile("l20-server")
+    assert {host_budget(p, profile) for p in params} == {32e9}  # one budget for all
+    p = params[0]
+    kv = p.context_tokens * p.batch * 32 * (2 * 8 * 128 * 2)  # 32 layers x 4 KiB per token
+    assert kv == pytest.approx(64.4e9, rel=1e-3) and kv > 32e9
