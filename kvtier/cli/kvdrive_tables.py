@@ -1,5 +1,6 @@
 """``kvtier sim`` tables of the ``kvdrive`` workload kind (seed 003): speed,
-GPU cache and memory, then the per-layer time of each pipeline stage."""
+GPU cache and memory, the per-layer time of each pipeline stage, then the
+sync strategies' data movement (seed 003 §7.3, Fig. 21a)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ HEADERS = {
     "select": "select",
     "lookup": "lookup",
     "kv_fetch": "SSD I/O",
+    "stage": "staging",
     "h2d": "H2D",
     "cpu_attn": "CPU attn",
     "attn": "attn+FFN",
@@ -20,7 +22,7 @@ HEADERS = {
 
 
 def kvdrive_tables(df: pd.DataFrame, cfg) -> list[Table]:
-    """Two tables, one row per variant (columns missing from ``df`` are left out)."""
+    """Three tables, one row per variant (columns missing from ``df`` are left out)."""
     title = decode_title(cfg.workload)
     speed = [
         ("design", "variant", str),
@@ -40,8 +42,18 @@ def kvdrive_tables(df: pd.DataFrame, cfg) -> list[Table]:
     stages = [("design", "variant", str)] + [
         (f"{HEADERS[t]} ms", f"{t}_ms_per_layer", lambda v: f"{v:.3f}") for t in BREAKDOWN
     ]
+    sync = [
+        ("design", "variant", str),
+        ("sync", "sync", str),
+        ("fetch ms/layer", "fetch_ms_per_layer", lambda v: f"{v:.3f}"),
+        ("SSD MB/step", "read_mb_per_step", lambda v: f"{v:,.1f}"),
+        ("DRAM-bus MB/step", "dram_bus_mb_per_step", lambda v: f"{v:,.1f}"),
+        ("H2D MB/step", "h2d_mb_per_step", lambda v: f"{v:,.1f}"),
+        ("tokens/s", "tokens_per_s", lambda v: f"{v:,.2f}"),
+    ]
     return [
         rows_table(df, f"{title}: throughput and GPU cache", speed),
+        rows_table(df, "sync strategy: fetch (SSD I/O + staging + H2D) and data moved", sync),
         rows_table(
             df, "per-layer time of each stage (when any of its ops runs, per (step, layer))", stages
         ),

@@ -14,6 +14,11 @@ micro-batch i the plan holds
   (``info["lookup_entries"]``; absent for designs without a GPU cache);
 * ``kv_fetch`` i: SSD reads (one op per SSD, the decisions' ranges shifted by
   each lane's region, cut at the device's maximum I/O);
+* ``stage`` i: the extra DRAM copy before the DMA of ``stage_entries``
+  (KVDrive's sync strategy, :mod:`sim.policies.kvdrive.sync`: the CUDA
+  driver's pageable staging or the memmap -> pinned buffer copy): a memcpy of
+  S bytes reads and writes S, so a ``2 S`` copy over the DRAM bus (DRAM -> its
+  switch) and a one-core CPU op over ``2 S`` bytes, concurrently;
 * ``h2d`` i: DRAM -> GPU of the entries the GPU lacks: ``h2d_entries``
   (KVDrive: the cache misses) or, for designs without a GPU cache, every
   selected entry;
@@ -25,9 +30,13 @@ Dependencies (SFC disaggregation, §6.1: "the GPU performs selection for the
 current micro-batch concurrently with the CPU evaluating cache hit/miss
 status for the previous one and fetching the KV entries of an earlier
 micro-batch"): select i after select i-1; lookup i after select i and
-lookup i-1; fetch i after lookup i (the micro-batches' reads share each SSD
-by max-min, so their access latencies overlap); h2d i after fetch i (or
-lookup i) and h2d i-1 (one copy engine); compute after every h2d and the previous compute.
+lookup i-1 (and after h2d i-1 when the copies are pageable, ``blocking_h2d``:
+a pageable cudaMemcpy holds the host thread until staged); fetch i after
+lookup i (the micro-batches' reads share each SSD by max-min, so their access
+latencies overlap); stage i after fetch i; h2d i after stage i (or fetch i,
+or lookup i) and h2d i-1 (one copy engine); memmap reads (``memmap_reads``)
+go by the kernel path (``kernel_fs``: the per-page fault cost) in I/Os of
+the readahead window; compute after every h2d and the previous compute.
 Each layer's first selection waits for the previous layer's compute (the
 query of layer l comes out of layer l-1), so nothing is speculative, unless
 ``prefetch`` (InfiniGen-style): then layer l's selection waits for layer
@@ -52,8 +61,14 @@ import pyarrow as pa
 
 from kvtier.plan import CPU, PlanBuilder
 from sim.models import decode_layer_cost, get_model
+from sim.policies.kvdrive.sync import MEMMAP_IO_BYTES, allocate_pinned
 from sim.policies.kvdrive.windows import allocate_windows
-from sim.scenarios.kvdrive_memory import dram_tier_entries, dram_tier_fraction, host_memory
+from sim.scenarios.kvdrive_memory import (
+    dram_tier_entries,
+    dram_tier_fraction,
+    host_memory,
+    memory_repeat,
+)
 from sim.scenarios.matched import (
     Match,
     full_scale,
@@ -82,6 +97,7 @@ def plan_kvdrive(p, profile, seed: int, progress=None) -> SwarmPlan:
     ssds, layout, built = build_lanes(p, profile, seed)
     layout = fit_dram_tier(p, profile, layout, built)
     apply_windows(p, built)
+    apply_pinned(p, built)
     info = host_columns(p, profile, built)
     if p.match_recall > 0:  # the Swarm comparison's rule: budget raised to a target recall
         match = match_budget(p, layout, built)
@@ -154,6 +170,17 @@ def apply_windows(p, built: dict) -> np.ndarray | None:
     return allocate_windows(designs, p.gpu_cache_mb * 1e6, repeat)
 
 
+def apply_pinned(p, built: dict) -> int:
+    """With ``p.pinned_mb`` set, the balanced split's pinned budget over every
+    lane whose design pins (:func:`allocate_pinned`); the entries pinned."""
+    designs = [b.design for b in built.values() if getattr(b.design, "pin", None)]
+    designs = [d for d in designs if d.params.sync == "balanced"]
+    if p.pinned_mb <= 0 or not designs:
+        return 0
+    # host memory: every model layer holds its pinned share (the memory checks' repeat)
+    return allocate_pinned(designs, p.pinned_mb * 1e6, memory_repeat(p))
+
+
 def _h2d_bytes(dec, entry_bytes: int) -> float:
     """DRAM -> GPU bytes: ``info["h2d_bytes"]`` (ShadowKV: values only), else
     ``h2d_entries`` whole entries (KVDrive: the cache misses), else every
@@ -186,11 +213,14 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     sel = _stage(b, ctx["on"], gpu, flops, nbytes, deps, tag="select", **kw)
     after = [sel] if sel >= 0 else gate
     n_look = sum(d.info.get("lookup_entries", 0.0) for d, _ in decs)
-    deps = after + _chain(prev["lookup"])
+    blocking = any(d.info.get("blocking_h2d", 0.0) for d, _ in decs)
+    deps = after + _chain(prev["lookup"]) + (_chain(prev["h2d"]) if blocking else [])
     look = _stage(b, CPU, gpu, n_look, n_look * ID_BYTES, deps, tag="lookup", **kw)
     after = [look] if look >= 0 else after
     t, layer = kw["step"], kw["layer"]
-    reads = _reads(b, decs, ctx["ssds"], dram, p, t, layer, "ssd", after, "kv_fetch")
+    memmap = any(d.info.get("memmap_reads", 0.0) for d, _ in decs)
+    ssds, rp = (ctx["memmap_ssds"], ctx["memmap_p"]) if memmap else (ctx["ssds"], p)
+    reads = _reads(b, decs, ssds, dram, rp, t, layer, "ssd", after, "kv_fetch")
     n_cpu = sum(d.info.get("cpu_attn_entries", 0.0) for d, _ in decs)
     ends = []
     if n_cpu:  # MagicPIG: attention over the sampled entries where the KV lives
@@ -203,13 +233,34 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
             )
         )
     n_h2d = sum(_h2d_bytes(d, entry) for d, _ in decs)
+    n_stage = sum(d.info.get("stage_entries", 0.0) for d, _ in decs)
     h2d = -1
     if n_h2d:
-        deps = (reads or after) + _chain(prev["h2d"])
+        ready = _staging(b, ctx, n_stage, reads or after, kw) or reads or after
+        deps = ready + _chain(prev["h2d"])
         h2d = b.copy(dram, gpu, n_h2d, depends_on=deps, tag="h2d", **kw)
     ends += [h2d] if h2d >= 0 else (reads or after)
     n_gpu = sum(len(d.selected) - d.info.get("cpu_attn_entries", 0.0) for d, _ in decs)
     return ends, {"select": sel, "lookup": look, "h2d": h2d}, int(n_gpu)
+
+
+def _staging(b: PlanBuilder, ctx: dict, entries: float, deps: list[int], kw: dict) -> list[int]:
+    """The extra DRAM copy of ``entries`` before the DMA (module doc, ``stage``):
+    its two ops (bus traffic, CPU memcpy), none when 0."""
+    if not entries:
+        return []
+    s = entries * ctx["entry"]
+    bus = b.copy(ctx["dram"], ctx["dram_hub"], 2 * s, depends_on=deps, tag="stage", **kw)
+    cpu = b.cpu_compute(0.0, 2 * s, 1, depends_on=deps, tag="stage", **kw)
+    return [bus, cpu]
+
+
+def dram_hub(profile, dram: str) -> str:
+    """The node at the other end of ``dram``'s memory bus (its switch)."""
+    for link in profile.topology.links:
+        if dram in link.between:
+            return next(n for n in link.between if n != dram)
+    raise ValueError(f"no link to {dram} in profile {profile.name}")
 
 
 def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
@@ -224,6 +275,9 @@ def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
         "entry": layout.entry_bytes,
         "ssds": ssds,
         "threads": profile.cpu.cores,
+        "dram_hub": dram_hub(profile, profile.dram_names[0]),
+        "memmap_ssds": {k: min(v, MEMMAP_IO_BYTES) for k, v in ssds.items()},
+        "memmap_p": replace(p, io_path="kernel_fs"),
     }
     mbs = [m for m in np.array_split(np.arange(p.batch), p.micro_batches) if len(m)]
     b = PlanBuilder()

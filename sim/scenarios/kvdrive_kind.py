@@ -22,7 +22,12 @@ from sim.registry import KV_DESIGNS, WORKLOADS, ParamError
 if TYPE_CHECKING:
     import pandas as pd
 
-BREAKDOWN = ("select", "lookup", "kv_fetch", "h2d", "cpu_attn", "attn")  # op tags, per-layer time
+BREAKDOWN = ("select", "lookup", "kv_fetch", "stage", "h2d", "cpu_attn", "attn")
+FETCH = (
+    "kv_fetch",
+    "stage",
+    "h2d",
+)  # the fetch: SSD -> DRAM -> (staging) -> GPU  # op tags, per-layer time
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,10 @@ class KVDriveParams(SwarmParams):
     # KVDrive's DRAM tier takes all the host budget allows (§7.1: "the subsequent
     # highest-scoring entries ... are offloaded to DRAM"), not dram_cache x prefix
     dram_fill: bool = False
+    # the balanced sync's pinned memory over all layers and sequences, MB (seed 003 §7.3
+    # (d)): given to the entries the offline profile finds stalling most; carved out of
+    # each lane's DRAM tier (sim.policies.kvdrive.sync.allocate_pinned)
+    pinned_mb: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -62,7 +71,7 @@ class KVDriveParams(SwarmParams):
             raise ParamError("calibrate_tokens", f"must be >= 1, got {self.calibrate_tokens}")
         if self.micro_batches < 1:
             raise ParamError("micro_batches", f"must be >= 1, got {self.micro_batches}")
-        for name in ("gpu_cache_mb", "host_mem_gb", "host_reserved_gb"):
+        for name in ("gpu_cache_mb", "host_mem_gb", "host_reserved_gb", "pinned_mb"):
             if getattr(self, name) < 0:
                 raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
 
@@ -139,9 +148,31 @@ def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], 
         row.update(splan.info)
         for tag in BREAKDOWN:
             row[f"{tag}_ms_per_layer"] = 1e3 * float(dur.get(tag, 0.0)) / groups
+        row.update(sync_columns(ops, records.devices, profile, params, groups))
         return row
 
     return summarize
+
+
+def sync_columns(ops: pd.DataFrame, devices, profile, params: KVDriveParams, groups: int):
+    """The sync strategy's columns (seed 003 Fig. 21a): ``fetch_ms_per_layer``,
+    the per-(step, layer) time any fetch op (SSD read, staging, H2D) runs, as
+    one stage; the DRAM bus's measured bytes (every memory-bus link's flow
+    work) and the H2D copies' bytes, per step."""
+    fetch = ops[ops["tag"].isin(FETCH)].assign(tag="fetch")
+    busy = float(stage_busy_s(fetch).get("fetch", 0.0))
+    buses = {ln.name for ln in profile.topology.links if ln.kind == "membus"}
+    dev = devices.to_pandas()
+    bus = dev.loc[dev["device"].isin(buses), ["bytes_read", "bytes_written"]].to_numpy().sum()
+    h2d = float(ops.loc[ops["tag"] == "h2d", "bytes"].sum())
+    kvdrive = params.design.startswith("kvdrive")  # the other designs have no sync setting
+    sync = dict(params.design_params or {}).get("sync", "blockwise") if kvdrive else ""
+    return {
+        "sync": str(sync),
+        "fetch_ms_per_layer": 1e3 * busy / groups,
+        "dram_bus_mb_per_step": float(bus) / params.steps / 1e6,
+        "h2d_mb_per_step": h2d / params.steps / 1e6,
+    }
 
 
 def stage_busy_s(ops: pd.DataFrame) -> pd.Series:

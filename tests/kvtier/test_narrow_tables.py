@@ -48,7 +48,8 @@ DECODE = ["step_ms", "tokens_per_s", "fetch_ms_per_step", "fetch_gbps", "ssd_sha
           "replication", "index_key_share", "select_speedup", "match_scale", "match_recall",
           "matched_tokens_per_s", "match_target", "micro_batches", "gpu_hit_rate",
           "read_mb_per_step", "gpu_cache_mb_per_layer", "gpu_mem_gb",
-          *(f"{t}_ms_per_layer" for t in BREAKDOWN)]  # fmt: skip
+          *(f"{t}_ms_per_layer" for t in BREAKDOWN),
+          "fetch_ms_per_layer", "dram_bus_mb_per_step", "h2d_mb_per_step"]  # fmt: skip
 WORKLOAD = SimpleNamespace(
     workload=SimpleNamespace(
         model="Llama-3.1-8B", context_tokens=131072, batch=8, sparsity=0.1, steps=100

@@ -22,10 +22,20 @@ host-to-device copy; any other miss is read from SSD (the packed layout's
 ranges) and copied.  The cache then evicts by ``eviction`` (lookahead: the
 current step's centroid score of each resident entry; or lru).
 
+How misses move (SSD -> DRAM -> GPU) is ``sync``, one of the paper's four
+synchronization strategies (§7.3, :mod:`~sim.policies.kvdrive.sync`):
+``layerwise``, ``blockwise`` (the default: block-sparse coalesced reads of
+what the static DRAM tier lacks), ``hierarchical`` (through a DRAM memmap
+cache and pinned buffers) or ``balanced`` (profiled entries pinned, the rest
+as hierarchical).
+
 Decisions beyond :class:`StepDecision`'s fields, for the KVDrive driver
 (:mod:`sim.scenarios.kvdrive`), are in ``info``: ``gpu_hits``,
 ``gpu_misses``, ``dram_hits``, ``ssd_entries``, ``h2d_entries`` (misses
-copied to the GPU) and ``lookup_entries`` (ids the CPU's hit/miss
+copied to the GPU) and ``stage_entries`` (copied once more inside DRAM before the
+DMA: pageable staging or memmap -> pinned), ``memmap_reads`` (1: SSD reads
+are memmap page faults), ``blocking_h2d`` (1: pageable, synchronous copies),
+``lookup_entries`` (ids the CPU's hit/miss
 evaluation scans: the selection and the cache's resident set, a sorted
 merge over both, §6.1).  ``StepDecision.dram_entries`` counts the selected
 entries *not* read from SSD (GPU-resident or DRAM), as for every design.
@@ -43,6 +53,7 @@ from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.kvdrive.gpucache import POLICIES, WindowCache
 from sim.policies.kvdrive.index import BUILDS, build_index
 from sim.policies.kvdrive.packing import PackedLayout
+from sim.policies.kvdrive.sync import MEMMAP_SYNCS, PAGEABLE_SYNCS, SYNCS, Memmap, fetch
 from sim.policies.selection import always_selected, take_units
 from sim.registry import ParamError
 
@@ -58,6 +69,7 @@ class Params:
     kmeans_iters: int = 3
     index_build: str = "tree"  # "tree": two-level k-means; "exact": flat (index.py)
     dram_only: bool = False  # the whole KV in DRAM (Fig. 21's DRAM-only): no SSD reads
+    sync: str = "blockwise"  # §7.3: layerwise, blockwise, hierarchical or balanced (sync.py)
 
     def __post_init__(self) -> None:
         for name in ("chunk_size", "chunks_per_centroid"):
@@ -68,6 +80,8 @@ class Params:
                 raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
         if self.index_build not in BUILDS:
             raise ParamError("index_build", f"must be one of {BUILDS}, got {self.index_build!r}")
+        if self.sync not in SYNCS:
+            raise ParamError("sync", f"must be one of {SYNCS}, got {self.sync!r}")
         if self.eviction not in POLICIES:
             raise ParamError("eviction", f"must be one of {POLICIES}, got {self.eviction!r}")
 
@@ -122,6 +136,31 @@ class KVDrive(DesignBase):
         rest = self.order[len(warmed) :][:room]
         self.in_dram[rest] = True
         self.in_dram[warmed[: max(0, room - len(rest))]] = True
+        self.warmed = warmed
+        self.pinned = np.zeros(self.n_prefix, dtype=bool)
+        big = np.iinfo(np.int64).max // 2
+        cap = big if self.params.dram_only else room
+        held = np.arange(self.n_prefix) if self.params.dram_only else np.flatnonzero(self.in_dram)
+        order = np.concatenate([rest, warmed])  # most important first among the held
+        self.memmap = Memmap(order[np.isin(order, held)], self.n_prefix, cap)
+        self.room = cap
+
+    def stall_profile(self) -> np.ndarray:
+        """Per prefix entry, how often the prefill's observation window selected
+        it outside the GPU cache's warm-up: the memmap accesses the offline
+        profile of the balanced split counts (:func:`~.sync.allocate_pinned`)."""
+        picks = [s[s < self.n_prefix] for s in self.profile_selections]
+        ids = np.concatenate(picks) if picks else np.zeros(0, dtype=np.int64)
+        count = np.bincount(ids, minlength=self.n_prefix)
+        count[self.warmed] = 0
+        return count
+
+    def pin(self, ids: np.ndarray) -> None:
+        """Keep ``ids`` resident in pinned memory (balanced); they leave the
+        memmap region, whose capacity shrinks by as much (one DRAM tier)."""
+        self.pinned[ids] = True
+        self.memmap.resident[ids] = False
+        self.memmap.resize(max(0, self.room - int(self.pinned.sum())))
 
     def index_bytes(self) -> int:
         return self.index.index_bytes(self.layout.key_bytes)
@@ -131,8 +170,12 @@ class KVDrive(DesignBase):
 
     def host_bytes(self) -> int:
         """The DRAM tier: the entries warm-up put in DRAM (all of them when
-        ``dram_only``); the rest are on SSD only."""
-        return int(self.in_dram.sum()) * self.layout.entry_bytes
+        ``dram_only``); the rest are on SSD only.  With a memmap region, its
+        capacity (at most the prefix) plus the pinned entries."""
+        if self.params.sync == "blockwise" or self.params.dram_only:
+            return int(self.in_dram.sum()) * self.layout.entry_bytes
+        held = min(self.memmap.capacity, self.n_prefix) + int(self.pinned.sum())
+        return held * self.layout.entry_bytes
 
     def cache_bytes(self) -> int:
         """GPU memory the window cache may hold (its capacity)."""
@@ -150,6 +193,10 @@ class KVDrive(DesignBase):
         self.label = np.concatenate([self.label, lab])
         fresh = np.full(len(new), self.params.dram_only, dtype=bool)
         self.in_dram = np.concatenate([self.in_dram, fresh])
+        self.pinned = np.concatenate([self.pinned, np.zeros(len(new), dtype=bool)])
+        self.memmap.grow(stop)
+        if self.params.dram_only:
+            self.memmap.resident[new] = True
         for pos, cl in zip(new.tolist(), lab.tolist(), strict=True):
             self.members[cl] = np.append(self.members[cl], pos)
             self.packed.append(pos, cl)
@@ -170,13 +217,13 @@ class KVDrive(DesignBase):
         lookup = len(extra) + len(self.cache)
         hit = self.cache.access(t, extra, score)
         miss = extra[~hit]
-        dram = self.in_dram[miss]
-        from_ssd = miss[~dram]
+        sync = self.params.sync
+        f = fetch(sync, miss, self.placed, self.memmap, self.in_dram, self.pinned, t)
         flops, nbytes = self.index.score_cost(lay.key_bytes)
         return StepDecision(
             selected=np.union1d(always, extra),
-            dram_entries=len(always) + int(hit.sum()) + int(dram.sum()),
-            ssd_extents=self.packed.extents(from_ssd, lay.entry_bytes),
+            dram_entries=len(always) + int(hit.sum()) + f.dram_hits,
+            ssd_extents=self.packed.extents(f.from_ssd, lay.entry_bytes),
             score_flops=flops,
             score_bytes=nbytes,
             info={
@@ -184,9 +231,12 @@ class KVDrive(DesignBase):
                 "centroids_chosen": float(len(chosen)),
                 "gpu_hits": float(hit.sum()),
                 "gpu_misses": float(len(miss)),
-                "dram_hits": float(dram.sum()),
-                "ssd_entries": float(len(from_ssd)),
-                "h2d_entries": float(len(miss)),
+                "dram_hits": float(f.dram_hits),
+                "ssd_entries": float(len(f.from_ssd)),
+                "h2d_entries": float(f.h2d),
+                "stage_entries": float(f.staged),
+                "memmap_reads": float(sync in MEMMAP_SYNCS),
+                "blocking_h2d": float(sync in PAGEABLE_SYNCS),
                 "lookup_entries": float(lookup),
                 "cache_capacity": float(self.cache.capacity),
             },
