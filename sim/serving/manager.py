@@ -32,10 +32,13 @@ that follow it (LMCache's write-through).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import and_, attrgetter, ge, not_, or_
 
-from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
+from sim.serving.blocks import READY, Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
 from sim.serving.requests import Request
@@ -128,38 +131,52 @@ class BlockManager:
 
     # ---- lookup and admission ----------------------------------------------------
     def lookup(self, s: Seq) -> Lookup:
+        """The longest prefix of ``s``'s prompt blocks (never the last token's
+        block) found on the GPU, then group by group in the offload tiers.
+
+        The dict probes run as C-level ``map`` over the request's keys, not a
+        Python loop per block: the GPU prefix is cut at the first missing or
+        not-ready block, the lower hits at the first group with a block on the
+        GPU or with no ready copy in any tier (:meth:`_lower_hits`)."""
         hs, k = s.req.hashes, self.k
-        limit = min(len(hs), (s.req.input_tokens - 1) // self.B)
-        keys = _ints(hs, 0, min(len(hs), max(limit, 0) + k))
+        limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
+        keys = _ints(hs, 0, min(len(hs), limit + k))
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
-        gpu: list[GpuBlock] = []
-        for key in keys[: max(limit, 0)]:  # the GPU's prefix: stops at the first miss
-            b = cached.get(key)
-            if b is None or not b.ready:
-                break
-            gpu.append(b)
-        j = len(gpu)
-        lower = []
-        while j < limit:
-            last = (j // k) * k + k - 1
-            if last >= len(hs):
-                break
-            n = min(last + 1, limit) - j
-            if any(key in self.gpu.cached for key in keys[j : j + n]):
-                break
-            found = self._find(keys[last])
-            if found is None:
-                break
-            lower.append((*found, j, n))
-            j += n
+        gpu = _ready_prefix(list(map(cached.get, keys[:limit])))
+        lower, j = self._lower_hits(keys, len(gpu), limit, len(hs))
         return Lookup(gpu, lower, j)
 
-    def _find(self, key: int) -> tuple[OffloadTier, Entry] | None:
-        for tier in self.tiers:
-            e = tier.lookup(key)
-            if e is not None:
-                return tier, e
-        return None
+    def _lower_hits(
+        self, keys: list[int], j: int, limit: int, n_hashes: int
+    ) -> tuple[list[tuple[OffloadTier, Entry, int, int]], int]:
+        """Lower hits from block ``j`` on: groups ``[j, last]`` (``last`` the end
+        of ``j``'s offload block, cut at ``limit``), each found by its last
+        block's key in the first tier holding a ready copy; stops at a group
+        past the hashes, with a block on the GPU, or found nowhere.  Every
+        step is a C-level ``map`` over the groups (no Python loop per block)."""
+        k = self.k
+        if j >= limit:
+            return [], j
+        first = (j // k) * k + k - 1  # the first group's last block; the rest step by k
+        lasts = list(range(first, min(limit + k - 1, n_hashes), k))
+        if not lasts:
+            return [], j
+        starts = [j, *range(first + 1, first + 1 + k * (len(lasts) - 1), k)]
+        stop = min(lasts[-1] + 1, limit)  # where the groups end (or the one past the hashes)
+        on_gpu = list(map(self.gpu.cached.__contains__, keys[j:stop]))
+        if True in on_gpu:  # the group holding the first GPU block and all after it go
+            cut = bisect_right(starts, j + on_gpu.index(True)) - 1
+            stop = starts[cut]
+            del starts[cut:], lasts[cut:]
+        last_keys = keys[lasts[0] : lasts[-1] + 1 : k] if lasts else []
+        pick = _ready_in(self.tiers, last_keys)
+        if None in pick:  # found nowhere: the hit ends at that group
+            cut = pick.index(None)
+            stop = starts[cut]
+            del starts[cut:], lasts[cut:], pick[cut:]
+        ends = list(map(min, map((1).__add__, lasts), repeat(limit)))
+        lower = [(*hit, j0, e - j0) for hit, j0, e in zip(pick, starts, ends, strict=True)]
+        return lower, stop  # type: ignore[return-value]
 
     def acquire(self, s: Seq, hit: Lookup, new_blocks: int) -> bool:
         """Take the hit and ``new_blocks`` more GPU blocks for ``s``; False
@@ -173,13 +190,18 @@ class BlockManager:
         s.private = new_blocks
         s.cached_tokens = hit.blocks * self.B
         hits = {"gpu": len(hit.gpu)}
+        spans = []
         for tier, e, j, n in hit.lower:
             tier.pin(e)
-            tier.touch_all((e,))
             hits[tier.name] = hits.get(tier.name, 0) + n
-            for i in range(j, j + n):
-                s.blocks.append(self.gpu.promote(s.req.hashes[i], ready=False))
-                s.private -= 1
+            spans.append((j, j + n))
+        for tier, entries in _by_tier(hit.lower).items():
+            tier.touch_all(entries)  # pinned: touched, not offered for eviction
+        if spans:  # the hit blocks are contiguous: [first j, last j + n)
+            keys = _ints(s.req.hashes, spans[0][0], spans[-1][1])
+            blocks, _made = self.gpu.promote_all(keys, False)
+            s.blocks += blocks
+            s.private -= len(blocks)
         s.req.hits = hits
         s.lookup = hit if hit.lower else None
         return True
@@ -235,19 +257,23 @@ class BlockManager:
         if not (self.tiers and store) or g1 <= g0:
             return None
         s.stored_groups = g1
-        held = [t.entries for t in self.tiers]
         keys = _ints(hs, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
+        skip = [False] * len(keys)  # held in some tier already
+        for t in self.tiers:
+            skip = list(map(or_, skip, map(t.entries.__contains__, keys)))
+        mine = s.blocks[g0 * k : g1 * k]
         groups: list[tuple[int, list[GpuBlock]]] = []
-        for g, key in enumerate(keys, g0):
-            blocks = s.blocks[g * k : (g + 1) * k]
-            if None in blocks or any(key in h for h in held):
+        for g, key in enumerate(keys):
+            blocks = mine[g * k : (g + 1) * k]
+            if skip[g] or None in blocks:
                 continue
             groups.append((key, blocks))  # type: ignore[arg-type]
         if not groups:
             return None
+        acquire = self.gpu.acquire
         for _key, blocks in groups:
             for b in blocks:
-                self.gpu.acquire(b)
+                acquire(b)
         return StoreRequest(s.req.rid, groups)
 
     def place_store(self, req: StoreRequest) -> Placement:
@@ -297,9 +323,10 @@ class BlockManager:
                 t.src.drained(old)  # type: ignore[union-attr]
         elif t.olds:
             t.src.unpin_all(t.olds)  # type: ignore[union-attr]
-        for e in t.entries:
-            if e.key in t.sources:
-                self.gpu.release(t.sources[e.key], 0)
+        if t.sources:  # one release, each entry's blocks in the order of one release each
+            src = t.sources
+            held = [b for e in reversed(t.entries) if e.key in src for b in src[e.key]]
+            self.gpu.release(held, 0)
         if t.src is None and self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
             return self._write_through(0, t.entries, t.rid)
         return []
@@ -402,4 +429,39 @@ def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTi
     out: dict[OffloadTier, list[Entry]] = {}
     for tier, e, _j, _n in lower:
         out.setdefault(tier, []).append(e)
+    return out
+
+
+_READY = attrgetter("ready")
+
+
+def _ready_prefix(blocks: list[GpuBlock | None]) -> list[GpuBlock]:
+    """``blocks`` up to the first missing (None) or not-ready one."""
+    if None in blocks:
+        del blocks[blocks.index(None) :]
+    ready = list(map(_READY, blocks))
+    if False in ready:
+        del blocks[ready.index(False) :]
+    return blocks  # type: ignore[return-value]
+
+
+class _Absent:
+    """What a tier's ``entries.get`` gives for a key it lacks: never ready."""
+
+    ref_cnt = -1
+    draining = True
+
+
+_ABSENT = _Absent()
+_REF, _DRAINING = attrgetter("ref_cnt"), attrgetter("draining")
+
+
+def _ready_in(tiers: list[OffloadTier], keys: list[int]) -> list[tuple[OffloadTier, Entry] | None]:
+    """Per key, the first tier holding a ready, not draining entry for it
+    (what :meth:`OffloadTier.lookup` accepts) and that entry; None if none."""
+    out: list = [None] * len(keys)
+    for tier in reversed(tiers):  # earlier tiers overwrite later ones
+        es = list(map(tier.entries.get, keys, repeat(_ABSENT)))
+        ok = map(and_, map(ge, map(_REF, es), repeat(READY)), map(not_, map(_DRAINING, es)))
+        out = [(tier, e) if good else o for good, e, o in zip(ok, es, out, strict=True)]
     return out
