@@ -36,7 +36,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from operator import and_, attrgetter, ge, not_, or_
+from operator import and_, attrgetter, ge, not_, or_, sub
 
 from sim.serving.blocks import READY, Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
@@ -169,13 +169,10 @@ class BlockManager:
             stop = starts[cut]
             del starts[cut:], lasts[cut:]
         last_keys = keys[lasts[0] : lasts[-1] + 1 : k] if lasts else []
-        pick = _ready_in(self.tiers, last_keys)
-        if None in pick:  # found nowhere: the hit ends at that group
-            cut = pick.index(None)
-            stop = starts[cut]
-            del starts[cut:], lasts[cut:], pick[cut:]
         ends = list(map(min, map((1).__add__, lasts), repeat(limit)))
-        lower = [(*hit, j0, e - j0) for hit, j0, e in zip(pick, starts, ends, strict=True)]
+        lower = _ready_runs(self.tiers, last_keys, starts, list(map(sub, ends, starts)))
+        if len(lower) < len(starts):  # found nowhere: the hit ends at that group
+            stop = starts[len(lower)]
         return lower, stop  # type: ignore[return-value]
 
     def acquire(self, s: Seq, hit: Lookup, new_blocks: int) -> bool:
@@ -262,12 +259,13 @@ class BlockManager:
         for t in self.tiers:
             skip = list(map(or_, skip, map(t.entries.__contains__, keys)))
         mine = s.blocks[g0 * k : g1 * k]
-        groups: list[tuple[int, list[GpuBlock]]] = []
-        for g, key in enumerate(keys):
-            blocks = mine[g * k : (g + 1) * k]
-            if skip[g] or None in blocks:
-                continue
-            groups.append((key, blocks))  # type: ignore[arg-type]
+        if k == 1:  # a group per block
+            each = zip(keys, skip, mine, strict=True)
+            groups = [(key, [b]) for key, held, b in each if not held and b is not None]
+        else:
+            cut = [mine[g * k : (g + 1) * k] for g in range(len(keys))]
+            each = zip(keys, skip, cut, strict=True)
+            groups = [(key, bs) for key, held, bs in each if not held and None not in bs]
         if not groups:
             return None
         acquire = self.gpu.acquire
@@ -456,12 +454,38 @@ _ABSENT = _Absent()
 _REF, _DRAINING = attrgetter("ref_cnt"), attrgetter("draining")
 
 
-def _ready_in(tiers: list[OffloadTier], keys: list[int]) -> list[tuple[OffloadTier, Entry] | None]:
-    """Per key, the first tier holding a ready, not draining entry for it
-    (what :meth:`OffloadTier.lookup` accepts) and that entry; None if none."""
-    out: list = [None] * len(keys)
-    for tier in reversed(tiers):  # earlier tiers overwrite later ones
+def _ready_runs(
+    tiers: list[OffloadTier], keys: list[int], starts: list[int], sizes: list[int]
+) -> list[tuple[OffloadTier, Entry, int, int]]:
+    """Hits (tier, entry, first block, blocks) for groups ``keys`` (first
+    blocks ``starts``, ``sizes`` blocks each) up to the first found nowhere:
+    each in the first tier holding a ready, not draining entry for it (what
+    :meth:`OffloadTier.lookup` accepts).  Readiness is mapped per tier at C
+    level; the hits are made run by run (groups served by the same tier)."""
+    ess, oks = [], []
+    for tier in tiers:
         es = list(map(tier.entries.get, keys, repeat(_ABSENT)))
-        ok = map(and_, map(ge, map(_REF, es), repeat(READY)), map(not_, map(_DRAINING, es)))
-        out = [(tier, e) if good else o for good, e, o in zip(ok, es, out, strict=True)]
+        ess.append(es)
+        oks.append(
+            list(map(and_, map(ge, map(_REF, es), repeat(READY)), map(not_, map(_DRAINING, es))))
+        )
+    out: list[tuple[OffloadTier, Entry, int, int]] = []
+    g, n = 0, len(keys)
+    while g < n:
+        t = next((i for i, ok in enumerate(oks) if ok[g]), -1)
+        if t < 0:
+            break
+        h = _index(oks[t], False, g, n)
+        for ok in oks[:t]:  # an earlier tier taking over ends the run
+            h = _index(ok, True, g, h)
+        out += zip(repeat(tiers[t]), ess[t][g:h], starts[g:h], sizes[g:h])
+        g = h
     return out
+
+
+def _index(xs: list[bool], value: bool, lo: int, hi: int) -> int:
+    """The first index of ``value`` in ``xs[lo:hi]``, else ``hi``."""
+    try:
+        return xs.index(value, lo, hi)
+    except ValueError:
+        return hi
