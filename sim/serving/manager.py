@@ -142,7 +142,7 @@ class BlockManager:
         limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
         keys = _ints(hs, 0, min(len(hs), limit + k))
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
-        gpu = _ready_prefix(list(map(cached.get, keys[:limit])))
+        gpu = _gpu_prefix(cached, keys, limit)
         lower, j = self._lower_hits(keys, len(gpu), limit, len(hs))
         return Lookup(gpu, lower, j)
 
@@ -155,7 +155,7 @@ class BlockManager:
         past the hashes, with a block on the GPU, or found nowhere.  Every
         step is a C-level ``map`` over the groups (no Python loop per block)."""
         k = self.k
-        if j >= limit:
+        if j >= limit or not self.tiers:
             return [], j
         first = (j // k) * k + k - 1  # the first group's last block; the rest step by k
         lasts = list(range(first, min(limit + k - 1, n_hashes), k))
@@ -163,17 +163,25 @@ class BlockManager:
             return [], j
         starts = [j, *range(first + 1, first + 1 + k * (len(lasts) - 1), k)]
         stop = min(lasts[-1] + 1, limit)  # where the groups end (or the one past the hashes)
-        on_gpu = list(map(self.gpu.cached.__contains__, keys[j:stop]))
-        if True in on_gpu:  # the group holding the first GPU block and all after it go
-            cut = bisect_right(starts, j + on_gpu.index(True)) - 1
-            stop = starts[cut]
-            del starts[cut:], lasts[cut:]
-        last_keys = keys[lasts[0] : lasts[-1] + 1 : k] if lasts else []
         ends = list(map(min, map((1).__add__, lasts), repeat(limit)))
-        lower = _ready_runs(self.tiers, last_keys, starts, list(map(sub, ends, starts)))
-        if len(lower) < len(starts):  # found nowhere: the hit ends at that group
-            stop = starts[len(lower)]
-        return lower, stop  # type: ignore[return-value]
+        sizes = list(map(sub, ends, starts))
+        last_keys = keys[lasts[0] : lasts[-1] + 1 : k]
+        lower: list[tuple[OffloadTier, Entry, int, int]] = []
+        g, chunk, contains = 0, _CHUNK, self.gpu.cached.__contains__
+        while g < len(starts):  # galloping: the work follows the hit, not the prompt
+            h = min(g + chunk, len(starts))
+            chunk *= 2
+            b0, b1 = starts[g], starts[h] if h < len(starts) else stop
+            on_gpu = list(map(contains, keys[b0:b1]))
+            cut = h  # the group holding the first GPU block and all after it go
+            if True in on_gpu:
+                cut = bisect_right(starts, b0 + on_gpu.index(True), g, h) - 1
+            part = _ready_runs(self.tiers, last_keys[g:cut], starts[g:cut], sizes[g:cut])
+            lower += part
+            if g + len(part) < h:  # a GPU block, or a group found nowhere: the hit ends
+                return lower, starts[g + len(part)]
+            g = h
+        return lower, stop
 
     def acquire(self, s: Seq, hit: Lookup, new_blocks: int) -> bool:
         """Take the hit and ``new_blocks`` more GPU blocks for ``s``; False
@@ -431,6 +439,24 @@ def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTi
 
 
 _READY = attrgetter("ready")
+_CHUNK = 32  # keys probed at first by a prefix search; doubled at each round
+
+
+def _gpu_prefix(cached: dict[int, GpuBlock], keys: list[int], limit: int) -> list[GpuBlock]:
+    """The ready blocks of ``cached`` for ``keys[:limit]`` up to the first
+    missing or not-ready one, probed in doubling chunks (the work follows the
+    hit, not the prompt)."""
+    out: list[GpuBlock] = []
+    i, chunk = 0, _CHUNK
+    while i < limit:
+        h = min(i + chunk, limit)
+        chunk *= 2
+        part = _ready_prefix(list(map(cached.get, keys[i:h])))
+        out += part
+        if len(part) < h - i:
+            break
+        i = h
+    return out
 
 
 def _ready_prefix(blocks: list[GpuBlock | None]) -> list[GpuBlock]:
