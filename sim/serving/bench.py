@@ -73,6 +73,14 @@ requests, each a distinct spill or eviction), the flow network's re-rating
 per op, and at block 16 per-block bookkeeping in lookup, store and the
 GPU cache (9M blocks).
 
+Branch sfast4a, 2026-11-24 06:00-06:20, load 6-7, 1K requests, block 16,
+CPU s of the run against the starting tree (aad03c6) in the same session:
+lookups as C-level maps over a request's keys with galloping prefix
+searches (no column changes): gpu-only 1.35 -> 1.25 s, lmcache 17.5 ->
+17.05 s; then a non-layer-wise load as one op per device (a modelling
+change, its own commit: spans 573.1 -> 585.1 s): lmcache 11.14 s (52x per
+CPU second).  The full table above was not re-measured.
+
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
 769x, paged-ssd 445x, lmcache 364x, lmcache-lp 336x, lmcache-lp-async 310x,

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -125,6 +126,11 @@ class GpuCache:
         the key was cached already, or repeats an earlier one) and how many of
         the caller's private blocks became cached."""
         cached = self.cached
+        if not any(map(cached.__contains__, keys)) and len(set(keys)) == len(keys):
+            made_all = list(map(GpuBlock, keys, repeat(ready, len(keys))))
+            cached.update(zip(keys, made_all, strict=True))
+            self.private -= len(made_all)
+            return made_all, len(made_all)  # type: ignore[return-value]
         out: list[GpuBlock | None] = []
         for key in keys:
             if key in cached:

@@ -26,7 +26,13 @@ readahead-sized requests, 128 KiB by default (Linux ``VM_READAHEAD_PAGES`` =
 ``SZ_128K / PAGE_SIZE``, include/linux/mm.h; sysfs ``read_ahead_kb`` = 128);
 seed 004 is silent on I/O size, readahead and O_DIRECT.  SPDK passthrough
 issues NVMe commands of up to 128 KiB (a common MDTS), so every path
-defaults to 128 KiB I/Os.  +LP: layer-wise pipelining
+defaults to 128 KiB I/Os.  Without layer-wise pipelining a load is one
+transfer per device holding every hit's layers: LMCache's non-layer-wise
+``LMCacheEngine.retrieve`` (lmcache/v1/cache_engine.py, v0.3.x) first gathers
+every chunk's memory object from the storage backends, then copies them all
+with one ``gpu_connector.batched_to_gpu`` call, so a disk read and the
+copy to the GPU do not pipeline chunk by chunk (:func:`sim.serving.jobs.
+load_pieces`).  +LP: layer-wise pipelining
 (§II-B1); +AsyncKV: loads start when the request arrives (§II-B2).  Unified
 KV pooling (§IV): every DRAM module and SSD in one flat pool, placement by
 bandwidth (Algorithm 1, :mod:`sim.serving.placement`), one I/O stream per

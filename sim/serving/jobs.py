@@ -90,20 +90,34 @@ Hit = tuple["OffloadTier", "Entry", int, int]  # (tier, entry, first block, bloc
 def load_pieces(lower: Sequence[Hit], gpu: str, layerwise: bool) -> list[Piece]:
     """Pieces that bring ``lower`` hits to ``gpu``: per layer and device with
     layer-wise pipelining (sorted by layer, then device name), else one per
-    (entry, device run)."""
+    device (in order of first appearance) holding every hit's layers there,
+    entry by entry in hit order (nothing waits on a layer: the load is done
+    when all of it is)."""
     if not layerwise:
-        return [
-            Piece(
-                tier.devices[dev],
-                gpu,
-                (l1 - l0) * tier.layer_bytes,
-                extents=tier.layer_extents(e, dev, l0, l1),
-                length=int(round(tier.layer_bytes)),
-            )
-            for tier, e, _j, _n in lower
-            for dev, l0, l1 in e.runs
-        ]
+        return _device_pieces(lower, gpu)
     return _layer_pieces(lower, gpu)
+
+
+def _device_pieces(lower: Sequence[Hit], gpu: str) -> list[Piece]:
+    """One all-layers piece per device: the ranges of each (entry, run) on it
+    in hit order (:meth:`OffloadTier.layer_extents` run by run, vectorised)."""
+    runs: dict[str, tuple[OffloadTier, list[int], list[int]]] = {}  # device -> slots, layers
+    for tier, e, _j, _n in lower:
+        for (dev, l0, l1), slot in zip(e.runs, e.slots, strict=True):
+            got = runs.get(tier.devices[dev])
+            if got is None:
+                got = runs[tier.devices[dev]] = (tier, [], [])
+            got[1].append(slot)
+            got[2].append(l1 - l0)
+    out = []
+    for name, (tier, slots, count) in runs.items():
+        n = np.asarray(count, dtype=np.int64)
+        length = int(round(tier.layer_bytes))
+        ext = _layer_runs(
+            np.asarray(slots, dtype=np.int64), n, layer_stride(tier.layer_bytes), length
+        )
+        out.append(Piece(name, gpu, _sum_layers(n, tier.layer_bytes), extents=ext, length=length))
+    return out
 
 
 def _layer_pieces(lower: Sequence[Hit], gpu: str) -> list[Piece]:

@@ -32,10 +32,13 @@ that follow it (LMCache's write-through).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import and_, attrgetter, ge, not_, or_, sub
 
-from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
+from sim.serving.blocks import READY, Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
 from sim.serving.requests import Request
@@ -128,38 +131,57 @@ class BlockManager:
 
     # ---- lookup and admission ----------------------------------------------------
     def lookup(self, s: Seq) -> Lookup:
+        """The longest prefix of ``s``'s prompt blocks (never the last token's
+        block) found on the GPU, then group by group in the offload tiers.
+
+        The dict probes run as C-level ``map`` over the request's keys, not a
+        Python loop per block: the GPU prefix is cut at the first missing or
+        not-ready block, the lower hits at the first group with a block on the
+        GPU or with no ready copy in any tier (:meth:`_lower_hits`)."""
         hs, k = s.req.hashes, self.k
-        limit = min(len(hs), (s.req.input_tokens - 1) // self.B)
-        keys = _ints(hs, 0, min(len(hs), max(limit, 0) + k))
+        limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
+        keys = _ints(hs, 0, min(len(hs), limit + k))
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
-        gpu: list[GpuBlock] = []
-        for key in keys[: max(limit, 0)]:  # the GPU's prefix: stops at the first miss
-            b = cached.get(key)
-            if b is None or not b.ready:
-                break
-            gpu.append(b)
-        j = len(gpu)
-        lower = []
-        while j < limit:
-            last = (j // k) * k + k - 1
-            if last >= len(hs):
-                break
-            n = min(last + 1, limit) - j
-            if any(key in self.gpu.cached for key in keys[j : j + n]):
-                break
-            found = self._find(keys[last])
-            if found is None:
-                break
-            lower.append((*found, j, n))
-            j += n
+        gpu = _gpu_prefix(cached, keys, limit)
+        lower, j = self._lower_hits(keys, len(gpu), limit, len(hs))
         return Lookup(gpu, lower, j)
 
-    def _find(self, key: int) -> tuple[OffloadTier, Entry] | None:
-        for tier in self.tiers:
-            e = tier.lookup(key)
-            if e is not None:
-                return tier, e
-        return None
+    def _lower_hits(
+        self, keys: list[int], j: int, limit: int, n_hashes: int
+    ) -> tuple[list[tuple[OffloadTier, Entry, int, int]], int]:
+        """Lower hits from block ``j`` on: groups ``[j, last]`` (``last`` the end
+        of ``j``'s offload block, cut at ``limit``), each found by its last
+        block's key in the first tier holding a ready copy; stops at a group
+        past the hashes, with a block on the GPU, or found nowhere.  Every
+        step is a C-level ``map`` over the groups (no Python loop per block)."""
+        k = self.k
+        if j >= limit or not self.tiers:
+            return [], j
+        first = (j // k) * k + k - 1  # the first group's last block; the rest step by k
+        lasts = list(range(first, min(limit + k - 1, n_hashes), k))
+        if not lasts:
+            return [], j
+        starts = [j, *range(first + 1, first + 1 + k * (len(lasts) - 1), k)]
+        stop = min(lasts[-1] + 1, limit)  # where the groups end (or the one past the hashes)
+        ends = list(map(min, map((1).__add__, lasts), repeat(limit)))
+        sizes = list(map(sub, ends, starts))
+        last_keys = keys[lasts[0] : lasts[-1] + 1 : k]
+        lower: list[tuple[OffloadTier, Entry, int, int]] = []
+        g, chunk, contains = 0, _CHUNK, self.gpu.cached.__contains__
+        while g < len(starts):  # galloping: the work follows the hit, not the prompt
+            h = min(g + chunk, len(starts))
+            chunk *= 2
+            b0, b1 = starts[g], starts[h] if h < len(starts) else stop
+            on_gpu = list(map(contains, keys[b0:b1]))
+            cut = h  # the group holding the first GPU block and all after it go
+            if True in on_gpu:
+                cut = bisect_right(starts, b0 + on_gpu.index(True), g, h) - 1
+            part = _ready_runs(self.tiers, last_keys[g:cut], starts[g:cut], sizes[g:cut])
+            lower += part
+            if g + len(part) < h:  # a GPU block, or a group found nowhere: the hit ends
+                return lower, starts[g + len(part)]
+            g = h
+        return lower, stop
 
     def acquire(self, s: Seq, hit: Lookup, new_blocks: int) -> bool:
         """Take the hit and ``new_blocks`` more GPU blocks for ``s``; False
@@ -173,13 +195,18 @@ class BlockManager:
         s.private = new_blocks
         s.cached_tokens = hit.blocks * self.B
         hits = {"gpu": len(hit.gpu)}
+        spans = []
         for tier, e, j, n in hit.lower:
             tier.pin(e)
-            tier.touch_all((e,))
             hits[tier.name] = hits.get(tier.name, 0) + n
-            for i in range(j, j + n):
-                s.blocks.append(self.gpu.promote(s.req.hashes[i], ready=False))
-                s.private -= 1
+            spans.append((j, j + n))
+        for tier, entries in _by_tier(hit.lower).items():
+            tier.touch_all(entries)  # pinned: touched, not offered for eviction
+        if spans:  # the hit blocks are contiguous: [first j, last j + n)
+            keys = _ints(s.req.hashes, spans[0][0], spans[-1][1])
+            blocks, _made = self.gpu.promote_all(keys, False)
+            s.blocks += blocks
+            s.private -= len(blocks)
         s.req.hits = hits
         s.lookup = hit if hit.lower else None
         return True
@@ -235,19 +262,24 @@ class BlockManager:
         if not (self.tiers and store) or g1 <= g0:
             return None
         s.stored_groups = g1
-        held = [t.entries for t in self.tiers]
         keys = _ints(hs, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
-        groups: list[tuple[int, list[GpuBlock]]] = []
-        for g, key in enumerate(keys, g0):
-            blocks = s.blocks[g * k : (g + 1) * k]
-            if None in blocks or any(key in h for h in held):
-                continue
-            groups.append((key, blocks))  # type: ignore[arg-type]
+        skip = [False] * len(keys)  # held in some tier already
+        for t in self.tiers:
+            skip = list(map(or_, skip, map(t.entries.__contains__, keys)))
+        mine = s.blocks[g0 * k : g1 * k]
+        if k == 1:  # a group per block
+            each = zip(keys, skip, mine, strict=True)
+            groups = [(key, [b]) for key, held, b in each if not held and b is not None]
+        else:
+            cut = [mine[g * k : (g + 1) * k] for g in range(len(keys))]
+            each = zip(keys, skip, cut, strict=True)
+            groups = [(key, bs) for key, held, bs in each if not held and None not in bs]
         if not groups:
             return None
+        acquire = self.gpu.acquire
         for _key, blocks in groups:
             for b in blocks:
-                self.gpu.acquire(b)
+                acquire(b)
         return StoreRequest(s.req.rid, groups)
 
     def place_store(self, req: StoreRequest) -> Placement:
@@ -297,9 +329,10 @@ class BlockManager:
                 t.src.drained(old)  # type: ignore[union-attr]
         elif t.olds:
             t.src.unpin_all(t.olds)  # type: ignore[union-attr]
-        for e in t.entries:
-            if e.key in t.sources:
-                self.gpu.release(t.sources[e.key], 0)
+        if t.sources:  # one release, each entry's blocks in the order of one release each
+            src = t.sources
+            held = [b for e in reversed(t.entries) if e.key in src for b in src[e.key]]
+            self.gpu.release(held, 0)
         if t.src is None and self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
             return self._write_through(0, t.entries, t.rid)
         return []
@@ -403,3 +436,82 @@ def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTi
     for tier, e, _j, _n in lower:
         out.setdefault(tier, []).append(e)
     return out
+
+
+_READY = attrgetter("ready")
+_CHUNK = 32  # keys probed at first by a prefix search; doubled at each round
+
+
+def _gpu_prefix(cached: dict[int, GpuBlock], keys: list[int], limit: int) -> list[GpuBlock]:
+    """The ready blocks of ``cached`` for ``keys[:limit]`` up to the first
+    missing or not-ready one, probed in doubling chunks (the work follows the
+    hit, not the prompt)."""
+    out: list[GpuBlock] = []
+    i, chunk = 0, _CHUNK
+    while i < limit:
+        h = min(i + chunk, limit)
+        chunk *= 2
+        part = _ready_prefix(list(map(cached.get, keys[i:h])))
+        out += part
+        if len(part) < h - i:
+            break
+        i = h
+    return out
+
+
+def _ready_prefix(blocks: list[GpuBlock | None]) -> list[GpuBlock]:
+    """``blocks`` up to the first missing (None) or not-ready one."""
+    if None in blocks:
+        del blocks[blocks.index(None) :]
+    ready = list(map(_READY, blocks))
+    if False in ready:
+        del blocks[ready.index(False) :]
+    return blocks  # type: ignore[return-value]
+
+
+class _Absent:
+    """What a tier's ``entries.get`` gives for a key it lacks: never ready."""
+
+    ref_cnt = -1
+    draining = True
+
+
+_ABSENT = _Absent()
+_REF, _DRAINING = attrgetter("ref_cnt"), attrgetter("draining")
+
+
+def _ready_runs(
+    tiers: list[OffloadTier], keys: list[int], starts: list[int], sizes: list[int]
+) -> list[tuple[OffloadTier, Entry, int, int]]:
+    """Hits (tier, entry, first block, blocks) for groups ``keys`` (first
+    blocks ``starts``, ``sizes`` blocks each) up to the first found nowhere:
+    each in the first tier holding a ready, not draining entry for it (what
+    :meth:`OffloadTier.lookup` accepts).  Readiness is mapped per tier at C
+    level; the hits are made run by run (groups served by the same tier)."""
+    ess, oks = [], []
+    for tier in tiers:
+        es = list(map(tier.entries.get, keys, repeat(_ABSENT)))
+        ess.append(es)
+        oks.append(
+            list(map(and_, map(ge, map(_REF, es), repeat(READY)), map(not_, map(_DRAINING, es))))
+        )
+    out: list[tuple[OffloadTier, Entry, int, int]] = []
+    g, n = 0, len(keys)
+    while g < n:
+        t = next((i for i, ok in enumerate(oks) if ok[g]), -1)
+        if t < 0:
+            break
+        h = _index(oks[t], False, g, n)
+        for ok in oks[:t]:  # an earlier tier taking over ends the run
+            h = _index(ok, True, g, h)
+        out += zip(repeat(tiers[t]), ess[t][g:h], starts[g:h], sizes[g:h])
+        g = h
+    return out
+
+
+def _index(xs: list[bool], value: bool, lo: int, hi: int) -> int:
+    """The first index of ``value`` in ``xs[lo:hi]``, else ``hi``."""
+    try:
+        return xs.index(value, lo, hi)
+    except ValueError:
+        return hi

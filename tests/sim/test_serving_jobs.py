@@ -118,3 +118,20 @@ def test_io_totals_from_the_common_length_equal_the_reduction() -> None:
         assert _totals(ext, 12288, iob) == extent_totals(ext, iob)
         assert _totals(ext, 0, iob) == extent_totals(ext, iob)
     assert _totals(ext, 12288, 5000) == (3 * 12288, 9)  # ceil(12288 / 5000) = 3 per range
+
+
+def test_non_layerwise_load_is_one_piece_per_device_of_every_hit() -> None:
+    """Without layer-wise pipelining a load is one piece per device: its
+    ranges are each hit's :meth:`OffloadTier.layer_extents` on that device,
+    entry by entry in hit order, and its bytes their sum (7 entries over two
+    devices of 8 layers, 1000 B per layer: 56 ranges, 56,000 B in all)."""
+    tier = OffloadTier("ssd", ["s0", "s1"], [0.4, 0.6], [1e12, 1e12], 8, 1000.0)
+    placed, _ = tier.place(list(range(7)), None)
+    pieces = load_pieces([(tier, e, 0, 1) for e in placed], "gpu0", False)
+    assert [p.src for p in pieces] == ["s0", "s1"] and all(p.layer == -1 for p in pieces)
+    for d, p in enumerate(pieces):
+        runs = [(e, l0, l1) for e in placed for dd, l0, l1 in e.runs if dd == d]
+        want = [tier.layer_extents(e, d, l0, l1) for e, l0, l1 in runs]
+        assert np.array_equal(p.extents, np.concatenate(want))
+        assert p.nbytes == float(p.extents[:, 1].sum())
+    assert sum(p.nbytes for p in pieces) == 7 * 8 * 1000.0
