@@ -37,6 +37,12 @@ latencies overlap); stage i after fetch i; h2d i after stage i (or fetch i,
 or lookup i) and h2d i-1 (one copy engine); memmap reads (``memmap_reads``)
 go by the kernel path (``kernel_fs``: the per-page fault cost) in I/Os of
 the readahead window; compute after every h2d and the previous compute.
+KVDrive's read-ahead (``info["read_ahead"]``, §7.3 (c),
+:mod:`sim.policies.kvdrive.sync`): its reads (the decisions'
+``prefetch_extents``) wait only for the layer's gate below, so they overlap
+the selection and the lookup (the layer's QKV projection is inside the
+previous compute op here, so the overlap counted is a lower bound); the
+micro-batch's staging and h2d wait for them too.
 Each layer's first selection waits for the previous layer's compute (the
 query of layer l comes out of layer l-1), so nothing is speculative, unless
 ``prefetch`` (InfiniGen-style): then layer l's selection waits for layer
@@ -221,6 +227,9 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     memmap = any(d.info.get("memmap_reads", 0.0) for d, _ in decs)
     ssds, rp = (ctx["memmap_ssds"], ctx["memmap_p"]) if memmap else (ctx["ssds"], p)
     reads = _reads(b, decs, ssds, dram, rp, t, layer, "ssd", after, "kv_fetch")
+    ahead = []  # the read-ahead overlaps select and lookup
+    if any(d.info.get("read_ahead", 0.0) for d, _ in decs):
+        ahead = _reads(b, decs, ssds, dram, rp, t, layer, "prefetch", gate, "readahead")
     n_cpu = sum(d.info.get("cpu_attn_entries", 0.0) for d, _ in decs)
     ends = []
     if n_cpu:  # MagicPIG: attention over the sampled entries where the KV lives
@@ -236,10 +245,11 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     n_stage = sum(d.info.get("stage_entries", 0.0) for d, _ in decs)
     h2d = -1
     if n_h2d:
-        ready = _staging(b, ctx, n_stage, reads or after, kw) or reads or after
+        fetched = (reads or after) + ahead
+        ready = _staging(b, ctx, n_stage, fetched, kw) or fetched
         deps = ready + _chain(prev["h2d"])
         h2d = b.copy(dram, gpu, n_h2d, depends_on=deps, tag="h2d", **kw)
-    ends += [h2d] if h2d >= 0 else (reads or after)
+    ends += [h2d] if h2d >= 0 else (reads or after) + ahead
     n_gpu = sum(len(d.selected) - d.info.get("cpu_attn_entries", 0.0) for d, _ in decs)
     return ends, {"select": sel, "lookup": look, "h2d": h2d}, int(n_gpu)
 

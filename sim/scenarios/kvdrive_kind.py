@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 BREAKDOWN = ("select", "lookup", "kv_fetch", "stage", "h2d", "cpu_attn", "attn")
 FETCH = (
     "kv_fetch",
+    "readahead",  # KVDrive's read-ahead: SSD reads too, counted while they overlap
     "stage",
     "h2d",
 )  # the fetch: SSD -> DRAM -> (staging) -> GPU  # op tags, per-layer time

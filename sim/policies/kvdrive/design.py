@@ -53,7 +53,16 @@ from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.kvdrive.gpucache import POLICIES, WindowCache
 from sim.policies.kvdrive.index import BUILDS, build_index
 from sim.policies.kvdrive.packing import PackedLayout
-from sim.policies.kvdrive.sync import MEMMAP_SYNCS, PAGEABLE_SYNCS, SYNCS, Memmap, fetch
+from sim.policies.kvdrive.sync import (
+    AHEAD_SYNCS,
+    PAGEABLE_SYNCS,
+    SSD_IOS,
+    SYNCS,
+    Memmap,
+    fetch,
+    memmap_reads,
+    read_ahead,
+)
 from sim.policies.selection import always_selected, take_units
 from sim.registry import ParamError
 
@@ -70,6 +79,10 @@ class Params:
     index_build: str = "tree"  # "tree": two-level k-means; "exact": flat (index.py)
     dram_only: bool = False  # the whole KV in DRAM (Fig. 21's DRAM-only): no SSD reads
     sync: str = "blockwise"  # §7.3: layerwise, blockwise, hierarchical or balanced (sync.py)
+    ssd_io: str = "per_sync"  # how SSD reads are issued: per_sync, memmap or io_path (sync.py)
+    # §7.3 (c) read-ahead, as a multiple of the step budget beyond it: the entries the
+    # previous step's query ranks next (sync.py); 0 = none
+    readahead: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("chunk_size", "chunks_per_centroid"):
@@ -82,6 +95,12 @@ class Params:
             raise ParamError("index_build", f"must be one of {BUILDS}, got {self.index_build!r}")
         if self.sync not in SYNCS:
             raise ParamError("sync", f"must be one of {SYNCS}, got {self.sync!r}")
+        if self.ssd_io not in SSD_IOS:
+            raise ParamError("ssd_io", f"must be one of {SSD_IOS}, got {self.ssd_io!r}")
+        if self.readahead < 0:
+            raise ParamError("readahead", f"must be >= 0, got {self.readahead}")
+        if self.readahead and self.sync not in AHEAD_SYNCS:
+            raise ParamError("readahead", f"needs sync in {AHEAD_SYNCS}, got {self.sync!r}")
         if self.eviction not in POLICIES:
             raise ParamError("eviction", f"must be one of {POLICIES}, got {self.eviction!r}")
 
@@ -215,10 +234,13 @@ class KVDrive(DesignBase):
             return scores[label[np.minimum(ids, len(label) - 1)]]
 
         lookup = len(extra) + len(self.cache)
+        ahead = self._read_ahead(t)
         hit = self.cache.access(t, extra, score)
         miss = extra[~hit]
         sync = self.params.sync
         f = fetch(sync, miss, self.placed, self.memmap, self.in_dram, self.pinned, t)
+        self.prev = (scores, always, visible)
+        ahead_ext = self.packed.extents(ahead, lay.entry_bytes) if len(ahead) else None
         flops, nbytes = self.index.score_cost(lay.key_bytes)
         return StepDecision(
             selected=np.union1d(always, extra),
@@ -226,6 +248,7 @@ class KVDrive(DesignBase):
             ssd_extents=self.packed.extents(f.from_ssd, lay.entry_bytes),
             score_flops=flops,
             score_bytes=nbytes,
+            prefetch_extents=ahead_ext,
             info={
                 "centroids": float(self.index.n_centroids),
                 "centroids_chosen": float(len(chosen)),
@@ -235,12 +258,28 @@ class KVDrive(DesignBase):
                 "ssd_entries": float(len(f.from_ssd)),
                 "h2d_entries": float(f.h2d),
                 "stage_entries": float(f.staged),
-                "memmap_reads": float(sync in MEMMAP_SYNCS),
+                "memmap_reads": float(memmap_reads(sync, self.params.ssd_io)),
+                "read_ahead": float(self.params.readahead),
+                "ahead_entries": float(len(ahead)),
                 "blocking_h2d": float(sync in PAGEABLE_SYNCS),
                 "lookup_entries": float(lookup),
                 "cache_capacity": float(self.cache.capacity),
             },
         )
+
+    def _read_ahead(self, t: int) -> np.ndarray:
+        """The entries read ahead at step ``t`` (:func:`~.sync.read_ahead`),
+        before this step's selection: the previous step's centroid ranking
+        taken to ``1 + readahead`` step budgets; none without ``readahead`` or
+        at the first step."""
+        prev = getattr(self, "prev", None)
+        if not self.params.readahead or prev is None:
+            return np.zeros(0, dtype=np.int64)
+        scores, always, visible = prev
+        budget = int((1 + self.params.readahead) * self.layout.step_budget(visible))
+        _, ids = take_units(scores, self.members, budget, always, visible)
+        ids = ids[ids < self.placed]
+        return read_ahead(ids, self.cache.contains(ids), self.memmap, self.pinned, t)
 
 
 register("kvdrive", Params, KVDrive)

@@ -28,6 +28,27 @@ CUDA C++ Best Practices Guide, "Pinned Memory") and the call is synchronous
 with the host (CUDA Runtime API, "API synchronization behavior": a pageable
 host-to-device cudaMemcpy "will return once the pageable buffer has been
 copied to the staging memory for DMA transfer"): ``blocking``.
+
+How SSD reads are issued is ``ssd_io`` (:data:`SSD_IOS`), the same for every
+strategy in a comparison (one accounting): ``memmap`` (the paper's
+implementation, §8: "numpy.memmap ... page-level access to KV tensors directly
+on disk", so every strategy's reads are page faults: the kernel path, in I/Os
+of the readahead window), ``io_path`` (every strategy's reads by the run's
+``io_path``, e.g. io_uring into the DRAM buffer: a kvtier variant) or
+``per_sync`` (the strategy's own: memmap for a, c, d, ``io_path`` for b; the
+design's default, kept for the earlier scenarios).
+
+Read-ahead (§7.3 (c): "KV entries can be read ahead during the selection and
+pre-attention (QKV projection)"): before a layer's query exists, what is
+known is the index and the previous step's query of the same layer-head.
+The previous step's selection itself is no prediction worth reading: the
+window cache (at least one step budget) still holds it.  So with
+``readahead`` r the index is ranked by the previous query and taken to
+``(1 + r)`` step budgets (the centroids just below the last cut: the
+temporal-locality guess of what the new query adds); of those, the entries
+neither in the GPU cache nor resident in DRAM are faulted into the memmap
+region at once (:func:`read_ahead`), overlapping the selection; the step's
+own fetch then finds whatever it guessed right resident.
 """
 
 from __future__ import annotations
@@ -41,7 +62,9 @@ import numpy as np
 # mm/filemap.c), so a memmap read is issued in I/Os of at most 128 KiB
 MEMMAP_IO_BYTES = 128 * 1024
 SYNCS = ("layerwise", "blockwise", "hierarchical", "balanced")
-MEMMAP_SYNCS = ("layerwise", "hierarchical", "balanced")  # SSD reads by memmap page faults
+MEMMAP_SYNCS = ("layerwise", "hierarchical", "balanced")  # ssd_io per_sync: page faults
+SSD_IOS = ("per_sync", "memmap", "io_path")
+AHEAD_SYNCS = ("hierarchical", "balanced")  # the read-ahead needs the memmap region
 PAGEABLE_SYNCS = ("layerwise", "blockwise")  # H2D from pageable memory: synchronous
 
 
@@ -128,6 +151,23 @@ def fetch(sync: str, miss: np.ndarray, placed: int, memmap: Memmap, static, pinn
     rest = miss[~pin]
     hit = memmap.access(t, rest)
     return Fetch(rest[~hit], len(miss), len(rest), int(hit.sum() + pin.sum()))
+
+
+def memmap_reads(sync: str, ssd_io: str) -> bool:
+    """Whether ``sync``'s SSD reads are memmap page faults under ``ssd_io``."""
+    return ssd_io == "memmap" or (ssd_io == "per_sync" and sync in MEMMAP_SYNCS)
+
+
+def read_ahead(prev: np.ndarray, cached: np.ndarray, memmap: Memmap, pinned, t: int):
+    """The read-ahead of step ``t`` (module doc): of ``prev`` (the predicted
+    entries, beyond the always-kept ones), those not ``cached``
+    (GPU cache mask) and neither pinned nor resident in the memmap region are
+    faulted in (touched at ``t``); returns their ids."""
+    prev = np.asarray(prev, dtype=np.int64)
+    want = prev[~cached & ~pinned[prev] & ~memmap.resident[prev]]
+    if len(want):
+        memmap.access(t, want)
+    return want
 
 
 def allocate_pinned(designs: list, budget_bytes: float, repeat: float) -> int:
