@@ -7,20 +7,21 @@ spills to the devices with room; otherwise LRU victims are evicted until it
 fits (``ok``), or they are being demoted (``wait``), or nothing can make room
 (``full``: the key is not offloaded).
 
-The keys that fit as laid out are counted with one running sum per device
-(the same float additions, in the same order, as placing them one by one)
-and placed as one run: their slots taken per device in one call, their
-stamps consecutive.  Only a key that does not fit takes the per-key path
-(spill, eviction), and it is the per-key path's own arithmetic, so the
-verdicts, victims and used bytes are exactly those of deciding every key on
-its own (``tests/sim/test_serving_tierplace.py`` checks that on random
-workloads against a per-key reference).
+On one device (:func:`place_single`) the keys that fit are counted with one
+running sum (the same float additions, in the same order, as placing them
+one by one) and placed as one run: their slots taken in one call, their
+stamps consecutive; the keys that replace dropped victims are fused
+(:func:`_replace_single`).  A pool tier is :mod:`sim.serving.poolplace`
+(runs of keys that fit or spill alike), whose keys short of room anywhere
+take :func:`short_key` here.  Either way the verdicts, victims and used
+bytes are exactly those of deciding every key on its own
+(``tests/sim/test_serving_tierplace.py`` checks that on random workloads
+against a per-key reference).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import groupby
 from typing import Any
 
 from sim.serving.entry import READY, Entry
@@ -168,38 +169,7 @@ def _replace_single(
     return i
 
 
-def place_pool(
-    tier: OffloadTier, new: Sequence[int], plans: Sequence[Runs], evict: EvictFn | None
-) -> tuple[list[Entry], list[int]]:
-    """:meth:`OffloadTier.place` on a tier of several devices; ``plans`` are
-    Algorithm 1's runs of each key."""
-    placed: list[Entry] = []
-    waiting: list[int] = []
-    i, n = 0, len(new)
-    caps = tier.capacity
-    while i < n:
-        used, j = list(tier.used), i
-        while j < n:
-            need = tier.bytes_on(plans[j])
-            nxt = [u + x for u, x in zip(used, need, strict=True)]
-            if any(v - c > SLACK for v, c in zip(nxt, caps, strict=True)):
-                break
-            used, j = nxt, j + 1
-        if j > i:  # keys i..j-1 fit as laid out: runs of equal layouts
-            k = i
-            for runs, group in groupby(plans[i:j]):
-                m = len(list(group))
-                placed += tier.add(new[k : k + m], runs, tier.bytes_on(runs))
-                k += m
-            tier.used[:] = used
-            i = j
-            continue
-        _short_key(tier, new[i], plans[i], evict, placed, waiting)
-        i += 1
-    return placed, waiting
-
-
-def _short_key(
+def short_key(
     tier: OffloadTier,
     key: int,
     plan: Runs,
