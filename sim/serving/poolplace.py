@@ -40,7 +40,7 @@ import numpy as np
 
 from sim.serving.entry import Entry
 from sim.serving.placement import Runs
-from sim.serving.tierplace import SLACK, short_key
+from sim.serving.tierplace import SLACK, evict_key, spill_layout
 
 EvictFn = Any  # sim.serving.blocks.EvictFn: not imported, blocks imports this module
 OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
@@ -56,28 +56,72 @@ def place_pool(
     placed: list[Entry] = []
     waiting: list[int] = []
     caps = np.asarray(tier.capacity, dtype=np.float64)
-    need = _need_rows(tier, plans)
+    need: np.ndarray | None = None  # (keys, devices) bytes, made once a run is long
     i, n = 0, len(new)
     while i < n:
-        j, used = _fit_run(np.asarray(tier.used), need, i, caps)
+        j, used = _fit_head(tier, plans, i)
+        if j == i + WINDOW and j < n:
+            need = _need_rows(tier, plans) if need is None else need
+            j, u = _fit_run(np.asarray(used), need, j, caps)
+            used = u.tolist()
         if j > i:  # keys i..j-1 fit as laid out: runs of equal layouts
             k = i
             for runs, group in groupby(plans[i:j]):
                 m = len(list(group))
                 placed += tier.add(new[k : k + m], runs, tier.bytes_on(runs))
                 k += m
-            tier.used[:] = used.tolist()
+            tier.used[:] = used
             i = j
             continue
-        j, used, alt = _spill_run(tier, need, i, caps)
-        if j > i:  # keys i..j-1 spill to the same devices, all laid out as ``alt``
-            placed += tier.add(new[i:j], alt, tier.bytes_on(alt))
-            tier.used[:] = used.tolist()
-            i = j
+        alt = spill_layout(tier, tier.used)
+        if alt is None:  # room must be made
+            evict_key(tier, new[i], plans[i], evict, placed, waiting)
+            i += 1
             continue
-        short_key(tier, new[i], plans[i], evict, placed, waiting)
-        i += 1
+        j, used = _spill_head(tier, plans, i, alt)
+        if j == i + WINDOW and j < n:
+            need = _need_rows(tier, plans) if need is None else need
+            j, u = _spill_run(tier, np.asarray(used), need, j, caps, alt)
+            used = u.tolist()
+        placed += tier.add(new[i:j], alt, tier.bytes_on(alt))
+        tier.used[:] = used
+        i = j
     return placed, waiting
+
+
+def _fit_head(tier: OffloadTier, plans: Sequence[Runs], i: int) -> tuple[int, list[float]]:
+    """Up to ``WINDOW`` keys from ``i`` on that fit as laid out, one by one
+    (the first that does not; the used bytes after them)."""
+    used, caps = list(tier.used), tier.capacity
+    j, stop = i, min(len(plans), i + WINDOW)
+    while j < stop:
+        nxt = [u + x for u, x in zip(used, tier.bytes_on(plans[j]), strict=True)]
+        if any(v - c > SLACK for v, c in zip(nxt, caps, strict=True)):
+            break
+        used, j = nxt, j + 1
+    return j, used
+
+
+def _spill_head(
+    tier: OffloadTier, plans: Sequence[Runs], i: int, alt: Runs
+) -> tuple[int, list[float]]:
+    """Key ``i`` spills as ``alt``: it and up to ``WINDOW - 1`` more keys that
+    do not fit as laid out and spill as ``alt`` too, one by one (the first
+    that does not; the used bytes after them)."""
+    used, caps = list(tier.used), tier.capacity
+    a = tier.bytes_on(alt)
+    j, stop = i, min(len(plans), i + WINDOW)
+    while j < stop:
+        if j > i:
+            nxt = [u + x for u, x in zip(used, tier.bytes_on(plans[j]), strict=True)]
+            if not any(v - c > SLACK for v, c in zip(nxt, caps, strict=True)):
+                break  # fits as laid out
+            if spill_layout(tier, used) != alt:
+                break
+        for d, x in enumerate(a):
+            used[d] += x
+        j += 1
+    return j, used
 
 
 def _need_rows(tier: OffloadTier, plans: Sequence[Runs]) -> np.ndarray:
@@ -85,7 +129,7 @@ def _need_rows(tier: OffloadTier, plans: Sequence[Runs]) -> np.ndarray:
     index: dict[Runs, int] = {}
     rows = [index.setdefault(p, len(index)) for p in plans]
     table = np.array([tier.bytes_on(p) for p in index], dtype=np.float64)
-    return table[np.asarray(rows, dtype=np.int64)] if rows else table.reshape(0, len(tier.used))
+    return table[np.asarray(rows, dtype=np.int64)]
 
 
 def _fit_run(
@@ -106,20 +150,18 @@ def _fit_run(
 
 
 def _spill_run(
-    tier: OffloadTier, need: np.ndarray, i: int, caps: np.ndarray
-) -> tuple[int, np.ndarray, Runs]:
-    """Key ``i`` does not fit as laid out: the keys from ``i`` on whose spill
-    goes through the same attempts as key ``i``'s and ends in the same
-    layout (module docstring).  Returns (the first key that does not, the
-    used bytes after them, their layout); ``i`` itself when key ``i``'s
-    spill finds no layout that fits."""
-    used = np.asarray(tier.used, dtype=np.float64)
+    tier: OffloadTier, used: np.ndarray, need: np.ndarray, j: int, caps: np.ndarray, alt: Runs
+) -> tuple[int, np.ndarray]:
+    """The keys from ``j`` on (the tier holding ``used``, key ``j - 1``
+    spilled) that each do not fit as laid out and whose spill makes the
+    same attempts as key ``j``'s would now, ending in layout ``alt``
+    (module docstring).  Returns (the first key that does not, the used
+    bytes after them)."""
     tries = _spill_tries(tier, used, caps)
-    if tries is None:
-        return i, used, ()
-    alt, last = tries[-1][1], tries[-1][2]
-    n, w, j = len(need), WINDOW, i + 1
-    used = used + last  # key i spilled
+    if tries is None or tries[-1][1] != alt:
+        return j, used
+    last = tries[-1][2]
+    n, w = len(need), WINDOW
     while j < n:
         k = min(n, j + w)
         steps = np.broadcast_to(last, (k - j, len(last)))
@@ -127,9 +169,9 @@ def _spill_run(
         ok = _same_spill(cum[:-1], need[j:k], caps, tier.layer_bytes, tries)
         if not ok.all():
             f = int((~ok).argmax())
-            return j + f, cum[f], alt
+            return j + f, cum[f]
         used, j, w = cum[-1], k, 4 * w
-    return n, used, alt
+    return n, used
 
 
 Try = tuple[np.ndarray, Runs, np.ndarray]  # devices tried, their layout, its bytes per device

@@ -180,27 +180,55 @@ def short_key(
     """The per-key path for a key of a pool tier whose ``plan`` does not fit:
     :meth:`OffloadTier.spill` then :meth:`OffloadTier.make_room` and ``add``,
     inlined (the same comparisons and float additions, in the same order)."""
-    used, caps, lb = tier.used, tier.capacity, tier.layer_bytes
-    runs, fits = plan, False
+    alt = spill_layout(tier, tier.used)
+    if alt is None:
+        evict_key(tier, key, plan, evict, placed, waiting)
+        return
+    nbytes = tier.bytes_on(alt)
+    placed += tier.add([key], alt, nbytes)
+    used = tier.used
+    for d, x in enumerate(nbytes):
+        used[d] += x
+
+
+def spill_layout(tier: OffloadTier, used: list[float]) -> Runs | None:
+    """:meth:`OffloadTier.spill` of a key that does not fit as laid out, the
+    tier holding ``used`` bytes per device: Algorithm 1 over the devices
+    with a layer of room, narrowed to those not short while it does not
+    fit; None when no such layout fits (room must be made)."""
+    caps, lb = tier.capacity, tier.layer_bytes
     room = tuple([c - u >= lb for u, c in zip(used, caps, strict=True)])
-    while True in room:  # spill: Algorithm 1 over the devices with room
+    while True in room:
         alt, need = tier.runs_over(room)
         short = [u + x - c for u, x, c in zip(used, need, caps, strict=True)]
         if all(s <= SLACK for s in short):
-            runs, fits = alt, True
-            break
+            return alt
         room = tuple([ok and s <= SLACK for ok, s in zip(room, short, strict=True)])
-    nbytes = tier.bytes_on(runs)
-    if not fits:  # make room: LRU victims, demoted or dropped
-        if any(x > c for x, c in zip(nbytes, caps, strict=True)):
-            return  # full
-        short = [u + x - c for u, x, c in zip(used, nbytes, caps, strict=True)]
-        tier.evict_all(tier.take_victims(short), evict)
-        if not all(u + x - c <= SLACK for u, x, c in zip(used, nbytes, caps, strict=True)):
-            if tier.draining:
-                waiting.append(key)
-            return
-    placed += tier.add([key], runs, nbytes)
+    return None
+
+
+def evict_key(
+    tier: OffloadTier,
+    key: int,
+    plan: Runs,
+    evict: EvictFn | None,
+    placed: list[Entry],
+    waiting: list[int],
+) -> None:
+    """A key of a pool tier that neither fits as laid out (``plan``) nor
+    spills: :meth:`OffloadTier.make_room` for ``plan`` then ``add`` (placed),
+    or the key waits (victims draining) or is let go (full)."""
+    used, caps = tier.used, tier.capacity
+    nbytes = tier.bytes_on(plan)
+    if any(x > c for x, c in zip(nbytes, caps, strict=True)):
+        return  # full
+    short = [u + x - c for u, x, c in zip(used, nbytes, caps, strict=True)]
+    tier.evict_all(tier.take_victims(short), evict)
+    if not all(u + x - c <= SLACK for u, x, c in zip(used, nbytes, caps, strict=True)):
+        if tier.draining:
+            waiting.append(key)
+        return
+    placed += tier.add([key], plan, nbytes)
     for d, x in enumerate(nbytes):
         used[d] += x
 
