@@ -58,27 +58,27 @@ def place_pool(
     caps = np.asarray(tier.capacity, dtype=np.float64)
     need: np.ndarray | None = None  # (keys, devices) bytes, made once a run is long
     i, n = 0, len(new)
+    known = (-1, None)  # (key index, its spill layout) found while looking ahead
     while i < n:
-        j, used = _fit_head(tier, plans, i)
-        if j == i + WINDOW and j < n:
-            need = _need_rows(tier, plans) if need is None else need
-            j, u = _fit_run(np.asarray(used), need, j, caps)
-            used = u.tolist()
-        if j > i:  # keys i..j-1 fit as laid out: runs of equal layouts
-            k = i
-            for runs, group in groupby(plans[i:j]):
-                m = len(list(group))
-                placed += tier.add(new[k : k + m], runs, tier.bytes_on(runs))
-                k += m
-            tier.used[:] = used
-            i = j
-            continue
-        alt = spill_layout(tier, tier.used)
+        if known[0] == i:  # key i does not fit as laid out: seen by the look-ahead
+            j, alt = i, known[1]
+        else:
+            j, used = _fit_head(tier, plans, i)
+            if j == i + WINDOW and j < n:
+                need = _need_rows(tier, plans) if need is None else need
+                j, u = _fit_run(np.asarray(used), need, j, caps)
+                used = u.tolist()
+            if j > i:  # keys i..j-1 fit as laid out: runs of equal layouts
+                _add_fitting(tier, new, plans, i, j, placed)
+                tier.used[:] = used
+                i = j
+                continue
+            alt = spill_layout(tier, tier.used)
         if alt is None:  # room must be made
             evict_key(tier, new[i], plans[i], evict, placed, waiting)
             i += 1
             continue
-        j, used = _spill_head(tier, plans, i, alt)
+        j, used, known = _spill_head(tier, plans, i, alt)
         if j == i + WINDOW and j < n:
             need = _need_rows(tier, plans) if need is None else need
             j, u = _spill_run(tier, np.asarray(used), need, j, caps, alt)
@@ -87,6 +87,16 @@ def place_pool(
         tier.used[:] = used
         i = j
     return placed, waiting
+
+
+def _add_fitting(
+    tier: OffloadTier, new: Sequence[int], plans: Sequence[Runs], i: int, j: int, out: list[Entry]
+) -> None:
+    """Add keys ``i..j-1``, each as laid out: one ``add`` per run of equal layouts."""
+    for runs, group in groupby(plans[i:j]):
+        m = len(list(group))
+        out += tier.add(new[i : i + m], runs, tier.bytes_on(runs))
+        i += m
 
 
 def _fit_head(tier: OffloadTier, plans: Sequence[Runs], i: int) -> tuple[int, list[float]]:
@@ -104,10 +114,11 @@ def _fit_head(tier: OffloadTier, plans: Sequence[Runs], i: int) -> tuple[int, li
 
 def _spill_head(
     tier: OffloadTier, plans: Sequence[Runs], i: int, alt: Runs
-) -> tuple[int, list[float]]:
+) -> tuple[int, list[float], tuple[int, Runs | None]]:
     """Key ``i`` spills as ``alt``: it and up to ``WINDOW - 1`` more keys that
-    do not fit as laid out and spill as ``alt`` too, one by one (the first
-    that does not; the used bytes after them)."""
+    do not fit as laid out and spill as ``alt`` too, one by one.  Returns
+    the first that does not, the used bytes after them, and (that key, its
+    spill layout) when it stopped the run by spilling otherwise (else -1)."""
     used, caps = list(tier.used), tier.capacity
     a = tier.bytes_on(alt)
     j, stop = i, min(len(plans), i + WINDOW)
@@ -116,12 +127,13 @@ def _spill_head(
             nxt = [u + x for u, x in zip(used, tier.bytes_on(plans[j]), strict=True)]
             if not any(v - c > SLACK for v, c in zip(nxt, caps, strict=True)):
                 break  # fits as laid out
-            if spill_layout(tier, used) != alt:
-                break
+            other = spill_layout(tier, used)
+            if other != alt:
+                return j, used, (j, other)
         for d, x in enumerate(a):
             used[d] += x
         j += 1
-    return j, used
+    return j, used, (-1, None)
 
 
 def _need_rows(tier: OffloadTier, plans: Sequence[Runs]) -> np.ndarray:
