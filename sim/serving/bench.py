@@ -81,6 +81,15 @@ searches (no column changes): gpu-only 1.35 -> 1.25 s, lmcache 17.5 ->
 change, its own commit: spans 573.1 -> 585.1 s): lmcache 11.14 s (52x per
 CPU second).  The full table above was not re-measured.
 
+Pool placement by runs (2026-11-24 06:20, branch sfast4b: keys that fit
+or spill alike decided per window, :mod:`sim.serving.poolplace`; no column
+of the baseline runs changes), same run against the previous tree, load
+~5: pool, block 16, 300 requests (mostly spilling to the SSDs) 3.43 ->
+2.65 CPU s (36x -> 46x per CPU second); 1K requests (mostly evicting, one
+or two victims per key) 22.05 -> 21.54 s (22x); block 256, 1K 2.88 ->
+2.87 s (167x).  Once the tier evicts, each key still takes its victims
+and their slots one by one.
+
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
 769x, paged-ssd 445x, lmcache 364x, lmcache-lp 336x, lmcache-lp-async 310x,

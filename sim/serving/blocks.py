@@ -57,7 +57,8 @@ from sim.serving.entry import NOT_READY, READY, Entry, Runs  # noqa: F401 (re-ex
 from sim.serving.layout import SlotAllocator, layer_ranges, layer_stride
 from sim.serving.lru import LruRuns
 from sim.serving.placement import layer_runs
-from sim.serving.tierplace import place_pool, place_single
+from sim.serving.poolplace import place_pool
+from sim.serving.tierplace import place_single
 
 
 class GpuBlock:

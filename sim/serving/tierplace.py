@@ -7,20 +7,21 @@ spills to the devices with room; otherwise LRU victims are evicted until it
 fits (``ok``), or they are being demoted (``wait``), or nothing can make room
 (``full``: the key is not offloaded).
 
-The keys that fit as laid out are counted with one running sum per device
-(the same float additions, in the same order, as placing them one by one)
-and placed as one run: their slots taken per device in one call, their
-stamps consecutive.  Only a key that does not fit takes the per-key path
-(spill, eviction), and it is the per-key path's own arithmetic, so the
-verdicts, victims and used bytes are exactly those of deciding every key on
-its own (``tests/sim/test_serving_tierplace.py`` checks that on random
-workloads against a per-key reference).
+On one device (:func:`place_single`) the keys that fit are counted with one
+running sum (the same float additions, in the same order, as placing them
+one by one) and placed as one run: their slots taken in one call, their
+stamps consecutive; the keys that replace dropped victims are fused
+(:func:`_replace_single`).  A pool tier is :mod:`sim.serving.poolplace`
+(runs of keys that fit or spill alike), whose keys short of room anywhere
+take :func:`short_key` here.  Either way the verdicts, victims and used
+bytes are exactly those of deciding every key on its own
+(``tests/sim/test_serving_tierplace.py`` checks that on random workloads
+against a per-key reference).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import groupby
 from typing import Any
 
 from sim.serving.entry import READY, Entry
@@ -168,38 +169,7 @@ def _replace_single(
     return i
 
 
-def place_pool(
-    tier: OffloadTier, new: Sequence[int], plans: Sequence[Runs], evict: EvictFn | None
-) -> tuple[list[Entry], list[int]]:
-    """:meth:`OffloadTier.place` on a tier of several devices; ``plans`` are
-    Algorithm 1's runs of each key."""
-    placed: list[Entry] = []
-    waiting: list[int] = []
-    i, n = 0, len(new)
-    caps = tier.capacity
-    while i < n:
-        used, j = list(tier.used), i
-        while j < n:
-            need = tier.bytes_on(plans[j])
-            nxt = [u + x for u, x in zip(used, need, strict=True)]
-            if any(v - c > SLACK for v, c in zip(nxt, caps, strict=True)):
-                break
-            used, j = nxt, j + 1
-        if j > i:  # keys i..j-1 fit as laid out: runs of equal layouts
-            k = i
-            for runs, group in groupby(plans[i:j]):
-                m = len(list(group))
-                placed += tier.add(new[k : k + m], runs, tier.bytes_on(runs))
-                k += m
-            tier.used[:] = used
-            i = j
-            continue
-        _short_key(tier, new[i], plans[i], evict, placed, waiting)
-        i += 1
-    return placed, waiting
-
-
-def _short_key(
+def short_key(
     tier: OffloadTier,
     key: int,
     plan: Runs,
@@ -210,27 +180,55 @@ def _short_key(
     """The per-key path for a key of a pool tier whose ``plan`` does not fit:
     :meth:`OffloadTier.spill` then :meth:`OffloadTier.make_room` and ``add``,
     inlined (the same comparisons and float additions, in the same order)."""
-    used, caps, lb = tier.used, tier.capacity, tier.layer_bytes
-    runs, fits = plan, False
+    alt = spill_layout(tier, tier.used)
+    if alt is None:
+        evict_key(tier, key, plan, evict, placed, waiting)
+        return
+    nbytes = tier.bytes_on(alt)
+    placed += tier.add([key], alt, nbytes)
+    used = tier.used
+    for d, x in enumerate(nbytes):
+        used[d] += x
+
+
+def spill_layout(tier: OffloadTier, used: list[float]) -> Runs | None:
+    """:meth:`OffloadTier.spill` of a key that does not fit as laid out, the
+    tier holding ``used`` bytes per device: Algorithm 1 over the devices
+    with a layer of room, narrowed to those not short while it does not
+    fit; None when no such layout fits (room must be made)."""
+    caps, lb = tier.capacity, tier.layer_bytes
     room = tuple([c - u >= lb for u, c in zip(used, caps, strict=True)])
-    while True in room:  # spill: Algorithm 1 over the devices with room
+    while True in room:
         alt, need = tier.runs_over(room)
         short = [u + x - c for u, x, c in zip(used, need, caps, strict=True)]
         if all(s <= SLACK for s in short):
-            runs, fits = alt, True
-            break
+            return alt
         room = tuple([ok and s <= SLACK for ok, s in zip(room, short, strict=True)])
-    nbytes = tier.bytes_on(runs)
-    if not fits:  # make room: LRU victims, demoted or dropped
-        if any(x > c for x, c in zip(nbytes, caps, strict=True)):
-            return  # full
-        short = [u + x - c for u, x, c in zip(used, nbytes, caps, strict=True)]
-        tier.evict_all(tier.take_victims(short), evict)
-        if not all(u + x - c <= SLACK for u, x, c in zip(used, nbytes, caps, strict=True)):
-            if tier.draining:
-                waiting.append(key)
-            return
-    placed += tier.add([key], runs, nbytes)
+    return None
+
+
+def evict_key(
+    tier: OffloadTier,
+    key: int,
+    plan: Runs,
+    evict: EvictFn | None,
+    placed: list[Entry],
+    waiting: list[int],
+) -> None:
+    """A key of a pool tier that neither fits as laid out (``plan``) nor
+    spills: :meth:`OffloadTier.make_room` for ``plan`` then ``add`` (placed),
+    or the key waits (victims draining) or is let go (full)."""
+    used, caps = tier.used, tier.capacity
+    nbytes = tier.bytes_on(plan)
+    if any(x > c for x, c in zip(nbytes, caps, strict=True)):
+        return  # full
+    short = [u + x - c for u, x, c in zip(used, nbytes, caps, strict=True)]
+    tier.evict_all(tier.take_victims(short), evict)
+    if not all(u + x - c <= SLACK for u, x, c in zip(used, nbytes, caps, strict=True)):
+        if tier.draining:
+            waiting.append(key)
+        return
+    placed += tier.add([key], plan, nbytes)
     for d, x in enumerate(nbytes):
         used[d] += x
 

@@ -131,14 +131,41 @@ def test_bulk_placement_matches_the_per_key_reference(
     """``callback`` False: placement is told victims are dropped (no callback),
     the fused replace path of a one-device tier; the reference drops them."""
     ratios, caps = SHAPES[shape]
+    _drive(ratios, caps, seed, callback, universe=400, most=40, steps=300)
+
+
+# a pool like seed 004's: two fast small devices (DRAM) and two slow large
+# ones (SSDs), sets of up to 300 keys: long runs of keys that spill to the
+# large devices once the small ones are full, and of keys that evict
+LONG = {
+    "dram and ssd": ([0.4, 0.4, 0.1, 0.1], [30 * 32.0, 30 * 32.0, 400 * 32.0, 400 * 32.0]),
+    "uneven": ([0.5, 0.3, 0.2], [20 * 32.0, 350 * 32.0, 200 * 32.0]),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(LONG))
+@pytest.mark.parametrize("seed", [4])
+@pytest.mark.parametrize("callback", [True, False])
+def test_long_runs_of_spills_and_fits_match_the_per_key_reference(
+    shape: str, seed: int, callback: bool
+) -> None:
+    """Large sets: the fit and spill runs of :mod:`sim.serving.poolplace`
+    span many keys and windows; still exactly the per-key decisions."""
+    ratios, caps = LONG[shape]
+    _drive(ratios, caps, seed, callback, universe=2000, most=250, steps=40)
+
+
+def _drive(ratios, caps, seed: int, callback: bool, universe: int, most: int, steps: int) -> None:
+    """Random sets of up to ``most`` of ``universe`` keys placed ``steps``
+    times in both tiers, with the same random life in between."""
     rng = np.random.default_rng(seed)
     t = OffloadTier("t", [f"d{i}" for i in range(len(caps))], ratios, caps, 32, 1.0)
     r = RefTier(ratios, caps, 32, 1.0)
     demote = rng.random() < 0.5 and callback  # half the runs demote victims (wait verdicts)
     victims: dict[str, list[int]] = {"bulk": [], "ref": []}
     evicted = waited = 0
-    for step in range(300):
-        keys = [int(k) for k in rng.choice(400, int(rng.integers(1, 40)), replace=False)]
+    for step in range(steps):
+        keys = [int(k) for k in rng.choice(universe, int(rng.integers(1, most)), replace=False)]
         coin = {k: bool(rng.random() < 0.5) for k in keys + list(t.entries)}
 
         may_demote = demote and step % 3 > 0  # every third set: victims dropped
