@@ -24,8 +24,12 @@ and writes every op down as it goes.
   of the request's first iteration, which waits for them (all of them, or
   layer by layer with layer-wise pipelining: layer l computes as soon as
   layer l's KV is in).  ``schedule``: loads start at admission, the request
-  is parked until they end (vLLM's WAITING_FOR_REMOTE_KVS).  ``arrival``:
-  loads start when the request arrives, overlapping its queueing; a
+  is parked until they end (vLLM's WAITING_FOR_REMOTE_KVS).  ``arrival``
+  (LMCache's AsyncKV): SSD hits are read into host memory when the request
+  arrives, overlapping its queueing, and the request is parked until they
+  are in; the copies to the GPU stay in its forward pass, layer by layer with
+  layer-wise pipelining (:mod:`sim.serving.asyncload`; with GPUDirect the
+  whole load is done at arrival); a
   prefetch never takes GPU blocks that the requests queued ahead of it will
   need, so it cannot block them.
 * **Decisions and time.**  The block manager decides (lookups, loads,
@@ -54,9 +58,11 @@ import simpy
 
 from sim.hw.machine import Machine
 from sim.models import ModelCard
+from sim.serving.asyncload import split_prefetch
 from sim.serving.blocks import GpuCache, OffloadTier
 from sim.serving.costs import iteration_cost
 from sim.serving.designs import DesignParams
+from sim.serving.jobs import Piece, Transfer
 from sim.serving.manager import BlockManager, Seq
 from sim.serving.metrics import RequestLog, ServingRecords, Timeline, request_records
 from sim.serving.objcost import retrieval_cpu_s
@@ -109,6 +115,8 @@ class Engine:
         layer_bytes = design.block_factor * self.B * card.kv_bytes_per_token_layer
         mover = Mover(self.ops, design, machine.profile, layer_bytes, bounce, cfg.gpu)
         self._ssds = frozenset(machine.profile.ssd_names)
+        self._bounce, self._gds = bounce, mover.gds
+        self._forward: dict[Seq, list[Piece]] = {}  # AsyncKV: host -> GPU leg, per request
         gpu = GpuCache(cfg.gpu_blocks, cfg.prefix_cache)
         self.mgr = BlockManager(gpu, tiers, design, self.B, cfg.gpu)
         self.offload = Offloader(self.mgr, mover, self._released)
@@ -248,8 +256,12 @@ class Engine:
 
     def _start_async(self, s: Seq) -> None:
         assert s.lookup is not None
+        transfer = self.mgr.load(s, self.design.layerwise)
+        if self.design.async_load == "arrival" and not self._gds:
+            self._prefetch_to_host(s, transfer)
+            return
         cpu = sum(self._object_cpu([s.lookup.lower]))  # the loader's per-object work
-        job = self.offload.load(self.mgr.load(s, self.design.layerwise))
+        job = self.offload.load(transfer)
 
         def landed(_e) -> None:
             self.mgr.on_loaded(s)
@@ -262,6 +274,27 @@ class Engine:
             job.done.callbacks.append(lambda _e: self.env.timeout(cpu).callbacks.append(landed))
         else:
             job.done.callbacks.append(landed)
+
+    def _prefetch_to_host(self, s: Seq, transfer: Transfer) -> None:
+        """AsyncKV (:mod:`sim.serving.asyncload`): SSD hits are read into host
+        memory now, the request is parked until they are in; the copies to the
+        GPU (and the per-object work) stay in its forward pass."""
+        arrival, self._forward[s] = split_prefetch(
+            transfer.pieces, self._ssds, self._bounce, self.cfg.gpu
+        )
+        if not arrival:  # every hit already in host memory: nothing to wait for
+            s.load = None
+            return
+        s.load = Transfer("load", "src", s.req.rid, arrival)
+
+        def landed(_e) -> None:
+            s.load = None
+            if s in self.parked:
+                self.parked.remove(s)
+                self.running.append(s)
+            self._kick()
+
+        self.offload.load(s.load).done.callbacks.append(landed)
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) + len(self.parked) < self.cfg.max_batch:
@@ -312,9 +345,7 @@ class Engine:
         layer, head = iteration_cost(self.card, prefills, decodes, outputs)
         n_tok = sum(t for t, _ in prefills) + len(decodes)
         loading = [s for s, _ in batch if s.lookup is not None]
-        jobs: list[Job] = [
-            self.offload.load(self.mgr.load(s, self.design.layerwise)) for s in loading
-        ]
+        jobs: list[Job] = [self.offload.load(self._load(s)) for s in loading]
         deps = [self.prev_compute] if self.prev_compute is not None else []
         step, gpu, n_layers = self.iterations, self.cfg.gpu, self.card.layers
         cpu = self._object_cpu([s.lookup.lower for s in loading if s.lookup is not None])
@@ -361,6 +392,15 @@ class Engine:
             self.mgr.on_loaded(s)
         self.prev_compute = op
         self.iterations += 1
+
+    def _load(self, s: Seq) -> Transfer:
+        """The forward pass's load for ``s``: the AsyncKV host -> GPU leg if it
+        was prefetched, else all of its hits."""
+        forward = self._forward.pop(s, None)
+        if forward is None:
+            return self.mgr.load(s, self.design.layerwise)
+        s.load = Transfer("load", "src", s.req.rid, forward)
+        return s.load
 
     def _advance(self, batch: list[tuple[Seq, int]]) -> None:
         now = self.env.now
@@ -416,6 +456,7 @@ class Engine:
             self.running.remove(s)
         s.cached_tokens = s.prefilled = s.stored_groups = 0
         s.lookup = s.load = None
+        self._forward.pop(s, None)
         s.req.preemptions += 1
         self.waiting.appendleft(s)
 
