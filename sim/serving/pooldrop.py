@@ -1,0 +1,120 @@
+"""Keys of a full pool tier whose victims are dropped, decided in one tight loop.
+
+Once a pool tier (several devices, :mod:`sim.serving.poolplace`) is full,
+most keys of an offload set neither fit as Algorithm 1 laid them out nor
+spill (:func:`sim.serving.tierplace.spill_layout` finds no layout that
+fits), so each makes room by evicting LRU victims
+(:func:`sim.serving.tierplace.evict_key`).  When victims are dropped (no
+demotion: ``evict`` is None) :func:`drop_run` decides such keys one after
+the other without the per-key calls: for each key the same comparisons and
+float additions, in the same order, as the per-key path:
+
+* its fit check (``used + need - capacity > SLACK`` somewhere) and spill
+  check, exactly those of :func:`~sim.serving.poolplace.place_pool`'s
+  loop (the run ends, handing back to it, at the first key that fits or
+  spills);
+* ``full`` when its layout exceeds a device's capacity (nothing evicted);
+* its victims as :meth:`~sim.serving.blocks.OffloadTier.take_victims`
+  chooses them: among the devices still short, the least recently used
+  evictable entry on top of their LRU heaps, its bytes taken off ``short``
+  (a list of its own, as there), each victim dropped as soon as chosen:
+  :meth:`~sim.serving.blocks.OffloadTier._drop`'s subtractions from
+  ``used`` and slot frees, in victim order, which is what dropping them
+  all after choosing does (a dropped entry coming up on another device's
+  heap is stale, consumed exactly as a chosen one is);
+* then placed (one slot per run, the next stamp) if it fits, else it waits
+  (demotions draining) or is let go.
+
+``tests/sim/test_serving_tierplace.py`` compares it with the per-key
+reference on random workloads that evict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sim.serving.entry import READY, Entry
+from sim.serving.placement import Runs
+from sim.serving.tierplace import SLACK, spill_layout
+
+OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
+NONE: frozenset[int] = frozenset()  # no key skipped: dropped victims are stale by themselves
+
+
+def drop_run(
+    tier: OffloadTier,
+    new: Sequence[int],
+    plans: Sequence[Runs],
+    i: int,
+    placed: list[Entry],
+    waiting: list[int],
+) -> int:
+    """Decide keys ``new[i:]`` (laid out as ``plans``) while each neither fits
+    nor spills, victims dropped (module docstring); key ``i`` is known to do
+    neither.  Returns the first key not decided, or ``len(new)``."""
+    used, caps, entries = tier.used, tier.capacity, tier.entries
+    alloc, added, bytes_on = tier.allocators, tier.added, tier.bytes_on
+    devs = range(len(used))
+    n, first = len(new), True
+    while i < n:
+        plan = plans[i]
+        x = bytes_on(plan)
+        if not first:
+            fits = True
+            for d in devs:
+                if used[d] + x[d] - caps[d] > SLACK:
+                    fits = False
+                    break
+            if fits or spill_layout(tier, used) is not None:
+                return i
+        first = False
+        i += 1
+        if any([x[d] > caps[d] for d in devs]):
+            continue  # full: let go, nothing evicted
+        _drop_victims(tier, [used[d] + x[d] - caps[d] for d in devs])
+        if any([used[d] + x[d] - caps[d] > SLACK for d in devs]):
+            if tier.draining:
+                waiting.append(new[i - 1])
+            continue
+        tier._clock += 1
+        slots = tuple([alloc[d].alloc(l1 - l0) for d, l0, l1 in plan])
+        e = entries[new[i - 1]] = Entry(new[i - 1], plan, slots, x, tier._clock)
+        if added is not None:
+            added.append(new[i - 1])
+        placed.append(e)
+        for d in devs:
+            used[d] += x[d]
+    return i
+
+
+def _drop_victims(tier: OffloadTier, short: list[float]) -> None:
+    """Evict and drop LRU victims until no device is ``short`` (or none is
+    left): :meth:`OffloadTier.take_victims` then ``_drop`` of each, fused."""
+    lru, entries, used, alloc = tier.lru, tier.entries, tier.used, tier.allocators
+    top = lru.top
+    tops: dict[int, Entry | None] = {}  # device -> its top (valid until that heap moves)
+    while True:
+        best: Entry | None = None
+        dev = -1
+        for d, s in enumerate(short):
+            if s > SLACK:
+                e = tops.get(d)
+                if d not in tops or (e is not None and entries.get(e.key) is not e):
+                    e = tops[d] = top(d, entries, NONE)
+                if e is not None and (best is None or e.stamp < best.stamp):
+                    best, dev = e, d
+        if best is None:
+            return
+        lru.pop(dev)
+        del tops[dev]
+        nb = best.nbytes
+        short = [s - f for s, f in zip(short, nb, strict=True)]
+        tier.evictions += 1
+        if best.ref_cnt > READY:  # pragma: no cover - book-keeping bug
+            raise RuntimeError(f"{tier.name}: entry {best.key} evicted while in use")
+        del entries[best.key]
+        for d, b in enumerate(nb):
+            used[d] -= b
+        for (d, l0, l1), slot in zip(best.runs, best.slots, strict=True):
+            alloc[d].free(slot, l1 - l0)
