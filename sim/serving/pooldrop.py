@@ -49,10 +49,11 @@ def drop_run(
     i: int,
     placed: list[Entry],
     waiting: list[int],
-) -> int:
+) -> tuple[int, Runs | None]:
     """Decide keys ``new[i:]`` (laid out as ``plans``) while each neither fits
     nor spills, victims dropped (module docstring); key ``i`` is known to do
-    neither.  Returns the first key not decided, or ``len(new)``."""
+    neither.  Returns the first key not decided (or ``len(new)``) and, when
+    it does not fit but spills, its spill layout (else None)."""
     used, caps, entries = tier.used, tier.capacity, tier.entries
     alloc, added, bytes_on = tier.allocators, tier.added, tier.bytes_on
     devs = range(len(used))
@@ -66,8 +67,11 @@ def drop_run(
                 if used[d] + x[d] - caps[d] > SLACK:
                     fits = False
                     break
-            if fits or spill_layout(tier, used) is not None:
-                return i
+            if fits:
+                return i, None
+            spill = spill_layout(tier, used)
+            if spill is not None:
+                return i, spill
         first = False
         i += 1
         if any([x[d] > caps[d] for d in devs]):
@@ -85,14 +89,16 @@ def drop_run(
         placed.append(e)
         for d in devs:
             used[d] += x[d]
-    return i
+    return i, None
 
 
 def _drop_victims(tier: OffloadTier, short: list[float]) -> None:
     """Evict and drop LRU victims until no device is ``short`` (or none is
-    left): :meth:`OffloadTier.take_victims` then ``_drop`` of each, fused."""
+    left): :meth:`OffloadTier.take_victims` then ``_drop`` of each, fused
+    (a heap's top looked at as :meth:`LruRuns.top` does first: a valid
+    evictable entry is the answer; else ``top`` goes on from there)."""
     lru, entries, used, alloc = tier.lru, tier.entries, tier.used, tier.allocators
-    top = lru.top
+    top, heaps, get = lru.top, lru.heaps, entries.get
     tops: dict[int, Entry | None] = {}  # device -> its top (valid until that heap moves)
     while True:
         best: Entry | None = None
@@ -100,21 +106,35 @@ def _drop_victims(tier: OffloadTier, short: list[float]) -> None:
         for d, s in enumerate(short):
             if s > SLACK:
                 e = tops.get(d)
-                if d not in tops or (e is not None and entries.get(e.key) is not e):
-                    e = tops[d] = top(d, entries, NONE)
+                if d not in tops or (e is not None and get(e.key) is not e):
+                    heap = heaps[d]
+                    e = None
+                    if heap:
+                        stamp, _seq, run, k = heap[0]
+                        e = run[0][k]
+                        if not (get(e.key) is e and e.stamp == stamp and e.ref_cnt == READY
+                                and not e.draining):  # fmt: skip
+                            e = top(d, entries, NONE)
+                    tops[d] = e
                 if e is not None and (best is None or e.stamp < best.stamp):
                     best, dev = e, d
         if best is None:
             return
         lru.pop(dev)
         del tops[dev]
-        nb = best.nbytes
-        short = [s - f for s, f in zip(short, nb, strict=True)]
-        tier.evictions += 1
-        if best.ref_cnt > READY:  # pragma: no cover - book-keeping bug
-            raise RuntimeError(f"{tier.name}: entry {best.key} evicted while in use")
-        del entries[best.key]
-        for d, b in enumerate(nb):
-            used[d] -= b
-        for (d, l0, l1), slot in zip(best.runs, best.slots, strict=True):
-            alloc[d].free(slot, l1 - l0)
+        _drop(tier, best, used, alloc)
+        short = [s - f for s, f in zip(short, best.nbytes, strict=True)]
+
+
+def _drop(tier: OffloadTier, e: Entry, used: list[float], alloc: list) -> None:
+    """``OffloadTier.evict_all`` of a victim that is dropped (``_drop``, inlined)."""
+    tier.evictions += 1
+    if e.ref_cnt > READY:  # pragma: no cover - book-keeping bug
+        raise RuntimeError(f"{tier.name}: entry {e.key} evicted while in use")
+    del tier.entries[e.key]
+    for d, b in enumerate(e.nbytes):
+        used[d] -= b
+    for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):
+        a = alloc[d]
+        a.live -= 1
+        a._free.setdefault(l1 - l0, []).append(slot)

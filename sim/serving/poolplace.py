@@ -78,7 +78,8 @@ def place_pool(
             alt = spill_layout(tier, tier.used)
         if alt is None:  # room must be made
             if evict is None:  # victims dropped: this key and the next that evict, fused
-                i = drop_run(tier, new, plans, i, placed, waiting)
+                i, spill = drop_run(tier, new, plans, i, placed, waiting)
+                known = (i, spill) if spill is not None else (-1, None)
                 continue
             evict_key(tier, new[i], plans[i], evict, placed, waiting)
             i += 1
