@@ -75,17 +75,27 @@ class Offloader:
         self._index.scan()
         return not w.touched
 
+    def _all_fresh(self) -> bool:
+        """Whether no waiting store is touched (:meth:`_fresh` of every one)."""
+        assert self._index is not None
+        self._index.scan()
+        return not self._index.marked
+
     def _on_drain(self, _event) -> None:
         """A demotion of the first tier drained: the waiting stores, in the order
         they began to wait, place their groups again, except those for which
         that could decide nothing new (:meth:`_fresh`, then
-        :meth:`~BlockManager.room_blocked`, looked at once until one of them places);
+        :meth:`~BlockManager.room_blocked`, looked at once until one of them places;
+        once blocked with every later store fresh, those are all skipped at once);
         the ones still waiting keep their order for the next drain."""
         index = self._index
         assert index is not None
         waiting, self._waiting = self._waiting, []
         blocked = None  # room_blocked(), until a placement changes the tier
-        for w in waiting:
+        for n, w in enumerate(waiting):
+            if blocked and self._all_fresh():  # each later one would be skipped
+                self._waiting += waiting[n:]
+                break
             fresh = self._fresh(w)
             if fresh:
                 if blocked is None:

@@ -19,9 +19,11 @@ tier's log per store:
   it looks at from then on); otherwise its entries are removed and the rest
   registered anew.
 
-So ``touched`` is exactly "one of its keys is in the log after the position
+``touched`` is exactly "one of its keys is in the log after the position
 where it last looked", the question :class:`Offloader` used to answer by
-intersecting the waiter's key set with the log's tail.
+intersecting the waiter's key set with the log's tail.  ``marked`` holds
+the touched waiters, so that a drain that finds the tier blocked can tell
+at once that no later waiter needs a look.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class WaitIndex:
         self.tier = tier
         self.owner: dict[int, list[tuple[Waiter, int]]] = {}
         self.cursor = 0  # the log is read up to here
+        self.marked: set[Waiter] = set()  # the waiters now touched
 
     def scan(self) -> None:
         """Mark the waiters whose waiting keys were added since the last scan."""
@@ -57,8 +60,9 @@ class WaitIndex:
             return
         for key in filter(owner.__contains__, added[self.cursor :]):
             for w, pos in owner[key]:
-                if pos >= w.lo:
+                if pos >= w.lo and not w.touched:
                     w.touched = True
+                    self.marked.add(w)
         self.cursor = len(added)
 
     def register(self, req: StoreRequest) -> Waiter:
@@ -87,6 +91,7 @@ class WaitIndex:
         if cut >= 0 and rest.groups and rest.groups[0] is groups[cut]:
             self.scan()  # what was added until now is behind it
             w.req, w.lo, w.touched = rest, w.lo + cut, False
+            self.marked.discard(w)
             return w
         self.remove(w)
         return self.register(rest)
@@ -109,9 +114,12 @@ class WaitIndex:
             else:
                 del owner[key]
         w.lo = len(w.base)
+        w.touched = False
+        self.marked.discard(w)
 
     def clear(self) -> None:
         """Nobody waits: forget everything (the tier stops keeping its log)."""
         self.owner.clear()
+        self.marked.clear()
         self.cursor = 0
         self.tier.added = None

@@ -74,6 +74,15 @@ def test_skipping_blocked_retries_changes_no_record(monkeypatch, n, tiers, share
         fresh[out] += 1
         return out
 
+    real_all = Offloader._all_fresh
+    bulk = [0]
+
+    def counted_all(self):
+        out = real_all(self)
+        bulk[0] += out
+        return out
+
+    monkeypatch.setattr(Offloader, "_all_fresh", counted_all)
     monkeypatch.setattr(BlockManager, "room_blocked", counted)
     monkeypatch.setattr(BlockManager, "fitting_prefix", counted_prefix)
     monkeypatch.setattr(Offloader, "_fresh", counted_fresh)
@@ -81,8 +90,10 @@ def test_skipping_blocked_retries_changes_no_record(monkeypatch, n, tiers, share
     assert said[True] > 0  # the skip happened
     assert cut[0] > 0  # and so did placing a waiting store's fitting keys alone
     assert fresh[True] > 0  # the index let waiters skip
+    assert bulk[0] > 0  # and a blocked drain skip all the later ones at once
     assert (fresh[False] > 0) == shared  # and marked those whose keys others placed
     monkeypatch.setattr(Offloader, "_fresh", lambda self, w: False)
+    monkeypatch.setattr(Offloader, "_all_fresh", lambda self: False)
     touched = _run(n, 256, tiers)
     monkeypatch.setattr(BlockManager, "room_blocked", lambda self: False)
     monkeypatch.setattr(BlockManager, "fitting_prefix", lambda self, n: 0)
