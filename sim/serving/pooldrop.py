@@ -25,6 +25,11 @@ float additions, in the same order, as the per-key path:
 * then placed (one slot per run, the next stamp) if it fits, else it waits
   (demotions draining) or is let go.
 
+A key that spills between two that evict (the usual pattern once the tier
+is full: the victims' bytes let the next key spill) is placed in the loop
+too, as :func:`sim.serving.tierplace.short_key` places it; two spills in a
+row hand back to the spill runs of :mod:`sim.serving.poolplace`.
+
 ``tests/sim/test_serving_tierplace.py`` compares it with the per-key
 reference on random workloads that evict.
 """
@@ -51,15 +56,16 @@ def drop_run(
     waiting: list[int],
 ) -> tuple[int, Runs | None]:
     """Decide keys ``new[i:]`` (laid out as ``plans``) while each neither fits
-    nor spills, victims dropped (module docstring); key ``i`` is known to do
-    neither.  Returns the first key not decided (or ``len(new)``) and, when
-    it does not fit but spills, its spill layout (else None)."""
-    used, caps, entries = tier.used, tier.capacity, tier.entries
-    alloc, added, bytes_on = tier.allocators, tier.added, tier.bytes_on
+    nor spills, victims dropped (module docstring), and a key that spills
+    between two that evict; key ``i`` is known to neither fit nor spill.
+    Returns the first key not decided (or ``len(new)``) and, when it does
+    not fit but spills (the second spill in a row: a spill run, for
+    :func:`~sim.serving.poolplace.place_pool`), its spill layout (else None)."""
+    used, caps, bytes_on = tier.used, tier.capacity, tier.bytes_on
     devs = range(len(used))
-    n, first = len(new), True
+    n, first, spilled = len(new), True, False
     while i < n:
-        plan = plans[i]
+        key, plan = new[i], plans[i]
         x = bytes_on(plan)
         if not first:
             fits = True
@@ -71,25 +77,36 @@ def drop_run(
                 return i, None
             spill = spill_layout(tier, used)
             if spill is not None:
-                return i, spill
-        first = False
+                if spilled:
+                    return i, spill
+                _put(tier, key, spill, bytes_on(spill), placed)  # short_key's spill
+                spilled, i = True, i + 1
+                continue
+        first, spilled = False, False
         i += 1
         if any([x[d] > caps[d] for d in devs]):
             continue  # full: let go, nothing evicted
         _drop_victims(tier, [used[d] + x[d] - caps[d] for d in devs])
         if any([used[d] + x[d] - caps[d] > SLACK for d in devs]):
             if tier.draining:
-                waiting.append(new[i - 1])
+                waiting.append(key)
             continue
-        tier._clock += 1
-        slots = tuple([alloc[d].alloc(l1 - l0) for d, l0, l1 in plan])
-        e = entries[new[i - 1]] = Entry(new[i - 1], plan, slots, x, tier._clock)
-        if added is not None:
-            added.append(new[i - 1])
-        placed.append(e)
-        for d in devs:
-            used[d] += x[d]
+        _put(tier, key, plan, x, placed)
     return i, None
+
+
+def _put(tier: OffloadTier, key: int, runs: Runs, x: list[float], placed: list[Entry]) -> None:
+    """``OffloadTier.add([key], runs, x)`` then its bytes added to ``used``."""
+    tier._clock += 1
+    alloc = tier.allocators
+    slots = tuple([alloc[d].alloc(l1 - l0) for d, l0, l1 in runs])
+    e = tier.entries[key] = Entry(key, runs, slots, x, tier._clock)
+    if tier.added is not None:
+        tier.added.append(key)
+    placed.append(e)
+    used = tier.used
+    for d, b in enumerate(x):
+        used[d] += b
 
 
 def _drop_victims(tier: OffloadTier, short: list[float]) -> None:
