@@ -90,6 +90,20 @@ or two victims per key) 22.05 -> 21.54 s (22x); block 256, 1K 2.88 ->
 2.87 s (167x).  Once the tier evicts, each key still takes its victims
 and their slots one by one.
 
+Pool eviction fused, waiting stores indexed (2026-11-24 07:15-07:16,
+branch sfast5 against its starting tree 5c398ea in the same run, load 2.0;
+no column of the baseline runs changes): a full pool's keys whose victims
+are dropped, and a key that spills between two of them, decided in one
+loop (:mod:`sim.serving.pooldrop`); waiting stores indexed by key
+(:mod:`sim.serving.waiters`).  CPU s: pool, block 16, 1K requests 21.68 ->
+19.10 s (22x -> 25x per CPU second); block 256, 1K 2.98 -> 2.81 s (161x ->
+171x); paged-cpu-ssd, block 16, 300 requests 12.60 -> 11.94 s.  Still per
+key once the pool evicts (~281K keys at block 16, 1-2 victims each): its
+spill check (several Algorithm 1 layouts tried per key), the victims'
+stale items on the other devices' heaps, and one slot per run; at
+paged-cpu-ssd each drain places one key and starts its demotions (the
+store and demotion transfers are most of what is left there).
+
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
 769x, paged-ssd 445x, lmcache 364x, lmcache-lp 336x, lmcache-lp-async 310x,

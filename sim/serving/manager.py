@@ -299,16 +299,6 @@ class BlockManager:
             store = Transfer("store", "dst", req.rid, pieces, None, tier, placed, [], sources)
         return Placement(demotions, store, _rest(req, pending, waiting, sources))
 
-    def keys_added(self, keys: set[int], since: int) -> bool:
-        """Whether one of ``keys`` was added to tier 0 since position ``since``
-        of its ``added`` log (True when it keeps none).  A waiting store none
-        of whose keys was added, placed again while :meth:`room_blocked`,
-        would decide what it did last time (every key waits; nothing placed,
-        evicted or let go: a key present would be skipped and let go), so it
-        need not be placed again."""
-        added = self.tiers[0].added
-        return added is None or not keys.isdisjoint(added[since:])
-
     def room_blocked(self) -> bool:
         """Whether every key a store places in tier 0 now must wait, with
         nothing evicted (:func:`sim.serving.tierplace.room_blocked`)."""

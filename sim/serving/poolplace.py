@@ -5,7 +5,8 @@ order, each seeing the room its predecessors took or made.  A key of a pool
 is, in this order: placed as Algorithm 1 laid it out if that fits; else
 *spilled*: laid out over the devices with room (a layer of room left) if
 that fits (narrowing the devices while it does not); else room is made by
-evicting LRU victims (:func:`sim.serving.tierplace.short_key`).
+evicting LRU victims (:func:`sim.serving.tierplace.evict_key`; when they
+are dropped, a run of such keys in one loop: :mod:`sim.serving.pooldrop`).
 
 Most keys come in runs that one array computation decides:
 
@@ -40,6 +41,7 @@ import numpy as np
 
 from sim.serving.entry import Entry
 from sim.serving.placement import Runs
+from sim.serving.pooldrop import drop_run
 from sim.serving.tierplace import SLACK, evict_key, spill_layout
 
 EvictFn = Any  # sim.serving.blocks.EvictFn: not imported, blocks imports this module
@@ -75,6 +77,10 @@ def place_pool(
                 continue
             alt = spill_layout(tier, tier.used)
         if alt is None:  # room must be made
+            if evict is None:  # victims dropped: this key and the next that evict, fused
+                i, spill = drop_run(tier, new, plans, i, placed, waiting)
+                known = (i, spill) if spill is not None else (-1, None)
+                continue
             evict_key(tier, new[i], plans[i], evict, placed, waiting)
             i += 1
             continue

@@ -6,7 +6,8 @@ demote and write through, as plain :class:`~sim.serving.jobs.Transfer` s;
 tells the manager when it ended (:meth:`BlockManager.on_stored`) and starts
 what follows.  Stores that must wait for a demotion of the first tier to
 drain wait on that tier's *drain* event, fired each time one of its
-demotions completes, then ask the manager again.  A store that ends lets
+demotions completes, then ask the manager again (only those whose answer
+can have changed: :mod:`sim.serving.waiters`).  A store that ends lets
 go of the GPU blocks it copied from: ``on_released`` (the engine's wake-up)
 is called then, so that a request waiting for GPU blocks that only stores
 held is admitted at that instant rather than never.
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from sim.serving.jobs import StoreRequest, Transfer
 from sim.serving.manager import BlockManager
 from sim.serving.transfers import Job, Mover
+from sim.serving.waiters import Waiter, WaitIndex
 
 
 class Offloader:
@@ -32,7 +34,8 @@ class Offloader:
         self.mover = mover
         self.env = mover.env
         self._drain = {t.name: self.env.event() for t in mgr.tiers}
-        self._waiting: list[list] = []  # [store, its keys, log position] waiting for a drain
+        self._waiting: list[Waiter] = []  # stores waiting for a drain, in order
+        self._index = WaitIndex(mgr.tiers[0]) if mgr.tiers else None
 
     def store(self, req: StoreRequest | None) -> None:
         """Offload ``req``'s blocks, starting at this instant (after the caller yields)."""
@@ -47,9 +50,10 @@ class Offloader:
         """A process only so that the store is placed when simpy starts it."""
         rest = self._place(req)
         if rest is not None:
+            assert self._index is not None
             if not self._waiting:  # the first waiter: look at the next drain
                 self._drain[self.mgr.tiers[0].name].callbacks.append(self._on_drain)
-            self._enqueue(self._waiting, rest)
+            self._waiting.append(self._index.register(rest))
         return
         yield  # pragma: no cover - makes this a generator
 
@@ -62,50 +66,64 @@ class Offloader:
             self.env.process(self._run(placed.store))
         return placed.waiting
 
-    def _enqueue(self, queue: list[list], req: StoreRequest) -> None:
-        """``req`` waits for a drain of the first tier: its keys, and from where
-        in the tier's ``added`` log it has yet to look."""
-        tier = self.mgr.tiers[0]
-        if tier.added is None:
-            tier.added = []
-        queue.append([req, {key for key, _ in req.groups}, len(tier.added)])
+    def _fresh(self, w: Waiter) -> bool:
+        """Whether none of ``w``'s waiting keys was added to the first tier
+        since it last looked (:mod:`sim.serving.waiters`): placed again while
+        :meth:`~BlockManager.room_blocked`, it would decide what it did last
+        time (every key waits; nothing placed, evicted or let go)."""
+        assert self._index is not None
+        self._index.scan()
+        return not w.touched
+
+    def _all_fresh(self) -> bool:
+        """Whether no waiting store is touched (:meth:`_fresh` of every one)."""
+        assert self._index is not None
+        self._index.scan()
+        return not self._index.marked
 
     def _on_drain(self, _event) -> None:
         """A demotion of the first tier drained: the waiting stores, in the order
         they began to wait, place their groups again, except those for which
-        that could decide nothing new (:meth:`BlockManager.keys_added`, then
-        :meth:`~BlockManager.room_blocked`, looked at once until one of them places);
+        that could decide nothing new (:meth:`_fresh`, then
+        :meth:`~BlockManager.room_blocked`, looked at once until one of them places;
+        once blocked with every later store fresh, those are all skipped at once);
         the ones still waiting keep their order for the next drain."""
-        tier = self.mgr.tiers[0]
+        index = self._index
+        assert index is not None
         waiting, self._waiting = self._waiting, []
         blocked = None  # room_blocked(), until a placement changes the tier
-        for w in waiting:
-            fresh = not self.mgr.keys_added(w[1], w[2])  # none of its keys placed since
+        for n, w in enumerate(waiting):
+            if blocked and self._all_fresh():  # each later one would be skipped
+                self._waiting += waiting[n:]
+                break
+            fresh = self._fresh(w)
             if fresh:
                 if blocked is None:
                     blocked = self.mgr.room_blocked()
                 if blocked:
-                    w[2] = len(tier.added)
                     self._waiting.append(w)
                     continue
             blocked = None
             if fresh and self._place_prefix(w):
                 continue
-            rest = self._place(w[0])
+            rest = self._place(w.req)
             if rest is not None:
-                self._enqueue(self._waiting, rest)
+                self._waiting.append(index.moved(w, rest))
+            else:
+                index.remove(w)
         if self._waiting:
-            self._drain[tier.name].callbacks.append(self._on_drain)
+            self._drain[self.mgr.tiers[0].name].callbacks.append(self._on_drain)
         else:  # nobody reads the log: stop keeping it
-            tier.added = None
+            index.clear()
 
-    def _place_prefix(self, w: list) -> bool:
+    def _place_prefix(self, w: Waiter) -> bool:
         """Place only the keys of waiter ``w`` that fit, when that is all placing
         it whole would do (:meth:`BlockManager.fitting_prefix`; none of its keys
         was added since it looked: the caller checked), without going over the
         keys that still wait; ``w`` waits on with them, its place kept.  False
         when not so."""
-        req, keys, _since = w
+        assert self._index is not None
+        req = w.req
         groups = req.groups
         m = self.mgr.fitting_prefix(len(groups))
         if not m:
@@ -113,10 +131,10 @@ class Offloader:
         rest = self._place(StoreRequest(req.rid, groups[:m]))
         assert rest is None  # pragma: no branch - every one of them fits
         if m < len(groups):
-            keys.difference_update([key for key, _ in groups[:m]])
-            w[0] = StoreRequest(req.rid, groups[m:])
-            w[2] = len(self.mgr.tiers[0].added)
+            self._index.cut(w, m)
             self._waiting.append(w)
+        else:
+            self._index.remove(w)
         return True
 
     def _run(self, t: Transfer):

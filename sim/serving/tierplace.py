@@ -196,12 +196,14 @@ def spill_layout(tier: OffloadTier, used: list[float]) -> Runs | None:
     tier holding ``used`` bytes per device: Algorithm 1 over the devices
     with a layer of room, narrowed to those not short while it does not
     fit; None when no such layout fits (room must be made)."""
-    caps, lb = tier.capacity, tier.layer_bytes
+    caps, lb, alts = tier.capacity, tier.layer_bytes, tier._alt
     room = tuple([c - u >= lb for u, c in zip(used, caps, strict=True)])
+    fits = SLACK.__ge__  # s <= SLACK
     while True in room:
-        alt, need = tier.runs_over(room)
+        got = alts.get(room)  # tier.runs_over(room), memoised there
+        alt, need = got if got is not None else tier.runs_over(room)
         short = [u + x - c for u, x, c in zip(used, need, caps, strict=True)]
-        if all(s <= SLACK for s in short):
+        if all(map(fits, short)):
             return alt
         room = tuple([ok and s <= SLACK for ok, s in zip(room, short, strict=True)])
     return None

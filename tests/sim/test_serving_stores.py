@@ -25,6 +25,7 @@ from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
 from sim.serving.engine import EngineConfig
 from sim.serving.manager import BlockManager
+from sim.serving.stores import Offloader
 
 
 def _run(n: int, block: int, tiers: dict[str, float]) -> tuple[pa.Table, pa.Table]:
@@ -40,10 +41,15 @@ def _run(n: int, block: int, tiers: dict[str, float]) -> tuple[pa.Table, pa.Tabl
 
 
 @pytest.mark.parametrize(
-    "n, tiers",
-    [(150, {"cpu_gib": 0.3, "ssd_gib": 2.0}), (85, {"cpu_gib": 18.63, "ssd_gib": 186.26})],
+    "n, tiers, shared",
+    [
+        (150, {"cpu_gib": 0.3, "ssd_gib": 2.0}, True),
+        (85, {"cpu_gib": 18.63, "ssd_gib": 186.26}, False),
+    ],
 )
-def test_skipping_blocked_retries_changes_no_record(monkeypatch, n, tiers) -> None:
+def test_skipping_blocked_retries_changes_no_record(monkeypatch, n, tiers, shared) -> None:
+    """``shared``: some waiting store's key is placed by another store there
+    (the index marks it touched), seen on the small tiers."""
     real = BlockManager.room_blocked
     said = {True: 0, False: 0}
 
@@ -60,14 +66,44 @@ def test_skipping_blocked_retries_changes_no_record(monkeypatch, n, tiers) -> No
         cut[0] += 0 < m < n
         return m
 
+    real_fresh = Offloader._fresh
+    fresh = {True: 0, False: 0}
+
+    def counted_fresh(self, w):
+        out = real_fresh(self, w)
+        fresh[out] += 1
+        return out
+
+    real_all = Offloader._all_fresh
+    bulk = [0]
+
+    def counted_all(self):
+        out = real_all(self)
+        bulk[0] += out
+        return out
+
+    monkeypatch.setattr(Offloader, "_all_fresh", counted_all)
     monkeypatch.setattr(BlockManager, "room_blocked", counted)
     monkeypatch.setattr(BlockManager, "fitting_prefix", counted_prefix)
+    monkeypatch.setattr(Offloader, "_fresh", counted_fresh)
     fast = _run(n, 256, tiers)
     assert said[True] > 0  # the skip happened
     assert cut[0] > 0  # and so did placing a waiting store's fitting keys alone
+    assert fresh[True] > 0  # the index let waiters skip
+    assert bulk[0] > 0  # and a blocked drain skip all the later ones at once
+    assert (fresh[False] > 0) == shared  # and marked those whose keys others placed
+    monkeypatch.setattr(Offloader, "_fresh", lambda self, w: False)
+    monkeypatch.setattr(Offloader, "_all_fresh", lambda self: False)
+    touched = _run(n, 256, tiers)
     monkeypatch.setattr(BlockManager, "room_blocked", lambda self: False)
     monkeypatch.setattr(BlockManager, "fitting_prefix", lambda self, n: 0)
     slow = _run(n, 256, tiers)
+    _same(fast, slow)
+    _same(touched, slow)
+
+
+def _same(fast: tuple[pa.Table, pa.Table], slow: tuple[pa.Table, pa.Table]) -> None:
+    """The same request and op records, column for column."""
     for a, b in zip(fast, slow, strict=True):
         assert a.num_rows == b.num_rows > 0
         assert a.column_names == b.column_names

@@ -155,13 +155,47 @@ def test_long_runs_of_spills_and_fits_match_the_per_key_reference(
     _drive(ratios, caps, seed, callback, universe=2000, most=250, steps=40)
 
 
-def _drive(ratios, caps, seed: int, callback: bool, universe: int, most: int, steps: int) -> None:
+@pytest.mark.parametrize("shape", sorted(LONG) + ["pool of three"])
+@pytest.mark.parametrize("seed", [5, 6])
+def test_dropping_sets_while_demotions_drain_match_the_per_key_reference(
+    shape: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sets placed with no callback (victims dropped: the fused
+    :func:`sim.serving.pooldrop.drop_run` of a pool) between sets whose
+    victims are demoted, so that some dropping keys find demotions still
+    draining and wait: the same verdicts, victims, books and LRU order as
+    the per-key reference; and the fused loop did decide keys (many)."""
+    import sim.serving.poolplace as poolplace
+
+    decided = [0]
+    real = poolplace.drop_run
+
+    def counting(tier, new, plans, i, placed, waiting):
+        j, spill = real(tier, new, plans, i, placed, waiting)
+        decided[0] += j - i
+        return j, spill
+
+    monkeypatch.setattr(poolplace, "drop_run", counting)
+    ratios, caps = {**LONG, **SHAPES}[shape]
+    big = shape in LONG
+    waited = _drive(ratios, caps, seed, True, 2000 if big else 400, 250 if big else 40,
+                    40 if big else 300, mixed=True)  # fmt: skip
+    assert decided[0] > 100
+    assert waited > 0
+
+
+def _drive(
+    ratios, caps, seed: int, callback: bool, universe: int, most: int, steps: int,
+    mixed: bool = False,
+) -> int:  # fmt: skip
     """Random sets of up to ``most`` of ``universe`` keys placed ``steps``
-    times in both tiers, with the same random life in between."""
+    times in both tiers, with the same random life in between; ``mixed``:
+    victims demoted, except every third set, placed with no callback.
+    Returns how many keys waited."""
     rng = np.random.default_rng(seed)
     t = OffloadTier("t", [f"d{i}" for i in range(len(caps))], ratios, caps, 32, 1.0)
     r = RefTier(ratios, caps, 32, 1.0)
-    demote = rng.random() < 0.5 and callback  # half the runs demote victims (wait verdicts)
+    demote = (rng.random() < 0.5 or mixed) and callback  # half the runs demote (wait verdicts)
     victims: dict[str, list[int]] = {"bulk": [], "ref": []}
     evicted = waited = 0
     for step in range(steps):
@@ -178,11 +212,13 @@ def _drive(ratios, caps, seed: int, callback: bool, universe: int, most: int, st
             victims["ref"].append(e.key)
             return may and coin.get(e.key, False)
 
-        placed, waiting = t.place(keys, bulk_evict if callback else None)
+        dropping = not callback or (mixed and not may_demote)
+        seen = len(victims["bulk"]), len(victims["ref"])
+        placed, waiting = t.place(keys, None if dropping else bulk_evict)
         want = r.place(keys, ref_evict)
         assert ([e.key for e in placed], waiting) == want
-        if callback:
-            assert victims["bulk"] == victims["ref"]
+        if not dropping:  # this set's victims, in order (none seen when dropped)
+            assert victims["bulk"][seen[0] :] == victims["ref"][seen[1] :]
         assert t.evictions == len(victims["ref"])
         waited += len(waiting)
         # the same random life for both: completions, loads (pin, touch, unpin), drains
@@ -210,6 +246,7 @@ def _drive(ratios, caps, seed: int, callback: bool, universe: int, most: int, st
     assert evicted > 200  # the comparison saw real evictions
     if demote:
         assert waited > 0  # and demotions that made keys wait
+    return waited
 
 
 def literal_layer_runs(ratios: list[float], n: int, layers: int) -> list:

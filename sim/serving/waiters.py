@@ -1,0 +1,125 @@
+"""Stores waiting for the first tier's demotions to drain, indexed by key.
+
+A store whose keys wait (:class:`sim.serving.stores.Offloader`) need not be
+placed again at a drain while none of its waiting keys was added to the
+first tier since it last looked and placing it would decide nothing new
+(:meth:`BlockManager.room_blocked`): every key would wait again.  Whether
+one of its keys was added is kept here without going over its keys or the
+tier's log per store:
+
+* the tier's ``added`` log (keys added while somebody waits) is read once,
+  from where the last look stopped (:meth:`WaitIndex.scan`);
+* ``owner`` maps a key to the (waiter, position in its groups) holding it,
+  so an added key marks exactly the waiters that hold it still waiting
+  (position at or past the waiter's ``lo``: the groups before ``lo`` were
+  placed) as ``touched``;
+* a waiter that places the groups before some cut and waits with the rest
+  (the usual case: from the first key that must wait on) keeps its record
+  and index entries, ``lo`` moved on, ``touched`` cleared after a scan (what
+  it looks at from then on); otherwise its entries are removed and the rest
+  registered anew.
+
+``touched`` is exactly "one of its keys is in the log after the position
+where it last looked", the question :class:`Offloader` used to answer by
+intersecting the waiter's key set with the log's tail.  ``marked`` holds
+the touched waiters, so that a drain that finds the tier blocked can tell
+at once that no later waiter needs a look.
+"""
+
+from __future__ import annotations
+
+from sim.serving.blocks import OffloadTier
+from sim.serving.jobs import StoreRequest
+
+
+class Waiter:
+    """A store's groups that wait: ``req`` (its groups are ``base[lo:]``)."""
+
+    __slots__ = ("req", "base", "lo", "touched")
+
+    def __init__(self, req: StoreRequest):
+        self.req = req
+        self.base = req.groups  # the groups registered in the index
+        self.lo = 0  # groups before it were placed (or let go): not waiting
+        self.touched = False  # one of its waiting keys was added since it looked
+
+
+class WaitIndex:
+    """Key -> waiters holding it; the tier's ``added`` log read once."""
+
+    def __init__(self, tier: OffloadTier):
+        self.tier = tier
+        self.owner: dict[int, list[tuple[Waiter, int]]] = {}
+        self.cursor = 0  # the log is read up to here
+        self.marked: set[Waiter] = set()  # the waiters now touched
+
+    def scan(self) -> None:
+        """Mark the waiters whose waiting keys were added since the last scan."""
+        added, owner = self.tier.added, self.owner
+        if added is None or self.cursor >= len(added):
+            return
+        for key in filter(owner.__contains__, added[self.cursor :]):
+            for w, pos in owner[key]:
+                if pos >= w.lo and not w.touched:
+                    w.touched = True
+                    self.marked.add(w)
+        self.cursor = len(added)
+
+    def register(self, req: StoreRequest) -> Waiter:
+        """A new waiter for ``req``'s groups, looking from now on."""
+        tier = self.tier
+        if tier.added is None:
+            tier.added = []
+            self.cursor = 0
+        self.scan()
+        w = Waiter(req)
+        owner = self.owner
+        for pos, (key, _blocks) in enumerate(req.groups):
+            hold = owner.get(key)
+            if hold is None:
+                owner[key] = [(w, pos)]
+            else:
+                hold.append((w, pos))
+        return w
+
+    def moved(self, w: Waiter, rest: StoreRequest) -> Waiter:
+        """``w`` was placed and ``rest`` of it waits: ``w`` itself when
+        ``rest`` is a suffix of its groups (the same group objects), else a
+        new waiter (``w`` removed)."""
+        groups = w.req.groups
+        cut = len(groups) - len(rest.groups)
+        if cut >= 0 and rest.groups and rest.groups[0] is groups[cut]:
+            self.scan()  # what was added until now is behind it
+            w.req, w.lo, w.touched = rest, w.lo + cut, False
+            self.marked.discard(w)
+            return w
+        self.remove(w)
+        return self.register(rest)
+
+    def cut(self, w: Waiter, m: int) -> None:
+        """The first ``m`` of ``w``'s groups were placed alone; the rest wait."""
+        req = w.req
+        w.req, w.lo = StoreRequest(req.rid, req.groups[m:]), w.lo + m
+
+    def remove(self, w: Waiter) -> None:
+        """``w`` waits no more: its index entries go."""
+        owner = self.owner
+        for key, _blocks in w.base:
+            hold = owner.get(key)
+            if hold is None:
+                continue
+            kept = [x for x in hold if x[0] is not w]
+            if kept:
+                owner[key] = kept
+            else:
+                del owner[key]
+        w.lo = len(w.base)
+        w.touched = False
+        self.marked.discard(w)
+
+    def clear(self) -> None:
+        """Nobody waits: forget everything (the tier stops keeping its log)."""
+        self.owner.clear()
+        self.marked.clear()
+        self.cursor = 0
+        self.tier.added = None
