@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from itertools import repeat
 
 import numpy as np
 
@@ -117,10 +118,12 @@ class OffloadTier:
 
     def touch_all(self, entries: Sequence[Entry]) -> None:
         """Mark ``entries`` most recently used, in this order."""
+        move, c = self.entries.move_to_end, self._clock
         for e in entries:
-            self.entries.move_to_end(e.key)
-            self._clock += 1
-            e.stamp = self._clock
+            move(e.key)
+            c += 1
+            e.stamp = c
+        self._clock = c
         self._offer(entries)
 
     def _offer(self, entries: Sequence[Entry]) -> None:
@@ -175,26 +178,27 @@ class OffloadTier:
             return place_single(self, new, evict)
         return place_pool(self, new, layer_runs(self.ratios, len(new), self.layers), evict)
 
-    def add(self, keys: Sequence[int], runs: Runs, nbytes: list[float]) -> list[Entry]:
+    def add(
+        self,
+        keys: Sequence[int],
+        runs: Runs,
+        nbytes: list[float],
+        slots: Sequence[tuple[int, ...]] | None = None,
+    ) -> list[Entry]:
         """Entries for ``keys``, all laid out as ``runs``, in this order (the
-        caller checked the room and updates ``used``)."""
-        if len(keys) == 1:  # the per-key path: alloc is alloc_many of one
-            self._clock += 1
-            alloc = self.allocators
-            slot = tuple([alloc[d].alloc(l1 - l0) for d, l0, l1 in runs])
-            e = self.entries[keys[0]] = Entry(keys[0], runs, slot, nbytes, self._clock)
-            if self.added is not None:
-                self.added.append(keys[0])
-            return [e]
+        caller checked the room and updates ``used``), stamped in this order;
+        ``slots``: their slots (one per run) when the caller took them, else
+        taken here (what one ``alloc`` per key and run gives, in order)."""
+        n = len(keys)
+        if slots is None:
+            per_run = [self.allocators[d].alloc_many(l1 - l0, n) for d, l0, l1 in runs]
+            slots = [(s,) for s in per_run[0]] if len(runs) == 1 else list(zip(*per_run))
         if self.added is not None:
             self.added.extend(keys)
-        slots = [self.allocators[d].alloc_many(l1 - l0, len(keys)) for d, l0, l1 in runs]
-        out = []
-        for i, key in enumerate(keys):
-            self._clock += 1
-            e = Entry(key, runs, tuple(s[i] for s in slots), nbytes, self._clock)
-            self.entries[key] = e
-            out.append(e)
+        c = self._clock
+        self._clock = c + n
+        out = list(map(Entry, keys, repeat(runs, n), slots, repeat(nbytes, n), range(c + 1, c + n + 1)))
+        self.entries.update(zip(keys, out))
         return out
 
     def spill(self, runs: Runs) -> Runs:

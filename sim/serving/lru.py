@@ -23,12 +23,21 @@ skipped when they come up.  ``Entry.heaped`` is the stamp at which the entry
 is currently offered, so that an entry is offered once per stamp; a
 non-evictable entry that comes up has ``heaped`` reset, so that it is
 offered again when it becomes evictable.
+
+**Victims in batches.**  :meth:`LruRuns.take` consumes the next ``k``
+victims of one device at once: exactly what ``k`` rounds of :meth:`top`
+then :meth:`pop` consume (the same items, stale ones included, the same
+``heaped`` resets), but walking the top run's entries while they stay below
+the heap's next item, with one heap operation per run left rather than one
+per entry.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from itertools import islice
+from operator import gt
 from typing import Any
 
 Entry = Any  # sim.serving.blocks.Entry: not imported, blocks imports this module
@@ -46,14 +55,16 @@ class LruRuns:
 
     def offer(self, entries: Sequence[Entry]) -> None:
         """Offer the evictable ones of ``entries`` not yet offered at their stamp."""
-        run = [e for e in entries if e.evictable and e.heaped != e.stamp]
+        # e.evictable, inlined: ready (ref_cnt 0, READY) and not draining
+        run = [e for e in entries if e.ref_cnt == 0 and not e.draining and e.heaped != e.stamp]
         if not run:
             return
-        if any(a.stamp > b.stamp for a, b in zip(run, run[1:], strict=False)):
-            run.sort(key=lambda e: e.stamp)
         stamps = [e.stamp for e in run]
-        for e in run:
-            e.heaped = e.stamp
+        if any(map(gt, stamps, islice(stamps, 1, None))):
+            run.sort(key=lambda e: e.stamp)
+            stamps = [e.stamp for e in run]
+        for e, s in zip(run, stamps, strict=True):
+            e.heaped = s
         self._push_run((run, stamps))
 
     def _push_run(self, run: Run) -> None:
@@ -106,3 +117,35 @@ class LruRuns:
             heapq.heapreplace(heap, (stamps[i], seq, run, i))
         else:
             heapq.heappop(heap)
+
+    def take(self, dev: int, alive: dict[int, Entry], k: int) -> list[Entry]:
+        """The next ``k`` (fewer when the heap runs dry) least recently used
+        evictable entries with bytes on ``dev``, in LRU order, consumed:
+        what ``k`` rounds of ``top(dev, alive, set())`` then ``pop(dev)``
+        return and consume (module docstring)."""
+        heap, out = self.heaps[dev], []
+        get = alive.get
+        while heap and len(out) < k:
+            _stamp, seq, run, i = heap[0]
+            entries, stamps = run
+            n = len(entries)
+            # the heap's next item: this run goes on while its items come before it
+            nxt = (min(heap[1], heap[2]) if len(heap) > 2 else heap[1]) if len(heap) > 1 else None
+            while True:
+                e = entries[i]
+                if get(e.key) is e and e.stamp == stamps[i]:
+                    if e.ref_cnt == 0 and not e.draining:  # e.evictable
+                        out.append(e)
+                    else:
+                        e.heaped = -1  # offered again when it becomes evictable
+                i += 1
+                while i < n and entries[i].nbytes[dev] <= 0:
+                    i += 1
+                if i >= n:
+                    heapq.heappop(heap)
+                    break
+                s = stamps[i]
+                if len(out) >= k or (nxt is not None and (s, seq) > (nxt[0], nxt[1])):
+                    heapq.heapreplace(heap, (s, seq, run, i))
+                    break
+        return out

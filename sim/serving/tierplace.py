@@ -11,7 +11,15 @@ On one device (:func:`place_single`) the keys that fit are counted with one
 running sum (the same float additions, in the same order, as placing them
 one by one) and placed as one run: their slots taken in one call, their
 stamps consecutive; the keys that replace dropped victims are fused
-(:func:`_replace_single`).  A pool tier is :mod:`sim.serving.poolplace`
+(:func:`_replace_single`).  Every victim of a one-device tier frees the
+same ``b`` bytes, so how many victims a key short of room needs is known
+before taking any (the same float subtractions, done without them): they
+are taken in one batch (:meth:`sim.serving.lru.LruRuns.take`).  On a full
+tier whose victims are dropped, when one key's float arithmetic (one
+victim out, the key in) gives ``used`` back bit for bit, every later key
+repeats it: the keys replacing their victims are then one run
+(:func:`_replace_run`).  ``BATCH = False`` turns those batches off (the
+per-victim loops, kept as the reference).  A pool tier is :mod:`sim.serving.poolplace`
 (runs of keys that fit or spill alike), whose keys short of room anywhere
 take :func:`short_key` here.  Either way the verdicts, victims and used
 bytes are exactly those of deciding every key on its own
@@ -30,6 +38,7 @@ from sim.serving.placement import Runs, layer_runs
 EvictFn = Any  # sim.serving.blocks.EvictFn: not imported, blocks imports this module
 OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
 SLACK = 1e-6  # bytes: "fits" tolerance of every room check
+BATCH = True  # victims in batches (module docstring); False: one by one
 
 
 def place_single(
@@ -86,6 +95,13 @@ def _room_single(tier: OffloadTier, b: float, c: float, evict: EvictFn | None) -
     taken: set[int] = set()
     lru, entries = tier.lru, tier.entries
     dry = False
+    if BATCH:  # every victim frees b: count them first, then take them at once
+        want, s = 0, short
+        while s > SLACK:
+            s -= b
+            want += 1
+        victims = lru.take(0, entries, want)
+        dry, short = len(victims) < want, 0.0
     while short > SLACK:
         e = lru.top(0, entries, taken)
         if e is None:
@@ -122,6 +138,8 @@ def _replace_single(
     if b > c:  # verdict "full" for every key: nothing is taken, nothing evicted
         return len(new)
     lru, entries, used = tier.lru, tier.entries, tier.used
+    if BATCH and _steady(used[0], b, c):
+        return _replace_run(tier, new, i, runs, nbytes, out, waiting)
     alloc = tier.allocators[0]
     units = runs[0][2] - runs[0][1]
     free = alloc._free.setdefault(units, [])
@@ -167,6 +185,43 @@ def _replace_single(
         used[0] = u
         i += 1
     return i
+
+
+def _steady(u: float, b: float, c: float) -> bool:
+    """Whether a key of ``b`` bytes on a one-device tier of capacity ``c``
+    holding ``u`` bytes, victims dropped, does exactly what
+    :func:`_replace_single` then does with the same float operations: it is
+    short (``u + b - c > SLACK``), one victim of ``b`` is enough, the key
+    then fits, and ``used`` ends where it began (``u - b + b == u``), so
+    that the next key starts from the same state and does the same."""
+    short = u + b - c
+    return short > SLACK and short - b <= SLACK and u - b + b - c <= SLACK and u - b + b == u
+
+
+def _replace_run(
+    tier: OffloadTier,
+    new: Sequence[int],
+    i: int,
+    runs: Runs,
+    nbytes: list[float],
+    out: list[Entry],
+    waiting: list[int],
+) -> int:
+    """:func:`_replace_single` in a steady state (:func:`_steady`): every key
+    ``new[i:]`` takes exactly one victim, in LRU order, and its slot, with
+    ``used`` unchanged, until the victims run out; the keys left over find
+    none and are short (they wait while demotions drain, else are let go).
+    Returns ``len(new)``."""
+    entries = tier.entries
+    victims = tier.lru.take(0, entries, len(new) - i)
+    m = len(victims)
+    for e in victims:  # evictable (take checked it): dropped
+        del entries[e.key]
+    tier.evictions += m
+    out += tier.add(new[i : i + m], runs, nbytes, [e.slots for e in victims])
+    if m < len(new) - i and tier.draining:
+        waiting += new[i + m :]
+    return len(new)
 
 
 def short_key(
