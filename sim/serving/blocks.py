@@ -20,7 +20,8 @@ to the devices with room (the seed does not say what a full pool device
 does; evicting while other devices are empty would waste the pool), and
 only a tier with no room anywhere evicts.
 
-**LRU without scans.**  ``entries`` is kept in LRU order; every entry also
+**LRU without scans.**  ``entries`` (a plain dict: a touched key is
+popped and put back at the end) is kept in LRU order; every entry also
 carries a ``stamp`` (a counter taken on insertion and on every touch), so
 that order is ascending stamp.  The evictable entries (ready, count 0, not
 draining) are offered to :class:`sim.serving.lru.LruRuns` as *runs* (a
@@ -40,7 +41,6 @@ a transfer of some of its layers touches.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from itertools import repeat
 
@@ -76,7 +76,7 @@ class OffloadTier:
         self.capacity = [float(c) for c in capacity_bytes]
         self.layers = layers
         self.layer_bytes = float(layer_bytes)  # one offload block, one layer
-        self.entries: OrderedDict[int, Entry] = OrderedDict()
+        self.entries: dict[int, Entry] = {}  # in LRU order (insertion order)
         self.used = [0.0] * len(self.devices)
         self.allocators = [SlotAllocator(layer_stride(layer_bytes)) for _ in self.devices]
         self.draining = 0
@@ -118,9 +118,10 @@ class OffloadTier:
 
     def touch_all(self, entries: Sequence[Entry]) -> None:
         """Mark ``entries`` most recently used, in this order."""
-        move, c = self.entries.move_to_end, self._clock
+        held, c = self.entries, self._clock
         for e in entries:
-            move(e.key)
+            key = e.key
+            held[key] = held.pop(key)  # to the end: most recently used
             c += 1
             e.stamp = c
         self._clock = c

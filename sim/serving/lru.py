@@ -35,6 +35,7 @@ per entry.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import islice
 from operator import gt
@@ -123,29 +124,37 @@ class LruRuns:
         evictable entries with bytes on ``dev``, in LRU order, consumed:
         what ``k`` rounds of ``top(dev, alive, set())`` then ``pop(dev)``
         return and consume (module docstring)."""
-        heap, out = self.heaps[dev], []
-        get = alive.get
-        while heap and len(out) < k:
+        heap, out, left = self.heaps[dev], [], k
+        get, one = alive.get, len(self.heaps) == 1  # one device: every entry has bytes on it
+        while heap and left > 0:
             _stamp, seq, run, i = heap[0]
             entries, stamps = run
             n = len(entries)
-            # the heap's next item: this run goes on while its items come before it
-            nxt = (min(heap[1], heap[2]) if len(heap) > 2 else heap[1]) if len(heap) > 1 else None
-            while True:
-                e = entries[i]
-                if get(e.key) is e and e.stamp == stamps[i]:
+            end = n  # the run's items before the heap's next item: [i, end)
+            if len(heap) > 1:
+                ns, nq = min(heap[1], heap[2])[:2] if len(heap) > 2 else heap[1][:2]
+                end = bisect_left(stamps, ns, i + 1, n)
+                if end < n and stamps[end] == ns and seq < nq:  # the same stamp: by sequence
+                    end += 1
+            j = i
+            while j < end:
+                e = entries[j]
+                j += 1
+                if not one and e.nbytes[dev] <= 0:
+                    continue  # not on this device: never this heap's item
+                if get(e.key) is e and e.stamp == stamps[j - 1]:
                     if e.ref_cnt == 0 and not e.draining:  # e.evictable
                         out.append(e)
+                        left -= 1
+                        if not left:
+                            break
                     else:
                         e.heaped = -1  # offered again when it becomes evictable
-                i += 1
-                while i < n and entries[i].nbytes[dev] <= 0:
-                    i += 1
-                if i >= n:
-                    heapq.heappop(heap)
-                    break
-                s = stamps[i]
-                if len(out) >= k or (nxt is not None and (s, seq) > (nxt[0], nxt[1])):
-                    heapq.heapreplace(heap, (s, seq, run, i))
-                    break
+            if not one:
+                while j < n and entries[j].nbytes[dev] <= 0:
+                    j += 1
+            if j < n:
+                heapq.heapreplace(heap, (stamps[j], seq, run, j))
+            else:
+                heapq.heappop(heap)
         return out
