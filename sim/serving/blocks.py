@@ -42,7 +42,7 @@ a transfer of some of its layers touches.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import repeat
+from itertools import filterfalse, repeat
 
 import numpy as np
 
@@ -172,7 +172,7 @@ class OffloadTier:
         skipped.  Keys are decided one after the other, each seeing the room
         its predecessors took or made (:mod:`sim.serving.tierplace`).
         """
-        new = [k for k in keys if k not in self.entries]
+        new = list(filterfalse(self.entries.__contains__, keys))
         if not new:
             return [], []
         if len(self.devices) == 1:
@@ -191,6 +191,14 @@ class OffloadTier:
         ``slots``: their slots (one per run) when the caller took them, else
         taken here (what one ``alloc`` per key and run gives, in order)."""
         n = len(keys)
+        if n == 1 and slots is None:  # one key (a drain's, an eviction's): its own calls
+            self._clock += 1
+            alloc = self.allocators
+            slot = tuple([alloc[d].alloc(l1 - l0) for d, l0, l1 in runs])
+            e = self.entries[keys[0]] = Entry(keys[0], runs, slot, nbytes, self._clock)
+            if self.added is not None:
+                self.added.append(keys[0])
+            return [e]
         if slots is None:
             per_run = [self.allocators[d].alloc_many(l1 - l0, n) for d, l0, l1 in runs]
             slots = [(s,) for s in per_run[0]] if len(runs) == 1 else list(zip(*per_run))
