@@ -30,7 +30,10 @@ whatever the run's length), stale items skipped when they come up.  The next
 victim is the smallest stamp on top of the heaps of the devices still short:
 exactly the entry a walk over ``entries`` in LRU order would take next.
 Placement of an offload set is :mod:`sim.serving.tierplace`: the keys that
-fit are placed as one run, only keys short of room go one by one.
+fit are placed as one run (their entries built by one ``map``, their slots
+by one ``alloc_many``); on one device the victims a key needs are counted
+first and taken in one batch, and a full tier whose victims are dropped
+replaces them by a run of keys.
 
 **Slots.**  Each entry's run on each device holds a slot of that device's
 address space (:class:`sim.serving.layout.SlotAllocator`, layout in
@@ -201,13 +204,15 @@ class OffloadTier:
             return [e]
         if slots is None:
             per_run = [self.allocators[d].alloc_many(l1 - l0, n) for d, l0, l1 in runs]
-            slots = [(s,) for s in per_run[0]] if len(runs) == 1 else list(zip(*per_run))
+            one = len(runs) == 1
+            slots = [(s,) for s in per_run[0]] if one else list(zip(*per_run, strict=True))
         if self.added is not None:
             self.added.extend(keys)
         c = self._clock
         self._clock = c + n
-        out = list(map(Entry, keys, repeat(runs, n), slots, repeat(nbytes, n), range(c + 1, c + n + 1)))
-        self.entries.update(zip(keys, out))
+        stamps = range(c + 1, c + n + 1)
+        out = list(map(Entry, keys, repeat(runs, n), slots, repeat(nbytes, n), stamps))
+        self.entries.update(zip(keys, out, strict=True))
         return out
 
     def spill(self, runs: Runs) -> Runs:

@@ -126,7 +126,7 @@ def test_batched_victims_match_one_at_a_time(
         out = []
         for name, tier, batch in (("fast", fast, True), ("slow", slow, False)):
 
-            def evict(_t: OffloadTier, e: Entry, name=name) -> bool:
+            def evict(_t: OffloadTier, e: Entry, name=name, coin=coin) -> bool:
                 evicted[name].append(e.key)
                 return coin.get(e.key, False)
 
@@ -139,7 +139,8 @@ def test_batched_victims_match_one_at_a_time(
         assert list(fast.entries) == list(slow.entries)  # LRU order
         for k, e in fast.entries.items():
             f = slow.entries[k]
-            assert (e.slots, e.stamp, e.ref_cnt, e.draining) == (f.slots, f.stamp, f.ref_cnt, f.draining)
+            got, want = (e.slots, e.stamp, e.ref_cnt), (f.slots, f.stamp, f.ref_cnt)
+            assert got == want and e.draining == f.draining
         assert fast.allocators[0].live == slow.allocators[0].live
         free = [{u: f for u, f in t.allocators[0]._free.items() if f} for t in (fast, slow)]
         assert free[0] == free[1]  # the same free slots, in reuse order
