@@ -19,9 +19,11 @@ tier whose victims are dropped, when one key's float arithmetic (one
 victim out, the key in) gives ``used`` back bit for bit, every later key
 repeats it: the keys replacing their victims are then one run
 (:func:`_replace_run`).  ``BATCH = False`` turns those batches off (the
-per-victim loops, kept as the reference).  A pool tier is :mod:`sim.serving.poolplace`
-(runs of keys that fit or spill alike), whose keys short of room anywhere
-take :func:`short_key` here.  Either way the verdicts, victims and used
+per-victim loops, kept as the reference;
+``tests/sim/test_serving_lrutake.py`` runs both side by side on random
+workloads).  A pool tier is :mod:`sim.serving.poolplace` (runs of keys that
+fit or spill alike), whose keys short of room anywhere take
+:func:`short_key` here.  Either way the verdicts, victims and used
 bytes are exactly those of deciding every key on its own
 (``tests/sim/test_serving_tierplace.py`` checks that on random workloads
 against a per-key reference).
