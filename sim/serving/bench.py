@@ -104,6 +104,23 @@ stale items on the other devices' heaps, and one slot per run; at
 paged-cpu-ssd each drain places one key and starts its demotions (the
 store and demotion transfers are most of what is left there).
 
+One-device tiers by runs (2026-11-24 08:40-09:05, branch srun1 against its
+starting tree 96828e4, back to back per row, load 4.5-11.6; spans identical,
+no column of the baseline runs changes): a key's victims counted first and
+taken in one batch (:meth:`sim.serving.lru.LruRuns.take`), a full tier's
+dropped victims replaced by a run of keys, entries built by one ``map``,
+``entries`` a plain dict.  CPU s before -> after (block 16: 300 / 1K
+requests; block 256: 1K): lmcache 1.64 -> 1.38 / 12.05 -> 10.28 / 1.24 ->
+1.04 s (1K, block 16: 57x per CPU second); lmcache-lp 1.79 -> 1.38 / 10.67
+-> 8.68 / 1.56 -> 1.47 s (65x); paged-ssd 0.82 -> 0.78 / 3.61 -> 3.65 /
+0.94 -> 0.89 s; paged-cpu-ssd 13.7 -> 14.7 / 87.9 -> 86.3 / 6.18 -> 6.40 s
+(unchanged: one key per drain, its time is the store and demotion ops).
+The tier's placement in lmcache, 1K at block 16: 2.65 -> 1.17 s.  What is
+left is per key, not per victim: one ``Entry`` per key (738K) and Python's
+cyclic GC, which those allocations drive: with the young-generation
+threshold at 10,000 instead of 700 the same run takes 6.7 s instead of 9.1
+(gc off: 6.5 s; ``gc.freeze()`` at the start of the run: 8.2 s).
+
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
 769x, paged-ssd 445x, lmcache 364x, lmcache-lp 336x, lmcache-lp-async 310x,
