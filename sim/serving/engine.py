@@ -60,6 +60,7 @@ from sim.hw.machine import Machine
 from sim.models import ModelCard
 from sim.serving.asyncload import split_prefetch
 from sim.serving.blocks import GpuCache, OffloadTier
+from sim.serving.gcpolicy import relaxed_gc
 from sim.serving.costs import iteration_cost
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import Piece, Transfer
@@ -154,10 +155,11 @@ class Engine:
         sharing one start (:meth:`start`), run the environment once, then
         :meth:`collect` (:mod:`sim.serving.multi`)."""
         self.start()
-        if progress is None:
-            self.env.run()
-        else:
-            self._run_watched(progress)
+        with relaxed_gc():
+            if progress is None:
+                self.env.run()
+            else:
+                self._run_watched(progress)
         return self.collect()
 
     def start(self) -> None:

@@ -54,6 +54,7 @@ from sim.models import ModelCard
 from sim.serving.build import build_engine, gpu_blocks, peer_tier
 from sim.serving.designs import DesignParams
 from sim.serving.engine import Engine, EngineConfig
+from sim.serving.gcpolicy import relaxed_gc
 from sim.serving.lending import ElasticSpec, Lending
 from sim.serving.metrics import ServingRecords
 from sim.serving.online import OnlineOps
@@ -233,7 +234,8 @@ def run_instances(
     charge = charge_peer_copies(engines)
     for e in engines:
         e.start()
-    engines[0].env.run()
+    with relaxed_gc():
+        engines[0].env.run()
     if stats is not None:
         stats.update({name: lending_stats(x) for name, x in lendings.items()})
         stats["peer_hbm_gb"] = {g: b / 1e9 for g, b in sorted(charge.bytes.items())}
