@@ -7,9 +7,10 @@ from __future__ import annotations
 import pandas as pd
 from rich.table import Table
 
-from kvtier.cli.tables import decode_title, rows_table
+from kvtier.cli.tables import MISSING, decode_title, rows_table
 from sim.scenarios.kvdrive_kind import BREAKDOWN
 
+NAN = float("nan")
 HEADERS = {
     "select": "select",
     "lookup": "lookup",
@@ -86,17 +87,12 @@ def by_pair(df: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _speed_cell(row: pd.Series) -> str:
-    if row["oom_where"] == row["oom_where"] and row["oom_where"]:
-        return f"{row['oom_where']} OOM"
-    return f"{row['tokens_per_s']:,.1f}" if row["tokens_per_s"] == row["tokens_per_s"] else "-"
-
-
 def throughput_table(df: pd.DataFrame, title: str) -> Table:
     """Generation throughput (tokens/s), a row per pair and a column per design
-    run at more than one pair (seed 003 Fig. 13), "GPU OOM"/"host OOM" where it
-    does not fit; the last column divides the best KVDrive variant's throughput
-    by the best other design's (designs named "KVDrive ..." against the rest)."""
+    run at more than one pair (seed 003 Fig. 13), "-" where it does not fit
+    (the last column says which designs and where: GPU or host); the ratio
+    column divides the best KVDrive variant's throughput by the best other
+    design's (designs named "KVDrive ..." against the rest)."""
     counts = df.groupby("variant", sort=False)["pair"].nunique()
     names = [n for n in counts.index if counts[n] > 1]
     table = Table(title=f"{title}: generation throughput, tokens/s")
@@ -104,12 +100,16 @@ def throughput_table(df: pd.DataFrame, title: str) -> Table:
     for n in names:
         table.add_column(n, justify="right")
     table.add_column("best KVDrive / best other x", justify="right")
+    table.add_column("out of memory", justify="left")
     for pair, rows in df[df["variant"].isin(names)].groupby("pair", sort=False):
-        by = {r["variant"]: r for _, r in rows.iterrows()}
-        cells = [_speed_cell(by[n]) if n in by else "-" for n in names]
+        speed = dict(zip(rows["variant"], rows["tokens_per_s"], strict=True))
+        cells = [f"{speed[n]:,.1f}" if speed.get(n, NAN) == speed.get(n, NAN) else MISSING
+                 for n in names]  # fmt: skip
         fast = rows.groupby(rows["variant"].str.startswith("KVDrive"))["tokens_per_s"].max()
-        ratio = fast.get(True, float("nan")) / fast.get(False, float("nan"))
-        table.add_row(pair, *cells, f"{ratio:.2f}" if ratio == ratio else "-")
+        ratio = fast.get(True, NAN) / fast.get(False, NAN)
+        where = rows.get("oom_where", pd.Series("", index=rows.index)).fillna("")
+        oom = ", ".join(f"{n} ({w})" for n, w in zip(rows["variant"], where, strict=True) if w)
+        table.add_row(pair, *cells, f"{ratio:.2f}" if ratio == ratio else MISSING, oom or "none")
     return table
 
 
