@@ -62,6 +62,10 @@ def points(
     workload dataclass, except the ``passthrough`` factors (not workload
     fields: the caller applies them)."""
     cls = type(cfg.workload)
+    pinned = {k for pt in getattr(cfg.workload, "points", ()) for k in pt}
+    for name in factors:  # a point's value would silently replace the factor's
+        if name in pinned:
+            raise ConfigError(f"factor {name}: the scenario's points set it; edit its points")
     typed = {}
     for name, values in factors.items():
         if name in passthrough:

@@ -277,6 +277,8 @@ YAML: list[tuple[str, str, Files, str]] = [
     ("kvd-points-too-big", "sim --scenario k.yaml --hw l20-server",
      {"k.yaml": kvdrive("  points: [{context_tokens: 1000000, batch: 1000}]\n")},
      "variant 'default | 1000000 | 1000': context_tokens"),
+    ("kvd-points-factor", "sweep --scenario kvdrive --hw l20-server --factor batch=1,2", {},
+     "factor batch: the scenario's points set it"),
     (
         "sweep-context-huge",
         "sweep --scenario s.yaml --hw h100-2dimm-2ssd --factor context_tokens=4096,1000000000000",
