@@ -79,7 +79,9 @@ def by_pair(df: pd.DataFrame) -> pd.DataFrame:
     scenario order within a pair."""
     out = df.assign(
         variant=df["variant"].str.split(" | ", n=1, regex=False).str[0],
-        pair=[f"{c // 1024:,}K x {b}" for c, b in zip(df["context_tokens"], df["batch"])],
+        pair=[
+            f"{c // 1024:,}K x {b}" for c, b in zip(df["context_tokens"], df["batch"], strict=True)
+        ],
         order=range(len(df)),
     )
     return out.sort_values(["context_tokens", "batch", "order"], kind="stable").drop(

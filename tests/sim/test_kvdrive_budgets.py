@@ -11,9 +11,9 @@ import scipy.sparse as sp
 
 from hwprofiles import load_profile
 from sim.config import load_scenario
+from sim.factors import expand_matrix
 from sim.policies import Layout, StepDecision, get_design
 from sim.policies.design_base import DesignBase
-from sim.factors import expand_matrix
 from sim.scenarios.kvdrive import plan_kvdrive
 from sim.scenarios.kvdrive_kind import KVDriveParams
 from sim.scenarios.kvdrive_memory import (

@@ -65,7 +65,9 @@ def test_the_kvdrive_scenario_is_the_papers_five_pairs_at_steady_state():
     assert pairs == {(61440, 8), (92160, 4), (122880, 4), (245760, 2), (368640, 2)}
     assert cfg.workload.steps == 16 and cfg.workload.sparsity == 0.0156
     runs = [cfg.variant_params(v) for v in expand_matrix(cfg)]
-    shadow = [(p.context_tokens, p.batch) for p in runs if p.design == "shadowkv" and not p.host_mem_gb]
+    shadow = [
+        (p.context_tokens, p.batch) for p in runs if p.design == "shadowkv" and not p.host_mem_gb
+    ]
     assert set(shadow) == pairs and len(shadow) == 5
 
 
