@@ -65,3 +65,28 @@ def test_one_pair_runs_keep_the_old_tables():
     df = pd.DataFrame([_row("KVDrive (SFC)", 122880, 4, 250.0), _row("Quest", 122880, 4, 90.0)])
     tables = kvdrive_tables(df, CFG)
     assert len(tables) == 3 and [r[0] for r in _cells(tables[0])] == ["KVDrive (SFC)", "Quest"]
+
+
+def test_many_variants_share_one_progress_bar_advanced_once_per_plan_and_run():
+    from rich.progress import Progress
+
+    from kvtier.cli.simulate import MANY_VARIANTS, _variant_bars
+
+    n = MANY_VARIANTS + 1
+    with Progress(console=Console(file=io.StringIO())) as bar:
+        update = _variant_bars(bar, {}, n)
+        for i in range(n):  # each variant: planned in 4 ticks, then simulated in 2
+            for done in range(1, 5):
+                update(f"v{i} (plan)", done, 4)
+            update(f"v{i}", 1, 2)
+            update(f"v{i}", 2, 2)
+        (task,) = bar.tasks
+        assert task.total == 2 * n and task.completed == 2 * n and task.finished
+    with Progress(console=Console(file=io.StringIO())) as bar:
+        update = _variant_bars(bar, {}, MANY_VARIANTS)  # few: a bar per variant
+        update("a (plan)", 1, 4)
+        update("a", 3, 7)
+        assert [(t.description, t.completed, t.total) for t in bar.tasks] == [
+            ("a (plan)", 1, 4),
+            ("a", 3, 7),
+        ]
