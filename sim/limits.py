@@ -59,13 +59,10 @@ def check_scenario(cfg: ScenarioConfig, profile: HardwareProfile) -> None:
 
 
 def _variants(cfg: ScenarioConfig) -> list[tuple[str, Any]]:
-    if cfg.workload.kind == "serving":
-        from sim.scenarios.serving import expand_variants
+    """Every variant as it runs: at each point of its matrix or points."""
+    from sim.factors import expand_matrix
 
-        variants = expand_variants(cfg)
-    else:
-        variants = cfg.variants
-    return [(v.name, cfg.variant_params(v)) for v in variants]
+    return [(v.name, cfg.variant_params(v)) for v in expand_matrix(cfg)]
 
 
 def _check_decode(p: Any, card: Any, profile: HardwareProfile, where: str) -> None:

@@ -20,6 +20,7 @@ from kvtier.units import fmt_bytes
 from kvtier.validate import check_out_dir, int_arg
 from sim.config import ConfigError, load_scenario
 from sim.executor import simulate
+from sim.factors import expand_matrix
 from sim.limits import check_scenario, overload_warnings
 from sim.runner import run
 
@@ -90,11 +91,7 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
                 bar.update(tasks[name], completed=done, description=desc)
         else:
             engine = None
-
-            def update(name: str, done: int, total: int) -> None:
-                if name not in tasks:
-                    tasks[name] = bar.add_task(name, total=total)
-                bar.update(tasks[name], completed=done)
+            update = _variant_bars(bar, tasks, len(expand_matrix(cfg)))
 
         result = run(cfg, profile, out, progress=update, trace=args.trace, engine_progress=engine)
     if cfg.workload.kind == "swarm":
@@ -130,6 +127,31 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
         f"simulated in {result.wall_s:.1f} s"
     )
     return 0
+
+
+MANY_VARIANTS = 12  # beyond this many variants (a scenario's points), one bar for all
+
+
+def _variant_bars(bar: Progress, tasks: dict[str, int], n: int):
+    """The progress callback: a bar per variant's planning and simulation, or,
+    beyond :data:`MANY_VARIANTS`, one bar over every variant's two, described
+    by the variant in progress."""
+    if n <= MANY_VARIANTS:
+
+        def update(name: str, done: int, total: int) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(name, total=total)
+            bar.update(tasks[name], completed=done)
+
+        return update
+    one = bar.add_task(f"{n} variants, planned then simulated", total=2 * n)
+
+    def update_one(name: str, done: int, total: int) -> None:
+        bar.update(one, description=name)
+        if done == total:
+            bar.advance(one)
+
+    return update_one
 
 
 def _print_seed_figures(console: Console, cfg, summary, title: str) -> None:

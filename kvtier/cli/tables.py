@@ -49,7 +49,7 @@ def rows_table(df: pd.DataFrame, title: str, cols: list, caption: str | None = N
     return table
 
 
-TEXT_KEYS = frozenset({"variant", "design", "model", "match_reached", "oom", "io_path"})
+TEXT_KEYS = frozenset({"variant", "design", "model", "match_reached", "oom", "io_path", "pair"})
 
 
 # ---- fitting a table into a width -------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim.config import SwarmParams
+from sim.factors import check_points
 from sim.registry import KV_DESIGNS, WORKLOADS, ParamError
 
 if TYPE_CHECKING:
@@ -65,9 +66,14 @@ class KVDriveParams(SwarmParams):
     # (d)): given to the entries the offline profile finds stalling most; carved out of
     # each lane's DRAM tier (sim.policies.kvdrive.sync.allocate_pinned)
     pinned_mb: float = 0.0
+    # points to run every variant at, each a mapping of workload fields (seed 003's
+    # (context_tokens, batch) pairs): variant "name | 60K | 8" per point; a variant's
+    # own points replace these, [] runs it once at the fields above (sim.factors)
+    points: tuple[dict, ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_points(self)
         if self.calibrate_tokens < 1:
             raise ParamError("calibrate_tokens", f"must be >= 1, got {self.calibrate_tokens}")
         if self.micro_batches < 1:
@@ -130,6 +136,9 @@ def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], 
         index = sum(lane.index_bytes for lane in splan.lanes.values())
         row = {
             "design": params.design,
+            "context_tokens": params.context_tokens,
+            "batch": params.batch,
+            "steps": params.steps,
             "micro_batches": params.micro_batches,
             "tokens_per_s": params.batch * params.steps / makespan
             if makespan and not oom

@@ -26,7 +26,7 @@ def test_kvdrive_notebook_breakdown_and_dram_ratio_match_the_records(run_noteboo
     result = run(cfg, load_profile("l20-server"), tmp_path / "kvdrive-sweep" / "l20-server")
     probes = {
         "rows": "len(runs)",
-        "stage_sums": "breakdown.sum(axis=1).droplevel('source').to_dict()",
+        "stage_sums": "breakdown.sum(axis=1).droplevel(KEYS).to_dict()",  # by variant
         "ratio": "ssd_over_dram.tolist()",
         "bars": "len(fig_breakdown.axes[0].patches)",
     }

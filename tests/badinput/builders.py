@@ -47,6 +47,11 @@ def serving(extra: str) -> str:
     return f"name: v\ndescription: x\nseed: 0\nworkload:\n  kind: serving\n{extra}"
 
 
+def kvdrive(extra: str) -> str:
+    """A kvdrive scenario with ``extra`` (indented lines) under its workload."""
+    return f"name: k\ndescription: x\nseed: 0\nworkload:\n  kind: kvdrive\n{extra}"
+
+
 def bomb() -> str:
     lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
     for prev, k in zip("abcdefgh", "bcdefghi", strict=True):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.badinput.builders import PROFILE, Files, bomb, profile, serving, sparse
+from tests.badinput.builders import PROFILE, Files, bomb, kvdrive, profile, serving, sparse
 
 YAML: list[tuple[str, str, Files, str]] = [
     # --- profile YAML (read by `profiles show FILE`, `sim --hw FILE`, `sweep --hw FILE`)
@@ -252,6 +252,73 @@ YAML: list[tuple[str, str, Files, str]] = [
         "sim --scenario v.yaml",
         {"v.yaml": serving("  gpu_memory_utilization: 0\n")},
         "gpu_memory_utilization",
+    ),
+    # --- kvdrive points (a list of workload-field points every variant runs at)
+    (
+        "kvd-points-dict",
+        "sim --scenario k.yaml",
+        {"k.yaml": kvdrive("  points: {batch: 2}\n")},
+        "points: must be a list",
+    ),
+    (
+        "kvd-points-empty",
+        "sim --scenario k.yaml",
+        {"k.yaml": kvdrive("  points: [{}]\n")},
+        "points[0]: must be a non-empty mapping",
+    ),
+    (
+        "kvd-points-scalar",
+        "sim --scenario k.yaml",
+        {"k.yaml": kvdrive("  points: [3]\n")},
+        "points[0]: must be a mapping",
+    ),
+    (
+        "kvd-points-key",
+        "sim --scenario k.yaml",
+        {"k.yaml": kvdrive("  points: [{bacth: 2}]\n")},
+        "points[0].bacth: unknown workload key",
+    ),
+    (
+        "kvd-points-type",
+        "sim --scenario k.yaml",
+        {"k.yaml": kvdrive("  points: [{context_tokens: 1.5}]\n")},
+        "points[0].context_tokens",
+    ),
+    (
+        "kvd-points-zero",
+        "sim --scenario k.yaml",
+        {"k.yaml": kvdrive("  points:\n    - {batch: 2}\n    - {batch: 0}\n")},
+        "k.yaml:8: workload.points[1].batch: must be > 0",
+    ),
+    (
+        "kvd-points-dup",
+        "sim --scenario k.yaml",
+        {"k.yaml": kvdrive("  points: [{batch: 2}, {batch: 2}]\n")},
+        "points[1]: duplicate point",
+    ),
+    (
+        "kvd-points-nested",
+        "sim --scenario k.yaml",
+        {"k.yaml": kvdrive("  points: [{points: []}]\n")},
+        "points[0].points",
+    ),
+    (
+        "kvd-points-variant",
+        "sim --scenario k.yaml",
+        {"k.yaml": kvdrive("variants:\n  - {name: a, points: [{sparsity: 2}]}\n")},
+        "variants[0].points[0].sparsity",
+    ),
+    (
+        "kvd-points-too-big",
+        "sim --scenario k.yaml --hw l20-server",
+        {"k.yaml": kvdrive("  points: [{context_tokens: 1000000, batch: 1000}]\n")},
+        "variant 'default | 1000000 | 1000': context_tokens",
+    ),
+    (
+        "kvd-points-factor",
+        "sweep --scenario kvdrive --hw l20-server --factor batch=1,2",
+        {},
+        "factor batch: the scenario's points set it",
     ),
     (
         "sweep-context-huge",

@@ -39,10 +39,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.policies.baselines.pqcache import kmeans
+from sim.policies.kvdrive.memo import BuildMemo, array_digest
 
 CHUNK_ID_BYTES = 4  # one int32 centroid id per chunk
 LEAF = 256  # up to this many centroids the two-level build is the flat k-means
 BUILDS = ("tree", "exact")
+# indexes built in this process, reused by every variant over the same keys (memo.py);
+# 1 GiB holds a 360K-token lane's index (~60 MB) many times over
+BUILT = BuildMemo(1 << 30)
 
 
 @dataclass
@@ -131,7 +135,31 @@ def build_index(
     iters: int = 3,
     build: str = "tree",
 ) -> HierIndex:
-    """The two-level index over ``keys`` (N, d) (see the module doc)."""
+    """The two-level index over ``keys`` (N, d) (see the module doc); built
+    once per (keys, parameters, ``rng`` state) in a process (:data:`BUILT`)."""
+    key = (array_digest(keys), chunk_size, chunks_per_centroid, iters, build)
+
+    def fresh() -> HierIndex:
+        return _build_index(keys, chunk_size, chunks_per_centroid, rng, iters, build)
+
+    return BUILT.get_or_build(key, rng, fresh, _index_nbytes)
+
+
+def _index_nbytes(index: HierIndex) -> int:
+    arrays = [index.chunk_keys, index.centroids, index.chunk_label, *index.members]
+    return sum(a.nbytes for a in arrays)
+
+
+def _build_index(
+    keys: np.ndarray,
+    chunk_size: int,
+    chunks_per_centroid: int,
+    rng: np.random.Generator,
+    iters: int,
+    build: str,
+) -> HierIndex:
+    """:func:`build_index` without the memo; its arrays are read-only, since
+    every design over the same keys may share them."""
     means = chunk_means(keys, chunk_size)
     k = math.ceil(len(means) / chunks_per_centroid)
     cluster = tree_kmeans if build == "tree" else kmeans
@@ -141,4 +169,6 @@ def build_index(
     order = np.argsort(token_label, kind="stable")  # by centroid, then position
     bounds = np.searchsorted(token_label[order], np.arange(len(centroids) + 1))
     members = [order[bounds[c] : bounds[c + 1]] for c in range(len(centroids))]
+    for a in (means, centroids, labels, order):
+        a.setflags(write=False)
     return HierIndex(chunk_size, means, centroids, labels, members)
