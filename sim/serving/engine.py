@@ -60,9 +60,9 @@ from sim.hw.machine import Machine
 from sim.models import ModelCard
 from sim.serving.asyncload import split_prefetch
 from sim.serving.blocks import GpuCache, OffloadTier
-from sim.serving.gcpolicy import relaxed_gc
 from sim.serving.costs import iteration_cost
 from sim.serving.designs import DesignParams
+from sim.serving.gcpolicy import relaxed_gc
 from sim.serving.jobs import Piece, Transfer
 from sim.serving.manager import BlockManager, Seq
 from sim.serving.metrics import RequestLog, ServingRecords, Timeline, request_records
