@@ -1,0 +1,101 @@
+"""Seed 003's other models (Qwen3-8B, Qwen3-14B, Phi-4-mini) in the KVDrive
+comparison: their cards against the config.json / model-card values they cite,
+the context each may run at (YaRN where the card documents it), and the
+equal GPU-cache budgets of the 2D-scaling ablation (Fig. 15)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hwprofiles import load_profile
+from sim.config import ConfigError, load_scenario
+from sim.limits import check_scenario
+from sim.models import get_model
+from traces.access import selection_budget
+
+# (name, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+#  max_position_embeddings, context with YaRN per the model card (0 = none))
+CARDS = [
+    # huggingface.co/Qwen/Qwen3-8B: 36 layers, "32 for Q and 8 for KV", head_dim 128,
+    # "32,768 natively and 131,072 tokens with YaRN"; config max_position_embeddings 40960
+    ("Qwen3-8B", 36, 32, 8, 128, 40_960, 131_072),
+    # huggingface.co/Qwen/Qwen3-14B: 40 layers, "40 for Q and 8 for KV", same context
+    ("Qwen3-14B", 40, 40, 8, 128, 40_960, 131_072),
+    # huggingface.co/microsoft/Phi-4-mini-instruct config.json: 32 layers, 24 heads,
+    # 8 KV heads, hidden 3072 (head_dim 3072 / 24 = 128), max_position_embeddings 131072
+    ("Phi-4-mini", 32, 24, 8, 128, 131_072, 0),
+]
+
+
+@pytest.mark.parametrize("name, layers, q, kv, hd, ctx, yarn", CARDS)
+def test_cards_carry_what_kvdrive_needs(name, layers, q, kv, hd, ctx, yarn) -> None:
+    card = get_model(name)
+    assert (card.layers, card.q_heads, card.kv_heads, card.head_dim) == (layers, q, kv, hd)
+    assert (card.max_context, card.yarn_context) == (ctx, yarn)
+    # seed 003 s9.1: "128K-token context window" for all three: the paper's 120K pair fits
+    assert max(card.max_context, card.yarn_context) == 128 * 1024 >= 122_880 + 16
+
+
+@pytest.mark.parametrize("name", ["Llama-3-8B-1048K", "Qwen3-8B", "Qwen3-14B", "Phi-4-mini"])
+def test_all_four_models_have_the_same_kv_entry(name: str) -> None:
+    """K and V of 8 KV heads x 128 x 2 bytes = 4,096 B per token per layer: one
+    KVDrive entry is the same size for every model of the paper, so the same trace
+    moves the same bytes and only compute, weights and layer count differ."""
+    assert get_model(name).kv_bytes_per_token_layer == 2 * 8 * 128 * 2 == 4096
+
+
+def _kvdrive_yaml(tmp_path: Path, model: str, context: int, steps: int) -> Path:
+    path = tmp_path / "k.yaml"
+    path.write_text(
+        "name: k\ndescription: x\nseed: 0\nworkload:\n  kind: kvdrive\n"
+        f"  model: {model}\n  context_tokens: {context}\n  batch: 1\n  steps: {steps}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    "model, how", [("Qwen3-8B", "with YaRN"), ("Phi-4-mini", "its config's max_context")]
+)
+def test_a_kvdrive_run_must_fit_the_models_context(tmp_path, model, how) -> None:
+    l20 = load_profile("l20-server")
+    check_scenario(load_scenario(_kvdrive_yaml(tmp_path, model, 131_072 - 16, 16)), l20)
+    cfg = load_scenario(_kvdrive_yaml(tmp_path, model, 131_072 - 15, 16))
+    with pytest.raises(ConfigError, match=rf"131,057 tokens \+ 16 decode steps .*131,072.*{how}"):
+        check_scenario(cfg, l20)
+
+
+@pytest.mark.parametrize("hw", ["l20-server", "h20-server", "rtx4090-ws"])
+def test_kvdrive_models_pairs_pass_the_checks(hw: str) -> None:
+    """Every model x pair the scenario's header names is accepted on every machine."""
+    cfg = load_scenario("kvdrive-models")
+    assert cfg.workload.steps == 16
+    for model in ("Qwen3-8B", "Phi-4-mini"):
+        for context, batch in ((61_440, 8), (92_160, 4), (122_880, 4)):
+            w = replace(cfg.workload, model=model, context_tokens=context, batch=batch)
+            check_scenario(replace(cfg, workload=w), load_profile(hw))
+
+
+def test_2d_budgets_equal_their_uniform_twins() -> None:
+    """Fig. 15 at equal GPU memory: the 2D variant at w gets the uniform window w's
+    cache over every lane and layer, w x step budget x entry x batch x layers, to
+    within one entry (the MB figure is rounded up to 1 KB).  The step budget by hand:
+    round(0.0156 x 61,440) = round(958.46) = 958 entries."""
+    cfg = load_scenario("kvdrive-2d")
+    by_name = {v.name: cfg.variant_params(v) for v in cfg.variants}
+    assert selection_budget(61_440, 0, 0.0156) == 958
+    for w in (1, 2, 4):
+        uni, two = by_name[f"uniform w={w}"], by_name[f"2D at w={w}"]
+        assert uni.design_params["window"] == w and uni.gpu_cache_mb == 0
+        assert "window" not in two.design_params
+        entry = get_model(two.model).kv_bytes_per_token_layer
+        cache = w * 958 * entry * two.batch * two.layers
+        assert cache == w * 125_566_976
+        assert cache <= two.gpu_cache_mb * 1e6 < cache + entry
+        # everything else is the same run
+        rest = {k: v for k, v in two.__dict__.items() if k not in ("gpu_cache_mb",)}
+        assert rest == {k: v for k, v in uni.__dict__.items() if k != "gpu_cache_mb"} | {
+            "design_params": {k: v for k, v in uni.design_params.items() if k != "window"}
+        }
