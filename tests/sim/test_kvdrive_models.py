@@ -99,3 +99,28 @@ def test_2d_budgets_equal_their_uniform_twins() -> None:
         assert rest == {k: v for k, v in uni.__dict__.items() if k != "gpu_cache_mb"} | {
             "design_params": {k: v for k, v in uni.design_params.items() if k != "window"}
         }
+
+
+# what a variant of a comparison may change: the design and how it is run, never a budget
+# (pinned_mb: KVDrive's balanced split pins part of its own DRAM tier; baselines pin none)
+PER_VARIANT = {"design", "design_params", "micro_batches", "prefetch", "calibrate", "pinned_mb"}
+
+
+@pytest.mark.parametrize("name", ["kvdrive-models", "kvdrive-sens"])
+@pytest.mark.parametrize("hw", ["l20-server", "h20-server", "rtx4090-ws"])
+def test_new_comparisons_hold_every_variant_to_one_budget(name: str, hw: str) -> None:
+    """Equal budgets (seed 003 §9.1, every system on the same machine): one host
+    budget, GPU cache, pinned pool, model, pair, steps, SSDs and I/O path."""
+    from sim.scenarios.kvdrive_memory import host_budget
+
+    cfg = load_scenario(name)
+    profile = load_profile(hw)
+    seen = set()
+    for v in cfg.variants:
+        p = cfg.variant_params(v)
+        assert set(dict(v.overrides)) <= PER_VARIANT, v.name
+        if p.design.startswith("kvdrive"):
+            assert p.pinned_mb == 4000, v.name
+        rest = tuple(sorted((k, repr(x)) for k, x in p.__dict__.items() if k not in PER_VARIANT))
+        seen.add((host_budget(p, profile), rest))
+    assert len(seen) == 1
