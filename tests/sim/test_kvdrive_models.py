@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hwprofiles import load_profile
@@ -130,3 +131,23 @@ def test_new_comparisons_hold_every_variant_to_one_budget(name: str, hw: str) ->
         rest = tuple(sorted((k, repr(x)) for k, x in p.__dict__.items() if k not in PER_VARIANT))
         seen.add((host_budget(p, profile), rest))
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize("w_index, w", [(1, 1), (2, 2), (3, 4)])
+def test_alike_lanes_get_the_uniform_window_from_the_knapsack(w_index: int, w: int) -> None:
+    """Why 2D equals uniform on the fitted generator (docs/kvdrive-vs-paper.md, Fig. 15):
+    16 lanes with the same strictly concave benefit curve over windows 0, 1, 2, 4, 8
+    (cost proportional to the window) and a budget of exactly w windows each: greedy
+    enlarges level by level (every 0 -> 1 move before any 1 -> 2, ...), so it spends
+    the budget on window w for every lane.  One lane with a steeper curve breaks it."""
+    from sim.policies.kvdrive.knapsack import greedy_mckp
+
+    windows = np.array([0, 1, 2, 4, 8], dtype=float)
+    curve = 100.0 * (1 - np.exp(-windows / 2))  # saved entries: concave in the window
+    cost = np.tile(windows * 10.0, (16, 1))  # GPU bytes: proportional to the window
+    budget = 16 * w * 10.0 + 1e-6
+    choice = greedy_mckp(np.tile(curve, (16, 1)), cost, budget)
+    assert choice.tolist() == [w_index] * 16
+    steep = np.tile(curve, (16, 1))
+    steep[0] = 400.0 * (1 - np.exp(-windows / 8))  # one head whose reuse keeps growing
+    assert greedy_mckp(steep, cost, budget).tolist() != [w_index] * 16
