@@ -10,7 +10,9 @@ each with one line naming the file, the variant, the key and both numbers.
 
 Every bound is a capacity of the profile or the model, never a constant:
 
-* sparse decoding (``sparse_decode``, ``swarm``): the batch's KV,
+* sparse decoding (``sparse_decode``, ``swarm``, ``kvdrive``): for ``kvdrive``,
+  the prefix plus every decode step within the model's context (as for serving,
+  below); for all, the batch's KV,
   ``batch x tokens x kv_bytes_per_token`` (tokens = the prefix plus every
   decode and profiling step; one copy, so a lower bound for designs that
   replicate), must fit on the tier that holds it: the SSDs used
@@ -66,6 +68,8 @@ def _variants(cfg: ScenarioConfig) -> list[tuple[str, Any]]:
 
 
 def _check_decode(p: Any, card: Any, profile: HardwareProfile, where: str) -> None:
+    if p.kind == "kvdrive":  # seed 003 runs every model within its context window
+        _check_decode_context(p, card, where)
     tokens = p.context_tokens + p.steps + getattr(p, "profile_steps", 0)
     layers = p.layers or card.layers
     need = p.batch * tokens * card.kv_bytes_per_token_layer * layers
@@ -85,6 +89,20 @@ def _check_decode(p: Any, card: Any, profile: HardwareProfile, where: str) -> No
             f"{where}: context_tokens: the batch's KV ({p.batch} x {tokens:,} tokens x "
             f"{card.kv_bytes_per_token_layer * layers:,} B = {need / GIB:,.1f} GiB) exceeds "
             f"{holder} of {profile.name} ({have / GIB:,.3g} GiB)"
+        )
+
+
+def _check_decode_context(p: Any, card: Any, where: str) -> None:
+    """A decode run's last position (the prefix plus every decode step) within the
+    model's context: its card's ``max_context``, or ``yarn_context`` where the vendor
+    documents YaRN (Qwen3 at 120K in seed 003 §9.1)."""
+    last = p.context_tokens + p.steps
+    limit = max(card.max_context, card.yarn_context)
+    if last > limit:
+        how = "with YaRN" if card.yarn_context else "its config's max_context"
+        raise ConfigError(
+            f"{where}: context_tokens: {p.context_tokens:,} tokens + {p.steps} decode steps "
+            f"exceed {card.name}'s context of {limit:,} tokens ({how})"
         )
 
 

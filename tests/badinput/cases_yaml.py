@@ -153,6 +153,15 @@ YAML: list[tuple[str, str, Files, str]] = [
         "context_tokens",
     ),
     (
+        "scen-kvdrive-beyond-context",
+        "sim --scenario s.yaml",
+        {
+            "s.yaml": "name: k\ndescription: x\nseed: 0\nworkload:\n  kind: kvdrive\n"
+            "  model: Phi-4-mini\n  context_tokens: 131072\n  batch: 1\n  steps: 1\n"
+        },
+        "context_tokens: 131,072 tokens + 1 decode steps exceed Phi-4-mini's context",
+    ),
+    (
         "scen-unknown-key",
         "sim --scenario s.yaml",
         {"s.yaml": sparse() + "  bogus: 1\n"},
