@@ -290,7 +290,18 @@ def engine_costs(
     pacer at :data:`NO_BIND` limits, the path of paced replays (the design replays,
     :func:`kvtier.cli.design_replayer.paced`): each I/O pays the pacer's bookkeeping
     and is issued in the pacer's batches, yet never waits for tokens.  (Its QD1
-    times follow from the unpaced ones: :func:`kvtier.cli.design_replayer.paced_costs`.)"""
+    times follow from the unpaced ones: :func:`kvtier.cli.design_replayer.paced_costs`.)
+
+    Call it *outside* an emulation's kernel throttle (not in ``devices.throttled()``).
+    The throttle grants a device its rate times the elapsed time rounded up to the
+    next 100 ms slice (cgroup v1 blk-throttle), so the QD64 step -- ``8 n`` I/Os per
+    device, 8,000 against a slice's 2,596-2,990 at the emulations of 2026-11-25 --
+    waits for slices, and its per-I/O time is the devices' limit, not the replayer's:
+    measured inside, 9.7 us at 4 x 25,962 IOPS (1 / (4 x 25,962) = 9.63 us) and
+    8.0-8.1 us at 4 x 29,400-30,000 IOPS (8.3-8.5 us), in every run; the paced
+    measurement (4,000 per device) 7.1-7.7 us.  The model then held the replayer's
+    one core to the devices' own rate and charged the design steps that much CPU per
+    I/O.  (The QD1 steps stay below the limits, about 1,500 I/Os/s per device.)"""
     from real.replay import replay
 
     # the same engine as the regime replay: ``auto`` keeps its 1 MiB steps on Python

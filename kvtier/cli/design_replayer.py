@@ -109,7 +109,7 @@ def design_profile(dev, engine: str, costs: dict | None) -> tuple[HardwareProfil
     from real.validate import engine_costs, with_engine_costs
 
     n_ssd = len(dev.targets) if dev.targets is not None else len(dev.profile.ssd_names)
-    with dev.throttled():  # the same kernel path as the design replays
-        measured = engine_costs(dev, engine, n_ssd, n=PACED_COST_IOS, paced=True)
+    # outside the kernel's throttle, as the batched measurement (real.validate.engine_costs)
+    measured = engine_costs(dev, engine, n_ssd, n=PACED_COST_IOS, paced=True)
     model = paced_costs(costs, measured)
     return with_engine_costs(dev.profile, model), model

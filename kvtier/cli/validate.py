@@ -253,8 +253,7 @@ def _validate(args: argparse.Namespace) -> int:
     with devices(args, console, size) as dev:
         costs = None
         if not args.no_engine_costs:
-            with dev.throttled():  # the same kernel path as the run (throttle, io-wq)
-                costs = engine_costs(dev, args.engine, args.n)
+            costs = engine_costs(dev, args.engine, args.n)  # outside the throttle: see there
             dev = dataclasses.replace(dev, profile=with_engine_costs(dev.profile, costs))
             console.print(
                 f"replayer on this machine ({args.n} devices): QD1 4 KiB read "
