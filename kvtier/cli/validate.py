@@ -48,6 +48,7 @@ from real.profile_yaml import scaled_profile
 from real.targets import Limits, Target
 from real.validate import (
     TARGET_MEDIAN_ERROR,
+    THROTTLE_IOPS_STEP_S,
     compare,
     engine_costs,
     regime_plan,
@@ -127,6 +128,13 @@ class Devices:
     limits: Limits | None = None
     pacing: bool = False
     throttled: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+    @property
+    def kernel_throttled(self) -> bool:
+        """Emulated devices held by the kernel's blkio throttle (not user-space pacing)."""
+        return self.targets is not None and any(
+            not t.limits.unlimited and not t.pacing for t in self.targets.values()
+        )
 
     @contextlib.contextmanager
     def prepared(self, plan: pa.Table, seed: int, log, unpaced: bool = False) -> Iterator[dict]:
@@ -220,6 +228,7 @@ def run_validation(
         step_s=args.step_s,
         n_ssd=args.n,
         max_bytes_per_device=256 * (1 << 20),
+        iops_step_s=THROTTLE_IOPS_STEP_S if dev.kernel_throttled else 0.0,
     )
     sim = simulate(plan, dev.profile)
     with (

@@ -28,9 +28,10 @@ LIM = Limits(read_bps=272_000_000, write_bps=160_000_000, read_iops=43_000, writ
 
 def test_no_bind_limits_never_hold_an_io_back():
     """The bucket starts empty (idle time banks nothing), so the first I/O waits its
-    own cost: 4 KiB at 2^50 B/s = 3.6 ps (the IOPS term, 1 / 2^40 s, is smaller).  After
-    1 us of work the bucket holds 1e-6 / 3.6e-12 = 275K such I/Os, and the engine-cost plan's every I/O at that one instant
-    (no further refill) never runs it dry: the pacer's bookkeeping runs, never waits."""
+    own cost: 4 KiB at 2^50 B/s = 3.6 ps (the IOPS term, 1 / 2^40 s, is smaller).
+    After 1 us of work the bucket holds 1e-6 / 3.6e-12 = 275K such I/Os, and the
+    engine-cost plan's every I/O at that one instant (no further refill) never runs
+    it dry: the pacer's bookkeeping runs, never waits."""
     n = 1000  # engine_costs' default: n + n at QD1, 8n at QD64, 4 KiB each
     pacer = Pacer(NO_BIND, 4 * KIB)
     assert pacer.delay(False, 4 * KIB, 0.0) == pytest.approx(4 * KIB / 2**50)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -47,6 +48,47 @@ def test_regime_plan_sizes_steps_from_the_profile():
     # a warm-up step opens every regime
     _, warm = regime_plan(prof, steps_per_regime=2, n_ssd=2)
     assert len(warm) == 12 and warm["warmup"].sum() == 4 and warm["warmup"].iloc[0]
+
+
+def test_throttled_iops_steps_span_twenty_slices():
+    """Kernel-throttled devices: the IOPS steps last 20 x 100 ms slices = 2 s of the
+    model (22,000 IOPS x 2 s = 44,000 I/Os), the other regimes keep ``step_s``; the
+    256 MiB cap of a step's span still holds (65,536 x 4 KiB)."""
+    from real.validate import THROTTLE_IOPS_STEP_S
+
+    assert pytest.approx(2.0) == THROTTLE_IOPS_STEP_S
+    prof = scaled_profile(load_profile("h20-8ssd"), 2, 0.02, 1 << 30)  # 22k IOPS
+    _, steps = regime_plan(
+        prof, steps_per_regime=1, step_s=0.1, n_ssd=2, warmup=0, iops_step_s=THROTTLE_IOPS_STEP_S
+    )
+    n = dict(zip(steps["regime"], steps["n_ios_per_device"], strict=False))
+    assert n["iops"] == 44_000
+    assert n["latency"] == round(0.1 / 80e-6) and n["bandwidth"] == round(0.1 * 0.138e9 / 2**20)
+    _, capped = regime_plan(
+        prof,
+        regimes=("iops",),
+        steps_per_regime=1,
+        n_ssd=2,
+        warmup=0,
+        iops_step_s=10.0,
+        max_bytes_per_device=256 << 20,
+    )
+    assert capped["n_ios_per_device"].iloc[0] == (256 << 20) // 4096
+
+
+def test_only_kernel_throttled_devices_get_the_long_iops_steps():
+    from kvtier.cli.validate import Devices
+    from real.targets import Limits, Target
+
+    prof = load_profile("h20-8ssd")
+    lim = Limits(read_iops=1000)
+    t = Target(node="ssd0", path="/dev/loop0", size=1 << 20, kind="loop", limits=lim)
+    assert Devices(prof, "/x", targets={"ssd0": t}).kernel_throttled  # emulated, throttle
+    paced = {"ssd0": replace(t, pacing=True)}
+    assert not Devices(prof, "/x", targets=paced).kernel_throttled  # user-space pacing
+    free = {"ssd0": replace(t, limits=Limits())}
+    assert not Devices(prof, "/x", targets=free).kernel_throttled  # devices as they are
+    assert not Devices(prof, "/x", limits=lim, pacing=True).kernel_throttled  # --pace files
 
 
 def _records(step_times: list[float], backend: str) -> Records:
