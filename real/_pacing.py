@@ -10,15 +10,17 @@ runs at ``min(bandwidth, IOPS x size)`` of a device whose capacity is 1), an I/O
 
 with the read or write figures by direction, and reads and writes draw on the
 same time.  The bucket refills at one second per second *while the device has
-work* (an op started and not finished, or an I/O in flight), starts empty and
-holds at most ``burst``: :data:`BURST_S`, but never less than the costliest
+work waiting* (a started op with I/Os not yet issued), starts empty and holds at most ``burst``: :data:`BURST_S`, but never less than the costliest
 single I/O, so large I/Os are not starved.  Over I/Os of total cost ``C`` issued
 from an idle device the last is therefore issued at ``T >= C`` after the first
 op started -- the lower bound the tests check.
 
 Idle time banks nothing (:meth:`Pacer.resume`).  A device's time that no I/O
 asked for is lost, in the simulator (a fluid device serves at its rate from
-when work arrives) as on a real SSD.  Until 2026-11-25 the bucket also filled
+when work arrives) as on a real SSD.  An issued I/O has had its device time:
+the time it then spends in flight is its latency, which the simulator charges
+apart, so that time does not fill the bucket either (a completion noticed late
+by a busy or descheduled replay loop would otherwise bank the delay).  Until 2026-11-25 the bucket also filled
 while the device was idle and started full, so an op arriving after a pause
 ran its first ``burst`` (5 ms) of device time at the backing store's speed:
 the design replays, whose reads come between compute phases, measured 0.63-1.03
@@ -114,11 +116,12 @@ class Pacer:
         self.t = now
         return self.tokens
 
-    def resume(self, idle_since: float, now: float) -> None:
-        """Work arrives at ``now`` on a device that has had none since ``idle_since``
-        (its last completion): the bucket fills up to ``idle_since`` and not after."""
-        if idle_since > self.t:
-            self.refill(idle_since)
+    def resume(self, now: float) -> None:
+        """Work arrives at ``now`` on a device that had none waiting since its last
+        round (the round that issued its last I/O): it starts empty, as at the
+        start.  What the bucket held then was device time no waiting I/O took (the
+        loop woke late, an op's credit came back), and the time since fills nothing."""
+        self.tokens = min(self.tokens, 0.0)
         self.t = max(self.t, now)
 
     def delay(self, write: bool, size: int, now: float) -> float:

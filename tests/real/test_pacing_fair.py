@@ -47,16 +47,17 @@ def test_burst_is_at_least_the_costliest_io():
 
 
 def test_idle_time_banks_nothing():
-    """Burst 5 ms (4 KiB I/Os at 1,000 IOPS cost 1 ms).  Work from 0 to 3 ms fills
-    3 ms; the device goes idle at 4 ms (its last completion), so the bucket holds
-    4 ms when work comes back at 1 s -- not the 5 ms a full second of idling would
-    give.  From then on it fills again: 1 ms later it is at the 5 ms cap."""
+    """Burst 5 ms (4 KiB I/Os at 1,000 IOPS cost 1 ms).  Work waiting from 0 to 3 ms
+    fills 3 ms; then the device has nothing to issue until work comes back at 1 s,
+    and it starts that work empty -- neither the 3 ms no I/O took nor the 5 ms a
+    second of idling would give.  From then on it fills again: 0.5 ms later it holds
+    0.5 ms, 6 ms later the 5 ms cap."""
     p = Pacer(Limits(read_iops=1000), 4 * KIB)
     assert p.refill(0.003) == pytest.approx(0.003)
-    p.resume(idle_since=0.004, now=1.0)
-    assert p.tokens == pytest.approx(0.004)
-    assert p.refill(1.0005) == pytest.approx(0.0045)
-    assert p.refill(1.002) == pytest.approx(0.005)
+    p.resume(1.0)
+    assert p.tokens == 0.0
+    assert p.refill(1.0005) == pytest.approx(0.0005)
+    assert p.refill(1.006) == pytest.approx(0.005)
 
 
 def test_small_op_is_not_held_behind_a_large_one(direct_dir):
@@ -112,7 +113,8 @@ def test_an_op_after_a_pause_runs_at_the_device_rate(direct_dir):
     16 x 0.5 = 8 ms after the op starts (the first waits its own 0.5 ms), also for the
     second op, released 60 ms after the first -- 52 ms of idling bank nothing.  The
     bucket of before (full at the start, refilled while idle, 5 ms) issued 10 of them at
-    once: 3 ms.  Upper side: 25% + 3 ms (a loaded machine)."""
+    once: 3 ms.  Upper side: 50% + 5 ms (a loaded machine: a descheduled replay loop
+    wakes a 4 ms tick late)."""
     b, io = PlanBuilder(), {"io_path": "io_uring"}
     b.read("ssd0", "dram0", 16 * 4 * KIB, 16, **io)
     b.read("ssd0", "dram0", 16 * 4 * KIB, 16, offset=MIB, release_s=0.06, **io)
@@ -125,7 +127,7 @@ def test_an_op_after_a_pause_runs_at_the_device_rate(direct_dir):
     dur = (ops["end_s"] - ops["start_s"]).to_numpy()
     assert ops["start_s"][1] >= 0.06 > ops["end_s"][0]  # the device was idle in between
     assert (dur >= 16 * 0.5e-3).all()
-    assert (dur <= 1.25 * 16 * 0.5e-3 + 3e-3).all()
+    assert (dur <= 1.5 * 16 * 0.5e-3 + 5e-3).all()
 
 
 def test_paced_rounds_are_batches(direct_dir, monkeypatch):
