@@ -10,23 +10,23 @@ runs at ``min(bandwidth, IOPS x size)`` of a device whose capacity is 1), an I/O
 
 with the read or write figures by direction, and reads and writes draw on the
 same time.  The bucket refills at one second per second *while the device has
-work waiting* (a started op with I/Os not yet issued), starts empty and holds at most ``burst``: :data:`BURST_S`, but never less than the costliest
-single I/O, so large I/Os are not starved.  Over I/Os of total cost ``C`` issued
-from an idle device the last is therefore issued at ``T >= C`` after the first
-op started -- the lower bound the tests check.
+work waiting* (a started op with I/Os not yet issued), starts empty and holds
+at most ``burst``: :data:`BURST_S`, but never less than the costliest single
+I/O, so large I/Os are not starved.  Over I/Os of total cost ``C`` issued from
+an idle device the last is therefore issued at ``T >= C`` after the first op
+started -- the lower bound the tests check.
 
 Idle time banks nothing (:meth:`Pacer.resume`).  A device's time that no I/O
 asked for is lost, in the simulator (a fluid device serves at its rate from
-when work arrives) as on a real SSD.  An issued I/O has had its device time:
-the time it then spends in flight is its latency, which the simulator charges
-apart, so that time does not fill the bucket either (a completion noticed late
-by a busy or descheduled replay loop would otherwise bank the delay).  Until 2026-11-25 the bucket also filled
-while the device was idle and started full, so an op arriving after a pause
-ran its first ``burst`` (5 ms) of device time at the backing store's speed:
-the design replays, whose reads come between compute phases, measured 0.63-1.03
-ms for PQCache's 33 x 4 KiB fetch that the device's 25,962 IOPS make 1.27 ms
-(the design steps' +9 to +46% "the model is slower", see
-:mod:`kvtier.cli.design_replayer`).
+when work arrives) as on a real SSD.  So a device that runs out of I/Os to issue
+starts its next work empty: what its bucket held then was time no waiting I/O
+took (the loop woke late, an op's credit came back), and its I/Os in flight had
+their device time before they were issued (the simulator charges their latency
+apart).  Until 2026-11-25 the bucket also filled while the device was idle and
+started full, so an op arriving after a pause ran its first ``burst`` (5 ms) of
+device time at the backing store's speed: PQCache's 33 x 4 KiB fetch, 1.27 ms
+at the device's 25,962 IOPS, measured 0.63-1.03 ms, and the design steps came
+out 9-46% faster than the model (:mod:`kvtier.cli.design_replayer`).
 
 Sharing (:meth:`Pacer.share`).  Each round the bucket's tokens are handed to the
 device's ops that can issue (started, under their queue depth) by max-min: an
