@@ -91,6 +91,28 @@ def test_only_kernel_throttled_devices_get_the_long_iops_steps():
     assert not Devices(prof, "/x", limits=lim, pacing=True).kernel_throttled  # --pace files
 
 
+@pytest.mark.parametrize("per_io_us", [5.0, 12.0])
+def test_iops_step_is_the_devices_or_the_replayers_core_whichever_binds(per_io_us):
+    """The model of an IOPS step with the replayer's measured costs: 4 devices x 3,000
+    4 KiB reads at QD 40, 29,920 IOPS each, 100 us QD1 latency, one core at ``c`` us
+    per I/O.  The core's work and the devices' overlap (the replay loop issues while
+    the devices serve), so the step is whichever is longer, never their sum:
+    c = 5: devices 100 us + 3,000 / 29,920 = 100.37 ms > core 4 x 3,000 x 5 us = 60 ms;
+    c = 12: core 144 ms > devices 100.37 ms (the latency under the core's work)."""
+    from kvtier.plan import PlanBuilder
+    from real.validate import with_engine_costs
+
+    prof = scaled_profile(load_profile("h20-8ssd"), 4, 0.0272, 1 << 30)
+    assert prof.ssds[0].read_iops == 29_920
+    costs = {"read_latency_us": 100.0, "write_latency_us": 50.0, "per_io_us": per_io_us}
+    b, n = PlanBuilder(), 3000
+    for s in range(4):
+        b.read(f"ssd{s}", "dram0", n * 4096, n, queue_depth=40, io_path="io_uring", stride=4096)
+    ops = simulate(b.table(), with_engine_costs(prof, costs)).ops.to_pandas()
+    devices, core = 100e-6 + n / 29_920, 4 * n * per_io_us * 1e-6
+    assert ops["end_s"].max() - ops["start_s"].min() == pytest.approx(max(devices, core))
+
+
 def _records(step_times: list[float], backend: str) -> Records:
     n = len(step_times)
     ends = pd.Series(step_times).cumsum()
