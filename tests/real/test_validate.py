@@ -113,6 +113,15 @@ def test_iops_step_is_the_devices_or_the_replayers_core_whichever_binds(per_io_u
     assert ops["end_s"].max() - ops["start_s"].min() == pytest.approx(max(devices, core))
 
 
+def test_a_loaded_machine_is_named():
+    from kvtier.cli.validate import load_note
+
+    assert load_note((0.7, 0.6, 0.5), 2) is None
+    assert load_note((2.0, 9.0, 9.0), 2) is None  # the 1-minute load, at most the cores
+    note = load_note((5.5, 4.0, 3.0), 2)
+    assert note is not None and "load 5.5 on 2 cores" in note
+
+
 def _records(step_times: list[float], backend: str) -> Records:
     n = len(step_times)
     ends = pd.Series(step_times).cumsum()
