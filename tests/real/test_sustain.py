@@ -70,7 +70,22 @@ def test_sustainable_iops_measures_and_leaves_nothing(direct_dir):
     before = sorted(direct_dir.iterdir())
     iops = sustainable_iops(direct_dir, qd=16, seconds=0.05)
     assert 1e3 < iops < 1e8  # a real rate: verified reads finished in a finite time
+    assert 1e3 < sustainable_iops(direct_dir, qd=16, seconds=0.05, n_dev=3) < 1e8
     assert sorted(direct_dir.iterdir()) == before
+
+
+def test_random_read_plan_reads_every_device_at_once():
+    """20,000 I/Os over 4 devices: one op each, 5,000 aligned 4 KiB extents, no
+    dependencies (all at once)."""
+    from real.sustain import random_read_plan
+
+    plan = random_read_plan(20_000, 4096, 64 << 20, 32, n_dev=4)
+    assert plan.column("src").to_pylist() == ["ssd0", "ssd1", "ssd2", "ssd3"]
+    assert plan.column("n_ios").to_pylist() == [5000] * 4
+    assert all(not d for d in plan.column("depends_on").to_pylist())
+    ext = [x for e in plan.column("extents").to_pylist() for x in e]
+    assert len(ext) == 20_000
+    assert all(x["offset"] % 4096 == 0 and x["length"] == 4096 for x in ext)
 
 
 @pytest.mark.parametrize("kw", [{"qd": 0}, {"qd": 8, "io_bytes": 1000}, {"qd": 8, "seconds": 0.0}])
@@ -86,10 +101,13 @@ def test_emulation_scale_by_meter(monkeypatch, tmp_path):
 
     calls = []
     monkeypatch.setattr(
-        sustain, "sustainable_iops", lambda d, qd, seconds: calls.append((d, qd)) or 200e3
+        sustain,
+        "sustainable_iops",
+        lambda d, qd, seconds, n_dev: calls.append((d, qd, n_dev)) or 200e3,
     )
     scale, ceiling = sustain.emulation_scale(SRC, 4, STORE, 0.8, tmp_path, "fio")
     assert (scale, ceiling) == (pytest.approx(0.04), 200e3)
-    assert calls == [(tmp_path, 32)]  # measured where the devices live, at validation's QD
+    # measured where the devices live, at validation's QD, over its 4 devices at once
+    assert calls == [(tmp_path, 32, 4)]
     scale, ceiling = sustain.emulation_scale(SRC, 4, STORE, 0.8, tmp_path, "replayer")
     assert (scale, ceiling) == (pytest.approx(0.4), None) and len(calls) == 1
