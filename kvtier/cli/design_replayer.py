@@ -43,6 +43,14 @@ device, 1.27 ms at 25,962 IOPS, took 0.63-1.03 ms.  Two mechanisms, both fixed:
 
 What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
 
+* The paced per-I/O cost is measured at limits that never bind, where a round admits a
+  device's whole queue depth.  At the devices' real limits an IOPS-bound op is admitted
+  a few I/Os per round, and each round costs the loop about as much: PQCache's replay
+  spent 27 us of process CPU per I/O (load 2-4, 2026-11-25) against 17.4 us modelled,
+  and the small designs (PQCache, Swarm) came out 10-60% slower than the model.  The
+  next lever is the pacer's round size (wake when a round's worth is affordable, not
+  one I/O), or the cost measured at the real limits by CPU time rather than wall time.
+
 * No Cluster's fetches (fixed 2026-11-25).  It reads 8 MB prefetches in 1 MiB I/Os
   beside its 4 KiB fetches on the same devices; the old pacer took a device's ops in
   turn, so a 1 MiB I/O waiting for its tokens held the fetch's small I/Os behind it
