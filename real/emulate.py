@@ -186,7 +186,8 @@ def _build(
     if scale is None:
         es.sustainable = meter[1](bare)
         scale, es.replayer_iops = emulation_scale(es.source, n, es.sustainable, headroom,
-                                                  es.workdir, meter[0])  # fmt: skip
+                                                  es.workdir, meter[0],
+                                                  {t.node: t for t in bare})  # fmt: skip
     es.scale = scale
     scaled = scaled_profile(es.source, n, scale, size)
     targets = []

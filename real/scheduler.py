@@ -229,6 +229,8 @@ class Replayer(BatchIO):
         d = self.dev_of[j]
         if d >= 0:
             dev = self.devs[d]
+            if dev.pacer is not None and not dev.active:
+                dev.pacer.resume(t)  # time with nothing to issue banks nothing (real._pacing)
             dev.active.append(j)
             dev.wake = 0.0  # paced: the newcomer takes its share from now (real._pacing)
             return False

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -32,32 +33,52 @@ import pyarrow as pa
 from kvtier.plan import PlanBuilder
 from real._blocks import BLOCK
 from real.capacity import Rates, scale_for
-from real.datafile import prepare_targets
+from real.datafile import fill_targets, prepare_targets
 from real.errors import RealError
 from real.replay import replay
+from real.targets import Target
 
 FILE_BYTES = 64 << 20  # the measured file: large enough that reads are random, small to fill
 ROUND_IOS = 20_000  # I/Os per replay; replays repeat until ``seconds`` have passed
 
 
-def random_read_plan(ios: int, io_bytes: int, size: int, qd: int, seed: int = 0) -> pa.Table:
-    """One read op of ``ios`` random ``io_bytes`` extents (aligned to ``io_bytes``)."""
+def random_read_plan(
+    ios: int, io_bytes: int, size: int, qd: int, seed: int = 0, n_dev: int = 1
+) -> pa.Table:
+    """One read op per device ``ssd0..ssd{n_dev - 1}``, all at once, of ``ios / n_dev``
+    random ``io_bytes`` extents each (aligned to ``io_bytes``), the first always the
+    last of ``size``: every seed's plan spans the same ``size`` on every device, so the
+    files made for the first fit the next."""
     rng = np.random.default_rng(seed)
-    starts = rng.integers(0, size // io_bytes, ios, dtype=np.int64) * io_bytes
-    ext = np.stack([starts, np.full(ios, io_bytes, np.int64)], axis=1)
     b = PlanBuilder()
-    b.read("ssd0", "dram0", extents=ext, queue_depth=qd, io_path="io_uring")
+    for k in range(n_dev):
+        m = ios // n_dev
+        starts = rng.integers(0, size // io_bytes, m, dtype=np.int64) * io_bytes
+        starts[0] = size - io_bytes
+        ext = np.stack([starts, np.full(m, io_bytes, np.int64)], axis=1)
+        b.read(f"ssd{k}", "dram0", extents=ext, queue_depth=qd, io_path="io_uring")
     return b.table()
 
 
 def sustainable_iops(
-    path_dir: str | Path, qd: int, io_bytes: int = BLOCK, seconds: float = 1.0
+    path_dir: str | Path,
+    qd: int,
+    io_bytes: int = BLOCK,
+    seconds: float = 1.0,
+    n_dev: int = 1,
+    targets: Mapping[str, Target] | None = None,
 ) -> float:
-    """Verified random-read IOPS the replayer sustains at ``qd`` on a file in ``path_dir``.
+    """Verified random-read IOPS the replayer sustains at ``qd`` per device, reading
+    ``n_dev`` devices at once as the validation's IOPS steps do (one replay loop
+    serves them all).
 
-    The file is created and filled by kvtier (its self-checking blocks) in a
-    fresh sub-directory of ``path_dir`` and removed afterwards.  Replays of
-    ``ROUND_IOS`` I/Os repeat until ``seconds`` of replay have passed; the
+    ``targets``: the devices themselves (``ssd0..``; the emulation's loop devices
+    before their limits are set), filled by kvtier for the measurement: a loop
+    device's I/O goes through its kernel worker and io-wq, which a plain file does
+    not, and on a 2-core machine that work shares the cores with the replay loop.
+    Without ``targets``, files created and filled by kvtier (its self-checking
+    blocks) in a fresh sub-directory of ``path_dir``, removed afterwards.  Replays
+    of ``ROUND_IOS`` I/Os repeat until ``seconds`` of replay have passed; the
     result is their I/Os over their summed makespans.
     """
     if qd < 1 or io_bytes < BLOCK or io_bytes % BLOCK or not seconds > 0:
@@ -66,21 +87,30 @@ def sustainable_iops(
             f"(got qd={qd}, io_bytes={io_bytes}, seconds={seconds})"
         )
     size = max(FILE_BYTES, 4 * io_bytes)
-    plan = random_read_plan(ROUND_IOS, io_bytes, size, qd)
-    ios, span = 0, 0.0
+    plan = random_read_plan(ROUND_IOS, io_bytes, size, qd, n_dev=n_dev)
+    if targets is not None:
+        fill_targets(targets, plan)
+        return _replay_rate(plan, targets, (io_bytes, size, qd, n_dev), seconds)
     with tempfile.TemporaryDirectory(dir=path_dir, prefix="kvtier-sustain-") as tmp:
         files = prepare_targets(plan, tmp)
         try:
-            end = time.monotonic() + seconds
-            seed = 0
-            while span == 0.0 or time.monotonic() < end:
-                rec = replay(plan, files, engine="uring", qd=qd, verify=True)
-                ios += rec.stats["ios"]
-                span += rec.stats["makespan_s"]
-                seed += 1
-                plan = random_read_plan(ROUND_IOS, io_bytes, size, qd, seed)
+            return _replay_rate(plan, files.targets, (io_bytes, size, qd, n_dev), seconds)
         finally:
             files.cleanup()
+
+
+def _replay_rate(plan: pa.Table, targets, shape: tuple, seconds: float) -> float:
+    """I/Os over summed makespans of replays of ``plan`` and its next seeds (``shape``:
+    :func:`random_read_plan`'s io_bytes, size, qd, n_dev) until ``seconds`` passed."""
+    io_bytes, size, qd, n_dev = shape
+    ios, span, seed = 0, 0.0, 0
+    end = time.monotonic() + seconds
+    while span == 0.0 or time.monotonic() < end:
+        rec = replay(plan, targets, engine="uring", qd=qd, verify=True)
+        ios += rec.stats["ios"]
+        span += rec.stats["makespan_s"]
+        seed += 1
+        plan = random_read_plan(ROUND_IOS, io_bytes, size, qd, seed, n_dev)
     return ios / span
 
 
@@ -111,7 +141,13 @@ def replayer_scale(
 
 
 def emulation_scale(
-    source, n: int, sustainable: Rates, headroom: float, workdir: Path, meter: str
+    source,
+    n: int,
+    sustainable: Rates,
+    headroom: float,
+    workdir: Path,
+    meter: str,
+    targets: Mapping[str, Target] | None = None,
 ) -> tuple[float, float | None]:
     """The scale :func:`real.emulate.emulate` uses when none is given, and the
     replayer ceiling it was held to (None when ``meter`` already measured with the
@@ -120,9 +156,11 @@ def emulation_scale(
     With fio as the meter the backing store's rates are fio's, which can exceed
     what the replayer sustains at 4 KiB; the replayer's verified random-read IOPS
     at queue depth 32 (the validation's) are measured on the same store
-    (``workdir``) and :func:`replayer_scale` keeps the devices below them.
+    (``workdir``; on ``targets``, the devices themselves, where given), over the ``n``
+    devices read at once as the validation reads them, and :func:`replayer_scale`
+    keeps the devices below them.
     """
     if meter == "replayer":
         return scale_for(source, n, sustainable, headroom), None
-    ceiling = sustainable_iops(workdir, qd=32, seconds=1.0)
+    ceiling = sustainable_iops(workdir, qd=32, seconds=1.0, n_dev=n, targets=targets)
     return replayer_scale(source, n, sustainable, ceiling, headroom), ceiling

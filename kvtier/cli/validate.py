@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from real.profile_yaml import scaled_profile
 from real.targets import Limits, Target
 from real.validate import (
     TARGET_MEDIAN_ERROR,
+    THROTTLE_IOPS_STEP_S,
     compare,
     engine_costs,
     regime_plan,
@@ -127,6 +129,13 @@ class Devices:
     limits: Limits | None = None
     pacing: bool = False
     throttled: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+
+    @property
+    def kernel_throttled(self) -> bool:
+        """Emulated devices held by the kernel's blkio throttle (not user-space pacing)."""
+        return self.targets is not None and any(
+            not t.limits.unlimited and not t.pacing for t in self.targets.values()
+        )
 
     @contextlib.contextmanager
     def prepared(self, plan: pa.Table, seed: int, log, unpaced: bool = False) -> Iterator[dict]:
@@ -220,6 +229,7 @@ def run_validation(
         step_s=args.step_s,
         n_ssd=args.n,
         max_bytes_per_device=256 * (1 << 20),
+        iops_step_s=THROTTLE_IOPS_STEP_S if dev.kernel_throttled else 0.0,
     )
     sim = simulate(plan, dev.profile)
     with (
@@ -243,9 +253,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return _validate(args)
 
 
+def load_note(load: tuple[float, ...], cores: int) -> str | None:
+    """A warning when the machine's 1-minute load ``load[0]`` exceeds its ``cores``: the
+    replayer is one thread, and its CPU-bound steps (IOPS, the small designs) then
+    measure its share of the machine, not the devices or the model; None otherwise."""
+    if load[0] <= cores:
+        return None
+    return (
+        f"[yellow]load {load[0]:.1f} on {cores} cores[/]: the replay loop shares its core, "
+        "so its CPU-bound steps (IOPS, small designs) measure the machine's load too"
+    )
+
+
 def _validate(args: argparse.Namespace) -> int:
     console = make_console()
     t0 = time.perf_counter()
+    load0 = os.getloadavg()
     designs = plan_for_devices(args, console)
     size = REGIME_DEVICE_BYTES
     if designs is not None:  # emulated devices hold every design's footprint too
@@ -253,8 +276,7 @@ def _validate(args: argparse.Namespace) -> int:
     with devices(args, console, size) as dev:
         costs = None
         if not args.no_engine_costs:
-            with dev.throttled():  # the same kernel path as the run (throttle, io-wq)
-                costs = engine_costs(dev, args.engine, args.n)
+            costs = engine_costs(dev, args.engine, args.n)  # outside the throttle: see there
             dev = dataclasses.replace(dev, profile=with_engine_costs(dev.profile, costs))
             console.print(
                 f"replayer on this machine ({args.n} devices): QD1 4 KiB read "
@@ -271,7 +293,11 @@ def _validate(args: argparse.Namespace) -> int:
         designs_s = time.perf_counter() - t1
         profile = dev.profile
     wall_s = time.perf_counter() - t0
-    ok = report_regimes(result, sim, real, args, profile, costs, wall_s, console)
+    load = (load0, os.getloadavg())
+    note = load_note(max(load0, load[1]), os.cpu_count() or 1)
+    if note:
+        console.print(note)
+    ok = report_regimes(result, sim, real, args, profile, costs, wall_s, console, load)
     if designs is not None:
         ok &= report_designs(designs, args, profile, size, designs_s + designs.plan_s, console)
     return 0 if ok else 1
@@ -296,9 +322,12 @@ def verdict(result: dict[str, Any], informational: bool) -> tuple[str, bool]:
     return line, informational
 
 
-def report_regimes(result, sim, real, args, profile, costs, wall_s: float, console) -> bool:
+def report_regimes(
+    result, sim, real, args, profile, costs, wall_s: float, console, load=None
+) -> bool:
     """Write and print the regime validation; True when every device's bytes matched and
-    the IOPS/bandwidth regimes met their target (or the run is ``--informational``)."""
+    the IOPS/bandwidth regimes met their target (or the run is ``--informational``).
+    ``load``: the 1/5/15-minute load averages at the run's start and end, recorded."""
     from kvtier.provenance import provenance
     from real.replay import write_results
 
@@ -316,6 +345,7 @@ def report_regimes(result, sim, real, args, profile, costs, wall_s: float, conso
         notes=real.stats.get("notes", []),
         fio_cross_check=result["fio"],
         wall_s=wall_s,
+        loadavg=load and {"start": list(load[0]), "end": list(load[1]), "cores": os.cpu_count()},
     )
     write_report(result, out, meta)
     console.print(error_table(result, profile))

@@ -4,6 +4,7 @@ model (:func:`kvtier.cli.design_replayer.design_profile`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -26,11 +27,15 @@ LIM = Limits(read_bps=272_000_000, write_bps=160_000_000, read_iops=43_000, writ
 
 
 def test_no_bind_limits_never_hold_an_io_back():
-    """The engine-cost plan's every I/O at one instant (no refill): the buckets, full
-    at 5 ms of their rate, never run dry, so the pacer's bookkeeping runs and never waits."""
+    """The bucket starts empty (idle time banks nothing), so the first I/O waits its
+    own cost: 4 KiB at 2^50 B/s = 3.6 ps (the IOPS term, 1 / 2^40 s, is smaller).
+    After 1 us of work the bucket holds 1e-6 / 3.6e-12 = 275K such I/Os, and the
+    engine-cost plan's every I/O at that one instant (no further refill) never runs
+    it dry: the pacer's bookkeeping runs, never waits."""
     n = 1000  # engine_costs' default: n + n at QD1, 8n at QD64, 4 KiB each
     pacer = Pacer(NO_BIND, 4 * KIB)
-    waits = [pacer.delay(False, 4 * KIB, 0.0) for _ in range(10 * n)]
+    assert pacer.delay(False, 4 * KIB, 0.0) == pytest.approx(4 * KIB / 2**50)
+    waits = [pacer.delay(False, 4 * KIB, 1e-6) for _ in range(10 * n)]
     assert max(waits) == 0.0
     # 2^50 B/s x 5 ms = 5.6 TB and 2^40 IOPS x 5 ms = 5.5e9 I/Os of burst
     assert NO_BIND.read_bps * 0.005 > 10 * n * 4 * KIB and NO_BIND.read_iops * 0.005 > 10 * n
@@ -67,6 +72,28 @@ def test_design_profile_measures_only_for_paced_replays():
     assert design_profile(dev, "auto", costs) == (prof, costs)
     paced_dev = Devices(prof, "/nonexistent/dir", limits=LIM, pacing=True)
     assert design_profile(paced_dev, "auto", None) == (prof, None)
+
+
+def test_replayer_costs_are_measured_outside_the_kernel_throttle(direct_dir, monkeypatch):
+    """The paced measurement runs outside ``Devices.throttled`` (the emulation's blkio
+    group): inside, its QD64 step waits for the throttle's 100 ms slices and measures
+    the devices' limit instead of the replayer (real.validate.engine_costs)."""
+    import kvtier.cli.design_replayer as dr
+
+    entered: list[bool] = []
+
+    @contextlib.contextmanager
+    def throttled():
+        entered.append(True)
+        yield
+
+    monkeypatch.setattr(dr, "PACED_COST_IOS", 4)
+    prof = load_profile("h20-8ssd")
+    dev = Devices(prof, str(direct_dir), limits=LIM, pacing=True, throttled=throttled)
+    costs = {"read_latency_us": 80.0, "write_latency_us": 20.0, "per_io_us": 1e-3}
+    _, model = design_profile(dev, "threads", costs)
+    assert model is not None and model["paced"] and model["per_io_us"] > 0
+    assert entered == []
 
 
 def test_paced_costs_by_hand():

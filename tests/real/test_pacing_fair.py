@@ -41,8 +41,23 @@ def test_burst_is_at_least_the_costliest_io():
     p = Pacer(Limits(read_bps=10_000_000), MIB)
     assert p.burst == pytest.approx(MIB / 1e7)  # 105 ms > 5 ms
     assert Pacer(NO_BIND, 4 * KIB).burst == BURST_S
-    assert p.delay(False, MIB, 0.0) == 0.0  # starts full
-    assert p.delay(False, 4 * KIB, 0.0) == pytest.approx(4 * KIB / 1e7)  # then empty
+    assert p.delay(False, MIB, 0.0) == pytest.approx(MIB / 1e7)  # starts empty
+    assert p.delay(False, MIB, MIB / 1e7) == 0.0  # full once a 1 MiB I/O's time passed
+    assert p.delay(False, 4 * KIB, MIB / 1e7) == pytest.approx(4 * KIB / 1e7)  # then empty
+
+
+def test_idle_time_banks_nothing():
+    """Burst 5 ms (4 KiB I/Os at 1,000 IOPS cost 1 ms).  Work waiting from 0 to 3 ms
+    fills 3 ms; then the device has nothing to issue until work comes back at 1 s,
+    and it starts that work empty -- neither the 3 ms no I/O took nor the 5 ms a
+    second of idling would give.  From then on it fills again: 0.5 ms later it holds
+    0.5 ms, 6 ms later the 5 ms cap."""
+    p = Pacer(Limits(read_iops=1000), 4 * KIB)
+    assert p.refill(0.003) == pytest.approx(0.003)
+    p.resume(1.0)
+    assert p.tokens == 0.0
+    assert p.refill(1.0005) == pytest.approx(0.0005)
+    assert p.refill(1.006) == pytest.approx(0.005)
 
 
 def test_small_op_is_not_held_behind_a_large_one(direct_dir):
@@ -75,10 +90,11 @@ def test_small_op_is_not_held_behind_a_large_one(direct_dir):
 
 
 def test_two_equal_ops_split_an_iops_limit(direct_dir):
-    """Two ops of 32 x 4 KiB at 2,000 IOPS (0.5 ms each; burst 5 ms = 10 I/Os): both
-    ask more than the bucket holds, so they progress at half the rate each and end
-    together, at (64 - 10) x 0.5 ms = 27 ms or later -- within 2 I/Os' turns of each
-    other (a round hands its I/Os out one per op in turn)."""
+    """Two ops of 32 x 4 KiB at 2,000 IOPS (0.5 ms each) on a device that starts with
+    no banked time: both ask more than the bucket holds, so they progress at half the
+    rate each and end together, at 64 x 0.5 ms = 32 ms or later (less one I/O's turn
+    for rounding) -- within 2 I/Os' turns of each other (a round hands its I/Os out one
+    per op in turn).  A bucket that started full (5 ms = 10 I/Os) ended them at 27 ms."""
     b, io = PlanBuilder(), {"io_path": "io_uring"}
     b.read("ssd0", "dram0", 32 * 4 * KIB, 32, **io)
     b.read("ssd0", "dram0", 32 * 4 * KIB, 32, offset=MIB, **io)
@@ -88,8 +104,30 @@ def test_two_equal_ops_split_an_iops_limit(direct_dir):
     ) as files:
         rec = replay(plan, files, engine="auto")
     ends = rec.ops.to_pandas()["end_s"]
-    assert min(ends) >= (64 - 10) * 0.5e-3 - 2 * 0.5e-3
+    assert min(ends) >= 64 * 0.5e-3 - 2 * 0.5e-3
     assert abs(ends[0] - ends[1]) <= 2 * 2 * 0.5e-3 + 1e-3
+
+
+def test_an_op_after_a_pause_runs_at_the_device_rate(direct_dir):
+    """16 x 4 KiB at 2,000 IOPS (0.5 ms each) on an idle device: the last I/O is issued
+    16 x 0.5 = 8 ms after the op starts (the first waits its own 0.5 ms), also for the
+    second op, released 60 ms after the first -- 52 ms of idling bank nothing.  The
+    bucket of before (full at the start, refilled while idle, 5 ms) issued 10 of them at
+    once: 3 ms.  Upper side: 50% + 5 ms (a loaded machine: a descheduled replay loop
+    wakes a 4 ms tick late)."""
+    b, io = PlanBuilder(), {"io_path": "io_uring"}
+    b.read("ssd0", "dram0", 16 * 4 * KIB, 16, **io)
+    b.read("ssd0", "dram0", 16 * 4 * KIB, 16, offset=MIB, release_s=0.06, **io)
+    plan = b.table()
+    with prepare_targets(
+        plan, direct_dir / "t", limits={"ssd0": Limits(read_iops=2000)}, pacing=True
+    ) as files:
+        rec = replay(plan, files, engine="auto")
+    ops = rec.ops.to_pandas()
+    dur = (ops["end_s"] - ops["start_s"]).to_numpy()
+    assert ops["start_s"][1] >= 0.06 > ops["end_s"][0]  # the device was idle in between
+    assert (dur >= 16 * 0.5e-3).all()
+    assert (dur <= 1.5 * 16 * 0.5e-3 + 5e-3).all()
 
 
 def test_paced_rounds_are_batches(direct_dir, monkeypatch):

@@ -70,7 +70,41 @@ def test_sustainable_iops_measures_and_leaves_nothing(direct_dir):
     before = sorted(direct_dir.iterdir())
     iops = sustainable_iops(direct_dir, qd=16, seconds=0.05)
     assert 1e3 < iops < 1e8  # a real rate: verified reads finished in a finite time
+    assert 1e3 < sustainable_iops(direct_dir, qd=16, seconds=0.05, n_dev=3) < 1e8
     assert sorted(direct_dir.iterdir()) == before
+
+
+@pytest.mark.skipif(not RAW_OK, reason=f"raw ring unavailable: {RAW_WHY}")
+def test_sustainable_iops_on_given_devices(direct_dir):
+    """On targets made elsewhere (the emulation's loop devices): filled, read, kept."""
+    from real.targets import Target
+
+    paths = [direct_dir / f"d{k}.img" for k in range(2)]
+    for p in paths:
+        with open(p, "wb") as f:
+            f.truncate(64 << 20)
+    targets = {f"ssd{k}": Target(f"ssd{k}", str(p), 64 << 20) for k, p in enumerate(paths)}
+    iops = sustainable_iops(direct_dir, qd=16, seconds=0.05, n_dev=2, targets=targets)
+    assert 1e3 < iops < 1e8 and all(p.exists() for p in paths)
+
+
+def test_random_read_plan_reads_every_device_at_once():
+    """20,000 I/Os over 4 devices: one op each, 5,000 aligned 4 KiB extents, no
+    dependencies (all at once)."""
+    from real.sustain import random_read_plan
+
+    plan = random_read_plan(20_000, 4096, 64 << 20, 32, n_dev=4)
+    assert plan.column("src").to_pylist() == ["ssd0", "ssd1", "ssd2", "ssd3"]
+    assert plan.column("n_ios").to_pylist() == [5000] * 4
+    assert all(not d for d in plan.column("depends_on").to_pylist())
+    ext = [x for e in plan.column("extents").to_pylist() for x in e]
+    assert len(ext) == 20_000
+    assert all(x["offset"] % 4096 == 0 and x["length"] == 4096 for x in ext)
+    # every device's span is the whole 64 MiB, whatever the seed (files made once fit all)
+    for seed in (0, 1):
+        p = random_read_plan(20_000, 4096, 64 << 20, 32, seed=seed, n_dev=4)
+        for e in p.column("extents").to_pylist():
+            assert max(x["offset"] + x["length"] for x in e) == 64 << 20
 
 
 @pytest.mark.parametrize("kw", [{"qd": 0}, {"qd": 8, "io_bytes": 1000}, {"qd": 8, "seconds": 0.0}])
@@ -86,10 +120,13 @@ def test_emulation_scale_by_meter(monkeypatch, tmp_path):
 
     calls = []
     monkeypatch.setattr(
-        sustain, "sustainable_iops", lambda d, qd, seconds: calls.append((d, qd)) or 200e3
+        sustain,
+        "sustainable_iops",
+        lambda d, qd, seconds, n_dev, targets: calls.append((d, qd, n_dev)) or 200e3,
     )
     scale, ceiling = sustain.emulation_scale(SRC, 4, STORE, 0.8, tmp_path, "fio")
     assert (scale, ceiling) == (pytest.approx(0.04), 200e3)
-    assert calls == [(tmp_path, 32)]  # measured where the devices live, at validation's QD
+    # measured where the devices live, at validation's QD, over its 4 devices at once
+    assert calls == [(tmp_path, 32, 4)]
     scale, ceiling = sustain.emulation_scale(SRC, 4, STORE, 0.8, tmp_path, "replayer")
     assert (scale, ceiling) == (pytest.approx(0.4), None) and len(calls) == 1

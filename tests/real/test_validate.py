@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -47,6 +48,78 @@ def test_regime_plan_sizes_steps_from_the_profile():
     # a warm-up step opens every regime
     _, warm = regime_plan(prof, steps_per_regime=2, n_ssd=2)
     assert len(warm) == 12 and warm["warmup"].sum() == 4 and warm["warmup"].iloc[0]
+
+
+def test_throttled_iops_steps_span_twenty_slices():
+    """Kernel-throttled devices: the IOPS steps last 20 x 100 ms slices = 2 s of the
+    model (22,000 IOPS x 2 s = 44,000 I/Os), the other regimes keep ``step_s``; the
+    256 MiB cap of a step's span still holds (65,536 x 4 KiB)."""
+    from real.validate import THROTTLE_IOPS_STEP_S
+
+    assert pytest.approx(2.0) == THROTTLE_IOPS_STEP_S
+    prof = scaled_profile(load_profile("h20-8ssd"), 2, 0.02, 1 << 30)  # 22k IOPS
+    _, steps = regime_plan(
+        prof, steps_per_regime=1, step_s=0.1, n_ssd=2, warmup=0, iops_step_s=THROTTLE_IOPS_STEP_S
+    )
+    n = dict(zip(steps["regime"], steps["n_ios_per_device"], strict=False))
+    assert n["iops"] == 44_000
+    assert n["latency"] == round(0.1 / 80e-6) and n["bandwidth"] == round(0.1 * 0.138e9 / 2**20)
+    _, capped = regime_plan(
+        prof,
+        regimes=("iops",),
+        steps_per_regime=1,
+        n_ssd=2,
+        warmup=0,
+        iops_step_s=10.0,
+        max_bytes_per_device=256 << 20,
+    )
+    assert capped["n_ios_per_device"].iloc[0] == (256 << 20) // 4096
+
+
+def test_only_kernel_throttled_devices_get_the_long_iops_steps():
+    from kvtier.cli.validate import Devices
+    from real.targets import Limits, Target
+
+    prof = load_profile("h20-8ssd")
+    lim = Limits(read_iops=1000)
+    t = Target(node="ssd0", path="/dev/loop0", size=1 << 20, kind="loop", limits=lim)
+    assert Devices(prof, "/x", targets={"ssd0": t}).kernel_throttled  # emulated, throttle
+    paced = {"ssd0": replace(t, pacing=True)}
+    assert not Devices(prof, "/x", targets=paced).kernel_throttled  # user-space pacing
+    free = {"ssd0": replace(t, limits=Limits())}
+    assert not Devices(prof, "/x", targets=free).kernel_throttled  # devices as they are
+    assert not Devices(prof, "/x", limits=lim, pacing=True).kernel_throttled  # --pace files
+
+
+@pytest.mark.parametrize("per_io_us", [5.0, 12.0])
+def test_iops_step_is_the_devices_or_the_replayers_core_whichever_binds(per_io_us):
+    """The model of an IOPS step with the replayer's measured costs: 4 devices x 3,000
+    4 KiB reads at QD 40, 29,920 IOPS each, 100 us QD1 latency, one core at ``c`` us
+    per I/O.  The core's work and the devices' overlap (the replay loop issues while
+    the devices serve), so the step is whichever is longer, never their sum:
+    c = 5: devices 100 us + 3,000 / 29,920 = 100.37 ms > core 4 x 3,000 x 5 us = 60 ms;
+    c = 12: core 144 ms > devices 100.37 ms (the latency under the core's work)."""
+    from kvtier.plan import PlanBuilder
+    from real.validate import with_engine_costs
+
+    prof = scaled_profile(load_profile("h20-8ssd"), 4, 0.0272, 1 << 30)
+    assert prof.ssds[0].read_iops == 29_920
+    costs = {"read_latency_us": 100.0, "write_latency_us": 50.0, "per_io_us": per_io_us}
+    b, n = PlanBuilder(), 3000
+    for s in range(4):
+        b.read(f"ssd{s}", "dram0", n * 4096, n, queue_depth=40, io_path="io_uring", stride=4096)
+    ops = simulate(b.table(), with_engine_costs(prof, costs)).ops.to_pandas()
+    devices, core = 100e-6 + n / 29_920, 4 * n * per_io_us * 1e-6
+    assert ops["end_s"].max() - ops["start_s"].min() == pytest.approx(max(devices, core))
+
+
+def test_a_loaded_machine_is_named():
+    from kvtier.cli.validate import load_note
+
+    assert load_note((0.7, 0.6, 0.5), 2) is None
+    assert load_note((2.0, 9.0, 9.0), 2) is None  # the 1-minute load, at most the cores
+    note = load_note((5.5, 4.0, 3.0), 2)
+    assert note is not None and "load 5.5 on 2 cores" in note
 
 
 def _records(step_times: list[float], backend: str) -> Records:
