@@ -68,7 +68,7 @@ class Transfer:
     dst: OffloadTier | None = None
     entries: list[Entry] = field(default_factory=list)
     olds: list[Entry] = field(default_factory=list)
-    sources: dict[int, list[GpuBlock]] = field(default_factory=dict)
+    sources: dict[int, tuple[GpuBlock, ...]] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> float:
@@ -81,7 +81,7 @@ class StoreRequest:
     (offload key, the GPU blocks holding it, held until the copy ends)."""
 
     rid: int
-    groups: list[tuple[int, list[GpuBlock]]]
+    groups: list[tuple[int, tuple[GpuBlock, ...]]]
 
 
 Hit = tuple["OffloadTier", "Entry", int, int]  # (tier, entry, first block, blocks)

@@ -35,8 +35,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import and_, attrgetter, ge, not_, or_, sub
+
+import numpy as np
+from itertools import chain, compress, repeat
+from operator import and_, attrgetter, ge, itemgetter, not_, or_, sub
 
 from sim.serving.blocks import READY, Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
@@ -57,7 +59,7 @@ class Placement:
 
 @dataclass
 class Lookup:
-    """A prefix hit: GPU blocks, then (tier, entry, first block, blocks) below."""
+    """A prefix hit: GPU blocks (slots), then (tier, entry, first block, blocks) below."""
 
     gpu: list[GpuBlock]
     lower: list[tuple[OffloadTier, Entry, int, int]]
@@ -79,7 +81,7 @@ class Seq:
     def __init__(self, req: Request, total_blocks: int):
         self.req = req
         self.total_blocks = total_blocks
-        self.blocks: list[GpuBlock | None] = []  # per input block
+        self.blocks: list[GpuBlock] = []  # per input block: its GPU slot, -1 if not cached
         self.private = 0
         self._cached = self._prefilled = 0
         self.prefill_left = req.input_tokens
@@ -142,7 +144,7 @@ class BlockManager:
         limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
         keys = _ints(hs, 0, min(len(hs), limit + k))
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
-        gpu = _gpu_prefix(cached, keys, limit)
+        gpu = _gpu_prefix(cached, self.gpu.ready, keys, limit)
         lower, j = self._lower_hits(keys, len(gpu), limit, len(hs))
         return Lookup(gpu, lower, j)
 
@@ -186,8 +188,7 @@ class BlockManager:
     def acquire(self, s: Seq, hit: Lookup, new_blocks: int) -> bool:
         """Take the hit and ``new_blocks`` more GPU blocks for ``s``; False
         (and nothing taken) if the GPU cannot make room."""
-        for b in hit.gpu:
-            self.gpu.acquire(b)
+        self.gpu.acquire_all(hit.gpu)
         if not self.gpu.allocate(new_blocks):
             self.gpu.release(hit.gpu, 0)
             return False
@@ -219,7 +220,7 @@ class BlockManager:
         return True
 
     def release(self, s: Seq) -> None:
-        self.gpu.release([b for b in s.blocks if b is not None], s.private)
+        self.gpu.release(s.blocks, s.private)
         s.blocks, s.private = [], 0
 
     # ---- loads --------------------------------------------------------------------
@@ -236,9 +237,7 @@ class BlockManager:
         """``s``'s load ended: its GPU blocks are ready, the sources unpinned."""
         hit = s.lookup
         assert hit is not None
-        for b in s.blocks[len(hit.gpu) :]:
-            if b is not None:
-                b.ready = True
+        self.gpu.set_ready(s.blocks[len(hit.gpu) :])
         for tier, entries in _by_tier(hit.lower).items():
             tier.unpin_all(entries)
         s.lookup = None
@@ -267,19 +266,13 @@ class BlockManager:
         for t in self.tiers:
             skip = list(map(or_, skip, map(t.entries.__contains__, keys)))
         mine = s.blocks[g0 * k : g1 * k]
-        if k == 1:  # a group per block
-            each = zip(keys, skip, mine, strict=True)
-            groups = [(key, [b]) for key, held, b in each if not held and b is not None]
-        else:
-            cut = [mine[g * k : (g + 1) * k] for g in range(len(keys))]
-            each = zip(keys, skip, cut, strict=True)
-            groups = [(key, bs) for key, held, bs in each if not held and None not in bs]
+        cut = list(zip(*[mine[i::k] for i in range(k)]))  # each group's k blocks, a tuple
+        firsts = mine if k == 1 else list(map(min, cut))  # -1 in a group: not all cached
+        take = list(map(and_, map(not_, skip), map(ge, firsts, repeat(0))))
+        groups = list(compress(zip(keys, cut), take))
         if not groups:
             return None
-        acquire = self.gpu.acquire
-        for _key, blocks in groups:
-            for b in blocks:
-                acquire(b)
+        self.gpu.acquire_all(list(chain.from_iterable(map(itemgetter(1), groups))))
         return StoreRequest(s.req.rid, groups)
 
     def place_store(self, req: StoreRequest) -> Placement:
@@ -321,7 +314,8 @@ class BlockManager:
             t.src.unpin_all(t.olds)  # type: ignore[union-attr]
         if t.sources:  # one release, each entry's blocks in the order of one release each
             src = t.sources
-            held = [b for e in reversed(t.entries) if e.key in src for b in src[e.key]]
+            keys = [e.key for e in reversed(t.entries)]
+            held = list(chain.from_iterable(map(src.get, compress(keys, map(src.__contains__, keys)))))
             self.gpu.release(held, 0)
         if t.src is None and self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
             return self._write_through(0, t.entries, t.rid)
@@ -407,7 +401,7 @@ def _ints(hs: Sequence[int], start: int, stop: int, step: int = 1) -> list[int]:
 
 
 def _rest(
-    req: StoreRequest, pending: list[int], waiting: list[int], sources: dict[int, list[GpuBlock]]
+    req: StoreRequest, pending: list[int], waiting: list[int], sources: dict[int, tuple[int, ...]]
 ) -> StoreRequest | None:
     """The groups of ``req`` whose ``waiting`` keys wait (None if none): a slice
     of its groups when they are its last ones (the usual case: from the first
@@ -428,35 +422,32 @@ def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTi
     return out
 
 
-_READY = attrgetter("ready")
 _CHUNK = 32  # keys probed at first by a prefix search; doubled at each round
 
 
-def _gpu_prefix(cached: dict[int, GpuBlock], keys: list[int], limit: int) -> list[GpuBlock]:
-    """The ready blocks of ``cached`` for ``keys[:limit]`` up to the first
-    missing or not-ready one, probed in doubling chunks (the work follows the
-    hit, not the prompt)."""
+def _gpu_prefix(
+    cached: dict[int, GpuBlock], ready: np.ndarray, keys: list[int], limit: int
+) -> list[GpuBlock]:
+    """The ready blocks (slots) of ``cached`` for ``keys[:limit]`` up to the
+    first missing or not-ready one (``ready`` indexed by slot), probed in
+    doubling chunks (the work follows the hit, not the prompt)."""
     out: list[GpuBlock] = []
     i, chunk = 0, _CHUNK
     while i < limit:
         h = min(i + chunk, limit)
         chunk *= 2
-        part = _ready_prefix(list(map(cached.get, keys[i:h])))
+        part = list(map(cached.get, keys[i:h]))
+        if None in part:
+            del part[part.index(None) :]
+        if part:
+            ok = ready[part]
+            if not ok.all():
+                del part[int(np.argmin(ok)) :]
         out += part
         if len(part) < h - i:
             break
         i = h
     return out
-
-
-def _ready_prefix(blocks: list[GpuBlock | None]) -> list[GpuBlock]:
-    """``blocks`` up to the first missing (None) or not-ready one."""
-    if None in blocks:
-        del blocks[blocks.index(None) :]
-    ready = list(map(_READY, blocks))
-    if False in ready:
-        del blocks[ready.index(False) :]
-    return blocks  # type: ignore[return-value]
 
 
 class _Absent:

@@ -70,9 +70,9 @@ def test_a_three_block_prefix_hit_is_one_load_of_those_three_entries() -> None:
     ranges = sorted(tuple(r) for p in load.pieces for r in p.extents.tolist())
     slots = (0, 4 * 8192, 8 * 8192)  # 4 layers of 8 KiB per slot, in order of store
     assert ranges == [(slot + layer * 8192, 8192) for slot in slots for layer in range(4)]
-    assert not any(b.ready for b in s.blocks[:3])  # not until the executor says so
+    assert not any(mgr.gpu.ready[s.blocks[:3]])  # not until the executor says so
     mgr.on_loaded(s)
-    assert all(b.ready for b in s.blocks[:3]) and s.load is None
+    assert all(mgr.gpu.ready[s.blocks[:3]]) and s.load is None
     assert all(cpu.entries[k].ref_cnt == 0 for k in (1, 2, 3))
 
 
