@@ -36,6 +36,7 @@ GpuBlock = int  # a cached GPU block: its slot in GpuCache's arrays (-1: none)
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _PROBE = 64  # LRU entries checked at first by an eviction; doubled at each round
+_SMALL_RUN = 256  # a run shorter than this takes the next one in (same order)
 
 
 class GpuCache:
@@ -181,7 +182,12 @@ class GpuCache:
         stamps = np.arange(self._clock, self._clock + len(slots), dtype=np.int64)
         self._clock += len(slots)
         self._stamp[slots] = stamps
-        self._runs.append((slots, stamps))
+        runs = self._runs
+        if runs and len(runs[-1][0]) < _SMALL_RUN:  # few long runs, not many tiny ones
+            last = runs.pop()
+            runs.append((np.concatenate([last[0], slots]), np.concatenate([last[1], stamps])))
+        else:
+            runs.append((slots, stamps))
         self._queued += len(slots)
         self.n_evictable += len(slots)
         if self._queued > 2 * self.n_evictable + 1024:
@@ -265,9 +271,11 @@ class GpuCache:
     def _last_each(self, slots: np.ndarray) -> np.ndarray:
         """``slots`` with each repeated slot kept at its last occurrence only
         (the usual case, no repeats, costs two vector operations)."""
+        if len(slots) < 2:
+            return slots
         pos = np.arange(len(slots), dtype=np.int64)
         self._seen[slots] = pos
-        if np.array_equal(self._seen[slots], pos):
+        if (self._seen[slots] == pos).all():
             return slots
         rev = slots[::-1]
         _, first = np.unique(rev, return_index=True)

@@ -35,10 +35,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 from itertools import chain, compress, repeat
 from operator import and_, attrgetter, ge, itemgetter, not_, or_, sub
+
+import numpy as np
 
 from sim.serving.blocks import READY, Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
@@ -266,10 +266,10 @@ class BlockManager:
         for t in self.tiers:
             skip = list(map(or_, skip, map(t.entries.__contains__, keys)))
         mine = s.blocks[g0 * k : g1 * k]
-        cut = list(zip(*[mine[i::k] for i in range(k)]))  # each group's k blocks, a tuple
+        cut = list(zip(*[mine[i::k] for i in range(k)], strict=True))  # each group's blocks
         firsts = mine if k == 1 else list(map(min, cut))  # -1 in a group: not all cached
         take = list(map(and_, map(not_, skip), map(ge, firsts, repeat(0))))
-        groups = list(compress(zip(keys, cut), take))
+        groups = list(compress(zip(keys, cut, strict=True), take))
         if not groups:
             return None
         self.gpu.acquire_all(list(chain.from_iterable(map(itemgetter(1), groups))))
@@ -283,8 +283,9 @@ class BlockManager:
         pending = [key for key, _ in req.groups]
         placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
         if len(placed) + len(waiting) < len(pending):  # some were let go
-            for key in set(pending) - {e.key for e in placed} - set(waiting):
-                self.gpu.release(sources[key], 0)  # no room: not offloaded
+            gone = list(set(pending) - {e.key for e in placed} - set(waiting))
+            # no room: not offloaded; one release of the groups in reverse is one each in order
+            self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
         demotions = self._demotion_transfers()
         store = None
         if placed:
@@ -315,7 +316,8 @@ class BlockManager:
         if t.sources:  # one release, each entry's blocks in the order of one release each
             src = t.sources
             keys = [e.key for e in reversed(t.entries)]
-            held = list(chain.from_iterable(map(src.get, compress(keys, map(src.__contains__, keys)))))
+            mine = compress(keys, map(src.__contains__, keys))
+            held = list(chain.from_iterable(map(src.get, mine)))
             self.gpu.release(held, 0)
         if t.src is None and self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
             return self._write_through(0, t.entries, t.rid)
