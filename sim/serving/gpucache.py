@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
+from operator import not_
 
 import numpy as np
 
@@ -120,30 +121,31 @@ class GpuCache:
         the key was cached already, or repeats an earlier one) and how many of
         the caller's private blocks became cached."""
         cached, n = self.cached, len(keys)
-        new = [not x for x in map(cached.__contains__, keys)]
-        if len(set(keys)) < n:  # repeats: only a key's first time can be new
+        unique = len(set(keys)) == n
+        if unique and not any(map(cached.__contains__, keys)):  # the usual case: all new
+            out = self._cache(keys, ready).tolist()
+            return out, n
+        new = list(map(not_, map(cached.__contains__, keys)))
+        if not unique:  # repeats: only a key's first time can be new
             seen: set[int] = set()
             for i, key in enumerate(keys):
                 new[i] = new[i] and key not in seen
                 seen.add(key)
-        made = sum(new)
-        if made == n:
-            slots = self._take(n)
-            self.key[slots] = keys
-            out = slots.tolist()
-            cached.update(zip(keys, out, strict=True))
-        else:
-            mask = np.array(new, dtype=bool)
-            slots = self._take(made)
-            full = np.full(n, -1, dtype=np.int64)
-            full[mask] = slots
-            self.key[slots] = np.asarray(keys, dtype=np.int64)[mask]
-            out = full.tolist()
-            cached.update(zip(self.key[slots].tolist(), slots.tolist(), strict=True))
+        mask = np.array(new, dtype=bool)
+        full = np.full(n, -1, dtype=np.int64)
+        full[mask] = self._cache(np.asarray(keys, dtype=np.int64)[mask].tolist(), ready)
+        return full.tolist(), int(mask.sum())
+
+    def _cache(self, keys: Sequence[int], ready: bool) -> np.ndarray:
+        """New cached blocks for ``keys`` (none cached yet, no repeats), each
+        held once, made of the caller's private blocks: their slots."""
+        slots = self._take(len(keys))
+        self.key[slots] = keys
+        self.cached.update(zip(keys, slots.tolist(), strict=True))
         self.ref[slots] = 1
         self.ready[slots] = ready
-        self.private -= made
-        return out, made
+        self.private -= len(keys)
+        return slots
 
     def set_ready(self, blocks: Sequence[GpuBlock]) -> None:
         """Their loads ended: ``blocks`` (-1 entries skipped) can be hits."""
