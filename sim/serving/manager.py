@@ -33,7 +33,7 @@ that follow it (LMCache's write-through).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from operator import and_, attrgetter, ge, itemgetter, not_, or_, sub
@@ -57,13 +57,45 @@ class Placement:
     waiting: StoreRequest | None
 
 
-@dataclass
-class Lookup:
-    """A prefix hit: GPU blocks (slots), then (tier, entry, first block, blocks) below."""
+LowerHits = list[tuple[OffloadTier, Entry, int, int]]
 
-    gpu: list[GpuBlock]
-    lower: list[tuple[OffloadTier, Entry, int, int]]
-    blocks: int
+
+class Lookup:
+    """A prefix hit: ``gpu`` blocks (slots), then ``lower`` hits (tier, entry,
+    first block, blocks) below; ``blocks`` in all.
+
+    ``lower`` and ``blocks`` may be left to ``find``, run on first use: an
+    admission that finds no GPU room needs only ``gpu``.  They are what
+    ``find`` sees then, so whoever reads them must do so before the tiers or
+    the GPU's cached set change (:meth:`BlockManager.acquire` does).
+    """
+
+    __slots__ = ("gpu", "_lower", "_blocks", "_find")
+
+    def __init__(
+        self,
+        gpu: list[GpuBlock],
+        lower: LowerHits | None = None,
+        blocks: int = 0,
+        find: Callable[[], tuple[LowerHits, int]] | None = None,
+    ):
+        self.gpu = gpu
+        self._lower, self._blocks, self._find = lower or [], blocks, find
+
+    def resolve(self) -> None:
+        """Work out ``lower`` and ``blocks`` now, if not yet."""
+        if self._find is not None:
+            (self._lower, self._blocks), self._find = self._find(), None
+
+    @property
+    def lower(self) -> LowerHits:
+        self.resolve()
+        return self._lower
+
+    @property
+    def blocks(self) -> int:
+        self.resolve()
+        return self._blocks
 
 
 class Seq:
@@ -145,8 +177,7 @@ class BlockManager:
         keys = _ints(hs, 0, min(len(hs), limit + k))
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
         gpu = _gpu_prefix(cached, self.gpu.ready, keys, limit)
-        lower, j = self._lower_hits(keys, len(gpu), limit, len(hs))
-        return Lookup(gpu, lower, j)
+        return Lookup(gpu, find=lambda: self._lower_hits(keys, len(gpu), limit, len(hs)))
 
     def _lower_hits(
         self, keys: list[int], j: int, limit: int, n_hashes: int
@@ -187,11 +218,17 @@ class BlockManager:
 
     def acquire(self, s: Seq, hit: Lookup, new_blocks: int) -> bool:
         """Take the hit and ``new_blocks`` more GPU blocks for ``s``; False
-        (and nothing taken) if the GPU cannot make room."""
-        self.gpu.acquire_all(hit.gpu)
-        if not self.gpu.allocate(new_blocks):
-            self.gpu.release(hit.gpu, 0)
+        (and nothing taken) if the GPU cannot make room.  The lower hits are
+        worked out only once the room is sure, before eviction changes the
+        GPU's cached set (what :meth:`lookup` would have seen)."""
+        gpu = self.gpu
+        gpu.acquire_all(hit.gpu)
+        if gpu.free + gpu.n_evictable < new_blocks:  # what allocate would refuse
+            gpu.release(hit.gpu, 0)
             return False
+        hit.resolve()
+        if not gpu.allocate(new_blocks):  # pragma: no cover - checked just above
+            raise RuntimeError("GPU room vanished between check and allocation")
         s.blocks = list(hit.gpu)
         s.private = new_blocks
         s.cached_tokens = hit.blocks * self.B
