@@ -33,10 +33,11 @@ that follow it (LMCache's write-through).
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
-from operator import and_, attrgetter, ge, itemgetter, not_, or_, sub
+from operator import and_, attrgetter, ge, is_, not_, sub
 
 import numpy as np
 
@@ -298,19 +299,27 @@ class BlockManager:
         if not (self.tiers and store) or g1 <= g0:
             return None
         s.stored_groups = g1
-        keys = _ints(hs, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
-        skip = [False] * len(keys)  # held in some tier already
+        groups = self._store_groups(s, g0, g1)
+        return StoreRequest(s.req.rid, groups) if groups else None
+
+    def _store_groups(self, s: Seq, g0: int, g1: int) -> list[tuple[int, tuple[GpuBlock, ...]]]:
+        """Groups ``g0 .. g1`` of ``s`` held in no tier and whole on the GPU (no
+        -1 among their blocks): (last block's key, blocks), the blocks held.
+        Masks in numpy; only the dict probes and the groups made go per group."""
+        k, n = self.k, g1 - g0
+        keys = _ints(s.req.hashes, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
+        held = np.zeros(n, dtype=bool)  # in some tier already
         for t in self.tiers:
-            skip = list(map(or_, skip, map(t.entries.__contains__, keys)))
-        mine = s.blocks[g0 * k : g1 * k]
-        cut = list(zip(*[mine[i::k] for i in range(k)], strict=True))  # each group's blocks
-        firsts = mine if k == 1 else list(map(min, cut))  # -1 in a group: not all cached
-        take = list(map(and_, map(not_, skip), map(ge, firsts, repeat(0))))
-        groups = list(compress(zip(keys, cut, strict=True), take))
-        if not groups:
-            return None
-        self.gpu.acquire_all(list(chain.from_iterable(map(itemgetter(1), groups))))
-        return StoreRequest(s.req.rid, groups)
+            held |= np.fromiter(map(t.entries.__contains__, keys), dtype=bool, count=n)
+        mine = np.array(s.blocks[g0 * k : g1 * k], dtype=np.int64).reshape(n, k)
+        take = ~held & (mine.min(axis=1) >= 0)
+        if not take.all():
+            keys = list(compress(keys, take.tolist()))
+            mine = mine[take]
+        if not keys:
+            return []
+        self.gpu.acquire_all(mine.ravel())
+        return list(zip(keys, zip(*mine.T.tolist(), strict=True), strict=True))
 
     def place_store(self, req: StoreRequest) -> Placement:
         """Place ``req``'s groups in the first tier, evicting (and demoting) as
@@ -362,13 +371,13 @@ class BlockManager:
 
     def _write_through(self, i: int, entries: list[Entry], rid: int) -> list[Transfer]:
         src, dst = self.tiers[i], self.tiers[i + 1]
-        live = [e for e in entries if src.entries.get(e.key) is e]
-        placed, _ = dst.place([e.key for e in live], None)
+        keys = list(map(_KEY, entries))
+        live = list(compress(keys, map(is_, map(src.entries.get, keys), entries)))
+        placed, _ = dst.place(live, None)
         if not placed:
             return []
-        olds = [src.entries[e.key] for e in placed]
-        for old in olds:
-            src.pin(old)
+        olds = list(map(src.entries.__getitem__, map(_KEY, placed)))
+        deque(map(src.pin, olds), maxlen=0)
         pieces = store_pieces(src, dst, placed, self.gpu_name)
         return [Transfer("store", "dst", rid, pieces, src, dst, placed, olds)]
 
@@ -461,6 +470,7 @@ def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTi
     return out
 
 
+_KEY = attrgetter("key")
 _CHUNK = 32  # keys probed at first by a prefix search; doubled at each round
 
 
