@@ -32,19 +32,19 @@ that follow it (LMCache's write-through).
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, repeat
-from operator import and_, attrgetter, ge, is_, not_, sub
+from itertools import chain, compress
+from operator import attrgetter, is_
 
 import numpy as np
 
-from sim.serving.blocks import READY, Entry, GpuBlock, GpuCache, OffloadTier
+from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
+from sim.serving.prefix import Lookup, gpu_prefix, ints, lower_hits
 from sim.serving.requests import Request
+from sim.serving.seq import Seq
 from sim.serving.tierplace import fitting_prefix, room_blocked
 
 
@@ -56,92 +56,6 @@ class Placement:
     demotions: list[Transfer]
     store: Transfer | None
     waiting: StoreRequest | None
-
-
-LowerHits = list[tuple[OffloadTier, Entry, int, int]]
-
-
-class Lookup:
-    """A prefix hit: ``gpu`` blocks (slots), then ``lower`` hits (tier, entry,
-    first block, blocks) below; ``blocks`` in all.
-
-    ``lower`` and ``blocks`` may be left to ``find``, run on first use: an
-    admission that finds no GPU room needs only ``gpu``.  They are what
-    ``find`` sees then, so whoever reads them must do so before the tiers or
-    the GPU's cached set change (:meth:`BlockManager.acquire` does).
-    """
-
-    __slots__ = ("gpu", "_lower", "_blocks", "_find")
-
-    def __init__(
-        self,
-        gpu: list[GpuBlock],
-        lower: LowerHits | None = None,
-        blocks: int = 0,
-        find: Callable[[], tuple[LowerHits, int]] | None = None,
-    ):
-        self.gpu = gpu
-        self._lower, self._blocks, self._find = lower or [], blocks, find
-
-    def resolve(self) -> None:
-        """Work out ``lower`` and ``blocks`` now, if not yet."""
-        if self._find is not None:
-            (self._lower, self._blocks), self._find = self._find(), None
-
-    @property
-    def lower(self) -> LowerHits:
-        self.resolve()
-        return self._lower
-
-    @property
-    def blocks(self) -> int:
-        self.resolve()
-        return self._blocks
-
-
-class Seq:
-    """The engine's state of one request.
-
-    ``prefill_left`` (prompt tokens neither cached nor prefilled yet) is read
-    several times per running request per iteration, so it is a plain
-    attribute kept up to date by the setters of ``cached_tokens`` and
-    ``prefilled`` rather than recomputed on every read.
-    """
-
-    __slots__ = ("req", "total_blocks", "blocks", "private", "_cached", "_prefilled",
-                 "prefill_left", "generated", "stored_groups", "lookup", "load")  # fmt: skip
-
-    def __init__(self, req: Request, total_blocks: int):
-        self.req = req
-        self.total_blocks = total_blocks
-        self.blocks: list[GpuBlock] = []  # per input block: its GPU slot, -1 if not cached
-        self.private = 0
-        self._cached = self._prefilled = 0
-        self.prefill_left = req.input_tokens
-        self.generated = 0
-        self.stored_groups = 0
-        self.lookup: Lookup | None = None  # hits still to load
-        self.load: Transfer | None = None  # their load, once started
-
-    @property
-    def cached_tokens(self) -> int:
-        """Prompt tokens whose KV a prefix hit supplies (GPU or a lower tier)."""
-        return self._cached
-
-    @cached_tokens.setter
-    def cached_tokens(self, n: int) -> None:
-        self._cached = n
-        self.prefill_left = self.req.input_tokens - n - self._prefilled
-
-    @property
-    def prefilled(self) -> int:
-        """Prompt tokens computed by prefill chunks so far."""
-        return self._prefilled
-
-    @prefilled.setter
-    def prefilled(self, n: int) -> None:
-        self._prefilled = n
-        self.prefill_left = self.req.input_tokens - self._cached - n
 
 
 class BlockManager:
@@ -172,50 +86,16 @@ class BlockManager:
         The dict probes run as C-level ``map`` over the request's keys, not a
         Python loop per block: the GPU prefix is cut at the first missing or
         not-ready block, the lower hits at the first group with a block on the
-        GPU or with no ready copy in any tier (:meth:`_lower_hits`)."""
+        GPU or with no ready copy in any tier (:func:`sim.serving.prefix.lower_hits`)."""
         hs, k = s.req.hashes, self.k
         limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
-        keys = _ints(hs, 0, min(len(hs), limit + k))
+        keys = ints(hs, 0, min(len(hs), limit + k))
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
-        gpu = _gpu_prefix(cached, self.gpu.ready, keys, limit)
-        return Lookup(gpu, find=lambda: self._lower_hits(keys, len(gpu), limit, len(hs)))
-
-    def _lower_hits(
-        self, keys: list[int], j: int, limit: int, n_hashes: int
-    ) -> tuple[list[tuple[OffloadTier, Entry, int, int]], int]:
-        """Lower hits from block ``j`` on: groups ``[j, last]`` (``last`` the end
-        of ``j``'s offload block, cut at ``limit``), each found by its last
-        block's key in the first tier holding a ready copy; stops at a group
-        past the hashes, with a block on the GPU, or found nowhere.  Every
-        step is a C-level ``map`` over the groups (no Python loop per block)."""
-        k = self.k
-        if j >= limit or not self.tiers:
-            return [], j
-        first = (j // k) * k + k - 1  # the first group's last block; the rest step by k
-        lasts = list(range(first, min(limit + k - 1, n_hashes), k))
-        if not lasts:
-            return [], j
-        starts = [j, *range(first + 1, first + 1 + k * (len(lasts) - 1), k)]
-        stop = min(lasts[-1] + 1, limit)  # where the groups end (or the one past the hashes)
-        ends = list(map(min, map((1).__add__, lasts), repeat(limit)))
-        sizes = list(map(sub, ends, starts))
-        last_keys = keys[lasts[0] : lasts[-1] + 1 : k]
-        lower: list[tuple[OffloadTier, Entry, int, int]] = []
-        g, chunk, contains = 0, _CHUNK, self.gpu.cached.__contains__
-        while g < len(starts):  # galloping: the work follows the hit, not the prompt
-            h = min(g + chunk, len(starts))
-            chunk *= 2
-            b0, b1 = starts[g], starts[h] if h < len(starts) else stop
-            on_gpu = list(map(contains, keys[b0:b1]))
-            cut = h  # the group holding the first GPU block and all after it go
-            if True in on_gpu:
-                cut = bisect_right(starts, b0 + on_gpu.index(True), g, h) - 1
-            part = _ready_runs(self.tiers, last_keys[g:cut], starts[g:cut], sizes[g:cut])
-            lower += part
-            if g + len(part) < h:  # a GPU block, or a group found nowhere: the hit ends
-                return lower, starts[g + len(part)]
-            g = h
-        return lower, stop
+        gpu = gpu_prefix(cached, self.gpu.ready, keys, limit)
+        on_gpu, tiers = self.gpu.cached.__contains__, self.tiers
+        return Lookup(
+            gpu, find=lambda: lower_hits(tiers, on_gpu, k, keys, len(gpu), limit, len(hs))
+        )
 
     def acquire(self, s: Seq, hit: Lookup, new_blocks: int) -> bool:
         """Take the hit and ``new_blocks`` more GPU blocks for ``s``; False
@@ -242,7 +122,7 @@ class BlockManager:
         for tier, entries in _by_tier(hit.lower).items():
             tier.touch_all(entries)  # pinned: touched, not offered for eviction
         if spans:  # the hit blocks are contiguous: [first j, last j + n)
-            keys = _ints(s.req.hashes, spans[0][0], spans[-1][1])
+            keys = ints(s.req.hashes, spans[0][0], spans[-1][1])
             blocks, _made = self.gpu.promote_all(keys, False)
             s.blocks += blocks
             s.private -= len(blocks)
@@ -292,7 +172,7 @@ class BlockManager:
         done = s.cached_tokens + s.prefilled if upto is None else upto
         frontier = min(len(hs), done // self.B)
         if len(s.blocks) < frontier:
-            blocks, made = self.gpu.promote_all(_ints(hs, len(s.blocks), frontier), ready=True)
+            blocks, made = self.gpu.promote_all(ints(hs, len(s.blocks), frontier), ready=True)
             s.private -= made
             s.blocks += blocks
         g0, g1 = s.stored_groups, frontier // k
@@ -307,7 +187,7 @@ class BlockManager:
         -1 among their blocks): (last block's key, blocks), the blocks held.
         Masks in numpy; only the dict probes and the groups made go per group."""
         k, n = self.k, g1 - g0
-        keys = _ints(s.req.hashes, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
+        keys = ints(s.req.hashes, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
         held = np.zeros(n, dtype=bool)  # in some tier already
         for t in self.tiers:
             held |= np.fromiter(map(t.entries.__contains__, keys), dtype=bool, count=n)
@@ -442,12 +322,6 @@ class BlockManager:
         return False
 
 
-def _ints(hs: Sequence[int], start: int, stop: int, step: int = 1) -> list[int]:
-    """``hs[start:stop:step]`` as Python ints (``hs`` a tuple or an int64 array)."""
-    part = hs[start:stop:step]
-    return part.tolist() if hasattr(part, "tolist") else list(part)
-
-
 def _rest(
     req: StoreRequest, pending: list[int], waiting: list[int], sources: dict[int, tuple[int, ...]]
 ) -> StoreRequest | None:
@@ -471,77 +345,8 @@ def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTi
 
 
 _KEY = attrgetter("key")
-_CHUNK = 32  # keys probed at first by a prefix search; doubled at each round
 
 
-def _gpu_prefix(
-    cached: dict[int, GpuBlock], ready: np.ndarray, keys: list[int], limit: int
-) -> list[GpuBlock]:
-    """The ready blocks (slots) of ``cached`` for ``keys[:limit]`` up to the
-    first missing or not-ready one (``ready`` indexed by slot), probed in
-    doubling chunks (the work follows the hit, not the prompt)."""
-    out: list[GpuBlock] = []
-    i, chunk = 0, _CHUNK
-    while i < limit:
-        h = min(i + chunk, limit)
-        chunk *= 2
-        part = list(map(cached.get, keys[i:h]))
-        if None in part:
-            del part[part.index(None) :]
-        if part:
-            ok = ready[part]
-            if not ok.all():
-                del part[int(np.argmin(ok)) :]
-        out += part
-        if len(part) < h - i:
-            break
-        i = h
-    return out
+_KEY = attrgetter("key")
 
-
-class _Absent:
-    """What a tier's ``entries.get`` gives for a key it lacks: never ready."""
-
-    ref_cnt = -1
-    draining = True
-
-
-_ABSENT = _Absent()
-_REF, _DRAINING = attrgetter("ref_cnt"), attrgetter("draining")
-
-
-def _ready_runs(
-    tiers: list[OffloadTier], keys: list[int], starts: list[int], sizes: list[int]
-) -> list[tuple[OffloadTier, Entry, int, int]]:
-    """Hits (tier, entry, first block, blocks) for groups ``keys`` (first
-    blocks ``starts``, ``sizes`` blocks each) up to the first found nowhere:
-    each in the first tier holding a ready, not draining entry for it (what
-    :meth:`OffloadTier.lookup` accepts).  Readiness is mapped per tier at C
-    level; the hits are made run by run (groups served by the same tier)."""
-    ess, oks = [], []
-    for tier in tiers:
-        es = list(map(tier.entries.get, keys, repeat(_ABSENT)))
-        ess.append(es)
-        oks.append(
-            list(map(and_, map(ge, map(_REF, es), repeat(READY)), map(not_, map(_DRAINING, es))))
-        )
-    out: list[tuple[OffloadTier, Entry, int, int]] = []
-    g, n = 0, len(keys)
-    while g < n:
-        t = next((i for i, ok in enumerate(oks) if ok[g]), -1)
-        if t < 0:
-            break
-        h = _index(oks[t], False, g, n)
-        for ok in oks[:t]:  # an earlier tier taking over ends the run
-            h = _index(ok, True, g, h)
-        out += zip(repeat(tiers[t]), ess[t][g:h], starts[g:h], sizes[g:h])
-        g = h
-    return out
-
-
-def _index(xs: list[bool], value: bool, lo: int, hi: int) -> int:
-    """The first index of ``value`` in ``xs[lo:hi]``, else ``hi``."""
-    try:
-        return xs.index(value, lo, hi)
-    except ValueError:
-        return hi
+__all__ = ["BlockManager", "Lookup", "Placement", "Seq"]
