@@ -101,10 +101,7 @@ class GpuCache:
         need = n - self.free
         if need > 0:
             victims = self._pop_lru(need)
-            cached = self.cached
-            for key in self.key[victims].tolist():
-                del cached[key]
-            self._give_back(victims)
+            self._forget(victims)
             self.evictions += need
             self.n_evictable -= need
         self.private += n
@@ -171,10 +168,7 @@ class GpuCache:
             self._push(zero[keep])
             zero = zero[~keep]
         if len(zero):
-            cached = self.cached
-            for key in self.key[zero].tolist():
-                del cached[key]
-            self._give_back(zero)
+            self._forget(zero)
 
     # ---- the LRU as runs ---------------------------------------------------------------
     def _push(self, slots: np.ndarray) -> None:
@@ -249,6 +243,11 @@ class GpuCache:
             self._grow(n - self._top)
         self._top -= n
         return self._free[self._top : self._top + n].copy()
+
+    def _forget(self, slots: np.ndarray) -> None:
+        """``slots`` leave the cache (their keys uncached, the slots unused)."""
+        deque(map(self.cached.__delitem__, self.key[slots].tolist()), maxlen=0)
+        self._give_back(slots)
 
     def _give_back(self, slots: np.ndarray) -> None:
         self._stamp[slots] = -1

@@ -89,13 +89,10 @@ class BlockManager:
         GPU or with no ready copy in any tier (:func:`sim.serving.prefix.lower_hits`)."""
         hs, k = s.req.hashes, self.k
         limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
-        keys = ints(hs, 0, min(len(hs), limit + k))
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
-        gpu = gpu_prefix(cached, self.gpu.ready, keys, limit)
+        gpu = gpu_prefix(cached, self.gpu.ready, hs, limit)
         on_gpu, tiers = self.gpu.cached.__contains__, self.tiers
-        return Lookup(
-            gpu, find=lambda: lower_hits(tiers, on_gpu, k, keys, len(gpu), limit, len(hs))
-        )
+        return Lookup(gpu, find=lambda: lower_hits(tiers, on_gpu, k, hs, len(gpu), limit))
 
     def acquire(self, s: Seq, hit: Lookup, new_blocks: int) -> bool:
         """Take the hit and ``new_blocks`` more GPU blocks for ``s``; False

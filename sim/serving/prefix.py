@@ -72,9 +72,9 @@ _CHUNK = 32  # keys probed at first by a prefix search; doubled at each round
 
 
 def gpu_prefix(
-    cached: dict[int, GpuBlock], ready: np.ndarray, keys: list[int], limit: int
+    cached: dict[int, GpuBlock], ready: np.ndarray, hs: Sequence[int], limit: int
 ) -> list[GpuBlock]:
-    """The ready blocks (slots) of ``cached`` for ``keys[:limit]`` up to the
+    """The ready blocks (slots) of ``cached`` for keys ``hs[:limit]`` up to the
     first missing or not-ready one (``ready`` indexed by slot), probed in
     doubling chunks (the work follows the hit, not the prompt)."""
     out: list[GpuBlock] = []
@@ -82,7 +82,7 @@ def gpu_prefix(
     while i < limit:
         h = min(i + chunk, limit)
         chunk *= 2
-        part = list(map(cached.get, keys[i:h]))
+        part = list(map(cached.get, ints(hs, i, h)))
         if None in part:
             del part[part.index(None) :]
         if part:
@@ -148,35 +148,35 @@ def lower_hits(
     tiers: list[OffloadTier],
     on_gpu: Callable[[int], bool],
     k: int,
-    keys: list[int],
+    hs: Sequence[int],
     j: int,
     limit: int,
-    n_hashes: int,
 ) -> tuple[LowerHits, int]:
-    """Lower hits from block ``j`` on (``k`` GPU blocks a group, ``on_gpu``
-    whether a key is cached on the GPU): groups ``[j, last]`` (``last`` the end
-    of ``j``'s offload block, cut at ``limit``), each found by its last
-    block's key in the first tier holding a ready copy; stops at a group
-    past the hashes, with a block on the GPU, or found nowhere.  Every
+    """Lower hits of the blocks keyed ``hs`` from block ``j`` on (``k`` GPU
+    blocks a group, ``on_gpu`` whether a key is cached on the GPU): groups
+    ``[j, last]`` (``last`` the end of ``j``'s offload block, cut at
+    ``limit``), each found by its last block's key in the first tier holding
+    a ready copy; stops at a group past the hashes, with a block on the GPU,
+    or found nowhere.  Every
     step is a C-level ``map`` over the groups (no Python loop per block)."""
     if j >= limit or not tiers:
         return [], j
     first = (j // k) * k + k - 1  # the first group's last block; the rest step by k
-    lasts = list(range(first, min(limit + k - 1, n_hashes), k))
+    lasts = list(range(first, min(limit + k - 1, len(hs)), k))
     if not lasts:
         return [], j
     starts = [j, *range(first + 1, first + 1 + k * (len(lasts) - 1), k)]
     stop = min(lasts[-1] + 1, limit)  # where the groups end (or the one past the hashes)
     ends = list(map(min, map((1).__add__, lasts), repeat(limit)))
     sizes = list(map(sub, ends, starts))
-    last_keys = keys[lasts[0] : lasts[-1] + 1 : k]
+    last_keys = ints(hs, lasts[0], lasts[-1] + 1, k)
     lower: LowerHits = []
     g, chunk = 0, _CHUNK
     while g < len(starts):  # galloping: the work follows the hit, not the prompt
         h = min(g + chunk, len(starts))
         chunk *= 2
         b0, b1 = starts[g], starts[h] if h < len(starts) else stop
-        gpu = list(map(on_gpu, keys[b0:b1]))
+        gpu = list(map(on_gpu, ints(hs, b0, b1)))
         cut = h  # the group holding the first GPU block and all after it go
         if True in gpu:
             cut = bisect_right(starts, b0 + gpu.index(True), g, h) - 1
