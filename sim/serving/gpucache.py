@@ -155,6 +155,8 @@ class GpuCache:
         whose count reaches 0 joins the LRU (ready, prefix caching on) or
         leaves the cache."""
         self.private -= private
+        if not len(blocks):
+            return
         arr = np.asarray(blocks, dtype=np.int64)[::-1]
         arr = arr[arr >= 0]
         if not len(arr):
