@@ -94,6 +94,22 @@ class GpuCache:
             self.n_evictable -= len(self._last_each(idle))
         np.add.at(self.ref, arr, 1)
 
+    def hold(self, blocks: Sequence[GpuBlock], n: int) -> bool:
+        """Acquire ``blocks`` if ``n`` more could then be allocated (True);
+        else (False) change nothing but the LRU order, as acquiring and
+        releasing them would: their unreferenced ones become the most
+        recently used, last block first."""
+        if not len(blocks):
+            return self.free + self.n_evictable >= n
+        arr = np.asarray(blocks, dtype=np.int64)
+        idle = self._last_each(arr[self.ref[arr] == 0][::-1])  # in the order a release frees
+        if self.free + self.n_evictable - len(idle) >= n:
+            self.n_evictable -= len(idle)
+            np.add.at(self.ref, arr, 1)
+            return True
+        self._push(idle, requeue=True)
+        return False
+
     def allocate(self, n: int) -> bool:
         """Reserve ``n`` private blocks, evicting unreferenced cached ones (LRU)."""
         if self.free + self.n_evictable < n:
@@ -173,8 +189,9 @@ class GpuCache:
             self._forget(zero)
 
     # ---- the LRU as runs ---------------------------------------------------------------
-    def _push(self, slots: np.ndarray) -> None:
-        """``slots`` (count 0, in this order) become the most recently used."""
+    def _push(self, slots: np.ndarray, requeue: bool = False) -> None:
+        """``slots`` (count 0, in this order) become the most recently used;
+        ``requeue``: they were evictable already (moved, not added)."""
         if not len(slots):
             return
         stamps = np.arange(self._clock, self._clock + len(slots), dtype=np.int64)
@@ -187,7 +204,7 @@ class GpuCache:
         else:
             runs.append((slots, stamps))
         self._queued += len(slots)
-        self.n_evictable += len(slots)
+        self.n_evictable += 0 if requeue else len(slots)
         if self._queued > 2 * self.n_evictable + 1024:
             self._compact()
 

@@ -100,9 +100,7 @@ class BlockManager:
         worked out only once the room is sure, before eviction changes the
         GPU's cached set (what :meth:`lookup` would have seen)."""
         gpu = self.gpu
-        gpu.acquire_all(hit.gpu)
-        if gpu.free + gpu.n_evictable < new_blocks:  # what allocate would refuse
-            gpu.release(hit.gpu, 0)
+        if not gpu.hold(hit.gpu, new_blocks):  # no room: the hit only touched
             return False
         hit.resolve()
         if not gpu.allocate(new_blocks):  # pragma: no cover - checked just above

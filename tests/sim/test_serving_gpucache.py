@@ -111,13 +111,18 @@ def run_workload(seed: int, prefix_cache: bool, steps: int = 400) -> int:
             assert hit == [gpu.cached[b.key] for b in hit_r]
             for b in hit_r:
                 ref.acquire(b)
-            gpu.acquire_all(hit)
             n = len(keys) - len(hit) + rng.randint(0, 3)
             ok = ref.allocate(n)
-            assert gpu.allocate(n) == ok
+            if rng.random() < 0.5:  # take the hit, then room (as one step, or two)
+                assert gpu.hold(hit, n) == ok
+                assert not ok or gpu.allocate(n)
+            else:
+                gpu.acquire_all(hit)
+                assert gpu.allocate(n) == ok
+                if not ok:
+                    gpu.release(hit, 0)
             if not ok:
                 ref.release(hit_r, 0)
-                gpu.release(hit, 0)
             else:
                 ready = rng.random() < 0.7
                 rest = keys[len(hit) :]
