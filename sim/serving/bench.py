@@ -104,6 +104,25 @@ stale items on the other devices' heaps, and one slot per run; at
 paged-cpu-ssd each drain places one key and starts its demotions (the
 store and demotion transfers are most of what is left there).
 
+GPU cache by slots and runs (2026-11-24 09:00-09:04, branch srun2 at
+663242a against its starting tree 96828e4 in the same run, load 9-11; no
+column of the baseline runs changes): the GPU cache as arrays over slots,
+reference counts updated by vector operations over a request's blocks, the
+LRU a queue of runs released together, ``allocate(n)`` taking the n oldest
+at once (:mod:`sim.serving.gpucache`); a lookup's lower hits worked out
+only once the GPU room is sure, so that a refused admission probes no tier
+(:mod:`sim.serving.prefix`); store groups masked in numpy; store pieces
+grouped by layout with C-level compares.  CPU s before -> after (speed per
+CPU second): block 16, 300 requests: gpu-only 0.39 -> 0.29 s, hicache
+0.39 -> 0.29 s, paged-cpu 0.73 -> 0.58 s, lmcache 1.73 -> 1.57 s; block
+16, 1K: gpu-only 1.49 -> 0.71 s (333x -> 703x), hicache 1.48 -> 0.70 s
+(336x -> 712x), paged-cpu 3.49 -> 1.99 s (142x -> 249x), lmcache 11.70 ->
+6.15 s (50x -> 95x; most of it from refused admissions, 1,814 of 2,814
+lookups); block 256, 1K: gpu-only 0.39 -> 0.44 s (1,278x -> 1,143x),
+hicache 0.39 -> 0.44 s, paged-cpu 0.78 -> 0.80 s, lmcache 1.16 -> 1.13 s.
+At 256-token blocks a request holds ~47 blocks, too few for numpy's
+per-call cost (~35 array operations per request) to pay off.
+
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
 769x, paged-ssd 445x, lmcache 364x, lmcache-lp 336x, lmcache-lp-async 310x,
