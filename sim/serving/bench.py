@@ -104,7 +104,7 @@ stale items on the other devices' heaps, and one slot per run; at
 paged-cpu-ssd each drain places one key and starts its demotions (the
 store and demotion transfers are most of what is left there).
 
-GPU cache by slots and runs (2026-11-24 09:00-09:04, branch srun2 at
+GPU cache by slots and runs (2026-11-24 08:43-08:47, branch srun2 at
 663242a against its starting tree 96828e4 in the same run, load 9-11; no
 column of the baseline runs changes): the GPU cache as arrays over slots,
 reference counts updated by vector operations over a request's blocks, the
