@@ -37,7 +37,7 @@ GpuBlock = int  # a cached GPU block: its slot in GpuCache's arrays (-1: none)
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 _PROBE = 64  # LRU entries checked at first by an eviction; doubled at each round
-_SMALL_RUN = 256  # a run shorter than this takes the next one in (same order)
+_SMALL_RUN = 32  # runs merged (same order) while they stay this short
 
 
 class GpuCache:
@@ -174,9 +174,10 @@ class GpuCache:
         if not len(blocks):
             return
         arr = np.asarray(blocks, dtype=np.int64)[::-1]
-        arr = arr[arr >= 0]
-        if not len(arr):
-            return
+        if isinstance(blocks, np.ndarray) or -1 in blocks:
+            arr = arr[arr >= 0]
+            if not len(arr):
+                return
         np.add.at(self.ref, arr, -1)
         zero = self._last_each(arr[self.ref[arr] == 0])  # in the order each reached 0
         if not len(zero):
@@ -198,7 +199,7 @@ class GpuCache:
         self._clock += len(slots)
         self._stamp[slots] = stamps
         runs = self._runs
-        if runs and len(runs[-1][0]) < _SMALL_RUN:  # few long runs, not many tiny ones
+        if runs and len(runs[-1][0]) + len(slots) <= _SMALL_RUN:  # not many tiny runs
             last = runs.pop()
             runs.append((np.concatenate([last[0], slots]), np.concatenate([last[1], stamps])))
         else:
@@ -239,12 +240,14 @@ class GpuCache:
             while h < len(slots) and got < need:
                 e = min(h + step, len(slots))
                 step *= 2
-                idx = np.flatnonzero(self._live(slots[h:e], stamps[h:e]))
-                if len(idx) > need - got:
-                    idx = idx[: need - got]
+                ok = self._live(slots[h:e], stamps[h:e])
+                n_ok = int(np.count_nonzero(ok))
+                if n_ok > need - got:  # the chunk's live entries past the need stay queued
+                    idx = np.flatnonzero(ok)[: need - got]
                     e = h + int(idx[-1]) + 1
-                out.append(slots[h:e][idx])
-                got += len(idx)
+                    ok, n_ok = ok[: e - h], len(idx)
+                out.append(slots[h:e][ok])
+                got += n_ok
                 h = e
             if h >= len(slots):
                 self._runs.popleft()
@@ -290,15 +293,19 @@ class GpuCache:
 
     def _last_each(self, slots: np.ndarray) -> np.ndarray:
         """``slots`` with each repeated slot kept at its last occurrence only
-        (the usual case, no repeats, costs two vector operations)."""
+        (the usual case, no repeats, is found by a set when short, else by
+        two vector operations)."""
         if len(slots) < 2:
             return slots
-        pos = np.arange(len(slots), dtype=np.int64)
-        self._seen[slots] = pos
-        if (self._seen[slots] == pos).all():
-            return slots
-        rev = slots[::-1]
-        _, first = np.unique(rev, return_index=True)
+        if len(slots) <= _SMALL_RUN:
+            if len(set(slots.tolist())) == len(slots):
+                return slots
+        else:
+            pos = np.arange(len(slots), dtype=np.int64)
+            self._seen[slots] = pos
+            if (self._seen[slots] == pos).all():
+                return slots
+        _, first = np.unique(slots[::-1], return_index=True)
         return slots[np.sort(len(slots) - 1 - first)]
 
 

@@ -86,9 +86,9 @@ def gpu_prefix(
         if None in part:
             del part[part.index(None) :]
         if part:
-            ok = ready[part]
-            if not ok.all():
-                del part[int(np.argmin(ok)) :]
+            ok = ready[part].tolist()
+            if False in ok:
+                del part[ok.index(False) :]
         out += part
         if len(part) < h - i:
             break

@@ -85,20 +85,21 @@ def same_state(ref: RefCache, gpu: GpuCache) -> None:
     assert list(gpu.evictable) == list(ref.evictable)  # LRU order: the same victims next
     assert len(gpu.evictable) == len(ref.evictable)
     assert (gpu.private, gpu.evictions) == (ref.private, ref.evictions)
-    assert all((k in gpu.evictable) == (k in ref.evictable) for k in range(-1, 50))
+    assert all((k in gpu.evictable) == (k in ref.evictable) for k in ref.cached)
 
 
-def run_workload(seed: int, prefix_cache: bool, steps: int = 400) -> int:
-    """Random requests on both caches, compared after each step; the evictions."""
+def run_workload(seed: int, prefix_cache: bool, steps: int = 400, size: int = 1) -> int:
+    """Random requests on both caches, compared after each step; the evictions.
+    ``size`` scales the cache and the requests (past the short-run paths)."""
     rng = random.Random(seed)
-    cap = rng.randint(8, 40)
+    cap = rng.randint(8, 40) * size
     ref, gpu = RefCache(cap, prefix_cache), GpuCache(cap, prefix_cache)
     held: list[tuple[list, list[int], int]] = []  # (ref blocks, slots, private)
     for _ in range(steps):
         op = rng.random()
         if op < 0.45 or not held:  # a request: its GPU prefix hit, then new blocks
-            base = rng.randint(0, 5) * 8
-            keys = [base + i for i in range(rng.randint(1, 12))]
+            base = rng.randint(0, 5) * 8 * size
+            keys = [base + i for i in range(rng.randint(1, 12) * size)]
             if rng.random() < 0.15:
                 keys.insert(rng.randrange(len(keys)), rng.choice(keys))  # a repeated key
             hit_r = []
@@ -156,6 +157,12 @@ def run_workload(seed: int, prefix_cache: bool, steps: int = 400) -> int:
 def test_slots_and_runs_match_the_per_block_cache(seed: int) -> None:
     evictions = run_workload(seed, prefix_cache=True)
     assert evictions > 0  # the workload did evict: the LRU order was exercised
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_requests_too(seed: int) -> None:
+    """Requests of up to 96 blocks: repeats and runs past the short paths."""
+    assert run_workload(100 + seed, prefix_cache=True, steps=150, size=8) > 0
 
 
 @pytest.mark.parametrize("seed", range(3))
