@@ -38,6 +38,7 @@ GpuBlock = int  # a cached GPU block: its slot in GpuCache's arrays (-1: none)
 _EMPTY = np.zeros(0, dtype=np.int64)
 _PROBE = 64  # LRU entries checked at first by an eviction; doubled at each round
 _SMALL_RUN = 32  # runs merged (same order) while they stay this short
+_SET_MAX = 64  # repeats among at most this many slots are found by a set
 
 
 class GpuCache:
@@ -297,7 +298,7 @@ class GpuCache:
         two vector operations)."""
         if len(slots) < 2:
             return slots
-        if len(slots) <= _SMALL_RUN:
+        if len(slots) <= _SET_MAX:
             if len(set(slots.tolist())) == len(slots):
                 return slots
         else:

@@ -100,8 +100,9 @@ def run_workload(seed: int, prefix_cache: bool, steps: int = 400, size: int = 1)
         if op < 0.45 or not held:  # a request: its GPU prefix hit, then new blocks
             base = rng.randint(0, 5) * 8 * size
             keys = [base + i for i in range(rng.randint(1, 12) * size)]
-            if rng.random() < 0.15:
-                keys.insert(rng.randrange(len(keys)), rng.choice(keys))  # a repeated key
+            for _ in range(size):
+                if rng.random() < 0.15:
+                    keys.insert(rng.randrange(len(keys)), rng.choice(keys))  # a repeated key
             hit_r = []
             for key in keys:
                 b = ref.lookup(key)
@@ -161,8 +162,8 @@ def test_slots_and_runs_match_the_per_block_cache(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_long_requests_too(seed: int) -> None:
-    """Requests of up to 96 blocks: repeats and runs past the short paths."""
-    assert run_workload(100 + seed, prefix_cache=True, steps=150, size=8) > 0
+    """Requests of up to 192 blocks: repeats and runs past the short paths."""
+    assert run_workload(100 + seed, prefix_cache=True, steps=150, size=16) > 0
 
 
 @pytest.mark.parametrize("seed", range(3))
