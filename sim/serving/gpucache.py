@@ -38,6 +38,7 @@ GpuBlock = int  # a cached GPU block: its slot in GpuCache's arrays (-1: none)
 _EMPTY = np.zeros(0, dtype=np.int64)
 _PROBE = 64  # LRU entries checked at first by an eviction; doubled at each round
 _SMALL_RUN = 32  # runs merged (same order) while they stay this short
+_FEW = 8  # at most this many blocks are counted one by one
 _SET_MAX = 64  # repeats among at most this many slots are found by a set
 
 
@@ -87,9 +88,14 @@ class GpuCache:
     def acquire_all(self, blocks: Sequence[GpuBlock] | np.ndarray) -> None:
         """One more reference to each of ``blocks`` (repeats count each time);
         a block at 0 leaves the LRU."""
-        arr = np.asarray(blocks, dtype=np.int64)
-        if not len(arr):
+        if len(blocks) <= _FEW:  # a few: one by one is cheaper than array calls
+            ref = self.ref
+            for slot in blocks:
+                r = ref.item(slot)
+                self.n_evictable -= r == 0
+                ref[slot] = r + 1
             return
+        arr = np.asarray(blocks, dtype=np.int64)
         idle = arr[self.ref[arr] == 0]
         if len(idle):
             self.n_evictable -= len(self._last_each(idle))
@@ -174,6 +180,9 @@ class GpuCache:
         self.private -= private
         if not len(blocks):
             return
+        if len(blocks) <= _FEW:
+            self._release_few(blocks)
+            return
         arr = np.asarray(blocks, dtype=np.int64)[::-1]
         if isinstance(blocks, np.ndarray) or -1 in blocks:
             arr = arr[arr >= 0]
@@ -189,6 +198,26 @@ class GpuCache:
             zero = zero[~keep]
         if len(zero):
             self._forget(zero)
+
+    def _release_few(self, blocks: Sequence[GpuBlock] | np.ndarray) -> None:
+        """:meth:`release` of a few blocks, one by one (a repeated block
+        reaches 0 at its last decrement, where the array path puts it too)."""
+        ref, zero = self.ref, []
+        for slot in reversed(blocks):
+            if slot >= 0:
+                r = ref.item(slot) - 1
+                ref[slot] = r
+                if r == 0:
+                    zero.append(slot)
+        if not zero:
+            return
+        arr = np.array(zero, dtype=np.int64)
+        if self.prefix_cache:
+            keep = self.ready[arr]
+            self._push(arr[keep])
+            arr = arr[~keep]
+        if len(arr):
+            self._forget(arr)
 
     # ---- the LRU as runs ---------------------------------------------------------------
     def _push(self, slots: np.ndarray, requeue: bool = False) -> None:
