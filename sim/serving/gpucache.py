@@ -65,6 +65,8 @@ class GpuCache:
         self._runs: deque[tuple[np.ndarray, np.ndarray]] = deque()  # (slots, stamps), LRU first
         self._head = 0  # entries of the first run already taken
         self._queued = 0  # entries in the runs, stale ones included
+        self._tail: list[int] = []  # newest entries pushed a few at a time, not yet a run
+        self._tail_st: list[int] = []  # their stamps
         self._clock = 0
         self.evictable = EvictableView(self)
 
@@ -202,22 +204,40 @@ class GpuCache:
     def _release_few(self, blocks: Sequence[GpuBlock] | np.ndarray) -> None:
         """:meth:`release` of a few blocks, one by one (a repeated block
         reaches 0 at its last decrement, where the array path puts it too)."""
-        ref, zero = self.ref, []
+        ref, ready, keep, drop = self.ref, self.ready, [], []
         for slot in reversed(blocks):
             if slot >= 0:
                 r = ref.item(slot) - 1
                 ref[slot] = r
                 if r == 0:
-                    zero.append(slot)
-        if not zero:
-            return
-        arr = np.array(zero, dtype=np.int64)
-        if self.prefix_cache:
-            keep = self.ready[arr]
-            self._push(arr[keep])
-            arr = arr[~keep]
-        if len(arr):
-            self._forget(arr)
+                    (keep if self.prefix_cache and ready.item(slot) else drop).append(int(slot))
+        if keep:
+            self._push_few(keep)
+        if drop:
+            self._forget(np.array(drop, dtype=np.int64))
+
+    def _push_few(self, slots: list[int]) -> None:
+        """:meth:`_push` of a few slots: stamped one by one and kept in the
+        tail lists until they make a run (or the queue is read)."""
+        stamp, st = self._stamp, self._clock
+        for i, slot in enumerate(slots):
+            stamp[slot] = st + i
+        self._clock += len(slots)
+        self._tail += slots
+        self._tail_st += range(st, st + len(slots))
+        self._queued += len(slots)
+        self.n_evictable += len(slots)
+        if len(self._tail) >= _SMALL_RUN or self._queued > 2 * self.n_evictable + 1024:
+            self._flush()
+            if self._queued > 2 * self.n_evictable + 1024:
+                self._compact()
+
+    def _flush(self) -> None:
+        """The tail lists become the newest run."""
+        if self._tail:
+            slots = np.array(self._tail, dtype=np.int64)
+            self._runs.append((slots, np.array(self._tail_st, dtype=np.int64)))
+            self._tail, self._tail_st = [], []
 
     # ---- the LRU as runs ---------------------------------------------------------------
     def _push(self, slots: np.ndarray, requeue: bool = False) -> None:
@@ -225,6 +245,7 @@ class GpuCache:
         ``requeue``: they were evictable already (moved, not added)."""
         if not len(slots):
             return
+        self._flush()
         stamps = np.arange(self._clock, self._clock + len(slots), dtype=np.int64)
         self._clock += len(slots)
         self._stamp[slots] = stamps
@@ -251,6 +272,7 @@ class GpuCache:
 
     def _queue(self) -> tuple[np.ndarray, np.ndarray]:
         """Every queued entry (from the head), LRU first."""
+        self._flush()
         if not self._runs:
             return _EMPTY, _EMPTY
         h = self._head
@@ -264,6 +286,7 @@ class GpuCache:
         taken off the queue in LRU order."""
         out: list[np.ndarray] = []
         got = 0
+        self._flush()
         while got < need:
             slots, stamps = self._runs[0]
             h, step = self._head, max(need - got, _PROBE)

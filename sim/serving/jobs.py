@@ -212,6 +212,10 @@ def _layout_pairs(
     pairs in order of first appearance, indices ascending (the source runs of
     an entry: its copy's in ``src``, or every layer on the GPU when ``src`` is
     None).  The usual case, one pair for all, is found by C-level compares."""
+    if len(entries) == 1:  # a demotion: one entry
+        e = entries[0]
+        s_run = ((-1, 0, dst.layers),) if src is None else src.entries[e.key].runs
+        return {(s_run, e.runs): [0]}
     d_runs = list(map(_RUNS, entries))
     if src is None:
         s_runs: list[Runs] = [((-1, 0, dst.layers),)] * len(entries)

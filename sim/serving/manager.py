@@ -236,9 +236,7 @@ class BlockManager:
             t.src.unpin_all(t.olds)  # type: ignore[union-attr]
         if t.sources:  # one release, each entry's blocks in the order of one release each
             src = t.sources
-            keys = [e.key for e in reversed(t.entries)]
-            mine = compress(keys, map(src.__contains__, keys))
-            held = list(chain.from_iterable(map(src.get, mine)))
+            held = [b for e in reversed(t.entries) if e.key in src for b in src[e.key]]
             self.gpu.release(held, 0)
         if t.src is None and self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
             return self._write_through(0, t.entries, t.rid)
