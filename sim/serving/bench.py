@@ -104,24 +104,26 @@ stale items on the other devices' heaps, and one slot per run; at
 paged-cpu-ssd each drain places one key and starts its demotions (the
 store and demotion transfers are most of what is left there).
 
-GPU cache by slots and runs (2026-11-24 08:43-08:47, branch srun2 at
-663242a against its starting tree 96828e4 in the same run, load 9-11; no
-column of the baseline runs changes): the GPU cache as arrays over slots,
-reference counts updated by vector operations over a request's blocks, the
-LRU a queue of runs released together, ``allocate(n)`` taking the n oldest
-at once (:mod:`sim.serving.gpucache`); a lookup's lower hits worked out
-only once the GPU room is sure, so that a refused admission probes no tier
-(:mod:`sim.serving.prefix`); store groups masked in numpy; store pieces
-grouped by layout with C-level compares.  CPU s before -> after (speed per
-CPU second): block 16, 300 requests: gpu-only 0.39 -> 0.29 s, hicache
-0.39 -> 0.29 s, paged-cpu 0.73 -> 0.58 s, lmcache 1.73 -> 1.57 s; block
-16, 1K: gpu-only 1.49 -> 0.71 s (333x -> 703x), hicache 1.48 -> 0.70 s
-(336x -> 712x), paged-cpu 3.49 -> 1.99 s (142x -> 249x), lmcache 11.70 ->
-6.15 s (50x -> 95x; most of it from refused admissions, 1,814 of 2,814
-lookups); block 256, 1K: gpu-only 0.39 -> 0.44 s (1,278x -> 1,143x),
-hicache 0.39 -> 0.44 s, paged-cpu 0.78 -> 0.80 s, lmcache 1.16 -> 1.13 s.
-At 256-token blocks a request holds ~47 blocks, too few for numpy's
-per-call cost (~35 array operations per request) to pay off.
+GPU cache by slots and runs (2026-11-24 09:09-09:10, branch srun2 at
+f88faf9 against its starting tree 96828e4 in the same run, load 2.2-3.3;
+no column of the baseline runs changes): the GPU cache as arrays over
+slots, reference counts updated by vector operations over a request's
+blocks (one by one for a few), the LRU a queue of runs released together,
+``allocate(n)`` taking the n oldest at once (:mod:`sim.serving.gpucache`);
+a lookup's lower hits worked out only once the GPU room is sure, so that a
+refused admission probes no tier (:mod:`sim.serving.prefix`); store groups
+masked in numpy; store pieces grouped by layout with C-level compares.
+CPU s before -> after (speed per CPU second): block 16, 300 requests:
+gpu-only 0.39 -> 0.29 s, hicache 0.38 -> 0.28 s, paged-cpu 0.69 -> 0.56 s,
+lmcache 1.57 -> 1.26 s, pool 2.24 -> 2.08 s; block 16, 1K: gpu-only 1.22
+-> 0.63 s (406x -> 787x), hicache 1.21 -> 0.63 s (409x -> 784x), paged-cpu
+2.72 -> 1.68 s (182x -> 296x), lmcache 10.21 -> 5.37 s (57x -> 109x; most
+of it from refused admissions, 1,814 of 2,814 lookups); block 256, 1K:
+gpu-only 0.36 -> 0.40 s (1,375x -> 1,235x), hicache 0.37 -> 0.40 s,
+paged-cpu 0.66 -> 0.67 s, lmcache 1.10 -> 1.02 s; paged-cpu-ssd, block 16,
+150 requests: 4.77 -> 4.95 s (16K single-group stores, each a few scalar
+array accesses).  At 256-token blocks a request holds ~47 blocks, too few
+for numpy's per-call cost (~30 array operations per request) to pay off.
 
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
