@@ -121,6 +121,27 @@ cyclic GC, which those allocations drive: with the young-generation
 threshold at 10,000 instead of 700 the same run takes 6.7 s instead of 9.1
 (gc off: 6.5 s; ``gc.freeze()`` at the start of the run: 8.2 s).
 
+GPU cache by slots and runs (2026-11-24 09:09-09:10, branch srun2 at
+f88faf9 against its starting tree 96828e4 in the same run, load 2.2-3.3;
+no column of the baseline runs changes): the GPU cache as arrays over
+slots, reference counts updated by vector operations over a request's
+blocks (one by one for a few), the LRU a queue of runs released together,
+``allocate(n)`` taking the n oldest at once (:mod:`sim.serving.gpucache`);
+a lookup's lower hits worked out only once the GPU room is sure, so that a
+refused admission probes no tier (:mod:`sim.serving.prefix`); store groups
+masked in numpy; store pieces grouped by layout with C-level compares.
+CPU s before -> after (speed per CPU second): block 16, 300 requests:
+gpu-only 0.39 -> 0.29 s, hicache 0.38 -> 0.28 s, paged-cpu 0.69 -> 0.56 s,
+lmcache 1.57 -> 1.26 s, pool 2.24 -> 2.08 s; block 16, 1K: gpu-only 1.22
+-> 0.63 s (406x -> 787x), hicache 1.21 -> 0.63 s (409x -> 784x), paged-cpu
+2.72 -> 1.68 s (182x -> 296x), lmcache 10.21 -> 5.37 s (57x -> 109x; most
+of it from refused admissions, 1,814 of 2,814 lookups); block 256, 1K:
+gpu-only 0.36 -> 0.40 s (1,375x -> 1,235x), hicache 0.37 -> 0.40 s,
+paged-cpu 0.66 -> 0.67 s, lmcache 1.10 -> 1.02 s; paged-cpu-ssd, block 16,
+150 requests: 4.77 -> 4.95 s (16K single-group stores, each a few scalar
+array accesses).  At 256-token blocks a request holds ~47 blocks, too few
+for numpy's per-call cost (~30 array operations per request) to pay off.
+
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
 769x, paged-ssd 445x, lmcache 364x, lmcache-lp 336x, lmcache-lp-async 310x,

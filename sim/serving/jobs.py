@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -68,7 +69,7 @@ class Transfer:
     dst: OffloadTier | None = None
     entries: list[Entry] = field(default_factory=list)
     olds: list[Entry] = field(default_factory=list)
-    sources: dict[int, list[GpuBlock]] = field(default_factory=dict)
+    sources: dict[int, tuple[GpuBlock, ...]] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> float:
@@ -81,7 +82,7 @@ class StoreRequest:
     (offload key, the GPU blocks holding it, held until the copy ends)."""
 
     rid: int
-    groups: list[tuple[int, list[GpuBlock]]]
+    groups: list[tuple[int, tuple[GpuBlock, ...]]]
 
 
 Hit = tuple["OffloadTier", "Entry", int, int]  # (tier, entry, first block, blocks)
@@ -174,19 +175,10 @@ def store_pieces(
     intersections: those are worked out once per layout pair, and the
     entries' slots turned into ranges with numpy."""
     stride = layer_stride(dst.layer_bytes)
-    whole = ((-1, 0, dst.layers),)
-    pairs: dict[tuple[Runs, Runs], list[int]] = {}  # layout pair -> entry indices
-    if src is None:
-        for i, e in enumerate(entries):
-            pairs.setdefault((whole, e.runs), []).append(i)
-    else:
-        held = src.entries
-        for i, e in enumerate(entries):
-            pairs.setdefault((held[e.key].runs, e.runs), []).append(i)
     parts: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, int]]] = {}
     first_seen: dict[tuple[str, str], tuple[int, int]] = {}
-    for (s_runs, d_runs), idx in pairs.items():
-        slots = np.array([entries[i].slots for i in idx], dtype=np.int64).reshape(len(idx), -1)
+    for (s_runs, d_runs), idx in _layout_pairs(src, dst, entries).items():
+        slots = _slots(entries, idx)
         at = np.asarray(idx, dtype=np.int64)
         pos = 0
         for r, (dd, d0, d1) in enumerate(d_runs):
@@ -211,6 +203,40 @@ def store_pieces(
         ext = _layer_runs(first, count, stride, length)
         out.append(Piece(k[0], k[1], nbytes, extents=ext, length=length))
     return out
+
+
+def _layout_pairs(
+    src: OffloadTier | None, dst: OffloadTier, entries: Sequence[Entry]
+) -> dict[tuple[Runs, Runs], list[int]]:
+    """The indices of ``entries`` per (source runs, destination runs) pair,
+    pairs in order of first appearance, indices ascending (the source runs of
+    an entry: its copy's in ``src``, or every layer on the GPU when ``src`` is
+    None).  The usual case, one pair for all, is found by C-level compares."""
+    if len(entries) == 1:  # a demotion: one entry
+        e = entries[0]
+        s_run = ((-1, 0, dst.layers),) if src is None else src.entries[e.key].runs
+        return {(s_run, e.runs): [0]}
+    d_runs = list(map(_RUNS, entries))
+    if src is None:
+        s_runs: list[Runs] = [((-1, 0, dst.layers),)] * len(entries)
+    else:
+        s_runs = list(map(_RUNS, map(src.entries.__getitem__, map(_KEY, entries))))
+    n = len(entries)
+    if n and d_runs.count(d_runs[0]) == n and s_runs.count(s_runs[0]) == n:
+        return {(s_runs[0], d_runs[0]): list(range(n))}
+    pairs: dict[tuple[Runs, Runs], list[int]] = {}
+    for i, pair in enumerate(zip(s_runs, d_runs, strict=True)):
+        pairs.setdefault(pair, []).append(i)
+    return pairs
+
+
+def _slots(entries: Sequence[Entry], idx: list[int]) -> np.ndarray:
+    """The slot offsets of ``entries[idx]``, one row each."""
+    chosen = entries if len(idx) == len(entries) else map(entries.__getitem__, idx)
+    return np.array(list(map(_SLOTS, chosen)), dtype=np.int64).reshape(len(idx), -1)
+
+
+_RUNS, _SLOTS, _KEY = attrgetter("runs"), attrgetter("slots"), attrgetter("key")
 
 
 def _sum_layers(count: np.ndarray, layer_bytes: float) -> float:
@@ -246,14 +272,9 @@ def store_pieces_each(
     entry's pieces hold views of them)."""
     stride = layer_stride(dst.layer_bytes)
     length = int(round(dst.layer_bytes))
-    whole = ((-1, 0, dst.layers),)
-    pairs: dict[tuple[Runs, Runs], list[int]] = {}
-    for i, e in enumerate(entries):
-        s_runs = whole if src is None else src.entries[e.key].runs
-        pairs.setdefault((s_runs, e.runs), []).append(i)
     out: list[list[Piece]] = [[] for _ in entries]
-    for (s_runs, d_runs), idx in pairs.items():
-        slots = np.array([entries[i].slots for i in idx], dtype=np.int64).reshape(len(idx), -1)
+    for (s_runs, d_runs), idx in _layout_pairs(src, dst, entries).items():
+        slots = _slots(entries, idx)
         for (a, b), parts in _cuts(src, dst, s_runs, d_runs, gpu):
             count = np.array([c for _r, _off, c in parts], dtype=np.int64)
             run = np.repeat(np.array([r for r, _off, _c in parts], dtype=np.int64), count)

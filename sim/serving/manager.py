@@ -32,16 +32,19 @@ that follow it (LMCache's write-through).
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Sequence
+from collections import deque
 from dataclasses import dataclass
-from itertools import repeat
-from operator import and_, attrgetter, ge, not_, or_, sub
+from itertools import chain, compress
+from operator import attrgetter, is_
 
-from sim.serving.blocks import READY, Entry, GpuBlock, GpuCache, OffloadTier
+import numpy as np
+
+from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
+from sim.serving.prefix import Lookup, gpu_prefix, ints, lower_hits
 from sim.serving.requests import Request
+from sim.serving.seq import Seq
 from sim.serving.tierplace import fitting_prefix, room_blocked
 
 
@@ -53,60 +56,6 @@ class Placement:
     demotions: list[Transfer]
     store: Transfer | None
     waiting: StoreRequest | None
-
-
-@dataclass
-class Lookup:
-    """A prefix hit: GPU blocks, then (tier, entry, first block, blocks) below."""
-
-    gpu: list[GpuBlock]
-    lower: list[tuple[OffloadTier, Entry, int, int]]
-    blocks: int
-
-
-class Seq:
-    """The engine's state of one request.
-
-    ``prefill_left`` (prompt tokens neither cached nor prefilled yet) is read
-    several times per running request per iteration, so it is a plain
-    attribute kept up to date by the setters of ``cached_tokens`` and
-    ``prefilled`` rather than recomputed on every read.
-    """
-
-    __slots__ = ("req", "total_blocks", "blocks", "private", "_cached", "_prefilled",
-                 "prefill_left", "generated", "stored_groups", "lookup", "load")  # fmt: skip
-
-    def __init__(self, req: Request, total_blocks: int):
-        self.req = req
-        self.total_blocks = total_blocks
-        self.blocks: list[GpuBlock | None] = []  # per input block
-        self.private = 0
-        self._cached = self._prefilled = 0
-        self.prefill_left = req.input_tokens
-        self.generated = 0
-        self.stored_groups = 0
-        self.lookup: Lookup | None = None  # hits still to load
-        self.load: Transfer | None = None  # their load, once started
-
-    @property
-    def cached_tokens(self) -> int:
-        """Prompt tokens whose KV a prefix hit supplies (GPU or a lower tier)."""
-        return self._cached
-
-    @cached_tokens.setter
-    def cached_tokens(self, n: int) -> None:
-        self._cached = n
-        self.prefill_left = self.req.input_tokens - n - self._prefilled
-
-    @property
-    def prefilled(self) -> int:
-        """Prompt tokens computed by prefill chunks so far."""
-        return self._prefilled
-
-    @prefilled.setter
-    def prefilled(self, n: int) -> None:
-        self._prefilled = n
-        self.prefill_left = self.req.input_tokens - self._cached - n
 
 
 class BlockManager:
@@ -137,60 +86,25 @@ class BlockManager:
         The dict probes run as C-level ``map`` over the request's keys, not a
         Python loop per block: the GPU prefix is cut at the first missing or
         not-ready block, the lower hits at the first group with a block on the
-        GPU or with no ready copy in any tier (:meth:`_lower_hits`)."""
+        GPU or with no ready copy in any tier (:func:`sim.serving.prefix.lower_hits`)."""
         hs, k = s.req.hashes, self.k
         limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
-        keys = _ints(hs, 0, min(len(hs), limit + k))
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
-        gpu = _gpu_prefix(cached, keys, limit)
-        lower, j = self._lower_hits(keys, len(gpu), limit, len(hs))
-        return Lookup(gpu, lower, j)
-
-    def _lower_hits(
-        self, keys: list[int], j: int, limit: int, n_hashes: int
-    ) -> tuple[list[tuple[OffloadTier, Entry, int, int]], int]:
-        """Lower hits from block ``j`` on: groups ``[j, last]`` (``last`` the end
-        of ``j``'s offload block, cut at ``limit``), each found by its last
-        block's key in the first tier holding a ready copy; stops at a group
-        past the hashes, with a block on the GPU, or found nowhere.  Every
-        step is a C-level ``map`` over the groups (no Python loop per block)."""
-        k = self.k
-        if j >= limit or not self.tiers:
-            return [], j
-        first = (j // k) * k + k - 1  # the first group's last block; the rest step by k
-        lasts = list(range(first, min(limit + k - 1, n_hashes), k))
-        if not lasts:
-            return [], j
-        starts = [j, *range(first + 1, first + 1 + k * (len(lasts) - 1), k)]
-        stop = min(lasts[-1] + 1, limit)  # where the groups end (or the one past the hashes)
-        ends = list(map(min, map((1).__add__, lasts), repeat(limit)))
-        sizes = list(map(sub, ends, starts))
-        last_keys = keys[lasts[0] : lasts[-1] + 1 : k]
-        lower: list[tuple[OffloadTier, Entry, int, int]] = []
-        g, chunk, contains = 0, _CHUNK, self.gpu.cached.__contains__
-        while g < len(starts):  # galloping: the work follows the hit, not the prompt
-            h = min(g + chunk, len(starts))
-            chunk *= 2
-            b0, b1 = starts[g], starts[h] if h < len(starts) else stop
-            on_gpu = list(map(contains, keys[b0:b1]))
-            cut = h  # the group holding the first GPU block and all after it go
-            if True in on_gpu:
-                cut = bisect_right(starts, b0 + on_gpu.index(True), g, h) - 1
-            part = _ready_runs(self.tiers, last_keys[g:cut], starts[g:cut], sizes[g:cut])
-            lower += part
-            if g + len(part) < h:  # a GPU block, or a group found nowhere: the hit ends
-                return lower, starts[g + len(part)]
-            g = h
-        return lower, stop
+        gpu = gpu_prefix(cached, self.gpu.ready, hs, limit)
+        on_gpu, tiers = self.gpu.cached.__contains__, self.tiers
+        return Lookup(gpu, find=lambda: lower_hits(tiers, on_gpu, k, hs, len(gpu), limit))
 
     def acquire(self, s: Seq, hit: Lookup, new_blocks: int) -> bool:
         """Take the hit and ``new_blocks`` more GPU blocks for ``s``; False
-        (and nothing taken) if the GPU cannot make room."""
-        for b in hit.gpu:
-            self.gpu.acquire(b)
-        if not self.gpu.allocate(new_blocks):
-            self.gpu.release(hit.gpu, 0)
+        (and nothing taken) if the GPU cannot make room.  The lower hits are
+        worked out only once the room is sure, before eviction changes the
+        GPU's cached set (what :meth:`lookup` would have seen)."""
+        gpu = self.gpu
+        if not gpu.hold(hit.gpu, new_blocks):  # no room: the hit only touched
             return False
+        hit.resolve()
+        if not gpu.allocate(new_blocks):  # pragma: no cover - checked just above
+            raise RuntimeError("GPU room vanished between check and allocation")
         s.blocks = list(hit.gpu)
         s.private = new_blocks
         s.cached_tokens = hit.blocks * self.B
@@ -203,7 +117,7 @@ class BlockManager:
         for tier, entries in _by_tier(hit.lower).items():
             tier.touch_all(entries)  # pinned: touched, not offered for eviction
         if spans:  # the hit blocks are contiguous: [first j, last j + n)
-            keys = _ints(s.req.hashes, spans[0][0], spans[-1][1])
+            keys = ints(s.req.hashes, spans[0][0], spans[-1][1])
             blocks, _made = self.gpu.promote_all(keys, False)
             s.blocks += blocks
             s.private -= len(blocks)
@@ -219,7 +133,7 @@ class BlockManager:
         return True
 
     def release(self, s: Seq) -> None:
-        self.gpu.release([b for b in s.blocks if b is not None], s.private)
+        self.gpu.release(s.blocks, s.private)
         s.blocks, s.private = [], 0
 
     # ---- loads --------------------------------------------------------------------
@@ -236,9 +150,7 @@ class BlockManager:
         """``s``'s load ended: its GPU blocks are ready, the sources unpinned."""
         hit = s.lookup
         assert hit is not None
-        for b in s.blocks[len(hit.gpu) :]:
-            if b is not None:
-                b.ready = True
+        self.gpu.set_ready(s.blocks[len(hit.gpu) :])
         for tier, entries in _by_tier(hit.lower).items():
             tier.unpin_all(entries)
         s.lookup = None
@@ -255,32 +167,34 @@ class BlockManager:
         done = s.cached_tokens + s.prefilled if upto is None else upto
         frontier = min(len(hs), done // self.B)
         if len(s.blocks) < frontier:
-            blocks, made = self.gpu.promote_all(_ints(hs, len(s.blocks), frontier), ready=True)
+            blocks, made = self.gpu.promote_all(ints(hs, len(s.blocks), frontier), ready=True)
             s.private -= made
             s.blocks += blocks
         g0, g1 = s.stored_groups, frontier // k
         if not (self.tiers and store) or g1 <= g0:
             return None
         s.stored_groups = g1
-        keys = _ints(hs, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
-        skip = [False] * len(keys)  # held in some tier already
+        groups = self._store_groups(s, g0, g1)
+        return StoreRequest(s.req.rid, groups) if groups else None
+
+    def _store_groups(self, s: Seq, g0: int, g1: int) -> list[tuple[int, tuple[GpuBlock, ...]]]:
+        """Groups ``g0 .. g1`` of ``s`` held in no tier and whole on the GPU (no
+        -1 among their blocks): (last block's key, blocks), the blocks held.
+        Masks in numpy; only the dict probes and the groups made go per group."""
+        k, n = self.k, g1 - g0
+        keys = ints(s.req.hashes, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
+        held = np.zeros(n, dtype=bool)  # in some tier already
         for t in self.tiers:
-            skip = list(map(or_, skip, map(t.entries.__contains__, keys)))
-        mine = s.blocks[g0 * k : g1 * k]
-        if k == 1:  # a group per block
-            each = zip(keys, skip, mine, strict=True)
-            groups = [(key, [b]) for key, held, b in each if not held and b is not None]
-        else:
-            cut = [mine[g * k : (g + 1) * k] for g in range(len(keys))]
-            each = zip(keys, skip, cut, strict=True)
-            groups = [(key, bs) for key, held, bs in each if not held and None not in bs]
-        if not groups:
-            return None
-        acquire = self.gpu.acquire
-        for _key, blocks in groups:
-            for b in blocks:
-                acquire(b)
-        return StoreRequest(s.req.rid, groups)
+            held |= np.fromiter(map(t.entries.__contains__, keys), dtype=bool, count=n)
+        mine = np.array(s.blocks[g0 * k : g1 * k], dtype=np.int64).reshape(n, k)
+        take = ~held & (mine.min(axis=1) >= 0)
+        if not take.all():
+            keys = list(compress(keys, take.tolist()))
+            mine = mine[take]
+        if not keys:
+            return []
+        self.gpu.acquire_all(mine.ravel())
+        return list(zip(keys, zip(*mine.T.tolist(), strict=True), strict=True))
 
     def place_store(self, req: StoreRequest) -> Placement:
         """Place ``req``'s groups in the first tier, evicting (and demoting) as
@@ -290,8 +204,9 @@ class BlockManager:
         pending = [key for key, _ in req.groups]
         placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
         if len(placed) + len(waiting) < len(pending):  # some were let go
-            for key in set(pending) - {e.key for e in placed} - set(waiting):
-                self.gpu.release(sources[key], 0)  # no room: not offloaded
+            gone = list(set(pending) - {e.key for e in placed} - set(waiting))
+            # no room: not offloaded; one release of the groups in reverse is one each in order
+            self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
         demotions = self._demotion_transfers()
         store = None
         if placed:
@@ -329,13 +244,13 @@ class BlockManager:
 
     def _write_through(self, i: int, entries: list[Entry], rid: int) -> list[Transfer]:
         src, dst = self.tiers[i], self.tiers[i + 1]
-        live = [e for e in entries if src.entries.get(e.key) is e]
-        placed, _ = dst.place([e.key for e in live], None)
+        keys = list(map(_KEY, entries))
+        live = list(compress(keys, map(is_, map(src.entries.get, keys), entries)))
+        placed, _ = dst.place(live, None)
         if not placed:
             return []
-        olds = [src.entries[e.key] for e in placed]
-        for old in olds:
-            src.pin(old)
+        olds = list(map(src.entries.__getitem__, map(_KEY, placed)))
+        deque(map(src.pin, olds), maxlen=0)
         pieces = store_pieces(src, dst, placed, self.gpu_name)
         return [Transfer("store", "dst", rid, pieces, src, dst, placed, olds)]
 
@@ -400,14 +315,8 @@ class BlockManager:
         return False
 
 
-def _ints(hs: Sequence[int], start: int, stop: int, step: int = 1) -> list[int]:
-    """``hs[start:stop:step]`` as Python ints (``hs`` a tuple or an int64 array)."""
-    part = hs[start:stop:step]
-    return part.tolist() if hasattr(part, "tolist") else list(part)
-
-
 def _rest(
-    req: StoreRequest, pending: list[int], waiting: list[int], sources: dict[int, list[GpuBlock]]
+    req: StoreRequest, pending: list[int], waiting: list[int], sources: dict[int, tuple[int, ...]]
 ) -> StoreRequest | None:
     """The groups of ``req`` whose ``waiting`` keys wait (None if none): a slice
     of its groups when they are its last ones (the usual case: from the first
@@ -428,80 +337,9 @@ def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTi
     return out
 
 
-_READY = attrgetter("ready")
-_CHUNK = 32  # keys probed at first by a prefix search; doubled at each round
+_KEY = attrgetter("key")
 
 
-def _gpu_prefix(cached: dict[int, GpuBlock], keys: list[int], limit: int) -> list[GpuBlock]:
-    """The ready blocks of ``cached`` for ``keys[:limit]`` up to the first
-    missing or not-ready one, probed in doubling chunks (the work follows the
-    hit, not the prompt)."""
-    out: list[GpuBlock] = []
-    i, chunk = 0, _CHUNK
-    while i < limit:
-        h = min(i + chunk, limit)
-        chunk *= 2
-        part = _ready_prefix(list(map(cached.get, keys[i:h])))
-        out += part
-        if len(part) < h - i:
-            break
-        i = h
-    return out
+_KEY = attrgetter("key")
 
-
-def _ready_prefix(blocks: list[GpuBlock | None]) -> list[GpuBlock]:
-    """``blocks`` up to the first missing (None) or not-ready one."""
-    if None in blocks:
-        del blocks[blocks.index(None) :]
-    ready = list(map(_READY, blocks))
-    if False in ready:
-        del blocks[ready.index(False) :]
-    return blocks  # type: ignore[return-value]
-
-
-class _Absent:
-    """What a tier's ``entries.get`` gives for a key it lacks: never ready."""
-
-    ref_cnt = -1
-    draining = True
-
-
-_ABSENT = _Absent()
-_REF, _DRAINING = attrgetter("ref_cnt"), attrgetter("draining")
-
-
-def _ready_runs(
-    tiers: list[OffloadTier], keys: list[int], starts: list[int], sizes: list[int]
-) -> list[tuple[OffloadTier, Entry, int, int]]:
-    """Hits (tier, entry, first block, blocks) for groups ``keys`` (first
-    blocks ``starts``, ``sizes`` blocks each) up to the first found nowhere:
-    each in the first tier holding a ready, not draining entry for it (what
-    :meth:`OffloadTier.lookup` accepts).  Readiness is mapped per tier at C
-    level; the hits are made run by run (groups served by the same tier)."""
-    ess, oks = [], []
-    for tier in tiers:
-        es = list(map(tier.entries.get, keys, repeat(_ABSENT)))
-        ess.append(es)
-        oks.append(
-            list(map(and_, map(ge, map(_REF, es), repeat(READY)), map(not_, map(_DRAINING, es))))
-        )
-    out: list[tuple[OffloadTier, Entry, int, int]] = []
-    g, n = 0, len(keys)
-    while g < n:
-        t = next((i for i, ok in enumerate(oks) if ok[g]), -1)
-        if t < 0:
-            break
-        h = _index(oks[t], False, g, n)
-        for ok in oks[:t]:  # an earlier tier taking over ends the run
-            h = _index(ok, True, g, h)
-        out += zip(repeat(tiers[t]), ess[t][g:h], starts[g:h], sizes[g:h])
-        g = h
-    return out
-
-
-def _index(xs: list[bool], value: bool, lo: int, hi: int) -> int:
-    """The first index of ``value`` in ``xs[lo:hi]``, else ``hi``."""
-    try:
-        return xs.index(value, lo, hi)
-    except ValueError:
-        return hi
+__all__ = ["BlockManager", "Lookup", "Placement", "Seq"]

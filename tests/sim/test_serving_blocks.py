@@ -30,9 +30,9 @@ def test_gpu_cache_reuse_moves_a_block_out_of_the_lru() -> None:
     a, b, c = fill(gpu, [1, 2, 3])
     gpu.release([a, b, c], 0)
     hit = gpu.lookup(3)
-    assert hit is c
+    assert hit == c  # a block is its slot
     gpu.acquire(hit)  # a second request uses block 3
-    assert 3 not in gpu.evictable and c.ref_cnt == 1
+    assert 3 not in gpu.evictable and gpu.ref[c] == 1
     assert gpu.allocate(2)  # 2 and 1 go; 3 is in use
     assert set(gpu.cached) == {3}
     assert not gpu.allocate(1)  # nothing left to evict: refused, nothing changed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import OrderedDict
 
 from sim.serving.blocks import GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
@@ -70,9 +71,9 @@ def test_a_three_block_prefix_hit_is_one_load_of_those_three_entries() -> None:
     ranges = sorted(tuple(r) for p in load.pieces for r in p.extents.tolist())
     slots = (0, 4 * 8192, 8 * 8192)  # 4 layers of 8 KiB per slot, in order of store
     assert ranges == [(slot + layer * 8192, 8192) for slot in slots for layer in range(4)]
-    assert not any(b.ready for b in s.blocks[:3])  # not until the executor says so
+    assert not any(mgr.gpu.ready[s.blocks[:3]])  # not until the executor says so
     mgr.on_loaded(s)
-    assert all(b.ready for b in s.blocks[:3]) and s.load is None
+    assert all(mgr.gpu.ready[s.blocks[:3]]) and s.load is None
     assert all(cpu.entries[k].ref_cnt == 0 for k in (1, 2, 3))
 
 
@@ -95,3 +96,32 @@ def test_a_full_tier_evicts_its_lru_entry_and_reuses_its_slot() -> None:
     prefill(mgr, seq(1, [3]))  # 1 (least recently used) goes
     assert set(cpu.entries) == {2, 3} and cpu.evictions == 1
     assert cpu.entries[3].slots == (0,)  # the slot 1 had
+
+
+class CountingDict(OrderedDict):
+    """A tier's entries that count the probes made through ``get``."""
+
+    probes = 0
+
+    def get(self, key, default=None):  # type: ignore[override]
+        CountingDict.probes += 1
+        return super().get(key, default)
+
+
+def test_a_refused_admission_probes_no_tier_and_takes_nothing() -> None:
+    mgr = manager()
+    cpu = mgr.tiers[0]
+    prefill(mgr, seq(0, [1, 2, 3, 4, 5, 6, 7, 8]))
+    s = seq(1, [1, 2, 3, 40, 50])
+    at_once = mgr.lookup(s).lower  # read straight away: 1, 2, 3 in the CPU tier
+    assert [(e.key, j, n) for _t, e, j, n in at_once] == [(1, 0, 1), (2, 1, 1), (3, 2, 1)]
+    assert mgr.gpu.allocate(60)  # another request holds 60 of the 64 GPU blocks
+    cpu.entries = CountingDict(cpu.entries)
+    assert not mgr.acquire(s, mgr.lookup(s), s.total_blocks)  # 6 blocks: no room
+    assert CountingDict.probes == 0  # the lower hits were never looked for
+    assert all(cpu.entries[k].ref_cnt == 0 for k in (1, 2, 3)) and mgr.gpu.private == 60
+    mgr.gpu.release([], 60)  # that request ends
+    hit = mgr.lookup(s)
+    assert mgr.acquire(s, hit, s.total_blocks)
+    assert CountingDict.probes > 0 and hit.lower == at_once and hit.blocks == 3
+    assert all(cpu.entries[k].ref_cnt == 1 for k in (1, 2, 3))  # pinned for the load

@@ -1,0 +1,194 @@
+"""The GPU cache by slots and runs against the per-block reference it replaced.
+
+:class:`RefCache` is the former ``GpuCache``: one object per block, an
+``OrderedDict`` LRU, one eviction at a time.  Seeded random workloads
+(requests sharing prefixes, repeated keys, loads that end or are given up,
+stores holding blocks, a small cache so that it evicts) run on both; after
+every step the cached keys with their counts and ready flags, the LRU order
+(so the same victims in the same order), the private and eviction counts
+and every answer must agree.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from sim.serving.gpucache import GpuCache
+
+
+class RefBlock:
+    __slots__ = ("key", "ref_cnt", "ready")
+
+    def __init__(self, key: int, ready: bool):
+        self.key, self.ref_cnt, self.ready = key, 1, ready
+
+
+class RefCache:
+    """The per-block GPU cache (the code before slots and runs)."""
+
+    def __init__(self, capacity: int, prefix_cache: bool):
+        self.capacity, self.prefix_cache = capacity, prefix_cache
+        self.cached: dict[int, RefBlock] = {}
+        self.evictable: OrderedDict[int, RefBlock] = OrderedDict()
+        self.private = self.evictions = 0
+
+    def lookup(self, key: int) -> RefBlock | None:
+        b = self.cached.get(key) if self.prefix_cache else None
+        return b if b is not None and b.ready else None
+
+    def acquire(self, block: RefBlock) -> None:
+        if block.ref_cnt == 0:
+            del self.evictable[block.key]
+        block.ref_cnt += 1
+
+    def allocate(self, n: int) -> bool:
+        free = self.capacity - len(self.cached) - self.private
+        if free + len(self.evictable) < n:
+            return False
+        for _ in range(n - free):
+            key, _b = self.evictable.popitem(last=False)
+            del self.cached[key]
+            self.evictions += 1
+        self.private += n
+        return True
+
+    def promote_all(self, keys: list[int], ready: bool) -> list[RefBlock | None]:
+        out: list[RefBlock | None] = []
+        for key in keys:
+            if key in self.cached:
+                out.append(None)
+            else:
+                out.append(RefBlock(key, ready))
+                self.cached[key] = out[-1]  # type: ignore[assignment]
+                self.private -= 1
+        return out
+
+    def release(self, blocks: list[RefBlock], private: int) -> None:
+        self.private -= private
+        for b in reversed(blocks):
+            b.ref_cnt -= 1
+            if b.ref_cnt == 0:
+                if self.prefix_cache and b.ready:
+                    self.evictable[b.key] = b
+                else:
+                    del self.cached[b.key]
+
+
+def same_state(ref: RefCache, gpu: GpuCache, order: bool = True) -> None:
+    """The same books; ``order``: the LRU order too (reading it turns queued
+    tails into runs, so it is not read after every step)."""
+    assert {k: (b.ref_cnt, b.ready) for k, b in ref.cached.items()} == {
+        k: (int(gpu.ref[s]), bool(gpu.ready[s])) for k, s in gpu.cached.items()
+    }
+    if order:
+        assert list(gpu.evictable) == list(ref.evictable)  # LRU order: the same victims next
+    assert len(gpu.evictable) == len(ref.evictable)
+    assert (gpu.private, gpu.evictions) == (ref.private, ref.evictions)
+    assert all((k in gpu.evictable) == (k in ref.evictable) for k in ref.cached)
+
+
+def run_workload(seed: int, prefix_cache: bool, steps: int = 400, size: int = 1) -> int:
+    """Random requests on both caches, compared after each step; the evictions.
+    ``size`` scales the cache and the requests (past the short-run paths)."""
+    rng = random.Random(seed)
+    cap = rng.randint(8, 40) * size
+    ref, gpu = RefCache(cap, prefix_cache), GpuCache(cap, prefix_cache)
+    held: list[tuple[list, list[int], int]] = []  # (ref blocks, slots, private)
+    for _ in range(steps):
+        op = rng.random()
+        if op < 0.45 or not held:  # a request: its GPU prefix hit, then new blocks
+            base = rng.randint(0, 5) * 8 * size
+            keys = [base + i for i in range(rng.randint(1, 12) * size)]
+            for _ in range(size):
+                if rng.random() < 0.15:
+                    keys.insert(rng.randrange(len(keys)), rng.choice(keys))  # a repeated key
+            hit_r = []
+            for key in keys:
+                b = ref.lookup(key)
+                if b is None:
+                    break
+                hit_r.append(b)
+            hit = [gpu.lookup(k) for k in keys[: len(hit_r)]]
+            assert hit == [gpu.cached[b.key] for b in hit_r]
+            for b in hit_r:
+                ref.acquire(b)
+            n = len(keys) - len(hit) + rng.randint(0, 3)
+            ok = ref.allocate(n)
+            if rng.random() < 0.5:  # take the hit, then room (as one step, or two)
+                assert gpu.hold(hit, n) == ok
+                assert not ok or gpu.allocate(n)
+            else:
+                gpu.acquire_all(hit)
+                assert gpu.allocate(n) == ok
+                if not ok:
+                    gpu.release(hit, 0)
+            if not ok:
+                ref.release(hit_r, 0)
+            else:
+                ready = rng.random() < 0.7
+                rest = keys[len(hit) :]
+                made_r = ref.promote_all(rest, ready)
+                made, count = gpu.promote_all(rest, ready)
+                assert count == sum(b is not None for b in made_r)
+                assert [s >= 0 for s in made] == [b is not None for b in made_r]
+                held.append((hit_r + made_r, hit + made, n - count))
+        elif op < 0.6:  # a load ends
+            blocks_r, slots, _p = rng.choice(held)
+            for b in blocks_r:
+                if b is not None:
+                    b.ready = True
+            gpu.set_ready(slots)
+        elif op < 0.75:  # a store holds some of a request's blocks until it ends
+            blocks_r, slots, _p = rng.choice(held)
+            pick = [i for i in range(len(slots)) if slots[i] >= 0 and rng.random() < 0.5]
+            for i in pick:
+                ref.acquire(blocks_r[i])
+            gpu.acquire_all([slots[i] for i in pick])
+            held.append(([blocks_r[i] for i in pick], [slots[i] for i in pick], 0))
+        else:  # a request (or store) lets go
+            blocks_r, slots, private = held.pop(rng.randrange(len(held)))
+            ref.release([b for b in blocks_r if b is not None], private)
+            gpu.release(slots, private)
+        same_state(ref, gpu, order=rng.random() < 0.1)
+    same_state(ref, gpu)
+    return ref.evictions
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_slots_and_runs_match_the_per_block_cache(seed: int) -> None:
+    evictions = run_workload(seed, prefix_cache=True)
+    assert evictions > 0  # the workload did evict: the LRU order was exercised
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_long_requests_too(seed: int) -> None:
+    """Requests of up to 192 blocks: repeats and runs past the short paths."""
+    assert run_workload(100 + seed, prefix_cache=True, steps=150, size=16) > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_without_prefix_caching_too(seed: int) -> None:
+    run_workload(seed, prefix_cache=False)
+
+
+def test_the_arrays_grow_and_stale_lru_entries_are_dropped() -> None:
+    """Many releases and re-acquires of the same blocks keep the LRU queue
+    within a bound (stale entries compacted), and a cache larger than the
+    initial arrays grows them with every slot still unique."""
+    gpu = GpuCache(200_000)
+    assert gpu.allocate(100_000)
+    slots, made = gpu.promote_all(list(range(100_000)), ready=True)
+    assert made == 100_000 and len(set(slots)) == 100_000 and gpu.private == 0
+    gpu.release(slots, 0)
+    for _ in range(50):  # one block taken and let go again and again
+        gpu.acquire_all(slots[:10])
+        gpu.release(slots[:10], 0)
+    assert gpu._queued <= 2 * len(gpu.evictable) + 1024
+    assert list(gpu.evictable)[:3] == [99_999, 99_998, 99_997]  # released tail first
+    assert gpu.allocate(200_000 - 50)  # evicts the 99,950 least recently used
+    assert gpu.evictions == 99_950 and sorted(gpu.cached) == list(range(50))  # 99,999 -> 50 went
+    assert np.all(gpu.ref[list(gpu.cached.values())] == 0)
