@@ -92,18 +92,6 @@ class _Books:
         self.made.append((runs, slots, lay[0]))
         used[:] = map(add, used, lay[0])
 
-    def drop(self, e: Entry, used: list[float]) -> None:
-        """``OffloadTier._drop`` of a victim (its live count at :meth:`flush`)."""
-        if e.ref_cnt > READY:  # pragma: no cover - book-keeping bug
-            raise RuntimeError(f"{self.tier.name}: entry {e.key} evicted while in use")
-        del self.tier.entries[e.key]
-        used[:] = map(sub, used, e.nbytes)
-        lay = self.lays.get(e.runs) or self.layout(e.runs)
-        for (fl, _a, _u), slot in zip(lay[1], e.slots):  # noqa: B905
-            fl.append(slot)
-        self.gone[e.runs] += 1
-        self.evicted += 1
-
     def flush(self, placed: list[Entry]) -> None:
         """The placed keys' entries (stamps consecutive, in order), counts."""
         t = self.tier
@@ -146,7 +134,7 @@ def drop_run(
     not fit but spills (the ``SPILLS``-th spill in a row: a spill run, for
     :func:`~sim.serving.poolplace.place_pool`), its spill layout (else None).
     The room checks are :class:`sim.serving.poolroom.RoomIndex` states."""
-    used = tier.used
+    used, caps = tier.used, tier.capacity
     books, cur, room = _Books(tier), Cursors(tier), room_index(tier, SLACK)
     fits, spill = room.fits, room.spill
     n, spills = len(new), -1  # -1: key i, known to evict
@@ -168,7 +156,7 @@ def drop_run(
         lay = books.layout(plan)
         if lay[2]:
             continue  # full: let go, nothing evicted
-        _victims(cur, books, list(map(_short, used, lay[0], tier.capacity)), used)
+        _victims(cur, books, [u + b - c for u, b, c in zip(used, lay[0], caps)], used)  # noqa: B905
         if not fits(plan, used):
             if tier.draining:
                 waiting.append(key)
@@ -179,16 +167,12 @@ def drop_run(
     return i, None
 
 
-def _short(u: float, x: float, c: float) -> float:
-    """Bytes by which ``x`` more overflow a device holding ``u`` of ``c``."""
-    return u + x - c
-
-
 def _victims(cur: Cursors, books: _Books, short: list[float], used: list[float]) -> None:
     """Drop LRU victims until no device is ``short`` (or none is left):
     :meth:`OffloadTier.take_victims` then ``_drop`` of each, fused (a
     device's head kept while it is alive: only a victim can die here)."""
-    head, cand, get, drop = cur.head, cur.cand, cur.alive.get, books.drop
+    head, cand, pos, get = cur.head, cur.cand, cur.pos, cur.alive.get
+    entries, lays, gone = books.tier.entries, books.lays, books.gone
     while True:
         best: Entry | None = None
         dev = -1
@@ -201,6 +185,15 @@ def _victims(cur: Cursors, books: _Books, short: list[float], used: list[float])
                     best, dev = e, d
         if best is None:
             return
-        cur.take(dev)
-        drop(best, used)
-        short = list(map(sub, short, best.nbytes))
+        pos[dev] += 1  # cur.take(dev)
+        cand[dev] = None
+        if best.ref_cnt > READY:  # pragma: no cover - book-keeping bug
+            raise RuntimeError(f"{books.tier.name}: entry {best.key} evicted while in use")
+        del entries[best.key]  # OffloadTier._drop, its live count at flush
+        x, runs = best.nbytes, best.runs
+        used[:] = map(sub, used, x)
+        for (fl, _a, _u), slot in zip((lays.get(runs) or books.layout(runs))[1], best.slots):  # noqa: B905
+            fl.append(slot)
+        gone[runs] += 1
+        books.evicted += 1
+        short = [s - f for s, f in zip(short, x)]  # noqa: B905
