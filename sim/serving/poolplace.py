@@ -47,6 +47,7 @@ from sim.serving.tierplace import SLACK, evict_key, spill_layout
 EvictFn = Any  # sim.serving.blocks.EvictFn: not imported, blocks imports this module
 OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
 WINDOW = 16  # first window of keys looked at; each next one is four times larger
+FUSED = True  # keys whose victims are dropped: pooldrop's loop (False: evict_key per key)
 
 
 def place_pool(
@@ -77,7 +78,7 @@ def place_pool(
                 continue
             alt = spill_layout(tier, tier.used)
         if alt is None:  # room must be made
-            if evict is None:  # victims dropped: this key and the next that evict, fused
+            if evict is None and FUSED:  # victims dropped: this key and the next, fused
                 i, spill = drop_run(tier, new, plans, i, placed, waiting)
                 known = (i, spill) if spill is not None else (-1, None)
                 continue
