@@ -41,8 +41,9 @@ reference on random workloads that evict.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
-from operator import add, sub
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from operator import add, ge, sub
 from typing import Any
 
 from sim.serving.entry import READY, Entry
@@ -133,67 +134,78 @@ def drop_run(
     Returns the first key not decided (or ``len(new)``) and, when it does
     not fit but spills (the ``SPILLS``-th spill in a row: a spill run, for
     :func:`~sim.serving.poolplace.place_pool`), its spill layout (else None).
-    The room checks are :class:`sim.serving.poolroom.RoomIndex` states."""
+    The room checks are :class:`sim.serving.poolroom.RoomIndex` states:
+    ``p`` per device, a layout's fit thresholds ``ix`` (``ix >= p``: fits)."""
     used, caps = tier.used, tier.capacity
     books, cur, room = _Books(tier), Cursors(tier), room_index(tier, SLACK)
-    fits, spill = room.fits, room.spill
-    n, spills = len(new), -1  # -1: key i, known to evict
+    victims, put, lays = _victims(cur, books, used), books.put, books.lays
+    th, memo, idx = room.th, room.spills, {}
+    n, spills, back = len(new), -1, None  # -1: key i, known to evict; back: its spill
     while i < n:
         key, plan = new[i], plans[i]
+        ix = idx.get(plan)
+        if ix is None:
+            ix = idx[plan] = room.fit_index(plan)  # may add thresholds: states anew
+            if room.th is not th:
+                idx, th, memo = {plan: ix}, room.th, room.spills
         if spills >= 0:
-            if fits(plan, used):
+            p = tuple(map(bisect_left, th, used))
+            if all(map(ge, ix, p)):
                 break  # fits: back to the fit runs
-            alt = spill(used)
+            alt = memo[p] if p in memo else room.spill(used)
             if alt is not None:
                 if spills + 1 >= SPILLS:
-                    books.flush(placed)
-                    cur.commit()
-                    return i, alt
-                books.put(key, alt, books.layout(alt), used)
+                    back = alt
+                    break
+                put(key, alt, lays.get(alt) or books.layout(alt), used)
                 spills, i = spills + 1, i + 1
                 continue
         spills, i = 0, i + 1
-        lay = books.layout(plan)
+        lay = lays.get(plan) or books.layout(plan)
         if lay[2]:
             continue  # full: let go, nothing evicted
-        _victims(cur, books, [u + b - c for u, b, c in zip(used, lay[0], caps)], used)  # noqa: B905
-        if not fits(plan, used):
+        victims([u + b - c for u, b, c in zip(used, lay[0], caps)])  # noqa: B905
+        if not all(map(ge, ix, map(bisect_left, th, used))):
             if tier.draining:
                 waiting.append(key)
             continue
-        books.put(key, plan, lay, used)
+        put(key, plan, lay, used)
     books.flush(placed)
     cur.commit()
-    return i, None
+    return i, back
 
 
-def _victims(cur: Cursors, books: _Books, short: list[float], used: list[float]) -> None:
-    """Drop LRU victims until no device is ``short`` (or none is left):
-    :meth:`OffloadTier.take_victims` then ``_drop`` of each, fused (a
-    device's head kept while it is alive: only a victim can die here)."""
+def _victims(cur: Cursors, books: _Books, used: list[float]) -> Callable[[list[float]], None]:
+    """``victims(short)``: drop LRU victims until no device is ``short`` (or
+    none is left): :meth:`OffloadTier.take_victims` then ``_drop`` of each,
+    fused (a device's head kept while it is alive: only a victim can die)."""
     head, cand, pos, get = cur.head, cur.cand, cur.pos, cur.alive.get
-    entries, lays, gone = books.tier.entries, books.lays, books.gone
-    while True:
-        best: Entry | None = None
-        dev = -1
-        for d, s in enumerate(short):
-            if s > SLACK:
-                e = cand[d]
-                if e is None or get(e.key) is not e:
-                    e = head(d)
-                if e is not None and (best is None or e.stamp < best.stamp):
-                    best, dev = e, d
-        if best is None:
-            return
-        pos[dev] += 1  # cur.take(dev)
-        cand[dev] = None
-        if best.ref_cnt > READY:  # pragma: no cover - book-keeping bug
-            raise RuntimeError(f"{books.tier.name}: entry {best.key} evicted while in use")
-        del entries[best.key]  # OffloadTier._drop, its live count at flush
-        x, runs = best.nbytes, best.runs
-        used[:] = map(sub, used, x)
-        for (fl, _a, _u), slot in zip((lays.get(runs) or books.layout(runs))[1], best.slots):  # noqa: B905
-            fl.append(slot)
-        gone[runs] += 1
-        books.evicted += 1
-        short = [s - f for s, f in zip(short, x)]  # noqa: B905
+    entries, lays, gone, name = books.tier.entries, books.lays, books.gone, books.tier.name
+
+    def victims(short: list[float]) -> None:
+        while True:
+            best: Entry | None = None
+            dev = -1
+            for d, s in enumerate(short):
+                if s > SLACK:
+                    e = cand[d]
+                    if e is None or get(e.key) is not e:
+                        e = head(d)
+                    if e is not None and (best is None or e.stamp < best.stamp):
+                        best, dev = e, d
+            if best is None:
+                return
+            pos[dev] += 1  # cur.take(dev)
+            cand[dev] = None
+            if best.ref_cnt > READY:  # pragma: no cover - book-keeping bug
+                raise RuntimeError(f"{name}: entry {best.key} evicted while in use")
+            del entries[best.key]  # OffloadTier._drop, its live count at flush
+            x, runs = best.nbytes, best.runs
+            used[:] = map(sub, used, x)
+            for (fl, _a, _u), slot in zip((lays.get(runs) or books.layout(runs))[1], best.slots):  # noqa: B905
+                fl.append(slot)
+            gone[runs] += 1
+            books.evicted += 1
+            short = [s - f for s, f in zip(short, x)]  # noqa: B905
+
+    return victims
