@@ -40,8 +40,8 @@ reference on random workloads that evict.
 
 from __future__ import annotations
 
-from collections import Counter
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Sequence
 from operator import add, ge, sub
 from typing import Any
@@ -50,7 +50,7 @@ from sim.serving.entry import READY, Entry
 from sim.serving.placement import Runs
 from sim.serving.poolcursor import Cursors
 from sim.serving.poolroom import room_index
-from sim.serving.tierplace import SLACK, spill_layout
+from sim.serving.tierplace import SLACK
 
 OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
 SPILLS = 4  # the spill in a row that hands back to poolplace's spill runs
@@ -102,7 +102,7 @@ class _Books:
             for n, (k, (runs, slots, x)) in enumerate(zip(self.keys, self.made, strict=True), 1)
         ]
         t._clock = clock + len(made)
-        t.entries.update(zip(self.keys, made))
+        t.entries.update(zip(self.keys, made, strict=True))
         if t.added is not None:
             t.added.extend(self.keys)
         placed += made

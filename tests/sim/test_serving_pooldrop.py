@@ -74,12 +74,14 @@ def test_remembered_spill_equals_the_plain_spill(shape: str) -> None:
         # at most the capacity (as placement keeps it), often within 40 layers of it
         low = [0.0 if rng.random() < 0.3 else max(0.0, c - 40) for c in caps]
         used = [max(0.0, float(rng.integers(lo, c + 1)) - float(rng.choice([0.0, 0.5, 1e-7])))
-                for lo, c in zip(low, caps)]  # fmt: skip
+                for lo, c in zip(low, caps, strict=True)]  # fmt: skip
         alt = plain_spill(tier, used, SLACK)
         assert room.spill(used) == alt
         found.add(alt)
         for p in plans:
-            want = all(u + b - c <= SLACK for u, b, c in zip(used, tier.bytes_on(p), caps))
+            want = all(
+                u + b - c <= SLACK for u, b, c in zip(used, tier.bytes_on(p), caps, strict=True)
+            )
             assert room.fits(p, used) == want
     assert None in found and len(found) > 2  # both outcomes, several layouts
 
@@ -138,7 +140,8 @@ def test_cursors_give_what_top_and_pop_give(seed: int) -> None:
                 t.lru.pop(d)
         assert got == want
         left += len(got)
-    assert left > 50  # the written-back heaps still held many entries    assert [e.heaped for e in a.entries.values()] == [e.heaped for e in b.entries.values()]
+    assert left > 50  # the written-back heaps still held many entries
+    assert [e.heaped for e in a.entries.values()] == [e.heaped for e in b.entries.values()]
     assert any(e.ref_cnt > READY for e in a.entries.values())
 
 
@@ -191,6 +194,8 @@ def test_fused_and_per_key_paths_keep_the_same_books(
         ]
         for x, y in zip(fast.allocators, slow.allocators, strict=True):
             assert (x.live, x.end) == (y.live, y.end)
-            assert {k: v for k, v in x._free.items() if v} == {k: v for k, v in y._free.items() if v}
+            assert {k: v for k, v in x._free.items() if v} == {
+                k: v for k, v in y._free.items() if v
+            }
         assert fast.evictions == slow.evictions
     assert ran[0] > 20 and fast.evictions > 1000
