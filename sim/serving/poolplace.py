@@ -24,7 +24,11 @@ Most keys come in runs that one array computation decides:
   key for which one of the three conditions fails, which goes on by itself.
 
 A run is placed with one :meth:`OffloadTier.add` per layout (slots taken in
-one call, stamps consecutive): what adding its keys one by one gives.  The
+one call, stamps consecutive): what adding its keys one by one gives.
+Keys that must evict (victims dropped) go to :func:`sim.serving.pooldrop.drop_run`
+(``FUSED``; off: :func:`~sim.serving.tierplace.evict_key` key by key), which
+also places the spills between them; every spill check is remembered per
+room state (:mod:`sim.serving.poolroom`).  The
 arrays are looked at in windows that grow fourfold, so a set costs time in
 proportion to its keys however its runs alternate.
 ``tests/sim/test_serving_tierplace.py`` checks the verdicts, victims, used

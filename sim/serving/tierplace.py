@@ -13,10 +13,11 @@ one by one) and placed as one run: their slots taken in one call, their
 stamps consecutive; the keys that replace dropped victims are fused
 (:func:`_replace_single`).  A pool tier is :mod:`sim.serving.poolplace`
 (runs of keys that fit or spill alike), whose keys short of room anywhere
-take :func:`short_key` here.  Either way the verdicts, victims and used
-bytes are exactly those of deciding every key on its own
-(``tests/sim/test_serving_tierplace.py`` checks that on random workloads
-against a per-key reference).
+take :func:`short_key` here; a pool's spill decision (:func:`spill_layout`)
+is remembered per state of its room thresholds (:mod:`sim.serving.poolroom`).
+Either way the verdicts, victims and used bytes are exactly those of
+deciding every key on its own (``tests/sim/test_serving_tierplace.py``
+checks that on random workloads against a per-key reference).
 """
 
 from __future__ import annotations
