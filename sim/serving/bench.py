@@ -104,6 +104,25 @@ stale items on the other devices' heaps, and one slot per run; at
 paged-cpu-ssd each drain places one key and starts its demotions (the
 store and demotion transfers are most of what is left there).
 
+Pool eviction by runs of the LRU and remembered room checks (2026-11-24
+08:55-09:10, branch spool against its starting tree 96828e4 in the same
+run, load 4-9; 0 of 1,054 baseline columns differ): a device's victims
+read straight off the run on top of its LRU heap, the cursor written back
+once (:mod:`sim.serving.poolcursor`); every fit and spill check a position
+among exact float thresholds, the spill decision remembered per state
+(:mod:`sim.serving.poolroom`); a full pool's spills placed in the evicting
+loop up to 4 in a row, entries made, stamps and live counts added once per
+loop (:mod:`sim.serving.pooldrop`).  CPU s before -> after (speed per CPU
+second): block 16, 300 requests: pool 2.24 -> 2.01 (55x -> 61x),
+pool-orchestrator-only 2.38 -> 2.05 (53x -> 61x), pool-passthrough-only
+2.13 -> 2.11; block 16, 1K: pool 20.49 -> 15.47 (24x -> 32x),
+pool-orchestrator-only 21.29 -> 15.60 (25x -> 34x), pool-passthrough-only
+10.80 -> 10.23 (46x -> 48x; one device per tier, not this path); block
+256, 1K: pool 2.78 -> 2.61 (175x -> 186x), pool-orchestrator-only 2.90 ->
+2.63 (168x -> 186x), pool-passthrough-only 1.73 -> 1.73.  Pool placement
+at block 16, 1K: ~6.7 of the 15.5 s (~595K keys, ~11 us each, ~490K
+victims); the rest is outside it (GPU cache, lookups, store pieces).
+
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
 769x, paged-ssd 445x, lmcache 364x, lmcache-lp 336x, lmcache-lp-async 310x,
