@@ -20,7 +20,8 @@ small integers, and a spill decision (:func:`spill_layout`'s tries, every
 comparison one of these) is a function of the devices' states: computed
 once per state tuple, by the plain per-key code itself, and remembered.
 
-A layout not seen before adds its thresholds (the memo is rebuilt).
+A layout not seen before adds its thresholds (the memo is rebuilt), and
+so does a change of the tier's capacities (a peer tier lent more or less).
 ``tests/sim/test_serving_pooldrop.py`` checks the thresholds against the
 expressions on random used bytes, and every placement against the per-key
 reference.
@@ -34,7 +35,7 @@ from collections.abc import Callable, Sequence
 from itertools import product
 from operator import ge
 from typing import Any
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, proxy
 
 OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
 Runs = tuple[tuple[int, int, int], ...]
@@ -75,7 +76,10 @@ class RoomIndex:
     """Per device of a pool tier, the sorted thresholds of its room checks."""
 
     def __init__(self, tier: OffloadTier, slack: float):
-        self.tier, self.slack = tier, slack
+        # a proxy: the index is the value of a weak map keyed by the tier, so it
+        # must not keep the tier alive (a sweep builds many)
+        self.tier, self.slack = proxy(tier), slack
+        self.caps = list(tier.capacity)  # the thresholds' capacities (a peer tier resizes)
         self.xs: list[set[float]] = [set() for _ in tier.capacity]  # bytes checked, per device
         for room in product((False, True), repeat=len(tier.capacity)):
             if True in room:
@@ -158,8 +162,9 @@ _INDEX: WeakKeyDictionary[Any, RoomIndex] = WeakKeyDictionary()
 
 
 def room_index(tier: OffloadTier, slack: float) -> RoomIndex:
-    """The tier's :class:`RoomIndex` (made on first use)."""
+    """The tier's :class:`RoomIndex` (made on first use, and anew when the
+    tier's capacities changed: an elastic peer tier is resized)."""
     out = _INDEX.get(tier)
-    if out is None:
+    if out is None or out.caps != tier.capacity:
         out = _INDEX[tier] = RoomIndex(tier, slack)
     return out

@@ -86,6 +86,22 @@ def test_remembered_spill_equals_the_plain_spill(shape: str) -> None:
     assert None in found and len(found) > 2  # both outcomes, several layouts
 
 
+def test_spill_follows_a_resized_tier() -> None:
+    """A peer tier's capacity changes while it runs (elastic lending): the
+    remembered spill is that of the new capacities.  By hand: two devices of
+    ratio 1/2 each, 4 layers of 1 byte; device 0 holds 9 of 10 bytes, device 1
+    nothing.  A block needs 2 bytes on each: it does not fit as laid out, and
+    device 0 has a layer of room, so the spill over both is tried and fails on
+    device 0; narrowed to device 1: all 4 layers there.  Device 0 grown to
+    11 bytes: the spill over both fits."""
+    tier = OffloadTier("peer", ["w0", "w1"], [0.5, 0.5], [10.0, 100.0], 4, 1.0)
+    used = [9.0, 0.0]
+    assert tierplace.spill_layout(tier, used) == ((1, 0, 4),)
+    tier.capacity[0] = 11.0
+    assert tierplace.spill_layout(tier, used) == ((0, 0, 2), (1, 2, 4))
+    assert tierplace.spill_layout(tier, used) == plain_spill(tier, used, SLACK)
+
+
 def _random_tier(seed: int) -> OffloadTier:
     """A tier of three devices holding ready, stale-stamped, pinned and
     draining entries, offered in several runs, pairs of them interleaved."""
@@ -199,3 +215,20 @@ def test_fused_and_per_key_paths_keep_the_same_books(
             }
         assert fast.evictions == slow.evictions
     assert ran[0] > 20 and fast.evictions > 1000
+
+
+def test_room_index_does_not_keep_its_tier_alive() -> None:
+    """The index is kept in a weak map keyed by its tier: once the tier is
+    gone (a sweep builds many), so is its index."""
+    import gc
+    import weakref
+
+    from sim.serving.poolroom import _INDEX
+
+    tier = OffloadTier("p", ["a", "b"], [0.5, 0.5], [10.0, 100.0], 4, 1.0)
+    tierplace.spill_layout(tier, [9.0, 0.0])
+    assert tier in _INDEX
+    gone = weakref.ref(tier)
+    del tier
+    gc.collect()
+    assert gone() is None
