@@ -61,15 +61,14 @@ class _Books:
     """What one :func:`drop_run` call changes besides ``used`` and the LRU:
     slot classes per layout, placed keys pending insertion, counts."""
 
-    __slots__ = ("tier", "lays", "keys", "made", "gone", "evicted")
+    __slots__ = ("tier", "lays", "keys", "made", "gone")
 
     def __init__(self, tier: OffloadTier):
         self.tier = tier
         self.lays: dict[Runs, Layout] = {}
         self.keys: list[int] = []  # placed, in order
         self.made: list[tuple[Runs, tuple[int, ...], list[float]]] = []  # their layout, slots
-        self.gone: Counter[Runs] = Counter()  # victims per layout (live counts)
-        self.evicted = 0
+        self.gone: list[Runs] = []  # the victims' layouts, in order (live counts)
 
     def layout(self, runs: Runs) -> Layout:
         """(bytes per device, per run its free list / allocator / units, too big)."""
@@ -107,11 +106,11 @@ class _Books:
             t.added.extend(self.keys)
         placed += made
         live = Counter(runs for runs, _s, _x in self.made)
-        live.subtract(self.gone)
+        live.subtract(Counter(self.gone))
         for runs, m in live.items():
             for d, _l0, _l1 in runs:
                 t.allocators[d].live += m
-        t.evictions += self.evicted
+        t.evictions += len(self.gone)
 
 
 def _fresh(a: Any, units: int) -> int:
@@ -180,7 +179,8 @@ def _victims(cur: Cursors, books: _Books, used: list[float]) -> Callable[[list[f
     none is left): :meth:`OffloadTier.take_victims` then ``_drop`` of each,
     fused (a device's head kept while it is alive: only a victim can die)."""
     head, cand, pos, get = cur.head, cur.cand, cur.pos, cur.alive.get
-    entries, lays, gone, name = books.tier.entries, books.lays, books.gone, books.tier.name
+    entries, lays, name = books.tier.entries, books.lays, books.tier.name
+    gone = books.gone.append
 
     def victims(short: list[float]) -> None:
         while True:
@@ -204,8 +204,7 @@ def _victims(cur: Cursors, books: _Books, used: list[float]) -> Callable[[list[f
             used[:] = map(sub, used, x)
             for (fl, _a, _u), slot in zip((lays.get(runs) or books.layout(runs))[1], best.slots):  # noqa: B905
                 fl.append(slot)
-            gone[runs] += 1
-            books.evicted += 1
+            gone(runs)
             short = [s - f for s, f in zip(short, x)]  # noqa: B905
 
     return victims
