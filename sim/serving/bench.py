@@ -121,7 +121,12 @@ pool-orchestrator-only 21.29 -> 15.60 (25x -> 34x), pool-passthrough-only
 256, 1K: pool 2.78 -> 2.61 (175x -> 186x), pool-orchestrator-only 2.90 ->
 2.63 (168x -> 186x), pool-passthrough-only 1.73 -> 1.73.  Pool placement
 at block 16, 1K: ~6.7 of the 15.5 s (~595K keys, ~11 us each, ~490K
-victims); the rest is outside it (GPU cache, lookups, store pieces).
+victims); the rest is outside it (GPU cache, lookups, store pieces).  The
+final tree of the branch (4b8e647: victims' counts once per loop, the
+index following a resized peer tier), same run against 96828e4 at load
+2-2.6: block 16, 1K: pool 18.10 -> 12.55 s (27x -> 40x),
+pool-orchestrator-only 18.75 -> 13.58 s (28x -> 39x); block 256, 1K: pool
+2.83 -> 2.55 s (172x -> 191x).
 
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
