@@ -142,6 +142,30 @@ paged-cpu 0.66 -> 0.67 s, lmcache 1.10 -> 1.02 s; paged-cpu-ssd, block 16,
 array accesses).  At 256-token blocks a request holds ~47 blocks, too few
 for numpy's per-call cost (~30 array operations per request) to pay off.
 
+Pool eviction by runs of the LRU and remembered room checks (2026-11-24
+08:55-09:10, branch spool against its starting tree 96828e4 in the same
+run, load 4-9; 0 of 1,054 baseline columns differ): a device's victims
+read straight off the run on top of its LRU heap, the cursor written back
+once (:mod:`sim.serving.poolcursor`); every fit and spill check a position
+among exact float thresholds, the spill decision remembered per state
+(:mod:`sim.serving.poolroom`); a full pool's spills placed in the evicting
+loop up to 4 in a row, entries made, stamps and live counts added once per
+loop (:mod:`sim.serving.pooldrop`).  CPU s before -> after (speed per CPU
+second): block 16, 300 requests: pool 2.24 -> 2.01 (55x -> 61x),
+pool-orchestrator-only 2.38 -> 2.05 (53x -> 61x), pool-passthrough-only
+2.13 -> 2.11; block 16, 1K: pool 20.49 -> 15.47 (24x -> 32x),
+pool-orchestrator-only 21.29 -> 15.60 (25x -> 34x), pool-passthrough-only
+10.80 -> 10.23 (46x -> 48x; one device per tier, not this path); block
+256, 1K: pool 2.78 -> 2.61 (175x -> 186x), pool-orchestrator-only 2.90 ->
+2.63 (168x -> 186x), pool-passthrough-only 1.73 -> 1.73.  Pool placement
+at block 16, 1K: ~6.7 of the 15.5 s (~595K keys, ~11 us each, ~490K
+victims); the rest is outside it (GPU cache, lookups, store pieces).  The
+final tree of the branch (4b8e647: victims' counts once per loop, the
+index following a resized peer tier), same run against 96828e4 at load
+2-2.6: block 16, 1K: pool 18.10 -> 12.55 s (27x -> 40x),
+pool-orchestrator-only 18.75 -> 13.58 s (28x -> 39x); block 256, 1K: pool
+2.83 -> 2.55 s (172x -> 191x).
+
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
 769x, paged-ssd 445x, lmcache 364x, lmcache-lp 336x, lmcache-lp-async 310x,

@@ -23,7 +23,9 @@ per-victim loops, kept as the reference;
 ``tests/sim/test_serving_lrutake.py`` runs both side by side on random
 workloads).  A pool tier is :mod:`sim.serving.poolplace` (runs of keys that
 fit or spill alike), whose keys short of room anywhere take
-:func:`short_key` here.  Either way the verdicts, victims and used
+:func:`short_key` here; a pool's spill decision (:func:`spill_layout`)
+is remembered per state of its room thresholds (:mod:`sim.serving.poolroom`).
+Either way the verdicts, victims and used
 bytes are exactly those of deciding every key on its own
 (``tests/sim/test_serving_tierplace.py`` checks that on random workloads
 against a per-key reference).
@@ -36,11 +38,13 @@ from typing import Any
 
 from sim.serving.entry import READY, Entry
 from sim.serving.placement import Runs, layer_runs
+from sim.serving.poolroom import plain_spill, room_index
 
 EvictFn = Any  # sim.serving.blocks.EvictFn: not imported, blocks imports this module
 OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
 SLACK = 1e-6  # bytes: "fits" tolerance of every room check
 BATCH = True  # victims in batches (module docstring); False: one by one
+MEMO = True  # pool spills remembered per room state (sim.serving.poolroom); False: the plain code
 
 
 def place_single(
@@ -250,20 +254,11 @@ def short_key(
 
 def spill_layout(tier: OffloadTier, used: list[float]) -> Runs | None:
     """:meth:`OffloadTier.spill` of a key that does not fit as laid out, the
-    tier holding ``used`` bytes per device: Algorithm 1 over the devices
-    with a layer of room, narrowed to those not short while it does not
-    fit; None when no such layout fits (room must be made)."""
-    caps, lb, alts = tier.capacity, tier.layer_bytes, tier._alt
-    room = tuple([c - u >= lb for u, c in zip(used, caps, strict=True)])
-    fits = SLACK.__ge__  # s <= SLACK
-    while True in room:
-        got = alts.get(room)  # tier.runs_over(room), memoised there
-        alt, need = got if got is not None else tier.runs_over(room)
-        short = [u + x - c for u, x, c in zip(used, need, caps, strict=True)]
-        if all(map(fits, short)):
-            return alt
-        room = tuple([ok and s <= SLACK for ok, s in zip(room, short, strict=True)])
-    return None
+    tier holding ``used`` bytes per device (:func:`sim.serving.poolroom.plain_spill`),
+    remembered per state of the tier's room thresholds (``MEMO``; else computed)."""
+    if MEMO:
+        return room_index(tier, SLACK).spill(used)
+    return plain_spill(tier, used, SLACK)
 
 
 def evict_key(
