@@ -86,6 +86,7 @@ from real._fiolog import (
     write_iolog,
 )
 from real._fiolog import match_completions as _match
+from real._fioprobe import PROBE_IOS, lead_needed, limit_rate, probe_rates
 from real.datafile import IOLayout, _fill, _open_direct, io_layout
 from real.engine import on_tmpfs
 from real.errors import RealError
@@ -180,6 +181,7 @@ class FioReplayer:
         waves = fio_waves(plan)
         assert not isinstance(waves, str)  # fio_expressible said so
         self.waves = [self._wave(ops, qd) for ops in waves]
+        self.fio_ceiling: dict[str, float] = {}  # fio's I/Os per second where probed
         runs = f", {len(self.waves)} runs (one per step)" if len(self.waves) > 1 else ""
         self.engine_note = f"fio io_uring iolog replay{runs}, reads verified by fio (crc32c)"
 
@@ -210,10 +212,34 @@ class FioReplayer:
                     for w in self.waves
                 )
                 fill_fio(self.targets[node], max(need[node], pad_end), work)
+            self._drop_idle_leads(work)
             return self._run_waves(work)
         finally:
             self._restore(need)
             shutil.rmtree(work, ignore_errors=True)
+
+    def _drop_idle_leads(self, work: Path) -> None:
+        """Drop the lead-in of nodes the throttle would never hold (:mod:`real._fioprobe`):
+        per node, its largest lead-in (if over ``PROBE_IOS``) is probed once, and every
+        wave's lead-in of the same direction and I/O size goes where fio's ceiling is
+        not within the margin of the limit.  ``self.fio_ceiling``: the rates measured."""
+        probes: dict[str, tuple[int, int, bool, int]] = {}
+        for node in self.layout.nodes:
+            mine = [w for w in self.waves if w.lead.get(node, (0, 0))[0] > PROBE_IOS]
+            if mine:
+                w = max(mine, key=lambda w: w.lead[node][0])
+                probes[node] = (w.pads[node], w.lead[node][1], _writes(w, node), w.qd[node])
+        self.fio_ceiling = (
+            probe_rates(probes, self.targets, work, {n: _async(self.targets[n]) for n in probes})
+            if probes
+            else {}
+        )
+        for node, (_, size, write, _) in probes.items():
+            for w in self.waves:
+                count, nbytes = w.lead.get(node, (0, 0))
+                same = nbytes == size and write == _writes(w, node)
+                if same and count and not lead_needed(limit_rate(count), self.fio_ceiling[node]):
+                    w.lead[node] = (0, 0)
 
     def _run_waves(self, work: Path) -> Records:
         """Each wave one fio run.  The records' clock runs the waves back to back, as
@@ -293,6 +319,10 @@ class FioReplayer:
             "cpu_s_method": "user + system CPU of the fio process and its threads (io-wq "
             "workers included, as for the Python engine), shared over ops by I/O count",
             "fio_reported_cpu_s": fio_cpu,
+            "fio_ceiling_iops": self.fio_ceiling,
+            "lead_in_pads": {
+                n: max(w.lead.get(n, (0, 0))[0] for w in self.waves) for n in self.layout.nodes
+            },
             "notes": [why] if (why := fio_partial_check(self.plan)) else [],
         }
 
@@ -342,6 +372,11 @@ def _job_errors(jobs: dict[str, dict]) -> None:
             for n, e in bad.items()
         )
         raise RealError(f"fio job failed ({what})")
+
+
+def _writes(w: Wave, node: str) -> bool:
+    """Whether ``node``'s ops in wave ``w`` write (a node is only read or only written)."""
+    return bool(w.write[w.layout.node == list(w.layout.nodes).index(node)].any())
 
 
 def _async(t: Target) -> bool:
