@@ -43,7 +43,7 @@ from real._pacing import plan_costs
 from real._rrstream import RoundRobin, water_fill
 from real.engine import GDS
 
-FEW_BLOCKS = 4  # reads of up to this many blocks are checked in one batch (_check_few)
+FEW_BLOCKS = 32  # reads of up to this many blocks (128 KiB) are checked as one batch of rows
 
 
 class BatchIO:
@@ -278,7 +278,9 @@ class BatchIO:
                 self._end(j, t)
 
     def _verify(self, g, offs, lens, devs, write) -> None:
-        """Check the reads of a round; 4 KiB reads of a device in one comparison."""
+        """Check the reads of a round: a device's reads of up to :data:`FEW_BLOCKS`
+        blocks in one comparison (4 KiB reads without expanding), larger ones each
+        in one."""
         if write is not None:
             keep = ~write
             g, offs, lens = g[keep], offs[keep], lens[keep]
@@ -288,11 +290,12 @@ class BatchIO:
         for k in [0] if devs is None else np.unique(devs).tolist():
             d, mine = self.devs[k], slice(None) if devs is None else devs == k
             local, ok, lk = g[mine] - self._base[k], offs[mine], lens[mine]
-            single = lk == BLOCK
-            self._check_blocks(d, local[single], ok[single])
-            few = ~single & (lk <= FEW_BLOCKS * BLOCK)
+            if (lk == BLOCK).all():
+                self._check_blocks(d, local, ok)
+                continue
+            few = lk <= FEW_BLOCKS * BLOCK
             self._check_few(d, local[few], ok[few], lk[few])
-            for i in np.flatnonzero(~single & ~few).tolist():
+            for i in np.flatnonzero(~few).tolist():
                 s, off, size = int(local[i]), int(ok[i]), int(lk[i])
                 bad = d.fmt.first_mismatch(d.slots[s][:size], off // BLOCK)
                 if bad >= 0:
@@ -334,9 +337,10 @@ class BatchIO:
     def _check_few(d: Device, local: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> None:
         """Verify reads of a few blocks each (slots ``local``, at byte ``offs``, ``lens``
         bytes) as one batch: every block of every read is a row of one comparison
-        (:meth:`~real._blocks.BlockFormat.first_bad_block`), where a Python check per
-        read cost ~15 us per I/O -- Swarm's and PQCache's 8-16 KiB reads were
-        verified one by one while the model charges the 4 KiB batch's cost."""
+        (:meth:`~real._blocks.BlockFormat.first_bad_block`).  Until 2026-11-25 reads of
+        2-4 blocks were checked one by one in Python (~15 us each) and larger ones by
+        numpy per read, so Swarm's and PQCache's 8-76 KiB reads cost the replay loop
+        more than the 4 KiB batches the model's per-I/O cost is measured on."""
         if not len(local):
             return
         local, offs = local.astype(np.int64), offs.astype(np.int64)
