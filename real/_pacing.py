@@ -46,7 +46,6 @@ from real._rrstream import water_fill
 from real.targets import Limits
 
 BURST_S = 0.005
-ROUND_S = BURST_S / 10  # device time a token-bound op waits to gather into one round
 TOL_S = 1e-9  # credit short of an I/O's cost by this little (rounding) still covers it
 MIN_WAKE_S = 1e-6
 
@@ -102,25 +101,6 @@ def plan_costs(
     return np.concatenate(([0.0], np.cumsum(cost)))
 
 
-def round_need(cum: np.ndarray, nxt: np.ndarray, left: np.ndarray, credit: np.ndarray):
-    """Device seconds each token-bound op still lacks for its next round: its next
-    I/Os (plan I/O ``nxt`` on, ``left`` of them issuable now) whose costs (``cum``:
-    :func:`plan_costs`) add up to at most :data:`ROUND_S`, at least one, less the
-    ``credit`` it holds.
-
-    Why rounds.  Issuing each I/O as soon as its tokens come makes a round per I/O
-    at a binding IOPS limit (38.5 us per 4 KiB I/O at 25,962 IOPS), and a round costs
-    the replay loop about as much as a batch of 64 (measured: PQCache's paced replay
-    27 us of CPU per I/O against 17.4 us at limits that never bind).  Waiting for a
-    round's worth keeps the rate -- tokens still come at one second per second, and
-    an op's *last* I/O is issued exactly when the one-at-a-time pacer would issue it
-    (when the bucket has covered all of the op's cost), so its end is unchanged --
-    and only the op's earlier I/Os go out up to ``ROUND_S`` later, together."""
-    upto = np.searchsorted(cum, cum[nxt] + ROUND_S + TOL_S, "right") - 1 - nxt
-    m = np.clip(upto, 1, np.maximum(left, 1))
-    return cum[nxt + m] - cum[nxt] - credit
-
-
 class Pacer:
     """The bucket of one device (``limits``; ``max_io``: its largest I/O in bytes)."""
 
@@ -174,9 +154,7 @@ class Pacer:
         takes the I/Os its credit then covers; the device's ``room`` free slots go
         round robin (:func:`~real._rrstream.water_fill`).  When ops are left waiting
         for tokens, the ``h`` of them each get at least ``1 / h`` of the refill, so
-        the first is served ``h x`` its shortfall later -- its shortfall for a
-        *round*: its next I/Os worth :data:`ROUND_S` of device time (at least one,
-        at most what it may issue now), not one I/O (:func:`round_need`)."""
+        the first is served ``h x`` its shortfall later."""
         held = np.fromiter((self.credit.get(j, 0.0) for j in ops), float, len(ops))
         credit = held + self.share(np.maximum(cum[start + avail] - cum[start] - held, 0.0), now)
         covered = np.searchsorted(cum, cum[start] + credit + TOL_S, "right") - 1 - start
@@ -187,8 +165,9 @@ class Pacer:
         hungry = (afford == take) & (take < avail)
         if not hungry.any():
             return take, 0.0
-        need = round_need(cum, (start + take)[hungry], (avail - take)[hungry], credit[hungry])
-        return take, now + int(hungry.sum()) * max(float(need.min()), MIN_WAKE_S)
+        nxt = (start + take)[hungry]
+        need = float((cum[nxt + 1] - cum[nxt] - credit[hungry]).min())
+        return take, now + int(hungry.sum()) * max(need, MIN_WAKE_S)
 
     def release(self, j: int) -> None:
         """Op ``j`` issued its last I/O: what credit it has left goes back to the bucket."""

@@ -41,7 +41,10 @@ blkio group, held to the same limits as the Python engine.  fio has no barrier
 between I/Os of a log (``sync`` and ``wait`` entries do not drain the queue,
 measured) and a ``stonewall``/``wait_for`` between jobs cost 200-300 ms each
 here, hence one run per wave: the runs' start-up is outside every measured
-time (:func:`fio_expressible` says why a plan does not fit).
+time (:func:`fio_expressible` says why a plan does not fit).  A throttled
+node's lead-in pads (:func:`real._fiolog.lead_in`) are dropped where a probe
+finds fio's own ceiling well below the limit (:mod:`real._fioprobe`): the
+throttle would never hold an I/O there, so its credit changes nothing.
 
 What the records hold.  The same columns as the Python engine's.  Waves run
 back to back on the records' clock (fio's start-up, lead-ins and closing pads

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kvtier.plan import PlanBuilder
-from real import _pacing, scheduler
+from real import scheduler
 from real._pacing import BURST_S, Pacer, io_costs, max_min
 from real.datafile import prepare_targets
 from real.replay import replay
@@ -151,41 +151,3 @@ def test_paced_rounds_are_batches(direct_dir, monkeypatch):
     assert sum(calls) == 4 * n == rec.stats["ios"]
     assert max(calls) == 64  # a device's whole queue depth in one call
     assert len(calls) <= 4 * n / 4  # at least 4 I/Os per call on average
-
-
-def _admit_until_done(pacer: Pacer, n: int, cost: float, room: int = 64) -> list[tuple]:
-    """Drive one op of ``n`` equal I/Os through ``pacer`` as the replay loop does
-    (a round at each wake): (time, I/Os issued) per round that issued any."""
-    cum = np.arange(n + 1) * cost
-    done, now, rounds = 0, 0.0, []
-    while done < n:
-        take, wake = pacer.admit([0], np.array([done]), np.array([n - done]), cum, room, now)
-        if take[0]:
-            rounds.append((now, int(take[0])))
-        done += int(take[0])
-        now = wake if wake > 0 else now
-    return rounds
-
-
-def test_a_token_bound_op_is_issued_in_rounds_and_ends_when_one_at_a_time_would(monkeypatch):
-    """25 x 4 KiB at 20,000 IOPS: 50 us each, so a round of ROUND_S = 0.5 ms holds 10.
-    From an empty bucket the op waits for 10 I/Os' tokens (0.5 ms), issues them, then
-    10 more at 1.0 ms, then the last 5 at 1.25 ms = 25 x 50 us: the last I/O goes out
-    exactly when an I/O-at-a-time pacer would issue it, in 3 rounds instead of 25."""
-    monkeypatch.setattr(_pacing, "ROUND_S", 0.5e-3)
-    rounds = _admit_until_done(Pacer(Limits(read_iops=20_000), 4 * KIB), 25, 50e-6)
-    assert [n for _, n in rounds] == [10, 10, 5]
-    np.testing.assert_allclose([t for t, _ in rounds], [0.5e-3, 1.0e-3, 1.25e-3])
-
-
-def test_rounds_never_exceed_the_rate_and_costly_ios_go_one_by_one(monkeypatch):
-    """At 1,000 IOPS an I/O costs 1 ms > ROUND_S: rounds of one, the k-th at k ms (the
-    rate).  At 20,000 IOPS over 200 I/Os no round is issued before its tokens came:
-    I/Os issued by time t never cost more than t."""
-    monkeypatch.setattr(_pacing, "ROUND_S", 0.5e-3)
-    rounds = _admit_until_done(Pacer(Limits(read_iops=1000), 4 * KIB), 4, 1e-3)
-    assert rounds == [(pytest.approx(k * 1e-3), 1) for k in (1, 2, 3, 4)]
-    rounds = _admit_until_done(Pacer(Limits(read_iops=20_000), 4 * KIB), 200, 50e-6)
-    issued = np.cumsum([n for _, n in rounds])
-    assert (issued * 50e-6 <= np.array([t for t, _ in rounds]) + 1e-12).all()
-    assert issued[-1] == 200 and rounds[-1][0] == pytest.approx(200 * 50e-6)
