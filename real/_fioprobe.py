@@ -78,3 +78,31 @@ def probe_rates(
 def limit_rate(lead: int) -> float:
     """The binding limit (I/Os per second) a lead-in of ``lead`` pads was sized from."""
     return lead / SLICE_S
+
+
+def drop_idle_leads(
+    waves: list, nodes, targets: Mapping[str, Target], work: Path, force_async: Mapping[str, bool]
+) -> dict[str, float]:
+    """Probe, per node, its largest lead-in over the ``waves`` (:class:`real.fioreplay.Wave`)
+    if over :data:`PROBE_IOS`, and set to (0, 0) every wave's lead-in of the same direction
+    and I/O size where :func:`lead_needed` says the throttle would never hold an I/O.
+    Returns fio's measured I/Os per second per probed node."""
+    probes: dict[str, tuple[int, int, bool, int]] = {}
+    for node in nodes:
+        mine = [w for w in waves if w.lead.get(node, (0, 0))[0] > PROBE_IOS]
+        if mine:
+            w = max(mine, key=lambda w: w.lead[node][0])
+            probes[node] = (w.pads[node], w.lead[node][1], _writes(w, node), w.qd[node])
+    ceiling = probe_rates(probes, targets, work, force_async) if probes else {}
+    for node, (_, size, write, _) in probes.items():
+        for w in waves:
+            count, nbytes = w.lead.get(node, (0, 0))
+            same = nbytes == size and write == _writes(w, node)
+            if same and count and not lead_needed(limit_rate(count), ceiling[node]):
+                w.lead[node] = (0, 0)
+    return ceiling
+
+
+def _writes(w, node: str) -> bool:
+    """Whether ``node``'s ops in wave ``w`` write (a node is only read or only written)."""
+    return bool(w.write[w.layout.node == list(w.layout.nodes).index(node)].any())

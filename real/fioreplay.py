@@ -89,7 +89,7 @@ from real._fiolog import (
     write_iolog,
 )
 from real._fiolog import match_completions as _match
-from real._fioprobe import PROBE_IOS, lead_needed, limit_rate, probe_rates
+from real._fioprobe import drop_idle_leads
 from real.datafile import IOLayout, _fill, _open_direct, io_layout
 from real.engine import on_tmpfs
 from real.errors import RealError
@@ -222,27 +222,12 @@ class FioReplayer:
             shutil.rmtree(work, ignore_errors=True)
 
     def _drop_idle_leads(self, work: Path) -> None:
-        """Drop the lead-in of nodes the throttle would never hold (:mod:`real._fioprobe`):
-        per node, its largest lead-in (if over ``PROBE_IOS``) is probed once, and every
-        wave's lead-in of the same direction and I/O size goes where fio's ceiling is
-        not within the margin of the limit.  ``self.fio_ceiling``: the rates measured."""
-        probes: dict[str, tuple[int, int, bool, int]] = {}
-        for node in self.layout.nodes:
-            mine = [w for w in self.waves if w.lead.get(node, (0, 0))[0] > PROBE_IOS]
-            if mine:
-                w = max(mine, key=lambda w: w.lead[node][0])
-                probes[node] = (w.pads[node], w.lead[node][1], _writes(w, node), w.qd[node])
-        self.fio_ceiling = (
-            probe_rates(probes, self.targets, work, {n: _async(self.targets[n]) for n in probes})
-            if probes
-            else {}
+        """Drop the lead-in of nodes the throttle would never hold
+        (:func:`real._fioprobe.drop_idle_leads`); ``self.fio_ceiling``: the rates measured."""
+        async_of = {n: _async(self.targets[n]) for n in self.layout.nodes}
+        self.fio_ceiling = drop_idle_leads(
+            self.waves, self.layout.nodes, self.targets, work, async_of
         )
-        for node, (_, size, write, _) in probes.items():
-            for w in self.waves:
-                count, nbytes = w.lead.get(node, (0, 0))
-                same = nbytes == size and write == _writes(w, node)
-                if same and count and not lead_needed(limit_rate(count), self.fio_ceiling[node]):
-                    w.lead[node] = (0, 0)
 
     def _run_waves(self, work: Path) -> Records:
         """Each wave one fio run.  The records' clock runs the waves back to back, as
@@ -375,11 +360,6 @@ def _job_errors(jobs: dict[str, dict]) -> None:
             for n, e in bad.items()
         )
         raise RealError(f"fio job failed ({what})")
-
-
-def _writes(w: Wave, node: str) -> bool:
-    """Whether ``node``'s ops in wave ``w`` write (a node is only read or only written)."""
-    return bool(w.write[w.layout.node == list(w.layout.nodes).index(node)].any())
 
 
 def _async(t: Target) -> bool:
