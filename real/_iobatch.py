@@ -131,7 +131,11 @@ class BatchIO:
         """Queue what the device's bucket allows, shared max-min by the ops that can
         issue (under their queue depth), each at most the device's free slots
         (:meth:`real._pacing.Pacer.admit`)."""
-        infl, room = self._op_inflight(k), d.qd - d.inflight
+        room = d.qd - d.inflight
+        # an op capped at the device's slots never binds before ``room`` does (its
+        # in-flight I/Os are among the device's): count per op only where one is lower
+        capped = any(self.op_cap[j] < d.qd for j in d.active)
+        infl = self._op_inflight(k) if capped else {}
         ops = [j for j in d.active if infl.get(j, 0) < self.op_cap[j]]
         if not ops:
             return 0
