@@ -60,9 +60,20 @@ What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
   - rounds (a token-bound op waits until 0.5 ms of device time is affordable, its last
     I/O still issued when the one-at-a-time pacer issues it): ~10% less CPU but no
     shorter steps (the burst queues behind itself on the device).  Not kept.
-  Still open: a per-round term in the model (rounds, not I/Os, set the loop's cost
-  on these plans) or a cheaper round; a long op at binding limits cannot measure it,
-  since a saturated loop gathers I/Os until it keeps up with the devices' rate.
+  - per-op in-flight counts skipped where no op's queue depth is below the device's:
+    Swarm's CPU 88-91 -> 74-78 ms.  Kept.
+  Paired runs (base tree / this one, alternating, load 1.3-3) still gave Swarm -35 to
+  -42% / -39% and PQCache -17 to -19% / -19 to -21%: the loop's CPU fell by a quarter
+  and the step times did not move beyond the noise.  What the records show instead: the
+  copy and compute ops, pure timers, end late -- median copy 0.50 ms against 0.064
+  modelled, CPU compute 1.22 against 0.24, GPU compute 0.84 against 0.27 (one run);
+  timer lateness in the harness median 352 us, p90 1.1 ms, and the loop's waits are
+  mostly entered with their deadline already past (the loop is behind its timers).
+  Still open: why the loop lags its timers once its CPU is below the makespan (the
+  round's submit and wait cost ~130 us even at a zero timeout), and a per-round term
+  in the model (rounds, not I/Os, set the loop's cost on these plans); a long op at
+  binding limits cannot measure that, since a saturated loop gathers I/Os until it
+  keeps up with the devices' rate.
 
 * No Cluster's fetches (fixed 2026-11-25).  It reads 8 MB prefetches in 1 MiB I/Os
   beside its 4 KiB fetches on the same devices; the old pacer took a device's ops in
