@@ -70,6 +70,8 @@ def max_min(demand: np.ndarray, pool: float) -> np.ndarray:
     total = float(demand.sum())
     if total <= pool:
         return demand.copy()
+    if len(demand) == 1:  # one op asking more than there is: all of it
+        return np.array([pool])
     s = np.sort(demand)
     m = len(s)
     below = np.concatenate(([0.0], np.cumsum(s)[:-1]))  # what the smaller demands take

@@ -36,6 +36,17 @@ Measured 2026-11-24 on the 2-core dev machine shared with 5 other jobs (load
 * scale 0.1 [a], qd 128: python 88K (1.13), fio engine 93K (1.18), fio 87K;
   CPU 3.8 / - / 3.6
 
+2026-11-24 (later, quiet machine, load 0.3-1.2, same command, 3 rounds): before /
+after the lead-in probe (:mod:`real._fioprobe`: no lead-in pads where fio's own
+ceiling is far below the limit, as at scale 1), fio engine against plain fio:
+
+* scale 1, qd 32: 0.91 -> **0.94** (219K vs 232-243K IOPS); CPU 11.9 -> **6.0** us/I/O
+  (plain fio 4.6-4.9: the rest is fio's verification, ~1.5 us, and the 2 x qd closing pads)
+* scale 1, qd 128: 0.95 -> **1.01** (240K vs 238K); CPU 11.1 -> **5.6** us/I/O
+* scale 0.1 (throttle binds: lead-in kept), qd 32: 0.99 (109K vs 110K); CPU 6.6 us/I/O
+
+The python engine in the same rounds: 0.59 / 0.98 (qd 32 / 128).
+
 Ratios are to fio's IOPS in the same round.  [a]: fio without ``--force_async``
 (which on a loop device costs it half its IOPS), before CPU was measured from
 outside.  ``*``: the fio engine's CPU is per plan I/O, but on a throttled target

@@ -41,7 +41,10 @@ blkio group, held to the same limits as the Python engine.  fio has no barrier
 between I/Os of a log (``sync`` and ``wait`` entries do not drain the queue,
 measured) and a ``stonewall``/``wait_for`` between jobs cost 200-300 ms each
 here, hence one run per wave: the runs' start-up is outside every measured
-time (:func:`fio_expressible` says why a plan does not fit).
+time (:func:`fio_expressible` says why a plan does not fit).  A throttled
+node's lead-in pads (:func:`real._fiolog.lead_in`) are dropped where a probe
+finds fio's own ceiling well below the limit (:mod:`real._fioprobe`): the
+throttle would never hold an I/O there, so its credit changes nothing.
 
 What the records hold.  The same columns as the Python engine's.  Waves run
 back to back on the records' clock (fio's start-up, lead-ins and closing pads
@@ -86,6 +89,7 @@ from real._fiolog import (
     write_iolog,
 )
 from real._fiolog import match_completions as _match
+from real._fioprobe import drop_idle_leads
 from real.datafile import IOLayout, _fill, _open_direct, io_layout
 from real.engine import on_tmpfs
 from real.errors import RealError
@@ -180,6 +184,7 @@ class FioReplayer:
         waves = fio_waves(plan)
         assert not isinstance(waves, str)  # fio_expressible said so
         self.waves = [self._wave(ops, qd) for ops in waves]
+        self.fio_ceiling: dict[str, float] = {}  # fio's I/Os per second where probed
         runs = f", {len(self.waves)} runs (one per step)" if len(self.waves) > 1 else ""
         self.engine_note = f"fio io_uring iolog replay{runs}, reads verified by fio (crc32c)"
 
@@ -210,10 +215,19 @@ class FioReplayer:
                     for w in self.waves
                 )
                 fill_fio(self.targets[node], max(need[node], pad_end), work)
+            self._drop_idle_leads(work)
             return self._run_waves(work)
         finally:
             self._restore(need)
             shutil.rmtree(work, ignore_errors=True)
+
+    def _drop_idle_leads(self, work: Path) -> None:
+        """Drop the lead-in of nodes the throttle would never hold
+        (:func:`real._fioprobe.drop_idle_leads`); ``self.fio_ceiling``: the rates measured."""
+        async_of = {n: _async(self.targets[n]) for n in self.layout.nodes}
+        self.fio_ceiling = drop_idle_leads(
+            self.waves, self.layout.nodes, self.targets, work, async_of
+        )
 
     def _run_waves(self, work: Path) -> Records:
         """Each wave one fio run.  The records' clock runs the waves back to back, as
@@ -293,6 +307,10 @@ class FioReplayer:
             "cpu_s_method": "user + system CPU of the fio process and its threads (io-wq "
             "workers included, as for the Python engine), shared over ops by I/O count",
             "fio_reported_cpu_s": fio_cpu,
+            "fio_ceiling_iops": self.fio_ceiling,
+            "lead_in_pads": {
+                n: max(w.lead.get(n, (0, 0))[0] for w in self.waves) for n in self.layout.nodes
+            },
             "notes": [why] if (why := fio_partial_check(self.plan)) else [],
         }
 

@@ -47,9 +47,33 @@ What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
   device's whole queue depth.  At the devices' real limits an IOPS-bound op is admitted
   a few I/Os per round, and each round costs the loop about as much: PQCache's replay
   spent 27 us of process CPU per I/O (load 2-4, 2026-11-25) against 17.4 us modelled,
-  and the small designs (PQCache, Swarm) came out 10-60% slower than the model.  The
-  next lever is the pacer's round size (wake when a round's worth is affordable, not
-  one I/O), or the cost measured at the real limits by CPU time rather than wall time.
+  and the small designs (PQCache, Swarm) came out 10-60% slower than the model.
+  Measured 2026-11-24 (Swarm's design plan, 4 emulated devices at scale 0.028, the
+  replay loop's parts timed per call, load 1-2): the loop is CPU-bound (process CPU
+  = makespan, ~31 us per I/O against 6.8-7.0 modelled); a device's paced issue costs
+  ~150 us a call (max-min 60, in-flight count 30, queueing 40) and a round's
+  verification ~450 us over 3-4 devices, while the ops' copy and compute timers
+  (0.06-0.27 ms modelled) fire 1-2.8 ms late behind them.  Two levers were tried:
+  - reads of 2-32 blocks verified as one batch per device (was one Python or numpy
+    check per read; Swarm's I/Os are 1-19 blocks): Swarm's CPU 98-100 -> 88-91 ms,
+    median step 15.4-15.8 -> 13.9-14.4 ms, same run, same devices.  Kept.
+  - rounds (a token-bound op waits until 0.5 ms of device time is affordable, its last
+    I/O still issued when the one-at-a-time pacer issues it): ~10% less CPU but no
+    shorter steps (the burst queues behind itself on the device).  Not kept.
+  - per-op in-flight counts skipped where no op's queue depth is below the device's:
+    Swarm's CPU 88-91 -> 74-78 ms.  Kept.
+  Paired runs (base tree / this one, alternating, load 1.3-3) still gave Swarm -35 to
+  -42% / -39% and PQCache -17 to -19% / -19 to -21%: the loop's CPU fell by a quarter
+  and the step times did not move beyond the noise.  What the records show instead: the
+  copy and compute ops, pure timers, end late -- median copy 0.50 ms against 0.064
+  modelled, CPU compute 1.22 against 0.24, GPU compute 0.84 against 0.27 (one run);
+  timer lateness in the harness median 352 us, p90 1.1 ms, and the loop's waits are
+  mostly entered with their deadline already past (the loop is behind its timers).
+  Still open: why the loop lags its timers once its CPU is below the makespan (the
+  round's submit and wait cost ~130 us even at a zero timeout), and a per-round term
+  in the model (rounds, not I/Os, set the loop's cost on these plans); a long op at
+  binding limits cannot measure that, since a saturated loop gathers I/Os until it
+  keeps up with the devices' rate.
 
 * No Cluster's fetches (fixed 2026-11-25).  It reads 8 MB prefetches in 1 MiB I/Os
   beside its 4 KiB fetches on the same devices; the old pacer took a device's ops in

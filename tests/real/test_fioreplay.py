@@ -15,7 +15,7 @@ import pytest
 
 from kvtier.plan import BLOCK, PlanBuilder
 from kvtier.records import DEVICE_RECORD_SCHEMA, OP_RECORD_SCHEMA
-from real import _fiolog, fioreplay
+from real import _fiolog, _fioprobe, fioreplay
 from real.datafile import io_layout, prepare_targets
 from real.errors import RealError
 from real.fio import fio_binary
@@ -268,3 +268,39 @@ def test_lead_in_pads_are_not_the_plans_and_the_clock_starts_after_them(direct_d
     assert (dev["bytes_read"], dev["n_ios"], rec.stats["ios"]) == (64 * BLOCK, 64, 64)
     op = rec.ops.to_pylist()[0]
     assert 0 <= op["start_s"] == op["ready_s"] <= op["end_s"] <= rec.stats["makespan_s"] + 1e-3
+
+
+def test_lead_in_is_kept_unless_fios_ceiling_falls_short_of_the_limit_by_the_margin():
+    # scale 1 of h20-8ssd: 1.1M IOPS per device against fio's ~250K: never throttled
+    assert not _fioprobe.lead_needed(1_100_000, 250_000)
+    # a limit below fio's ceiling binds: the credit would shorten the run
+    assert _fioprobe.lead_needed(63_290, 250_000)
+    # within the 1.25 margin (250K x 1.25 = 312.5K >= 300K): kept, it might bind
+    assert _fioprobe.lead_needed(300_000, 250_000)
+    assert not _fioprobe.lead_needed(312_501, 250_000)
+    # the limit a lead-in was sized from: 6,329 pads are 0.1 s of 63,290 IOPS
+    assert _fioprobe.limit_rate(6329) == pytest.approx(63_290)
+
+
+def test_a_limit_fio_never_reaches_gets_no_lead_in_pads(direct_dir):
+    plan = _reads(range(64))
+    with prepare_targets(plan, direct_dir / "t") as files:
+        t = files.targets["ssd0"]
+        # 20M IOPS: a 2M-pad lead-in, far beyond what one fio job verifies per second
+        fast = {"ssd0": dataclasses.replace(t, limits=Limits(read_iops=20_000_000))}
+        replayer = fioreplay.FioReplayer(plan, fast, qd=8)
+        assert replayer.waves[0].lead == {"ssd0": (2_000_000, BLOCK)}
+        rec = replayer.run()
+    ceiling = rec.stats["fio_ceiling_iops"]["ssd0"]
+    assert 0 < ceiling * _fioprobe.MARGIN < 20_000_000  # measured, and short of the limit
+    assert rec.stats["lead_in_pads"] == {"ssd0": 0}
+    assert (rec.stats["ios"], rec.devices.to_pylist()[0]["n_ios"]) == (64, 64)
+
+
+def test_a_small_lead_in_is_not_probed(direct_dir):
+    plan = _reads(range(64))
+    with prepare_targets(plan, direct_dir / "t") as files:
+        t = files.targets["ssd0"]
+        slow = {"ssd0": dataclasses.replace(t, limits=Limits(read_iops=2000))}  # 200 pads
+        rec = fioreplay.FioReplayer(plan, slow, qd=8).run()
+    assert rec.stats["fio_ceiling_iops"] == {} and rec.stats["lead_in_pads"] == {"ssd0": 200}
