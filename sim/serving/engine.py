@@ -56,7 +56,6 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from itertools import groupby
 
 import simpy
@@ -65,6 +64,7 @@ from sim.hw.machine import Machine
 from sim.models import ModelCard
 from sim.serving.blocks import GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
+from sim.serving.engine_config import EngineConfig  # noqa: F401 (re-exported)
 from sim.serving.engine_forward import ForwardMixin
 from sim.serving.engine_loading import LoadingMixin
 from sim.serving.engine_preempt import PreemptMixin
@@ -81,23 +81,6 @@ from sim.serving.transfers import Mover
 
 Progress = Callable[[float, int, int], None]  # (simulated s, requests done, requests)
 PROGRESS_STEPS = 20_000  # simulation events between two progress reports
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    gpu_blocks: int  # GPU KV cache, in blocks of block_tokens
-    block_tokens: int = 16
-    max_batch: int = 128  # running (and parked) requests at most
-    max_batched_tokens: int = 0  # tokens per iteration; 0 = unlimited (no chunked prefill)
-    prefix_cache: bool = True  # keep finished requests' blocks on the GPU for reuse
-    max_inflight: int = 0  # client: outstanding requests at most; 0 = open loop
-    preempt: bool = False  # vLLM v1: blocks as tokens need them, preempt the newest on shortage
-    gpu: str = "gpu0"
-    # a finished request's reply KV: "off" dropped; "gpu" hashed in the GPU prefix cache
-    # (vLLM v1; LMCache saves no decode KV by default); "store" also offloaded (SGLang
-    # HiCache inserts input + output); needs the replies' hashes (load_requests)
-    cache_replies: str = "off"
-    keep_plan: bool = True  # write the issued plan down (extents, dependencies) for replay
 
 
 class Engine(LoadingMixin, ForwardMixin, PreemptMixin):

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from sim.models import ModelCard
     from sim.serving.designs import DesignParams
-    from sim.serving.engine import EngineConfig
+    from sim.serving.engine_config import EngineConfig
     from sim.serving.manager import BlockManager, Seq
     from sim.serving.stores import Offloader
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections import deque
 
-    from sim.serving.engine import EngineConfig
+    from sim.serving.engine_config import EngineConfig
     from sim.serving.jobs import Piece
     from sim.serving.manager import BlockManager, Seq
 
