@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim.serving import onepiece
 from sim.serving.layout import layer_stride
 
 if TYPE_CHECKING:
@@ -173,7 +174,10 @@ def store_pieces(
 
     Entries with the same (source runs, destination runs) share their
     intersections: those are worked out once per layout pair, and the
-    entries' slots turned into ranges with numpy."""
+    entries' slots turned into ranges with numpy; one entry (a drain's
+    store) from a template per layout pair (:mod:`sim.serving.onepiece`)."""
+    if len(entries) == 1 and onepiece.ENABLED:
+        return onepiece.one_entry_pieces(src, dst, entries[0], gpu, Piece)
     stride = layer_stride(dst.layer_bytes)
     parts: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, int]]] = {}
     first_seen: dict[tuple[str, str], tuple[int, int]] = {}
@@ -269,7 +273,9 @@ def store_pieces_each(
     """``store_pieces(src, dst, [e], gpu)`` for each of ``entries`` (a transfer
     each: one demotion per victim), with the layout work done once per layout
     pair and the ranges of all its entries made in one numpy expression (each
-    entry's pieces hold views of them)."""
+    entry's pieces hold views of them; one entry: :mod:`sim.serving.onepiece`)."""
+    if len(entries) == 1 and onepiece.ENABLED:
+        return [onepiece.one_entry_pieces(src, dst, entries[0], gpu, Piece)]
     stride = layer_stride(dst.layer_bytes)
     length = int(round(dst.layer_bytes))
     out: list[list[Piece]] = [[] for _ in entries]
