@@ -65,7 +65,9 @@ def one_entry_pieces(
     return out
 
 
-def _template(src: OffloadTier | None, dst: OffloadTier, s_runs: Runs, d_runs: Runs, gpu: str) -> Template:
+def _template(
+    src: OffloadTier | None, dst: OffloadTier, s_runs: Runs, d_runs: Runs, gpu: str
+) -> Template:
     """The layout-only part of one entry's pieces (:data:`Template`): per
     (source device, destination device) in order of first appearance, the
     parts (destination run ``r``, layers ``lo .. hi`` of both) in
