@@ -104,7 +104,8 @@ class Offloader:
 
     def _begin(self, t: Transfer) -> None:
         """Start ``t`` on the mover; :meth:`_ended` when it is done."""
-        self.mover.start(t).done.callbacks.append(lambda _e: self._ended(t))
+        job = self.mover.start(t, layers=False)  # nobody waits for a store's layers
+        job.done.callbacks.append(lambda _e: self._ended(t))
 
     def _fresh(self, w: Waiter) -> bool:
         """Whether none of ``w``'s waiting keys was added to the first tier
