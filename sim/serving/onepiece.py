@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 ENABLED = True  # False: every entry through the general path (the reference)
 
-# (src device, dst device, run index per range, offset per range, bytes) per piece
-Template = list[tuple[str, str, np.ndarray, np.ndarray, float]]
+# per piece: (src device, dst device, the one destination run its ranges lie
+# in or -1, run index per range, (offset within the run, length) per range, bytes)
+Template = list[tuple[str, str, int, np.ndarray, np.ndarray, float]]
 # per destination tier (weakly: a finished run's tiers go), per (src, runs)
 _CACHE: WeakKeyDictionary[OffloadTier, dict[tuple, Template]] = WeakKeyDictionary()
 
@@ -54,13 +55,14 @@ def one_entry_pieces(
     tmpl = cache.get(key)
     if tmpl is None:
         tmpl = cache[key] = _template(src, dst, s_runs, e.runs, gpu)
-    slots = np.array(e.slots, dtype=np.int64)
     length = int(round(dst.layer_bytes))
     out = []
-    for a, b, run, rel, nbytes in tmpl:
-        ext = np.empty((len(run), 2), dtype=np.int64)
-        ext[:, 0] = slots[run] + rel
-        ext[:, 1] = length
+    for a, b, one, run, base, nbytes in tmpl:
+        if one >= 0:  # every range in one run: its slot added to the offsets
+            ext = base + (e.slots[one], 0)
+        else:
+            ext = base.copy()
+            ext[:, 0] += np.array(e.slots, dtype=np.int64)[run]
         out.append(piece(a, b, nbytes, extents=ext, length=length))
     return out
 
@@ -87,5 +89,9 @@ def _template(
         count = np.array([c for _r, _off, c in ps], dtype=np.int64)
         run = np.repeat(np.array([r for r, _off, _c in ps], dtype=np.int64), count)
         rel = np.concatenate([np.arange(off, off + c, dtype=np.int64) for _r, off, c in ps])
-        out.append((a, b, run, rel * stride, _sum_layers(count, dst.layer_bytes)))
+        base = np.empty((len(run), 2), dtype=np.int64)
+        base[:, 0] = rel * stride
+        base[:, 1] = int(round(dst.layer_bytes))
+        one = int(run[0]) if len({r for r, _off, _c in ps}) == 1 else -1
+        out.append((a, b, one, run, base, _sum_layers(count, dst.layer_bytes)))
     return out

@@ -25,6 +25,7 @@ from sim.serving.blocks import OffloadTier
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
 from sim.serving.engine import EngineConfig
+from sim.serving.entry import Entry
 from sim.serving.jobs import store_pieces, store_pieces_each
 from tests.sim.test_serving_jobs import reference
 
@@ -111,3 +112,15 @@ def test_template_pieces_equal_the_per_layer_loop(monkeypatch, layer_bytes: floa
                 if a is not None:
                     pairs.add((src.entries[e.key].runs, e.runs))
     assert len(pairs) > 3  # several layout pairs, some cut into several parts
+
+
+def test_template_of_a_device_with_two_runs() -> None:
+    """An entry whose device 0 holds two runs (layers 0-9 and 20-31): its
+    (gpu, s0) piece gathers both slots, in run order, as the reference does."""
+    dst = OffloadTier("ssd", ["s0", "s1"], [0.5, 0.5], [1e12] * 2, 32, 4096.0)
+    e = Entry(7, ((0, 0, 10), (1, 10, 20), (0, 20, 32)), (0, 1 << 20, 1 << 30), [0.0, 0.0], 0)
+    got = store_pieces(None, dst, [e], "gpu0")
+    rows = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in got]
+    assert rows == reference(None, dst, [e], "gpu0")
+    assert [len(p.extents) for p in got] == [22, 10]  # s0: 10 + 12 layers; s1: 10
+    assert got[0].extents[10, 0] == 1 << 30  # layer 20: the second run's slot
