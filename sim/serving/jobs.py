@@ -25,6 +25,7 @@ import numpy as np
 
 from sim.serving import onepiece
 from sim.serving.layout import layer_stride
+from sim.serving.onepiece import sum_layers as _sum_layers
 
 if TYPE_CHECKING:
     from sim.serving.blocks import Entry, GpuBlock, OffloadTier
@@ -241,19 +242,6 @@ def _slots(entries: Sequence[Entry], idx: list[int]) -> np.ndarray:
 
 
 _RUNS, _SLOTS, _KEY = attrgetter("runs"), attrgetter("slots"), attrgetter("key")
-
-
-def _sum_layers(count: np.ndarray, layer_bytes: float) -> float:
-    """``0.0 + count[0] * layer_bytes + count[1] * layer_bytes + ...`` in this
-    order, in floats: exactly ``sum(count) * layer_bytes`` when every partial
-    sum is an integer below 2**53, else summed term by term."""
-    total = int(count.sum())
-    if float(layer_bytes).is_integer() and total * layer_bytes < 2.0**53:
-        return float(total) * layer_bytes
-    acc = 0.0
-    for c in count.tolist():
-        acc += c * layer_bytes
-    return acc
 
 
 def _layer_runs(first: np.ndarray, count: np.ndarray, stride: int, length: int) -> np.ndarray:

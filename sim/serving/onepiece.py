@@ -20,7 +20,8 @@ against the per-layer reference loop, :mod:`tests.sim.test_serving_jobs`);
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 import numpy as np
@@ -30,7 +31,6 @@ from sim.serving.layout import layer_stride
 if TYPE_CHECKING:
     from sim.serving.blocks import Entry, OffloadTier
     from sim.serving.entry import Runs
-    from sim.serving.jobs import Piece
 
 ENABLED = True  # False: every entry through the general path (the reference)
 
@@ -42,8 +42,8 @@ _CACHE: WeakKeyDictionary[OffloadTier, dict[tuple, Template]] = WeakKeyDictionar
 
 
 def one_entry_pieces(
-    src: OffloadTier | None, dst: OffloadTier, e: Entry, gpu: str, piece: type[Piece]
-) -> list[Piece]:
+    src: OffloadTier | None, dst: OffloadTier, e: Entry, gpu: str, piece: Callable[..., Any]
+) -> list[Any]:
     """``store_pieces(src, dst, [e], gpu)``: ``e``'s bytes copied from ``src``
     (None: from ``gpu``, every layer there) into ``dst``; ``piece`` is the
     :class:`~sim.serving.jobs.Piece` class (passed in: jobs imports this)."""
@@ -74,8 +74,6 @@ def _template(
     (source device, destination device) in order of first appearance, the
     parts (destination run ``r``, layers ``lo .. hi`` of both) in
     :func:`store_pieces`'s loop order; the bytes summed as it sums them."""
-    from sim.serving.jobs import _sum_layers  # jobs imports this module
-
     stride = layer_stride(dst.layer_bytes)
     parts: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
     for r, (dd, d0, d1) in enumerate(d_runs):
@@ -93,5 +91,18 @@ def _template(
         base[:, 0] = rel * stride
         base[:, 1] = int(round(dst.layer_bytes))
         one = int(run[0]) if len({r for r, _off, _c in ps}) == 1 else -1
-        out.append((a, b, one, run, base, _sum_layers(count, dst.layer_bytes)))
+        out.append((a, b, one, run, base, sum_layers(count, dst.layer_bytes)))
     return out
+
+
+def sum_layers(count: np.ndarray, layer_bytes: float) -> float:
+    """``0.0 + count[0] * layer_bytes + count[1] * layer_bytes + ...`` in this
+    order, in floats: exactly ``sum(count) * layer_bytes`` when every partial
+    sum is an integer below 2**53, else summed term by term."""
+    total = int(count.sum())
+    if float(layer_bytes).is_integer() and total * layer_bytes < 2.0**53:
+        return float(total) * layer_bytes
+    acc = 0.0
+    for c in count.tolist():
+        acc += c * layer_bytes
+    return acc
