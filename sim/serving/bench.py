@@ -171,6 +171,25 @@ sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
 769x, paged-ssd 445x, lmcache 364x, lmcache-lp 336x, lmcache-lp-async 310x,
 pool-passthrough-only 283x, pool-orchestrator-only 167x, pool 166x,
 paged-cpu-ssd 86x; block 16: lmcache 35x, pool 22.5x.
+
+paged-cpu-ssd's drain path (2026-11-24 09:50-10:05, branch spcs against
+its starting tree feab5bd, back to back, load 2-3; no column of the
+baseline runs changes): each drain stores one key and demotes one victim,
+a transfer of one entry each, whose pieces now come from a template per
+layout pair (:mod:`sim.serving.onepiece`: the entry's slots added to
+offsets worked out once), and the stores' transfers run as callbacks at the
+instants their simpy processes stepped, with no ``layer_done`` events
+nobody waits for (:mod:`sim.serving.stores`).  CPU s before -> after
+(per CPU second): paged-cpu-ssd, block 16, 300 requests 11.24 -> 8.10 s
+(13x -> 18x); 1K 56.5 -> 37.7 s (14x -> 21x); block 256, 1K 5.00 -> 3.87 s
+(152x -> 196x); no change elsewhere: paged-ssd block 256 1K 0.89 -> 0.90 s,
+block 16 300 0.54 -> 0.54 s; lmcache block 256 1K 0.91 -> 0.92 s, block 16
+300 0.90 -> 0.93 s.  Still one store and one demotion op per drain (147K
+drains at 1K, block 16: ~255 us each, about half of it the ops' own events
+and flows); each drain also re-places the head waiting store whole (~120
+keys, C-level passes in :meth:`BlockManager.place_store` and the tier's
+placement), which only a placement that stops at the first dry key could
+avoid.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sim.serving import onepiece
 from sim.serving.layout import layer_stride
+from sim.serving.onepiece import sum_layers as _sum_layers
 
 if TYPE_CHECKING:
     from sim.serving.blocks import Entry, GpuBlock, OffloadTier
@@ -173,7 +175,10 @@ def store_pieces(
 
     Entries with the same (source runs, destination runs) share their
     intersections: those are worked out once per layout pair, and the
-    entries' slots turned into ranges with numpy."""
+    entries' slots turned into ranges with numpy; one entry (a drain's
+    store) from a template per layout pair (:mod:`sim.serving.onepiece`)."""
+    if len(entries) == 1 and onepiece.ENABLED:
+        return onepiece.one_entry_pieces(src, dst, entries[0], gpu, Piece)
     stride = layer_stride(dst.layer_bytes)
     parts: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, int]]] = {}
     first_seen: dict[tuple[str, str], tuple[int, int]] = {}
@@ -239,19 +244,6 @@ def _slots(entries: Sequence[Entry], idx: list[int]) -> np.ndarray:
 _RUNS, _SLOTS, _KEY = attrgetter("runs"), attrgetter("slots"), attrgetter("key")
 
 
-def _sum_layers(count: np.ndarray, layer_bytes: float) -> float:
-    """``0.0 + count[0] * layer_bytes + count[1] * layer_bytes + ...`` in this
-    order, in floats: exactly ``sum(count) * layer_bytes`` when every partial
-    sum is an integer below 2**53, else summed term by term."""
-    total = int(count.sum())
-    if float(layer_bytes).is_integer() and total * layer_bytes < 2.0**53:
-        return float(total) * layer_bytes
-    acc = 0.0
-    for c in count.tolist():
-        acc += c * layer_bytes
-    return acc
-
-
 def _layer_runs(first: np.ndarray, count: np.ndarray, stride: int, length: int) -> np.ndarray:
     """(n, 2) ranges of ``count[i]`` consecutive layers from byte ``first[i]``,
     one per layer (what :meth:`OffloadTier.layer_extents` gives, run by run)."""
@@ -269,7 +261,9 @@ def store_pieces_each(
     """``store_pieces(src, dst, [e], gpu)`` for each of ``entries`` (a transfer
     each: one demotion per victim), with the layout work done once per layout
     pair and the ranges of all its entries made in one numpy expression (each
-    entry's pieces hold views of them)."""
+    entry's pieces hold views of them; one entry: :mod:`sim.serving.onepiece`)."""
+    if len(entries) == 1 and onepiece.ENABLED:
+        return [onepiece.one_entry_pieces(src, dst, entries[0], gpu, Piece)]
     stride = layer_stride(dst.layer_bytes)
     length = int(round(dst.layer_bytes))
     out: list[list[Piece]] = [[] for _ in entries]

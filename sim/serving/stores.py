@@ -11,16 +11,37 @@ can have changed: :mod:`sim.serving.waiters`).  A store that ends lets
 go of the GPU blocks it copied from: ``on_released`` (the engine's wake-up)
 is called then, so that a request waiting for GPU blocks that only stores
 held is admitted at that instant rather than never.
+
+Each store and transfer runs as callbacks, not as a simpy process: what a
+process started now would do at its first step (an urgent event at this
+instant: :func:`_soon`) and when the event it waits for fires (a callback
+appended where the process would append its resume), in the same order,
+without the process's generator and end event.  ``PROCESSES = True`` runs
+them as processes again (the reference; tests compare the records).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import simpy
+from simpy.events import URGENT
+
 from sim.serving.jobs import StoreRequest, Transfer
 from sim.serving.manager import BlockManager
 from sim.serving.transfers import Job, Mover
 from sim.serving.waiters import Waiter, WaitIndex
+
+PROCESSES = False  # True: stores and transfers as simpy processes (the reference)
+
+
+def _soon(env: simpy.Environment, fn: Callable[[], None]) -> None:
+    """Call ``fn`` where a process started now would take its first step:
+    an urgent event scheduled at this instant (what ``env.process`` makes)."""
+    ev = simpy.Event(env)
+    ev._ok, ev._value = True, None
+    ev.callbacks.append(lambda _e: fn())
+    env.schedule(ev, URGENT)
 
 
 class Offloader:
@@ -39,8 +60,12 @@ class Offloader:
 
     def store(self, req: StoreRequest | None) -> None:
         """Offload ``req``'s blocks, starting at this instant (after the caller yields)."""
-        if req is not None:
+        if req is None:
+            return
+        if PROCESSES:
             self.env.process(self._store(req))
+        else:
+            _soon(self.env, lambda: self._start_store(req))
 
     def load(self, t: Transfer) -> Job:
         """Start a load now."""
@@ -48,23 +73,39 @@ class Offloader:
 
     def _store(self, req: StoreRequest):
         """A process only so that the store is placed when simpy starts it."""
+        self._start_store(req)
+        return
+        yield  # pragma: no cover - makes this a generator
+
+    def _start_store(self, req: StoreRequest) -> None:
+        """Place ``req`` now; what waits waits for the next drain."""
         rest = self._place(req)
         if rest is not None:
             assert self._index is not None
             if not self._waiting:  # the first waiter: look at the next drain
                 self._drain[self.mgr.tiers[0].name].callbacks.append(self._on_drain)
             self._waiting.append(self._index.register(rest))
-        return
-        yield  # pragma: no cover - makes this a generator
 
     def _place(self, req: StoreRequest) -> StoreRequest | None:
         """Place ``req`` now, start its demotions and store; the groups that wait."""
         placed = self.mgr.place_store(req)
         for t in placed.demotions:  # started first, as they were decided first
-            self.env.process(self._run(t))
+            self._launch(t)
         if placed.store is not None:
-            self.env.process(self._run(placed.store))
+            self._launch(placed.store)
         return placed.waiting
+
+    def _launch(self, t: Transfer) -> None:
+        """Run ``t`` from the next urgent instant (as a process would start)."""
+        if PROCESSES:
+            self.env.process(self._run(t))
+        else:
+            _soon(self.env, lambda: self._begin(t))
+
+    def _begin(self, t: Transfer) -> None:
+        """Start ``t`` on the mover; :meth:`_ended` when it is done."""
+        job = self.mover.start(t, layers=False)  # nobody waits for a store's layers
+        job.done.callbacks.append(lambda _e: self._ended(t))
 
     def _fresh(self, w: Waiter) -> bool:
         """Whether none of ``w``'s waiting keys was added to the first tier
@@ -138,9 +179,14 @@ class Offloader:
         return True
 
     def _run(self, t: Transfer):
+        """``t`` as a process (the reference, ``PROCESSES``)."""
         yield self.mover.start(t).done
+        self._ended(t)
+
+    def _ended(self, t: Transfer) -> None:
+        """``t`` ended: the manager's books, what follows, the wake-ups."""
         for follow in self.mgr.on_stored(t):
-            self.env.process(self._run(follow))
+            self._launch(follow)
         if t.sources and self.on_released is not None:  # GPU blocks let go
             self.on_released()
         if t.tag == "demote":

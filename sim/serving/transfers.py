@@ -57,20 +57,23 @@ Stage = tuple[str, str, str]  # (kind, src, dst) of one op
 
 class Job:
     """A transfer in flight: ``done`` fires when every piece has arrived,
-    ``layer_done[l]`` when every piece of layer ``l`` has; ``op[i]`` is the op
-    that completed piece ``i`` (-1 until it has)."""
+    ``layer_done[l]`` when every piece of layer ``l`` has (made only when
+    ``layers``: a store's nobody waits for, and an event fired with no
+    callback changes nothing but the cost); ``op[i]`` is the op that
+    completed piece ``i`` (-1 until it has)."""
 
     __slots__ = ("transfer", "done", "layer_done", "op", "_left", "_layer_left")
 
-    def __init__(self, env: simpy.Environment, transfer: Transfer):
+    def __init__(self, env: simpy.Environment, transfer: Transfer, layers: bool = True):
         self.transfer = transfer
         pieces = transfer.pieces
         self.done = env.event()
         self.op = [-1] * len(pieces)
         self._left = len(pieces)
         self._layer_left: dict[int, int] = {}
-        for p in pieces:
-            self._layer_left[p.layer] = self._layer_left.get(p.layer, 0) + 1
+        if layers:  # else nobody waits for a layer (a store): no events to fire
+            for p in pieces:
+                self._layer_left[p.layer] = self._layer_left.get(p.layer, 0) + 1
         self.layer_done = {layer: env.event() for layer in sorted(self._layer_left)}
         if not pieces:
             self.done.succeed()
@@ -85,6 +88,8 @@ class Job:
         self._left -= 1
         if self._left == 0:
             self.done.succeed()
+        if not self.layer_done:  # made without them
+            return
         layer = self.transfer.pieces[i].layer
         self._layer_left[layer] -= 1
         if self._layer_left[layer] == 0:
@@ -123,10 +128,11 @@ class Mover:
         self.on_copy: Callable[[str, str, int], None] | None = None
 
     # ---- public ----------------------------------------------------------------
-    def start(self, t: Transfer) -> Job:
+    def start(self, t: Transfer, layers: bool = True) -> Job:
         """Start moving ``t``'s pieces now, grouped into streams by device on its
-        ``by`` end ('src' for loads, 'dst' for stores); returns the job."""
-        job = Job(self.env, t)
+        ``by`` end ('src' for loads, 'dst' for stores); returns the job
+        (with its ``layer_done`` events when ``layers``)."""
+        job = Job(self.env, t, layers)
         streams: dict[str, list[int]] = {}
         by, parallel = t.by, self.design.parallel
         for i, p in enumerate(t.pieces):

@@ -1,0 +1,108 @@
+"""The pieces of one entry's copy, from a template per layout pair.
+
+A drain of the first tier's demotions places one key and demotes one victim
+(:class:`sim.serving.stores.Offloader`): each is a transfer of one entry,
+whose pieces :func:`sim.serving.jobs.store_pieces` works out from the
+entry's layout.  Entries of one tier share a handful of layouts, so the work
+that depends on the layout alone (which destination runs meet which source
+runs, per (source device, destination device) in order of first appearance,
+the layers each part covers, the bytes) is done once per (source tier,
+destination tier, source runs, destination runs) and kept as a
+:class:`Template`; an entry's pieces are then its slots gathered at the
+template's run indices plus the template's offsets, one numpy expression per
+piece.
+
+It gives what :func:`store_pieces` gives for a list of one entry (same
+pieces in the same order, bytes exactly, same ranges: tested against it and
+against the per-layer reference loop, :mod:`tests.sim.test_serving_jobs`);
+``ENABLED = False`` turns it off (the general path runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+import numpy as np
+
+from sim.serving.layout import layer_stride
+
+if TYPE_CHECKING:
+    from sim.serving.blocks import Entry, OffloadTier
+    from sim.serving.entry import Runs
+
+ENABLED = True  # False: every entry through the general path (the reference)
+
+# per piece: (src device, dst device, the one destination run its ranges lie
+# in or -1, run index per range, (offset within the run, length) per range, bytes)
+Template = list[tuple[str, str, int, np.ndarray, np.ndarray, float]]
+# per destination tier (weakly: a finished run's tiers go), per (src, runs)
+_CACHE: WeakKeyDictionary[OffloadTier, dict[tuple, Template]] = WeakKeyDictionary()
+
+
+def one_entry_pieces(
+    src: OffloadTier | None, dst: OffloadTier, e: Entry, gpu: str, piece: Callable[..., Any]
+) -> list[Any]:
+    """``store_pieces(src, dst, [e], gpu)``: ``e``'s bytes copied from ``src``
+    (None: from ``gpu``, every layer there) into ``dst``; ``piece`` is the
+    :class:`~sim.serving.jobs.Piece` class (passed in: jobs imports this)."""
+    s_runs: Runs = ((-1, 0, dst.layers),) if src is None else src.entries[e.key].runs
+    cache = _CACHE.get(dst)
+    if cache is None:
+        cache = _CACHE[dst] = {}
+    key = (src, s_runs, e.runs, gpu)
+    tmpl = cache.get(key)
+    if tmpl is None:
+        tmpl = cache[key] = _template(src, dst, s_runs, e.runs, gpu)
+    length = int(round(dst.layer_bytes))
+    out = []
+    for a, b, one, run, base, nbytes in tmpl:
+        if one >= 0:  # every range in one run: its slot added to the offsets
+            ext = base + (e.slots[one], 0)
+        else:
+            ext = base.copy()
+            ext[:, 0] += np.array(e.slots, dtype=np.int64)[run]
+        out.append(piece(a, b, nbytes, extents=ext, length=length))
+    return out
+
+
+def _template(
+    src: OffloadTier | None, dst: OffloadTier, s_runs: Runs, d_runs: Runs, gpu: str
+) -> Template:
+    """The layout-only part of one entry's pieces (:data:`Template`): per
+    (source device, destination device) in order of first appearance, the
+    parts (destination run ``r``, layers ``lo .. hi`` of both) in
+    :func:`store_pieces`'s loop order; the bytes summed as it sums them."""
+    stride = layer_stride(dst.layer_bytes)
+    parts: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
+    for r, (dd, d0, d1) in enumerate(d_runs):
+        for sd, s0, s1 in s_runs:
+            lo, hi = max(d0, s0), min(d1, s1)
+            if hi > lo:
+                k = (src.devices[sd] if src is not None else gpu, dst.devices[dd])
+                parts.setdefault(k, []).append((r, lo - d0, hi - lo))
+    out: Template = []
+    for (a, b), ps in parts.items():
+        count = np.array([c for _r, _off, c in ps], dtype=np.int64)
+        run = np.repeat(np.array([r for r, _off, _c in ps], dtype=np.int64), count)
+        rel = np.concatenate([np.arange(off, off + c, dtype=np.int64) for _r, off, c in ps])
+        base = np.empty((len(run), 2), dtype=np.int64)
+        base[:, 0] = rel * stride
+        base[:, 1] = int(round(dst.layer_bytes))
+        one = int(run[0]) if len({r for r, _off, _c in ps}) == 1 else -1
+        out.append((a, b, one, run, base, sum_layers(count, dst.layer_bytes)))
+    return out
+
+
+def sum_layers(count: np.ndarray, layer_bytes: float) -> float:
+    """``0.0 + count[0] * layer_bytes + count[1] * layer_bytes + ...`` in this
+    order, in floats: exactly ``sum(count) * layer_bytes`` when every partial
+    sum is an integer below 2**53, else summed term by term."""
+    total = int(count.sum())
+    if float(layer_bytes).is_integer() and total * layer_bytes < 2.0**53:
+        return float(total) * layer_bytes
+    acc = 0.0
+    for c in count.tolist():
+        acc += c * layer_bytes
+    return acc

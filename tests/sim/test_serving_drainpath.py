@@ -1,0 +1,126 @@
+"""The drain path's shortcuts change no record and no byte range.
+
+Each drain of paged-cpu-ssd's CPU tier stores one key and demotes one
+victim: a transfer of one entry each.  Their pieces come from a template per
+layout pair (:mod:`sim.serving.onepiece`) and the transfers run as callbacks
+rather than simpy processes (:mod:`sim.serving.stores`).  The invariant:
+with both shortcuts on, a seeded eviction-heavy run gives the same request
+and op records, column for column, and the same plan (every op's extents
+included, which the records do not show), as with both off (the reference
+paths); and the template gives exactly the per-layer reference loop's
+pieces for entries of several layouts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from hwprofiles.loader import load_profile
+from sim.models import get_model
+from sim.serving import onepiece, stores
+from sim.serving.bench import mooncake_requests
+from sim.serving.blocks import OffloadTier
+from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
+from sim.serving.designs import get_design
+from sim.serving.engine import EngineConfig
+from sim.serving.entry import Entry
+from sim.serving.jobs import store_pieces, store_pieces_each
+from tests.sim.test_serving_jobs import reference
+
+
+def _run(n: int, block: int, tiers: dict[str, float]) -> tuple[pa.Table, pa.Table, pa.Table]:
+    profile = load_profile("h100-2dimm-2ssd")
+    card = get_model("Llama-3.1-8B")
+    kv = default_gpu_kv_bytes(profile, card, 0.9)
+    cfg = EngineConfig(gpu_blocks=gpu_blocks(kv, card, block), block_tokens=block,
+                       gpu=profile.gpu_names[0], keep_plan=True)  # fmt: skip
+    eng = build_engine(profile, card, get_design("paged-cpu-ssd", tiers), cfg,
+                       mooncake_requests(n, block, 0))  # fmt: skip
+    rec = eng.run(None)
+    return rec.requests, rec.ops, eng.ops.plan()
+
+
+SMALL = [(60, 16, {"cpu_gib": 0.2, "ssd_gib": 2.0}), (120, 256, {"cpu_gib": 0.3, "ssd_gib": 2.0})]
+
+
+@pytest.mark.parametrize("n, block, tiers", SMALL)
+def test_drain_shortcuts_change_no_record_and_no_extent(monkeypatch, n, block, tiers) -> None:
+    calls = [0]
+    real = onepiece.one_entry_pieces
+
+    def counted(*args):
+        calls[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(onepiece, "one_entry_pieces", counted)
+    fast = _run(n, block, tiers)
+    assert calls[0] > 100  # the template made the drains' pieces
+    monkeypatch.setattr(onepiece, "ENABLED", False)
+    monkeypatch.setattr(stores, "PROCESSES", True)
+    slow = _run(n, block, tiers)
+    assert calls[0] > 100 and fast[1].num_rows > calls[0] // 2
+    for a, b in zip(fast, slow, strict=True):
+        assert a.num_rows == b.num_rows > 0
+        assert a.column_names == b.column_names
+        for c in a.column_names:  # NaN (e.g. a request not done) equals NaN
+            x, y = a.column(c).to_pylist(), b.column(c).to_pylist()
+            assert len(x) == len(y)
+            assert all(u == v or (u != u and v != v) for u, v in zip(x, y, strict=True)), c
+
+
+@pytest.mark.parametrize("layer_bytes", [8192.0, 1000.5])  # integral, and not
+def test_template_pieces_equal_the_per_layer_loop(monkeypatch, layer_bytes: float) -> None:
+    """One entry at a time, from the GPU and between tiers of several devices:
+    the template's pieces equal :func:`reference` (order, bytes exactly,
+    ranges), and equal the general path's (the template off)."""
+    rng = np.random.default_rng(11)
+    layers = 32
+    src = OffloadTier("cpu", ["m0", "m1"], [0.3, 0.7], [1e12, 1e12], layers, layer_bytes)
+    dst = OffloadTier("ssd", ["s0", "s1", "s2"], [0.5, 0.2, 0.3], [1e12] * 3, layers, layer_bytes)
+    pairs = set()
+    for _ in range(15):
+        keys = [int(k) for k in rng.choice(10**6, int(rng.integers(1, 30)), replace=False)]
+        above, _ = src.place(keys, None)  # sets of different sizes: different layouts
+        rng.shuffle(above)
+        below, _ = dst.place([e.key for e in above[: max(1, len(above) // 2)]], None)
+        for a, b, entries in ((None, src, above), (src, dst, below), (None, dst, below)):
+            for e in entries:
+                got = store_pieces(a, b, [e], "gpu0")
+                (each,) = store_pieces_each(a, b, [e], "gpu0")
+                monkeypatch.setattr(onepiece, "ENABLED", False)
+                want = store_pieces(a, b, [e], "gpu0")
+                monkeypatch.setattr(onepiece, "ENABLED", True)
+                rows = [
+                    (p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in got
+                ]
+                assert rows == reference(a, b, [e], "gpu0")
+                for x, y, z in zip(got, each, want, strict=True):
+                    assert (x.src, x.dst, x.nbytes, x.length, x.layer) == (
+                        z.src,
+                        z.dst,
+                        z.nbytes,
+                        z.length,
+                        z.layer,
+                    )
+                    assert (y.src, y.dst, y.nbytes, y.length) == (z.src, z.dst, z.nbytes, z.length)
+                    assert np.array_equal(x.extents, z.extents) and np.array_equal(
+                        y.extents, z.extents
+                    )
+                    assert x.extents.dtype == np.int64 and x.extents.flags.c_contiguous
+                if a is not None:
+                    pairs.add((src.entries[e.key].runs, e.runs))
+    assert len(pairs) > 3  # several layout pairs, some cut into several parts
+
+
+def test_template_of_a_device_with_two_runs() -> None:
+    """An entry whose device 0 holds two runs (layers 0-9 and 20-31): its
+    (gpu, s0) piece gathers both slots, in run order, as the reference does."""
+    dst = OffloadTier("ssd", ["s0", "s1"], [0.5, 0.5], [1e12] * 2, 32, 4096.0)
+    e = Entry(7, ((0, 0, 10), (1, 10, 20), (0, 20, 32)), (0, 1 << 20, 1 << 30), [0.0, 0.0], 0)
+    got = store_pieces(None, dst, [e], "gpu0")
+    rows = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in got]
+    assert rows == reference(None, dst, [e], "gpu0")
+    assert [len(p.extents) for p in got] == [22, 10]  # s0: 10 + 12 layers; s1: 10
+    assert got[0].extents[10, 0] == 1 << 30  # layer 20: the second run's slot
