@@ -32,10 +32,9 @@ that follow it (LMCache's write-through).
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
-from itertools import chain, compress
-from operator import attrgetter, is_
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_, itemgetter
 
 import numpy as np
 
@@ -109,15 +108,13 @@ class BlockManager:
         s.private = new_blocks
         s.cached_tokens = hit.blocks * self.B
         hits = {"gpu": len(hit.gpu)}
-        spans = []
-        for tier, e, j, n in hit.lower:
-            tier.pin(e)
+        lower = hit.lower
+        for tier, (entries, n) in _by_tier_n(lower).items():
+            tier.pin_all(entries)
             hits[tier.name] = hits.get(tier.name, 0) + n
-            spans.append((j, j + n))
-        for tier, entries in _by_tier(hit.lower).items():
             tier.touch_all(entries)  # pinned: touched, not offered for eviction
-        if spans:  # the hit blocks are contiguous: [first j, last j + n)
-            keys = ints(s.req.hashes, spans[0][0], spans[-1][1])
+        if lower:  # the hit blocks are contiguous: [first j, last j + n)
+            keys = ints(s.req.hashes, lower[0][2], lower[-1][2] + lower[-1][3])
             blocks, _made = self.gpu.promote_all(keys, False)
             s.blocks += blocks
             s.private -= len(blocks)
@@ -250,7 +247,7 @@ class BlockManager:
         if not placed:
             return []
         olds = list(map(src.entries.__getitem__, map(_KEY, placed)))
-        deque(map(src.pin, olds), maxlen=0)
+        src.pin_all(olds)
         pieces = store_pieces(src, dst, placed, self.gpu_name)
         return [Transfer("store", "dst", rid, pieces, src, dst, placed, olds)]
 
@@ -337,9 +334,23 @@ def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTi
     return out
 
 
-_KEY = attrgetter("key")
+def _by_tier_n(
+    lower: list[tuple[OffloadTier, Entry, int, int]],
+) -> dict[OffloadTier, tuple[list[Entry], int]]:
+    """The entries of lower hits per tier, in hit order, and their blocks
+    (the sum of their ``n``); tiers in order of first appearance.  All in one
+    tier (the usual case): C-level maps."""
+    if lower and all(map(is_, map(_TIER, lower), repeat(lower[0][0]))):
+        return {lower[0][0]: (list(map(_ENTRY, lower)), sum(map(_N, lower)))}
+    out: dict[OffloadTier, tuple[list[Entry], int]] = {}
+    for tier, e, _j, n in lower:
+        entries, m = out.get(tier, ([], 0))
+        entries.append(e)
+        out[tier] = (entries, m + n)
+    return out
 
 
 _KEY = attrgetter("key")
+_TIER, _ENTRY, _N = itemgetter(0), itemgetter(1), itemgetter(3)
 
 __all__ = ["BlockManager", "Lookup", "Placement", "Seq"]

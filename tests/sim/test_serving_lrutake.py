@@ -15,6 +15,7 @@ import copy
 import numpy as np
 import pytest
 
+import sim.serving.lru as lru
 import sim.serving.tierplace as tierplace
 from sim.serving.blocks import READY, Entry, OffloadTier
 
@@ -40,8 +41,11 @@ def _life(tiers: list[OffloadTier], rng: np.random.Generator) -> None:
                 t.drained(f)
 
 
+@pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("devices", [1, 2])
-def test_take_consumes_what_top_then_pop_consume(devices: int) -> None:
+def test_take_consumes_what_top_then_pop_consume(
+    devices: int, fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On two copies of one tier (random pins, touches, drops; on two
     devices some entries spill to one of them), ``take(dev, k)`` returns
     the entries ``k`` rounds of ``top``/``pop`` return, in order, and leaves
