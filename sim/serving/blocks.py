@@ -44,14 +44,11 @@ a transfer of some of its layers touches.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import filterfalse, repeat
-from operator import attrgetter
 
 import numpy as np
 
-from sim.serving import lru
 from sim.serving.entry import NOT_READY, READY, Entry, Runs  # noqa: F401 (re-exported)
 from sim.serving.gpucache import GpuBlock, GpuCache  # noqa: F401 (re-exported)
 from sim.serving.layout import SlotAllocator, layer_ranges, layer_stride
@@ -125,18 +122,12 @@ class OffloadTier:
     def touch_all(self, entries: Sequence[Entry]) -> None:
         """Mark ``entries`` most recently used, in this order."""
         held, c = self.entries, self._clock
-        if lru.FAST:  # the loop below as C-level maps (one entry after the other)
-            keys = list(map(_KEY, entries))
-            deque(map(held.__setitem__, keys, map(held.pop, keys)), maxlen=0)
-            self._clock = c + len(keys)
-            deque(map(setattr, entries, repeat("stamp"), range(c + 1, c + len(keys) + 1)), 0)
-        else:
-            for e in entries:
-                key = e.key
-                held[key] = held.pop(key)  # to the end: most recently used
-                c += 1
-                e.stamp = c
-            self._clock = c
+        for e in entries:
+            key = e.key
+            held[key] = held.pop(key)  # to the end: most recently used
+            c += 1
+            e.stamp = c
+        self._clock = c
         self._offer(entries)
 
     def _offer(self, entries: Sequence[Entry]) -> None:
@@ -153,18 +144,19 @@ class OffloadTier:
         e.ref_cnt += 1
 
     def pin_all(self, entries: Sequence[Entry]) -> None:
-        """:meth:`pin` each of ``entries`` (distinct), checked before any is pinned."""
-        if not all(map(READY.__le__, map(_REF, entries))):
-            e = next(e for e in entries if e.ref_cnt < READY)
-            raise RuntimeError(f"{self.name}: pinning entry {e.key} that is not ready")
-        _add_ref(entries, 1)
+        """:meth:`pin` each of ``entries``, in this order (one call for a run)."""
+        for e in entries:
+            if e.ref_cnt < READY:
+                raise RuntimeError(f"{self.name}: pinning entry {e.key} that is not ready")
+            e.ref_cnt += 1
 
     def unpin(self, e: Entry) -> None:
         self.unpin_all([e])
 
     def unpin_all(self, entries: Sequence[Entry]) -> None:
         """A load or copy from ``entries`` ended: each is in use once less."""
-        _add_ref(entries, -1)
+        for e in entries:
+            e.ref_cnt -= 1
         self._offer(entries)
 
     def complete(self, e: Entry) -> None:
@@ -172,7 +164,8 @@ class OffloadTier:
 
     def complete_all(self, entries: Sequence[Entry]) -> None:
         """A store into this tier finished: its entries become ready."""
-        deque(map(setattr, entries, repeat("ref_cnt"), repeat(READY, len(entries))), maxlen=0)
+        for e in entries:
+            e.ref_cnt = READY
         self._offer(entries)
 
     def drained(self, e: Entry) -> None:
@@ -324,17 +317,3 @@ class OffloadTier:
             self.used[i] -= b
         for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):
             self.allocators[d].free(slot, l1 - l0)
-
-
-_KEY, _REF = attrgetter("key"), attrgetter("ref_cnt")
-
-
-def _add_ref(entries: Sequence[Entry], d: int) -> None:
-    """``e.ref_cnt += d`` for each of ``entries`` in order (C-level maps: an
-    entry listed twice is read after its first change, as in a loop)."""
-    if lru.FAST:
-        refs = map(d.__add__, map(_REF, entries))
-        deque(map(setattr, entries, repeat("ref_cnt"), refs), maxlen=0)
-    else:
-        for e in entries:
-            e.ref_cnt += d

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -232,8 +233,10 @@ def _layout_pairs(
 
 def _slots(entries: Sequence[Entry], idx: list[int]) -> np.ndarray:
     """The slot offsets of ``entries[idx]``, one row each."""
-    chosen = entries if len(idx) == len(entries) else map(entries.__getitem__, idx)
-    return np.array(list(map(_SLOTS, chosen)), dtype=np.int64).reshape(len(idx), -1)
+    chosen = entries if len(idx) == len(entries) else list(map(entries.__getitem__, idx))
+    runs = len(chosen[0].slots)  # every entry of one layout pair has as many runs
+    flat = chain.from_iterable(map(_SLOTS, chosen))
+    return np.fromiter(flat, dtype=np.int64, count=len(idx) * runs).reshape(len(idx), runs)
 
 
 _RUNS, _SLOTS, _KEY = attrgetter("runs"), attrgetter("slots"), attrgetter("key")

@@ -36,18 +36,15 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Sequence
-from itertools import compress, islice, repeat
-from operator import and_, attrgetter, eq, gt, is_, ne, not_
+from itertools import islice
+from operator import gt
 from typing import Any
 
 Entry = Any  # sim.serving.blocks.Entry: not imported, blocks imports this module
 Run = tuple[list[Entry], list[int]]  # entries in ascending stamp, their stamps when offered
 Item = tuple[int, int, Run, int]  # (stamp at the cursor, sequence, run, cursor)
-FAST = True  # take's one-device walk as C-level maps over chunks; False: entry by entry
-_KEY, _STAMP = attrgetter("key"), attrgetter("stamp")
-_REF, _DRAINING, _HEAPED = attrgetter("ref_cnt"), attrgetter("draining"), attrgetter("heaped")
+FAST = True  # take's one-device walk as one tight loop (_walk_one); False: the general one
 
 
 class LruRuns:
@@ -61,24 +58,15 @@ class LruRuns:
     def offer(self, entries: Sequence[Entry]) -> None:
         """Offer the evictable ones of ``entries`` not yet offered at their stamp."""
         # e.evictable, inlined: ready (ref_cnt 0, READY) and not draining
-        if FAST:  # the same test as C-level maps
-            ready = map(
-                and_, map((0).__eq__, map(_REF, entries)), map(not_, map(_DRAINING, entries))
-            )
-            run = list(
-                compress(
-                    entries, map(and_, ready, map(ne, map(_HEAPED, entries), map(_STAMP, entries)))
-                )
-            )
-        else:
-            run = [e for e in entries if e.ref_cnt == 0 and not e.draining and e.heaped != e.stamp]
+        run = [e for e in entries if e.ref_cnt == 0 and not e.draining and e.heaped != e.stamp]
         if not run:
             return
-        stamps = list(map(_STAMP, run))
+        stamps = [e.stamp for e in run]
         if any(map(gt, stamps, islice(stamps, 1, None))):
-            run.sort(key=_STAMP)
-            stamps = list(map(_STAMP, run))
-        deque(map(setattr, run, repeat("heaped"), stamps), maxlen=0)  # e.heaped = its stamp
+            run.sort(key=lambda e: e.stamp)
+            stamps = [e.stamp for e in run]
+        for e, s in zip(run, stamps, strict=True):
+            e.heaped = s
         self._push_run((run, stamps))
 
     def _push_run(self, run: Run) -> None:
@@ -150,8 +138,8 @@ class LruRuns:
                 if end < n and stamps[end] == ns and seq < nq:  # the same stamp: by sequence
                     end += 1
             j = i
-            if one and FAST:  # C-level maps over chunks of at most ``left`` entries
-                j, left = _take_chunks(entries, stamps, i, end, get, out, left)
+            if one and FAST:  # one tight loop, no per-entry device test
+                j, left = _walk_one(entries, stamps, i, end, get, out, left)
             while j < end and left > 0:
                 e = entries[j]
                 j += 1
@@ -175,36 +163,22 @@ class LruRuns:
         return out
 
 
-def _take_chunks(
-    entries: list[Entry],
-    stamps: list[int],
-    i: int,
-    end: int,
-    get: Any,
-    out: list[Entry],
-    left: int,
+def _walk_one(
+    entries: list[Entry], stamps: list[int], i: int, end: int, get: Any, out: list[Entry], left: int
 ) -> tuple[int, int]:
-    """:meth:`LruRuns.take`'s walk over ``entries[i:end]`` of a one-device
-    tier, ``left`` victims still wanted: chunks of at most ``left`` entries,
-    each checked by C-level maps (alive at the stamp it was offered at,
-    evictable), so that a chunk never holds more victims than wanted and
-    the walk stops exactly where the entry-by-entry loop would (right after
-    the last victim wanted).  Returns (where the walk stopped, ``left``)."""
+    """:meth:`LruRuns.take`'s walk over ``entries[i:end]`` on a one-device
+    tier (every entry has bytes there), ``left`` victims still wanted: the
+    same tests in the same order as the general walk, stopping right after
+    the last victim wanted.  Returns (where the walk stopped, ``left``)."""
     j = i
-    while j < end and left > 0:
-        chunk = entries[j : min(end, j + left)]
-        j += len(chunk)
-        live = map(is_, map(get, map(_KEY, chunk)), chunk)
-        fresh = map(eq, map(_STAMP, chunk), stamps[j - len(chunk) : j])
-        valid = list(compress(chunk, map(and_, live, fresh)))
-        if not valid:
-            continue
-        # e.evictable: ready (ref_cnt 0) and not draining
-        ok = list(map(and_, map((0).__eq__, map(_REF, valid)), map(not_, map(_DRAINING, valid))))
-        got = list(compress(valid, ok))
-        out += got
-        left -= len(got)
-        if len(got) < len(valid):
-            for e in compress(valid, map(not_, ok)):
+    for e, s in zip(islice(entries, i, end), islice(stamps, i, end), strict=True):
+        j += 1
+        if get(e.key) is e and e.stamp == s:
+            if e.ref_cnt == 0 and not e.draining:  # e.evictable
+                out.append(e)
+                left -= 1
+                if not left:
+                    break
+            else:
                 e.heaped = -1  # offered again when it becomes evictable
     return j, left

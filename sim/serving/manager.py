@@ -33,8 +33,8 @@ that follow it (LMCache's write-through).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain, compress, repeat
-from operator import attrgetter, is_, itemgetter
+from itertools import chain, compress
+from operator import attrgetter, is_
 
 import numpy as np
 
@@ -109,9 +109,15 @@ class BlockManager:
         s.cached_tokens = hit.blocks * self.B
         hits = {"gpu": len(hit.gpu)}
         lower = hit.lower
-        for tier, (entries, n) in _by_tier_n(lower).items():
-            tier.pin_all(entries)
+        by_tier: dict[OffloadTier, list[Entry]] = {}
+        for tier, e, _j, n in lower:
+            got = by_tier.get(tier)
+            if got is None:
+                got = by_tier[tier] = []
+            got.append(e)
             hits[tier.name] = hits.get(tier.name, 0) + n
+        for tier, entries in by_tier.items():
+            tier.pin_all(entries)
             tier.touch_all(entries)  # pinned: touched, not offered for eviction
         if lower:  # the hit blocks are contiguous: [first j, last j + n)
             keys = ints(s.req.hashes, lower[0][2], lower[-1][2] + lower[-1][3])
@@ -334,23 +340,6 @@ def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTi
     return out
 
 
-def _by_tier_n(
-    lower: list[tuple[OffloadTier, Entry, int, int]],
-) -> dict[OffloadTier, tuple[list[Entry], int]]:
-    """The entries of lower hits per tier, in hit order, and their blocks
-    (the sum of their ``n``); tiers in order of first appearance.  All in one
-    tier (the usual case): C-level maps."""
-    if lower and all(map(is_, map(_TIER, lower), repeat(lower[0][0]))):
-        return {lower[0][0]: (list(map(_ENTRY, lower)), sum(map(_N, lower)))}
-    out: dict[OffloadTier, tuple[list[Entry], int]] = {}
-    for tier, e, _j, n in lower:
-        entries, m = out.get(tier, ([], 0))
-        entries.append(e)
-        out[tier] = (entries, m + n)
-    return out
-
-
 _KEY = attrgetter("key")
-_TIER, _ENTRY, _N = itemgetter(0), itemgetter(1), itemgetter(3)
 
 __all__ = ["BlockManager", "Lookup", "Placement", "Seq"]
