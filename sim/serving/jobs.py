@@ -127,8 +127,11 @@ def _layer_pieces(lower: Sequence[Hit], gpu: str) -> list[Piece]:
     a piece the entries' ranges in hit order (vectorised over layers)."""
     names: dict[str, int] = {}
     slot, first, count, dev, lb, stride = [], [], [], [], [], []
+    steps: dict[OffloadTier, int] = {}  # layer_stride per tier, worked out once
     for tier, e, _j, _n in lower:
-        step = layer_stride(tier.layer_bytes)
+        step = steps.get(tier)
+        if step is None:
+            step = steps[tier] = layer_stride(tier.layer_bytes)
         for (d, l0, l1), at in zip(e.runs, e.slots, strict=True):
             slot.append(at)
             first.append(l0)

@@ -197,6 +197,8 @@ class BlockManager:
         if not keys:
             return []
         self.gpu.acquire_all(mine.ravel())
+        if k == 1:  # one block a group: its 1-tuples straight from zip
+            return list(zip(keys, zip(mine.ravel().tolist()), strict=True))
         return list(zip(keys, zip(*mine.T.tolist(), strict=True), strict=True))
 
     def place_store(self, req: StoreRequest) -> Placement:
