@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sim.serving.blocks import OffloadTier
-from sim.serving.jobs import Piece, load_pieces, store_pieces, store_pieces_each
+from sim.serving.jobs import Piece, _layer_runs, load_pieces, store_pieces, store_pieces_each
 from sim.serving.layout import layer_stride
 
 
@@ -135,3 +135,22 @@ def test_non_layerwise_load_is_one_piece_per_device_of_every_hit() -> None:
         assert np.array_equal(p.extents, np.concatenate(want))
         assert p.nbytes == float(p.extents[:, 1].sum())
     assert sum(p.nbytes for p in pieces) == 7 * 8 * 1000.0
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_layer_runs_are_one_range_per_layer(uniform: bool) -> None:
+    """``_layer_runs`` (a broadcast add when every entry has as many layers,
+    else repeat/cumsum) against the ranges written out one layer at a time:
+    entry i's layer l at ``first[i] + l * stride``, each ``length`` long."""
+    rng = np.random.default_rng(5 + uniform)
+    first = rng.integers(0, 1 << 40, 300, dtype=np.int64)
+    count = np.full(300, 32) if uniform else rng.integers(0, 33, 300)
+    stride, length = 135168, 131072
+    want = [
+        (int(f) + layer * stride, length)
+        for f, c in zip(first, count, strict=True)
+        for layer in range(c)
+    ]
+    got = _layer_runs(first, count, stride, length)
+    assert got.dtype == np.int64 and got.shape == (len(want), 2)
+    assert [tuple(r) for r in got.tolist()] == want
