@@ -93,9 +93,66 @@ def load_pieces(lower: Sequence[Hit], gpu: str, layerwise: bool) -> list[Piece]:
     device (in order of first appearance) holding every hit's layers there,
     entry by entry in hit order (nothing waits on a layer: the load is done
     when all of it is)."""
+    u = _uniform(lower) if FAST_LOADS and lower else None
+    if u is not None:
+        return _uniform_pieces(*u, gpu, layerwise)
     if not layerwise:
         return _device_pieces(lower, gpu)
     return _layer_pieces(lower, gpu)
+
+
+FAST_LOADS = True  # hits of one tier and one layout: pieces by broadcast; False: the loops
+
+
+def _uniform(lower: Sequence[Hit]) -> tuple[OffloadTier, Runs, np.ndarray] | None:
+    """(tier, runs, slots: one row per hit) when every hit is an entry of one
+    tier laid out as the same ``runs``, no device holding two of them (the
+    usual case: a one-device tier); else None."""
+    tier = lower[0][0]
+    if not all(h[0] is tier for h in lower):
+        return None
+    entries = [h[1] for h in lower]
+    runs = entries[0].runs
+    devs = [d for d, _l0, _l1 in runs]
+    if [e.runs for e in entries].count(runs) != len(entries) or len(set(devs)) != len(devs):
+        return None
+    return tier, runs, _slots(entries, range(len(entries)))
+
+
+def _uniform_pieces(
+    tier: OffloadTier, runs: Runs, slots: np.ndarray, gpu: str, layerwise: bool
+) -> list[Piece]:
+    """:func:`_device_pieces` (one piece per run: its device) or
+    :func:`_layer_pieces` (one per layer, by layer then device name) of hits
+    whose entries all have ``runs`` and these ``slots``: the same pieces,
+    bytes and ranges, with no per-hit loop (every piece has one range per hit,
+    in hit order)."""
+    m, stride, lb = len(slots), layer_stride(tier.layer_bytes), tier.layer_bytes
+    if not layerwise:
+        length, out = int(round(lb)), []
+        for r, (dev, l0, l1) in enumerate(runs):
+            n = np.full(m, l1 - l0, dtype=np.int64)
+            ext = _layer_runs(slots[:, r], n, stride, length)
+            out.append(
+                Piece(tier.devices[dev], gpu, _sum_layers(n, lb), extents=ext, length=length)
+            )
+        return out
+    by_name = sorted({tier.devices[d] for d, _l0, _l1 in runs})
+    cover = sorted(  # (layer, device rank, run, first layer of the run)
+        (layer, by_name.index(tier.devices[d]), r, l0)
+        for r, (d, l0, l1) in enumerate(runs)
+        for layer in range(l0, l1)
+    )
+    at = np.array([[r, (layer - l0) * stride] for layer, _k, r, l0 in cover], dtype=np.int64)
+    ext = np.empty((len(cover), m, 2), dtype=np.int64)
+    np.add(slots[:, at[:, 0]].T, at[:, 1:2], out=ext[:, :, 0])
+    ext[:, :, 1] = np.rint(np.float64(lb)).astype(np.int64)
+    nbytes = float(np.full(m, lb, dtype=np.float64).sum())  # the loops' sum of m ranges
+    same = int(round(lb))
+    return [
+        Piece(by_name[k], gpu, nbytes, layer, ext[p], same)
+        for p, (layer, k, _r, _l0) in enumerate(cover)
+    ]
 
 
 def _device_pieces(lower: Sequence[Hit], gpu: str) -> list[Piece]:
@@ -234,7 +291,7 @@ def _layout_pairs(
     return pairs
 
 
-def _slots(entries: Sequence[Entry], idx: list[int]) -> np.ndarray:
+def _slots(entries: Sequence[Entry], idx: Sequence[int]) -> np.ndarray:
     """The slot offsets of ``entries[idx]``, one row each."""
     chosen = entries if len(idx) == len(entries) else list(map(entries.__getitem__, idx))
     runs = len(chosen[0].slots)  # every entry of one layout pair has as many runs
