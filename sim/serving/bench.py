@@ -159,7 +159,11 @@ lmcache-lp-async 1.04 -> 0.91 s; block 16, 1K: lmcache 3.13 -> 2.64 s
 lmcache-lp 1.40 -> 1.33 s, lmcache-lp-async 1.47 -> 1.40 s.  Still short
 of 300x at block 16: one ``Entry`` per key stored (~0.3 us each to build,
 738K), the store groups' dict probes in every tier, and per-entry LRU
-offers (~0.1 us an entry over 1.29M offered).
+offers (~0.1 us an entry over 1.29M offered); Python's cyclic GC takes
+~0.25 s of the lmcache run (259 young, 23 middle, 2 full collections).
+Commit 60be36a (write-through by list comprehensions) re-measured at
+10:05, two interleaved pairs at a higher load: lmcache, block 16, 1K:
+3.71 / 3.52 -> 2.85 / 3.05 s.
 
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
