@@ -166,6 +166,29 @@ index following a resized peer tier), same run against 96828e4 at load
 pool-orchestrator-only 18.75 -> 13.58 s (28x -> 39x); block 256, 1K: pool
 2.83 -> 2.55 s (172x -> 191x).
 
+Transfer pieces and per-entry loops (2026-11-24 10:01-10:02, branch slmc
+at 3735cda against its starting tree feab5bd in the same run, interleaved,
+load 2.4-3.1; 0 of 1,054 baseline columns differ): store pieces of entries
+with one layout as one broadcast add per run (700 entries: 417 -> 132 us),
+load pieces of hits of one tier and one layout by broadcast (700 hits,
+layer-wise: 3.19 -> 0.27 ms; per device: 0.98 -> 0.16 ms), the LRU's
+one-device victim walk as one tight loop, pins per run.  On CPython 3.11
+a list comprehension over ``__slots__`` attributes (~40 ns an entry) beats
+C-level ``map`` over ``attrgetter`` (~275 ns for the same test): tried and
+dropped.  CPU s before -> after (speed per CPU second): block 16, 300
+requests: lmcache 0.95 -> 0.89 s, lmcache-lp 1.05 -> 0.90 s,
+lmcache-lp-async 1.04 -> 0.91 s; block 16, 1K: lmcache 3.13 -> 2.64 s
+(187x -> 222x), lmcache-lp 3.76 -> 3.14 s (151x -> 181x), lmcache-lp-async
+4.09 -> 3.40 s (149x -> 179x); block 256, 1K: lmcache 0.92 -> 0.88 s,
+lmcache-lp 1.40 -> 1.33 s, lmcache-lp-async 1.47 -> 1.40 s.  Still short
+of 300x at block 16: one ``Entry`` per key stored (~0.3 us each to build,
+738K), the store groups' dict probes in every tier, and per-entry LRU
+offers (~0.1 us an entry over 1.29M offered); Python's cyclic GC takes
+~0.25 s of the lmcache run (259 young, 23 middle, 2 full collections).
+Commit 60be36a (write-through by list comprehensions) re-measured at
+10:05, two interleaved pairs at a higher load: lmcache, block 16, 1K:
+3.71 / 3.52 -> 2.85 / 3.05 s.
+
 Earlier, 2026-11-24 04:34-04:37 on a quiet machine (load 0.9-1.1; branch
 sonline2, wall time): block 256, 1K requests, gpu-only 1,260x, paged-cpu
 769x, paged-ssd 445x, lmcache 364x, lmcache-lp 336x, lmcache-lp-async 310x,

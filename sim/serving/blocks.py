@@ -143,6 +143,13 @@ class OffloadTier:
             raise RuntimeError(f"{self.name}: pinning entry {e.key} that is not ready")
         e.ref_cnt += 1
 
+    def pin_all(self, entries: Sequence[Entry]) -> None:
+        """:meth:`pin` each of ``entries``, in this order (one call for a run)."""
+        for e in entries:
+            if e.ref_cnt < READY:
+                raise RuntimeError(f"{self.name}: pinning entry {e.key} that is not ready")
+            e.ref_cnt += 1
+
     def unpin(self, e: Entry) -> None:
         self.unpin_all([e])
 

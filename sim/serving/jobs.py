@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -96,9 +95,66 @@ def load_pieces(lower: Sequence[Hit], gpu: str, layerwise: bool) -> list[Piece]:
     device (in order of first appearance) holding every hit's layers there,
     entry by entry in hit order (nothing waits on a layer: the load is done
     when all of it is)."""
+    u = _uniform(lower) if FAST_LOADS and lower else None
+    if u is not None:
+        return _uniform_pieces(*u, gpu, layerwise)
     if not layerwise:
         return _device_pieces(lower, gpu)
     return _layer_pieces(lower, gpu)
+
+
+FAST_LOADS = True  # hits of one tier and one layout: pieces by broadcast; False: the loops
+
+
+def _uniform(lower: Sequence[Hit]) -> tuple[OffloadTier, Runs, np.ndarray] | None:
+    """(tier, runs, slots: one row per hit) when every hit is an entry of one
+    tier laid out as the same ``runs``, no device holding two of them (the
+    usual case: a one-device tier); else None."""
+    tier = lower[0][0]
+    if not all(h[0] is tier for h in lower):
+        return None
+    entries = [h[1] for h in lower]
+    runs = entries[0].runs
+    devs = [d for d, _l0, _l1 in runs]
+    if [e.runs for e in entries].count(runs) != len(entries) or len(set(devs)) != len(devs):
+        return None
+    return tier, runs, _slots(entries, range(len(entries)))
+
+
+def _uniform_pieces(
+    tier: OffloadTier, runs: Runs, slots: np.ndarray, gpu: str, layerwise: bool
+) -> list[Piece]:
+    """:func:`_device_pieces` (one piece per run: its device) or
+    :func:`_layer_pieces` (one per layer, by layer then device name) of hits
+    whose entries all have ``runs`` and these ``slots``: the same pieces,
+    bytes and ranges, with no per-hit loop (every piece has one range per hit,
+    in hit order)."""
+    m, stride, lb = len(slots), layer_stride(tier.layer_bytes), tier.layer_bytes
+    if not layerwise:
+        length, out = int(round(lb)), []
+        for r, (dev, l0, l1) in enumerate(runs):
+            n = np.full(m, l1 - l0, dtype=np.int64)
+            ext = _layer_runs(slots[:, r], n, stride, length)
+            out.append(
+                Piece(tier.devices[dev], gpu, _sum_layers(n, lb), extents=ext, length=length)
+            )
+        return out
+    by_name = sorted({tier.devices[d] for d, _l0, _l1 in runs})
+    cover = sorted(  # (layer, device rank, run, first layer of the run)
+        (layer, by_name.index(tier.devices[d]), r, l0)
+        for r, (d, l0, l1) in enumerate(runs)
+        for layer in range(l0, l1)
+    )
+    at = np.array([[r, (layer - l0) * stride] for layer, _k, r, l0 in cover], dtype=np.int64)
+    ext = np.empty((len(cover), m, 2), dtype=np.int64)
+    np.add(slots[:, at[:, 0]].T, at[:, 1:2], out=ext[:, :, 0])
+    ext[:, :, 1] = np.rint(np.float64(lb)).astype(np.int64)
+    nbytes = float(np.full(m, lb, dtype=np.float64).sum())  # the loops' sum of m ranges
+    same = int(round(lb))
+    return [
+        Piece(by_name[k], gpu, nbytes, layer, ext[p], same)
+        for p, (layer, k, _r, _l0) in enumerate(cover)
+    ]
 
 
 def _device_pieces(lower: Sequence[Hit], gpu: str) -> list[Piece]:
@@ -128,8 +184,11 @@ def _layer_pieces(lower: Sequence[Hit], gpu: str) -> list[Piece]:
     a piece the entries' ranges in hit order (vectorised over layers)."""
     names: dict[str, int] = {}
     slot, first, count, dev, lb, stride = [], [], [], [], [], []
+    steps: dict[OffloadTier, int] = {}  # layer_stride per tier, worked out once
     for tier, e, _j, _n in lower:
-        step = layer_stride(tier.layer_bytes)
+        step = steps.get(tier)
+        if step is None:
+            step = steps[tier] = layer_stride(tier.layer_bytes)
         for (d, l0, l1), at in zip(e.runs, e.slots, strict=True):
             slot.append(at)
             first.append(l0)
@@ -184,7 +243,8 @@ def store_pieces(
     first_seen: dict[tuple[str, str], tuple[int, int]] = {}
     for (s_runs, d_runs), idx in _layout_pairs(src, dst, entries).items():
         slots = _slots(entries, idx)
-        at = np.asarray(idx, dtype=np.int64)
+        # all of them: idx is 0..n-1 (ascending, distinct)
+        at = np.arange(len(idx)) if len(idx) == len(entries) else np.asarray(idx, dtype=np.int64)
         pos = 0
         for r, (dd, d0, d1) in enumerate(d_runs):
             for sd, s0, s1 in s_runs:
@@ -221,11 +281,12 @@ def _layout_pairs(
         e = entries[0]
         s_run = ((-1, 0, dst.layers),) if src is None else src.entries[e.key].runs
         return {(s_run, e.runs): [0]}
-    d_runs = list(map(_RUNS, entries))
+    d_runs = [e.runs for e in entries]  # list comprehensions: slot loads beat getter maps
     if src is None:
         s_runs: list[Runs] = [((-1, 0, dst.layers),)] * len(entries)
     else:
-        s_runs = list(map(_RUNS, map(src.entries.__getitem__, map(_KEY, entries))))
+        held = src.entries
+        s_runs = [held[e.key].runs for e in entries]
     n = len(entries)
     if n and d_runs.count(d_runs[0]) == n and s_runs.count(s_runs[0]) == n:
         return {(s_runs[0], d_runs[0]): list(range(n))}
@@ -235,19 +296,25 @@ def _layout_pairs(
     return pairs
 
 
-def _slots(entries: Sequence[Entry], idx: list[int]) -> np.ndarray:
+def _slots(entries: Sequence[Entry], idx: Sequence[int]) -> np.ndarray:
     """The slot offsets of ``entries[idx]``, one row each."""
-    chosen = entries if len(idx) == len(entries) else map(entries.__getitem__, idx)
-    return np.array(list(map(_SLOTS, chosen)), dtype=np.int64).reshape(len(idx), -1)
-
-
-_RUNS, _SLOTS, _KEY = attrgetter("runs"), attrgetter("slots"), attrgetter("key")
+    chosen = entries if len(idx) == len(entries) else list(map(entries.__getitem__, idx))
+    runs = len(chosen[0].slots)  # every entry of one layout pair has as many runs
+    flat = [e.slots[0] for e in chosen] if runs == 1 else [x for e in chosen for x in e.slots]
+    return np.array(flat, dtype=np.int64).reshape(len(idx), runs)
 
 
 def _layer_runs(first: np.ndarray, count: np.ndarray, stride: int, length: int) -> np.ndarray:
     """(n, 2) ranges of ``count[i]`` consecutive layers from byte ``first[i]``,
     one per layer (what :meth:`OffloadTier.layer_extents` gives, run by run)."""
     n = np.asarray(count, dtype=np.int64)
+    if len(n) and n.min() == n.max():  # as many layers each: one broadcast add
+        c, m = int(n[0]), len(n)
+        out = np.empty((m, c, 2), dtype=np.int64)
+        step = np.arange(c, dtype=np.int64) * stride
+        np.add(np.asarray(first, dtype=np.int64)[:, None], step, out=out[:, :, 0])
+        out[:, :, 1] = length
+        return out.reshape(m * c, 2)
     rel = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
     out = np.empty((len(rel), 2), dtype=np.int64)
     out[:, 0] = np.repeat(np.asarray(first, dtype=np.int64), n) + rel * stride

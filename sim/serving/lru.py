@@ -44,6 +44,7 @@ from typing import Any
 Entry = Any  # sim.serving.blocks.Entry: not imported, blocks imports this module
 Run = tuple[list[Entry], list[int]]  # entries in ascending stamp, their stamps when offered
 Item = tuple[int, int, Run, int]  # (stamp at the cursor, sequence, run, cursor)
+FAST = True  # take's one-device walk as one tight loop (_walk_one); False: the general one
 
 
 class LruRuns:
@@ -137,7 +138,9 @@ class LruRuns:
                 if end < n and stamps[end] == ns and seq < nq:  # the same stamp: by sequence
                     end += 1
             j = i
-            while j < end:
+            if one and FAST:  # one tight loop, no per-entry device test
+                j, left = _walk_one(entries, stamps, i, end, get, out, left)
+            while j < end and left > 0:
                 e = entries[j]
                 j += 1
                 if not one and e.nbytes[dev] <= 0:
@@ -158,3 +161,24 @@ class LruRuns:
             else:
                 heapq.heappop(heap)
         return out
+
+
+def _walk_one(
+    entries: list[Entry], stamps: list[int], i: int, end: int, get: Any, out: list[Entry], left: int
+) -> tuple[int, int]:
+    """:meth:`LruRuns.take`'s walk over ``entries[i:end]`` on a one-device
+    tier (every entry has bytes there), ``left`` victims still wanted: the
+    same tests in the same order as the general walk, stopping right after
+    the last victim wanted.  Returns (where the walk stopped, ``left``)."""
+    j = i
+    for e, s in zip(islice(entries, i, end), islice(stamps, i, end), strict=True):
+        j += 1
+        if get(e.key) is e and e.stamp == s:
+            if e.ref_cnt == 0 and not e.draining:  # e.evictable
+                out.append(e)
+                left -= 1
+                if not left:
+                    break
+            else:
+                e.heaped = -1  # offered again when it becomes evictable
+    return j, left

@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from operator import and_, attrgetter, ge, not_, sub
+from operator import attrgetter
 
 import numpy as np
 
@@ -113,15 +113,14 @@ def _ready_runs(
     """Hits (tier, entry, first block, blocks) for groups ``keys`` (first
     blocks ``starts``, ``sizes`` blocks each) up to the first found nowhere:
     each in the first tier holding a ready, not draining entry for it (what
-    :meth:`OffloadTier.lookup` accepts).  Readiness is mapped per tier at C
-    level; the hits are made run by run (groups served by the same tier)."""
+    :meth:`OffloadTier.lookup` accepts).  Readiness is one list comprehension
+    per tier (slot loads, cheaper than C-level maps of getters); the hits
+    are made run by run (groups served by the same tier)."""
     ess, oks = [], []
     for tier in tiers:
         es = list(map(tier.entries.get, keys, repeat(_ABSENT)))
         ess.append(es)
-        oks.append(
-            list(map(and_, map(ge, map(_REF, es), repeat(READY)), map(not_, map(_DRAINING, es))))
-        )
+        oks.append([e.ref_cnt >= READY and not e.draining for e in es])  # slot loads: fast
     out: list[tuple[OffloadTier, Entry, int, int]] = []
     g, n = 0, len(keys)
     while g < n:
@@ -158,7 +157,8 @@ def lower_hits(
     ``limit``), each found by its last block's key in the first tier holding
     a ready copy; stops at a group past the hashes, with a block on the GPU,
     or found nowhere.  Every
-    step is a C-level ``map`` over the groups (no Python loop per block)."""
+    step is one pass over the groups (C-level maps, list comprehensions), no
+    per-block Python calls."""
     if j >= limit or not tiers:
         return [], j
     first = (j // k) * k + k - 1  # the first group's last block; the rest step by k
@@ -167,8 +167,8 @@ def lower_hits(
         return [], j
     starts = [j, *range(first + 1, first + 1 + k * (len(lasts) - 1), k)]
     stop = min(lasts[-1] + 1, limit)  # where the groups end (or the one past the hashes)
-    ends = list(map(min, map((1).__add__, lasts), repeat(limit)))
-    sizes = list(map(sub, ends, starts))
+    # each group's blocks: min(last + 1, limit) - start
+    sizes = [(x + 1 if x < limit else limit) - a for x, a in zip(lasts, starts, strict=True)]
     last_keys = ints(hs, lasts[0], lasts[-1] + 1, k)
     lower: LowerHits = []
     g, chunk = 0, _CHUNK

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sim.serving.blocks import OffloadTier
-from sim.serving.jobs import Piece, load_pieces, store_pieces, store_pieces_each
+from sim.serving.jobs import Piece, _layer_runs, load_pieces, store_pieces, store_pieces_each
 from sim.serving.layout import layer_stride
 
 
@@ -135,3 +135,74 @@ def test_non_layerwise_load_is_one_piece_per_device_of_every_hit() -> None:
         assert np.array_equal(p.extents, np.concatenate(want))
         assert p.nbytes == float(p.extents[:, 1].sum())
     assert sum(p.nbytes for p in pieces) == 7 * 8 * 1000.0
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_layer_runs_are_one_range_per_layer(uniform: bool) -> None:
+    """``_layer_runs`` (a broadcast add when every entry has as many layers,
+    else repeat/cumsum) against the ranges written out one layer at a time:
+    entry i's layer l at ``first[i] + l * stride``, each ``length`` long."""
+    rng = np.random.default_rng(5 + uniform)
+    first = rng.integers(0, 1 << 40, 300, dtype=np.int64)
+    count = np.full(300, 32) if uniform else rng.integers(0, 33, 300)
+    stride, length = 135168, 131072
+    want = [
+        (int(f) + layer * stride, length)
+        for f, c in zip(first, count, strict=True)
+        for layer in range(c)
+    ]
+    got = _layer_runs(first, count, stride, length)
+    assert got.dtype == np.int64 and got.shape == (len(want), 2)
+    assert [tuple(r) for r in got.tolist()] == want
+
+
+@pytest.mark.parametrize("layerwise", [False, True])
+@pytest.mark.parametrize("layout", ["one device", "pool", "two tiers"])
+def test_uniform_load_pieces_equal_the_loops(
+    layerwise: bool, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Load pieces with ``FAST_LOADS`` on (hits of one tier and one layout by
+    broadcast) and off (the per-hit loops), on seeded random hits: the same
+    pieces in the same order, bytes (exactly), layers, lengths and ranges;
+    and the broadcast path did run where every hit has one layout."""
+    import sim.serving.jobs as jobs
+
+    rng = np.random.default_rng(len(layout) + layerwise)
+    a = OffloadTier("cpu", ["c0"], [1.0], [1e12], 8, 1000.5)
+    b = OffloadTier("ssd", ["s1", "s0"], [0.4, 0.6], [1e12, 1e12], 8, 1000.0)
+    tiers = {"one device": [a], "pool": [b], "two tiers": [a, b]}[layout]
+    for t in tiers:  # slots scattered by drops
+        placed, _ = t.place(list(range(60)), None)
+        t.complete_all(placed)
+        for e in [e for e in placed if rng.random() < 0.3]:
+            t._drop(e)
+        t.place(list(range(100, 140)), None)
+    calls = {"uniform": 0}
+    real = jobs._uniform_pieces
+
+    def counted(*args):
+        calls["uniform"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(jobs, "_uniform_pieces", counted)
+    for _ in range(20):
+        hits = []
+        for j in range(int(rng.integers(1, 30))):
+            t = tiers[int(rng.integers(len(tiers)))]
+            keys = list(t.entries)
+            hits.append((t, t.entries[keys[int(rng.integers(len(keys)))]], j, 1))
+        got = []
+        for fast in (True, False):
+            monkeypatch.setattr(jobs, "FAST_LOADS", fast)
+            got.append(load_pieces(hits, "gpu0", layerwise))
+        assert len(got[0]) == len(got[1]) > 0
+        for p, q in zip(*got, strict=True):
+            assert (p.src, p.dst, p.nbytes, p.layer, p.length) == (
+                q.src,
+                q.dst,
+                q.nbytes,
+                q.layer,
+                q.length,
+            )
+            assert p.extents.dtype == q.extents.dtype and np.array_equal(p.extents, q.extents)
+    assert calls["uniform"] >= (20 if layout == "one device" else 1)

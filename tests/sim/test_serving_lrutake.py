@@ -15,6 +15,7 @@ import copy
 import numpy as np
 import pytest
 
+import sim.serving.lru as lru
 import sim.serving.tierplace as tierplace
 from sim.serving.blocks import READY, Entry, OffloadTier
 
@@ -40,13 +41,19 @@ def _life(tiers: list[OffloadTier], rng: np.random.Generator) -> None:
                 t.drained(f)
 
 
+@pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("devices", [1, 2])
-def test_take_consumes_what_top_then_pop_consume(devices: int) -> None:
+def test_take_consumes_what_top_then_pop_consume(
+    devices: int, fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On two copies of one tier (random pins, touches, drops; on two
     devices some entries spill to one of them), ``take(dev, k)`` returns
     the entries ``k`` rounds of ``top``/``pop`` return, in order, and leaves
     the same heap behind: draining both heaps afterwards gives the same
-    entries again, and the same entries end up marked for re-offering."""
+    entries again, and the same entries end up marked for re-offering.
+    ``fast``: ``take``'s one-device walk as one tight loop (``lru.FAST``)
+    or the general one."""
+    monkeypatch.setattr(lru, "FAST", fast)
     rng = np.random.default_rng(11 + devices)
     ratios, caps = ([1.0], [50 * 32.0]) if devices == 1 else ([0.25, 0.75], [30 * 8.0, 30 * 24.0])
     tier = OffloadTier("t", [f"d{i}" for i in range(devices)], ratios, caps, 32, 1.0)
