@@ -24,6 +24,7 @@ import numpy as np
 
 from sim.serving import onepiece
 from sim.serving.layout import layer_stride
+from sim.serving.onepiece import cuts as _cuts
 from sim.serving.onepiece import sum_layers as _sum_layers
 
 if TYPE_CHECKING:
@@ -347,20 +348,3 @@ def store_pieces_each(
             for j, i in enumerate(idx):
                 out[i].append(Piece(a, b, nbytes, extents=ext[j], length=length))
     return out
-
-
-def _cuts(
-    src: OffloadTier | None, dst: OffloadTier, s_runs: Runs, d_runs: Runs, gpu: str
-) -> list[tuple[tuple[str, str], list[tuple[int, int, int]]]]:
-    """One entry's copy from ``s_runs`` to ``d_runs``, per (source device,
-    destination device) in order of first appearance: its parts (destination
-    run index, first layer within that run, layers), in :func:`store_pieces`'s
-    loop order."""
-    parts: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
-    for r, (dd, d0, d1) in enumerate(d_runs):
-        for sd, s0, s1 in s_runs:
-            lo, hi = max(d0, s0), min(d1, s1)
-            if hi > lo:
-                k = (src.devices[sd] if src is not None else gpu, dst.devices[dd])
-                parts.setdefault(k, []).append((r, lo - d0, hi - lo))
-    return list(parts.items())

@@ -67,6 +67,23 @@ def one_entry_pieces(
     return out
 
 
+def cuts(
+    src: OffloadTier | None, dst: OffloadTier, s_runs: Runs, d_runs: Runs, gpu: str
+) -> list[tuple[tuple[str, str], list[tuple[int, int, int]]]]:
+    """One entry's copy from ``s_runs`` to ``d_runs``, per (source device,
+    destination device) in order of first appearance: its parts (destination
+    run index, first layer within that run, layers), in :func:`store_pieces`'s
+    loop order."""
+    parts: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
+    for r, (dd, d0, d1) in enumerate(d_runs):
+        for sd, s0, s1 in s_runs:
+            lo, hi = max(d0, s0), min(d1, s1)
+            if hi > lo:
+                k = (src.devices[sd] if src is not None else gpu, dst.devices[dd])
+                parts.setdefault(k, []).append((r, lo - d0, hi - lo))
+    return list(parts.items())
+
+
 def _template(
     src: OffloadTier | None, dst: OffloadTier, s_runs: Runs, d_runs: Runs, gpu: str
 ) -> Template:
@@ -75,15 +92,8 @@ def _template(
     parts (destination run ``r``, layers ``lo .. hi`` of both) in
     :func:`store_pieces`'s loop order; the bytes summed as it sums them."""
     stride = layer_stride(dst.layer_bytes)
-    parts: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
-    for r, (dd, d0, d1) in enumerate(d_runs):
-        for sd, s0, s1 in s_runs:
-            lo, hi = max(d0, s0), min(d1, s1)
-            if hi > lo:
-                k = (src.devices[sd] if src is not None else gpu, dst.devices[dd])
-                parts.setdefault(k, []).append((r, lo - d0, hi - lo))
     out: Template = []
-    for (a, b), ps in parts.items():
+    for (a, b), ps in cuts(src, dst, s_runs, d_runs, gpu):
         count = np.array([c for _r, _off, c in ps], dtype=np.int64)
         run = np.repeat(np.array([r for r, _off, _c in ps], dtype=np.int64), count)
         rel = np.concatenate([np.arange(off, off + c, dtype=np.int64) for _r, off, c in ps])
