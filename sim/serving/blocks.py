@@ -52,7 +52,7 @@ import numpy as np
 from sim.serving.entry import NOT_READY, READY, Entry, Runs  # noqa: F401 (re-exported)
 from sim.serving.gpucache import GpuBlock, GpuCache  # noqa: F401 (re-exported)
 from sim.serving.layout import SlotAllocator, layer_ranges, layer_stride
-from sim.serving.lru import LruRuns
+from sim.serving.lru import DEAD, LruRuns
 from sim.serving.placement import layer_runs
 from sim.serving.poolplace import place_pool
 from sim.serving.tierplace import place_single
@@ -313,6 +313,7 @@ class OffloadTier:
         if e.ref_cnt > (1 if e.draining else READY):  # pragma: no cover - book-keeping bug
             raise RuntimeError(f"{self.name}: entry {e.key} evicted while in use")
         del self.entries[e.key]
+        e.stamp = DEAD  # its offered items are stale (sim.serving.lru)
         for i, b in enumerate(e.nbytes):
             self.used[i] -= b
         for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):

@@ -139,7 +139,7 @@ class LruRuns:
                     end += 1
             j = i
             if one and FAST:  # one tight loop, no per-entry device test
-                j, left = _walk_one(entries, stamps, i, end, get, out, left)
+                j, left = _walk_one(entries, stamps, i, end, out, left)
             while j < end and left > 0:
                 e = entries[j]
                 j += 1
@@ -164,16 +164,25 @@ class LruRuns:
 
 
 def _walk_one(
-    entries: list[Entry], stamps: list[int], i: int, end: int, get: Any, out: list[Entry], left: int
+    entries: list[Entry], stamps: list[int], i: int, end: int, out: list[Entry], left: int
 ) -> tuple[int, int]:
     """:meth:`LruRuns.take`'s walk over ``entries[i:end]`` on a one-device
     tier (every entry has bytes there), ``left`` victims still wanted: the
-    same tests in the same order as the general walk, stopping right after
-    the last victim wanted.  Returns (where the walk stopped, ``left``)."""
+    same verdicts in the same order as the general walk, stopping right after
+    the last victim wanted.  Returns (where the walk stopped, ``left``).
+
+    It reads nothing but the entries themselves (no probe of the tier's
+    dict, no int compared by value), the one memory access per entry that
+    a large tier's walk cannot avoid: an item is live when ``e.stamp is s``,
+    the very int object it was offered at (stamps are taken from
+    ``e.stamp`` when offered, and never reused: a touched entry has a new,
+    larger one; a dropped one has :data:`DEAD`, which no offer holds), which
+    on a one-device tier is exactly ``alive.get(e.key) is e and e.stamp == s``
+    (every entry leaving a tier gets the stamp :data:`DEAD`)."""
     j = i
     for e, s in zip(islice(entries, i, end), islice(stamps, i, end), strict=True):
         j += 1
-        if get(e.key) is e and e.stamp == s:
+        if e.stamp is s:
             if e.ref_cnt == 0 and not e.draining:  # e.evictable
                 out.append(e)
                 left -= 1
@@ -182,3 +191,6 @@ def _walk_one(
             else:
                 e.heaped = -1  # offered again when it becomes evictable
     return j, left
+
+
+DEAD = -1  # the stamp of an entry dropped from its tier: never an offered stamp
