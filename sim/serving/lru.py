@@ -57,16 +57,34 @@ class LruRuns:
 
     def offer(self, entries: Sequence[Entry]) -> None:
         """Offer the evictable ones of ``entries`` not yet offered at their stamp."""
-        # e.evictable, inlined: ready (ref_cnt 0, READY) and not draining
-        run = [e for e in entries if e.ref_cnt == 0 and not e.draining and e.heaped != e.stamp]
+        run: list[Entry] = []
+        stamps: list[int] = []
+        keep, put = run.append, stamps.append
+        for e in entries:  # one pass: e.evictable inlined, offered at its stamp
+            s = e.stamp
+            if e.ref_cnt == 0 and not e.draining and e.heaped != s:
+                e.heaped = s
+                keep(e)
+                put(s)
+        self._offer_run(run, stamps)
+
+    def offer_ready(self, entries: Sequence[Entry]) -> None:
+        """Make ``entries``, all not ready (so never offered: ``heaped`` -1, and
+        never evicted: not draining), ready (count 0) and offer them: what
+        setting each ready then :meth:`offer` does, in one pass."""
+        stamps = [e.stamp for e in entries]
+        for e, s in zip(entries, stamps, strict=True):
+            e.ref_cnt = 0  # READY
+            e.heaped = s
+        self._offer_run(list(entries), stamps)
+
+    def _offer_run(self, run: list[Entry], stamps: list[int]) -> None:
+        """Push ``run`` (offered at ``stamps``), sorted by stamp if it is not."""
         if not run:
             return
-        stamps = [e.stamp for e in run]
         if any(map(gt, stamps, islice(stamps, 1, None))):
             run.sort(key=lambda e: e.stamp)
             stamps = [e.stamp for e in run]
-        for e, s in zip(run, stamps, strict=True):
-            e.heaped = s
         self._push_run((run, stamps))
 
     def _push_run(self, run: Run) -> None:
