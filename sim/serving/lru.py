@@ -138,11 +138,13 @@ class LruRuns:
         else:
             heapq.heappop(heap)
 
-    def take(self, dev: int, alive: dict[int, Entry], k: int) -> list[Entry]:
+    def take(self, dev: int, alive: dict[int, Entry], k: int, drop: bool = False) -> list[Entry]:
         """The next ``k`` (fewer when the heap runs dry) least recently used
         evictable entries with bytes on ``dev``, in LRU order, consumed:
         what ``k`` rounds of ``top(dev, alive, set())`` then ``pop(dev)``
-        return and consume (module docstring)."""
+        return and consume (module docstring).  ``drop``: each is also
+        dropped from ``alive`` (its stamp :data:`DEAD`) as it is taken
+        (the caller frees its bytes and slots)."""
         heap, out, left = self.heaps[dev], [], k
         get, one = alive.get, len(self.heaps) == 1  # one device: every entry has bytes on it
         while heap and left > 0:
@@ -157,7 +159,7 @@ class LruRuns:
                     end += 1
             j = i
             if one and FAST:  # one tight loop, no per-entry device test
-                j, left = _walk_one(entries, stamps, i, end, out, left)
+                j, left = _walk_one(entries, stamps, i, end, out, left, alive if drop else None)
             while j < end and left > 0:
                 e = entries[j]
                 j += 1
@@ -178,16 +180,28 @@ class LruRuns:
                 heapq.heapreplace(heap, (stamps[j], seq, run, j))
             else:
                 heapq.heappop(heap)
+        if drop and not (one and FAST):
+            for e in out:
+                del alive[e.key]
+                e.stamp = DEAD
         return out
 
 
 def _walk_one(
-    entries: list[Entry], stamps: list[int], i: int, end: int, out: list[Entry], left: int
+    entries: list[Entry],
+    stamps: list[int],
+    i: int,
+    end: int,
+    out: list[Entry],
+    left: int,
+    drop: dict[int, Entry] | None,
 ) -> tuple[int, int]:
     """:meth:`LruRuns.take`'s walk over ``entries[i:end]`` on a one-device
     tier (every entry has bytes there), ``left`` victims still wanted: the
     same verdicts in the same order as the general walk, stopping right after
-    the last victim wanted.  Returns (where the walk stopped, ``left``).
+    the last victim wanted; ``drop``: each victim is also deleted from it
+    and stamped :data:`DEAD` as it is taken (``take(..., drop=True)``).
+    Returns (where the walk stopped, ``left``).
 
     It reads nothing but the entries themselves (no probe of the tier's
     dict, no int compared by value), the one memory access per entry that
@@ -198,6 +212,20 @@ def _walk_one(
     on a one-device tier is exactly ``alive.get(e.key) is e and e.stamp == s``
     (every entry leaving a tier gets the stamp :data:`DEAD`)."""
     j = i
+    if drop is not None:  # each victim dropped from ``drop`` as it is taken
+        for e, s in zip(islice(entries, i, end), islice(stamps, i, end), strict=True):
+            j += 1
+            if e.stamp is s:
+                if e.ref_cnt == 0 and not e.draining:  # e.evictable
+                    out.append(e)
+                    del drop[e.key]
+                    e.stamp = DEAD
+                    left -= 1
+                    if not left:
+                        break
+                else:
+                    e.heaped = -1
+        return j, left
     for e, s in zip(islice(entries, i, end), islice(stamps, i, end), strict=True):
         j += 1
         if e.stamp is s:

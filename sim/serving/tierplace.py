@@ -221,11 +221,8 @@ def _replace_run(
     none and are short (they wait while demotions drain, else are let go).
     Returns ``len(new)``."""
     entries = tier.entries
-    victims = tier.lru.take(0, entries, len(new) - i)
+    victims = tier.lru.take(0, entries, len(new) - i, drop=True)  # dropped as taken
     m = len(victims)
-    for e in victims:  # evictable (take checked it): dropped
-        del entries[e.key]
-        e.stamp = DEAD
     tier.evictions += m
     out += tier.add(new[i : i + m], runs, nbytes, [e.slots for e in victims])
     if m < len(new) - i and tier.draining:
