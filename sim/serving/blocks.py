@@ -165,10 +165,10 @@ class OffloadTier:
     def unpin_all(self, entries: Sequence[Entry]) -> None:
         """A load or copy from ``entries`` ended: each is in use once less; the
         ones now evictable are offered (one pass picks them)."""
-        free = []
+        free = []  # the ones :meth:`LruRuns.offer` would offer, picked in the same pass
         for e in entries:
             c = e.ref_cnt = e.ref_cnt - 1
-            if c == 0 and not e.draining:
+            if c == 0 and not e.draining and e.heaped != e.stamp:
                 free.append(e)
         self._offer(free)
 
