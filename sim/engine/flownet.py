@@ -58,6 +58,7 @@ LATE = 2
 _DONE_S = 1e-9
 # distinct flow mixes remembered before the memo is folded and cleared
 _MEMO_MAX = 65536
+_NO_FLOWS: list = []  # no flow ended (never appended to)
 
 
 class _Tick:
@@ -152,7 +153,8 @@ class FlowNetwork:
         # pending: _dirty); simpy clears an event's callbacks as it steps it
         self._late = _Tick(self._rerate)
         self._late_cbs = self._late.callbacks
-        self._timer_cb = self._on_timer  # bound once: one timer per re-rating
+        self._timer_cbs = [self._on_timer]  # bound once: one timer per re-rating
+        self._spare: _Tick | None = None  # a stepped timer, to be armed again
         self._integrals: tuple[int, list[float], list[float]] | None = None
 
     def resource(self, name: str) -> int:
@@ -284,7 +286,22 @@ class FlowNetwork:
         self._last = now
         self.reratings += 1
         fin = self._fin
-        if fin:
+        if len(fin) == 1:  # one active flow (the common case): no loop
+            key = (self._fsig[0],)
+            mix = self._memo.get(key)
+            if mix is None:
+                mix = self._solve(key)
+            self._mix, self._key = mix, key
+            rate = mix.rates[0]
+            was = self._rate[0]
+            if was != rate:
+                # the same arithmetic as the loop below
+                fin[0] = (
+                    now + (fin[0] - now) * was / rate if was else now + self.flows[0].amount / rate
+                )
+                self._rate = [rate]
+            due = fin[0]
+        elif fin:
             key = tuple(self._fsig)
             mix = self._memo.get(key)
             if mix is None:
@@ -352,45 +369,42 @@ class FlowNetwork:
         self._mix = self._memo[()] = _Mix([], {})
 
     def _arm(self, due: float) -> None:
-        """(Re)arm the one timer at ``due``; older timers go stale."""
+        """(Re)arm the one timer at ``due``; older timers go stale.  A timer
+        simpy has stepped (fired or stale) is reused rather than a new one made."""
         now = self.env.now
         self._timer_at = due
-        self._timer = tick = _Tick(self._timer_cb)
+        tick = self._spare
+        if tick is None:
+            tick = _Tick(self._on_timer)
+        else:
+            self._spare = None
+            tick.callbacks = self._timer_cbs
+        self._timer = tick
         self.env.schedule(tick, NORMAL, due - now if due > now else 0.0)  # type: ignore[arg-type]
 
     def _on_timer(self, event: _Tick) -> None:
         """The timer: flows whose finish time has come end (their callbacks run
         in the order they started), delayed starts now due join, then one
         re-rating."""
+        self._spare = event  # stepped: free to be armed again
         if event is not self._timer:
             return  # made stale by a later re-rating
         now = self.env.now
         self._timer_at = math.inf
         fin = self._fin
-        done: list[Flow] = []
         lim = now + _DONE_S
         if len(fin) == 1:  # one active flow (the common case): no scan
             if fin[0] <= lim:
-                done = self.flows[:]
-                self.flows.clear()
-                self._fsig.clear()
-                self._rate.clear()
-                fin.clear()
-        elif fin and min(fin) <= lim:
-            flows = self.flows
-            gone = [k for k, t in enumerate(fin) if t <= lim]
-            if len(gone) == len(flows):  # every active flow is done
-                done = flows[:]
-                flows.clear()
-                self._fsig.clear()
-                self._rate.clear()
-                fin.clear()
+                done = [self.flows.pop()]
+                self._fsig.pop()
+                self._rate.pop()
+                fin.pop()
             else:
-                fsig, rate = self._fsig, self._rate
-                for k in reversed(gone):
-                    done.append(flows.pop(k))
-                    del fsig[k], rate[k], fin[k]
-                done.reverse()  # callbacks in the order the flows started
+                done = _NO_FLOWS
+        elif fin and min(fin) <= lim:
+            done = self._finish(lim)
+        else:
+            done = _NO_FLOWS
         if done:
             for f in done:
                 f.end_s = now
@@ -410,6 +424,26 @@ class FlowNetwork:
                 f.on_done(f)
         if not was_dirty:
             self._rerate()
+
+    def _finish(self, lim: float) -> list[Flow]:
+        """Take the active flows whose finish time is by ``lim`` out of the
+        active set; returns them in the order they started."""
+        flows, fin = self.flows, self._fin
+        gone = [k for k, t in enumerate(fin) if t <= lim]
+        if len(gone) == len(flows):  # every active flow is done
+            done = flows[:]
+            flows.clear()
+            self._fsig.clear()
+            self._rate.clear()
+            fin.clear()
+            return done
+        done = []
+        fsig, rate = self._fsig, self._rate
+        for k in reversed(gone):
+            done.append(flows.pop(k))
+            del fsig[k], rate[k], fin[k]
+        done.reverse()  # callbacks in the order the flows started
+        return done
 
     def _start_due(self, horizon: float) -> None:
         """Delayed starts due by ``horizon`` join the active flows (at rate 0)."""
