@@ -23,13 +23,18 @@ per-key path:
   :class:`sim.serving.poolcursor.Cursors`), its bytes taken off ``short``,
   each victim dropped as soon as chosen: ``_drop``'s subtractions from
   ``used`` and slot frees, in victim order (a dropped entry coming up on
-  another device is stale, consumed exactly as a chosen one is);
+  another device is stale, consumed exactly as a chosen one is).  A
+  device's head, once found, is kept until it is a victim: only victims
+  die during the call, so a victim clears itself from the kept heads of
+  the devices it has bytes on, and a kept head needs no liveness check;
 * then placed (its slots taken as ``SlotAllocator.alloc`` takes them: the
   last freed slot of the class first) if it fits, else it waits
   (demotions draining) or is let go.
 
 What does not change a decision is done once per call: the per-layout
-bytes, slot classes and free lists looked up once; the placed keys'
+bytes, slot classes, free lists and devices looked up once (and kept while
+consecutive keys share a layout, as they mostly do: Algorithm 1 gives a
+set's keys a few layouts, each over a range of keys); the placed keys'
 entries made and inserted together at the end, with consecutive stamps
 (nothing reads them in between: new entries are not ready, so never
 victims); the allocators' live counts and the tier's eviction count added
@@ -176,7 +181,7 @@ def drop_run(
         spills, i = 0, i + 1
         if lay[2]:
             continue  # full: let go, nothing evicted
-        victims([u + b - c for u, b, c in zip(used, lay[0], caps)])  # noqa: B905
+        victims(list(map(sub, map(add, used, lay[0]), caps)))  # (u + x) - c per device
         if not all(map(ge, ix, map(bisect_left, th, used))):
             if tier.draining:
                 waiting.append(new[i - 1])
