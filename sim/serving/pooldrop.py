@@ -23,13 +23,18 @@ per-key path:
   :class:`sim.serving.poolcursor.Cursors`), its bytes taken off ``short``,
   each victim dropped as soon as chosen: ``_drop``'s subtractions from
   ``used`` and slot frees, in victim order (a dropped entry coming up on
-  another device is stale, consumed exactly as a chosen one is);
+  another device is stale, consumed exactly as a chosen one is).  A
+  device's head, once found, is kept until it is a victim: only victims
+  die during the call, so a victim clears itself from the kept heads of
+  the devices it has bytes on, and a kept head needs no liveness check;
 * then placed (its slots taken as ``SlotAllocator.alloc`` takes them: the
   last freed slot of the class first) if it fits, else it waits
   (demotions draining) or is let go.
 
 What does not change a decision is done once per call: the per-layout
-bytes, slot classes and free lists looked up once; the placed keys'
+bytes, slot classes, free lists and devices looked up once (and kept while
+consecutive keys share a layout, as they mostly do: Algorithm 1 gives a
+set's keys a few layouts, each over a range of keys); the placed keys'
 entries made and inserted together at the end, with consecutive stamps
 (nothing reads them in between: new entries are not ready, so never
 victims); the allocators' live counts and the tier's eviction count added
@@ -52,26 +57,33 @@ from sim.serving.poolcursor import Cursors
 from sim.serving.poolroom import room_index
 from sim.serving.tierplace import SLACK
 
+INF = float("inf")
+
 OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
+_NONE: Any = object()  # "not remembered yet"
 SPILLS = 4  # the spill in a row that hands back to poolplace's spill runs
-Layout = tuple[list[float], list[tuple[list[int], Any, int]], bool]  # bytes, slot classes, too big
+# a layout's books: bytes per device, per run (free list, allocator, units), too big
+# for the tier, the devices it has bytes on, per run its free list
+Layout = tuple[list[float], list[tuple[list[int], Any, int]], bool, tuple[int, ...], tuple]
 
 
 class _Books:
     """What one :func:`drop_run` call changes besides ``used`` and the LRU:
     slot classes per layout, placed keys pending insertion, counts."""
 
-    __slots__ = ("tier", "lays", "keys", "made", "gone")
+    __slots__ = ("tier", "lays", "keys", "runs", "slots", "nbytes", "gone")
 
     def __init__(self, tier: OffloadTier):
         self.tier = tier
         self.lays: dict[Runs, Layout] = {}
         self.keys: list[int] = []  # placed, in order
-        self.made: list[tuple[Runs, tuple[int, ...], list[float]]] = []  # their layout, slots
+        self.runs: list[Runs] = []  # their layouts
+        self.slots: list[tuple[int, ...]] = []  # their slots, one per run
+        self.nbytes: list[list[float]] = []  # their bytes per device
         self.gone: list[Runs] = []  # the victims' layouts, in order (live counts)
 
     def layout(self, runs: Runs) -> Layout:
-        """(bytes per device, per run its free list / allocator / units, too big)."""
+        """The books of layout ``runs`` (:data:`Layout`)."""
         lay = self.lays.get(runs)
         if lay is None:
             t = self.tier
@@ -81,31 +93,32 @@ class _Books:
                 for d, l0, l1 in runs
             ]
             big = any([b > c for b, c in zip(x, t.capacity, strict=True)])
-            lay = self.lays[runs] = (x, classes, big)
+            devs = tuple(sorted({d for d, _l0, _l1 in runs}))
+            lay = (x, classes, big, devs, tuple([fl for fl, _a, _u in classes]))
+            self.lays[runs] = lay
         return lay
 
     def put(self, key: int, runs: Runs, lay: Layout, used: list[float]) -> None:
         """Place ``key`` as ``runs``: its slots taken now (``SlotAllocator.alloc``:
         the class's last freed slot, else a fresh one), its bytes added."""
-        slots = tuple([fl.pop() if fl else _fresh(a, u) for fl, a, u in lay[1]])
+        self.slots.append(tuple([fl.pop() if fl else _fresh(a, u) for fl, a, u in lay[1]]))
         self.keys.append(key)
-        self.made.append((runs, slots, lay[0]))
+        self.runs.append(runs)
+        self.nbytes.append(lay[0])
         used[:] = map(add, used, lay[0])
 
     def flush(self, placed: list[Entry]) -> None:
         """The placed keys' entries (stamps consecutive, in order), counts."""
-        t = self.tier
+        t, n = self.tier, len(self.keys)
         clock = t._clock
-        made = [
-            Entry(k, runs, slots, x, clock + n)
-            for n, (k, (runs, slots, x)) in enumerate(zip(self.keys, self.made, strict=True), 1)
-        ]
-        t._clock = clock + len(made)
+        made = list(map(Entry, self.keys, self.runs, self.slots, self.nbytes,
+                        range(clock + 1, clock + n + 1)))  # fmt: skip
+        t._clock = clock + n
         t.entries.update(zip(self.keys, made, strict=True))
         if t.added is not None:
             t.added.extend(self.keys)
         placed += made
-        live = Counter(runs for runs, _s, _x in self.made)
+        live = Counter(self.runs)
         live.subtract(Counter(self.gone))
         for runs, m in live.items():
             for d, _l0, _l1 in runs:
@@ -137,38 +150,47 @@ def drop_run(
     ``p`` per device, a layout's fit thresholds ``ix`` (``ix >= p``: fits)."""
     used, caps = tier.used, tier.capacity
     books, cur, room = _Books(tier), Cursors(tier), room_index(tier, SLACK)
-    victims, put, lays = _victims(cur, books, used), books.put, books.lays
+    victims, lays, put = _victims(cur, books, used), books.lays, books.put
+    keys, runs, slots, nbytes = books.keys, books.runs, books.slots, books.nbytes
     th, memo, idx = room.th, room.spills, {}
     n, spills, back = len(new), -1, None  # -1: key i, known to evict; back: its spill
+    last, ix, lay = None, (), _NONE  # the layout of the key before, its fit index and books
     while i < n:
-        key, plan = new[i], plans[i]
-        ix = idx.get(plan)
-        if ix is None:
-            ix = idx[plan] = room.fit_index(plan)  # may add thresholds: states anew
-            if room.th is not th:
-                idx, th, memo = {plan: ix}, room.th, room.spills
+        plan = plans[i]
+        if plan is not last:
+            ix = idx.get(plan)
+            if ix is None:
+                ix = idx[plan] = room.fit_index(plan)  # may add thresholds: states anew
+                if room.th is not th:
+                    idx, th, memo = {plan: ix}, room.th, room.spills
+            last, lay = plan, lays.get(plan) or books.layout(plan)
         if spills >= 0:
             p = tuple(map(bisect_left, th, used))
             if all(map(ge, ix, p)):
                 break  # fits: back to the fit runs
-            alt = memo[p] if p in memo else room.spill(used)
+            alt = memo.get(p, _NONE)
+            if alt is _NONE:
+                alt = room.spill(used)
             if alt is not None:
                 if spills + 1 >= SPILLS:
                     back = alt
                     break
-                put(key, alt, lays.get(alt) or books.layout(alt), used)
+                put(new[i], alt, lays.get(alt) or books.layout(alt), used)
                 spills, i = spills + 1, i + 1
                 continue
         spills, i = 0, i + 1
-        lay = lays.get(plan) or books.layout(plan)
         if lay[2]:
             continue  # full: let go, nothing evicted
-        victims([u + b - c for u, b, c in zip(used, lay[0], caps)])  # noqa: B905
+        victims(list(map(sub, map(add, used, lay[0]), caps)))  # (u + x) - c per device
         if not all(map(ge, ix, map(bisect_left, th, used))):
             if tier.draining:
-                waiting.append(key)
+                waiting.append(new[i - 1])
             continue
-        put(key, plan, lay, used)
+        slots.append(tuple([fl.pop() if fl else _fresh(a, u) for fl, a, u in lay[1]]))
+        keys.append(new[i - 1])  # put(new[i - 1], plan, lay, used), inlined
+        runs.append(plan)
+        nbytes.append(lay[0])
+        used[:] = map(add, used, lay[0])
     books.flush(placed)
     cur.commit()
     return i, back
@@ -178,33 +200,34 @@ def _victims(cur: Cursors, books: _Books, used: list[float]) -> Callable[[list[f
     """``victims(short)``: drop LRU victims until no device is ``short`` (or
     none is left): :meth:`OffloadTier.take_victims` then ``_drop`` of each,
     fused (a device's head kept while it is alive: only a victim can die)."""
-    head, cand, pos, get = cur.head, cur.cand, cur.pos, cur.alive.get
+    head, cand, pos = cur.head, cur.cand, cur.pos
     entries, lays, name = books.tier.entries, books.lays, books.tier.name
     gone = books.gone.append
 
     def victims(short: list[float]) -> None:
         while True:
             best: Entry | None = None
-            dev = -1
+            first = INF
             for d, s in enumerate(short):
                 if s > SLACK:
-                    e = cand[d]
-                    if e is None or get(e.key) is not e:
-                        e = head(d)
-                    if e is not None and (best is None or e.stamp < best.stamp):
-                        best, dev = e, d
+                    e = cand[d] or head(d)  # a kept head is alive: victims clear theirs
+                    if e is not None and e.stamp < first:
+                        best, first, dev = e, e.stamp, d
             if best is None:
                 return
             pos[dev] += 1  # cur.take(dev)
-            cand[dev] = None
             if best.ref_cnt > READY:  # pragma: no cover - book-keeping bug
                 raise RuntimeError(f"{name}: entry {best.key} evicted while in use")
             del entries[best.key]  # OffloadTier._drop, its live count at flush
             x, runs = best.nbytes, best.runs
             used[:] = map(sub, used, x)
-            for (fl, _a, _u), slot in zip((lays.get(runs) or books.layout(runs))[1], best.slots):  # noqa: B905
+            lay = lays.get(runs) or books.layout(runs)
+            for fl, slot in zip(lay[4], best.slots):  # noqa: B905
                 fl.append(slot)
+            for d in lay[3]:  # the devices whose head it may be
+                if cand[d] is best:
+                    cand[d] = None
             gone(runs)
-            short = [s - f for s, f in zip(short, x)]  # noqa: B905
+            short = list(map(sub, short, x))
 
     return victims

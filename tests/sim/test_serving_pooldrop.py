@@ -5,6 +5,8 @@
   hand for one;
 * :class:`sim.serving.poolroom.RoomIndex`: the remembered spill equals the
   plain spill at random used bytes, near the thresholds too;
+* a victim with bytes on both devices of a pool, worked by hand: no longer
+  the other device's kept head (the next key takes the next entry);
 * :class:`sim.serving.poolcursor.Cursors`: the entries it gives, and the
   heaps it leaves, equal :meth:`LruRuns.top` / :meth:`LruRuns.pop`'s on a
   random tier with stale, pinned and draining entries;
@@ -232,3 +234,33 @@ def test_room_index_does_not_keep_its_tier_alive() -> None:
     del tier
     gc.collect()
     assert gone() is None
+
+
+def test_a_victim_on_both_devices_is_no_longer_either_ones_head(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """By hand: two devices of ratio 1/2 and 4 bytes each, 4 layers of 1 byte;
+    keys 1 and 2 each hold 2 bytes on both, so the tier is full (no device
+    has a layer of room: nothing spills).  Keys 3 and 4 placed, victims
+    dropped (the fused loop): key 3 is short on both, its victim is key 1
+    (the oldest; it was the head of both devices), which frees 2 bytes on
+    each, so key 3 fits in key 1's slots; key 4 is short on both again, and
+    its victim must be key 2 (device 1's kept head, key 1, died with key 3's
+    eviction), whose slots it takes.  Used bytes end at 4 on each device."""
+    tier = OffloadTier("p", ["a", "b"], [0.5, 0.5], [4.0, 4.0], 4, 1.0)
+    first, _ = tier.place([1, 2], None)
+    tier.complete_all(first)
+    slots = {e.key: e.slots for e in first}
+    ran = [0]
+    real = poolplace.drop_run
+
+    def counting(*args):  # type: ignore[no-untyped-def]
+        ran[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(poolplace, "drop_run", counting)
+    placed, waiting = tier.place([3, 4], None)
+    assert ran[0] == 1 and waiting == []
+    assert [e.key for e in placed] == [3, 4] and list(tier.entries) == [3, 4]
+    assert [e.slots for e in placed] == [slots[1], slots[2]]
+    assert tier.used == [4.0, 4.0] and tier.evictions == 2
