@@ -15,9 +15,14 @@ Runs = tuple[tuple[int, int, int], ...]  # (device index, first layer, end layer
 
 class Entry:
     """One offload block in a tier: ``runs`` of layers per device, ``slots[i]``
-    the byte offset of run ``i``'s slot on its device."""
+    the byte offset of run ``i``'s slot on its device.
 
-    __slots__ = ("key", "ref_cnt", "runs", "slots", "draining", "nbytes", "stamp", "heaped")
+    The slots an LRU walk reads (:mod:`sim.serving.lru`: ``stamp``,
+    ``ref_cnt``, ``draining``, ``heaped``) come first, next to the object's
+    header, so that a walk over entries long out of the cache loads one
+    cache line per entry where it can rather than two."""
+
+    __slots__ = ("stamp", "ref_cnt", "draining", "heaped", "key", "slots", "runs", "nbytes")
 
     def __init__(
         self, key: int, runs: Runs, slots: tuple[int, ...], nbytes: list[float], stamp: int

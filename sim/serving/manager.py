@@ -75,6 +75,7 @@ class BlockManager:
         self.gpu_name = gpu_name
         # demotions decided while placing (tier, below, new entry, victim), handed out after
         self._demotions: list[tuple[OffloadTier, OffloadTier, Entry, Entry]] = []
+        self._one = np.empty(0, dtype=object)  # (slot,) per GPU slot (:meth:`_ones`)
 
     # ---- lookup and admission ----------------------------------------------------
     def lookup(self, s: Seq) -> Lookup:
@@ -196,9 +197,24 @@ class BlockManager:
         if not keys:
             return []
         self.gpu.acquire_all(mine.ravel())
-        if k == 1:  # one block a group: its 1-tuples straight from zip
-            return list(zip(keys, zip(mine.ravel().tolist()), strict=True))
+        if k == 1:  # one block a group: its shared 1-tuple
+            return list(zip(keys, self._ones(mine.ravel()), strict=True))
         return list(zip(keys, zip(*mine.T.tolist(), strict=True), strict=True))
+
+    def _ones(self, slots: np.ndarray) -> list[tuple[GpuBlock]]:
+        """``(slot,)`` for each of ``slots``: one tuple per GPU slot, made
+        once and shared by every group that slot is ever the block of (a
+        group's blocks are read, never changed), so a store's groups cost
+        no new tuple or int per block."""
+        top = int(slots.max()) + 1
+        ones = self._one
+        if len(ones) < top:
+            grown = np.empty(max(top, len(self.gpu.key), 2 * len(ones)), dtype=object)
+            grown[: len(ones)] = ones
+            for i in range(len(ones), len(grown)):
+                grown[i] = (i,)
+            ones = self._one = grown
+        return ones[slots].tolist()
 
     def place_store(self, req: StoreRequest) -> Placement:
         """Place ``req``'s groups in the first tier, evicting (and demoting) as

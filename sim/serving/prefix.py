@@ -11,7 +11,6 @@ chunks doubling from 32, so that the work follows the hit, not the prompt.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from itertools import repeat
 from operator import attrgetter
@@ -156,33 +155,54 @@ def lower_hits(
     ``[j, last]`` (``last`` the end of ``j``'s offload block, cut at
     ``limit``), each found by its last block's key in the first tier holding
     a ready copy; stops at a group past the hashes, with a block on the GPU,
-    or found nowhere.  Every
-    step is one pass over the groups (C-level maps, list comprehensions), no
-    per-block Python calls."""
+    or found nowhere.  Every step is one pass over a chunk of groups (C-level
+    maps, list comprehensions), no per-block Python calls; a chunk's groups
+    (:func:`_groups`) are made only when the hit reaches it."""
     if j >= limit or not tiers:
         return [], j
     first = (j // k) * k + k - 1  # the first group's last block; the rest step by k
-    lasts = list(range(first, min(limit + k - 1, len(hs)), k))
-    if not lasts:
+    n = len(range(first, min(limit + k - 1, len(hs)), k))  # groups
+    if not n:
         return [], j
-    starts = [j, *range(first + 1, first + 1 + k * (len(lasts) - 1), k)]
-    stop = min(lasts[-1] + 1, limit)  # where the groups end (or the one past the hashes)
-    # each group's blocks: min(last + 1, limit) - start
-    sizes = [(x + 1 if x < limit else limit) - a for x, a in zip(lasts, starts, strict=True)]
-    last_keys = ints(hs, lasts[0], lasts[-1] + 1, k)
+    stop = min(first + (n - 1) * k + 1, limit)  # where the groups end
     lower: LowerHits = []
     g, chunk = 0, _CHUNK
-    while g < len(starts):  # galloping: the work follows the hit, not the prompt
-        h = min(g + chunk, len(starts))
+    while g < n:  # galloping: the work follows the hit, not the prompt
+        h = min(g + chunk, n)
         chunk *= 2
-        b0, b1 = starts[g], starts[h] if h < len(starts) else stop
-        gpu = list(map(on_gpu, ints(hs, b0, b1)))
+        b0 = _start(j, k, first, g)
+        gpu = list(map(on_gpu, ints(hs, b0, _start(j, k, first, h) if h < n else stop)))
         cut = h  # the group holding the first GPU block and all after it go
         if True in gpu:
-            cut = bisect_right(starts, b0 + gpu.index(True), g, h) - 1
-        part = _ready_runs(tiers, last_keys[g:cut], starts[g:cut], sizes[g:cut])
+            p = b0 + gpu.index(True)
+            cut = 0 if p <= first else (p - first - 1) // k + 1
+        keys = ints(hs, first + g * k, first + (cut - 1) * k + 1, k) if cut > g else []
+        part = _ready_runs(tiers, keys, *_groups(j, k, first, stop, n, g, cut))
         lower += part
         if g + len(part) < h:  # a GPU block, or a group found nowhere: the hit ends
-            return lower, starts[g + len(part)]
+            return lower, _start(j, k, first, g + len(part))
         g = h
     return lower, stop
+
+
+def _start(j: int, k: int, first: int, x: int) -> int:
+    """The first block of group ``x`` (group 0 starts at ``j``, group ``x``
+    after the last block ``first + (x - 1) * k`` of the one before)."""
+    return j if x == 0 else first + 1 + (x - 1) * k
+
+
+def _groups(
+    j: int, k: int, first: int, stop: int, n: int, g: int, h: int
+) -> tuple[list[int], list[int]]:
+    """First blocks and block counts of groups ``g .. h-1`` of ``n``: ``k``
+    blocks each, but group 0 (from ``j``) and group ``n - 1`` (to ``stop``)."""
+    if h <= g:
+        return [], []
+    starts = list(range(_start(j, k, first, max(g, 1)), _start(j, k, first, h), k))
+    if g == 0:
+        starts.insert(0, j)
+    sizes = [k] * (h - g)
+    sizes[0] = min(first + g * k + 1, stop) - starts[0]
+    if h == n:
+        sizes[-1] = stop - starts[-1]
+    return starts, sizes

@@ -18,7 +18,9 @@ are taken in one batch (:meth:`sim.serving.lru.LruRuns.take`).  On a full
 tier whose victims are dropped, when one key's float arithmetic (one
 victim out, the key in) gives ``used`` back bit for bit, every later key
 repeats it: the keys replacing their victims are then one run
-(:func:`_replace_run`).  ``BATCH = False`` turns those batches off (the
+(:func:`_replace_run`), each new entry the very object of the victim whose
+slot it takes (``REUSE``: :meth:`OffloadTier.renew`; no object made or
+freed per key).  ``BATCH = False`` turns those batches off (the
 per-victim loops, kept as the reference;
 ``tests/sim/test_serving_lrutake.py`` runs both side by side on random
 workloads).  A pool tier is :mod:`sim.serving.poolplace` (runs of keys that
@@ -45,6 +47,7 @@ EvictFn = Any  # sim.serving.blocks.EvictFn: not imported, blocks imports this m
 OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
 SLACK = 1e-6  # bytes: "fits" tolerance of every room check
 BATCH = True  # victims in batches (module docstring); False: one by one
+REUSE = True  # a replace run's dropped victims reused as the new entries; False: new objects
 MEMO = True  # pool spills remembered per room state (sim.serving.poolroom); False: the plain code
 
 
@@ -224,7 +227,10 @@ def _replace_run(
     victims = tier.lru.take(0, entries, len(new) - i, drop=True)  # dropped as taken
     m = len(victims)
     tier.evictions += m
-    out += tier.add(new[i : i + m], runs, nbytes, [e.slots for e in victims])
+    if REUSE:  # each victim's object becomes its successor's entry (same slot, same layout)
+        out += tier.renew(victims, new[i : i + m])
+    else:
+        out += tier.add(new[i : i + m], runs, nbytes, [e.slots for e in victims])
     if m < len(new) - i and tier.draining:
         waiting += new[i + m :]
     return len(new)

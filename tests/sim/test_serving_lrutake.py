@@ -216,3 +216,34 @@ def test_a_key_whose_arithmetic_does_not_return_used_is_placed_key_by_key(
     for _ in range(3):
         want = want - b + b
     assert tier.used[0] == want != u
+
+
+def test_a_replace_run_reusing_its_victims_decides_what_new_entries_decide(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A full one-device tier whose victims are dropped, driven twice by the
+    same random sets and life, with ``tierplace.REUSE`` on (each new entry
+    the victim's own object) and off (new objects): the same keys placed,
+    victims, slots, stamps, counts and LRU order after every step, so an
+    item a reused object left in the LRU never comes back as the new key;
+    and objects were reused."""
+    rng = np.random.default_rng(7)
+    tiers = {True: OffloadTier("t", ["d0"], [1.0], [60 * 32.0], 32, 1.0)}
+    tiers[False] = OffloadTier("t", ["d0"], [1.0], [60 * 32.0], 32, 1.0)
+    reused = 0
+    for _step in range(300):
+        keys = [int(k) for k in rng.choice(400, int(rng.integers(1, 40)), replace=False)]
+        out = {}
+        for reuse, tier in tiers.items():
+            before = {id(e) for e in tier.entries.values()}
+            monkeypatch.setattr(tierplace, "REUSE", reuse)
+            placed, waiting = tier.place(keys, None)
+            out[reuse] = ([e.key for e in placed], waiting, tier.evictions, list(tier.entries))
+            reused += reuse and sum(id(e) in before for e in placed)
+        assert out[True] == out[False]
+        for k, e in tiers[True].entries.items():
+            f = tiers[False].entries[k]
+            assert (e.key, e.slots, e.stamp, e.ref_cnt, e.draining) == (
+                f.key, f.slots, f.stamp, f.ref_cnt, f.draining)  # fmt: skip
+        _life(list(tiers.values()), rng)
+    assert tiers[True].evictions > 500 and reused > 100

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from collections import OrderedDict
 
+import numpy as np
+
 from sim.serving.blocks import GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
 from sim.serving.manager import BlockManager, Seq
@@ -125,3 +127,22 @@ def test_a_refused_admission_probes_no_tier_and_takes_nothing() -> None:
     assert mgr.acquire(s, hit, s.total_blocks)
     assert CountingDict.probes > 0 and hit.lower == at_once and hit.blocks == 3
     assert all(cpu.entries[k].ref_cnt == 1 for k in (1, 2, 3))  # pinned for the load
+
+
+def test_one_block_groups_share_one_tuple_per_gpu_slot() -> None:
+    """With one GPU block to an offload block, a store's group of slot s is
+    ``(s,)``, the same tuple object every time slot s is a group's block,
+    past the GPU's first arrays too (the table grows)."""
+    mgr = manager()
+    got = mgr._ones(np.array([3, 0, 3], dtype=np.int64))
+    assert got == [(3,), (0,), (3,)] and got[0] is got[2]
+    far = len(mgr.gpu.key) + 5
+    again = mgr._ones(np.array([far, 3], dtype=np.int64))
+    assert again == [(far,), (3,)] and again[1] is got[0]
+    s = seq(1, [11, 12, 13])
+    hit = mgr.lookup(s)
+    assert mgr.acquire(s, hit, s.total_blocks - len(hit.gpu))
+    s.prefilled = s.prefill_left
+    req = mgr.computed(s)
+    assert req is not None
+    assert req.groups == [(h, (b,)) for h, b in zip([11, 12, 13], s.blocks, strict=True)]
