@@ -21,6 +21,11 @@ Devices that keep this fast without changing the physics:
   with the flows: between re-ratings nothing about a flow changes, so a
   re-rating touches only the flows whose rate changed, and the memo key, the
   earliest finish and "no rate changed" are single list operations;
+* a network with one active flow (a serving engine's usual case: its links
+  are rarely contended) is re-rated and completed without the general loops
+  and scans, with the same arithmetic (``FAST``; tests/sim/test_flownet_fast.py);
+  the late re-rating's event is one object rescheduled, and a timer simpy has
+  stepped is armed again rather than a new one made;
 * delayed starts (an SSD op's access latency) wait in the network's own queue,
   one entry per instant (an op group's reads share it), served by its timer;
 * allocations are memoised: max-min rates are a pure function of the active
@@ -59,6 +64,9 @@ _DONE_S = 1e-9
 # distinct flow mixes remembered before the memo is folded and cleared
 _MEMO_MAX = 65536
 _NO_FLOWS: list = []  # no flow ended (never appended to)
+# one active flow re-rated and completed without the general loops (the same
+# arithmetic); False: the general paths only, the reference they are tested against
+FAST = True
 
 
 class _Tick:
@@ -286,7 +294,7 @@ class FlowNetwork:
         self._last = now
         self.reratings += 1
         fin = self._fin
-        if len(fin) == 1:  # one active flow (the common case): no loop
+        if FAST and len(fin) == 1:  # one active flow (the common case): no loop
             key = (self._fsig[0],)
             mix = self._memo.get(key)
             if mix is None:
@@ -393,7 +401,7 @@ class FlowNetwork:
         self._timer_at = math.inf
         fin = self._fin
         lim = now + _DONE_S
-        if len(fin) == 1:  # one active flow (the common case): no scan
+        if FAST and len(fin) == 1:  # one active flow (the common case): no scan
             if fin[0] <= lim:
                 done = [self.flows.pop()]
                 self._fsig.pop()
