@@ -21,6 +21,11 @@ Devices that keep this fast without changing the physics:
   with the flows: between re-ratings nothing about a flow changes, so a
   re-rating touches only the flows whose rate changed, and the memo key, the
   earliest finish and "no rate changed" are single list operations;
+* a network with one active flow (a serving engine's usual case: its links
+  are rarely contended) is re-rated and completed without the general loops
+  and scans, with the same arithmetic (``FAST``; tests/sim/test_flownet_fast.py);
+  the late re-rating's event is one object rescheduled, and a timer simpy has
+  stepped is armed again rather than a new one made;
 * delayed starts (an SSD op's access latency) wait in the network's own queue,
   one entry per instant (an op group's reads share it), served by its timer;
 * allocations are memoised: max-min rates are a pure function of the active
@@ -49,7 +54,10 @@ from typing import Any
 import simpy
 from simpy.events import NORMAL
 
+from sim.engine.flows import Flow, Mix, Tick, refinish, take_done
 from sim.engine.maxmin import maxmin_rates, maxmin_rates_incremental
+
+__all__ = ["LATE", "FAST", "Flow", "FlowNetwork"]
 
 # simpy orders simultaneous events by priority (URGENT=0, NORMAL=1); this runs
 # after both, i.e. once everything scheduled for the current instant is done.
@@ -59,56 +67,9 @@ _DONE_S = 1e-9
 # distinct flow mixes remembered before the memo is folded and cleared
 _MEMO_MAX = 65536
 _NO_FLOWS: list = []  # no flow ended (never appended to)
-
-
-class _Tick:
-    """The least a simpy event needs to be stepped: a callback list and ``_ok``.
-
-    The network schedules these itself (:meth:`simpy.Environment.schedule`):
-    one completion timer per re-rating and one late re-rating per instant need
-    nothing else of :class:`simpy.events.Event` (no value, no waiting process)."""
-
-    __slots__ = ("callbacks",)
-    _ok = True
-
-    def __init__(self, callback: Callable[[Any], None]):
-        self.callbacks = [callback]
-
-
-class Flow:
-    """One transfer of ``amount`` units over the (path, cap) interned as ``sig``.
-
-    ``token`` is the caller's (e.g. an op id), passed back untouched with the
-    flow to ``on_done``; the network keeps the flow's rate and finish time."""
-
-    __slots__ = ("sig", "amount", "on_done", "token", "start_s", "end_s")
-
-    def __init__(
-        self,
-        sig: int,
-        amount: float,
-        on_done: Callable[[Flow], None] | None,
-        token: Any,
-        now: float,
-    ):
-        self.sig = sig
-        self.amount = amount
-        self.on_done = on_done
-        self.token = token
-        self.start_s = now
-        self.end_s = math.nan
-
-
-class _Mix:
-    """One memoised allocation: rates per flow (in the mix's order), the loads
-    they put on resources, and the simulated time spent in this mix."""
-
-    __slots__ = ("rates", "loads", "time_s")
-
-    def __init__(self, rates: list[float], loads: dict[int, float]):
-        self.rates = rates
-        self.loads = loads
-        self.time_s = 0.0
+# one active flow re-rated and completed without the general loops (the same
+# arithmetic); False: the general paths only, the reference they are tested against
+FAST = True
 
 
 class FlowNetwork:
@@ -137,7 +98,7 @@ class FlowNetwork:
         self.reratings = 0
         self._last = env.now
         self._dirty = False
-        self._timer: _Tick | None = None
+        self._timer: Tick | None = None
         self._timer_at = math.inf
         # delayed starts: (due, seq, flows due then), and the latest such entry
         self._pending: list[tuple[float, int, list[Flow]]] = []
@@ -146,15 +107,15 @@ class FlowNetwork:
         self._sigs: dict[tuple, int] = {}
         self._paths: list[tuple[tuple[int, float], ...]] = []
         self._caps: list[float] = []
-        self._memo: dict[tuple[int, ...], _Mix] = {}
-        self._mix = self._memo[()] = _Mix([], {})
+        self._memo: dict[tuple[int, ...], Mix] = {}
+        self._mix = self._memo[()] = Mix([], {})
         self._key: tuple[int, ...] = ()  # the signatures of the current mix's flows
         # the late re-rating's event: one object, rescheduled (at most one is
         # pending: _dirty); simpy clears an event's callbacks as it steps it
-        self._late = _Tick(self._rerate)
+        self._late = Tick(self._rerate)
         self._late_cbs = self._late.callbacks
         self._timer_cbs = [self._on_timer]  # bound once: one timer per re-rating
-        self._spare: _Tick | None = None  # a stepped timer, to be armed again
+        self._spare: Tick | None = None  # a stepped timer, to be armed again
         self._integrals: tuple[int, list[float], list[float]] | None = None
 
     def resource(self, name: str) -> int:
@@ -218,7 +179,8 @@ class FlowNetwork:
         if not amount > 0:
             raise ValueError(f"flow amount must be > 0, got {amount}")
         flow = Flow(sig, float(amount), on_done, token, self.env.now)
-        # inline _add (a flow start is the hottest path)
+        # joins the active set at rate 0: rates, hence finish times and the
+        # integrals, change only in _rerate
         self.flows.append(flow)
         self._fsig.append(sig)
         self._rate.append(0.0)
@@ -270,14 +232,6 @@ class FlowNetwork:
             self._arm(due)
 
     # ---- internals ----------------------------------------------------------
-    def _add(self, flow: Flow) -> None:
-        """A flow joins the active set at rate 0: rates (hence finish times and
-        the integrals) change only in :meth:`_rerate`."""
-        self.flows.append(flow)
-        self._fsig.append(flow.sig)
-        self._rate.append(0.0)
-        self._fin.append(math.inf)
-
     def _rerate(self, _event: object = None) -> None:
         """New rates for the active flows; their finish times follow."""
         self._dirty = False
@@ -286,7 +240,7 @@ class FlowNetwork:
         self._last = now
         self.reratings += 1
         fin = self._fin
-        if len(fin) == 1:  # one active flow (the common case): no loop
+        if FAST and len(fin) == 1:  # one active flow (the common case): no loop
             key = (self._fsig[0],)
             mix = self._memo.get(key)
             if mix is None:
@@ -295,7 +249,7 @@ class FlowNetwork:
             rate = mix.rates[0]
             was = self._rate[0]
             if was != rate:
-                # the same arithmetic as the loop below
+                # the same arithmetic as refinish
                 fin[0] = (
                     now + (fin[0] - now) * was / rate if was else now + self.flows[0].amount / rate
                 )
@@ -307,18 +261,9 @@ class FlowNetwork:
             if mix is None:
                 mix = self._solve(key)
             self._mix, self._key = mix, key
-            new, old = mix.rates, self._rate
-            if new != old:
-                flows = self.flows
-                for k, rate in enumerate(new):
-                    was = old[k]
-                    if was != rate:
-                        # remaining work is was x (fin - now); a new flow has all of its amount
-                        fin[k] = (
-                            now + (fin[k] - now) * was / rate
-                            if was
-                            else now + flows[k].amount / rate
-                        )
+            new = mix.rates
+            if new != self._rate:
+                refinish(now, new, self._rate, fin, self.flows)
                 self._rate = new[:]
             due = min(fin)
         else:  # no flow: the empty mix (always in the memo), rates and finishes unchanged
@@ -332,7 +277,7 @@ class FlowNetwork:
         elif due != self._timer_at:
             self._arm(due)
 
-    def _solve(self, key: tuple[int, ...]) -> _Mix:
+    def _solve(self, key: tuple[int, ...]) -> Mix:
         """Max-min rates for a mix not in the memo (its loads set the peaks)."""
         paths, caps = self._paths, self._caps
         fpaths = [paths[s] for s in key]
@@ -359,14 +304,14 @@ class FlowNetwork:
                 self.peak[r] = u
         if len(self._memo) >= _MEMO_MAX:
             self._fold()
-        mix = self._memo[key] = _Mix(rates, loads)
+        mix = self._memo[key] = Mix(rates, loads)
         return mix
 
     def _fold(self) -> None:
         """Fold the memo's integrals into the totals and forget its mixes."""
         _, self._busy, self._work = self._fold_integrals()
         self._memo.clear()
-        self._mix = self._memo[()] = _Mix([], {})
+        self._mix = self._memo[()] = Mix([], {})
 
     def _arm(self, due: float) -> None:
         """(Re)arm the one timer at ``due``; older timers go stale.  A timer
@@ -375,14 +320,14 @@ class FlowNetwork:
         self._timer_at = due
         tick = self._spare
         if tick is None:
-            tick = _Tick(self._on_timer)
+            tick = Tick(self._on_timer)
         else:
             self._spare = None
             tick.callbacks = self._timer_cbs
         self._timer = tick
         self.env.schedule(tick, NORMAL, due - now if due > now else 0.0)  # type: ignore[arg-type]
 
-    def _on_timer(self, event: _Tick) -> None:
+    def _on_timer(self, event: Tick) -> None:
         """The timer: flows whose finish time has come end (their callbacks run
         in the order they started), delayed starts now due join, then one
         re-rating."""
@@ -393,7 +338,7 @@ class FlowNetwork:
         self._timer_at = math.inf
         fin = self._fin
         lim = now + _DONE_S
-        if len(fin) == 1:  # one active flow (the common case): no scan
+        if FAST and len(fin) == 1:  # one active flow (the common case): no scan
             if fin[0] <= lim:
                 done = [self.flows.pop()]
                 self._fsig.pop()
@@ -402,7 +347,7 @@ class FlowNetwork:
             else:
                 done = _NO_FLOWS
         elif fin and min(fin) <= lim:
-            done = self._finish(lim)
+            done = take_done(self.flows, self._fsig, self._rate, fin, lim)
         else:
             done = _NO_FLOWS
         if done:
@@ -425,26 +370,6 @@ class FlowNetwork:
         if not was_dirty:
             self._rerate()
 
-    def _finish(self, lim: float) -> list[Flow]:
-        """Take the active flows whose finish time is by ``lim`` out of the
-        active set; returns them in the order they started."""
-        flows, fin = self.flows, self._fin
-        gone = [k for k, t in enumerate(fin) if t <= lim]
-        if len(gone) == len(flows):  # every active flow is done
-            done = flows[:]
-            flows.clear()
-            self._fsig.clear()
-            self._rate.clear()
-            fin.clear()
-            return done
-        done = []
-        fsig, rate = self._fsig, self._rate
-        for k in reversed(gone):
-            done.append(flows.pop(k))
-            del fsig[k], rate[k], fin[k]
-        done.reverse()  # callbacks in the order the flows started
-        return done
-
     def _start_due(self, horizon: float) -> None:
         """Delayed starts due by ``horizon`` join the active flows (at rate 0)."""
         now = self.env.now
@@ -457,7 +382,7 @@ class FlowNetwork:
             due = entry[2]
             for flow in due:
                 flow.start_s = now
-            flows += due  # _add, inline
+            flows += due  # joining at rate 0, as in start_sig
             fsig += [flow.sig for flow in due]
             rate += [0.0] * len(due)
             fin += [math.inf] * len(due)

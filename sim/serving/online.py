@@ -42,11 +42,14 @@ import simpy
 from kvtier.plan import extent_totals
 from kvtier.records import OP_RECORD_SCHEMA, Records, op_records
 from sim.engine.flownet import Flow
-from sim.executor import OpPhysics, device_records, op_physics
+from sim.executor import OpPhysics, device_records, launch, op_physics
 from sim.hw.machine import Machine
 from sim.serving.planstore import PlanStore
 
 _IDENTITY = ("step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag")
+# an op in flight as one record (_InFlight); False: a simpy event and closures
+# per op, the reference it is tested against (tests/sim/test_flownet_fast.py)
+LEAN = True
 
 
 class _InFlight:
@@ -168,7 +171,17 @@ class OnlineOps:
                0 if extents is None else int(extents[0, 0]),
                io_bytes, float(flops), float(hbm_bytes), now, step, layer, tag)  # fmt: skip
         self.store.add(row, deps, extents)  # in planstore.COLUMNS order
-        phys = self._physics(kind, src, dst, nbytes, n_ios, queue_depth, io_path, flops, hbm_bytes)
+        if kind == "compute":
+            phys = op_physics(self.machine, kind, "", dst, 0, 0, 0, "none", flops, hbm_bytes)
+        else:  # a transfer's physics depends on its shape only: one OpPhysics per shape
+            key = (kind, src, dst, nbytes, n_ios, queue_depth, io_path)
+            phys = self._cache.get(key)
+            if phys is None:
+                phys = self._cache[key] = op_physics(
+                    self.machine, kind, src, dst, nbytes, n_ios, queue_depth, io_path, 0.0, 0.0
+                )
+        if not LEAN:
+            return self._issue_reference(op, phys, on_done)
         ended = _InFlight(op, phys, on_done)
         self.start_s.append(now)
         self.end_s.append(math.nan)
@@ -186,6 +199,29 @@ class OnlineOps:
             ended.event = self.env.event()
             return op, ended.event
         return op, None
+
+    def _issue_reference(
+        self, op: int, phys: OpPhysics, on_done: Callable[[int], Any] | None
+    ) -> tuple[int, simpy.Event]:
+        """:meth:`issue`'s start, the reference (``LEAN = False``): a simpy event
+        and closures per op, the parts started by :func:`sim.executor.launch`."""
+        ended = self.env.event()
+        if on_done is not None:
+            ended.callbacks.append(lambda _e: on_done(op))
+        left = [0]
+
+        def part_done() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                self.end_s[op] = self.env.now
+                ended.succeed(op)
+
+        self.start_s.append(self.env.now)
+        self.end_s.append(math.nan)
+        self.cpu_s.append(phys.cpu_s)
+        left[0] = launch(self.machine, phys, part_done)
+        self.flows += left[0]
+        return op, ended
 
     def _data_done(self, flow: Flow) -> None:
         """An op's data flow ended (an SSD op's meter counts its bytes and I/Os)."""
@@ -214,16 +250,6 @@ class OnlineOps:
         else:
             ended.callbacks = _CALL_ON_DONE
             self.env.schedule(ended)  # type: ignore[arg-type]
-
-    def _physics(self, kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm) -> OpPhysics:
-        if kind == "compute":
-            return op_physics(self.machine, kind, "", dst, 0, 0, 0, "none", flops, hbm)
-        key = (kind, src, dst, nbytes, n_ios, qd, io_path)
-        phys = self._cache.get(key)
-        if phys is None:
-            phys = op_physics(self.machine, kind, src, dst, nbytes, n_ios, qd, io_path, 0.0, 0.0)
-            self._cache[key] = phys
-        return phys
 
     # ---- results ---------------------------------------------------------------
     def plan(self) -> pa.Table:

@@ -152,7 +152,7 @@ class PlanStore:
     def _flush(self) -> None:
         """Append the buffered rows to the columns, column by column."""
         if self._rows:
-            cols = list(zip(*self._rows))
+            cols = list(zip(*self._rows, strict=True))
             for k, col in self._sinks:
                 col.extend(cols[k])
             self._rows = []
