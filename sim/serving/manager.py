@@ -37,6 +37,7 @@ from itertools import chain, compress
 
 import numpy as np
 
+from sim.serving import chunkplace
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
@@ -200,10 +201,16 @@ class BlockManager:
             return list(zip(keys, zip(mine.ravel().tolist()), strict=True))
         return list(zip(keys, zip(*mine.T.tolist(), strict=True), strict=True))
 
-    def place_store(self, req: StoreRequest) -> Placement:
+    def place_store(self, req: StoreRequest, fresh: bool = False) -> Placement:
         """Place ``req``'s groups in the first tier, evicting (and demoting) as
-        needed; groups with no room at all are let go (not offloaded)."""
+        needed; groups with no room at all are let go (not offloaded).
+        ``fresh``: none of its keys is in the first tier and no key repeats
+        (a waiting store, :mod:`sim.serving.waiters`): placed in chunks when
+        that is the same (:func:`sim.serving.chunkplace.place_chunks`)."""
         tier = self.tiers[0]
+        if fresh and chunkplace.CHUNKED and chunkplace.chunkable(tier, self._demotes(0)):
+            placed, rest, sources = chunkplace.place_chunks(tier, req, self._evict)
+            return self._placement(req.rid, placed, rest, sources)
         sources = dict(req.groups)
         pending = [key for key, _ in req.groups]
         placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
@@ -211,12 +218,23 @@ class BlockManager:
             gone = list(set(pending) - {e.key for e in placed} - set(waiting))
             # no room: not offloaded; one release of the groups in reverse is one each in order
             self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
+        return self._placement(req.rid, placed, _rest(req, pending, waiting, sources), sources)
+
+    def _placement(
+        self,
+        rid: int,
+        placed: list[Entry],
+        rest: StoreRequest | None,
+        sources: dict[int, tuple[GpuBlock, ...]],
+    ) -> Placement:
+        """The demotions decided, the store of ``placed`` (from the GPU blocks
+        ``sources``) into the first tier, and the ``rest`` that waits."""
         demotions = self._demotion_transfers()
         store = None
         if placed:
-            pieces = store_pieces(None, tier, placed, self.gpu_name)
-            store = Transfer("store", "dst", req.rid, pieces, None, tier, placed, [], sources)
-        return Placement(demotions, store, _rest(req, pending, waiting, sources))
+            pieces = store_pieces(None, self.tiers[0], placed, self.gpu_name)
+            store = Transfer("store", "dst", rid, pieces, None, self.tiers[0], placed, [], sources)
+        return Placement(demotions, store, rest)
 
     def room_blocked(self) -> bool:
         """Whether every key a store places in tier 0 now must wait, with

@@ -86,9 +86,10 @@ class Offloader:
                 self._drain[self.mgr.tiers[0].name].callbacks.append(self._on_drain)
             self._waiting.append(self._index.register(rest))
 
-    def _place(self, req: StoreRequest) -> StoreRequest | None:
-        """Place ``req`` now, start its demotions and store; the groups that wait."""
-        placed = self.mgr.place_store(req)
+    def _place(self, req: StoreRequest, fresh: bool = False) -> StoreRequest | None:
+        """Place ``req`` now, start its demotions and store; the groups that wait
+        (``fresh``: none of its keys is in the first tier, none repeats)."""
+        placed = self.mgr.place_store(req, fresh)
         for t in placed.demotions:  # started first, as they were decided first
             self._launch(t)
         if placed.store is not None:
@@ -147,7 +148,7 @@ class Offloader:
             blocked = None
             if fresh and self._place_prefix(w):
                 continue
-            rest = self._place(w.req)
+            rest = self._place(w.req, fresh and w.distinct)
             if rest is not None:
                 self._waiting.append(index.moved(w, rest))
             else:
