@@ -5,7 +5,7 @@ waiting line (:class:`sim.serving.stores.Offloader`) is placed again; on a
 long request most of its keys wait once more, and placing it whole goes
 over every one of them (its sources, its key list, the tier's filter, the
 waiting list and its comparison), for the one or two keys that a drain lets
-in.  Here its keys are placed in chunks of 4, 8, 16, ... keys, each by
+in.  Here its keys are placed in chunks of 2, 4, 8, ... keys, each by
 :meth:`OffloadTier.place`, until the tier is *blocked*
 (:func:`sim.serving.tierplace.room_blocked`: one more key does not fit, no
 evictable entry is left and demotions drain), where
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from sim.serving.blocks import Entry, EvictFn, GpuBlock, OffloadTier
 
 CHUNKED = True  # False: a waiting store is placed whole (the reference)
-FIRST = 4  # keys in the first chunk; each next chunk twice as many
+FIRST = 2  # keys in the first chunk; each next chunk twice as many
 
 
 def chunkable(tier: OffloadTier, demotes: bool) -> bool:

@@ -300,6 +300,10 @@ class BlockManager:
         victim, their pieces made together per (tier, tier below)
         (:func:`store_pieces_each`: each the pieces of that victim alone)."""
         decided, self._demotions = self._demotions, []
+        if len(decided) == 1:  # a drain's: one victim
+            tier, below, new, old = decided[0]
+            (p,) = store_pieces_each(tier, below, [new], self.gpu_name)
+            return [Transfer("demote", "dst", -1, p, tier, below, [new], [old])]
         by_pair: dict[tuple[OffloadTier, OffloadTier], list[int]] = {}
         for n, (tier, below, _new, _old) in enumerate(decided):
             by_pair.setdefault((tier, below), []).append(n)

@@ -90,11 +90,22 @@ class Offloader:
         """Place ``req`` now, start its demotions and store; the groups that wait
         (``fresh``: none of its keys is in the first tier, none repeats)."""
         placed = self.mgr.place_store(req, fresh)
-        for t in placed.demotions:  # started first, as they were decided first
-            self._launch(t)
+        batch = placed.demotions  # started first, as they were decided first
         if placed.store is not None:
-            self._launch(placed.store)
+            batch = [*batch, placed.store]
+        if PROCESSES:
+            for t in batch:
+                self._launch(t)
+        elif batch:  # consecutive urgent events at this instant: one does as well
+            _soon(self.env, lambda: self._begin_all(batch))
         return placed.waiting
+
+    def _begin_all(self, batch: list[Transfer]) -> None:
+        """:meth:`_begin` each of ``batch`` in order: what as many urgent events
+        scheduled one after the other do (nothing can come between them: an
+        event scheduled by one of them comes after the last)."""
+        for t in batch:
+            self._begin(t)
 
     def _launch(self, t: Transfer) -> None:
         """Run ``t`` from the next urgent instant (as a process would start)."""
