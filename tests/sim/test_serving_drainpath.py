@@ -124,3 +124,26 @@ def test_template_of_a_device_with_two_runs() -> None:
     assert rows == reference(None, dst, [e], "gpu0")
     assert [len(p.extents) for p in got] == [22, 10]  # s0: 10 + 12 layers; s1: 10
     assert got[0].extents[10, 0] == 1 << 30  # layer 20: the second run's slot
+
+
+def test_kept_ranges_are_the_reference_ones_on_slot_reuse(monkeypatch) -> None:
+    """Entries dropped and replaced reuse their slots: the kept ranges (shared,
+    read-only) equal the per-layer reference for every new entry, also when a
+    template's store of made ranges starts afresh (``MADE`` = 2)."""
+    monkeypatch.setattr(onepiece, "MADE", 2)
+    tier = OffloadTier("cpu", ["m0"], [1.0], [4 * 32 * 4096.0], 32, 4096.0)
+    made = set()
+    for round_ in range(6):
+        keys = [100 * round_ + i for i in range(4)]
+        placed, _ = tier.place(keys, None)
+        assert len(placed) == 4
+        for e in placed:
+            got = store_pieces(None, tier, [e], "gpu0")
+            rows = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in got]
+            assert rows == reference(None, tier, [e], "gpu0")
+            assert not got[0].extents.flags.writeable
+            made.add(e.slots)
+        tier.complete_all(placed)
+        for e in placed:
+            tier._drop(e)  # the next round takes the same slots
+    assert len(made) == 4  # four slots, each made again after the store cleared
