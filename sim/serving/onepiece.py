@@ -23,9 +23,9 @@ against the per-layer reference loop, :mod:`tests.sim.test_serving_jobs`);
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-import weakref
 from weakref import WeakKeyDictionary
 
 import numpy as np
