@@ -53,20 +53,31 @@ class _Kept:
     hands out the last freed first), so a drain's store mostly finds them
     made.  The arrays are shared, hence read-only."""
 
-    __slots__ = ("tmpl", "made", "length")
+    __slots__ = ("tmpl", "made", "length", "asked", "found")
 
     def __init__(self, tmpl: Template, length: int):
         self.tmpl = tmpl
-        self.made: dict[tuple[int, ...], list[np.ndarray]] = {}
+        self.made: dict[tuple[int, ...], list[np.ndarray]] | None = {}
         self.length = length
+        self.asked = self.found = 0  # look-ups of made ranges, and hits
 
     def ranges(self, slots: tuple[int, ...]) -> list[np.ndarray]:
-        """Each piece's ranges for an entry at ``slots``."""
-        got = self.made.get(slots)
-        if got is None:
-            if len(self.made) >= MADE:
-                self.made.clear()
-            got = self.made[slots] = [_ranges(part, slots) for part in self.tmpl]
+        """Each piece's ranges for an entry at ``slots`` (made, kept while
+        more than a quarter of the first :data:`MADE` look-ups find them)."""
+        made = self.made
+        if made is None:
+            return [_ranges(part, slots) for part in self.tmpl]
+        got = made.get(slots)
+        self.asked += 1
+        if got is not None:
+            self.found += 1
+            return got
+        if self.asked >= MADE and 4 * self.found < self.asked:  # slots rarely reused
+            self.made = None
+            return [_ranges(part, slots) for part in self.tmpl]
+        if len(made) >= MADE:
+            made.clear()
+        got = made[slots] = [_ranges(part, slots) for part in self.tmpl]
         return got
 
 

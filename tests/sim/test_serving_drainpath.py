@@ -146,4 +146,4 @@ def test_kept_ranges_are_the_reference_ones_on_slot_reuse(monkeypatch) -> None:
         tier.complete_all(placed)
         for e in placed:
             tier._drop(e)  # the next round takes the same slots
-    assert len(made) == 4  # four slots, each made again after the store cleared
+    assert len(made) == 4  # four slots reused round after round
