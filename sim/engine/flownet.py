@@ -58,6 +58,7 @@ LATE = 2
 _DONE_S = 1e-9
 # distinct flow mixes remembered before the memo is folded and cleared
 _MEMO_MAX = 65536
+_NO_FLOWS: list = []  # no flow ended (never appended to)
 
 
 class _Tick:
@@ -148,8 +149,12 @@ class FlowNetwork:
         self._memo: dict[tuple[int, ...], _Mix] = {}
         self._mix = self._memo[()] = _Mix([], {})
         self._key: tuple[int, ...] = ()  # the signatures of the current mix's flows
-        self._rerate_cb = self._rerate  # bound once: scheduled on every start and timer
-        self._timer_cb = self._on_timer
+        # the late re-rating's event: one object, rescheduled (at most one is
+        # pending: _dirty); simpy clears an event's callbacks as it steps it
+        self._late = _Tick(self._rerate)
+        self._late_cbs = self._late.callbacks
+        self._timer_cbs = [self._on_timer]  # bound once: one timer per re-rating
+        self._spare: _Tick | None = None  # a stepped timer, to be armed again
         self._integrals: tuple[int, list[float], list[float]] | None = None
 
     def resource(self, name: str) -> int:
@@ -220,7 +225,9 @@ class FlowNetwork:
         self._fin.append(math.inf)
         if not self._dirty:
             self._dirty = True
-            self.env.schedule(_Tick(self._rerate_cb), LATE)  # type: ignore[arg-type]
+            late = self._late
+            late.callbacks = self._late_cbs
+            self.env.schedule(late, LATE)  # type: ignore[arg-type]
         return flow
 
     def start_after(
@@ -278,25 +285,48 @@ class FlowNetwork:
         self._mix.time_s += now - self._last
         self._last = now
         self.reratings += 1
-        key = tuple(self._fsig)
-        mix = self._memo.get(key)
-        if mix is None:
-            mix = self._solve(key)
-        self._mix, self._key = mix, key
-        new, old, fin = mix.rates, self._rate, self._fin
-        if new != old:
-            flows = self.flows
-            for k, rate in enumerate(new):
-                was = old[k]
-                if was != rate:
-                    # remaining work is was x (fin - now); a new flow has all of its amount
-                    fin[k] = (
-                        now + (fin[k] - now) * was / rate if was else now + flows[k].amount / rate
-                    )
-            self._rate = list(new)
-        due = min(fin) if fin else math.inf
-        if self._pending and self._pending[0][0] < due:
-            due = self._pending[0][0]
+        fin = self._fin
+        if len(fin) == 1:  # one active flow (the common case): no loop
+            key = (self._fsig[0],)
+            mix = self._memo.get(key)
+            if mix is None:
+                mix = self._solve(key)
+            self._mix, self._key = mix, key
+            rate = mix.rates[0]
+            was = self._rate[0]
+            if was != rate:
+                # the same arithmetic as the loop below
+                fin[0] = (
+                    now + (fin[0] - now) * was / rate if was else now + self.flows[0].amount / rate
+                )
+                self._rate = [rate]
+            due = fin[0]
+        elif fin:
+            key = tuple(self._fsig)
+            mix = self._memo.get(key)
+            if mix is None:
+                mix = self._solve(key)
+            self._mix, self._key = mix, key
+            new, old = mix.rates, self._rate
+            if new != old:
+                flows = self.flows
+                for k, rate in enumerate(new):
+                    was = old[k]
+                    if was != rate:
+                        # remaining work is was x (fin - now); a new flow has all of its amount
+                        fin[k] = (
+                            now + (fin[k] - now) * was / rate
+                            if was
+                            else now + flows[k].amount / rate
+                        )
+                self._rate = new[:]
+            due = min(fin)
+        else:  # no flow: the empty mix (always in the memo), rates and finishes unchanged
+            self._mix, self._key = self._memo[()], ()
+            due = math.inf
+        pending = self._pending
+        if pending and pending[0][0] < due:
+            due = pending[0][0]
         if due == math.inf:
             self._timer, self._timer_at = None, math.inf
         elif due != self._timer_at:
@@ -339,53 +369,51 @@ class FlowNetwork:
         self._mix = self._memo[()] = _Mix([], {})
 
     def _arm(self, due: float) -> None:
-        """(Re)arm the one timer at ``due``; older timers go stale."""
+        """(Re)arm the one timer at ``due``; older timers go stale.  A timer
+        simpy has stepped (fired or stale) is reused rather than a new one made."""
         now = self.env.now
         self._timer_at = due
-        self._timer = tick = _Tick(self._timer_cb)
+        tick = self._spare
+        if tick is None:
+            tick = _Tick(self._on_timer)
+        else:
+            self._spare = None
+            tick.callbacks = self._timer_cbs
+        self._timer = tick
         self.env.schedule(tick, NORMAL, due - now if due > now else 0.0)  # type: ignore[arg-type]
 
     def _on_timer(self, event: _Tick) -> None:
+        """The timer: flows whose finish time has come end (their callbacks run
+        in the order they started), delayed starts now due join, then one
+        re-rating."""
+        self._spare = event  # stepped: free to be armed again
         if event is not self._timer:
             return  # made stale by a later re-rating
         now = self.env.now
         self._timer_at = math.inf
         fin = self._fin
-        done: list[Flow] = []
         lim = now + _DONE_S
-        if fin and min(fin) <= lim:
-            flows = self.flows
-            gone = [k for k, t in enumerate(fin) if t <= lim]
-            if len(gone) == len(flows):  # every active flow is done
-                done = flows[:]
-                flows.clear()
-                self._fsig.clear()
-                self._rate.clear()
-                fin.clear()
+        if len(fin) == 1:  # one active flow (the common case): no scan
+            if fin[0] <= lim:
+                done = [self.flows.pop()]
+                self._fsig.pop()
+                self._rate.pop()
+                fin.pop()
             else:
-                fsig, rate = self._fsig, self._rate
-                for k in reversed(gone):
-                    done.append(flows.pop(k))
-                    del fsig[k], rate[k], fin[k]
-                done.reverse()  # callbacks in the order the flows started
+                done = _NO_FLOWS
+        elif fin and min(fin) <= lim:
+            done = self._finish(lim)
+        else:
+            done = _NO_FLOWS
+        if done:
             for f in done:
                 f.end_s = now
             self.completed += len(done)
         pending = self._pending
-        if pending and pending[0][0] <= now + 4 * math.ulp(now):
+        if pending:
             horizon = now + 4 * math.ulp(now)
-            flows, fsig, rate = self.flows, self._fsig, self._rate
-            while pending and pending[0][0] <= horizon:
-                entry = heapq.heappop(pending)
-                if entry is self._last_due:
-                    self._last_due = None
-                due = entry[2]
-                for flow in due:
-                    flow.start_s = now
-                flows += due  # _add, inline
-                fsig += [flow.sig for flow in due]
-                rate += [0.0] * len(due)
-                fin += [math.inf] * len(due)
+            if pending[0][0] <= horizon:
+                self._start_due(horizon)
         # re-rate right after the callbacks (flows they start join it) rather than
         # through a late event: one simpy event less per completion; a flow started
         # later at this instant by another event re-rates again, over a zero interval
@@ -396,3 +424,40 @@ class FlowNetwork:
                 f.on_done(f)
         if not was_dirty:
             self._rerate()
+
+    def _finish(self, lim: float) -> list[Flow]:
+        """Take the active flows whose finish time is by ``lim`` out of the
+        active set; returns them in the order they started."""
+        flows, fin = self.flows, self._fin
+        gone = [k for k, t in enumerate(fin) if t <= lim]
+        if len(gone) == len(flows):  # every active flow is done
+            done = flows[:]
+            flows.clear()
+            self._fsig.clear()
+            self._rate.clear()
+            fin.clear()
+            return done
+        done = []
+        fsig, rate = self._fsig, self._rate
+        for k in reversed(gone):
+            done.append(flows.pop(k))
+            del fsig[k], rate[k], fin[k]
+        done.reverse()  # callbacks in the order the flows started
+        return done
+
+    def _start_due(self, horizon: float) -> None:
+        """Delayed starts due by ``horizon`` join the active flows (at rate 0)."""
+        now = self.env.now
+        pending = self._pending
+        flows, fsig, rate, fin = self.flows, self._fsig, self._rate, self._fin
+        while pending and pending[0][0] <= horizon:
+            entry = heapq.heappop(pending)
+            if entry is self._last_due:
+                self._last_due = None
+            due = entry[2]
+            for flow in due:
+                flow.start_s = now
+            flows += due  # _add, inline
+            fsig += [flow.sig for flow in due]
+            rate += [0.0] * len(due)
+            fin += [math.inf] * len(due)

@@ -46,16 +46,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import filterfalse, repeat
+from operator import attrgetter
 
 import numpy as np
 
 from sim.serving.entry import NOT_READY, READY, Entry, Runs  # noqa: F401 (re-exported)
 from sim.serving.gpucache import GpuBlock, GpuCache  # noqa: F401 (re-exported)
 from sim.serving.layout import SlotAllocator, layer_ranges, layer_stride
-from sim.serving.lru import LruRuns
+from sim.serving.lru import DEAD, LruRuns
 from sim.serving.placement import layer_runs
 from sim.serving.poolplace import place_pool
 from sim.serving.tierplace import place_single
+
+_REF = attrgetter("ref_cnt")
 
 # the engine's answer when an entry is evicted: True = it is being demoted
 EvictFn = Callable[["OffloadTier", Entry], bool]
@@ -130,8 +133,14 @@ class OffloadTier:
         self._clock = c
         self._offer(entries)
 
-    def _offer(self, entries: Sequence[Entry]) -> None:
-        self.lru.offer(entries)
+    def _offer(self, entries: Sequence[Entry], ready: bool = False) -> None:
+        """Offer ``entries`` to the LRU (``ready``: all of them not ready, to
+        be made ready: :meth:`LruRuns.offer_ready`); rebuild it when stale
+        items pile up."""
+        if ready:
+            self.lru.offer_ready(entries)
+        else:
+            self.lru.offer(entries)
         if self.lru.items > 2 * len(self.entries) + 64:
             # entries are in stamp order: the live evictable ones form one run
             for e in self.entries.values():
@@ -154,16 +163,25 @@ class OffloadTier:
         self.unpin_all([e])
 
     def unpin_all(self, entries: Sequence[Entry]) -> None:
-        """A load or copy from ``entries`` ended: each is in use once less."""
+        """A load or copy from ``entries`` ended: each is in use once less; the
+        ones now evictable are offered (one pass picks them)."""
+        free = []  # the ones :meth:`LruRuns.offer` would offer, picked in the same pass
         for e in entries:
-            e.ref_cnt -= 1
-        self._offer(entries)
+            c = e.ref_cnt = e.ref_cnt - 1
+            if c == 0 and not e.draining and e.heaped != e.stamp:
+                free.append(e)
+        self._offer(free)
 
     def complete(self, e: Entry) -> None:
         self.complete_all([e])
 
     def complete_all(self, entries: Sequence[Entry]) -> None:
-        """A store into this tier finished: its entries become ready."""
+        """A store into this tier finished: its entries become ready.  Entries
+        that were not ready were never offered (an entry is offered only once
+        ready) nor evicted (so not draining): all of them are offered."""
+        if list(map(_REF, entries)).count(NOT_READY) == len(entries):
+            self._offer(entries, ready=True)  # sets them ready
+            return
         for e in entries:
             e.ref_cnt = READY
         self._offer(entries)
@@ -313,6 +331,7 @@ class OffloadTier:
         if e.ref_cnt > (1 if e.draining else READY):  # pragma: no cover - book-keeping bug
             raise RuntimeError(f"{self.name}: entry {e.key} evicted while in use")
         del self.entries[e.key]
+        e.stamp = DEAD  # its offered items are stale (sim.serving.lru)
         for i, b in enumerate(e.nbytes):
             self.used[i] -= b
         for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):

@@ -14,7 +14,9 @@ cache's arrays ``key``, ``ref`` (its reference count) and ``ready``;
 ``cached`` maps a key to its slot (a :data:`GpuBlock` is that int, -1 where
 a caller's position holds none).  A request's blocks move together, so the
 books are kept by vector operations over its slots: one ``np.add.at`` to
-acquire them, one to release them.  The LRU of evictable blocks is a queue
+acquire them, one to release them; promoting a request's new blocks
+probes each key once (``setdefault`` to the slot it would take, undone in
+the rare case of a repeat or a key cached already).  The LRU of evictable blocks is a queue
 of *runs*: the blocks that one release left unreferenced, in the order the
 per-block reference (an ordered dict, a block appended as its count reaches
 0) would have appended them, each stamped with a global counter.  An entry
@@ -143,12 +145,19 @@ class GpuCache:
         the key was cached already, or repeats an earlier one) and how many of
         the caller's private blocks became cached."""
         cached, n = self.cached, len(keys)
-        unique = len(set(keys)) == n
-        if unique and not any(map(cached.__contains__, keys)):  # the usual case: all new
-            out = self._cache(keys, ready).tolist()
-            return out, n
+        if 0 < n <= self._top:  # the usual case, all new and no repeats: one probe a key
+            slots = self._take(n)
+            out = slots.tolist()
+            got = list(map(cached.setdefault, keys, out))
+            if got == out:
+                self._fill(slots, keys, ready)
+                return out, n
+            for key, g, slot in zip(keys, got, out, strict=True):  # undone: the slow path
+                if g == slot:
+                    del cached[key]
+            self._top += n  # the same free slots back on the stack, in the same places
         new = list(map(not_, map(cached.__contains__, keys)))
-        if not unique:  # repeats: only a key's first time can be new
+        if len(set(keys)) < n:  # repeats: only a key's first time can be new
             seen: set[int] = set()
             for i, key in enumerate(keys):
                 new[i] = new[i] and key not in seen
@@ -162,12 +171,17 @@ class GpuCache:
         """New cached blocks for ``keys`` (none cached yet, no repeats), each
         held once, made of the caller's private blocks: their slots."""
         slots = self._take(len(keys))
-        self.key[slots] = keys
         self.cached.update(zip(keys, slots.tolist(), strict=True))
+        self._fill(slots, keys, ready)
+        return slots
+
+    def _fill(self, slots: np.ndarray, keys: Sequence[int], ready: bool) -> None:
+        """The arrays of new cached blocks ``slots`` (already in ``cached``)
+        for ``keys``, each held once, made of the caller's private blocks."""
+        self.key[slots] = keys
         self.ref[slots] = 1
         self.ready[slots] = ready
         self.private -= len(keys)
-        return slots
 
     def set_ready(self, blocks: Sequence[GpuBlock]) -> None:
         """Their loads ended: ``blocks`` (-1 entries skipped) can be hits."""

@@ -57,16 +57,34 @@ class LruRuns:
 
     def offer(self, entries: Sequence[Entry]) -> None:
         """Offer the evictable ones of ``entries`` not yet offered at their stamp."""
-        # e.evictable, inlined: ready (ref_cnt 0, READY) and not draining
-        run = [e for e in entries if e.ref_cnt == 0 and not e.draining and e.heaped != e.stamp]
+        run: list[Entry] = []
+        stamps: list[int] = []
+        keep, put = run.append, stamps.append
+        for e in entries:  # one pass: e.evictable inlined, offered at its stamp
+            s = e.stamp
+            if e.ref_cnt == 0 and not e.draining and e.heaped != s:
+                e.heaped = s
+                keep(e)
+                put(s)
+        self._offer_run(run, stamps)
+
+    def offer_ready(self, entries: Sequence[Entry]) -> None:
+        """Make ``entries``, all not ready (so never offered: ``heaped`` -1, and
+        never evicted: not draining), ready (count 0) and offer them: what
+        setting each ready then :meth:`offer` does, in one pass."""
+        stamps = [e.stamp for e in entries]
+        for e, s in zip(entries, stamps, strict=True):
+            e.ref_cnt = 0  # READY
+            e.heaped = s
+        self._offer_run(list(entries), stamps)
+
+    def _offer_run(self, run: list[Entry], stamps: list[int]) -> None:
+        """Push ``run`` (offered at ``stamps``), sorted by stamp if it is not."""
         if not run:
             return
-        stamps = [e.stamp for e in run]
         if any(map(gt, stamps, islice(stamps, 1, None))):
             run.sort(key=lambda e: e.stamp)
             stamps = [e.stamp for e in run]
-        for e, s in zip(run, stamps, strict=True):
-            e.heaped = s
         self._push_run((run, stamps))
 
     def _push_run(self, run: Run) -> None:
@@ -120,11 +138,13 @@ class LruRuns:
         else:
             heapq.heappop(heap)
 
-    def take(self, dev: int, alive: dict[int, Entry], k: int) -> list[Entry]:
+    def take(self, dev: int, alive: dict[int, Entry], k: int, drop: bool = False) -> list[Entry]:
         """The next ``k`` (fewer when the heap runs dry) least recently used
         evictable entries with bytes on ``dev``, in LRU order, consumed:
         what ``k`` rounds of ``top(dev, alive, set())`` then ``pop(dev)``
-        return and consume (module docstring)."""
+        return and consume (module docstring).  ``drop``: each is also
+        dropped from ``alive`` (its stamp :data:`DEAD`) as it is taken
+        (the caller frees its bytes and slots)."""
         heap, out, left = self.heaps[dev], [], k
         get, one = alive.get, len(self.heaps) == 1  # one device: every entry has bytes on it
         while heap and left > 0:
@@ -139,7 +159,7 @@ class LruRuns:
                     end += 1
             j = i
             if one and FAST:  # one tight loop, no per-entry device test
-                j, left = _walk_one(entries, stamps, i, end, get, out, left)
+                j, left = _walk_one(entries, stamps, i, end, out, left, alive if drop else None)
             while j < end and left > 0:
                 e = entries[j]
                 j += 1
@@ -160,20 +180,55 @@ class LruRuns:
                 heapq.heapreplace(heap, (stamps[j], seq, run, j))
             else:
                 heapq.heappop(heap)
+        if drop and not (one and FAST):
+            for e in out:
+                del alive[e.key]
+                e.stamp = DEAD
         return out
 
 
 def _walk_one(
-    entries: list[Entry], stamps: list[int], i: int, end: int, get: Any, out: list[Entry], left: int
+    entries: list[Entry],
+    stamps: list[int],
+    i: int,
+    end: int,
+    out: list[Entry],
+    left: int,
+    drop: dict[int, Entry] | None,
 ) -> tuple[int, int]:
     """:meth:`LruRuns.take`'s walk over ``entries[i:end]`` on a one-device
     tier (every entry has bytes there), ``left`` victims still wanted: the
-    same tests in the same order as the general walk, stopping right after
-    the last victim wanted.  Returns (where the walk stopped, ``left``)."""
+    same verdicts in the same order as the general walk, stopping right after
+    the last victim wanted; ``drop``: each victim is also deleted from it
+    and stamped :data:`DEAD` as it is taken (``take(..., drop=True)``).
+    Returns (where the walk stopped, ``left``).
+
+    It reads nothing but the entries themselves (no probe of the tier's
+    dict, no int compared by value), the one memory access per entry that
+    a large tier's walk cannot avoid: an item is live when ``e.stamp is s``,
+    the very int object it was offered at (stamps are taken from
+    ``e.stamp`` when offered, and never reused: a touched entry has a new,
+    larger one; a dropped one has :data:`DEAD`, which no offer holds), which
+    on a one-device tier is exactly ``alive.get(e.key) is e and e.stamp == s``
+    (every entry leaving a tier gets the stamp :data:`DEAD`)."""
     j = i
+    if drop is not None:  # each victim dropped from ``drop`` as it is taken
+        for e, s in zip(islice(entries, i, end), islice(stamps, i, end), strict=True):
+            j += 1
+            if e.stamp is s:
+                if e.ref_cnt == 0 and not e.draining:  # e.evictable
+                    out.append(e)
+                    del drop[e.key]
+                    e.stamp = DEAD
+                    left -= 1
+                    if not left:
+                        break
+                else:
+                    e.heaped = -1
+        return j, left
     for e, s in zip(islice(entries, i, end), islice(stamps, i, end), strict=True):
         j += 1
-        if get(e.key) is e and e.stamp == s:
+        if e.stamp is s:
             if e.ref_cnt == 0 and not e.draining:  # e.evictable
                 out.append(e)
                 left -= 1
@@ -182,3 +237,6 @@ def _walk_one(
             else:
                 e.heaped = -1  # offered again when it becomes evictable
     return j, left
+
+
+DEAD = -1  # the stamp of an entry dropped from its tier: never an offered stamp

@@ -3,11 +3,15 @@
 A serving engine cannot precompute its plan: when a request is admitted
 depends on when earlier loads finished.  :class:`OnlineOps` gives the engine
 the same transfer machinery as :class:`sim.executor.PlanExecutor` (the very
-same :func:`sim.executor.op_physics` and :func:`sim.executor.launch` on the
-machine's flow networks) one op at a time: :meth:`OnlineOps.submit` starts an
-op now and returns a simpy event that fires when it ends (the only event
-per op); :meth:`OnlineOps.issue` is its lean form for the transfer mover
-(totals computed by the caller, an optional callback).
+same :func:`sim.executor.op_physics`, its parts started as
+:func:`sim.executor.launch` starts them, on the machine's flow networks) one
+op at a time: :meth:`OnlineOps.submit` starts an op now and returns a simpy
+event that fires when it ends (the only event per op);
+:meth:`OnlineOps.issue` is its lean form for the transfer mover (totals
+computed by the caller, an optional callback).  An op in flight is one
+record (:class:`_InFlight`): its flows carry it as their token, to two
+callbacks bound once, and with a callback it is itself scheduled as the
+op's end event, so an op allocates no closure and no simpy event.
 
 Every submitted op is also written down as a plan row (``release_s`` = the
 time it was issued, ``depends_on`` = the ops whose completion the engine
@@ -26,6 +30,7 @@ made with ``keep_plan=False`` keeps only what its op records need.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -36,11 +41,39 @@ import simpy
 
 from kvtier.plan import extent_totals
 from kvtier.records import OP_RECORD_SCHEMA, Records, op_records
-from sim.executor import OpPhysics, device_records, launch, op_physics
+from sim.engine.flownet import Flow
+from sim.executor import OpPhysics, device_records, op_physics
 from sim.hw.machine import Machine
 from sim.serving.planstore import PlanStore
 
 _IDENTITY = ("step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag")
+
+
+class _InFlight:
+    """One issued op until it ends: its id, physics and parts still running
+    (``left``: the data flow and, with a software path, the CPU flow; both
+    carry this record as their token).  When the last part ends, ``event``
+    (:meth:`OnlineOps.submit`'s simpy event) succeeds, or, for
+    :meth:`OnlineOps.issue` with a callback, the record itself is scheduled
+    as the event (``callbacks``, ``_ok``: all simpy's ``step`` reads of an
+    event) whose callback calls ``on_done(op)``."""
+
+    __slots__ = ("callbacks", "op", "phys", "on_done", "left", "event")
+    _ok = True
+
+    def __init__(self, op: int, phys: OpPhysics, on_done: Callable[[int], Any] | None):
+        self.op = op
+        self.phys = phys
+        self.on_done = on_done
+        self.left = 1
+        self.event: simpy.Event | None = None
+
+
+def _call_on_done(ended: _InFlight) -> None:
+    ended.on_done(ended.op)  # type: ignore[misc]
+
+
+_CALL_ON_DONE = (_call_on_done,)  # simpy's step only iterates an event's callbacks
 
 
 class OnlineOps:
@@ -55,6 +88,9 @@ class OnlineOps:
         self.cpu_s = array("d")
         self.flows = 0
         self._cache: dict[tuple, OpPhysics] = {}
+        self._cpu_net = machine.cpu_net
+        self._data_cb = self._data_done  # bound once, not per op
+        self._cpu_cb = self._cpu_done
 
     def __len__(self) -> int:
         return len(self.start_s)
@@ -89,11 +125,13 @@ class OnlineOps:
             nbytes, n_ios = extent_totals(extents, io_bytes)
         else:
             extents = None
-        return self.issue(
+        op, ended = self.issue(
             kind, src, dst, int(nbytes), int(n_ios), sorted(set(depends_on)), None,
             queue_depth=queue_depth, io_path=io_path, flops=flops, hbm_bytes=hbm_bytes,
             extents=extents, io_bytes=io_bytes, step=step, layer=layer, tag=tag,
         )  # fmt: skip
+        assert ended is not None  # issue without a callback returns its event
+        return op, ended
 
     def issue(
         self,
@@ -114,9 +152,11 @@ class OnlineOps:
         step: int = 0,
         layer: int = -1,
         tag: str = "",
-    ) -> tuple[int, simpy.Event]:
+    ) -> tuple[int, simpy.Event | None]:
         """Start an op now; returns (op id, the simpy event that fires with the
-        op id when it ends), calling ``on_done(op)`` from it if given.
+        op id when it ends) or, given ``on_done``, (op id, None) and calls
+        ``on_done(op)`` when it ends, at the instant and queue position that
+        event would have had (no simpy event is made).
         ``nbytes``/``n_ios`` must be the extents' totals when ``extents`` are
         given (the caller computed them once); ``deps`` are distinct op ids,
         written down in the order given."""
@@ -129,23 +169,51 @@ class OnlineOps:
                io_bytes, float(flops), float(hbm_bytes), now, step, layer, tag)  # fmt: skip
         self.store.add(row, deps, extents)  # in planstore.COLUMNS order
         phys = self._physics(kind, src, dst, nbytes, n_ios, queue_depth, io_path, flops, hbm_bytes)
-        ended = self.env.event()
-        if on_done is not None:
-            ended.callbacks.append(lambda _e: on_done(op))
-        left = [0]
-
-        def part_done() -> None:
-            left[0] -= 1
-            if left[0] == 0:
-                self.end_s[op] = self.env.now
-                ended.succeed(op)
-
+        ended = _InFlight(op, phys, on_done)
         self.start_s.append(now)
-        self.end_s.append(float("nan"))
+        self.end_s.append(math.nan)
         self.cpu_s.append(phys.cpu_s)
-        left[0] = launch(self.machine, phys, part_done)
-        self.flows += left[0]
-        return op, ended
+        # launch(), inline: the CPU flow, the SSD's meter, the data flow; both
+        # flows carry the op's record as their token
+        if phys.cpu_s > 0:
+            self._cpu_net.start_sig(phys.cpu_sig, phys.cpu_s, self._cpu_cb, ended)
+            ended.left = 2
+        if phys.meter is not None:
+            phys.meter.begin(now)
+        phys.net.start_sig_after(phys.latency_s, phys.sig, phys.amount, self._data_cb, ended)
+        self.flows += ended.left
+        if on_done is None:
+            ended.event = self.env.event()
+            return op, ended.event
+        return op, None
+
+    def _data_done(self, flow: Flow) -> None:
+        """An op's data flow ended (an SSD op's meter counts its bytes and I/Os)."""
+        ended = flow.token
+        phys = ended.phys
+        if phys.meter is not None:
+            phys.meter.end(flow.end_s, phys.write, phys.amount, phys.n_ios)
+        ended.left -= 1
+        if not ended.left:
+            self._end(ended, flow.end_s)
+
+    def _cpu_done(self, flow: Flow) -> None:
+        """An op's CPU flow ended."""
+        ended = flow.token
+        ended.left -= 1
+        if not ended.left:
+            self._end(ended, flow.end_s)
+
+    def _end(self, ended: _InFlight, now: float) -> None:
+        """The op's last part ended: its end time, then its event (a plain
+        simpy event, or the record itself scheduled as one to call ``on_done``:
+        the same place in simpy's queue as ``Event.succeed``)."""
+        self.end_s[ended.op] = now
+        if ended.event is not None:
+            ended.event.succeed(ended.op)
+        else:
+            ended.callbacks = _CALL_ON_DONE
+            self.env.schedule(ended)  # type: ignore[arg-type]
 
     def _physics(self, kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm) -> OpPhysics:
         if kind == "compute":

@@ -13,7 +13,10 @@ only when the plan is asked for, in chunks of ops
 expanded plan is the one the ops were issued with, extent for extent.
 
 Ops' scalar columns are kept in typed arrays (``array.array``: 8 bytes a
-value, no Python object per value).  The raw extents of the latest ops wait
+value, no Python object per value).  An op's row (a tuple) waits in a list of
+at most :data:`PENDING_ROWS` rows, which are turned into columns together
+(transposed by ``zip`` and appended by ``extend``, both in C): one list append
+per op rather than one per column.  The raw extents of the latest ops wait
 in a bounded buffer and are encoded together (vectorised) every
 :data:`PENDING_EXTENTS` rows.
 """
@@ -30,6 +33,7 @@ import pyarrow as pa
 from kvtier.plan import NO_EXTENTS, plan_from_columns
 
 PENDING_EXTENTS = 1 << 20  # raw extent rows buffered before they are encoded as runs
+PENDING_ROWS = 1024  # op rows buffered before they are appended to the columns
 CHUNK_EXTENTS = 1 << 22  # expanded extent rows per plan chunk (64 MiB), at most
 CHUNK_OPS = 1 << 16  # ops per plan chunk, at most
 
@@ -114,26 +118,29 @@ class PlanStore:
         self.text: dict[str, list[str]] = {name: [] for name in STRINGS if name in kept}
         cols: dict[str, Any] = {**self.num, **self.text}
         self._sinks = [(k, cols[name]) for k, name in enumerate(COLUMNS) if name in cols]
+        self._rows: list[tuple] = []  # rows not yet in the columns (PENDING_ROWS at most)
         self.dep_count = array("q")
         self.deps = array("q")
-        self.ext_count = array("q")  # extents per op
+        self.ext_count = array("q")  # extents per op (a kept plan only)
         self._runs: list[np.ndarray] = []
         self._run_count: list[np.ndarray] = []  # runs per op, for the ops encoded so far
         self._pending: list[np.ndarray] = []
         self._pending_rows = 0
 
     def __len__(self) -> int:
-        return len(self.ext_count)
+        return len(self.text["kind"]) + len(self._rows)
 
     def add(self, row: tuple, deps: Sequence[int], extents: np.ndarray | None) -> None:
         """Write down one op: its scalar columns (``row``, in :data:`COLUMNS`
         order), dependencies and extents."""
-        for k, col in self._sinks:
-            col.append(row[k])
-        n_ext = 0 if extents is None else len(extents)
-        self.ext_count.append(n_ext if self.keep_plan else 0)
+        rows = self._rows
+        rows.append(row)
+        if len(rows) >= PENDING_ROWS:
+            self._flush()
         if not self.keep_plan:
             return
+        n_ext = 0 if extents is None else len(extents)
+        self.ext_count.append(n_ext)
         self.dep_count.append(len(deps))
         self.deps.extend(deps)
         if n_ext:
@@ -141,6 +148,14 @@ class PlanStore:
             self._pending_rows += n_ext
             if self._pending_rows >= PENDING_EXTENTS:
                 self._encode()
+
+    def _flush(self) -> None:
+        """Append the buffered rows to the columns, column by column."""
+        if self._rows:
+            cols = list(zip(*self._rows))
+            for k, col in self._sinks:
+                col.extend(cols[k])
+            self._rows = []
 
     def _encode(self) -> None:
         """Turn the buffered extents (of the ops not yet encoded) into runs."""
@@ -158,6 +173,7 @@ class PlanStore:
     def column(self, name: str) -> np.ndarray | list[str]:
         """One scalar column of every op (numpy view, or the list of strings);
         KeyError for a column not kept."""
+        self._flush()
         if name in self.num:
             col = self.num[name]
             return np.frombuffer(col, dtype=_DTYPE[col.typecode])

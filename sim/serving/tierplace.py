@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sim.serving.entry import READY, Entry
+from sim.serving.lru import DEAD
 from sim.serving.placement import Runs, layer_runs
 from sim.serving.poolroom import plain_spill, room_index
 
@@ -166,6 +167,7 @@ def _replace_single(
             if e.ref_cnt > READY:  # pragma: no cover - book-keeping bug
                 raise RuntimeError(f"{tier.name}: entry {e.key} evicted while in use")
             del entries[e.key]
+            e.stamp = DEAD
             u -= e.nbytes[0]
             if slot >= 0:
                 free.append(slot)
@@ -219,10 +221,8 @@ def _replace_run(
     none and are short (they wait while demotions drain, else are let go).
     Returns ``len(new)``."""
     entries = tier.entries
-    victims = tier.lru.take(0, entries, len(new) - i)
+    victims = tier.lru.take(0, entries, len(new) - i, drop=True)  # dropped as taken
     m = len(victims)
-    for e in victims:  # evictable (take checked it): dropped
-        del entries[e.key]
     tier.evictions += m
     out += tier.add(new[i : i + m], runs, nbytes, [e.slots for e in victims])
     if m < len(new) - i and tier.draining:

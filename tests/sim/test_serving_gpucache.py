@@ -192,3 +192,23 @@ def test_the_arrays_grow_and_stale_lru_entries_are_dropped() -> None:
     assert gpu.allocate(200_000 - 50)  # evicts the 99,950 least recently used
     assert gpu.evictions == 99_950 and sorted(gpu.cached) == list(range(50))  # 99,999 -> 50 went
     assert np.all(gpu.ref[list(gpu.cached.values())] == 0)
+
+
+def test_a_repeat_or_a_cached_key_undoes_the_one_probe_path() -> None:
+    """``promote_all`` tries every key as new in one probe each; a repeat or
+    a key cached already undoes that try: the blocks and free slots are
+    then those of promoting only the new keys on a twin cache."""
+    for keys, new in (([1, 2, 1, 3], [1, 2, 3]), ([7, 2, 8], [2, 8])):
+        gpu, twin = GpuCache(16), GpuCache(16)
+        for g in (gpu, twin):
+            assert g.allocate(1)
+            g.promote_all([7], ready=True)  # key 7 cached already
+            assert g.allocate(len(keys))
+        got, made = gpu.promote_all(keys, ready=True)
+        want, made_t = twin.promote_all(new, ready=True)
+        assert made == made_t == len(new)
+        assert [s for s in got if s >= 0] == want and got.count(-1) == len(keys) - len(new)
+        assert gpu.cached == twin.cached and list(gpu.cached) == list(twin.cached)
+        assert gpu._top == twin._top and np.array_equal(gpu._free, twin._free)
+        assert gpu.allocate(2) and twin.allocate(2)  # the next slots taken are the same too
+        assert gpu.promote_all([40, 41], True) == twin.promote_all([40, 41], True)

@@ -84,6 +84,37 @@ def test_take_consumes_what_top_then_pop_consume(
     assert compared > 1000  # real victims were compared, not empty lists
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_take_drop_is_take_then_drop(fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``take(..., drop=True)`` on a one-device tier (random pins, touches,
+    drains) takes the victims ``take`` takes, and leaves the tier as
+    deleting them afterwards does: the same keys left in the same order,
+    every victim stamped ``DEAD``, and the next batch of victims the same
+    (a dropped entry is never taken again, whatever items still name it)."""
+    monkeypatch.setattr(lru, "FAST", fast)
+    rng = np.random.default_rng(5)
+    tier = OffloadTier("t", ["d0"], [1.0], [50 * 32.0], 32, 1.0)
+    dropped = 0
+    for step in range(200):
+        keys = [int(k) for k in rng.choice(400, int(rng.integers(1, 30)), replace=False)]
+        tier.place(keys, (lambda _t, e: bool(rng.random() < 0.3)) if step % 2 else None)
+        _life([tier], rng)
+        a, b = copy.deepcopy(tier), copy.deepcopy(tier)
+        k = int(rng.integers(1, 40))
+        got = a.lru.take(0, a.entries, k, drop=True)
+        want = b.lru.take(0, b.entries, k)
+        for e in want:
+            del b.entries[e.key]
+        assert [e.key for e in got] == [e.key for e in want]
+        assert all(e.stamp == lru.DEAD for e in got) and not set(a.entries) & {e.key for e in got}
+        assert list(a.entries) == list(b.entries)
+        again = [e.key for e in a.lru.take(0, a.entries, 10**6)]
+        assert again == [e.key for e in b.lru.take(0, b.entries, 10**6)]
+        assert not set(again) & {e.key for e in got}
+        dropped += len(got)
+    assert dropped > 500  # real victims were dropped, not empty lists
+
+
 # (layer bytes, capacity, bytes held from the start): whole bytes and
 # fractional ones (on one device ``used`` moves by +-b only, and there
 # used - b + b == used held at every filling tried; the off-grid case is
@@ -120,9 +151,9 @@ def test_batched_victims_match_one_at_a_time(
     fast.used[0] = slow.used[0] = held
     real_take = type(fast.lru).take
 
-    def counted_take(self, dev, alive, k):
+    def counted_take(self, dev, alive, k, drop=False):
         runs["take"] += self is fast.lru
-        return real_take(self, dev, alive, k)
+        return real_take(self, dev, alive, k, drop)
 
     monkeypatch.setattr(type(fast.lru), "take", counted_take)
     evicted = {"fast": [], "slow": []}

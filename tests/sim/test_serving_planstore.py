@@ -91,11 +91,13 @@ def _ops(n: int, rng: np.random.Generator) -> list[tuple[dict, list[int], np.nda
 
 
 def test_chunks_rebuild_the_plan_a_builder_makes(monkeypatch, tmp_path) -> None:
-    """Chunks of a few ops and extents, encoding mid-run: the concatenated
-    plan, and the one written chunk by chunk, equal PlanBuilder's."""
+    """Chunks of a few ops and extents, encoding mid-run and rows buffered
+    three at a time: the concatenated plan, and the one written chunk by
+    chunk, equal PlanBuilder's."""
     monkeypatch.setattr(planstore, "PENDING_EXTENTS", 5)
     monkeypatch.setattr(planstore, "CHUNK_EXTENTS", 7)
     monkeypatch.setattr(planstore, "CHUNK_OPS", 4)
+    monkeypatch.setattr(planstore, "PENDING_ROWS", 3)  # rows reach the columns mid-run
     ops = _ops(23, np.random.default_rng(5))
     store, builder = PlanStore(), PlanBuilder()
     for row, deps, ext in ops:
