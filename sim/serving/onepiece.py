@@ -51,22 +51,23 @@ class _Kept:
     """A template with the ranges it made, per slots tuple: an entry's ranges
     depend on its slots alone, and a tier's slots are reused (the allocator
     hands out the last freed first), so a drain's store mostly finds them
-    made.  The arrays are shared, hence read-only."""
+    made.  The arrays kept are shared, hence read-only."""
 
-    __slots__ = ("tmpl", "made", "length", "asked", "found")
+    __slots__ = ("tmpl", "made", "length", "asked", "found", "offs")
 
     def __init__(self, tmpl: Template, length: int):
         self.tmpl = tmpl
         self.made: dict[tuple[int, ...], list[np.ndarray]] | None = {}
         self.length = length
         self.asked = self.found = 0  # look-ups of made ranges, and hits
+        self.offs = [np.zeros(2, dtype=np.int64) for _part in tmpl]  # (slot, 0) per piece
 
     def ranges(self, slots: tuple[int, ...]) -> list[np.ndarray]:
         """Each piece's ranges for an entry at ``slots`` (made, kept while
         more than a quarter of the first :data:`MADE` look-ups find them)."""
         made = self.made
         if made is None:
-            return [_ranges(part, slots) for part in self.tmpl]
+            return self._make(slots)
         got = made.get(slots)
         self.asked += 1
         if got is not None:
@@ -74,23 +75,26 @@ class _Kept:
             return got
         if self.asked >= MADE and 4 * self.found < self.asked:  # slots rarely reused
             self.made = None
-            return [_ranges(part, slots) for part in self.tmpl]
+            return self._make(slots)
         if len(made) >= MADE:
             made.clear()
-        got = made[slots] = [_ranges(part, slots) for part in self.tmpl]
+        got = made[slots] = self._make(slots)
+        for ext in got:
+            ext.setflags(write=False)
         return got
 
-
-def _ranges(part: tuple[str, str, int, np.ndarray, np.ndarray, float], slots: tuple) -> np.ndarray:
-    """One piece's ranges (read-only) for an entry at ``slots``."""
-    _a, _b, one, run, base, _nbytes = part
-    if one >= 0:  # every range in one run: its slot added to the offsets
-        ext = base + (slots[one], 0)
-    else:
-        ext = base.copy()
-        ext[:, 0] += np.array(slots, dtype=np.int64)[run]
-    ext.setflags(write=False)
-    return ext
+    def _make(self, slots: tuple[int, ...]) -> list[np.ndarray]:
+        """Each piece's ranges for an entry at ``slots``, made now."""
+        out = []
+        for (_a, _b, one, run, base, _nbytes), off in zip(self.tmpl, self.offs, strict=True):
+            if one >= 0:  # every range in one run: its slot added to the offsets
+                off[0] = slots[one]
+                out.append(base + off)
+            else:
+                ext = base.copy()
+                ext[:, 0] += np.array(slots, dtype=np.int64)[run]
+                out.append(ext)
+        return out
 
 
 # id(tier) -> (weak reference to it, its cache): a plain dict look-up per call
