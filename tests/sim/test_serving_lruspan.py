@@ -12,4 +12,3 @@ def test_span_is_the_slice_for_every_bound() -> None:
     for i in range(8):
         for end in range(i, 9):
             assert list(_span(seq, i, end)) == seq[i:end]
-
