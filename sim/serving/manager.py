@@ -50,11 +50,14 @@ from sim.serving.tierplace import fitting_prefix, room_blocked
 @dataclass
 class Placement:
     """What :meth:`BlockManager.place_store` decided: demotions to start (first),
-    the store, and the groups that wait for a demotion of tier 0 to drain."""
+    the store, and the groups that wait for a demotion of tier 0 to drain;
+    ``blocked``: tier 0 was found blocked once the last key looked at was
+    placed (:meth:`BlockManager.room_blocked` is True, nothing changed since)."""
 
     demotions: list[Transfer]
     store: Transfer | None
     waiting: StoreRequest | None
+    blocked: bool = False
 
 
 class BlockManager:
@@ -210,7 +213,9 @@ class BlockManager:
         tier = self.tiers[0]
         if fresh and chunkplace.CHUNKED and chunkplace.chunkable(tier, self._demotes(0)):
             placed, rest, sources = chunkplace.place_chunks(tier, req, self._evict)
-            return self._placement(req.rid, placed, rest, sources)
+            out = self._placement(req.rid, placed, rest, sources)
+            out.blocked = len(sources) < len(req.groups)  # stopped at a blocked tier
+            return out
         sources = dict(req.groups)
         pending = [key for key, _ in req.groups]
         placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
