@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from itertools import islice
 from operator import gt
 from typing import Any
@@ -213,7 +213,7 @@ def _walk_one(
     (every entry leaving a tier gets the stamp :data:`DEAD`)."""
     j = i
     if drop is not None:  # each victim dropped from ``drop`` as it is taken
-        for e, s in zip(islice(entries, i, end), islice(stamps, i, end), strict=True):
+        for e, s in zip(_span(entries, i, end), _span(stamps, i, end), strict=True):
             j += 1
             if e.stamp is s:
                 if e.ref_cnt == 0 and not e.draining:  # e.evictable
@@ -226,7 +226,7 @@ def _walk_one(
                 else:
                     e.heaped = -1
         return j, left
-    for e, s in zip(islice(entries, i, end), islice(stamps, i, end), strict=True):
+    for e, s in zip(_span(entries, i, end), _span(stamps, i, end), strict=True):
         j += 1
         if e.stamp is s:
             if e.ref_cnt == 0 and not e.draining:  # e.evictable
@@ -240,3 +240,12 @@ def _walk_one(
 
 
 DEAD = -1  # the stamp of an entry dropped from its tier: never an offered stamp
+
+
+def _span(seq: list[Any], i: int, end: int) -> Iterator[Any]:
+    """``seq[i:end]`` without a copy, started in O(1): a list iterator set at
+    ``i`` (``islice(seq, i, end)`` would step over the first ``i`` items,
+    once per take: quadratic on a long run consumed a few victims at a time)."""
+    it = iter(seq)
+    it.__setstate__(i)
+    return islice(it, end - i)

@@ -37,6 +37,7 @@ from itertools import chain, compress
 
 import numpy as np
 
+from sim.serving import chunkplace
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
 from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
@@ -49,11 +50,14 @@ from sim.serving.tierplace import fitting_prefix, room_blocked
 @dataclass
 class Placement:
     """What :meth:`BlockManager.place_store` decided: demotions to start (first),
-    the store, and the groups that wait for a demotion of tier 0 to drain."""
+    the store, and the groups that wait for a demotion of tier 0 to drain;
+    ``blocked``: tier 0 was found blocked once the last key looked at was
+    placed (:meth:`BlockManager.room_blocked` is True, nothing changed since)."""
 
     demotions: list[Transfer]
     store: Transfer | None
     waiting: StoreRequest | None
+    blocked: bool = False
 
 
 class BlockManager:
@@ -216,10 +220,18 @@ class BlockManager:
             ones = self._one = grown
         return ones[slots].tolist()
 
-    def place_store(self, req: StoreRequest) -> Placement:
+    def place_store(self, req: StoreRequest, fresh: bool = False) -> Placement:
         """Place ``req``'s groups in the first tier, evicting (and demoting) as
-        needed; groups with no room at all are let go (not offloaded)."""
+        needed; groups with no room at all are let go (not offloaded).
+        ``fresh``: none of its keys is in the first tier and no key repeats
+        (a waiting store, :mod:`sim.serving.waiters`): placed in chunks when
+        that is the same (:func:`sim.serving.chunkplace.place_chunks`)."""
         tier = self.tiers[0]
+        if fresh and chunkplace.CHUNKED and chunkplace.chunkable(tier, self._demotes(0)):
+            placed, rest, sources = chunkplace.place_chunks(tier, req, self._evict)
+            out = self._placement(req.rid, placed, rest, sources)
+            out.blocked = len(sources) < len(req.groups)  # stopped at a blocked tier
+            return out
         sources = dict(req.groups)
         pending = [key for key, _ in req.groups]
         placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
@@ -227,12 +239,23 @@ class BlockManager:
             gone = list(set(pending) - {e.key for e in placed} - set(waiting))
             # no room: not offloaded; one release of the groups in reverse is one each in order
             self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
+        return self._placement(req.rid, placed, _rest(req, pending, waiting, sources), sources)
+
+    def _placement(
+        self,
+        rid: int,
+        placed: list[Entry],
+        rest: StoreRequest | None,
+        sources: dict[int, tuple[GpuBlock, ...]],
+    ) -> Placement:
+        """The demotions decided, the store of ``placed`` (from the GPU blocks
+        ``sources``) into the first tier, and the ``rest`` that waits."""
         demotions = self._demotion_transfers()
         store = None
         if placed:
-            pieces = store_pieces(None, tier, placed, self.gpu_name)
-            store = Transfer("store", "dst", req.rid, pieces, None, tier, placed, [], sources)
-        return Placement(demotions, store, _rest(req, pending, waiting, sources))
+            pieces = store_pieces(None, self.tiers[0], placed, self.gpu_name)
+            store = Transfer("store", "dst", rid, pieces, None, self.tiers[0], placed, [], sources)
+        return Placement(demotions, store, rest)
 
     def room_blocked(self) -> bool:
         """Whether every key a store places in tier 0 now must wait, with
@@ -298,6 +321,10 @@ class BlockManager:
         victim, their pieces made together per (tier, tier below)
         (:func:`store_pieces_each`: each the pieces of that victim alone)."""
         decided, self._demotions = self._demotions, []
+        if len(decided) == 1:  # a drain's: one victim
+            tier, below, new, old = decided[0]
+            (p,) = store_pieces_each(tier, below, [new], self.gpu_name)
+            return [Transfer("demote", "dst", -1, p, tier, below, [new], [old])]
         by_pair: dict[tuple[OffloadTier, OffloadTier], list[int]] = {}
         for n, (tier, below, _new, _old) in enumerate(decided):
             by_pair.setdefault((tier, below), []).append(n)

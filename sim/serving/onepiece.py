@@ -10,7 +10,10 @@ the layers each part covers, the bytes) is done once per (source tier,
 destination tier, source runs, destination runs) and kept as a
 :class:`Template`; an entry's pieces are then its slots gathered at the
 template's run indices plus the template's offsets, one numpy expression per
-piece.
+piece.  Those ranges depend on the entry's slots alone and a tier reuses its
+slots, so each template keeps the (read-only, shared) ranges it made per
+slots tuple (at most :data:`MADE`), and a drain's store into a small tier
+mostly finds its ranges made.
 
 It gives what :func:`store_pieces` gives for a list of one entry (same
 pieces in the same order, bytes exactly, same ranges: tested against it and
@@ -20,6 +23,7 @@ against the per-layer reference loop, :mod:`tests.sim.test_serving_jobs`);
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
@@ -37,8 +41,64 @@ ENABLED = True  # False: every entry through the general path (the reference)
 # per piece: (src device, dst device, the one destination run its ranges lie
 # in or -1, run index per range, (offset within the run, length) per range, bytes)
 Template = list[tuple[str, str, int, np.ndarray, np.ndarray, float]]
-# per destination tier (weakly: a finished run's tiers go), per (src, runs)
-_CACHE: WeakKeyDictionary[OffloadTier, dict[tuple, Template]] = WeakKeyDictionary()
+# per destination tier (weakly: a finished run's tiers go), per (src, runs, gpu):
+# the template, the ranges of each piece per slots tuple already made, the length
+_CACHE: WeakKeyDictionary[OffloadTier, dict[tuple, _Kept]] = WeakKeyDictionary()
+MADE = 4096  # slots tuples whose ranges a template keeps (then it starts afresh)
+
+
+class _Kept:
+    """A template with the ranges it made, per slots tuple: an entry's ranges
+    depend on its slots alone, and a tier's slots are reused (the allocator
+    hands out the last freed first), so a drain's store mostly finds them
+    made.  The arrays kept are shared, hence read-only."""
+
+    __slots__ = ("tmpl", "made", "length", "asked", "found", "offs")
+
+    def __init__(self, tmpl: Template, length: int):
+        self.tmpl = tmpl
+        self.made: dict[tuple[int, ...], list[np.ndarray]] | None = {}
+        self.length = length
+        self.asked = self.found = 0  # look-ups of made ranges, and hits
+        self.offs = [np.zeros(2, dtype=np.int64) for _part in tmpl]  # (slot, 0) per piece
+
+    def ranges(self, slots: tuple[int, ...]) -> list[np.ndarray]:
+        """Each piece's ranges for an entry at ``slots`` (made, kept while
+        more than a quarter of the first :data:`MADE` look-ups find them)."""
+        made = self.made
+        if made is None:
+            return self._make(slots)
+        got = made.get(slots)
+        self.asked += 1
+        if got is not None:
+            self.found += 1
+            return got
+        if self.asked >= MADE and 4 * self.found < self.asked:  # slots rarely reused
+            self.made = None
+            return self._make(slots)
+        if len(made) >= MADE:
+            made.clear()
+        got = made[slots] = self._make(slots)
+        for ext in got:
+            ext.setflags(write=False)
+        return got
+
+    def _make(self, slots: tuple[int, ...]) -> list[np.ndarray]:
+        """Each piece's ranges for an entry at ``slots``, made now."""
+        out = []
+        for (_a, _b, one, run, base, _nbytes), off in zip(self.tmpl, self.offs, strict=True):
+            if one >= 0:  # every range in one run: its slot added to the offsets
+                off[0] = slots[one]
+                out.append(base + off)
+            else:
+                ext = base.copy()
+                ext[:, 0] += np.array(slots, dtype=np.int64)[run]
+                out.append(ext)
+        return out
+
+
+# id(tier) -> (weak reference to it, its cache): a plain dict look-up per call
+_RECENT: dict[int, tuple[weakref.ref, dict[tuple, _Kept]]] = {}
 
 
 def one_entry_pieces(
@@ -48,23 +108,26 @@ def one_entry_pieces(
     (None: from ``gpu``, every layer there) into ``dst``; ``piece`` is the
     :class:`~sim.serving.jobs.Piece` class (passed in: jobs imports this)."""
     s_runs: Runs = ((-1, 0, dst.layers),) if src is None else src.entries[e.key].runs
-    cache = _CACHE.get(dst)
-    if cache is None:
-        cache = _CACHE[dst] = {}
+    hit = _RECENT.get(id(dst))
+    if hit is not None and hit[0]() is dst:
+        cache = hit[1]
+    else:
+        cache = _CACHE.get(dst)
+        if cache is None:
+            cache = _CACHE[dst] = {}
+        if len(_RECENT) > 16:
+            _RECENT.clear()
+        _RECENT[id(dst)] = (weakref.ref(dst), cache)
     key = (src, s_runs, e.runs, gpu)
-    tmpl = cache.get(key)
-    if tmpl is None:
-        tmpl = cache[key] = _template(src, dst, s_runs, e.runs, gpu)
-    length = int(round(dst.layer_bytes))
-    out = []
-    for a, b, one, run, base, nbytes in tmpl:
-        if one >= 0:  # every range in one run: its slot added to the offsets
-            ext = base + (e.slots[one], 0)
-        else:
-            ext = base.copy()
-            ext[:, 0] += np.array(e.slots, dtype=np.int64)[run]
-        out.append(piece(a, b, nbytes, extents=ext, length=length))
-    return out
+    kept = cache.get(key)
+    if kept is None:
+        tmpl = _template(src, dst, s_runs, e.runs, gpu)
+        kept = cache[key] = _Kept(tmpl, int(round(dst.layer_bytes)))
+    length = kept.length
+    return [
+        piece(part[0], part[1], part[5], extents=ext, length=length)
+        for part, ext in zip(kept.tmpl, kept.ranges(e.slots), strict=True)
+    ]
 
 
 def cuts(

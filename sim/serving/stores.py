@@ -79,21 +79,34 @@ class Offloader:
 
     def _start_store(self, req: StoreRequest) -> None:
         """Place ``req`` now; what waits waits for the next drain."""
-        rest = self._place(req)
+        rest = self._place(req)[0]
         if rest is not None:
             assert self._index is not None
             if not self._waiting:  # the first waiter: look at the next drain
                 self._drain[self.mgr.tiers[0].name].callbacks.append(self._on_drain)
             self._waiting.append(self._index.register(rest))
 
-    def _place(self, req: StoreRequest) -> StoreRequest | None:
-        """Place ``req`` now, start its demotions and store; the groups that wait."""
-        placed = self.mgr.place_store(req)
-        for t in placed.demotions:  # started first, as they were decided first
-            self._launch(t)
+    def _place(self, req: StoreRequest, fresh: bool = False) -> tuple[StoreRequest | None, bool]:
+        """Place ``req`` now, start its demotions and store; the groups that wait
+        and whether the first tier is known blocked now (``Placement.blocked``;
+        ``fresh``: none of its keys is in the first tier, none repeats)."""
+        placed = self.mgr.place_store(req, fresh)
+        batch = placed.demotions  # started first, as they were decided first
         if placed.store is not None:
-            self._launch(placed.store)
-        return placed.waiting
+            batch = [*batch, placed.store]
+        if PROCESSES:
+            for t in batch:
+                self._launch(t)
+        elif batch:  # consecutive urgent events at this instant: one does as well
+            _soon(self.env, lambda: self._begin_all(batch))
+        return placed.waiting, placed.blocked
+
+    def _begin_all(self, batch: list[Transfer]) -> None:
+        """:meth:`_begin` each of ``batch`` in order: what as many urgent events
+        scheduled one after the other do (nothing can come between them: an
+        event scheduled by one of them comes after the last)."""
+        for t in batch:
+            self._begin(t)
 
     def _launch(self, t: Transfer) -> None:
         """Run ``t`` from the next urgent instant (as a process would start)."""
@@ -147,7 +160,8 @@ class Offloader:
             blocked = None
             if fresh and self._place_prefix(w):
                 continue
-            rest = self._place(w.req)
+            rest, known = self._place(w.req, fresh and w.distinct)
+            blocked = True if known else None  # else looked at again if need be
             if rest is not None:
                 self._waiting.append(index.moved(w, rest))
             else:
@@ -169,7 +183,7 @@ class Offloader:
         m = self.mgr.fitting_prefix(len(groups))
         if not m:
             return False
-        rest = self._place(StoreRequest(req.rid, groups[:m]))
+        rest = self._place(StoreRequest(req.rid, groups[:m]))[0]
         assert rest is None  # pragma: no branch - every one of them fits
         if m < len(groups):
             self._index.cut(w, m)

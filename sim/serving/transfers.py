@@ -71,10 +71,11 @@ class Job:
         self.op = [-1] * len(pieces)
         self._left = len(pieces)
         self._layer_left: dict[int, int] = {}
+        self.layer_done: dict[int, simpy.Event] = {}
         if layers:  # else nobody waits for a layer (a store): no events to fire
             for p in pieces:
                 self._layer_left[p.layer] = self._layer_left.get(p.layer, 0) + 1
-        self.layer_done = {layer: env.event() for layer in sorted(self._layer_left)}
+            self.layer_done = {layer: env.event() for layer in sorted(self._layer_left)}
         if not pieces:
             self.done.succeed()
 
@@ -133,11 +134,14 @@ class Mover:
         ``by`` end ('src' for loads, 'dst' for stores); returns the job
         (with its ``layer_done`` events when ``layers``)."""
         job = Job(self.env, t, layers)
-        streams: dict[str, list[int]] = {}
-        by, parallel = t.by, self.design.parallel
-        for i, p in enumerate(t.pieces):
-            key = getattr(p, by) if parallel else "all"
-            streams.setdefault(key, []).append(i)
+        by, parallel, pieces = t.by, self.design.parallel, t.pieces
+        if len(pieces) == 1:  # one stream (a drain's store or demotion)
+            streams = {getattr(pieces[0], by) if parallel else "all": [0]}
+        else:
+            streams = {}
+            for i, p in enumerate(pieces):
+                key = getattr(p, by) if parallel else "all"
+                streams.setdefault(key, []).append(i)
         for key, idx in streams.items():
             stream = _Stream(self, job, idx, (by, key))
             queue = self._workers.get(stream.worker)
@@ -250,8 +254,12 @@ class _Stream:
         def ended(op: int) -> None:
             self._first_done(i, op, second)
 
-        deps = self.prev_first
-        self.mover.acquire(lambda: self.mover.issue(stages[0], p, deps, self.job.transfer, ended))
+        deps, mover = self.prev_first, self.mover
+        if mover._free:  # mover.acquire, without its deferred call
+            mover._free -= 1
+            mover.issue(stages[0], p, deps, self.job.transfer, ended)
+        else:
+            mover.acquire(lambda: mover.issue(stages[0], p, deps, self.job.transfer, ended))
 
     def _first_done(self, i: int, op: int, second: Stage | None) -> None:
         self.mover.release()

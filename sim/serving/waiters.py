@@ -35,13 +35,14 @@ from sim.serving.jobs import StoreRequest
 class Waiter:
     """A store's groups that wait: ``req`` (its groups are ``base[lo:]``)."""
 
-    __slots__ = ("req", "base", "lo", "touched")
+    __slots__ = ("req", "base", "lo", "touched", "distinct")
 
     def __init__(self, req: StoreRequest):
         self.req = req
         self.base = req.groups  # the groups registered in the index
         self.lo = 0  # groups before it were placed (or let go): not waiting
         self.touched = False  # one of its waiting keys was added since it looked
+        self.distinct = True  # no key repeats among its groups (set on registering)
 
 
 class WaitIndex:
@@ -79,6 +80,8 @@ class WaitIndex:
             if hold is None:
                 owner[key] = [(w, pos)]
             else:
+                if hold[-1][0] is w:  # only w appends now: its earlier place of key
+                    w.distinct = False
                 hold.append((w, pos))
         return w
 

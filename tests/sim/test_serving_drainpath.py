@@ -124,3 +124,36 @@ def test_template_of_a_device_with_two_runs() -> None:
     assert rows == reference(None, dst, [e], "gpu0")
     assert [len(p.extents) for p in got] == [22, 10]  # s0: 10 + 12 layers; s1: 10
     assert got[0].extents[10, 0] == 1 << 30  # layer 20: the second run's slot
+
+
+def _rounds(tier: OffloadTier, n: int) -> dict[tuple[int, ...], list[np.ndarray]]:
+    """``n`` rounds of 4 entries placed, checked against the reference and
+    dropped (the next round reuses their slots); each slots tuple's ranges."""
+    seen: dict[tuple[int, ...], list[np.ndarray]] = {}
+    for round_ in range(n):
+        placed, _ = tier.place([100 * round_ + i for i in range(4)], None)
+        assert len(placed) == 4
+        for e in placed:
+            got = store_pieces(None, tier, [e], "gpu0")
+            rows = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in got]
+            assert rows == reference(None, tier, [e], "gpu0")
+            seen.setdefault(e.slots, []).append(got[0].extents)
+        tier.complete_all(placed)
+        for e in placed:
+            tier._drop(e)
+    return seen
+
+
+def test_kept_ranges_are_the_reference_ones_on_slot_reuse(monkeypatch) -> None:
+    """Entries dropped and replaced reuse their slots: every new entry's
+    ranges equal the per-layer reference; kept ones are the very arrays made
+    for the first entry at those slots, read-only; with ``MADE`` = 2 a
+    template stops keeping (a quarter of 2 look-ups did not hit) and makes
+    them afresh, still the reference's."""
+    seen = _rounds(OffloadTier("cpu", ["m0"], [1.0], [4 * 32 * 4096.0], 32, 4096.0), 3)
+    assert len(seen) == 4  # four slots, reused round after round
+    for arrays in seen.values():
+        assert all(x is arrays[0] for x in arrays) and not arrays[0].flags.writeable
+    monkeypatch.setattr(onepiece, "MADE", 2)
+    seen = _rounds(OffloadTier("cpu", ["m0"], [1.0], [4 * 32 * 4096.0], 32, 4096.0), 3)
+    assert len(seen) == 4 and all(arrays[2] is not arrays[1] for arrays in seen.values())

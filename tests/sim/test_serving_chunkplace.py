@@ -1,0 +1,127 @@
+"""A fresh waiting store placed in chunks decides what placing it whole does.
+
+:func:`sim.serving.chunkplace.place_chunks` places a waiting store's keys
+2, 4, 8, ... at a time and stops once the tier is blocked (every later key
+would wait with nothing evicted).  Invariants: on a hand-built tier it
+places, evicts and leaves waiting exactly what one whole
+:meth:`OffloadTier.place` does (worked out by hand below) while going over
+fewer keys; and an eviction-heavy paged-cpu-ssd run gives the same request
+and op records with chunks as with every store placed whole (``CHUNKED``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.serving import chunkplace
+from sim.serving.blocks import Entry, OffloadTier
+from sim.serving.jobs import StoreRequest
+from tests.sim.test_serving_stores import _run, _same
+
+B = 4 * 1024.0  # one block: 4 layers of 1 KiB
+
+
+def _tier(free_blocks: int) -> tuple[OffloadTier, list[Entry]]:
+    """A one-device tier holding X, Y (being demoted: draining) and A, B
+    (ready, evictable, A least recently used), with room for ``free_blocks``
+    more; the demotions it decides are appended to the returned list."""
+    tier = OffloadTier("cpu", ["m0"], [1.0], [(4 + free_blocks) * B], 4, 1024.0)
+    placed, _ = tier.place([901, 902, 1, 2], None)  # X, Y, A, B in LRU order
+    tier.complete_all(placed)
+    tier.evict_all(tier.lru.take(0, tier.entries, 2), lambda _t, _e: True)
+    assert tier.draining == 2 and tier.used[0] == 4 * B
+    return tier, []
+
+
+def _evict(victims: list[Entry]):
+    def evict(_tier: OffloadTier, e: Entry) -> bool:
+        victims.append(e)
+        return True  # demoted: kept (draining) until its copy below is done
+
+    return evict
+
+
+def _counting(tier: OffloadTier, seen: list[int]) -> None:
+    real = tier.place
+
+    def place(keys, evict):
+        seen.extend(keys)
+        return real(keys, evict)
+
+    tier.place = place  # type: ignore[method-assign]
+
+
+def test_chunks_stop_at_the_blocked_tier_as_the_whole_store_would() -> None:
+    """Room for one block, 10 keys: key 10 fits; key 11 evicts A (demoted:
+    its bytes stay) and waits; the tier still has B, so the next chunk
+    (12..15) goes on: 12 evicts B and waits, 13 finds no victim (dry) and
+    waits, as every later key would.  Whole: the same, over all 10 keys."""
+    groups = [(10 + i, (100 + i,)) for i in range(10)]
+    req = StoreRequest(7, groups)
+    assert chunkplace.chunkable(_tier(1)[0], True)
+
+    tier, victims = _tier(1)
+    seen: list[int] = []
+    _counting(tier, seen)
+    placed, rest, sources = chunkplace.place_chunks(tier, req, _evict(victims))
+    assert [e.key for e in placed] == [10]
+    assert [e.key for e in victims] == [1, 2]  # A then B, LRU first
+    assert seen == [10, 11, 12, 13, 14, 15]  # 2 + 4 keys gone over, not 10
+    assert rest is not None and rest.groups == groups[1:] and rest.groups[0] is groups[1]
+    assert set(sources) == {10, 11, 12, 13, 14, 15} and sources[10] == (100,)
+    assert tier.used[0] == 5 * B and tier.draining == 4
+
+    whole, victims_whole = _tier(1)
+    placed_w, waiting_w = whole.place([k for k, _b in groups], _evict(victims_whole))
+    assert [(e.key, e.slots, e.stamp) for e in placed] == [
+        (e.key, e.slots, e.stamp) for e in placed_w
+    ]
+    assert [e.key for e in victims_whole] == [e.key for e in victims]
+    assert waiting_w == [k for k, _b in rest.groups]
+    assert whole.used == tier.used and whole.draining == tier.draining
+
+
+def test_no_room_and_no_victim_waits_whole_after_one_chunk() -> None:
+    """No free block: keys 10 and 11 evict A and B and wait; blocked after
+    the first chunk, so the rest waits without a look: all 10 keys, as given."""
+    groups = [(10 + i, (100 + i,)) for i in range(10)]
+    tier, victims = _tier(0)
+    seen: list[int] = []
+    _counting(tier, seen)
+    placed, rest, _sources = chunkplace.place_chunks(tier, StoreRequest(3, groups), _evict(victims))
+    assert placed == [] and [e.key for e in victims] == [1, 2] and seen == [10, 11]
+    assert rest is not None and rest.groups == groups
+
+
+def test_not_chunkable_without_demotions_draining() -> None:
+    tier = OffloadTier("cpu", ["m0"], [1.0], [4 * B], 4, 1024.0)
+    assert not chunkplace.chunkable(tier, True)  # nothing drains: a key may be let go
+    pool = OffloadTier("cpu", ["m0", "m1"], [0.5, 0.5], [4 * B] * 2, 4, 1024.0)
+    pool.draining = 1
+    assert not chunkplace.chunkable(pool, True)  # a pool: not one device
+    tier.draining = 1
+    assert chunkplace.chunkable(tier, True) and not chunkplace.chunkable(tier, False)
+
+
+@pytest.mark.parametrize(
+    "n, block, tiers",
+    [(60, 16, {"cpu_gib": 0.1, "ssd_gib": 0.5}), (40, 16, {"cpu_gib": 0.2, "ssd_gib": 1.0})],
+)
+def test_chunks_change_no_record(monkeypatch, n, block, tiers) -> None:
+    """Eviction-heavy runs: the same records with every waiting store placed
+    whole; the chunks were taken and stopped short of a store's end."""
+    real = chunkplace.place_chunks
+    calls, short = [0], [0]
+
+    def counted(tier, req, evict):
+        out = real(tier, req, evict)
+        calls[0] += 1
+        short[0] += len(out[2]) < len(req.groups)  # keys left without a look
+        return out
+
+    monkeypatch.setattr(chunkplace, "place_chunks", counted)
+    fast = _run(n, block, tiers)
+    assert calls[0] > 50 and short[0] > 50
+    monkeypatch.setattr(chunkplace, "CHUNKED", False)
+    slow = _run(n, block, tiers)
+    _same(fast, slow)
