@@ -199,23 +199,46 @@ def drop_run(
 def _victims(cur: Cursors, books: _Books, used: list[float]) -> Callable[[list[float]], None]:
     """``victims(short)``: drop LRU victims until no device is ``short`` (or
     none is left): :meth:`OffloadTier.take_victims` then ``_drop`` of each,
-    fused (a device's head kept while it is alive: only a victim can die)."""
+    fused (a device's head kept while it is alive: only a victim can die).
+
+    A device whose kept head is the victim moves its cursor past it at once
+    (:meth:`Cursors.head` would skip it there: dead, nothing else to do),
+    and its next head is looked at in place first: the entry at the cursor,
+    when it is that device's head by :meth:`Cursors.head`'s very tests (on
+    the device, not past the heap's next item, alive at its stamp,
+    evictable); else :meth:`Cursors.head` walks on from there."""
     head, cand, pos = cur.head, cur.cand, cur.pos
+    ents_of, stamps_of, start, bound = cur.ents, cur.stamps, cur.start, cur.bound
     entries, lays, name = books.tier.entries, books.lays, books.tier.name
+    alive = entries.get
     gone = books.gone.append
+    devs = range(len(used))
 
     def victims(short: list[float]) -> None:
         while True:
             best: Entry | None = None
             first = INF
-            for d, s in enumerate(short):
-                if s > SLACK:
-                    e = cand[d] or head(d)  # a kept head is alive: victims clear theirs
-                    if e is not None and e.stamp < first:
-                        best, first, dev = e, e.stamp, d
+            for d in devs:
+                if short[d] > SLACK:
+                    e = cand[d]  # a kept head is alive: victims clear theirs
+                    if e is None:  # Cursors.head(d): first the entry at the cursor
+                        ents, j = ents_of[d], pos[d]
+                        if ents is not None and j < len(ents):
+                            e, s = ents[j], stamps_of[d][j]
+                            if (e.nbytes[d] > 0 and (j == start[d] or s < bound[d])
+                                    and alive(e.key) is e and e.stamp == s
+                                    and e.ref_cnt == READY and not e.draining):  # fmt: skip
+                                cand[d] = e
+                            else:
+                                e = head(d)
+                        else:
+                            e = head(d)
+                        if e is None:
+                            continue
+                    if e.stamp < first:
+                        best, first = e, e.stamp
             if best is None:
                 return
-            pos[dev] += 1  # cur.take(dev)
             if best.ref_cnt > READY:  # pragma: no cover - book-keeping bug
                 raise RuntimeError(f"{name}: entry {best.key} evicted while in use")
             del entries[best.key]  # OffloadTier._drop, its live count at flush
@@ -224,10 +247,12 @@ def _victims(cur: Cursors, books: _Books, used: list[float]) -> Callable[[list[f
             lay = lays.get(runs) or books.layout(runs)
             for fl, slot in zip(lay[4], best.slots):  # noqa: B905
                 fl.append(slot)
-            for d in lay[3]:  # the devices whose head it may be
+            for d in lay[3]:  # the devices whose head it may be: consumed there
                 if cand[d] is best:
                     cand[d] = None
+                    pos[d] += 1
             gone(runs)
             short = list(map(sub, short, x))
 
     return victims
+
