@@ -73,7 +73,10 @@ def layer_runs(ratios: Sequence[float], n_blocks: int, layers: int) -> list[Runs
     the running sum of :func:`target_counts`), so block ``b``'s first layer
     there is ``ceil((S_d - b) / n_blocks)`` clipped to ``[0, layers]``:
     computed for all blocks at once.  Blocks with the same layers per
-    device share one runs tuple.
+    device share one runs tuple: every device's first layer is
+    non-increasing in ``b``, so such blocks are one stretch of the set,
+    found by comparing neighbouring rows (a device's first layer changes at
+    most once along the set).
     """
     if len(ratios) == 1:
         return [((0, 0, layers),)] * n_blocks
@@ -83,16 +86,15 @@ def layer_runs(ratios: Sequence[float], n_blocks: int, layers: int) -> list[Runs
     starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # S_0 .. S_D
     b = np.arange(n_blocks, dtype=np.int64)[:, None]
     first = np.clip(-((b - starts[None, :]) // n_blocks), 0, layers)  # ceil((S_d - b) / n)
+    # every column is non-increasing in b, so equal rows are contiguous: one runs
+    # tuple per stretch of equal rows (at most one change per device)
+    cut = np.flatnonzero((first[1:] != first[:-1]).any(axis=1)) + 1
+    bounds = [0, *cut.tolist(), n_blocks]
     out: list[Runs] = []
-    memo: dict[bytes, Runs] = {}
-    for row in first:
-        key = row.tobytes()
-        runs = memo.get(key)
-        if runs is None:
-            runs = memo[key] = tuple(
-                (d, int(row[d]), int(row[d + 1])) for d in range(len(counts)) if row[d + 1] > row[d]
-            )
-        out.append(runs)
+    for lo, hi in zip(bounds, bounds[1:]):  # noqa: B905
+        row = first[lo].tolist()
+        runs = tuple((d, row[d], row[d + 1]) for d in range(len(counts)) if row[d + 1] > row[d])
+        out += [runs] * (hi - lo)
     return out
 
 

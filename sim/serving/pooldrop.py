@@ -101,7 +101,7 @@ class _Books:
     def put(self, key: int, runs: Runs, lay: Layout, used: list[float]) -> None:
         """Place ``key`` as ``runs``: its slots taken now (``SlotAllocator.alloc``:
         the class's last freed slot, else a fresh one), its bytes added."""
-        self.slots.append(tuple([fl.pop() if fl else _fresh(a, u) for fl, a, u in lay[1]]))
+        self.slots.append(_take(lay))
         self.keys.append(key)
         self.runs.append(runs)
         self.nbytes.append(lay[0])
@@ -124,6 +124,18 @@ class _Books:
             for d, _l0, _l1 in runs:
                 t.allocators[d].live += m
         t.evictions += len(self.gone)
+
+
+def _take(lay: Layout) -> tuple[int, ...]:
+    """The slots of a key placed as ``lay`` (``SlotAllocator.alloc`` per run:
+    its class's last freed slot, else a fresh one)."""
+    fls = lay[4]
+    if all(fls):  # every class has a freed slot
+        return tuple(map(_pop, fls))
+    return tuple([fl.pop() if fl else _fresh(a, u) for fl, a, u in lay[1]])
+
+
+_pop, _append = list.pop, list.append
 
 
 def _fresh(a: Any, units: int) -> int:
@@ -175,7 +187,13 @@ def drop_run(
                 if spills + 1 >= SPILLS:
                     back = alt
                     break
-                put(new[i], alt, lays.get(alt) or books.layout(alt), used)
+                spilt = lays.get(alt) or books.layout(alt)  # put(new[i], alt, ...), inlined
+                fls = spilt[4]
+                slots.append(tuple(map(_pop, fls)) if all(fls) else _take(spilt))
+                keys.append(new[i])
+                runs.append(alt)
+                nbytes.append(spilt[0])
+                used[:] = map(add, used, spilt[0])
                 spills, i = spills + 1, i + 1
                 continue
         spills, i = 0, i + 1
@@ -186,7 +204,8 @@ def drop_run(
             if tier.draining:
                 waiting.append(new[i - 1])
             continue
-        slots.append(tuple([fl.pop() if fl else _fresh(a, u) for fl, a, u in lay[1]]))
+        fls = lay[4]  # _take(lay), inlined
+        slots.append(tuple(map(_pop, fls)) if all(fls) else _take(lay))
         keys.append(new[i - 1])  # put(new[i - 1], plan, lay, used), inlined
         runs.append(plan)
         nbytes.append(lay[0])
@@ -245,8 +264,7 @@ def _victims(cur: Cursors, books: _Books, used: list[float]) -> Callable[[list[f
             x, runs = best.nbytes, best.runs
             used[:] = map(sub, used, x)
             lay = lays.get(runs) or books.layout(runs)
-            for fl, slot in zip(lay[4], best.slots):  # noqa: B905
-                fl.append(slot)
+            any(map(_append, lay[4], best.slots))  # each slot freed: append gives None
             for d in lay[3]:  # the devices whose head it may be: consumed there
                 if cand[d] is best:
                     cand[d] = None
