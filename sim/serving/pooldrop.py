@@ -98,15 +98,6 @@ class _Books:
             self.lays[runs] = lay
         return lay
 
-    def put(self, key: int, runs: Runs, lay: Layout, used: list[float]) -> None:
-        """Place ``key`` as ``runs``: its slots taken now (``SlotAllocator.alloc``:
-        the class's last freed slot, else a fresh one), its bytes added."""
-        self.slots.append(_take(lay))
-        self.keys.append(key)
-        self.runs.append(runs)
-        self.nbytes.append(lay[0])
-        used[:] = map(add, used, lay[0])
-
     def flush(self, placed: list[Entry]) -> None:
         """The placed keys' entries (stamps consecutive, in order), counts."""
         t, n = self.tier, len(self.keys)
@@ -118,10 +109,13 @@ class _Books:
         if t.added is not None:
             t.added.extend(self.keys)
         placed += made
-        live = Counter(self.runs)
-        live.subtract(Counter(self.gone))
-        for runs, m in live.items():
-            for d, _l0, _l1 in runs:
+        # counted by object (layouts are a few shared tuples: no tuple hashed per key)
+        live = Counter(map(id, self.runs))
+        live.subtract(Counter(map(id, self.gone)))
+        of = dict(zip(map(id, self.runs), self.runs, strict=True))
+        of.update(zip(map(id, self.gone), self.gone, strict=True))
+        for k, m in live.items():
+            for d, _l0, _l1 in of[k]:
                 t.allocators[d].live += m
         t.evictions += len(self.gone)
 
@@ -162,7 +156,7 @@ def drop_run(
     ``p`` per device, a layout's fit thresholds ``ix`` (``ix >= p``: fits)."""
     used, caps = tier.used, tier.capacity
     books, cur, room = _Books(tier), Cursors(tier), room_index(tier, SLACK)
-    victims, lays, put = _victims(cur, books, used), books.lays, books.put
+    victims, lays = _victims(cur, books, used), books.lays
     keys, runs, slots, nbytes = books.keys, books.runs, books.slots, books.nbytes
     th, memo, idx = room.th, room.spills, {}
     n, spills, back = len(new), -1, None  # -1: key i, known to evict; back: its spill
@@ -187,7 +181,7 @@ def drop_run(
                 if spills + 1 >= SPILLS:
                     back = alt
                     break
-                spilt = lays.get(alt) or books.layout(alt)  # put(new[i], alt, ...), inlined
+                spilt = lays.get(alt) or books.layout(alt)  # placed as alt: _take, then the books
                 fls = spilt[4]
                 slots.append(tuple(map(_pop, fls)) if all(fls) else _take(spilt))
                 keys.append(new[i])
@@ -206,7 +200,7 @@ def drop_run(
             continue
         fls = lay[4]  # _take(lay), inlined
         slots.append(tuple(map(_pop, fls)) if all(fls) else _take(lay))
-        keys.append(new[i - 1])  # put(new[i - 1], plan, lay, used), inlined
+        keys.append(new[i - 1])  # placed as laid out
         runs.append(plan)
         nbytes.append(lay[0])
         used[:] = map(add, used, lay[0])
@@ -273,4 +267,3 @@ def _victims(cur: Cursors, books: _Books, used: list[float]) -> Callable[[list[f
             short = list(map(sub, short, x))
 
     return victims
-
