@@ -26,7 +26,8 @@ per-key path:
   another device is stale, consumed exactly as a chosen one is).  A
   device's head, once found, is kept until it is a victim: only victims
   die during the call, so a victim clears itself from the kept heads of
-  the devices it has bytes on, and a kept head needs no liveness check;
+  the devices it has bytes on (moving their cursors past itself), and a
+  kept head needs no liveness check;
 * then placed (its slots taken as ``SlotAllocator.alloc`` takes them: the
   last freed slot of the class first) if it fits, else it waits
   (demotions draining) or is let go.
