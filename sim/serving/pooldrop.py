@@ -26,8 +26,7 @@ per-key path:
   another device is stale, consumed exactly as a chosen one is).  A
   device's head, once found, is kept until it is a victim: only victims
   die during the call, so a victim clears itself from the kept heads of
-  the devices it has bytes on (moving their cursors past itself), and a
-  kept head needs no liveness check;
+  the devices it has bytes on, and a kept head needs no liveness check;
 * then placed (its slots taken as ``SlotAllocator.alloc`` takes them: the
   last freed slot of the class first) if it fits, else it waits
   (demotions draining) or is let go.
@@ -99,6 +98,15 @@ class _Books:
             self.lays[runs] = lay
         return lay
 
+    def put(self, key: int, runs: Runs, lay: Layout, used: list[float]) -> None:
+        """Place ``key`` as ``runs``: its slots taken now (``SlotAllocator.alloc``:
+        the class's last freed slot, else a fresh one), its bytes added."""
+        self.slots.append(tuple([fl.pop() if fl else _fresh(a, u) for fl, a, u in lay[1]]))
+        self.keys.append(key)
+        self.runs.append(runs)
+        self.nbytes.append(lay[0])
+        used[:] = map(add, used, lay[0])
+
     def flush(self, placed: list[Entry]) -> None:
         """The placed keys' entries (stamps consecutive, in order), counts."""
         t, n = self.tier, len(self.keys)
@@ -110,27 +118,12 @@ class _Books:
         if t.added is not None:
             t.added.extend(self.keys)
         placed += made
-        # counted by object (layouts are a few shared tuples: no tuple hashed per key)
-        live = Counter(map(id, self.runs))
-        live.subtract(Counter(map(id, self.gone)))
-        of = dict(zip(map(id, self.runs), self.runs, strict=True))
-        of.update(zip(map(id, self.gone), self.gone, strict=True))
-        for k, m in live.items():
-            for d, _l0, _l1 in of[k]:
+        live = Counter(self.runs)
+        live.subtract(Counter(self.gone))
+        for runs, m in live.items():
+            for d, _l0, _l1 in runs:
                 t.allocators[d].live += m
         t.evictions += len(self.gone)
-
-
-def _take(lay: Layout) -> tuple[int, ...]:
-    """The slots of a key placed as ``lay`` (``SlotAllocator.alloc`` per run:
-    its class's last freed slot, else a fresh one)."""
-    fls = lay[4]
-    if all(fls):  # every class has a freed slot
-        return tuple(map(_pop, fls))
-    return tuple([fl.pop() if fl else _fresh(a, u) for fl, a, u in lay[1]])
-
-
-_pop, _append = list.pop, list.append
 
 
 def _fresh(a: Any, units: int) -> int:
@@ -157,7 +150,7 @@ def drop_run(
     ``p`` per device, a layout's fit thresholds ``ix`` (``ix >= p``: fits)."""
     used, caps = tier.used, tier.capacity
     books, cur, room = _Books(tier), Cursors(tier), room_index(tier, SLACK)
-    victims, lays = _victims(cur, books, used), books.lays
+    victims, lays, put = _victims(cur, books, used), books.lays, books.put
     keys, runs, slots, nbytes = books.keys, books.runs, books.slots, books.nbytes
     th, memo, idx = room.th, room.spills, {}
     n, spills, back = len(new), -1, None  # -1: key i, known to evict; back: its spill
@@ -182,13 +175,7 @@ def drop_run(
                 if spills + 1 >= SPILLS:
                     back = alt
                     break
-                spilt = lays.get(alt) or books.layout(alt)  # placed as alt: _take, then the books
-                fls = spilt[4]
-                slots.append(tuple(map(_pop, fls)) if all(fls) else _take(spilt))
-                keys.append(new[i])
-                runs.append(alt)
-                nbytes.append(spilt[0])
-                used[:] = map(add, used, spilt[0])
+                put(new[i], alt, lays.get(alt) or books.layout(alt), used)
                 spills, i = spills + 1, i + 1
                 continue
         spills, i = 0, i + 1
@@ -199,9 +186,8 @@ def drop_run(
             if tier.draining:
                 waiting.append(new[i - 1])
             continue
-        fls = lay[4]  # _take(lay), inlined
-        slots.append(tuple(map(_pop, fls)) if all(fls) else _take(lay))
-        keys.append(new[i - 1])  # placed as laid out
+        slots.append(tuple([fl.pop() if fl else _fresh(a, u) for fl, a, u in lay[1]]))
+        keys.append(new[i - 1])  # put(new[i - 1], plan, lay, used), inlined
         runs.append(plan)
         nbytes.append(lay[0])
         used[:] = map(add, used, lay[0])
@@ -213,57 +199,34 @@ def drop_run(
 def _victims(cur: Cursors, books: _Books, used: list[float]) -> Callable[[list[float]], None]:
     """``victims(short)``: drop LRU victims until no device is ``short`` (or
     none is left): :meth:`OffloadTier.take_victims` then ``_drop`` of each,
-    fused (a device's head kept while it is alive: only a victim can die).
-
-    A device whose kept head is the victim moves its cursor past it at once
-    (:meth:`Cursors.head` would skip it there: dead, nothing else to do),
-    and its next head is looked at in place first: the entry at the cursor,
-    when it is that device's head by :meth:`Cursors.head`'s very tests (on
-    the device, not past the heap's next item, alive at its stamp,
-    evictable); else :meth:`Cursors.head` walks on from there."""
+    fused (a device's head kept while it is alive: only a victim can die)."""
     head, cand, pos = cur.head, cur.cand, cur.pos
-    ents_of, stamps_of, start, bound = cur.ents, cur.stamps, cur.start, cur.bound
     entries, lays, name = books.tier.entries, books.lays, books.tier.name
-    alive = entries.get
     gone = books.gone.append
-    devs = range(len(used))
 
     def victims(short: list[float]) -> None:
         while True:
             best: Entry | None = None
             first = INF
-            for d in devs:
-                if short[d] > SLACK:
-                    e = cand[d]  # a kept head is alive: victims clear theirs
-                    if e is None:  # Cursors.head(d): first the entry at the cursor
-                        ents, j = ents_of[d], pos[d]
-                        if ents is not None and j < len(ents):
-                            e, s = ents[j], stamps_of[d][j]
-                            if (e.nbytes[d] > 0 and (j == start[d] or s < bound[d])
-                                    and alive(e.key) is e and e.stamp == s
-                                    and e.ref_cnt == READY and not e.draining):  # fmt: skip
-                                cand[d] = e
-                            else:
-                                e = head(d)
-                        else:
-                            e = head(d)
-                        if e is None:
-                            continue
-                    if e.stamp < first:
-                        best, first = e, e.stamp
+            for d, s in enumerate(short):
+                if s > SLACK:
+                    e = cand[d] or head(d)  # a kept head is alive: victims clear theirs
+                    if e is not None and e.stamp < first:
+                        best, first, dev = e, e.stamp, d
             if best is None:
                 return
+            pos[dev] += 1  # cur.take(dev)
             if best.ref_cnt > READY:  # pragma: no cover - book-keeping bug
                 raise RuntimeError(f"{name}: entry {best.key} evicted while in use")
             del entries[best.key]  # OffloadTier._drop, its live count at flush
             x, runs = best.nbytes, best.runs
             used[:] = map(sub, used, x)
             lay = lays.get(runs) or books.layout(runs)
-            any(map(_append, lay[4], best.slots))  # each slot freed: append gives None
-            for d in lay[3]:  # the devices whose head it may be: consumed there
+            for fl, slot in zip(lay[4], best.slots):  # noqa: B905
+                fl.append(slot)
+            for d in lay[3]:  # the devices whose head it may be
                 if cand[d] is best:
                     cand[d] = None
-                    pos[d] += 1
             gone(runs)
             short = list(map(sub, short, x))
 
