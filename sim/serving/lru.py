@@ -68,15 +68,25 @@ class LruRuns:
                 put(s)
         self._offer_run(run, stamps)
 
-    def offer_ready(self, entries: Sequence[Entry]) -> None:
-        """Make ``entries``, all not ready (so never offered: ``heaped`` -1, and
-        never evicted: not draining), ready (count 0) and offer them: what
-        setting each ready then :meth:`offer` does, in one pass."""
-        stamps = [e.stamp for e in entries]
-        for e, s in zip(entries, stamps, strict=True):
+    def offer_ready(self, entries: Sequence[Entry]) -> bool:
+        """Make ``entries`` ready (count 0) and offer them, when all of them
+        are not ready (so never offered: ``heaped`` -1, and never evicted:
+        not draining): what setting each ready then :meth:`offer` does, in
+        one pass.  Returns False, with nothing changed, when one of them is
+        not "not ready" (the caller takes the general path)."""
+        stamps: list[int] = []
+        put = stamps.append
+        for e in entries:  # stamps read, counts and offered stamps set: one pass
+            if e.ref_cnt != -1:  # NOT_READY
+                for f in islice(entries, len(stamps)):  # undone: as they were
+                    f.ref_cnt = -1
+                    f.heaped = -1
+                return False
+            s = e.heaped = e.stamp
             e.ref_cnt = 0  # READY
-            e.heaped = s
+            put(s)
         self._offer_run(list(entries), stamps)
+        return True
 
     def _offer_run(self, run: list[Entry], stamps: list[int]) -> None:
         """Push ``run`` (offered at ``stamps``), sorted by stamp if it is not."""

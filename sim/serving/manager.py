@@ -271,28 +271,42 @@ class BlockManager:
         """Store or demotion ``t`` ended: its entries are ready below, its sources
         let go; returns the transfers that follow (write-through to the next tier)."""
         assert t.dst is not None
-        t.dst.complete_all(t.entries)
+        fresh = t.dst.complete_all(t.entries)  # all were not ready: all still held there
         if t.tag == "demote":
             for old in t.olds:
                 t.src.drained(old)  # type: ignore[union-attr]
         elif t.olds:
             t.src.unpin_all(t.olds)  # type: ignore[union-attr]
+        keys = None
         if t.sources:  # one release, each entry's blocks in the order of one release each
-            src = t.sources
-            held = [b for e in reversed(t.entries) if e.key in src for b in src[e.key]]
-            self.gpu.release(held, 0)
+            keys = [e.key for e in reversed(t.entries)]
+            got = filter(None, map(t.sources.get, keys))  # the held ones' blocks (none: ())
+            self.gpu.release(list(chain.from_iterable(got)), 0)
         if t.src is None and self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
-            return self._write_through(0, t.entries, t.rid)
+            live = None
+            if fresh:  # every entry still in tier 0: no probe needed
+                live = [e.key for e in t.entries] if keys is None else keys[::-1]
+            return self._write_through(0, t.entries, t.rid, live)
         return []
 
-    def _write_through(self, i: int, entries: list[Entry], rid: int) -> list[Transfer]:
+    def _write_through(
+        self, i: int, entries: list[Entry], rid: int, live: list[int] | None = None
+    ) -> list[Transfer]:
+        """Copy ``entries`` of tier ``i`` still held there to tier ``i + 1``
+        (``live``: their keys, when all of them are known to be held)."""
         src, dst = self.tiers[i], self.tiers[i + 1]
         held = src.entries  # list comprehensions: slot loads beat getter maps on 3.11
-        live = [e.key for e in entries if held.get(e.key) is e]
+        if live is None:
+            live = [e.key for e in entries if held.get(e.key) is e]
+        elif len(live) != len(entries):  # pragma: no cover - caller's bug
+            raise ValueError("live keys do not match the entries")
         placed, _ = dst.place(live, None)
         if not placed:
             return []
-        olds = [held[e.key] for e in placed]
+        if len(placed) == len(entries) == len(live):  # all placed, in order: the entries
+            olds = list(entries)
+        else:
+            olds = [held[e.key] for e in placed]
         src.pin_all(olds)
         pieces = store_pieces(src, dst, placed, self.gpu_name)
         return [Transfer("store", "dst", rid, pieces, src, dst, placed, olds)]
