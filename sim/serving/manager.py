@@ -187,23 +187,31 @@ class BlockManager:
     def _store_groups(self, s: Seq, g0: int, g1: int) -> list[tuple[int, tuple[GpuBlock, ...]]]:
         """Groups ``g0 .. g1`` of ``s`` held in no tier and whole on the GPU (no
         -1 among their blocks): (last block's key, blocks), the blocks held.
-        Masks in numpy; only the dict probes and the groups made go per group."""
+        The usual case, no key held anywhere and every block on the GPU, is
+        found by short-circuiting C-level scans (``any`` over the probes,
+        ``min`` over the blocks); otherwise masks in numpy.  Only the dict
+        probes and the groups made go per group."""
         k, n = self.k, g1 - g0
         keys = ints(s.req.hashes, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
-        held = np.zeros(n, dtype=bool)  # in some tier already
-        for t in self.tiers:
-            held |= np.fromiter(map(t.entries.__contains__, keys), dtype=bool, count=n)
-        mine = np.array(s.blocks[g0 * k : g1 * k], dtype=np.int64).reshape(n, k)
-        take = ~held & (mine.min(axis=1) >= 0)
-        if not take.all():
-            keys = list(compress(keys, take.tolist()))
-            mine = mine[take]
+        blocks = s.blocks[g0 * k : g1 * k]
         if not keys:
             return []
-        self.gpu.acquire_all(mine.ravel())
+        if min(blocks) >= 0 and not any(any(map(t.entries.__contains__, keys)) for t in self.tiers):
+            mine = np.array(blocks, dtype=np.int64)  # every group taken
+        else:
+            held = np.zeros(n, dtype=bool)  # in some tier already
+            for t in self.tiers:
+                held |= np.fromiter(map(t.entries.__contains__, keys), dtype=bool, count=n)
+            whole = np.array(blocks, dtype=np.int64).reshape(n, k)
+            take = ~held & (whole.min(axis=1) >= 0)
+            keys = list(compress(keys, take.tolist()))
+            mine = whole[take].ravel()
+            if not keys:
+                return []
+        self.gpu.acquire_all(mine)
         if k == 1:  # one block a group: its shared 1-tuple
-            return list(zip(keys, self._ones(mine.ravel()), strict=True))
-        return list(zip(keys, zip(*mine.T.tolist(), strict=True), strict=True))
+            return list(zip(keys, self._ones(mine), strict=True))
+        return list(zip(keys, zip(*mine.reshape(-1, k).T.tolist(), strict=True), strict=True))
 
     def _ones(self, slots: np.ndarray) -> list[tuple[GpuBlock]]:
         """``(slot,)`` for each of ``slots``: one tuple per GPU slot, made
