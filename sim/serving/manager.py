@@ -33,7 +33,7 @@ that follow it (LMCache's write-through).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain, compress
+from itertools import chain
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, 
 from sim.serving.prefix import Lookup, gpu_prefix, ints, lower_hits
 from sim.serving.requests import Request
 from sim.serving.seq import Seq
+from sim.serving.storegroups import store_groups
 from sim.serving.tierplace import fitting_prefix, room_blocked
 
 
@@ -185,33 +186,9 @@ class BlockManager:
         return StoreRequest(s.req.rid, groups) if groups else None
 
     def _store_groups(self, s: Seq, g0: int, g1: int) -> list[tuple[int, tuple[GpuBlock, ...]]]:
-        """Groups ``g0 .. g1`` of ``s`` held in no tier and whole on the GPU (no
-        -1 among their blocks): (last block's key, blocks), the blocks held.
-        The usual case, no key held anywhere and every block on the GPU, is
-        found by short-circuiting C-level scans (``any`` over the probes,
-        ``min`` over the blocks); otherwise masks in numpy.  Only the dict
-        probes and the groups made go per group."""
-        k, n = self.k, g1 - g0
-        keys = ints(s.req.hashes, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
-        blocks = s.blocks[g0 * k : g1 * k]
-        if not keys:
-            return []
-        if min(blocks) >= 0 and not any(any(map(t.entries.__contains__, keys)) for t in self.tiers):
-            mine = np.array(blocks, dtype=np.int64)  # every group taken
-        else:
-            held = np.zeros(n, dtype=bool)  # in some tier already
-            for t in self.tiers:
-                held |= np.fromiter(map(t.entries.__contains__, keys), dtype=bool, count=n)
-            whole = np.array(blocks, dtype=np.int64).reshape(n, k)
-            take = ~held & (whole.min(axis=1) >= 0)
-            keys = list(compress(keys, take.tolist()))
-            mine = whole[take].ravel()
-            if not keys:
-                return []
-        self.gpu.acquire_all(mine)
-        if k == 1:  # one block a group: its shared 1-tuple
-            return list(zip(keys, self._ones(mine), strict=True))
-        return list(zip(keys, zip(*mine.reshape(-1, k).T.tolist(), strict=True), strict=True))
+        """Groups ``g0 .. g1`` of ``s`` held in no tier and whole on the GPU
+        (:func:`sim.serving.storegroups.store_groups`), their blocks held."""
+        return store_groups(self.tiers, self.gpu, self._ones, self.k, s, g0, g1)
 
     def _ones(self, slots: np.ndarray) -> list[tuple[GpuBlock]]:
         """``(slot,)`` for each of ``slots``: one tuple per GPU slot, made
@@ -306,8 +283,6 @@ class BlockManager:
         held = src.entries  # list comprehensions: slot loads beat getter maps on 3.11
         if live is None:
             live = [e.key for e in entries if held.get(e.key) is e]
-        elif len(live) != len(entries):  # pragma: no cover - caller's bug
-            raise ValueError("live keys do not match the entries")
         placed, _ = dst.place(live, None)
         if not placed:
             return []

@@ -3,7 +3,7 @@
 :meth:`OffloadTier.complete_all` makes a store's entries ready and offers
 them in one pass (:meth:`LruRuns.offer_ready`) when all of them are not
 ready, and says so; a set with one entry already ready takes the general
-path with nothing half done.  :meth:`BlockManager._store_groups` finds the
+path with nothing half done.  :func:`sim.serving.storegroups.store_groups` finds the
 usual case (no key held anywhere, every block on the GPU) by
 short-circuiting scans; it must return what the numpy masks return.
 """
