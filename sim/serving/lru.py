@@ -298,25 +298,25 @@ def _walk_renew(
     victims' keys deleted), the same fields.  A renamed entry's new stamp
     is larger than every offered one, so no later item of the walk is
     live for it (as with :data:`DEAD`)."""
-    j = i
+    j, v, put = i, len(out), out.append  # v: the next victim's number in the take
+    last = v + left  # the walk stops once victim number ``last - 1`` is taken
     for e, s in zip(_span(entries, i, end), _span(stamps, i, end), strict=True):
         j += 1
         if e.stamp is s:
             if e.ref_cnt == 0 and not e.draining:  # e.evictable
-                v = len(out)
-                out.append(e)
+                put(e)
                 del alive[e.key]
                 key = e.key = names[v]
                 alive[key] = e
                 e.ref_cnt = -1  # NOT_READY
                 e.stamp = stamp + v
                 e.heaped = -1
-                left -= 1
-                if not left:
+                v += 1
+                if v == last:
                     break
             else:
                 e.heaped = -1  # offered again when it becomes evictable
-    return j, left
+    return j, last - v
 
 
 DEAD = -1  # the stamp of an entry dropped from its tier: never an offered stamp
