@@ -5,7 +5,9 @@ them in one pass (:meth:`LruRuns.offer_ready`) when all of them are not
 ready, and says so; a set with one entry already ready takes the general
 path with nothing half done.  :func:`sim.serving.storegroups.store_groups` finds the
 usual case (no key held anywhere, every block on the GPU) by
-short-circuiting scans; it must return what the numpy masks return.
+short-circuiting scans; it must return what the numpy masks return.  A
+completed store written through copies from its own entries (no probe
+when all were fresh), pinned once each, and only the keys not below yet.
 """
 
 from __future__ import annotations
@@ -133,3 +135,62 @@ def test_store_groups_fast_and_masked_paths_match_the_definition() -> None:
         assert mgr.gpu.held == [b for _, bs in want for b in bs]
         paths.add(len(want) == n - g0)
     assert paths == {True, False}  # both paths were taken
+
+
+def _write_through_manager():
+    """A GPU, a CPU tier of 16 blocks and an SSD tier of 64, written through."""
+    from sim.serving.blocks import GpuCache
+    from sim.serving.designs import DesignParams
+    from sim.serving.manager import BlockManager
+
+    gpu = GpuCache(64, prefix_cache=False)
+    cpu = OffloadTier("cpu", ["dram0"], [1.0], [16 * 4 * 8192.0], 4, 8192)
+    ssd = OffloadTier("ssd", ["ssd0"], [1.0], [64 * 4 * 8192.0], 4, 8192)
+    design = DesignParams(cpu_gib=1.0, ssd_gib=1.0, cpu_to_ssd="write_through")
+    return BlockManager(gpu, [cpu, ssd], design, 16, "gpu0")
+
+
+def _store(mgr, rid: int, hashes: list[int]):
+    """Admit a request of ``hashes``, compute it, place its store: the store."""
+    from sim.serving.manager import Seq
+    from sim.serving.requests import Request
+
+    s = Seq(Request(rid, 0.0, -1, 0, len(hashes) * 16 + 1, 1, tuple(hashes)), len(hashes) + 1)
+    assert mgr.acquire(s, mgr.lookup(s), s.total_blocks)
+    s.prefilled = s.prefill_left
+    store = mgr.place_store(mgr.computed(s)).store
+    assert store is not None
+    return s, store
+
+
+def test_a_completed_store_is_written_through_from_its_own_entries() -> None:
+    """Five fresh blocks stored in the CPU tier: completing the store starts
+    one write-through whose sources are those very five CPU entries, each
+    pinned once (not evictable while copied), into five new SSD entries of
+    the same keys; completing the copy makes the SSD entries ready and the
+    CPU entries unpinned (count 0), nothing following."""
+    mgr = _write_through_manager()
+    cpu, ssd = mgr.tiers
+    _s, store = _store(mgr, 0, [11, 12, 13, 14, 15])
+    (wt,) = mgr.on_stored(store)
+    assert [e.key for e in wt.entries] == [11, 12, 13, 14, 15]
+    assert [id(e) for e in wt.olds] == [id(cpu.entries[k]) for k in (11, 12, 13, 14, 15)]
+    assert [e.ref_cnt for e in wt.olds] == [1] * 5
+    assert (wt.src, wt.dst) == (cpu, ssd)
+    assert mgr.on_stored(wt) == []
+    assert [e.ref_cnt for e in wt.olds] == [READY] * 5
+    assert [ssd.entries[k].ref_cnt for k in (11, 12, 13, 14, 15)] == [READY] * 5
+
+
+def test_keys_already_below_are_not_written_through_again() -> None:
+    """Keys 21 and 23 reach the SSD tier while a store of 20..24 into the
+    CPU tier is in flight: its write-through copies 20, 22 and 24 only,
+    from their own CPU entries, and pins no other."""
+    mgr = _write_through_manager()
+    cpu, ssd = mgr.tiers
+    _s, store = _store(mgr, 0, [20, 21, 22, 23, 24])
+    ssd.complete_all(ssd.place([21, 23], None)[0])
+    (wt,) = mgr.on_stored(store)
+    assert [e.key for e in wt.entries] == [20, 22, 24]
+    assert [id(e) for e in wt.olds] == [id(cpu.entries[k]) for k in (20, 22, 24)]
+    assert [cpu.entries[k].ref_cnt for k in (20, 21, 22, 23, 24)] == [1, 0, 1, 0, 1]
