@@ -46,7 +46,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import filterfalse, repeat
-from operator import attrgetter
 
 import numpy as np
 
@@ -57,8 +56,6 @@ from sim.serving.lru import DEAD, LruRuns
 from sim.serving.placement import layer_runs
 from sim.serving.poolplace import place_pool
 from sim.serving.tierplace import place_single
-
-_REF = attrgetter("ref_cnt")
 
 # the engine's answer when an entry is evicted: True = it is being demoted
 EvictFn = Callable[["OffloadTier", Entry], bool]
@@ -133,12 +130,13 @@ class OffloadTier:
         self._clock = c
         self._offer(entries)
 
-    def _offer(self, entries: Sequence[Entry], ready: bool = False) -> None:
+    def _offer(self, entries: Sequence[Entry], ready: bool = False) -> bool:
         """Offer ``entries`` to the LRU (``ready``: all of them not ready, to
-        be made ready: :meth:`LruRuns.offer_ready`); rebuild it when stale
-        items pile up."""
+        be made ready: :meth:`LruRuns.offer_ready`, whose answer is returned;
+        else True); rebuild it when stale items pile up."""
         if ready:
-            self.lru.offer_ready(entries)
+            if not self.lru.offer_ready(entries):
+                return False  # nothing changed: the caller takes the general path
         else:
             self.lru.offer(entries)
         if self.lru.items > 2 * len(self.entries) + 64:
@@ -146,6 +144,7 @@ class OffloadTier:
             for e in self.entries.values():
                 e.heaped = -1
             self.lru.rebuild([e for e in self.entries.values() if e.evictable])
+        return True
 
     def pin(self, e: Entry) -> None:
         if e.ref_cnt < READY:
@@ -175,16 +174,19 @@ class OffloadTier:
     def complete(self, e: Entry) -> None:
         self.complete_all([e])
 
-    def complete_all(self, entries: Sequence[Entry]) -> None:
+    def complete_all(self, entries: Sequence[Entry]) -> bool:
         """A store into this tier finished: its entries become ready.  Entries
         that were not ready were never offered (an entry is offered only once
-        ready) nor evicted (so not draining): all of them are offered."""
-        if list(map(_REF, entries)).count(NOT_READY) == len(entries):
-            self._offer(entries, ready=True)  # sets them ready
-            return
+        ready) nor evicted (so not draining): all of them are offered.
+        Returns whether all of them were not ready: they are then all still
+        in this tier (an entry leaves a tier only once evicted, and only a
+        ready one is)."""
+        if entries and self._offer(entries, ready=True):  # sets them ready
+            return True
         for e in entries:
             e.ref_cnt = READY
         self._offer(entries)
+        return not entries
 
     def drained(self, e: Entry) -> None:
         """A demoted entry's copy below is done: free its bytes."""

@@ -200,7 +200,7 @@ class GpuCache:
             self._release_few(blocks)
             return
         arr = np.asarray(blocks, dtype=np.int64)[::-1]
-        if isinstance(blocks, np.ndarray) or -1 in blocks:
+        if arr.min() < 0:  # -1 entries: skipped (one vector test, not a list scan)
             arr = arr[arr >= 0]
             if not len(arr):
                 return

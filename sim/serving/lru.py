@@ -29,7 +29,15 @@ victims of one device at once: exactly what ``k`` rounds of :meth:`top`
 then :meth:`pop` consume (the same items, stale ones included, the same
 ``heaped`` resets), but walking the top run's entries while they stay below
 the heap's next item, with one heap operation per run left rather than one
-per entry.
+per entry.  A replace run (:mod:`sim.serving.tierplace`) passes the new
+keys: each victim is dropped and renewed as the next key's entry in the
+very step of the walk that takes it (:func:`_walk_renew`), while it is in
+cache, rather than in a second pass.
+
+**Completion in one pass.**  :meth:`LruRuns.offer_ready` reads each
+entry's stamp, makes it ready and marks it offered in one loop; when an
+entry turns out not to be "not ready" it undoes the ones before it and
+says so, and the tier takes the general path.
 """
 
 from __future__ import annotations
@@ -68,15 +76,25 @@ class LruRuns:
                 put(s)
         self._offer_run(run, stamps)
 
-    def offer_ready(self, entries: Sequence[Entry]) -> None:
-        """Make ``entries``, all not ready (so never offered: ``heaped`` -1, and
-        never evicted: not draining), ready (count 0) and offer them: what
-        setting each ready then :meth:`offer` does, in one pass."""
-        stamps = [e.stamp for e in entries]
-        for e, s in zip(entries, stamps, strict=True):
+    def offer_ready(self, entries: Sequence[Entry]) -> bool:
+        """Make ``entries`` ready (count 0) and offer them, when all of them
+        are not ready (so never offered: ``heaped`` -1, and never evicted:
+        not draining): what setting each ready then :meth:`offer` does, in
+        one pass.  Returns False, with nothing changed, when one of them is
+        not "not ready" (the caller takes the general path)."""
+        stamps: list[int] = []
+        put = stamps.append
+        for e in entries:  # stamps read, counts and offered stamps set: one pass
+            if e.ref_cnt != -1:  # NOT_READY
+                for f in islice(entries, len(stamps)):  # undone: as they were
+                    f.ref_cnt = -1
+                    f.heaped = -1
+                return False
+            s = e.heaped = e.stamp
             e.ref_cnt = 0  # READY
-            e.heaped = s
+            put(s)
         self._offer_run(list(entries), stamps)
+        return True
 
     def _offer_run(self, run: list[Entry], stamps: list[int]) -> None:
         """Push ``run`` (offered at ``stamps``), sorted by stamp if it is not."""
@@ -138,13 +156,25 @@ class LruRuns:
         else:
             heapq.heappop(heap)
 
-    def take(self, dev: int, alive: dict[int, Entry], k: int, drop: bool = False) -> list[Entry]:
+    def take(
+        self,
+        dev: int,
+        alive: dict[int, Entry],
+        k: int,
+        drop: bool = False,
+        names: Sequence[int] | None = None,
+        stamp: int = 0,
+    ) -> list[Entry]:
         """The next ``k`` (fewer when the heap runs dry) least recently used
         evictable entries with bytes on ``dev``, in LRU order, consumed:
         what ``k`` rounds of ``top(dev, alive, set())`` then ``pop(dev)``
         return and consume (module docstring).  ``drop``: each is also
         dropped from ``alive`` (its stamp :data:`DEAD`) as it is taken
-        (the caller frees its bytes and slots)."""
+        (the caller frees its bytes and slots).  ``names`` (with ``drop``,
+        at least ``k`` keys, none in ``alive``): victim ``v`` is then also
+        reused at once as the new, not ready entry of ``names[v]``, stamped
+        ``stamp + v`` (:meth:`sim.serving.blocks.OffloadTier.renew`'s
+        books, done in the walk: no second pass over the victims)."""
         heap, out, left = self.heaps[dev], [], k
         get, one = alive.get, len(self.heaps) == 1  # one device: every entry has bytes on it
         while heap and left > 0:
@@ -158,7 +188,9 @@ class LruRuns:
                 if end < n and stamps[end] == ns and seq < nq:  # the same stamp: by sequence
                     end += 1
             j = i
-            if one and FAST:  # one tight loop, no per-entry device test
+            if one and FAST and names is not None:  # the walk renames its victims
+                j, left = _walk_renew(entries, stamps, i, end, out, left, alive, names, stamp)
+            elif one and FAST:  # one tight loop, no per-entry device test
                 j, left = _walk_one(entries, stamps, i, end, out, left, alive if drop else None)
             while j < end and left > 0:
                 e = entries[j]
@@ -184,6 +216,13 @@ class LruRuns:
             for e in out:
                 del alive[e.key]
                 e.stamp = DEAD
+            if names is not None:  # reused as the new entries (what the fast walk does)
+                for v, e in enumerate(out):
+                    key = e.key = names[v]
+                    alive[key] = e
+                    e.ref_cnt = -1  # NOT_READY
+                    e.stamp = stamp + v
+                    e.heaped = -1
         return out
 
 
@@ -237,6 +276,47 @@ def _walk_one(
             else:
                 e.heaped = -1  # offered again when it becomes evictable
     return j, left
+
+
+def _walk_renew(
+    entries: list[Entry],
+    stamps: list[int],
+    i: int,
+    end: int,
+    out: list[Entry],
+    left: int,
+    alive: dict[int, Entry],
+    names: Sequence[int],
+    stamp: int,
+) -> tuple[int, int]:
+    """:func:`_walk_one` with each victim dropped from ``alive`` and reused
+    at once as the new entry of the next of ``names`` (victim ``v`` of the
+    take, ``len(out)`` before it is added: key ``names[v]``, not ready,
+    stamp ``stamp + v``, not offered), which is what
+    ``take(..., drop=True)`` then ``OffloadTier.renew`` leave: the same
+    dict contents in the same order (each new key is put at the end, the
+    victims' keys deleted), the same fields.  A renamed entry's new stamp
+    is larger than every offered one, so no later item of the walk is
+    live for it (as with :data:`DEAD`)."""
+    j, v, put = i, len(out), out.append  # v: the next victim's number in the take
+    last = v + left  # the walk stops once victim number ``last - 1`` is taken
+    for e, s in zip(_span(entries, i, end), _span(stamps, i, end), strict=True):
+        j += 1
+        if e.stamp is s:
+            if e.ref_cnt == 0 and not e.draining:  # e.evictable
+                put(e)
+                del alive[e.key]
+                key = e.key = names[v]
+                alive[key] = e
+                e.ref_cnt = -1  # NOT_READY
+                e.stamp = stamp + v
+                e.heaped = -1
+                v += 1
+                if v == last:
+                    break
+            else:
+                e.heaped = -1  # offered again when it becomes evictable
+    return j, last - v
 
 
 DEAD = -1  # the stamp of an entry dropped from its tier: never an offered stamp

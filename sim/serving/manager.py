@@ -33,7 +33,7 @@ that follow it (LMCache's write-through).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain, compress
+from itertools import chain
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, 
 from sim.serving.prefix import Lookup, gpu_prefix, ints, lower_hits
 from sim.serving.requests import Request
 from sim.serving.seq import Seq
+from sim.serving.storegroups import store_groups
 from sim.serving.tierplace import fitting_prefix, room_blocked
 
 
@@ -185,25 +186,9 @@ class BlockManager:
         return StoreRequest(s.req.rid, groups) if groups else None
 
     def _store_groups(self, s: Seq, g0: int, g1: int) -> list[tuple[int, tuple[GpuBlock, ...]]]:
-        """Groups ``g0 .. g1`` of ``s`` held in no tier and whole on the GPU (no
-        -1 among their blocks): (last block's key, blocks), the blocks held.
-        Masks in numpy; only the dict probes and the groups made go per group."""
-        k, n = self.k, g1 - g0
-        keys = ints(s.req.hashes, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
-        held = np.zeros(n, dtype=bool)  # in some tier already
-        for t in self.tiers:
-            held |= np.fromiter(map(t.entries.__contains__, keys), dtype=bool, count=n)
-        mine = np.array(s.blocks[g0 * k : g1 * k], dtype=np.int64).reshape(n, k)
-        take = ~held & (mine.min(axis=1) >= 0)
-        if not take.all():
-            keys = list(compress(keys, take.tolist()))
-            mine = mine[take]
-        if not keys:
-            return []
-        self.gpu.acquire_all(mine.ravel())
-        if k == 1:  # one block a group: its shared 1-tuple
-            return list(zip(keys, self._ones(mine.ravel()), strict=True))
-        return list(zip(keys, zip(*mine.T.tolist(), strict=True), strict=True))
+        """Groups ``g0 .. g1`` of ``s`` held in no tier and whole on the GPU
+        (:func:`sim.serving.storegroups.store_groups`), their blocks held."""
+        return store_groups(self.tiers, self.gpu, self._ones, self.k, s, g0, g1)
 
     def _ones(self, slots: np.ndarray) -> list[tuple[GpuBlock]]:
         """``(slot,)`` for each of ``slots``: one tuple per GPU slot, made
@@ -271,28 +256,40 @@ class BlockManager:
         """Store or demotion ``t`` ended: its entries are ready below, its sources
         let go; returns the transfers that follow (write-through to the next tier)."""
         assert t.dst is not None
-        t.dst.complete_all(t.entries)
+        fresh = t.dst.complete_all(t.entries)  # all were not ready: all still held there
         if t.tag == "demote":
             for old in t.olds:
                 t.src.drained(old)  # type: ignore[union-attr]
         elif t.olds:
             t.src.unpin_all(t.olds)  # type: ignore[union-attr]
+        keys = None
         if t.sources:  # one release, each entry's blocks in the order of one release each
-            src = t.sources
-            held = [b for e in reversed(t.entries) if e.key in src for b in src[e.key]]
-            self.gpu.release(held, 0)
+            keys = [e.key for e in reversed(t.entries)]
+            got = filter(None, map(t.sources.get, keys))  # the held ones' blocks (none: ())
+            self.gpu.release(list(chain.from_iterable(got)), 0)
         if t.src is None and self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
-            return self._write_through(0, t.entries, t.rid)
+            live = None
+            if fresh:  # every entry still in tier 0: no probe needed
+                live = [e.key for e in t.entries] if keys is None else keys[::-1]
+            return self._write_through(0, t.entries, t.rid, live)
         return []
 
-    def _write_through(self, i: int, entries: list[Entry], rid: int) -> list[Transfer]:
+    def _write_through(
+        self, i: int, entries: list[Entry], rid: int, live: list[int] | None = None
+    ) -> list[Transfer]:
+        """Copy ``entries`` of tier ``i`` still held there to tier ``i + 1``
+        (``live``: their keys, when all of them are known to be held)."""
         src, dst = self.tiers[i], self.tiers[i + 1]
         held = src.entries  # list comprehensions: slot loads beat getter maps on 3.11
-        live = [e.key for e in entries if held.get(e.key) is e]
+        if live is None:
+            live = [e.key for e in entries if held.get(e.key) is e]
         placed, _ = dst.place(live, None)
         if not placed:
             return []
-        olds = [held[e.key] for e in placed]
+        if len(placed) == len(entries) == len(live):  # all placed, in order: the entries
+            olds = list(entries)
+        else:
+            olds = [held[e.key] for e in placed]
         src.pin_all(olds)
         pieces = store_pieces(src, dst, placed, self.gpu_name)
         return [Transfer("store", "dst", rid, pieces, src, dst, placed, olds)]

@@ -6,7 +6,9 @@ then group by group (``k`` GPU blocks to an offload block) in the offload
 tiers (:func:`lower_hits`: each group in the first tier holding a ready,
 not draining copy; the hit ends at a group with a block on the GPU or
 found nowhere).  Every probe is a C-level ``map`` over a chunk of keys, the
-chunks doubling from 32, so that the work follows the hit, not the prompt.
+chunks doubling from 32, so that the work follows the hit, not the prompt;
+the tiers below the first are probed only from the first group the first
+tier does not serve.
 """
 
 from __future__ import annotations
@@ -114,12 +116,21 @@ def _ready_runs(
     each in the first tier holding a ready, not draining entry for it (what
     :meth:`OffloadTier.lookup` accepts).  Readiness is one list comprehension
     per tier (slot loads, cheaper than C-level maps of getters); the hits
-    are made run by run (groups served by the same tier)."""
-    ess, oks = [], []
+    are made run by run (groups served by the same tier).  The tiers below
+    the first are probed only from the first group the first tier does not
+    serve (``lo``): the groups before it are the first tier's, whatever the
+    others hold, so they read as absent there."""
+    ess, oks, lo = [], [], 0
     for tier in tiers:
-        es = list(map(tier.entries.get, keys, repeat(_ABSENT)))
+        es = list(map(tier.entries.get, keys[lo:] if lo else keys, repeat(_ABSENT)))
+        ok = [e.ref_cnt >= READY and not e.draining for e in es]  # slot loads: fast
+        if lo:  # not probed: absent
+            es[:0] = repeat(_ABSENT, lo)
+            ok[:0] = repeat(False, lo)
         ess.append(es)
-        oks.append([e.ref_cnt >= READY and not e.draining for e in es])  # slot loads: fast
+        oks.append(ok)
+        if not oks[1:]:  # the first tier: the others start where it stops serving
+            lo = _index(ok, False, 0, len(ok))
     out: list[tuple[OffloadTier, Entry, int, int]] = []
     g, n = 0, len(keys)
     while g < n:

@@ -20,7 +20,9 @@ victim out, the key in) gives ``used`` back bit for bit, every later key
 repeats it: the keys replacing their victims are then one run
 (:func:`_replace_run`), each new entry the very object of the victim whose
 slot it takes (``REUSE``: :meth:`OffloadTier.renew`; no object made or
-freed per key).  ``BATCH = False`` turns those batches off (the
+freed per key), renamed in the LRU walk that takes it (``FUSED``:
+:meth:`sim.serving.lru.LruRuns.take` with ``names``; else by a second
+pass, ``renew``).  ``BATCH = False`` turns those batches off (the
 per-victim loops, kept as the reference;
 ``tests/sim/test_serving_lrutake.py`` runs both side by side on random
 workloads).  A pool tier is :mod:`sim.serving.poolplace` (runs of keys that
@@ -48,6 +50,7 @@ OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks import
 SLACK = 1e-6  # bytes: "fits" tolerance of every room check
 BATCH = True  # victims in batches (module docstring); False: one by one
 REUSE = True  # a replace run's dropped victims reused as the new entries; False: new objects
+FUSED = True  # with REUSE: each victim renewed in the LRU walk that takes it; False: after
 MEMO = True  # pool spills remembered per room state (sim.serving.poolroom); False: the plain code
 
 
@@ -224,6 +227,18 @@ def _replace_run(
     none and are short (they wait while demotions drain, else are let go).
     Returns ``len(new)``."""
     entries = tier.entries
+    if REUSE and FUSED:  # each victim renewed as the next key's entry as the walk takes it
+        c = tier._clock
+        victims = tier.lru.take(0, entries, len(new) - i, drop=True, names=new[i:], stamp=c + 1)
+        m = len(victims)
+        tier._clock = c + m
+        tier.evictions += m
+        if tier.added is not None:
+            tier.added.extend(new[i : i + m])
+        out += victims
+        if m < len(new) - i and tier.draining:
+            waiting += new[i + m :]
+        return len(new)
     victims = tier.lru.take(0, entries, len(new) - i, drop=True)  # dropped as taken
     m = len(victims)
     tier.evictions += m

@@ -151,9 +151,9 @@ def test_batched_victims_match_one_at_a_time(
     fast.used[0] = slow.used[0] = held
     real_take = type(fast.lru).take
 
-    def counted_take(self, dev, alive, k, drop=False):
+    def counted_take(self, dev, alive, k, drop=False, **renew):
         runs["take"] += self is fast.lru
-        return real_take(self, dev, alive, k, drop)
+        return real_take(self, dev, alive, k, drop, **renew)
 
     monkeypatch.setattr(type(fast.lru), "take", counted_take)
     evicted = {"fast": [], "slow": []}
@@ -221,29 +221,42 @@ def test_a_key_whose_arithmetic_does_not_return_used_is_placed_key_by_key(
 def test_a_replace_run_reusing_its_victims_decides_what_new_entries_decide(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A full one-device tier whose victims are dropped, driven twice by the
-    same random sets and life, with ``tierplace.REUSE`` on (each new entry
-    the victim's own object) and off (new objects): the same keys placed,
-    victims, slots, stamps, counts and LRU order after every step, so an
-    item a reused object left in the LRU never comes back as the new key;
-    and objects were reused."""
+    """A full one-device tier whose victims are dropped, driven four times by
+    the same random sets and life: with ``tierplace.REUSE`` on (each new
+    entry the victim's own object), renewed in the walk that takes it
+    (``tierplace.FUSED``, with ``lru.FAST``'s tight walk or the general
+    one) or after it, and with ``REUSE`` off (new objects): the same keys
+    placed, victims, slots, stamps, counts, dict order and LRU order after
+    every step, so an item a reused object left in the LRU never comes
+    back as the new key; and objects were reused."""
     rng = np.random.default_rng(7)
-    tiers = {True: OffloadTier("t", ["d0"], [1.0], [60 * 32.0], 32, 1.0)}
-    tiers[False] = OffloadTier("t", ["d0"], [1.0], [60 * 32.0], 32, 1.0)
+    modes = {  # (REUSE, FUSED, lru.FAST)
+        "new": (False, False, True),
+        "reuse": (True, False, True),
+        "fused": (True, True, True),
+        "fused-general": (True, True, False),
+    }
+    tiers = {m: OffloadTier("t", ["d0"], [1.0], [60 * 32.0], 32, 1.0) for m in modes}
     reused = 0
     for _step in range(300):
         keys = [int(k) for k in rng.choice(400, int(rng.integers(1, 40)), replace=False)]
         out = {}
-        for reuse, tier in tiers.items():
+        for mode, tier in tiers.items():
             before = {id(e) for e in tier.entries.values()}
+            reuse, fused, fast = modes[mode]
             monkeypatch.setattr(tierplace, "REUSE", reuse)
+            monkeypatch.setattr(tierplace, "FUSED", fused)
+            monkeypatch.setattr(lru, "FAST", fast)
             placed, waiting = tier.place(keys, None)
-            out[reuse] = ([e.key for e in placed], waiting, tier.evictions, list(tier.entries))
+            out[mode] = ([e.key for e in placed], waiting, tier.evictions, list(tier.entries))
+            out[mode] += ([e.stamp for e in placed], tier._clock, tier.used[0])
             reused += reuse and sum(id(e) in before for e in placed)
-        assert out[True] == out[False]
-        for k, e in tiers[True].entries.items():
-            f = tiers[False].entries[k]
-            assert (e.key, e.slots, e.stamp, e.ref_cnt, e.draining) == (
-                f.key, f.slots, f.stamp, f.ref_cnt, f.draining)  # fmt: skip
+        for mode in modes:
+            assert out[mode] == out["new"]
+        for mode in modes:
+            for k, e in tiers[mode].entries.items():
+                f = tiers["new"].entries[k]
+                assert (e.key, e.slots, e.stamp, e.ref_cnt, e.draining, e.heaped) == (
+                    f.key, f.slots, f.stamp, f.ref_cnt, f.draining, f.heaped)  # fmt: skip
         _life(list(tiers.values()), rng)
-    assert tiers[True].evictions > 500 and reused > 100
+    assert tiers["fused"].evictions > 500 and reused > 300

@@ -41,14 +41,17 @@ def _by_group(tiers, on_gpu, k, hs, j, limit):
     return out, min(lasts[-1] + 1, limit)
 
 
+@pytest.mark.parametrize("n_tiers", [2, 3])
 @pytest.mark.parametrize("k", [1, 2, 4, 16])
-def test_chunked_lower_hits_are_the_group_by_group_hits(k: int) -> None:
-    rng = random.Random(k)
-    ended_inside = 0
+def test_chunked_lower_hits_are_the_group_by_group_hits(k: int, n_tiers: int) -> None:
+    """``n_tiers`` tiers holding mostly the same keys (a lower tier probed
+    only from where the first stops serving must still serve the rest)."""
+    rng = random.Random(k if n_tiers == 2 else 1000 + k)
+    ended_inside = switched = 0
     for _case in range(300):
         n_blocks = rng.randint(1, max(600, 100 * k))
         hs = tuple(rng.randrange(1, 2**40) for _ in range(n_blocks))
-        tiers = [OffloadTier(f"t{i}", ["d0"], [1.0], [1e12], 4, 1.0) for i in range(2)]
+        tiers = [OffloadTier(f"t{i}", ["d0"], [1.0], [1e12], 4, 1.0) for i in range(n_tiers)]
         hit_len = rng.randint(0, n_blocks)  # most groups up to here are held somewhere
         for b in range(k - 1, n_blocks, k):
             for t in tiers:
@@ -69,4 +72,7 @@ def test_chunked_lower_hits_are_the_group_by_group_hits(k: int) -> None:
         want = _by_group(tiers, gpu.__contains__, k, hs, j, limit)
         assert got == want
         ended_inside += len(want[0]) > 40 and want[1] < min(limit, n_blocks)
-    assert ended_inside > 10  # hits past the first chunk that ended before the limit
+        served = [t for t, *_ in want[0]]
+        switched += tiers[0] in served and served[-1] is not tiers[0]
+    assert ended_inside > (10 if n_tiers == 2 else 2)  # hits past the first chunk, ended early
+    assert switched > 10  # a lower tier served groups after the first tier's
