@@ -44,7 +44,6 @@ from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, 
 from sim.serving.prefix import Lookup, gpu_prefix, ints, lower_hits
 from sim.serving.requests import Request
 from sim.serving.seq import Seq
-from sim.serving.tierplace import fitting_prefix, room_blocked
 
 
 @dataclass
@@ -52,12 +51,15 @@ class Placement:
     """What :meth:`BlockManager.place_store` decided: demotions to start (first),
     the store, and the groups that wait for a demotion of tier 0 to drain;
     ``blocked``: tier 0 was found blocked once the last key looked at was
-    placed (:meth:`BlockManager.room_blocked` is True, nothing changed since)."""
+    placed (:meth:`BlockManager.room_blocked` is True, nothing changed since);
+    ``rest_at`` >= 0: the groups that wait are the ones given from there on
+    (:meth:`BlockManager.place_from`; ``waiting`` is then None, not made)."""
 
     demotions: list[Transfer]
     store: Transfer | None
     waiting: StoreRequest | None
     blocked: bool = False
+    rest_at: int = -1
 
 
 class BlockManager:
@@ -80,6 +82,7 @@ class BlockManager:
         # demotions decided while placing (tier, below, new entry, victim), handed out after
         self._demotions: list[tuple[OffloadTier, OffloadTier, Entry, Entry]] = []
         self._one = np.empty(0, dtype=object)  # (slot,) per GPU slot (:meth:`_ones`)
+        self._first: chunkplace.FirstTier | None = None  # tier 0's constants, made on first use
 
     # ---- lookup and admission ----------------------------------------------------
     def lookup(self, s: Seq) -> Lookup:
@@ -226,20 +229,45 @@ class BlockManager:
         ``fresh``: none of its keys is in the first tier and no key repeats
         (a waiting store, :mod:`sim.serving.waiters`): placed in chunks when
         that is the same (:func:`sim.serving.chunkplace.place_chunks`)."""
-        tier = self.tiers[0]
-        if fresh and chunkplace.CHUNKED and chunkplace.chunkable(tier, self._demotes(0)):
-            placed, rest, sources = chunkplace.place_chunks(tier, req, self._evict)
-            out = self._placement(req.rid, placed, rest, sources)
-            out.blocked = len(sources) < len(req.groups)  # stopped at a blocked tier
+        out = self.place_from(req.rid, req.groups, 0, fresh)
+        if out.rest_at >= 0:
+            out.waiting, out.rest_at = StoreRequest(req.rid, req.groups[out.rest_at :]), -1
+        return out
+
+    def place_from(self, rid: int, groups: list, lo: int, fresh: bool = False) -> Placement:
+        """:meth:`place_store` of request ``rid``'s ``groups[lo:]``; when the
+        groups that wait are ``groups[k:]``, placed in chunks, the answer says
+        ``k`` (``Placement.rest_at``) rather than copying them."""
+        first = self._first or self._first_tier()
+        if fresh and chunkplace.CHUNKED and first.chunkable():
+            placed, waiting, hi = chunkplace.place_chunks(first, groups, lo, self._evict)
+            sources = dict(groups[lo:hi])
+            out = self._placement(rid, placed, None, sources)
+            out.blocked = hi < len(groups)  # stopped at a blocked tier
+            if waiting or hi < len(groups):
+                k = hi - len(waiting)  # the rest is a suffix of the groups (usual) when
+                if all(groups[k + j][0] == key for j, key in enumerate(waiting)):
+                    out.rest_at = k
+                else:
+                    picked = [(key, sources[key]) for key in waiting]
+                    out.waiting = StoreRequest(rid, picked + groups[hi:])
             return out
+        req = StoreRequest(rid, groups[lo:] if lo else groups)
         sources = dict(req.groups)
         pending = [key for key, _ in req.groups]
-        placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
+        placed, waiting = first.tier.place(pending, self._evict if first.demotes else None)
         if len(placed) + len(waiting) < len(pending):  # some were let go
             gone = list(set(pending) - {e.key for e in placed} - set(waiting))
             # no room: not offloaded; one release of the groups in reverse is one each in order
             self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
-        return self._placement(req.rid, placed, _rest(req, pending, waiting, sources), sources)
+        out = self._placement(rid, placed, None, sources)
+        if waiting:
+            cut = len(pending) - len(waiting)
+            if cut >= 0 and pending[cut:] == waiting:  # usual: from the first key that waits on
+                out.rest_at = lo + cut
+            else:
+                out.waiting = StoreRequest(rid, [(k, sources[k]) for k in waiting])
+        return out
 
     def _placement(
         self,
@@ -250,22 +278,28 @@ class BlockManager:
     ) -> Placement:
         """The demotions decided, the store of ``placed`` (from the GPU blocks
         ``sources``) into the first tier, and the ``rest`` that waits."""
-        demotions = self._demotion_transfers()
+        demotions = self._demotion_transfers() if self._demotions else []
         store = None
         if placed:
-            pieces = store_pieces(None, self.tiers[0], placed, self.gpu_name)
-            store = Transfer("store", "dst", rid, pieces, None, self.tiers[0], placed, [], sources)
+            tier = self.tiers[0]
+            pieces = store_pieces(None, tier, placed, self.gpu_name)
+            store = Transfer("store", "dst", rid, pieces, None, tier, placed, [], sources)
         return Placement(demotions, store, rest)
 
     def room_blocked(self) -> bool:
         """Whether every key a store places in tier 0 now must wait, with
-        nothing evicted (:func:`sim.serving.tierplace.room_blocked`)."""
-        return room_blocked(self.tiers[0], self._demotes(0))
+        nothing evicted (:meth:`sim.serving.chunkplace.FirstTier.blocked`)."""
+        return (self._first or self._first_tier()).blocked()
 
     def fitting_prefix(self, n: int) -> int:
         """How many keys of a waiting store of ``n`` keys, none in tier 0, to
-        place alone (:func:`sim.serving.tierplace.fitting_prefix`); 0: all."""
-        return fitting_prefix(self.tiers[0], self._demotes(0), n)
+        place alone (:meth:`sim.serving.chunkplace.FirstTier.fitting`); 0: all."""
+        return (self._first or self._first_tier()).fitting(n)
+
+    def _first_tier(self) -> chunkplace.FirstTier:
+        """Tier 0 with its constants (made once: the tiers never change)."""
+        self._first = chunkplace.FirstTier(self.tiers[0], self._demotes(0))
+        return self._first
 
     def on_stored(self, t: Transfer) -> list[Transfer]:
         """Store or demotion ``t`` ended: its entries are ready below, its sources
@@ -360,20 +394,6 @@ class BlockManager:
             if e.key not in below.entries:
                 below.complete_all(below.place([e.key], self._evict_now)[0])
         return False
-
-
-def _rest(
-    req: StoreRequest, pending: list[int], waiting: list[int], sources: dict[int, tuple[int, ...]]
-) -> StoreRequest | None:
-    """The groups of ``req`` whose ``waiting`` keys wait (None if none): a slice
-    of its groups when they are its last ones (the usual case: from the first
-    key that must wait on), else picked key by key."""
-    if not waiting:
-        return None
-    cut = len(pending) - len(waiting)
-    if cut >= 0 and pending[cut:] == waiting:
-        return StoreRequest(req.rid, req.groups[cut:])
-    return StoreRequest(req.rid, [(k, sources[k]) for k in waiting])
 
 
 def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTier, list[Entry]]:

@@ -15,9 +15,10 @@ tier's log per store:
   placed) as ``touched``;
 * a waiter that places the groups before some cut and waits with the rest
   (the usual case: from the first key that must wait on) keeps its record
-  and index entries, ``lo`` moved on, ``touched`` cleared after a scan (what
-  it looks at from then on); otherwise its entries are removed and the rest
-  registered anew.
+  and index entries, ``lo`` moved on (its groups are never copied: a drain
+  costs nothing per key still waiting), ``touched`` cleared after a scan
+  (what it looks at from then on); otherwise its entries are removed and
+  the rest registered anew.
 
 ``touched`` is exactly "one of its keys is in the log after the position
 where it last looked", the question :class:`Offloader` used to answer by
@@ -33,16 +34,22 @@ from sim.serving.jobs import StoreRequest
 
 
 class Waiter:
-    """A store's groups that wait: ``req`` (its groups are ``base[lo:]``)."""
+    """A store's groups that wait: request ``rid``'s ``base[lo:]`` (never
+    copied: a drain that places some of them moves ``lo`` on)."""
 
-    __slots__ = ("req", "base", "lo", "touched", "distinct")
+    __slots__ = ("rid", "base", "lo", "touched", "distinct")
 
     def __init__(self, req: StoreRequest):
-        self.req = req
+        self.rid = req.rid
         self.base = req.groups  # the groups registered in the index
         self.lo = 0  # groups before it were placed (or let go): not waiting
         self.touched = False  # one of its waiting keys was added since it looked
         self.distinct = True  # no key repeats among its groups (set on registering)
+
+    @property
+    def req(self) -> StoreRequest:
+        """The groups that wait, as a store request (a copy of them)."""
+        return StoreRequest(self.rid, self.base[self.lo :])
 
 
 class WaitIndex:
@@ -85,24 +92,22 @@ class WaitIndex:
                 hold.append((w, pos))
         return w
 
+    def advance(self, w: Waiter, k: int) -> None:
+        """``w`` was placed and ``w.base[k:]`` of it waits (``k >= w.lo``):
+        what was added until now is behind it."""
+        self.scan()
+        w.lo, w.touched = k, False
+        self.marked.discard(w)
+
     def moved(self, w: Waiter, rest: StoreRequest) -> Waiter:
-        """``w`` was placed and ``rest`` of it waits: ``w`` itself when
-        ``rest`` is a suffix of its groups (the same group objects), else a
-        new waiter (``w`` removed)."""
-        groups = w.req.groups
-        cut = len(groups) - len(rest.groups)
-        if cut >= 0 and rest.groups and rest.groups[0] is groups[cut]:
-            self.scan()  # what was added until now is behind it
-            w.req, w.lo, w.touched = rest, w.lo + cut, False
-            self.marked.discard(w)
-            return w
+        """``w`` was placed and ``rest``, not a suffix of its groups, waits:
+        a new waiter (``w`` removed)."""
         self.remove(w)
         return self.register(rest)
 
     def cut(self, w: Waiter, m: int) -> None:
         """The first ``m`` of ``w``'s groups were placed alone; the rest wait."""
-        req = w.req
-        w.req, w.lo = StoreRequest(req.rid, req.groups[m:]), w.lo + m
+        w.lo += m
 
     def remove(self, w: Waiter) -> None:
         """``w`` waits no more: its index entries go."""
