@@ -44,6 +44,7 @@ from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, 
 from sim.serving.prefix import Lookup, gpu_prefix, ints, lower_hits
 from sim.serving.requests import Request
 from sim.serving.seq import Seq
+from sim.serving.tierplace import place_single
 
 
 @dataclass
@@ -83,6 +84,8 @@ class BlockManager:
         self._demotions: list[tuple[OffloadTier, OffloadTier, Entry, Entry]] = []
         self._one = np.empty(0, dtype=object)  # (slot,) per GPU slot (:meth:`_ones`)
         self._first: chunkplace.FirstTier | None = None  # tier 0's constants, made on first use
+        # the tier below each tier whose victims are demoted (:meth:`_evict`)
+        self._below = {t: tiers[i + 1] for i, t in enumerate(tiers) if self._demotes(i)}
 
     # ---- lookup and admission ----------------------------------------------------
     def lookup(self, s: Seq) -> Lookup:
@@ -337,14 +340,16 @@ class BlockManager:
         return self.design.cpu_to_ssd == "on_evict" and i + 1 < len(self.tiers)
 
     def _evict(self, tier: OffloadTier, e: Entry) -> bool:
-        """An entry leaves ``tier``: demote it (True) or drop it (False)."""
-        i = self.tiers.index(tier)
-        if self.design.cpu_to_ssd != "on_evict" or i + 1 >= len(self.tiers):
+        """An entry leaves ``tier``: demote it (True: its copy placed in the
+        tier below, the demotion decided) or drop it (False: it is there
+        already, or that tier has no room for it)."""
+        below = self._below.get(tier)
+        if below is None or e.key in below.entries:
             return False
-        below = self.tiers[i + 1]
-        if e.key in below.entries:
-            return False
-        placed, _ = below.place([e.key], None)
+        if len(below.devices) == 1:  # OffloadTier.place of one key not there
+            placed, _ = place_single(below, [e.key], None)
+        else:
+            placed, _ = below.place([e.key], None)
         if not placed:
             return False
         self._demotions.append((tier, below, placed[0], e))
