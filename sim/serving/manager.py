@@ -249,7 +249,7 @@ class BlockManager:
             out.blocked = hi < len(groups)  # stopped at a blocked tier
             if waiting or hi < len(groups):
                 k = hi - len(waiting)  # the rest is a suffix of the groups (usual) when
-                if all(groups[k + j][0] == key for j, key in enumerate(waiting)):
+                if [key for key, _blocks in groups[k:hi]] == waiting:
                     out.rest_at = k
                 else:
                     picked = [(key, sources[key]) for key in waiting]

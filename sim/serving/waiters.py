@@ -7,8 +7,8 @@ first tier since it last looked and placing it would decide nothing new
 one of its keys was added is kept here without going over its keys or the
 tier's log per store:
 
-* the tier's ``added`` log (keys added while somebody waits) is read once,
-  from where the last look stopped (:meth:`WaitIndex.scan`);
+* the tier's ``added`` log (keys added while somebody waits) is read once
+  and emptied (:meth:`WaitIndex.scan`);
 * ``owner`` maps a key to the (waiter, position in its groups) holding it,
   so an added key marks exactly the waiters that hold it still waiting
   (position at or past the waiter's ``lo``: the groups before ``lo`` were
@@ -58,27 +58,27 @@ class WaitIndex:
     def __init__(self, tier: OffloadTier):
         self.tier = tier
         self.owner: dict[int, list[tuple[Waiter, int]]] = {}
-        self.cursor = 0  # the log is read up to here
         self.marked: set[Waiter] = set()  # the waiters now touched
 
     def scan(self) -> None:
-        """Mark the waiters whose waiting keys were added since the last scan."""
+        """Mark the waiters whose waiting keys were added since the last scan;
+        the log read is emptied (nobody else reads it), so it holds only the
+        keys added since, however long stores keep waiting."""
         added, owner = self.tier.added, self.owner
-        if added is None or self.cursor >= len(added):
+        if not added:
             return
-        for key in filter(owner.__contains__, added[self.cursor :]):
+        for key in filter(owner.__contains__, added):
             for w, pos in owner[key]:
                 if pos >= w.lo and not w.touched:
                     w.touched = True
                     self.marked.add(w)
-        self.cursor = len(added)
+        added.clear()
 
     def register(self, req: StoreRequest) -> Waiter:
         """A new waiter for ``req``'s groups, looking from now on."""
         tier = self.tier
         if tier.added is None:
             tier.added = []
-            self.cursor = 0
         self.scan()
         w = Waiter(req)
         owner = self.owner
@@ -129,5 +129,4 @@ class WaitIndex:
         """Nobody waits: forget everything (the tier stops keeping its log)."""
         self.owner.clear()
         self.marked.clear()
-        self.cursor = 0
         self.tier.added = None
