@@ -46,11 +46,6 @@ class Waiter:
         self.touched = False  # one of its waiting keys was added since it looked
         self.distinct = True  # no key repeats among its groups (set on registering)
 
-    @property
-    def req(self) -> StoreRequest:
-        """The groups that wait, as a store request (a copy of them)."""
-        return StoreRequest(self.rid, self.base[self.lo :])
-
 
 class WaitIndex:
     """Key -> waiters holding it; the tier's ``added`` log read once."""

@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 
 from sim.serving import chunkplace
-from sim.serving.blocks import Entry, OffloadTier
+from sim.serving.blocks import Entry, GpuCache, OffloadTier
+from sim.serving.designs import DesignParams
+from sim.serving.jobs import StoreRequest
+from sim.serving.manager import BlockManager
 from sim.serving.tierplace import fitting_prefix, room_blocked
 from tests.sim.test_serving_stores import _run, _same
 
@@ -163,3 +166,34 @@ def test_first_tier_answers_what_tierplace_does() -> None:
             assert m == fitting_prefix(tier, demotes, n)
             seen_m.add(0 < m < n)
     assert seen_blocked == {True, False} and seen_m == {True, False}
+
+
+def _manager() -> BlockManager:
+    """A manager over a CPU tier like :func:`_tier` (room for 1 block; X, Y
+    being demoted, A, B evictable) demoting to a large SSD tier."""
+    cpu, _ = _tier(1)
+    ssd = OffloadTier("ssd", ["s0"], [1.0], [1000 * B], 4, 1024.0)
+    design = DesignParams(cpu_gib=1.0, ssd_gib=1.0)
+    return BlockManager(GpuCache(64, prefix_cache=False), [cpu, ssd], design, 16, "gpu0")
+
+
+def test_place_from_says_where_the_waiting_suffix_starts() -> None:
+    """Groups 0..2 were placed before; of ``groups[3:]`` (keys 13..19) key 13
+    fits, 14 and 15 demote A and B and wait, 16 finds no victim (chunks of
+    2 and 4 keys: 13..18 gone over): the rest waits from key 14,
+    ``groups[4:]``, told as ``rest_at`` = 4 and not copied; ``place_store``
+    of ``groups[3:]`` on an identical manager hands out that very suffix,
+    with the same demotions and store."""
+    groups = [(10 + i, (100 + i,)) for i in range(10)]
+    mgr = _manager()
+    out = mgr.place_from(7, groups, 3, fresh=True)
+    assert out.rest_at == 4 and out.waiting is None and out.blocked
+    twin = _manager().place_store(StoreRequest(7, groups[3:]), fresh=True)
+    assert twin.rest_at == -1 and twin.waiting is not None and twin.waiting.groups == groups[4:]
+    for got in (out, twin):
+        assert [(t.tag, [e.key for e in t.olds]) for t in got.demotions] == [
+            ("demote", [1]),
+            ("demote", [2]),
+        ]
+        assert got.store is not None and [e.key for e in got.store.entries] == [13]
+        assert set(got.store.sources) == {13, 14, 15, 16, 17, 18}  # chunks of 2 and 4 keys
