@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from sim.serving.jobs import StoreRequest
 from sim.serving.placement import layer_runs
 from sim.serving.tierplace import SLACK
 
@@ -137,3 +138,20 @@ def place_chunks(
         if lo < n and first.blocked():
             break
     return placed, waiting, lo
+
+
+def rest(
+    rid: int, groups: Groups, hi: int, waiting: list[int], sources: dict
+) -> tuple[int, StoreRequest | None]:
+    """What of request ``rid``'s ``groups`` waits once those before ``hi``
+    were gone over and ``waiting`` (their keys that wait, in order) found no
+    room, the groups from ``hi`` on waiting too: ``(k, None)`` when that is
+    the suffix ``groups[k:]`` (the usual case: from the first key that waits
+    on), else ``(-1, the groups picked)`` (``sources``: key -> GPU blocks of
+    those gone over); ``(-1, None)`` when nothing waits."""
+    if not waiting and hi == len(groups):
+        return -1, None
+    k = hi - len(waiting)
+    if [key for key, _blocks in groups[k:hi]] == waiting:
+        return k, None
+    return -1, StoreRequest(rid, [(key, sources[key]) for key in waiting] + list(groups[hi:]))

@@ -39,8 +39,9 @@ import numpy as np
 
 from sim.serving import chunkplace
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
+from sim.serving.demotions import Decided, demotion_transfers
 from sim.serving.designs import DesignParams
-from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
+from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces
 from sim.serving.prefix import Lookup, gpu_prefix, ints, lower_hits
 from sim.serving.requests import Request
 from sim.serving.seq import Seq
@@ -81,7 +82,7 @@ class BlockManager:
         self.k = design.block_factor
         self.gpu_name = gpu_name
         # demotions decided while placing (tier, below, new entry, victim), handed out after
-        self._demotions: list[tuple[OffloadTier, OffloadTier, Entry, Entry]] = []
+        self._demotions: list[Decided] = []
         self._one = np.empty(0, dtype=object)  # (slot,) per GPU slot (:meth:`_ones`)
         self._first: chunkplace.FirstTier | None = None  # tier 0's constants, made on first use
         # the tier below each tier whose victims are demoted (:meth:`_evict`)
@@ -242,52 +243,35 @@ class BlockManager:
         groups that wait are ``groups[k:]``, placed in chunks, the answer says
         ``k`` (``Placement.rest_at``) rather than copying them."""
         first = self._first or self._first_tier()
-        if fresh and chunkplace.CHUNKED and first.chunkable():
+        chunked = fresh and chunkplace.CHUNKED and first.chunkable()
+        if chunked:
             placed, waiting, hi = chunkplace.place_chunks(first, groups, lo, self._evict)
             sources = dict(groups[lo:hi])
-            out = self._placement(rid, placed, None, sources)
-            out.blocked = hi < len(groups)  # stopped at a blocked tier
-            if waiting or hi < len(groups):
-                k = hi - len(waiting)  # the rest is a suffix of the groups (usual) when
-                if [key for key, _blocks in groups[k:hi]] == waiting:
-                    out.rest_at = k
-                else:
-                    picked = [(key, sources[key]) for key in waiting]
-                    out.waiting = StoreRequest(rid, picked + groups[hi:])
-            return out
-        req = StoreRequest(rid, groups[lo:] if lo else groups)
-        sources = dict(req.groups)
-        pending = [key for key, _ in req.groups]
-        placed, waiting = first.tier.place(pending, self._evict if first.demotes else None)
-        if len(placed) + len(waiting) < len(pending):  # some were let go
-            gone = list(set(pending) - {e.key for e in placed} - set(waiting))
-            # no room: not offloaded; one release of the groups in reverse is one each in order
-            self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
-        out = self._placement(rid, placed, None, sources)
-        if waiting:
-            cut = len(pending) - len(waiting)
-            if cut >= 0 and pending[cut:] == waiting:  # usual: from the first key that waits on
-                out.rest_at = lo + cut
-            else:
-                out.waiting = StoreRequest(rid, [(k, sources[k]) for k in waiting])
+        else:
+            sources, hi = dict(groups[lo:]), len(groups)
+            pending = [key for key, _ in groups[lo:]]
+            placed, waiting = first.tier.place(pending, self._evict if first.demotes else None)
+            if len(placed) + len(waiting) < len(pending):  # some were let go
+                gone = list(set(pending) - {e.key for e in placed} - set(waiting))
+                # no room: not offloaded; one release of the groups in reverse is one each in order
+                self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
+        out = self._placement(rid, placed, sources)
+        out.blocked = chunked and hi < len(groups)  # stopped at a blocked tier
+        out.rest_at, out.waiting = chunkplace.rest(rid, groups, hi, waiting, sources)
         return out
 
     def _placement(
-        self,
-        rid: int,
-        placed: list[Entry],
-        rest: StoreRequest | None,
-        sources: dict[int, tuple[GpuBlock, ...]],
+        self, rid: int, placed: list[Entry], sources: dict[int, tuple[GpuBlock, ...]]
     ) -> Placement:
-        """The demotions decided, the store of ``placed`` (from the GPU blocks
-        ``sources``) into the first tier, and the ``rest`` that waits."""
+        """The demotions decided and the store of ``placed`` (from the GPU
+        blocks ``sources``) into the first tier; what waits is the caller's."""
         demotions = self._demotion_transfers() if self._demotions else []
         store = None
         if placed:
             tier = self.tiers[0]
             pieces = store_pieces(None, tier, placed, self.gpu_name)
             store = Transfer("store", "dst", rid, pieces, None, tier, placed, [], sources)
-        return Placement(demotions, store, rest)
+        return Placement(demotions, store, None)
 
     def room_blocked(self) -> bool:
         """Whether every key a store places in tier 0 now must wait, with
@@ -356,26 +340,10 @@ class BlockManager:
         return True
 
     def _demotion_transfers(self) -> list[Transfer]:
-        """The demotions :meth:`_evict` decided, in that order: a transfer per
-        victim, their pieces made together per (tier, tier below)
-        (:func:`store_pieces_each`: each the pieces of that victim alone)."""
+        """The demotions :meth:`_evict` decided, a transfer each, in that order
+        (:func:`sim.serving.demotions.demotion_transfers`)."""
         decided, self._demotions = self._demotions, []
-        if len(decided) == 1:  # a drain's: one victim
-            tier, below, new, old = decided[0]
-            (p,) = store_pieces_each(tier, below, [new], self.gpu_name)
-            return [Transfer("demote", "dst", -1, p, tier, below, [new], [old])]
-        by_pair: dict[tuple[OffloadTier, OffloadTier], list[int]] = {}
-        for n, (tier, below, _new, _old) in enumerate(decided):
-            by_pair.setdefault((tier, below), []).append(n)
-        pieces: list = [None] * len(decided)
-        for (tier, below), idx in by_pair.items():
-            made = store_pieces_each(tier, below, [decided[n][2] for n in idx], self.gpu_name)
-            for n, p in zip(idx, made, strict=True):
-                pieces[n] = p
-        return [
-            Transfer("demote", "dst", -1, p, tier, below, [new], [old])
-            for (tier, below, new, old), p in zip(decided, pieces, strict=True)
-        ]
+        return demotion_transfers(decided, self.gpu_name)
 
     # ---- warm-up ------------------------------------------------------------------
     def preload(self, req: Request) -> None:

@@ -7,7 +7,9 @@ tells the manager when it ended (:meth:`BlockManager.on_stored`) and starts
 what follows.  Stores that must wait for a demotion of the first tier to
 drain wait on that tier's *drain* event, fired each time one of its
 demotions completes, then ask the manager again (only those whose answer
-can have changed: :mod:`sim.serving.waiters`).  A store that ends lets
+can have changed: :mod:`sim.serving.waiters`; a waiter's groups are never
+copied: it is placed from its offset on, :meth:`BlockManager.place_from`,
+which says where the suffix that still waits starts).  A store that ends lets
 go of the GPU blocks it copied from: ``on_released`` (the engine's wake-up)
 is called then, so that a request waiting for GPU blocks that only stores
 held is admitted at that instant rather than never.

@@ -197,3 +197,16 @@ def test_place_from_says_where_the_waiting_suffix_starts() -> None:
         ]
         assert got.store is not None and [e.key for e in got.store.entries] == [13]
         assert set(got.store.sources) == {13, 14, 15, 16, 17, 18}  # chunks of 2 and 4 keys
+
+
+def test_rest_is_the_suffix_that_waits_or_the_groups_picked() -> None:
+    """Keys 10..15, those before ``hi`` gone over: nothing waits; 12 and 13
+    wait with 14, 15 after them (the suffix from 2); 11 and 13 wait with 12
+    placed between them (not a suffix: picked, then 14, 15)."""
+    groups = [(10 + i, (100 + i,)) for i in range(6)]
+    sources = dict(groups[:4])
+    assert chunkplace.rest(3, groups, 6, [], sources) == (-1, None)
+    assert chunkplace.rest(3, groups, 4, [12, 13], sources) == (2, None)
+    at, req = chunkplace.rest(3, groups, 4, [11, 13], sources)
+    assert at == -1 and req is not None and req.rid == 3
+    assert req.groups == [groups[1], groups[3], groups[4], groups[5]]
