@@ -39,13 +39,14 @@ import numpy as np
 
 from sim.serving import chunkplace
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
+from sim.serving.demotions import Decided, demotion_transfers
 from sim.serving.designs import DesignParams
-from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces, store_pieces_each
+from sim.serving.jobs import StoreRequest, Transfer, load_pieces, store_pieces
 from sim.serving.prefix import Lookup, gpu_prefix, ints, lower_hits
 from sim.serving.requests import Request
 from sim.serving.seq import Seq
 from sim.serving.storegroups import store_groups
-from sim.serving.tierplace import fitting_prefix, room_blocked
+from sim.serving.tierplace import place_single
 
 
 @dataclass
@@ -53,12 +54,15 @@ class Placement:
     """What :meth:`BlockManager.place_store` decided: demotions to start (first),
     the store, and the groups that wait for a demotion of tier 0 to drain;
     ``blocked``: tier 0 was found blocked once the last key looked at was
-    placed (:meth:`BlockManager.room_blocked` is True, nothing changed since)."""
+    placed (:meth:`BlockManager.room_blocked` is True, nothing changed since);
+    ``rest_at`` >= 0: the groups that wait are the ones given from there on
+    (:meth:`BlockManager.place_from`; ``waiting`` is then None, not made)."""
 
     demotions: list[Transfer]
     store: Transfer | None
     waiting: StoreRequest | None
     blocked: bool = False
+    rest_at: int = -1
 
 
 class BlockManager:
@@ -79,8 +83,11 @@ class BlockManager:
         self.k = design.block_factor
         self.gpu_name = gpu_name
         # demotions decided while placing (tier, below, new entry, victim), handed out after
-        self._demotions: list[tuple[OffloadTier, OffloadTier, Entry, Entry]] = []
+        self._demotions: list[Decided] = []
         self._one = np.empty(0, dtype=object)  # (slot,) per GPU slot (:meth:`_ones`)
+        self._first: chunkplace.FirstTier | None = None  # tier 0's constants, made on first use
+        # the tier below each tier whose victims are demoted (:meth:`_evict`)
+        self._below = {t: tiers[i + 1] for i, t in enumerate(tiers) if self._demotes(i)}
 
     # ---- lookup and admission ----------------------------------------------------
     def lookup(self, s: Seq) -> Lookup:
@@ -211,46 +218,60 @@ class BlockManager:
         ``fresh``: none of its keys is in the first tier and no key repeats
         (a waiting store, :mod:`sim.serving.waiters`): placed in chunks when
         that is the same (:func:`sim.serving.chunkplace.place_chunks`)."""
-        tier = self.tiers[0]
-        if fresh and chunkplace.CHUNKED and chunkplace.chunkable(tier, self._demotes(0)):
-            placed, rest, sources = chunkplace.place_chunks(tier, req, self._evict)
-            out = self._placement(req.rid, placed, rest, sources)
-            out.blocked = len(sources) < len(req.groups)  # stopped at a blocked tier
-            return out
-        sources = dict(req.groups)
-        pending = [key for key, _ in req.groups]
-        placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
-        if len(placed) + len(waiting) < len(pending):  # some were let go
-            gone = list(set(pending) - {e.key for e in placed} - set(waiting))
-            # no room: not offloaded; one release of the groups in reverse is one each in order
-            self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
-        return self._placement(req.rid, placed, _rest(req, pending, waiting, sources), sources)
+        out = self.place_from(req.rid, req.groups, 0, fresh)
+        if out.rest_at >= 0:
+            out.waiting, out.rest_at = StoreRequest(req.rid, req.groups[out.rest_at :]), -1
+        return out
+
+    def place_from(self, rid: int, groups: list, lo: int, fresh: bool = False) -> Placement:
+        """:meth:`place_store` of request ``rid``'s ``groups[lo:]``; when the
+        groups that wait are ``groups[k:]``, placed in chunks, the answer says
+        ``k`` (``Placement.rest_at``) rather than copying them."""
+        first = self._first or self._first_tier()
+        chunked = fresh and chunkplace.CHUNKED and first.chunkable()
+        if chunked:
+            placed, waiting, hi = chunkplace.place_chunks(first, groups, lo, self._evict)
+            sources = dict(groups[lo:hi])
+        else:
+            sources, hi = dict(groups[lo:]), len(groups)
+            pending = [key for key, _ in groups[lo:]]
+            placed, waiting = first.tier.place(pending, self._evict if first.demotes else None)
+            if len(placed) + len(waiting) < len(pending):  # some were let go
+                gone = list(set(pending) - {e.key for e in placed} - set(waiting))
+                # no room: not offloaded; one release of the groups in reverse is one each in order
+                self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
+        out = self._placement(rid, placed, sources)
+        out.blocked = chunked and hi < len(groups)  # stopped at a blocked tier
+        out.rest_at, out.waiting = chunkplace.rest(rid, groups, hi, waiting, sources)
+        return out
 
     def _placement(
-        self,
-        rid: int,
-        placed: list[Entry],
-        rest: StoreRequest | None,
-        sources: dict[int, tuple[GpuBlock, ...]],
+        self, rid: int, placed: list[Entry], sources: dict[int, tuple[GpuBlock, ...]]
     ) -> Placement:
-        """The demotions decided, the store of ``placed`` (from the GPU blocks
-        ``sources``) into the first tier, and the ``rest`` that waits."""
-        demotions = self._demotion_transfers()
+        """The demotions decided and the store of ``placed`` (from the GPU
+        blocks ``sources``) into the first tier; what waits is the caller's."""
+        demotions = self._demotion_transfers() if self._demotions else []
         store = None
         if placed:
-            pieces = store_pieces(None, self.tiers[0], placed, self.gpu_name)
-            store = Transfer("store", "dst", rid, pieces, None, self.tiers[0], placed, [], sources)
-        return Placement(demotions, store, rest)
+            tier = self.tiers[0]
+            pieces = store_pieces(None, tier, placed, self.gpu_name)
+            store = Transfer("store", "dst", rid, pieces, None, tier, placed, [], sources)
+        return Placement(demotions, store, None)
 
     def room_blocked(self) -> bool:
         """Whether every key a store places in tier 0 now must wait, with
-        nothing evicted (:func:`sim.serving.tierplace.room_blocked`)."""
-        return room_blocked(self.tiers[0], self._demotes(0))
+        nothing evicted (:meth:`sim.serving.chunkplace.FirstTier.blocked`)."""
+        return (self._first or self._first_tier()).blocked()
 
     def fitting_prefix(self, n: int) -> int:
         """How many keys of a waiting store of ``n`` keys, none in tier 0, to
-        place alone (:func:`sim.serving.tierplace.fitting_prefix`); 0: all."""
-        return fitting_prefix(self.tiers[0], self._demotes(0), n)
+        place alone (:meth:`sim.serving.chunkplace.FirstTier.fitting`); 0: all."""
+        return (self._first or self._first_tier()).fitting(n)
+
+    def _first_tier(self) -> chunkplace.FirstTier:
+        """Tier 0 with its constants (made once: the tiers never change)."""
+        self._first = chunkplace.FirstTier(self.tiers[0], self._demotes(0))
+        return self._first
 
     def on_stored(self, t: Transfer) -> list[Transfer]:
         """Store or demotion ``t`` ended: its entries are ready below, its sources
@@ -300,40 +321,26 @@ class BlockManager:
         return self.design.cpu_to_ssd == "on_evict" and i + 1 < len(self.tiers)
 
     def _evict(self, tier: OffloadTier, e: Entry) -> bool:
-        """An entry leaves ``tier``: demote it (True) or drop it (False)."""
-        i = self.tiers.index(tier)
-        if self.design.cpu_to_ssd != "on_evict" or i + 1 >= len(self.tiers):
+        """An entry leaves ``tier``: demote it (True: its copy placed in the
+        tier below, the demotion decided) or drop it (False: it is there
+        already, or that tier has no room for it)."""
+        below = self._below.get(tier)
+        if below is None or e.key in below.entries:
             return False
-        below = self.tiers[i + 1]
-        if e.key in below.entries:
-            return False
-        placed, _ = below.place([e.key], None)
+        if len(below.devices) == 1:  # OffloadTier.place of one key not there
+            placed, _ = place_single(below, [e.key], None)
+        else:
+            placed, _ = below.place([e.key], None)
         if not placed:
             return False
         self._demotions.append((tier, below, placed[0], e))
         return True
 
     def _demotion_transfers(self) -> list[Transfer]:
-        """The demotions :meth:`_evict` decided, in that order: a transfer per
-        victim, their pieces made together per (tier, tier below)
-        (:func:`store_pieces_each`: each the pieces of that victim alone)."""
+        """The demotions :meth:`_evict` decided, a transfer each, in that order
+        (:func:`sim.serving.demotions.demotion_transfers`)."""
         decided, self._demotions = self._demotions, []
-        if len(decided) == 1:  # a drain's: one victim
-            tier, below, new, old = decided[0]
-            (p,) = store_pieces_each(tier, below, [new], self.gpu_name)
-            return [Transfer("demote", "dst", -1, p, tier, below, [new], [old])]
-        by_pair: dict[tuple[OffloadTier, OffloadTier], list[int]] = {}
-        for n, (tier, below, _new, _old) in enumerate(decided):
-            by_pair.setdefault((tier, below), []).append(n)
-        pieces: list = [None] * len(decided)
-        for (tier, below), idx in by_pair.items():
-            made = store_pieces_each(tier, below, [decided[n][2] for n in idx], self.gpu_name)
-            for n, p in zip(idx, made, strict=True):
-                pieces[n] = p
-        return [
-            Transfer("demote", "dst", -1, p, tier, below, [new], [old])
-            for (tier, below, new, old), p in zip(decided, pieces, strict=True)
-        ]
+        return demotion_transfers(decided, self.gpu_name)
 
     # ---- warm-up ------------------------------------------------------------------
     def preload(self, req: Request) -> None:
@@ -357,20 +364,6 @@ class BlockManager:
             if e.key not in below.entries:
                 below.complete_all(below.place([e.key], self._evict_now)[0])
         return False
-
-
-def _rest(
-    req: StoreRequest, pending: list[int], waiting: list[int], sources: dict[int, tuple[int, ...]]
-) -> StoreRequest | None:
-    """The groups of ``req`` whose ``waiting`` keys wait (None if none): a slice
-    of its groups when they are its last ones (the usual case: from the first
-    key that must wait on), else picked key by key."""
-    if not waiting:
-        return None
-    cut = len(pending) - len(waiting)
-    if cut >= 0 and pending[cut:] == waiting:
-        return StoreRequest(req.rid, req.groups[cut:])
-    return StoreRequest(req.rid, [(k, sources[k]) for k in waiting])
 
 
 def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTier, list[Entry]]:

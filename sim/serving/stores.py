@@ -7,7 +7,9 @@ tells the manager when it ended (:meth:`BlockManager.on_stored`) and starts
 what follows.  Stores that must wait for a demotion of the first tier to
 drain wait on that tier's *drain* event, fired each time one of its
 demotions completes, then ask the manager again (only those whose answer
-can have changed: :mod:`sim.serving.waiters`).  A store that ends lets
+can have changed: :mod:`sim.serving.waiters`; a waiter's groups are never
+copied: it is placed from its offset on, :meth:`BlockManager.place_from`,
+which says where the suffix that still waits starts).  A store that ends lets
 go of the GPU blocks it copied from: ``on_released`` (the engine's wake-up)
 is called then, so that a request waiting for GPU blocks that only stores
 held is admitted at that instant rather than never.
@@ -28,7 +30,7 @@ import simpy
 from simpy.events import URGENT
 
 from sim.serving.jobs import StoreRequest, Transfer
-from sim.serving.manager import BlockManager
+from sim.serving.manager import BlockManager, Placement
 from sim.serving.transfers import Job, Mover
 from sim.serving.waiters import Waiter, WaitIndex
 
@@ -79,18 +81,22 @@ class Offloader:
 
     def _start_store(self, req: StoreRequest) -> None:
         """Place ``req`` now; what waits waits for the next drain."""
-        rest = self._place(req)[0]
+        placed = self._place(req.rid, req.groups, 0)
+        rest = placed.waiting
+        if placed.rest_at >= 0:
+            rest = StoreRequest(req.rid, req.groups[placed.rest_at :])
         if rest is not None:
             assert self._index is not None
             if not self._waiting:  # the first waiter: look at the next drain
                 self._drain[self.mgr.tiers[0].name].callbacks.append(self._on_drain)
             self._waiting.append(self._index.register(rest))
 
-    def _place(self, req: StoreRequest, fresh: bool = False) -> tuple[StoreRequest | None, bool]:
-        """Place ``req`` now, start its demotions and store; the groups that wait
-        and whether the first tier is known blocked now (``Placement.blocked``;
-        ``fresh``: none of its keys is in the first tier, none repeats)."""
-        placed = self.mgr.place_store(req, fresh)
+    def _place(self, rid: int, groups: list, lo: int, fresh: bool = False) -> Placement:
+        """Place request ``rid``'s ``groups[lo:]`` now (:meth:`BlockManager.place_from`;
+        ``fresh``: none of its keys is in the first tier, none repeats), start
+        its demotions and store; what was decided (what waits, and whether the
+        first tier is known blocked now: ``Placement.blocked``)."""
+        placed = self.mgr.place_from(rid, groups, lo, fresh)
         batch = placed.demotions  # started first, as they were decided first
         if placed.store is not None:
             batch = [*batch, placed.store]
@@ -99,7 +105,7 @@ class Offloader:
                 self._launch(t)
         elif batch:  # consecutive urgent events at this instant: one does as well
             _soon(self.env, lambda: self._begin_all(batch))
-        return placed.waiting, placed.blocked
+        return placed
 
     def _begin_all(self, batch: list[Transfer]) -> None:
         """:meth:`_begin` each of ``batch`` in order: what as many urgent events
@@ -160,10 +166,13 @@ class Offloader:
             blocked = None
             if fresh and self._place_prefix(w):
                 continue
-            rest, known = self._place(w.req, fresh and w.distinct)
-            blocked = True if known else None  # else looked at again if need be
-            if rest is not None:
-                self._waiting.append(index.moved(w, rest))
+            placed = self._place(w.rid, w.base, w.lo, fresh and w.distinct)
+            blocked = True if placed.blocked else None  # else looked at again if need be
+            if placed.rest_at >= 0:  # a suffix of its groups waits: w itself
+                index.advance(w, placed.rest_at)
+                self._waiting.append(w)
+            elif placed.waiting is not None:
+                self._waiting.append(index.moved(w, placed.waiting))
             else:
                 index.remove(w)
         if self._waiting:
@@ -178,14 +187,13 @@ class Offloader:
         keys that still wait; ``w`` waits on with them, its place kept.  False
         when not so."""
         assert self._index is not None
-        req = w.req
-        groups = req.groups
-        m = self.mgr.fitting_prefix(len(groups))
+        n = len(w.base) - w.lo
+        m = self.mgr.fitting_prefix(n)
         if not m:
             return False
-        rest = self._place(StoreRequest(req.rid, groups[:m]))[0]
-        assert rest is None  # pragma: no branch - every one of them fits
-        if m < len(groups):
+        placed = self._place(w.rid, w.base[w.lo : w.lo + m], 0)
+        assert placed.waiting is None and placed.rest_at < 0  # every one of them fits
+        if m < n:
             self._index.cut(w, m)
             self._waiting.append(w)
         else:

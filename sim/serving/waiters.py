@@ -7,17 +7,18 @@ first tier since it last looked and placing it would decide nothing new
 one of its keys was added is kept here without going over its keys or the
 tier's log per store:
 
-* the tier's ``added`` log (keys added while somebody waits) is read once,
-  from where the last look stopped (:meth:`WaitIndex.scan`);
+* the tier's ``added`` log (keys added while somebody waits) is read once
+  and emptied (:meth:`WaitIndex.scan`);
 * ``owner`` maps a key to the (waiter, position in its groups) holding it,
   so an added key marks exactly the waiters that hold it still waiting
   (position at or past the waiter's ``lo``: the groups before ``lo`` were
   placed) as ``touched``;
 * a waiter that places the groups before some cut and waits with the rest
   (the usual case: from the first key that must wait on) keeps its record
-  and index entries, ``lo`` moved on, ``touched`` cleared after a scan (what
-  it looks at from then on); otherwise its entries are removed and the rest
-  registered anew.
+  and index entries, ``lo`` moved on (its groups are never copied: a drain
+  costs nothing per key still waiting), ``touched`` cleared after a scan
+  (what it looks at from then on); otherwise its entries are removed and
+  the rest registered anew.
 
 ``touched`` is exactly "one of its keys is in the log after the position
 where it last looked", the question :class:`Offloader` used to answer by
@@ -33,12 +34,13 @@ from sim.serving.jobs import StoreRequest
 
 
 class Waiter:
-    """A store's groups that wait: ``req`` (its groups are ``base[lo:]``)."""
+    """A store's groups that wait: request ``rid``'s ``base[lo:]`` (never
+    copied: a drain that places some of them moves ``lo`` on)."""
 
-    __slots__ = ("req", "base", "lo", "touched", "distinct")
+    __slots__ = ("rid", "base", "lo", "touched", "distinct")
 
     def __init__(self, req: StoreRequest):
-        self.req = req
+        self.rid = req.rid
         self.base = req.groups  # the groups registered in the index
         self.lo = 0  # groups before it were placed (or let go): not waiting
         self.touched = False  # one of its waiting keys was added since it looked
@@ -51,27 +53,27 @@ class WaitIndex:
     def __init__(self, tier: OffloadTier):
         self.tier = tier
         self.owner: dict[int, list[tuple[Waiter, int]]] = {}
-        self.cursor = 0  # the log is read up to here
         self.marked: set[Waiter] = set()  # the waiters now touched
 
     def scan(self) -> None:
-        """Mark the waiters whose waiting keys were added since the last scan."""
+        """Mark the waiters whose waiting keys were added since the last scan;
+        the log read is emptied (nobody else reads it), so it holds only the
+        keys added since, however long stores keep waiting."""
         added, owner = self.tier.added, self.owner
-        if added is None or self.cursor >= len(added):
+        if not added:
             return
-        for key in filter(owner.__contains__, added[self.cursor :]):
+        for key in filter(owner.__contains__, added):
             for w, pos in owner[key]:
                 if pos >= w.lo and not w.touched:
                     w.touched = True
                     self.marked.add(w)
-        self.cursor = len(added)
+        added.clear()
 
     def register(self, req: StoreRequest) -> Waiter:
         """A new waiter for ``req``'s groups, looking from now on."""
         tier = self.tier
         if tier.added is None:
             tier.added = []
-            self.cursor = 0
         self.scan()
         w = Waiter(req)
         owner = self.owner
@@ -85,24 +87,22 @@ class WaitIndex:
                 hold.append((w, pos))
         return w
 
+    def advance(self, w: Waiter, k: int) -> None:
+        """``w`` was placed and ``w.base[k:]`` of it waits (``k >= w.lo``):
+        what was added until now is behind it."""
+        self.scan()
+        w.lo, w.touched = k, False
+        self.marked.discard(w)
+
     def moved(self, w: Waiter, rest: StoreRequest) -> Waiter:
-        """``w`` was placed and ``rest`` of it waits: ``w`` itself when
-        ``rest`` is a suffix of its groups (the same group objects), else a
-        new waiter (``w`` removed)."""
-        groups = w.req.groups
-        cut = len(groups) - len(rest.groups)
-        if cut >= 0 and rest.groups and rest.groups[0] is groups[cut]:
-            self.scan()  # what was added until now is behind it
-            w.req, w.lo, w.touched = rest, w.lo + cut, False
-            self.marked.discard(w)
-            return w
+        """``w`` was placed and ``rest``, not a suffix of its groups, waits:
+        a new waiter (``w`` removed)."""
         self.remove(w)
         return self.register(rest)
 
     def cut(self, w: Waiter, m: int) -> None:
         """The first ``m`` of ``w``'s groups were placed alone; the rest wait."""
-        req = w.req
-        w.req, w.lo = StoreRequest(req.rid, req.groups[m:]), w.lo + m
+        w.lo += m
 
     def remove(self, w: Waiter) -> None:
         """``w`` waits no more: its index entries go."""
@@ -124,5 +124,4 @@ class WaitIndex:
         """Nobody waits: forget everything (the tier stops keeping its log)."""
         self.owner.clear()
         self.marked.clear()
-        self.cursor = 0
         self.tier.added = None

@@ -11,11 +11,15 @@ and op records with chunks as with every store placed whole (``CHUNKED``).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from sim.serving import chunkplace
-from sim.serving.blocks import Entry, OffloadTier
+from sim.serving.blocks import Entry, GpuCache, OffloadTier
+from sim.serving.designs import DesignParams
 from sim.serving.jobs import StoreRequest
+from sim.serving.manager import BlockManager
+from sim.serving.tierplace import fitting_prefix, room_blocked
 from tests.sim.test_serving_stores import _run, _same
 
 B = 4 * 1024.0  # one block: 4 layers of 1 KiB
@@ -57,18 +61,17 @@ def test_chunks_stop_at_the_blocked_tier_as_the_whole_store_would() -> None:
     (12..15) goes on: 12 evicts B and waits, 13 finds no victim (dry) and
     waits, as every later key would.  Whole: the same, over all 10 keys."""
     groups = [(10 + i, (100 + i,)) for i in range(10)]
-    req = StoreRequest(7, groups)
     assert chunkplace.chunkable(_tier(1)[0], True)
 
     tier, victims = _tier(1)
     seen: list[int] = []
     _counting(tier, seen)
-    placed, rest, sources = chunkplace.place_chunks(tier, req, _evict(victims))
+    first = chunkplace.FirstTier(tier, True)
+    placed, waiting, hi = chunkplace.place_chunks(first, groups, 0, _evict(victims))
     assert [e.key for e in placed] == [10]
     assert [e.key for e in victims] == [1, 2]  # A then B, LRU first
     assert seen == [10, 11, 12, 13, 14, 15]  # 2 + 4 keys gone over, not 10
-    assert rest is not None and rest.groups == groups[1:] and rest.groups[0] is groups[1]
-    assert set(sources) == {10, 11, 12, 13, 14, 15} and sources[10] == (100,)
+    assert hi == 6 and waiting == [11, 12, 13, 14, 15]  # the rest: groups[1:], a suffix
     assert tier.used[0] == 5 * B and tier.draining == 4
 
     whole, victims_whole = _tier(1)
@@ -77,7 +80,7 @@ def test_chunks_stop_at_the_blocked_tier_as_the_whole_store_would() -> None:
         (e.key, e.slots, e.stamp) for e in placed_w
     ]
     assert [e.key for e in victims_whole] == [e.key for e in victims]
-    assert waiting_w == [k for k, _b in rest.groups]
+    assert waiting_w == waiting + [k for k, _b in groups[hi:]]
     assert whole.used == tier.used and whole.draining == tier.draining
 
 
@@ -88,9 +91,10 @@ def test_no_room_and_no_victim_waits_whole_after_one_chunk() -> None:
     tier, victims = _tier(0)
     seen: list[int] = []
     _counting(tier, seen)
-    placed, rest, _sources = chunkplace.place_chunks(tier, StoreRequest(3, groups), _evict(victims))
+    first = chunkplace.FirstTier(tier, True)
+    placed, waiting, hi = chunkplace.place_chunks(first, groups, 0, _evict(victims))
     assert placed == [] and [e.key for e in victims] == [1, 2] and seen == [10, 11]
-    assert rest is not None and rest.groups == groups
+    assert waiting == [10, 11] and hi == 2  # with groups[2:]: every group waits
 
 
 def test_not_chunkable_without_demotions_draining() -> None:
@@ -113,10 +117,10 @@ def test_chunks_change_no_record(monkeypatch, n, block, tiers) -> None:
     real = chunkplace.place_chunks
     calls, short = [0], [0]
 
-    def counted(tier, req, evict):
-        out = real(tier, req, evict)
+    def counted(first, groups, lo, evict):
+        out = real(first, groups, lo, evict)
         calls[0] += 1
-        short[0] += len(out[2]) < len(req.groups)  # keys left without a look
+        short[0] += out[2] < len(groups)  # keys left without a look
         return out
 
     monkeypatch.setattr(chunkplace, "place_chunks", counted)
@@ -125,3 +129,84 @@ def test_chunks_change_no_record(monkeypatch, n, block, tiers) -> None:
     monkeypatch.setattr(chunkplace, "CHUNKED", False)
     slow = _run(n, block, tiers)
     _same(fast, slow)
+
+
+def _random_tier(rng: np.random.Generator, devices: int) -> OffloadTier:
+    """A tier of ``devices`` devices holding a random mix of not-ready, ready,
+    pinned and draining entries, with 0-2 blocks of room left."""
+    cap = int(rng.integers(3, 12))
+    free = int(rng.integers(0, 3))
+    tier = OffloadTier("cpu", [f"m{d}" for d in range(devices)], [1.0 / devices] * devices,
+                       [(cap + free) * B / devices] * devices, 4, 1024.0)  # fmt: skip
+    placed, _ = tier.place(list(range(cap)), None)
+    done = [e for e in placed if rng.random() < 0.7]
+    tier.complete_all(done)
+    tier.pin_all([e for e in done if rng.random() < 0.2])
+    victims = tier.lru.take(0, tier.entries, int(rng.integers(0, len(done) + 1)))
+    tier.evict_all(victims, lambda _t, _e: True)  # demoted: draining
+    return tier
+
+
+def test_first_tier_answers_what_tierplace_does() -> None:
+    """:class:`chunkplace.FirstTier`'s questions, from its kept constants,
+    against :func:`room_blocked` and :func:`fitting_prefix` working them out
+    from the tier's layout, on random tiers (one device and two, victims
+    demoted or not); both answers of each question are seen."""
+    rng = np.random.default_rng(7)
+    seen_blocked, seen_m = set(), set()
+    for _ in range(300):
+        devices, demotes = int(rng.integers(1, 3)), bool(rng.random() < 0.8)
+        tier = _random_tier(rng, devices)
+        first = chunkplace.FirstTier(tier, demotes)
+        blocked = first.blocked()
+        assert blocked == room_blocked(tier, demotes)
+        seen_blocked.add(blocked)
+        for n in range(1, 6):
+            m = first.fitting(n)
+            assert m == fitting_prefix(tier, demotes, n)
+            seen_m.add(0 < m < n)
+    assert seen_blocked == {True, False} and seen_m == {True, False}
+
+
+def _manager() -> BlockManager:
+    """A manager over a CPU tier like :func:`_tier` (room for 1 block; X, Y
+    being demoted, A, B evictable) demoting to a large SSD tier."""
+    cpu, _ = _tier(1)
+    ssd = OffloadTier("ssd", ["s0"], [1.0], [1000 * B], 4, 1024.0)
+    design = DesignParams(cpu_gib=1.0, ssd_gib=1.0)
+    return BlockManager(GpuCache(64, prefix_cache=False), [cpu, ssd], design, 16, "gpu0")
+
+
+def test_place_from_says_where_the_waiting_suffix_starts() -> None:
+    """Groups 0..2 were placed before; of ``groups[3:]`` (keys 13..19) key 13
+    fits, 14 and 15 demote A and B and wait, 16 finds no victim (chunks of
+    2 and 4 keys: 13..18 gone over): the rest waits from key 14,
+    ``groups[4:]``, told as ``rest_at`` = 4 and not copied; ``place_store``
+    of ``groups[3:]`` on an identical manager hands out that very suffix,
+    with the same demotions and store."""
+    groups = [(10 + i, (100 + i,)) for i in range(10)]
+    mgr = _manager()
+    out = mgr.place_from(7, groups, 3, fresh=True)
+    assert out.rest_at == 4 and out.waiting is None and out.blocked
+    twin = _manager().place_store(StoreRequest(7, groups[3:]), fresh=True)
+    assert twin.rest_at == -1 and twin.waiting is not None and twin.waiting.groups == groups[4:]
+    for got in (out, twin):
+        assert [(t.tag, [e.key for e in t.olds]) for t in got.demotions] == [
+            ("demote", [1]),
+            ("demote", [2]),
+        ]
+        assert got.store is not None and [e.key for e in got.store.entries] == [13]
+        assert set(got.store.sources) == {13, 14, 15, 16, 17, 18}  # chunks of 2 and 4 keys
+
+
+def test_rest_is_the_suffix_that_waits_or_the_groups_picked() -> None:
+    """Keys 10..15, those before ``hi`` gone over: nothing waits; 12 and 13
+    wait with 14, 15 after them (the suffix from 2); 11 and 13 wait with 12
+    placed between them (not a suffix: picked, then 14, 15)."""
+    groups = [(10 + i, (100 + i,)) for i in range(6)]
+    sources = dict(groups[:4])
+    assert chunkplace.rest(3, groups, 6, [], sources) == (-1, None)
+    assert chunkplace.rest(3, groups, 4, [12, 13], sources) == (2, None)
+    at, req = chunkplace.rest(3, groups, 4, [11, 13], sources)
+    assert at == -1 and req is not None and req.rid == 3
+    assert req.groups == [groups[1], groups[3], groups[4], groups[5]]
