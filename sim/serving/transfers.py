@@ -111,6 +111,7 @@ class Mover:
     ):
         self.ops = ops
         self.env = ops.env
+        self._keep = ops.store.keep_plan  # the plan is written down: ops carry their ranges
         self.design = design
         self.gpu = gpu
         self.ssds = set(profile.ssd_names)
@@ -207,24 +208,26 @@ class Mover:
             if self.on_copy is not None:
                 self.on_copy(src, dst, int(round(p.nbytes)))
             return
-        ext, iob = p.extents, self.io_bytes
-        nbytes, n_ios = _totals(ext, p.length, iob)
+        iob = self.io_bytes
+        # the ranges are read only to be written down, or when their lengths differ
+        ext = p.extents if self._keep or p.length <= 0 else None
+        nbytes, n_ios = _totals(ext, p.ranges, p.length, iob)
         if nbytes != int(round(p.nbytes)):  # pragma: no cover - a layout bug
             raise RuntimeError(f"{src}->{dst}: extents cover {nbytes} of {p.nbytes} B")
         self.ops.issue(
             kind, src, dst, nbytes, n_ios, deps, on_done,
             queue_depth=self.design.queue_depth,
             io_path="gds" if self.gpu in (src, dst) else self.io_path,
-            extents=ext if len(ext) else None, io_bytes=iob,
+            extents=ext if ext is not None and len(ext) else None, io_bytes=iob,
             step=t.rid, layer=p.layer, tag=t.tag,
         )  # fmt: skip
 
 
-def _totals(ext: np.ndarray, length: int, io_bytes: int) -> tuple[int, int]:
-    """Bytes and I/O count of ranges ``ext`` cut into I/Os of ``io_bytes`` (0 =
-    one I/O per range): from Python ints when every range is ``length`` long,
-    else reduced over the array (:func:`kvtier.plan.extent_totals`)."""
-    n = len(ext)
+def _totals(ext: np.ndarray | None, n: int, length: int, io_bytes: int) -> tuple[int, int]:
+    """Bytes and I/O count of ``n`` ranges ``ext`` cut into I/Os of ``io_bytes``
+    (0 = one I/O per range): from Python ints when every range is ``length``
+    long (``ext`` then need not be made), else reduced over the array
+    (:func:`kvtier.plan.extent_totals`)."""
     if length > 0:
         return n * length, n * (-(-length // io_bytes)) if io_bytes > 0 else n
     return extent_totals(ext, io_bytes)
