@@ -22,7 +22,7 @@ them at once (the reference, tests/sim/test_serving_jobs.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -316,7 +316,7 @@ def store_pieces(
 
 # one part of a store piece: (indices of the entries of one layout pair,
 # destination run, first layer within it, layers)
-_Part = tuple[list[int], int, int, int]
+_Part = tuple[Sequence[int], int, int, int]
 # store pieces' ranges made when first read (:meth:`Piece.deferred`); False: made at once
 DEFER = True
 
@@ -347,7 +347,7 @@ def _store_ranges(
 
 def _layout_pairs(
     src: OffloadTier | None, dst: OffloadTier, entries: Sequence[Entry]
-) -> dict[tuple[Runs, Runs], list[int]]:
+) -> Mapping[tuple[Runs, Runs], Sequence[int]]:
     """The indices of ``entries`` per (source runs, destination runs) pair,
     pairs in order of first appearance, indices ascending (the source runs of
     an entry: its copy's in ``src``, or every layer on the GPU when ``src`` is
@@ -356,15 +356,17 @@ def _layout_pairs(
         e = entries[0]
         s_run = ((-1, 0, dst.layers),) if src is None else src.entries[e.key].runs
         return {(s_run, e.runs): [0]}
+    n = len(entries)
     d_runs = [e.runs for e in entries]  # list comprehensions: slot loads beat getter maps
-    if src is None:
-        s_runs: list[Runs] = [((-1, 0, dst.layers),)] * len(entries)
+    one = bool(n) and d_runs.count(d_runs[0]) == n
+    if src is None:  # every entry's source: all layers on the GPU
+        s_runs: list[Runs] = [((-1, 0, dst.layers),)] * n
     else:
         held = src.entries
         s_runs = [held[e.key].runs for e in entries]
-    n = len(entries)
-    if n and d_runs.count(d_runs[0]) == n and s_runs.count(s_runs[0]) == n:
-        return {(s_runs[0], d_runs[0]): list(range(n))}
+        one = one and s_runs.count(s_runs[0]) == n
+    if one:  # indices as a range: 0..n-1, no list of n ints
+        return {(s_runs[0], d_runs[0]): range(n)}
     pairs: dict[tuple[Runs, Runs], list[int]] = {}
     for i, pair in enumerate(zip(s_runs, d_runs, strict=True)):
         pairs.setdefault(pair, []).append(i)
