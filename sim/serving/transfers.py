@@ -238,37 +238,45 @@ class _Stream:
     next piece's; second stages (bounce-buffer copies or writes) in piece
     order, each after its own first stage and the previous second stage."""
 
-    __slots__ = ("mover", "job", "idx", "worker", "k", "prev_first", "pending", "busy", "last")
+    __slots__ = ("mover", "job", "idx", "worker", "k", "prev_first", "pending", "busy", "last",
+                 "cur", "first_ended")  # fmt: skip
 
     def __init__(self, mover: Mover, job: Job, idx: list[int], worker: tuple[str, str]):
         self.mover, self.job, self.idx, self.worker = mover, job, idx, worker
         self.k = 0  # position in idx of the piece whose first op is next
         self.prev_first: list[int] = []
-        self.pending: deque[tuple[int, int, Stage]] = deque()  # (piece, first op, stage)
+        # (piece, first op, stage) of first stages done, made with the first second stage
+        self.pending: deque[tuple[int, int, Stage]] | None = None
         self.busy = False  # a second stage is in flight
         self.last: int | None = None  # the previous second stage's op
+        # the piece whose first op is in flight (one at a time) and its second stage;
+        # the op's end callback, bound once
+        self.cur: tuple[int, Stage | None] = (-1, None)
+        self.first_ended = self._first_ended
 
     def issue_first(self) -> None:
         i = self.idx[self.k]
         p = self.job.transfer.pieces[i]
         stages = self.mover.stages(p)
-        second = stages[1] if len(stages) > 1 else None
-
-        def ended(op: int) -> None:
-            self._first_done(i, op, second)
-
-        deps, mover = self.prev_first, self.mover
+        self.cur = (i, stages[1] if len(stages) > 1 else None)
+        deps, mover, ended = self.prev_first, self.mover, self.first_ended
         if mover._free:  # mover.acquire, without its deferred call
             mover._free -= 1
             mover.issue(stages[0], p, deps, self.job.transfer, ended)
         else:
             mover.acquire(lambda: mover.issue(stages[0], p, deps, self.job.transfer, ended))
 
+    def _first_ended(self, op: int) -> None:
+        i, second = self.cur
+        self._first_done(i, op, second)
+
     def _first_done(self, i: int, op: int, second: Stage | None) -> None:
         self.mover.release()
         if second is None:
             self.job.finish(i, op)
         else:
+            if self.pending is None:
+                self.pending = deque()
             self.pending.append((i, op, second))
         self.prev_first = [op]
         self.k += 1
@@ -280,7 +288,7 @@ class _Stream:
             self.mover.worker_free(self.worker)
 
     def _try_second(self) -> None:
-        if self.busy or not self.pending:
+        if self.busy or not self.pending:  # (None: no second stage yet)
             return
         i, first, stage = self.pending.popleft()
         self.busy = True
