@@ -24,7 +24,10 @@ and layer, :mod:`sim.serving.layout`) split into I/Os of the design's I/O
 size, capped by one range (one offload block of one layer is contiguous):
 the plan's ``extents``, so the CPU cost of the software path
 (:meth:`sim.hw.machine.Machine.cpu_seconds`) is paid per I/O and the real
-backend replays the very same ranges.  At most ``max_transfers`` ops are in
+backend replays the very same ranges.  An op's bytes and I/O count come
+from the piece's range count and common length; the ranges themselves are
+read (and a deferred piece's made, :meth:`sim.serving.jobs.Piece.deferred`)
+only when the run keeps its plan.  At most ``max_transfers`` ops are in
 flight at once over all jobs.
 
 The pieces come from the block manager as plain data
