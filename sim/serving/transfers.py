@@ -242,7 +242,7 @@ class _Stream:
     order, each after its own first stage and the previous second stage."""
 
     __slots__ = ("mover", "job", "idx", "worker", "k", "prev_first", "pending", "busy", "last",
-                 "cur", "first_ended")  # fmt: skip
+                 "cur")  # fmt: skip
 
     def __init__(self, mover: Mover, job: Job, idx: list[int], worker: tuple[str, str]):
         self.mover, self.job, self.idx, self.worker = mover, job, idx, worker
@@ -252,17 +252,17 @@ class _Stream:
         self.pending: deque[tuple[int, int, Stage]] | None = None
         self.busy = False  # a second stage is in flight
         self.last: int | None = None  # the previous second stage's op
-        # the piece whose first op is in flight (one at a time) and its second stage;
-        # the op's end callback, bound once
+        # the piece whose first op is in flight (one at a time) and its second stage
         self.cur: tuple[int, Stage | None] = (-1, None)
-        self.first_ended = self._first_ended
 
     def issue_first(self) -> None:
         i = self.idx[self.k]
         p = self.job.transfer.pieces[i]
         stages = self.mover.stages(p)
         self.cur = (i, stages[1] if len(stages) > 1 else None)
-        deps, mover, ended = self.prev_first, self.mover, self.first_ended
+        # bound per op, not kept on the stream (that would be a cycle: the stream
+        # and its job would wait for the garbage collector rather than go at once)
+        deps, mover, ended = self.prev_first, self.mover, self._first_ended
         if mover._free:  # mover.acquire, without its deferred call
             mover._free -= 1
             mover.issue(stages[0], p, deps, self.job.transfer, ended)
