@@ -130,6 +130,8 @@ class Machine:
         self.link_caps = {ln.name: link_capacity(profile, ln) for ln in profile.topology.links}
         self.hbm_bps = gbps(profile.gpu.hbm_gbps) * eff.hbm
         self.tensor_flops = profile.gpu.bf16_tflops * 1e12 * eff.tensor
+        # the rates roofline_seconds divides by, as it works them out from TFLOPS and GB/s
+        self._roof = ((self.tensor_flops / 1e12) * 1e12, (self.hbm_bps / 1e9) * 1e9)
         for link in profile.topology.links:
             a, b = link.between
             cap = self.link_caps[link.name]
@@ -275,6 +277,9 @@ class Machine:
         the achievable tensor rate and HBM bandwidth (peaks x efficiency)."""
         if gpu not in self.gpu_res:
             raise RouteError(f"unknown GPU '{gpu}' (profile {self.profile.name})")
-        return roofline_seconds(
+        flop_s, byte_s = self._roof
+        if flop_s > 0 and byte_s > 0:  # roofline_seconds' arithmetic, without its record
+            return max(flops / flop_s, hbm_bytes / byte_s)
+        return roofline_seconds(  # raises: the rates are not positive
             LayerCost(flops, hbm_bytes), self.tensor_flops / 1e12, self.hbm_bps / 1e9
         )

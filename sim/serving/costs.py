@@ -34,10 +34,11 @@ def iteration_layer_cost(
     n_tokens = sum(t for t, _ in prefills) + len(decodes)
     if n_tokens <= 0:
         raise ValueError("an iteration needs at least one token")
-    pairs = sum(causal_pairs(t, c) for t, c in prefills) + sum(c + 1 for c in decodes)
+    seen = sum(decodes) + len(decodes)  # a decode's pairs and KV tokens: c + 1 (integers)
+    pairs = sum(causal_pairs(t, c) for t, c in prefills) + seen
     flops = 2.0 * card.layer_active_params * n_tokens
     flops += 2 * 2 * card.q_heads * card.head_dim * pairs
-    kv_tokens = sum(c + t for t, c in prefills) + sum(c + 1 for c in decodes)
+    kv_tokens = sum(c + t for t, c in prefills) + seen
     hbm = layer_weight_bytes(card, n_tokens) + kv_tokens * card.kv_bytes_per_token_layer
     return LayerCost(flops, hbm)
 

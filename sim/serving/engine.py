@@ -131,6 +131,7 @@ class Engine(LoadingMixin, ForwardMixin, PreemptMixin):
         self.stream: LayerStream | None = None
         self.iterations = 0
         self.timeline = Timeline()
+        self._row: tuple[int, ...] = ()  # the timeline's last row of counts
         # called with each request as it is released, before the fit check (a lending
         # worker's ScaleUp, sim.serving.lending)
         self.on_release: list[Callable[[Seq], None]] = []
@@ -289,10 +290,12 @@ class Engine(LoadingMixin, ForwardMixin, PreemptMixin):
 
     # ---- results --------------------------------------------------------------------
     def _sample(self) -> None:
-        gpu = self.mgr.gpu
-        self.timeline.sample(
-            self.env.now, len(self.waiting), len(self.parked), len(self.running), gpu.used
-        )
+        """A timeline row when the counts changed since the last one (the same
+        rows :meth:`Timeline.sample` keeps, with one tuple compare per iteration)."""
+        row = (len(self.waiting), len(self.parked), len(self.running), self.mgr.gpu.used)
+        if row != self._row:
+            self._row = row
+            self.timeline.sample(self.env.now, *row)
 
     def _records(self) -> ServingRecords:
         self._sample()

@@ -55,7 +55,7 @@ class LoadingMixin:
     def _prefetch(self, s: Seq) -> None:
         """Asynchronous loading on arrival, if the GPU can spare the blocks."""
         hit = self.mgr.lookup(s)
-        n_load = sum(n for *_, n in hit.lower)
+        n_load = sum([h[3] for h in hit.lower])  # blocks of the lower hits
         if not n_load:
             return
         gpu = self.mgr.gpu

@@ -12,13 +12,20 @@ destination of a store or demotion), one (offset, length) per (entry, layer),
 in the order the piece moves them (layout: :mod:`sim.serving.layout`).  The
 executor splits them into I/Os of the design's size where that end is an SSD;
 a DRAM end needs none.
+
+A store's ranges (hundreds of entries x layers) are needed only to be written
+into a kept plan: its pieces are made *deferred* (:meth:`sim.serving.piece.Piece.deferred`:
+range count and bytes at once, the ranges by numpy when ``extents`` is first
+read), so a run that keeps no plan never makes them; ``DEFER = False`` makes
+them at once (the reference, tests/sim/test_serving_jobs.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,27 +33,11 @@ from sim.serving import onepiece
 from sim.serving.layout import layer_stride
 from sim.serving.onepiece import cuts as _cuts
 from sim.serving.onepiece import sum_layers as _sum_layers
+from sim.serving.piece import Piece
 
 if TYPE_CHECKING:
     from sim.serving.blocks import Entry, GpuBlock, OffloadTier
     from sim.serving.entry import Runs
-
-_NO_EXTENTS = np.zeros((0, 2), dtype=np.int64)
-
-
-@dataclass(eq=False)
-class Piece:
-    """``nbytes`` from ``src`` to ``dst``; ``layer`` -1 = all layers; ``extents``
-    the (n, 2) byte ranges on the tier end's device (module docstring);
-    ``length``: the length of every one of them (they are one offload block's
-    layer each, all of one tier), 0 = not known to be equal."""
-
-    src: str
-    dst: str
-    nbytes: float
-    layer: int = -1
-    extents: np.ndarray = field(default_factory=lambda: _NO_EXTENTS)
-    length: int = 0
 
 
 @dataclass(eq=False)
@@ -239,41 +230,69 @@ def store_pieces(
     store) from a template per layout pair (:mod:`sim.serving.onepiece`)."""
     if len(entries) == 1 and onepiece.ENABLED:
         return onepiece.one_entry_pieces(src, dst, entries[0], gpu, Piece)
-    stride = layer_stride(dst.layer_bytes)
-    parts: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray, int]]] = {}
+    entries = list(entries)  # a deferred piece reads them when its ranges are made
+    parts: dict[tuple[str, str], list[_Part]] = {}
     first_seen: dict[tuple[str, str], tuple[int, int]] = {}
     for (s_runs, d_runs), idx in _layout_pairs(src, dst, entries).items():
-        slots = _slots(entries, idx)
-        # all of them: idx is 0..n-1 (ascending, distinct)
-        at = np.arange(len(idx)) if len(idx) == len(entries) else np.asarray(idx, dtype=np.int64)
         pos = 0
         for r, (dd, d0, d1) in enumerate(d_runs):
             for sd, s0, s1 in s_runs:
                 lo, hi = max(d0, s0), min(d1, s1)
                 if hi > lo:
                     k = (src.devices[sd] if src is not None else gpu, dst.devices[dd])
-                    parts.setdefault(k, []).append((at, slots[:, r] + (lo - d0) * stride, hi - lo))
+                    parts.setdefault(k, []).append((idx, r, lo - d0, hi - lo))
                     seen = (idx[0], pos)
                     first_seen[k] = min(first_seen.get(k, seen), seen)
                     pos += 1
-    length = int(round(dst.layer_bytes))
+    lb, stride = dst.layer_bytes, layer_stride(dst.layer_bytes)
+    length = int(round(lb))
     out = []
     for k in sorted(parts, key=first_seen.__getitem__):
-        at = np.concatenate([p[0] for p in parts[k]])
-        first = np.concatenate([p[1] for p in parts[k]])
-        count = np.concatenate([np.full(len(p[0]), p[2], dtype=np.int64) for p in parts[k]])
-        if len(parts[k]) > 1:  # several layout pairs: back to entry order
-            order = np.argsort(at, kind="stable")
-            first, count = first[order], count[order]
-        nbytes = _sum_layers(count, dst.layer_bytes)
-        ext = _layer_runs(first, count, stride, length)
-        out.append(Piece(k[0], k[1], nbytes, extents=ext, length=length))
+        ps = parts[k]
+        total = sum(len(idx) * c for idx, _r, _off, c in ps)
+        if DEFER and float(lb).is_integer() and total * lb < 2.0**53:  # _sum_layers' exact case
+            make = partial(_store_ranges, entries, ps, stride, length)
+            out.append(Piece.deferred(k[0], k[1], float(total) * lb, total, length, make))
+        else:
+            ext, count = _store_ranges(entries, ps, stride, length, True)
+            out.append(Piece(k[0], k[1], _sum_layers(count, lb), extents=ext, length=length))
     return out
+
+
+# one part of a store piece: (indices of the entries of one layout pair,
+# destination run, first layer within it, layers)
+_Part = tuple[Sequence[int], int, int, int]
+# store pieces' ranges made when first read (:meth:`Piece.deferred`); False: made at once
+DEFER = True
+
+
+def _store_ranges(
+    entries: list[Entry], ps: list[_Part], stride: int, length: int, counts: bool = False
+) -> Any:
+    """The ranges of one store piece's parts ``ps``, entry by entry (layers
+    ascending within an entry), and with ``counts`` (ranges, layers per entry
+    part in that order)."""
+    slots_of: dict[int, np.ndarray] = {}  # per layout pair (its idx list)
+    ats, firsts, count_l = [], [], []
+    for idx, r, off, c in ps:
+        slots = slots_of.get(id(idx))
+        if slots is None:
+            slots = slots_of[id(idx)] = _slots(entries, idx)
+        every = len(idx) == len(entries)  # idx is 0..n-1 (ascending, distinct)
+        ats.append(np.arange(len(idx)) if every else np.asarray(idx, dtype=np.int64))
+        firsts.append(slots[:, r] + off * stride)
+        count_l.append(np.full(len(idx), c, dtype=np.int64))
+    first, count = np.concatenate(firsts), np.concatenate(count_l)
+    if len(ps) > 1:  # several parts: back to entry order
+        order = np.argsort(np.concatenate(ats), kind="stable")
+        first, count = first[order], count[order]
+    ext = _layer_runs(first, count, stride, length)
+    return (ext, count) if counts else ext
 
 
 def _layout_pairs(
     src: OffloadTier | None, dst: OffloadTier, entries: Sequence[Entry]
-) -> dict[tuple[Runs, Runs], list[int]]:
+) -> Mapping[tuple[Runs, Runs], Sequence[int]]:
     """The indices of ``entries`` per (source runs, destination runs) pair,
     pairs in order of first appearance, indices ascending (the source runs of
     an entry: its copy's in ``src``, or every layer on the GPU when ``src`` is
@@ -282,15 +301,17 @@ def _layout_pairs(
         e = entries[0]
         s_run = ((-1, 0, dst.layers),) if src is None else src.entries[e.key].runs
         return {(s_run, e.runs): [0]}
+    n = len(entries)
     d_runs = [e.runs for e in entries]  # list comprehensions: slot loads beat getter maps
-    if src is None:
-        s_runs: list[Runs] = [((-1, 0, dst.layers),)] * len(entries)
+    one = bool(n) and d_runs.count(d_runs[0]) == n
+    if src is None:  # every entry's source: all layers on the GPU
+        s_runs: list[Runs] = [((-1, 0, dst.layers),)] * n
     else:
         held = src.entries
         s_runs = [held[e.key].runs for e in entries]
-    n = len(entries)
-    if n and d_runs.count(d_runs[0]) == n and s_runs.count(s_runs[0]) == n:
-        return {(s_runs[0], d_runs[0]): list(range(n))}
+        one = one and s_runs.count(s_runs[0]) == n
+    if one:  # indices as a range: 0..n-1, no list of n ints
+        return {(s_runs[0], d_runs[0]): range(n)}
     pairs: dict[tuple[Runs, Runs], list[int]] = {}
     for i, pair in enumerate(zip(s_runs, d_runs, strict=True)):
         pairs.setdefault(pair, []).append(i)

@@ -47,13 +47,18 @@ def retrieval_cpu_s(
     per layer (:func:`_row`); a hit's costs are its block count times its
     row, and each layer's total is their running sum in hit order (a
     ``cumsum``, sequential like the reference loop :func:`_reference`, so
-    the result is the same to the bit)."""
+    the result is the same to the bit); hits of one tier and layout, each
+    distinct per-layer cost once (:func:`_one_layout`)."""
     out = [0.0] * layers
     if not (design.object_us or design.file_us):
         return out
     hits = [h for lower in lowers for h in lower]
     if not hits:
         return out
+    tier, runs = hits[0][0], hits[0][1].runs
+    n = len(hits)
+    if [h[0] for h in hits].count(tier) == n and [h[1].runs for h in hits].count(runs) == n:
+        return _one_layout(design, hits, tier, runs, layers, ssds)
     rows: dict[tuple, int] = {}
     table: list[np.ndarray | None] = []
     idx = []
@@ -69,6 +74,27 @@ def retrieval_cpu_s(
     each = np.fromiter((h[3] for h in hits), dtype=np.float64, count=len(hits))
     costs = each[:, None] * np.stack(table)[idx] * 1e-6  # type: ignore[arg-type]
     return np.cumsum(costs, axis=0)[-1].tolist()
+
+
+def _one_layout(
+    design: DesignParams, hits: list[Hit], tier, runs, layers: int, ssds: Collection[str]
+) -> list[float]:
+    """:func:`retrieval_cpu_s` of hits all of one tier and one layout (the
+    usual case): every layer's column of the general path's product is the
+    block counts times that layer's cost, so each distinct cost is summed
+    once (the same products, the same sequential ``cumsum``)."""
+    row = _row(design, tier, runs, layers, ssds)
+    if row is None:
+        return _reference(design, [hits], layers, ssds)
+    each = np.fromiter((h[3] for h in hits), dtype=np.float64, count=len(hits))
+    sums: dict[float, float] = {}
+    out = []
+    for us in row.tolist():
+        got = sums.get(us)
+        if got is None:
+            got = sums[us] = float(np.cumsum(each * us * 1e-6)[-1])
+        out.append(got)
+    return out
 
 
 def _row(design: DesignParams, tier, runs, layers: int, ssds: Collection[str]) -> np.ndarray | None:

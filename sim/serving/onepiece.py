@@ -15,6 +15,10 @@ slots, so each template keeps the (read-only, shared) ranges it made per
 slots tuple (at most :data:`MADE`), and a drain's store into a small tier
 mostly finds its ranges made.
 
+The pieces are deferred (:meth:`sim.serving.jobs.Piece.deferred`): range
+count and bytes from the template, the ranges made (or found made) only
+when first read, which a run that keeps no plan never does.
+
 It gives what :func:`store_pieces` gives for a list of one entry (same
 pieces in the same order, bytes exactly, same ranges: tested against it and
 against the per-layer reference loop, :mod:`tests.sim.test_serving_jobs`);
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
@@ -37,6 +42,8 @@ if TYPE_CHECKING:
     from sim.serving.entry import Runs
 
 ENABLED = True  # False: every entry through the general path (the reference)
+# pieces whose ranges are made when first read (jobs.Piece.deferred); False: at once
+DEFER = True
 
 # per piece: (src device, dst device, the one destination run its ranges lie
 # in or -1, run index per range, (offset within the run, length) per range, bytes)
@@ -83,6 +90,10 @@ class _Kept:
             ext.setflags(write=False)
         return got
 
+    def piece(self, slots: tuple[int, ...], i: int) -> np.ndarray:
+        """Piece ``i``'s ranges for an entry at ``slots`` (a deferred piece's)."""
+        return self.ranges(slots)[i]
+
     def _make(self, slots: tuple[int, ...]) -> list[np.ndarray]:
         """Each piece's ranges for an entry at ``slots``, made now."""
         out = []
@@ -123,10 +134,17 @@ def one_entry_pieces(
     if kept is None:
         tmpl = _template(src, dst, s_runs, e.runs, gpu)
         kept = cache[key] = _Kept(tmpl, int(round(dst.layer_bytes)))
-    length = kept.length
+    length, slots = kept.length, e.slots
+    if not DEFER:
+        return [
+            piece(part[0], part[1], part[5], extents=ext, length=length)
+            for part, ext in zip(kept.tmpl, kept.ranges(slots), strict=True)
+        ]
     return [
-        piece(part[0], part[1], part[5], extents=ext, length=length)
-        for part, ext in zip(kept.tmpl, kept.ranges(e.slots), strict=True)
+        piece.deferred(
+            part[0], part[1], part[5], len(part[4]), length, partial(kept.piece, slots, i)
+        )
+        for i, part in enumerate(kept.tmpl)
     ]
 
 

@@ -11,7 +11,10 @@ event that fires when it ends (the only event per op);
 computed by the caller, an optional callback).  An op in flight is one
 record (:class:`_InFlight`): its flows carry it as their token, to two
 callbacks bound once, and with a callback it is itself scheduled as the
-op's end event, so an op allocates no closure and no simpy event.
+op's end event, so an op allocates no closure and no simpy event.  A
+transfer's physics is kept per shape; a GPU compute op's (a new roofline
+time per iteration) is a two-field record on the GPU's interned signature
+(:class:`_Compute`), not a fresh :class:`~sim.executor.OpPhysics`.
 
 Every submitted op is also written down as a plan row (``release_s`` = the
 time it was issued, ``depends_on`` = the ops whose completion the engine
@@ -41,7 +44,7 @@ import simpy
 
 from kvtier.plan import extent_totals
 from kvtier.records import OP_RECORD_SCHEMA, Records, op_records
-from sim.engine.flownet import Flow
+from sim.engine.flownet import Flow, FlowNetwork
 from sim.executor import OpPhysics, device_records, launch, op_physics
 from sim.hw.machine import Machine
 from sim.serving.planstore import PlanStore
@@ -64,12 +67,28 @@ class _InFlight:
     __slots__ = ("callbacks", "op", "phys", "on_done", "left", "event")
     _ok = True
 
-    def __init__(self, op: int, phys: OpPhysics, on_done: Callable[[int], Any] | None):
+    def __init__(self, op: int, phys: OpPhysics | _Compute, on_done: Callable[[int], Any] | None):
         self.op = op
         self.phys = phys
         self.on_done = on_done
         self.left = 1
         self.event: simpy.Event | None = None
+
+
+class _Compute:
+    """A GPU compute op's physics: what :meth:`OnlineOps.issue` and its flows'
+    ends read of the :class:`OpPhysics` that :func:`op_physics` gives it (one
+    flow of ``amount`` GPU-seconds on the GPU's resource of ``gpu_net``, as
+    ``sig``; no latency, no CPU flow, no SSD)."""
+
+    __slots__ = ("net", "sig", "amount")
+    latency_s = cpu_s = 0.0
+    meter = None
+
+    def __init__(self, net: FlowNetwork, sig: int, amount: float):
+        self.net = net
+        self.sig = sig
+        self.amount = amount
 
 
 def _call_on_done(ended: _InFlight) -> None:
@@ -91,7 +110,9 @@ class OnlineOps:
         self.cpu_s = array("d")
         self.flows = 0
         self._cache: dict[tuple, OpPhysics] = {}
+        self._gpu_sig: dict[str, int] = {}  # a GPU's compute flows' signature on gpu_net
         self._cpu_net = machine.cpu_net
+        self._gpu_net = machine.gpu_net
         self._data_cb = self._data_done  # bound once, not per op
         self._cpu_cb = self._cpu_done
 
@@ -172,7 +193,13 @@ class OnlineOps:
                io_bytes, float(flops), float(hbm_bytes), now, step, layer, tag)  # fmt: skip
         self.store.add(row, deps, extents)  # in planstore.COLUMNS order
         if kind == "compute":
-            phys = op_physics(self.machine, kind, "", dst, 0, 0, 0, "none", flops, hbm_bytes)
+            sig = self._gpu_sig.get(dst) if LEAN else None
+            if sig is not None:  # op_physics's GPU compute, without its record or interning
+                phys = _Compute(self._gpu_net, sig, self.machine.gpu_seconds(dst, flops, hbm_bytes))
+            else:
+                phys = op_physics(self.machine, kind, "", dst, 0, 0, 0, "none", flops, hbm_bytes)
+                if phys.net is self.machine.gpu_net:
+                    self._gpu_sig[dst] = phys.sig
         else:  # a transfer's physics depends on its shape only: one OpPhysics per shape
             key = (kind, src, dst, nbytes, n_ios, queue_depth, io_path)
             phys = self._cache.get(key)

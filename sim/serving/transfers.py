@@ -24,7 +24,10 @@ and layer, :mod:`sim.serving.layout`) split into I/Os of the design's I/O
 size, capped by one range (one offload block of one layer is contiguous):
 the plan's ``extents``, so the CPU cost of the software path
 (:meth:`sim.hw.machine.Machine.cpu_seconds`) is paid per I/O and the real
-backend replays the very same ranges.  At most ``max_transfers`` ops are in
+backend replays the very same ranges.  An op's bytes and I/O count come
+from the piece's range count and common length; the ranges themselves are
+read (and a deferred piece's made, :meth:`sim.serving.jobs.Piece.deferred`)
+only when the run keeps its plan.  At most ``max_transfers`` ops are in
 flight at once over all jobs.
 
 The pieces come from the block manager as plain data
@@ -111,6 +114,7 @@ class Mover:
     ):
         self.ops = ops
         self.env = ops.env
+        self._keep = ops.store.keep_plan  # the plan is written down: ops carry their ranges
         self.design = design
         self.gpu = gpu
         self.ssds = set(profile.ssd_names)
@@ -207,24 +211,26 @@ class Mover:
             if self.on_copy is not None:
                 self.on_copy(src, dst, int(round(p.nbytes)))
             return
-        ext, iob = p.extents, self.io_bytes
-        nbytes, n_ios = _totals(ext, p.length, iob)
+        iob = self.io_bytes
+        # the ranges are read only to be written down, or when their lengths differ
+        ext = p.extents if self._keep or p.length <= 0 else None
+        nbytes, n_ios = _totals(ext, p.ranges, p.length, iob)
         if nbytes != int(round(p.nbytes)):  # pragma: no cover - a layout bug
             raise RuntimeError(f"{src}->{dst}: extents cover {nbytes} of {p.nbytes} B")
         self.ops.issue(
             kind, src, dst, nbytes, n_ios, deps, on_done,
             queue_depth=self.design.queue_depth,
             io_path="gds" if self.gpu in (src, dst) else self.io_path,
-            extents=ext if len(ext) else None, io_bytes=iob,
+            extents=ext if ext is not None and len(ext) else None, io_bytes=iob,
             step=t.rid, layer=p.layer, tag=t.tag,
         )  # fmt: skip
 
 
-def _totals(ext: np.ndarray, length: int, io_bytes: int) -> tuple[int, int]:
-    """Bytes and I/O count of ranges ``ext`` cut into I/Os of ``io_bytes`` (0 =
-    one I/O per range): from Python ints when every range is ``length`` long,
-    else reduced over the array (:func:`kvtier.plan.extent_totals`)."""
-    n = len(ext)
+def _totals(ext: np.ndarray | None, n: int, length: int, io_bytes: int) -> tuple[int, int]:
+    """Bytes and I/O count of ``n`` ranges ``ext`` cut into I/Os of ``io_bytes``
+    (0 = one I/O per range): from Python ints when every range is ``length``
+    long (``ext`` then need not be made), else reduced over the array
+    (:func:`kvtier.plan.extent_totals`)."""
     if length > 0:
         return n * length, n * (-(-length // io_bytes)) if io_bytes > 0 else n
     return extent_totals(ext, io_bytes)
@@ -235,37 +241,45 @@ class _Stream:
     next piece's; second stages (bounce-buffer copies or writes) in piece
     order, each after its own first stage and the previous second stage."""
 
-    __slots__ = ("mover", "job", "idx", "worker", "k", "prev_first", "pending", "busy", "last")
+    __slots__ = ("mover", "job", "idx", "worker", "k", "prev_first", "pending", "busy", "last",
+                 "cur")  # fmt: skip
 
     def __init__(self, mover: Mover, job: Job, idx: list[int], worker: tuple[str, str]):
         self.mover, self.job, self.idx, self.worker = mover, job, idx, worker
         self.k = 0  # position in idx of the piece whose first op is next
         self.prev_first: list[int] = []
-        self.pending: deque[tuple[int, int, Stage]] = deque()  # (piece, first op, stage)
+        # (piece, first op, stage) of first stages done, made with the first second stage
+        self.pending: deque[tuple[int, int, Stage]] | None = None
         self.busy = False  # a second stage is in flight
         self.last: int | None = None  # the previous second stage's op
+        # the piece whose first op is in flight (one at a time) and its second stage
+        self.cur: tuple[int, Stage | None] = (-1, None)
 
     def issue_first(self) -> None:
         i = self.idx[self.k]
         p = self.job.transfer.pieces[i]
         stages = self.mover.stages(p)
-        second = stages[1] if len(stages) > 1 else None
-
-        def ended(op: int) -> None:
-            self._first_done(i, op, second)
-
-        deps, mover = self.prev_first, self.mover
+        self.cur = (i, stages[1] if len(stages) > 1 else None)
+        # bound per op, not kept on the stream (that would be a cycle: the stream
+        # and its job would wait for the garbage collector rather than go at once)
+        deps, mover, ended = self.prev_first, self.mover, self._first_ended
         if mover._free:  # mover.acquire, without its deferred call
             mover._free -= 1
             mover.issue(stages[0], p, deps, self.job.transfer, ended)
         else:
             mover.acquire(lambda: mover.issue(stages[0], p, deps, self.job.transfer, ended))
 
+    def _first_ended(self, op: int) -> None:
+        i, second = self.cur
+        self._first_done(i, op, second)
+
     def _first_done(self, i: int, op: int, second: Stage | None) -> None:
         self.mover.release()
         if second is None:
             self.job.finish(i, op)
         else:
+            if self.pending is None:
+                self.pending = deque()
             self.pending.append((i, op, second))
         self.prev_first = [op]
         self.k += 1
@@ -277,7 +291,7 @@ class _Stream:
             self.mover.worker_free(self.worker)
 
     def _try_second(self) -> None:
-        if self.busy or not self.pending:
+        if self.busy or not self.pending:  # (None: no second stage yet)
             return
         i, first, stage = self.pending.popleft()
         self.busy = True

@@ -88,10 +88,12 @@ def test_template_pieces_equal_the_per_layer_loop(monkeypatch, layer_bytes: floa
         for a, b, entries in ((None, src, above), (src, dst, below), (None, dst, below)):
             for e in entries:
                 got = store_pieces(a, b, [e], "gpu0")
+                counts = [p.ranges for p in got]  # deferred: before any range is made
                 (each,) = store_pieces_each(a, b, [e], "gpu0")
                 monkeypatch.setattr(onepiece, "ENABLED", False)
                 want = store_pieces(a, b, [e], "gpu0")
                 monkeypatch.setattr(onepiece, "ENABLED", True)
+                assert counts == [len(p.extents) for p in want]
                 rows = [
                     (p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in got
                 ]

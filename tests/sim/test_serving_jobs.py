@@ -89,6 +89,39 @@ def test_store_pieces_each_equal_store_pieces_of_one_entry(layer_bytes: float) -
     assert len(seen) > 3  # several layout pairs, some cut into several parts
 
 
+@pytest.mark.parametrize("seed", [3, 4])
+def test_deferred_store_ranges_equal_the_ranges_made_at_once(seed: int, monkeypatch) -> None:
+    """A store piece whose ranges are made when first read (``jobs.DEFER``)
+    equals the one made at once: same ends, bytes exactly, length, and the
+    range count it gives before making them is the count of the ranges made,
+    even when the caller's list of entries changes after the call."""
+    from sim.serving import jobs
+
+    rng = np.random.default_rng(seed)
+    src = OffloadTier("cpu", ["m0", "m1"], [0.3, 0.7], [1e12, 1e12], 32, 8192.0)
+    dst = OffloadTier("ssd", ["s0", "s1", "s2"], [0.5, 0.2, 0.3], [1e12] * 3, 32, 8192.0)
+    for _ in range(10):
+        keys = [int(k) for k in rng.choice(10**6, int(rng.integers(2, 40)), replace=False)]
+        above, _ = src.place(keys, None)
+        below, _ = dst.place([e.key for e in above[: max(2, len(above) // 2)]], None)
+        rng.shuffle(below)
+        for a, b, entries in ((None, src, above), (src, dst, below)):
+            monkeypatch.setattr(jobs, "DEFER", False)
+            now = store_pieces(a, b, entries, "gpu0")
+            monkeypatch.setattr(jobs, "DEFER", True)
+            later = store_pieces(a, b, list(entries), "gpu0")
+            counts = [p.ranges for p in later]  # before any range is made
+            assert counts == [len(p.extents) for p in now]
+            assert sum(counts) == 32 * len(entries)  # every layer of every entry, once
+            for p, q in zip(later, now, strict=True):
+                assert (p.src, p.dst, p.nbytes, p.length) == (q.src, q.dst, q.nbytes, q.length)
+            given = list(entries)
+            kept = store_pieces(a, b, given, "gpu0")
+            given.reverse()  # the caller's list changes before the ranges are read
+            for p, q in zip(kept, now, strict=True):
+                assert np.array_equal(p.extents, q.extents) and p.extents.dtype == np.int64
+
+
 def all_ranges_are_length(pieces: list[Piece]) -> bool:
     """Every piece's ``length`` is the length of each of its ranges."""
     return all(p.length > 0 and bool((p.extents[:, 1] == p.length).all()) for p in pieces)
@@ -115,9 +148,9 @@ def test_io_totals_from_the_common_length_equal_the_reduction() -> None:
 
     ext = np.array([[0, 12288], [65536, 12288], [8192, 12288]], dtype=np.int64)
     for iob in (0, 4096, 5000, 12288, 1 << 20):
-        assert _totals(ext, 12288, iob) == extent_totals(ext, iob)
-        assert _totals(ext, 0, iob) == extent_totals(ext, iob)
-    assert _totals(ext, 12288, 5000) == (3 * 12288, 9)  # ceil(12288 / 5000) = 3 per range
+        assert _totals(None, 3, 12288, iob) == extent_totals(ext, iob)
+        assert _totals(ext, 3, 0, iob) == extent_totals(ext, iob)
+    assert _totals(None, 3, 12288, 5000) == (3 * 12288, 9)  # ceil(12288 / 5000) = 3 per range
 
 
 def test_non_layerwise_load_is_one_piece_per_device_of_every_hit() -> None:
