@@ -33,7 +33,9 @@ Devices that keep this fast without changing the physics:
   workloads repeat the same mix of flows layer after layer; a mix not seen
   before re-solves only the connected components that the flows started or
   ended since the last re-rating touch
-  (:func:`sim.engine.maxmin.maxmin_rates_incremental`);
+  (:func:`sim.engine.maxmin.maxmin_rates_incremental`'s rule), and components
+  and cap-free rates are memoised per mix of paths, used where the caps
+  provably change no float (:mod:`sim.engine.mixsolve`);
 * resource integrals are kept per allocation: the time spent in each mix of
   flows is summed, and busy time and work per resource are that time
   weighted by the mix's loads, folded in when read.
@@ -55,7 +57,7 @@ import simpy
 from simpy.events import NORMAL
 
 from sim.engine.flows import Flow, Mix, Tick, refinish, take_done
-from sim.engine.maxmin import maxmin_rates, maxmin_rates_incremental
+from sim.engine.mixsolve import MixSolver
 
 __all__ = ["LATE", "FAST", "Flow", "FlowNetwork"]
 
@@ -107,6 +109,8 @@ class FlowNetwork:
         self._sigs: dict[tuple, int] = {}
         self._paths: list[tuple[tuple[int, float], ...]] = []
         self._caps: list[float] = []
+        self._psig: list[int] = []  # per signature: its path's (sim.engine.mixsolve)
+        self._solver = MixSolver(self.capacity)
         self._memo: dict[tuple[int, ...], Mix] = {}
         self._mix = self._memo[()] = Mix([], {})
         self._key: tuple[int, ...] = ()  # the signatures of the current mix's flows
@@ -133,6 +137,7 @@ class FlowNetwork:
             sig = self._sigs[(p, cap)] = len(self._paths)
             self._paths.append(p)
             self._caps.append(cap)
+            self._psig.append(self._solver.path_sig(p))
         return sig
 
     # ---- integrals ----------------------------------------------------------
@@ -279,7 +284,7 @@ class FlowNetwork:
 
     def _solve(self, key: tuple[int, ...]) -> Mix:
         """Max-min rates for a mix not in the memo (its loads set the peaks)."""
-        paths, caps = self._paths, self._caps
+        paths, caps, psig = self._paths, self._caps, self._psig
         fpaths = [paths[s] for s in key]
         fcaps = [caps[s] for s in key]
         # flows that started since the last mix still have rate 0; the ones
@@ -290,10 +295,7 @@ class FlowNetwork:
         changed = [s for s, k in ended.items() if k > 0]
         changed += [s for s, rate in zip(key, old, strict=True) if not rate]
         touched = {r for s in changed for r, _ in paths[s]}
-        if len(touched) < len(self.names):
-            rates = maxmin_rates_incremental(fpaths, fcaps, self.capacity, old, touched)
-        else:
-            rates = maxmin_rates(fpaths, fcaps, self.capacity)
+        rates = self._solver.solve(tuple([psig[s] for s in key]), fpaths, fcaps, old, touched)
         loads: dict[int, float] = {}
         for path, rate in zip(fpaths, rates, strict=True):
             for r, c in path:

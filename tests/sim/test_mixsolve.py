@@ -1,0 +1,132 @@
+"""Path-memoised re-solves (:mod:`sim.engine.mixsolve`) change no float.
+
+* By hand: two flows share a 10-unit link.  With caps 6 and none the cap-free
+  rates 5 / 5 stand (6 > 5 x (1 + 1e-12)) and come from the memo; with cap 3
+  the cap binds (3 / 7) and the component is solved with its caps.
+* Seeded random networks, each with many overlapping flows that carry their
+  own caps (most far above any rate, some binding, some just above their
+  fair share): every flow's start and end, the re-rating count and each
+  resource's integrals and peak are bit for bit those of the reference
+  (``MEMO = False``, every component solved afresh), and the memo spared
+  progressive-filling runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import simpy
+
+import sim.engine.flownet as flownet
+import sim.engine.mixsolve as mixsolve
+from sim.engine.maxmin import maxmin_rates
+
+N_RES = 5
+
+
+def _solver_with_count(monkeypatch) -> tuple[mixsolve.MixSolver, list[int]]:
+    calls = [0]
+
+    def counted(paths, caps, capacity):
+        calls[0] += 1
+        return maxmin_rates(paths, caps, capacity)
+
+    monkeypatch.setattr(mixsolve, "maxmin_rates", counted)
+    return mixsolve.MixSolver([10.0]), calls
+
+
+def test_caps_above_the_fair_share_use_the_cap_free_rates(monkeypatch) -> None:
+    solver, calls = _solver_with_count(monkeypatch)
+    path = ((0, 1.0),)
+    p = solver.path_sig(path)
+    first = solver.solve((p, p), [path, path], [6.0, math.inf], [0.0, 0.0], {0})
+    assert first == [5.0, 5.0] and calls[0] == 1  # solved once, cap-free
+    again = solver.solve((p, p), [path, path], [8.0, 7.0], [5.0, 0.0], {0})
+    assert again == [5.0, 5.0] and calls[0] == 1  # from the memo: both caps above 5
+    bound = solver.solve((p, p), [path, path], [3.0, 7.0], [5.0, 0.0], {0})
+    assert bound == [3.0, 7.0] and calls[0] == 2  # cap 3 binds: solved with the caps
+
+
+def test_untouched_component_keeps_its_rates(monkeypatch) -> None:
+    solver = mixsolve.MixSolver([10.0, 4.0, 1.0])
+    a, b = ((0, 1.0),), ((1, 1.0),)
+    pa_, pb = solver.path_sig(a), solver.path_sig(b)
+    # the flow on resource 1 changed; resource 0's flow keeps its old (stale) rate
+    out = solver.solve((pa_, pb), [a, b], [math.inf, math.inf], [9.5, 0.0], {1})
+    assert out == [9.5, 4.0]
+
+
+def _random_groups(seed: int) -> tuple[list[list[tuple]], list[float]]:
+    """Networks of 30-60 flows each (start, delay, path, amount, cap) over a few
+    shared paths, each flow with a cap of its own."""
+    rng = np.random.default_rng(seed)
+    capacity = rng.uniform(1.0, 10.0, N_RES).tolist()
+    paths = []
+    for _ in range(6):
+        res = sorted({int(r) for r in rng.integers(0, N_RES, int(rng.integers(1, 4)))})
+        paths.append([(r, float(rng.choice([1.0, 0.5, 2.0]))) for r in res])
+    groups = []
+    for _ in range(8):
+        group = []
+        for _ in range(int(rng.integers(30, 60))):
+            path = paths[int(rng.integers(0, len(paths)))]
+            u = rng.random()
+            cap = (
+                float(rng.uniform(1e3, 1e4))  # never binds (an op's queue-depth bound)
+                if u < 0.6
+                else float(rng.uniform(0.2, 6.0))  # binds or sits near the fair share
+                if u < 0.9
+                else math.inf
+            )
+            start = float(rng.uniform(0.0, 20.0))
+            delay = float(rng.choice([0.0, rng.uniform(0.0, 0.3)]))
+            group.append((start, delay, path, float(rng.uniform(0.1, 4.0)), cap))
+        groups.append(group)
+    return groups, capacity
+
+
+def _run(groups, capacity) -> tuple[list[tuple[float, float]], list[flownet.FlowNetwork]]:
+    times: list[tuple[float, float]] = []
+    nets = []
+    for specs in groups:
+        env = simpy.Environment()
+        net = flownet.FlowNetwork(env, [f"r{i}" for i in range(N_RES)], capacity)
+        ends = [(math.nan, math.nan)] * len(specs)
+
+        def done(flow: flownet.Flow, ends=ends) -> None:
+            ends[flow.token] = (flow.start_s, flow.end_s)
+
+        def starter(env, net, i, t, delay, path, amount, cap):
+            yield env.timeout(t)
+            net.start_after(delay, path, amount, done, cap, token=i)
+
+        for i, spec in enumerate(specs):
+            env.process(starter(env, net, i, *spec))
+        env.run()
+        times += ends
+        nets.append(net)
+    return times, nets
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_memoised_solves_equal_the_reference(monkeypatch, seed) -> None:
+    groups, capacity = _random_groups(seed)
+    calls = [0]
+
+    def counted(paths, caps, cap_):
+        calls[0] += 1
+        return maxmin_rates(paths, caps, cap_)
+
+    monkeypatch.setattr(mixsolve, "maxmin_rates", counted)
+    memo_times, memo = _run(groups, capacity)
+    memo_calls, calls[0] = calls[0], 0
+    monkeypatch.setattr(mixsolve, "MEMO", False)
+    ref_times, ref = _run(groups, capacity)
+    assert memo_calls < calls[0]  # the memo spared progressive-filling runs
+    assert all(not math.isnan(e) for _, e in ref_times)
+    assert memo_times == ref_times  # every start and end, bit for bit
+    for a, b in zip(memo, ref, strict=True):
+        assert a.reratings == b.reratings
+        assert a.busy_s == b.busy_s and a.work == b.work and a.peak == b.peak
