@@ -60,6 +60,7 @@ from itertools import groupby
 
 import simpy
 
+from sim.engine.drain import drain
 from sim.hw.machine import Machine
 from sim.models import ModelCard
 from sim.serving.blocks import GpuCache, OffloadTier
@@ -146,7 +147,7 @@ class Engine(LoadingMixin, ForwardMixin, PreemptMixin):
         self.start()
         with relaxed_gc():
             if progress is None:
-                self.env.run()
+                drain(self.env)
             else:
                 self._run_watched(progress)
         return self.collect()
@@ -167,14 +168,12 @@ class Engine(LoadingMixin, ForwardMixin, PreemptMixin):
 
     def _run_watched(self, progress: Progress) -> None:
         """``env.run()`` (steps until no event is left), reporting as it goes."""
-        env, total = self.env, len(self.seqs)
-        try:
-            while True:
-                for _ in range(PROGRESS_STEPS):
-                    env.step()
-                progress(env.now, total - self.remaining, total)
-        except simpy.core.EmptySchedule:
-            progress(env.now, total - self.remaining, total)
+        total = len(self.seqs)
+        drain(
+            self.env,
+            PROGRESS_STEPS,
+            lambda: progress(self.env.now, total - self.remaining, total),
+        )
 
     def _released(self) -> None:
         """A store let go of GPU blocks: a waiting request may fit now."""
