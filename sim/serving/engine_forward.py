@@ -75,10 +75,9 @@ class ForwardMixin:
                 yield self.env.timeout(sum(cpu))  # per-object retrieval work (objcost)
                 deps += [op for j in jobs for op in j.ops()]
             total = layer * n_layers + head
-            op, ev = self.ops.submit(
-                "compute", "", gpu, flops=total.flops, hbm_bytes=total.hbm_bytes,
-                depends_on=deps, step=step, tag="iteration",
-            )  # fmt: skip
+            op, ev = self.ops.compute(
+                gpu, total.flops, total.hbm_bytes, deps, step, -1, "iteration"
+            )
             yield ev
             if self.tp is not None:
                 op, ev = self.tp.allreduce(self.ops, op, n_tok, n_layers, step, -1)
@@ -91,11 +90,10 @@ class ForwardMixin:
                 if cpu[li]:
                     yield self.env.timeout(cpu[li])
                 cost = layer + head if li == n_layers - 1 else layer
-                op, ev = self.ops.submit(
-                    "compute", "", gpu, flops=cost.flops, hbm_bytes=cost.hbm_bytes,
-                    depends_on=deps + [o for j in jobs for o in j.ops(li)],
-                    step=step, layer=li, tag="iteration",
-                )  # fmt: skip
+                deps += [o for j in jobs for o in j.ops(li)]
+                op, ev = self.ops.compute(
+                    gpu, cost.flops, cost.hbm_bytes, deps, step, li, "iteration"
+                )
                 yield ev
                 if self.tp is not None:
                     op, ev = self.tp.allreduce(self.ops, op, n_tok, 1, step, li)

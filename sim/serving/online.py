@@ -157,6 +157,26 @@ class OnlineOps:
         assert ended is not None  # issue without a callback returns its event
         return op, ended
 
+    def compute(
+        self,
+        gpu: str,
+        flops: float,
+        hbm_bytes: float,
+        depends_on: Iterable[int],
+        step: int,
+        layer: int,
+        tag: str,
+    ) -> tuple[int, simpy.Event]:
+        """:meth:`submit` of a GPU compute op (``submit("compute", "", gpu,
+        flops=..., hbm_bytes=..., ...)``) without its keyword and extent
+        handling: the engine's per-iteration op."""
+        op, ended = self.issue(
+            "compute", "", gpu, 0, 0, sorted(set(depends_on)), None,
+            flops=flops, hbm_bytes=hbm_bytes, step=step, layer=layer, tag=tag,
+        )  # fmt: skip
+        assert ended is not None  # issue without a callback returns its event
+        return op, ended
+
     def issue(
         self,
         kind: str,
@@ -220,7 +240,10 @@ class OnlineOps:
             ended.left = 2
         if phys.meter is not None:
             phys.meter.begin(now)
-        phys.net.start_sig_after(phys.latency_s, phys.sig, phys.amount, self._data_cb, ended)
+        if phys.latency_s > 0:
+            phys.net.start_sig_after(phys.latency_s, phys.sig, phys.amount, self._data_cb, ended)
+        else:  # start_sig_after's own shortcut, one call less
+            phys.net.start_sig(phys.sig, phys.amount, self._data_cb, ended)
         self.flows += ended.left
         if on_done is None:
             ended.event = self.env.event()
