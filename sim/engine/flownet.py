@@ -35,7 +35,8 @@ Devices that keep this fast without changing the physics:
   ended since the last re-rating touch
   (:func:`sim.engine.maxmin.maxmin_rates_incremental`'s rule), and components
   and cap-free rates are memoised per mix of paths, used where the caps
-  provably change no float (:mod:`sim.engine.mixsolve`);
+  provably change no float (:mod:`sim.engine.mixsolve`); a path mix solved
+  to the same rates as before reuses its loads (and its peaks stand);
 * resource integrals are kept per allocation: the time spent in each mix of
   flows is summed, and busy time and work per resource are that time
   weighted by the mix's loads, folded in when read.
@@ -49,14 +50,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import simpy
 from simpy.events import NORMAL
 
-from sim.engine.flows import Flow, Mix, Tick, refinish, take_done
+from sim.engine.flows import Flow, Mix, Tick, changed_sigs, refinish, take_done
 from sim.engine.mixsolve import MixSolver
 
 __all__ = ["LATE", "FAST", "Flow", "FlowNetwork"]
@@ -111,6 +111,8 @@ class FlowNetwork:
         self._caps: list[float] = []
         self._psig: list[int] = []  # per signature: its path's (sim.engine.mixsolve)
         self._solver = MixSolver(self.capacity)
+        # per path mix: the rates it was last solved to and their loads (read only)
+        self._loads: dict[tuple[int, ...], tuple[list[float], dict[int, float]]] = {}
         self._memo: dict[tuple[int, ...], Mix] = {}
         self._mix = self._memo[()] = Mix([], {})
         self._key: tuple[int, ...] = ()  # the signatures of the current mix's flows
@@ -290,20 +292,25 @@ class FlowNetwork:
         # flows that started since the last mix still have rate 0; the ones
         # that ended are the last mix's signatures the running flows do not account for
         old = self._rate
-        ended = Counter(self._key)
-        ended.subtract([s for s, rate in zip(key, old, strict=True) if rate])
-        changed = [s for s, k in ended.items() if k > 0]
-        changed += [s for s, rate in zip(key, old, strict=True) if not rate]
+        changed = changed_sigs(self._key, key, old)
         touched = {r for s in changed for r, _ in paths[s]}
-        rates = self._solver.solve(tuple([psig[s] for s in key]), fpaths, fcaps, old, touched)
-        loads: dict[int, float] = {}
-        for path, rate in zip(fpaths, rates, strict=True):
-            for r, c in path:
-                loads[r] = loads.get(r, 0.0) + c * rate
-        for r, ld in loads.items():
-            u = ld / self.capacity[r]
-            if u > self.peak[r]:
-                self.peak[r] = u
+        pkey = tuple([psig[s] for s in key])
+        rates = self._solver.solve(pkey, fpaths, fcaps, old, touched)
+        # loads are a function of the paths and rates: a path mix solved to the
+        # same rates before has them already, and its peaks are already counted
+        seen = self._loads.get(pkey)
+        if seen is not None and seen[0] == rates:
+            loads = seen[1]
+        else:
+            loads = {}
+            for path, rate in zip(fpaths, rates, strict=True):
+                for r, c in path:
+                    loads[r] = loads.get(r, 0.0) + c * rate
+            for r, ld in loads.items():
+                u = ld / self.capacity[r]
+                if u > self.peak[r]:
+                    self.peak[r] = u
+            self._loads[pkey] = (rates, loads)
         if len(self._memo) >= _MEMO_MAX:
             self._fold()
         mix = self._memo[key] = Mix(rates, loads)
@@ -313,6 +320,7 @@ class FlowNetwork:
         """Fold the memo's integrals into the totals and forget its mixes."""
         _, self._busy, self._work = self._fold_integrals()
         self._memo.clear()
+        self._loads.clear()
         self._mix = self._memo[()] = Mix([], {})
 
     def _arm(self, due: float) -> None:
