@@ -8,7 +8,8 @@ same :func:`sim.executor.op_physics`, its parts started as
 op at a time: :meth:`OnlineOps.submit` starts an op now and returns a simpy
 event that fires when it ends (the only event per op);
 :meth:`OnlineOps.issue` is its lean form for the transfer mover (totals
-computed by the caller, an optional callback).  An op in flight is one
+computed by the caller, an optional callback), :meth:`OnlineOps.compute`
+the engine's per-iteration GPU op without ``submit``'s keyword handling.  An op in flight is one
 record (:class:`_InFlight`): its flows carry it as their token, to two
 callbacks bound once, and with a callback it is itself scheduled as the
 op's end event, so an op allocates no closure and no simpy event.  A
