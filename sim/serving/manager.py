@@ -37,7 +37,7 @@ from itertools import chain
 
 import numpy as np
 
-from sim.serving import chunkplace
+from sim.serving import chunkplace, writethrough
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.demotions import Decided, demotion_transfers
 from sim.serving.designs import DesignParams
@@ -275,45 +275,40 @@ class BlockManager:
 
     def on_stored(self, t: Transfer) -> list[Transfer]:
         """Store or demotion ``t`` ended: its entries are ready below, its sources
-        let go; returns the transfers that follow (write-through to the next tier)."""
+        let go; returns the transfers that follow (write-through to the next tier,
+        :mod:`sim.serving.writethrough`)."""
         assert t.dst is not None
+        through = t.src is None and self.design.cpu_to_ssd == "write_through"
+        through = through and len(self.tiers) > 1
+        if through and writethrough.FAST and t.entries and writethrough.all_not_ready(t.entries):
+            self._release_sources(t)  # reads nothing of the tiers
+            src, dst = self.tiers[0], self.tiers[1]
+            return writethrough.complete_through(src, dst, t.entries, t.rid, self.gpu_name)
         fresh = t.dst.complete_all(t.entries)  # all were not ready: all still held there
         if t.tag == "demote":
             for old in t.olds:
                 t.src.drained(old)  # type: ignore[union-attr]
         elif t.olds:
             t.src.unpin_all(t.olds)  # type: ignore[union-attr]
-        keys = None
-        if t.sources:  # one release, each entry's blocks in the order of one release each
-            keys = [e.key for e in reversed(t.entries)]
-            got = filter(None, map(t.sources.get, keys))  # the held ones' blocks (none: ())
-            self.gpu.release(list(chain.from_iterable(got)), 0)
-        if t.src is None and self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
+        keys = self._release_sources(t)
+        if through:
             live = None
             if fresh:  # every entry still in tier 0: no probe needed
                 live = [e.key for e in t.entries] if keys is None else keys[::-1]
-            return self._write_through(0, t.entries, t.rid, live)
+            src, dst = self.tiers[0], self.tiers[1]
+            return writethrough.write_through(src, dst, t.entries, t.rid, self.gpu_name, live)
         return []
 
-    def _write_through(
-        self, i: int, entries: list[Entry], rid: int, live: list[int] | None = None
-    ) -> list[Transfer]:
-        """Copy ``entries`` of tier ``i`` still held there to tier ``i + 1``
-        (``live``: their keys, when all of them are known to be held)."""
-        src, dst = self.tiers[i], self.tiers[i + 1]
-        held = src.entries  # list comprehensions: slot loads beat getter maps on 3.11
-        if live is None:
-            live = [e.key for e in entries if held.get(e.key) is e]
-        placed, _ = dst.place(live, None)
-        if not placed:
-            return []
-        if len(placed) == len(entries) == len(live):  # all placed, in order: the entries
-            olds = list(entries)
-        else:
-            olds = [held[e.key] for e in placed]
-        src.pin_all(olds)
-        pieces = store_pieces(src, dst, placed, self.gpu_name)
-        return [Transfer("store", "dst", rid, pieces, src, dst, placed, olds)]
+    def _release_sources(self, t: Transfer) -> list[int] | None:
+        """Let go of the GPU blocks a store from the GPU held: one release,
+        each entry's blocks in the order of one release each.  Returns the
+        entries' keys in reverse (None: no sources)."""
+        if not t.sources:
+            return None
+        keys = [e.key for e in reversed(t.entries)]
+        got = filter(None, map(t.sources.get, keys))  # the held ones' blocks (none: ())
+        self.gpu.release(list(chain.from_iterable(got)), 0)
+        return keys
 
     def _demotes(self, i: int) -> bool:
         """Whether tier ``i``'s victims are demoted (else :meth:`_evict` always
