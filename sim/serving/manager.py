@@ -129,8 +129,7 @@ class BlockManager:
             got.append(e)
             hits[tier.name] = hits.get(tier.name, 0) + n
         for tier, entries in by_tier.items():
-            tier.pin_all(entries)
-            tier.touch_all(entries)  # pinned: touched, not offered for eviction
+            tier.pin_touch_all(entries)  # pinned: touched, not offered for eviction
         if lower:  # the hit blocks are contiguous: [first j, last j + n)
             keys = ints(s.req.hashes, lower[0][2], lower[-1][2] + lower[-1][3])
             blocks, _made = self.gpu.promote_all(keys, False)
