@@ -33,7 +33,8 @@ that follow it (LMCache's write-through).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, groupby
+from operator import itemgetter
 
 import numpy as np
 
@@ -121,13 +122,7 @@ class BlockManager:
         s.cached_tokens = hit.blocks * self.B
         hits = {"gpu": len(hit.gpu)}
         lower = hit.lower
-        by_tier: dict[OffloadTier, list[Entry]] = {}
-        for tier, e, _j, n in lower:
-            got = by_tier.get(tier)
-            if got is None:
-                got = by_tier[tier] = []
-            got.append(e)
-            hits[tier.name] = hits.get(tier.name, 0) + n
+        by_tier = hit.by_tier = _by_tier(lower, hits)
         for tier, entries in by_tier.items():
             tier.pin_touch_all(entries)  # pinned: touched, not offered for eviction
         if lower:  # the hit blocks are contiguous: [first j, last j + n)
@@ -165,7 +160,7 @@ class BlockManager:
         hit = s.lookup
         assert hit is not None
         self.gpu.set_ready(s.blocks[len(hit.gpu) :])
-        for tier, entries in _by_tier(hit.lower).items():
+        for tier, entries in (hit.by_tier or _by_tier(hit.lower)).items():
             tier.unpin_all(entries)
         s.lookup = None
         s.load = None
@@ -360,12 +355,26 @@ class BlockManager:
         return False
 
 
-def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTier, list[Entry]]:
-    """The entries of lower hits, per tier, in hit order."""
+def _by_tier(
+    lower: list[tuple[OffloadTier, Entry, int, int]], hits: dict[str, int] | None = None
+) -> dict[OffloadTier, list[Entry]]:
+    """The entries of lower hits, per tier, in hit order; ``hits``: each
+    tier's blocks added to it by name (first seen, first put).  The hits
+    come in runs of one tier (:func:`sim.serving.prefix.lower_hits`): each
+    run is taken whole, by C-level maps."""
     out: dict[OffloadTier, list[Entry]] = {}
-    for tier, e, _j, _n in lower:
-        out.setdefault(tier, []).append(e)
+    for tier, run in groupby(lower, _TIER):
+        items = list(run)
+        got = out.get(tier)
+        if got is None:
+            got = out[tier] = []
+        got += map(_ENTRY, items)
+        if hits is not None:
+            hits[tier.name] = hits.get(tier.name, 0) + sum(map(_BLOCKS, items))
     return out
+
+
+_TIER, _ENTRY, _BLOCKS = itemgetter(0), itemgetter(1), itemgetter(3)
 
 
 __all__ = ["BlockManager", "Lookup", "Placement", "Seq"]
