@@ -275,9 +275,10 @@ class BlockManager:
         through = t.src is None and self.design.cpu_to_ssd == "write_through"
         through = through and len(self.tiers) > 1
         if through and writethrough.FAST and t.entries and writethrough.all_not_ready(t.entries):
-            self._release_sources(t)  # reads nothing of the tiers
+            keys = self._release_sources(t)  # reads nothing of the tiers
+            live = [e.key for e in t.entries] if keys is None else keys[::-1]
             src, dst = self.tiers[0], self.tiers[1]
-            return writethrough.complete_through(src, dst, t.entries, t.rid, self.gpu_name)
+            return writethrough.complete_through(src, dst, t.entries, live, t.rid, self.gpu_name)
         fresh = t.dst.complete_all(t.entries)  # all were not ready: all still held there
         if t.tag == "demote":
             for old in t.olds:

@@ -68,14 +68,19 @@ def write_through(
 
 
 def complete_through(
-    src: OffloadTier, dst: OffloadTier, entries: list[Entry], rid: int, gpu_name: str
+    src: OffloadTier,
+    dst: OffloadTier,
+    entries: list[Entry],
+    keys: list[int],
+    rid: int,
+    gpu_name: str,
 ) -> list[Transfer]:
-    """A store of ``entries`` into ``src`` ended, all of them not ready
-    (:func:`all_not_ready`: all still held in ``src``): what
+    """A store of ``entries`` (keyed ``keys``) into ``src`` ended, all of
+    them not ready (:func:`all_not_ready`: all still held in ``src``): what
     ``src.complete_all(entries)`` then :func:`write_through` leave, the
     entries pinned by the copy made ready and pinned without being offered
     (module docstring)."""
-    placed, _ = dst.place([e.key for e in entries], None)
+    placed, _ = dst.place(keys, None)
     if len(placed) == len(entries):  # all placed, in order: the entries
         olds = list(entries)
         rest: list[Entry] = []

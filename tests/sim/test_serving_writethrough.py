@@ -50,8 +50,9 @@ def test_fast_write_through_changes_no_record(monkeypatch, design, n, block, tie
     calls, partial = [0], [0]
     real = writethrough.complete_through
 
-    def counted(src, dst, entries, rid, gpu_name):
-        out = real(src, dst, entries, rid, gpu_name)
+    def counted(src, dst, entries, keys, rid, gpu_name):
+        assert keys == [e.key for e in entries]
+        out = real(src, dst, entries, keys, rid, gpu_name)
         calls[0] += 1
         partial[0] += not out or len(out[0].olds) < len(entries)
         return out
