@@ -27,7 +27,10 @@ their byte ranges) and is told when they end.  Loads: :meth:`load` then
 them and returns the demotions it caused, the store itself and what must
 wait for a demotion to drain (the executor asks again when one has);
 :meth:`on_stored` completes a store or demotion and returns the transfers
-that follow it (LMCache's write-through).
+that follow it (LMCache's write-through, :mod:`sim.serving.writethrough`:
+the entries a copy pins made ready and pinned without being offered).
+A load's sources are grouped per tier once, at :meth:`acquire`, and
+kept on its :class:`~sim.serving.prefix.Lookup` for :meth:`on_loaded`.
 """
 
 from __future__ import annotations
