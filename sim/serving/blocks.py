@@ -130,13 +130,30 @@ class OffloadTier:
         self._clock = c
         self._offer(entries)
 
-    def _offer(self, entries: Sequence[Entry], ready: bool = False) -> bool:
+    def pin_touch_all(self, entries: Sequence[Entry]) -> None:
+        """:meth:`pin_all` then :meth:`touch_all` (a load's sources), in one
+        pass: pinned, none is offered (an offer takes evictable entries only)."""
+        held, c = self.entries, self._clock
+        for e in entries:
+            if e.ref_cnt < READY:
+                raise RuntimeError(f"{self.name}: pinning entry {e.key} that is not ready")
+            e.ref_cnt += 1
+            key = e.key
+            held[key] = held.pop(key)  # to the end: most recently used
+            c += 1
+            e.stamp = c
+        self._clock = c
+
+    def _offer(self, entries: Sequence[Entry], ready: bool = False, unpin: bool = False) -> bool:
         """Offer ``entries`` to the LRU (``ready``: all of them not ready, to
         be made ready: :meth:`LruRuns.offer_ready`, whose answer is returned;
+        ``unpin``: each in use once less first, :meth:`LruRuns.offer_unpinned`;
         else True); rebuild it when stale items pile up."""
         if ready:
             if not self.lru.offer_ready(entries):
                 return False  # nothing changed: the caller takes the general path
+        elif unpin:
+            self.lru.offer_unpinned(entries)
         else:
             self.lru.offer(entries)
         if self.lru.items > 2 * len(self.entries) + 64:
@@ -164,12 +181,7 @@ class OffloadTier:
     def unpin_all(self, entries: Sequence[Entry]) -> None:
         """A load or copy from ``entries`` ended: each is in use once less; the
         ones now evictable are offered (one pass picks them)."""
-        free = []  # the ones :meth:`LruRuns.offer` would offer, picked in the same pass
-        for e in entries:
-            c = e.ref_cnt = e.ref_cnt - 1
-            if c == 0 and not e.draining and e.heaped != e.stamp:
-                free.append(e)
-        self._offer(free)
+        self._offer(entries, unpin=True)
 
     def complete(self, e: Entry) -> None:
         self.complete_all([e])

@@ -37,7 +37,8 @@ cache, rather than in a second pass.
 **Completion in one pass.**  :meth:`LruRuns.offer_ready` reads each
 entry's stamp, makes it ready and marks it offered in one loop; when an
 entry turns out not to be "not ready" it undoes the ones before it and
-says so, and the tier takes the general path.
+says so, and the tier takes the general path.  :meth:`LruRuns.offer_unpinned`
+likewise unpins and offers in one loop.
 """
 
 from __future__ import annotations
@@ -74,6 +75,23 @@ class LruRuns:
                 e.heaped = s
                 keep(e)
                 put(s)
+        self._offer_run(run, stamps)
+
+    def offer_unpinned(self, entries: Sequence[Entry]) -> None:
+        """Each of ``entries`` in use once less (a load or copy from them
+        ended), the ones now evictable offered: what decrementing each
+        count then :meth:`offer` does, in one pass."""
+        run: list[Entry] = []
+        stamps: list[int] = []
+        keep, put = run.append, stamps.append
+        for e in entries:
+            c = e.ref_cnt = e.ref_cnt - 1
+            if c == 0 and not e.draining:
+                s = e.stamp
+                if e.heaped != s:
+                    e.heaped = s
+                    keep(e)
+                    put(s)
         self._offer_run(run, stamps)
 
     def offer_ready(self, entries: Sequence[Entry]) -> bool:

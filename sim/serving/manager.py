@@ -27,17 +27,21 @@ their byte ranges) and is told when they end.  Loads: :meth:`load` then
 them and returns the demotions it caused, the store itself and what must
 wait for a demotion to drain (the executor asks again when one has);
 :meth:`on_stored` completes a store or demotion and returns the transfers
-that follow it (LMCache's write-through).
+that follow it (LMCache's write-through, :mod:`sim.serving.writethrough`:
+the entries a copy pins made ready and pinned without being offered).
+A load's sources are grouped per tier once, at :meth:`acquire`, and
+kept on its :class:`~sim.serving.prefix.Lookup` for :meth:`on_loaded`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, groupby
+from operator import itemgetter
 
 import numpy as np
 
-from sim.serving import chunkplace
+from sim.serving import chunkplace, writethrough
 from sim.serving.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.demotions import Decided, demotion_transfers
 from sim.serving.designs import DesignParams
@@ -121,16 +125,9 @@ class BlockManager:
         s.cached_tokens = hit.blocks * self.B
         hits = {"gpu": len(hit.gpu)}
         lower = hit.lower
-        by_tier: dict[OffloadTier, list[Entry]] = {}
-        for tier, e, _j, n in lower:
-            got = by_tier.get(tier)
-            if got is None:
-                got = by_tier[tier] = []
-            got.append(e)
-            hits[tier.name] = hits.get(tier.name, 0) + n
+        by_tier = hit.by_tier = _by_tier(lower, hits)
         for tier, entries in by_tier.items():
-            tier.pin_all(entries)
-            tier.touch_all(entries)  # pinned: touched, not offered for eviction
+            tier.pin_touch_all(entries)  # pinned: touched, not offered for eviction
         if lower:  # the hit blocks are contiguous: [first j, last j + n)
             keys = ints(s.req.hashes, lower[0][2], lower[-1][2] + lower[-1][3])
             blocks, _made = self.gpu.promote_all(keys, False)
@@ -166,7 +163,7 @@ class BlockManager:
         hit = s.lookup
         assert hit is not None
         self.gpu.set_ready(s.blocks[len(hit.gpu) :])
-        for tier, entries in _by_tier(hit.lower).items():
+        for tier, entries in (hit.by_tier or _by_tier(hit.lower)).items():
             tier.unpin_all(entries)
         s.lookup = None
         s.load = None
@@ -275,45 +272,41 @@ class BlockManager:
 
     def on_stored(self, t: Transfer) -> list[Transfer]:
         """Store or demotion ``t`` ended: its entries are ready below, its sources
-        let go; returns the transfers that follow (write-through to the next tier)."""
+        let go; returns the transfers that follow (write-through to the next tier,
+        :mod:`sim.serving.writethrough`)."""
         assert t.dst is not None
+        through = t.src is None and self.design.cpu_to_ssd == "write_through"
+        through = through and len(self.tiers) > 1
+        if through and writethrough.FAST and t.entries and writethrough.all_not_ready(t.entries):
+            keys = self._release_sources(t)  # reads nothing of the tiers
+            live = [e.key for e in t.entries] if keys is None else keys[::-1]
+            src, dst = self.tiers[0], self.tiers[1]
+            return writethrough.complete_through(src, dst, t.entries, live, t.rid, self.gpu_name)
         fresh = t.dst.complete_all(t.entries)  # all were not ready: all still held there
         if t.tag == "demote":
             for old in t.olds:
                 t.src.drained(old)  # type: ignore[union-attr]
         elif t.olds:
             t.src.unpin_all(t.olds)  # type: ignore[union-attr]
-        keys = None
-        if t.sources:  # one release, each entry's blocks in the order of one release each
-            keys = [e.key for e in reversed(t.entries)]
-            got = filter(None, map(t.sources.get, keys))  # the held ones' blocks (none: ())
-            self.gpu.release(list(chain.from_iterable(got)), 0)
-        if t.src is None and self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
+        keys = self._release_sources(t)
+        if through:
             live = None
             if fresh:  # every entry still in tier 0: no probe needed
                 live = [e.key for e in t.entries] if keys is None else keys[::-1]
-            return self._write_through(0, t.entries, t.rid, live)
+            src, dst = self.tiers[0], self.tiers[1]
+            return writethrough.write_through(src, dst, t.entries, t.rid, self.gpu_name, live)
         return []
 
-    def _write_through(
-        self, i: int, entries: list[Entry], rid: int, live: list[int] | None = None
-    ) -> list[Transfer]:
-        """Copy ``entries`` of tier ``i`` still held there to tier ``i + 1``
-        (``live``: their keys, when all of them are known to be held)."""
-        src, dst = self.tiers[i], self.tiers[i + 1]
-        held = src.entries  # list comprehensions: slot loads beat getter maps on 3.11
-        if live is None:
-            live = [e.key for e in entries if held.get(e.key) is e]
-        placed, _ = dst.place(live, None)
-        if not placed:
-            return []
-        if len(placed) == len(entries) == len(live):  # all placed, in order: the entries
-            olds = list(entries)
-        else:
-            olds = [held[e.key] for e in placed]
-        src.pin_all(olds)
-        pieces = store_pieces(src, dst, placed, self.gpu_name)
-        return [Transfer("store", "dst", rid, pieces, src, dst, placed, olds)]
+    def _release_sources(self, t: Transfer) -> list[int] | None:
+        """Let go of the GPU blocks a store from the GPU held: one release,
+        each entry's blocks in the order of one release each.  Returns the
+        entries' keys in reverse (None: no sources)."""
+        if not t.sources:
+            return None
+        keys = [e.key for e in reversed(t.entries)]
+        got = filter(None, map(t.sources.get, keys))  # the held ones' blocks (none: ())
+        self.gpu.release(list(chain.from_iterable(got)), 0)
+        return keys
 
     def _demotes(self, i: int) -> bool:
         """Whether tier ``i``'s victims are demoted (else :meth:`_evict` always
@@ -366,12 +359,26 @@ class BlockManager:
         return False
 
 
-def _by_tier(lower: list[tuple[OffloadTier, Entry, int, int]]) -> dict[OffloadTier, list[Entry]]:
-    """The entries of lower hits, per tier, in hit order."""
+def _by_tier(
+    lower: list[tuple[OffloadTier, Entry, int, int]], hits: dict[str, int] | None = None
+) -> dict[OffloadTier, list[Entry]]:
+    """The entries of lower hits, per tier, in hit order; ``hits``: each
+    tier's blocks added to it by name (first seen, first put).  The hits
+    come in runs of one tier (:func:`sim.serving.prefix.lower_hits`): each
+    run is taken whole, by C-level maps."""
     out: dict[OffloadTier, list[Entry]] = {}
-    for tier, e, _j, _n in lower:
-        out.setdefault(tier, []).append(e)
+    for tier, run in groupby(lower, _TIER):
+        items = list(run)
+        got = out.get(tier)
+        if got is None:
+            got = out[tier] = []
+        got += map(_ENTRY, items)
+        if hits is not None:
+            hits[tier.name] = hits.get(tier.name, 0) + sum(map(_BLOCKS, items))
     return out
+
+
+_TIER, _ENTRY, _BLOCKS = itemgetter(0), itemgetter(1), itemgetter(3)
 
 
 __all__ = ["BlockManager", "Lookup", "Placement", "Seq"]

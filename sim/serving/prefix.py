@@ -32,10 +32,11 @@ class Lookup:
     admission that finds no GPU room needs only ``gpu``.  They are what
     ``find`` sees then, so whoever reads them must do so before the tiers or
     the GPU's cached set change
-    (:meth:`sim.serving.manager.BlockManager.acquire` does).
+    (:meth:`sim.serving.manager.BlockManager.acquire` does, and keeps
+    ``lower``'s entries per tier in ``by_tier`` for the load's end).
     """
 
-    __slots__ = ("gpu", "_lower", "_blocks", "_find")
+    __slots__ = ("gpu", "_lower", "_blocks", "_find", "by_tier")
 
     def __init__(
         self,
@@ -46,6 +47,7 @@ class Lookup:
     ):
         self.gpu = gpu
         self._lower, self._blocks, self._find = lower or [], blocks, find
+        self.by_tier: dict[OffloadTier, list[Entry]] | None = None  # ``lower``'s entries per tier
 
     def resolve(self) -> None:
         """Work out ``lower`` and ``blocks`` now, if not yet."""
