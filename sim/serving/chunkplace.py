@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from sim.serving.jobs import StoreRequest
 from sim.serving.placement import layer_runs
-from sim.serving.tierplace import SLACK
+from sim.serving.tierplace import SLACK, fitting_count
 
 if TYPE_CHECKING:
     from sim.serving.blocks import Entry, EvictFn, GpuBlock, OffloadTier
@@ -98,16 +98,7 @@ class FirstTier:
         tier = self.tier
         if not self.one or not tier.draining:
             return 0
-        b, c = self.b, self.c
-        u, m = tier.used[0], 0
-        while m < n and u + b - c <= SLACK:
-            u += b
-            m += 1
-        if m == n or m == 0:
-            return m
-        if b > c or tier.lru.top(0, tier.entries, _NONE) is not None:
-            return 0
-        return m
+        return fitting_count(tier, self.b, self.c, n)
 
 
 def chunkable(tier: OffloadTier, demotes: bool) -> bool:

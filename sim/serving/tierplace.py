@@ -337,12 +337,22 @@ def fitting_prefix(tier: OffloadTier, demotes: bool, n: int) -> int:
     if len(tier.devices) != 1 or not tier.draining or not demotes:
         return 0
     b, c = tier.bytes_on(layer_runs(tier.ratios, 1, tier.layers)[0])[0], tier.capacity[0]
+    return fitting_count(tier, b, c, n)
+
+
+def fitting_count(tier: OffloadTier, b: float, c: float, n: int) -> int:
+    """:func:`fitting_prefix` on a draining one-device tier whose keys take
+    ``b`` bytes each of capacity ``c``: the ``m`` keys that fit, when the
+    next finds no evictable entry (or all ``n`` fit); 0 otherwise."""
     u, m = tier.used[0], 0
     while m < n and u + b - c <= SLACK:
         u += b
         m += 1
     if m == n or m == 0:
         return m
-    if b > c or tier.lru.top(0, tier.entries, set()) is not None:
+    if b > c or tier.lru.top(0, tier.entries, _NONE) is not None:
         return 0  # the next key would evict (or is refused): not only a prefix
     return m
+
+
+_NONE: frozenset[int] = frozenset()  # no key skipped at the LRU's top

@@ -63,13 +63,16 @@ def _random_flows(seed: int) -> tuple[list[list[tuple]], list[float]]:
     return groups, capacity
 
 
-def _run(groups, capacity) -> tuple[list[tuple[float, float]], list[CountingNetwork]]:
-    """Every flow's (start, end), and each group's network."""
+def _run(
+    groups, capacity, net_cls: type[flownet.FlowNetwork] = CountingNetwork, n_res: int = N_RES
+) -> tuple[list[tuple[float, float]], list[flownet.FlowNetwork]]:
+    """Every flow's (start, end), and each group's network (a ``net_cls``
+    over ``n_res`` resources)."""
     times: list[tuple[float, float]] = []
     nets = []
     for specs in groups:
         env = simpy.Environment()
-        net = CountingNetwork(env, [f"r{i}" for i in range(N_RES)], capacity)
+        net = net_cls(env, [f"r{i}" for i in range(n_res)], capacity)
         ends = [(math.nan, math.nan)] * len(specs)
 
         def done(flow: flownet.Flow, ends=ends) -> None:

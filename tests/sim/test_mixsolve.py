@@ -21,12 +21,12 @@ from collections import Counter
 
 import numpy as np
 import pytest
-import simpy
 
 import sim.engine.flownet as flownet
 import sim.engine.mixsolve as mixsolve
 from sim.engine.flows import changed_sigs
 from sim.engine.maxmin import maxmin_rates
+from tests.sim.test_flownet_fast import _run as _run_on
 
 N_RES = 5
 
@@ -93,26 +93,8 @@ def _random_groups(seed: int) -> tuple[list[list[tuple]], list[float]]:
 
 
 def _run(groups, capacity) -> tuple[list[tuple[float, float]], list[flownet.FlowNetwork]]:
-    times: list[tuple[float, float]] = []
-    nets = []
-    for specs in groups:
-        env = simpy.Environment()
-        net = flownet.FlowNetwork(env, [f"r{i}" for i in range(N_RES)], capacity)
-        ends = [(math.nan, math.nan)] * len(specs)
-
-        def done(flow: flownet.Flow, ends=ends) -> None:
-            ends[flow.token] = (flow.start_s, flow.end_s)
-
-        def starter(env, net, i, t, delay, path, amount, cap):
-            yield env.timeout(t)
-            net.start_after(delay, path, amount, done, cap, token=i)
-
-        for i, spec in enumerate(specs):
-            env.process(starter(env, net, i, *spec))
-        env.run()
-        times += ends
-        nets.append(net)
-    return times, nets
+    """Every flow's (start, end), and each group's plain network."""
+    return _run_on(groups, capacity, flownet.FlowNetwork, N_RES)
 
 
 @pytest.mark.parametrize("seed", range(4))
