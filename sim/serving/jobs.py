@@ -302,6 +302,11 @@ def _layout_pairs(
         s_run = ((-1, 0, dst.layers),) if src is None else src.entries[e.key].runs
         return {(s_run, e.runs): [0]}
     n = len(entries)
+    if n and len(dst.devices) == 1 and (src is None or len(src.devices) == 1):
+        # a one-device tier lays every entry out as all layers on its device
+        # (placement.layer_runs), the GPU holds every layer: one pair, no scan
+        s_run = ((-1, 0, dst.layers),) if src is None else ((0, 0, src.layers),)
+        return {(s_run, ((0, 0, dst.layers),)): range(n)}
     d_runs = [e.runs for e in entries]  # list comprehensions: slot loads beat getter maps
     one = bool(n) and d_runs.count(d_runs[0]) == n
     if src is None:  # every entry's source: all layers on the GPU

@@ -57,6 +57,33 @@ def test_store_pieces_equal_the_per_entry_loop(seed: int, layer_bytes: float) ->
     assert len(pairs) > 3  # the comparison saw several layout pairs
 
 
+def test_one_device_tiers_store_pieces_equal_the_per_entry_loop() -> None:
+    """Between one-device tiers (and from the GPU into one) the layout pair is
+    known without reading the entries (every entry all layers on device 0):
+    the pieces still equal the per-entry loop, whose source runs it reads
+    off each entry, for entries placed by eviction and write-through alike."""
+    rng = np.random.default_rng(5)
+    layers, lb = 32, 4096.0
+    cap = 40 * layers * lb  # 40 blocks: placing more evicts (victims renewed as new entries)
+    src = OffloadTier("cpu", ["m0"], [1.0], [cap], layers, lb)
+    dst = OffloadTier("ssd", ["s0"], [1.0], [2 * cap], layers, lb)
+    for _ in range(12):
+        keys = [int(k) for k in rng.choice(10**6, int(rng.integers(1, 30)), replace=False)]
+        above, _ = src.place(keys, None)
+        for e in above:
+            e.ref_cnt = 0  # ready and evictable
+        src.lru.offer(above)
+        below, _ = dst.place([e.key for e in above], None)
+        for e in below:
+            e.ref_cnt = 0
+        dst.lru.offer(below)
+        for a, b, entries in ((None, src, above), (src, dst, below)):
+            pieces = store_pieces(a, b, entries, "gpu0")
+            got = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in pieces]
+            assert got == reference(a, b, entries, "gpu0")
+    assert src.evictions > 0 and dst.evictions > 0  # renewed victims were among them
+
+
 @pytest.mark.parametrize("layer_bytes", [8192.0, 1000.5])
 def test_store_pieces_each_equal_store_pieces_of_one_entry(layer_bytes: float) -> None:
     """The per-entry pieces made for many entries at once (a demotion per
