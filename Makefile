@@ -21,10 +21,10 @@ PLAN_ARGS ?= --base h20-8ssd --model Llama-3.1-8B --docs 8 --context-tokens 6553
 	--designs lmcache,pool --ssd-models PM9A3 --ssd-counts 1,2,4 --dram-modules 1,2 \
 	--dram-gib 64 --gpus 1,2,4 --ttft-p99 10 --tpot-p99 0.02
 
-.PHONY: help venv sim test bench real calibrate lint profiles models clean
+.PHONY: help venv sim test bench bench-serving real calibrate lint profiles models clean
 
 help: ## print this help
-	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-10s %s\n",$$1,$$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-14s %s\n",$$1,$$2}' $(MAKEFILE_LIST)
 	@echo "  variables: HW=$(HW) SCENARIO=$(SCENARIO) OUT=$(OUT) ARGS='...' (extra CLI flags)"
 
 $(VENV)/.installed-%: pyproject.toml
@@ -43,6 +43,9 @@ test: $(VENV)/.installed-weights ## run the test suite (installs the extras TEST
 
 bench: venv ## simulator speed benchmark (sparse-attention decoding plan on h20-8ssd)
 	$(BIN)/kvtier bench --out $(OUT)/bench $(ARGS)
+
+bench-serving: venv ## serving engine speed per design and KV block (1K Mooncake-shaped requests, ~2 min)
+	$(BIN)/kvtier bench-serving --out $(OUT)/bench-serving $(ARGS)
 
 plan: venv ## capacity plan: cheapest GPUs (tensor parallel) + SSDs + DRAM + KV design meeting P99 TTFT/TPOT SLOs
 	$(BIN)/kvtier plan $(PLAN_ARGS) --out $(OUT)/plan $(ARGS)

@@ -54,7 +54,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kvtier.cli import bench, info, plan, real, simulate, sweep, trace
+    from kvtier.cli import bench, bench_serving, info, plan, real, simulate, sweep, trace
 
     parser = Parser(
         prog="kvtier",
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_parser(sub)
     plan.add_parser(sub)
     bench.add_parser(sub)
+    bench_serving.add_parser(sub)
     info.add_parsers(sub)
     real.add_parser(sub)
     trace.add_parser(sub)

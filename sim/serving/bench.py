@@ -26,6 +26,11 @@ CPU time: what a loaded machine's wall time hides), and the process's peak
 RSS, at the end and before the run's first event (the trace and the
 engine's setup), so what the run itself adds shows.
 
+``--json`` prints the same measures (and the run's op and flow counts) as
+one JSON line instead: ``kvtier bench-serving`` (``make bench-serving``)
+runs every design and block that way, each in a fresh process, and prints
+the table.
+
 Measurements (CPU s and speed per CPU second per design and block, growth
 with the request count, peak RSS) and what each speed change bought are
 kept in ``docs/serving-speed.md``.
@@ -34,6 +39,7 @@ kept in ``docs/serving-speed.md``.
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import sys
 import time
@@ -146,9 +152,10 @@ def run(
     rss_mib = _peak_rss_mib()
     speed = span / wall if wall > 0 else float("inf")
     speed_cpu = span / cpu if cpu > 0 else float("inf")
+    ops, flows = int(records.stats["ops"]), int(records.stats["flows"])
     return {"requests": len(reqs), **stats, "span_s": span, "wall_s": wall, "cpu_s": cpu,
             "speed": speed, "speed_cpu": speed_cpu, "peak_rss_mib": rss_mib,
-            "setup_peak_rss_mib": before}  # fmt: skip
+            "setup_peak_rss_mib": before, "ops": ops, "flows": flows}  # fmt: skip
 
 
 def _peak_rss_mib() -> float:
@@ -192,11 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cpu-gib", type=float, default=18.63, help="host-memory offload budget")
     ap.add_argument("--ssd-gib", type=float, default=186.26, help="SSD offload budget")
+    ap.add_argument("--json", action="store_true", help="print the measures as one JSON line")
     a = ap.parse_args(argv)
     if a.requests < 1 or a.block < 1 or a.block % TRACE_BLOCK:
         print(f"bench: --requests >= 1 and --block a multiple of {TRACE_BLOCK}", file=sys.stderr)
         return 2
-    m = run(a.requests, a.design, a.block, a.hw, a.model, a.seed, (a.cpu_gib, a.ssd_gib), True)
+    m = run(
+        a.requests, a.design, a.block, a.hw, a.model, a.seed, (a.cpu_gib, a.ssd_gib), not a.json
+    )
+    if a.json:
+        print(json.dumps({"design": a.design, "block": a.block, **m}))
+        return 0
     print(
         f"{a.design} block={a.block} requests={m['requests']} "
         f"input mean={m['mean_input']:,.0f} p99={m['p99_input']:,.0f} "

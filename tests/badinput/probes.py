@@ -47,6 +47,7 @@ def _file(prefix: str, cmd: str, name: str, needle: str | None = None, files=Non
 NEG_ZERO_NAN = ("-1", "0", "nan", "x")
 PLAN = "plan --base h100-2dimm-2ssd --trace long_doc --context-tokens 4096 --no-prune"
 BENCH = "bench --steps 1"
+BSERV = "bench-serving --requests 2 --designs gpu-only --blocks 256"
 REPLAY = "real replay --plan p.parquet --target t --out o"
 EMU = "real emulate --profile h20-8ssd --out o --no-check"
 CAL = "real calibrate --emulate h20-8ssd --out o"
@@ -107,6 +108,16 @@ PROBES: list[tuple[str, str, Files, str]] = [
     ("bench-hw", f"{BENCH} --hw nope", {}, "nope"),
     ("bench-model", f"{BENCH} --model nope", {}, "nope"),
     ("bench-out-devnull", f"{BENCH} --out /dev/null/x", {}, "/dev/null"),
+    # --- bench-serving (checked before any run)
+    *_num("bench-serving-", BSERV, "--requests", ("-1", "0", "1.5")),
+    *_num("bench-serving-", BSERV, "--repeat", ("0", "nan")),
+    *_num("bench-serving-", BSERV, "--target", ("0", "-1", "nan")),
+    *[(f"bench-serving-blocks-{v}", f"{BSERV} --blocks {v}", {}, "--blocks")
+      for v in ("0", "24", "x", "16,-16")],  # fmt: skip
+    ("bench-serving-design", f"{BSERV} --designs gpu-only,nope", {}, "nope"),
+    ("bench-serving-hw", f"{BSERV} --hw nope", {}, "nope"),
+    ("bench-serving-model", f"{BSERV} --model nope", {}, "nope"),
+    ("bench-serving-out-devnull", f"{BSERV} --out /dev/null/x", {}, "/dev/null"),
     # --- profiles / models
     *_file("profiles-show", "profiles show {f}", "p.yaml"),
     ("profiles-show-none", "profiles show", {}, "show"),
