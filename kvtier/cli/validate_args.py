@@ -5,7 +5,8 @@ typed flags), so nonsense ends in one line naming the flag, exit 2, before
 anything runs: ``--n``/``--steps`` integers >= 1, ``--step-s`` a finite number
 > 0, ``--scale`` a number in (0, 1] (left out: measured), ``--seed`` an
 integer >= 0, ``--regimes`` a non-empty subset of :data:`real.validate.REGIMES`.
-:func:`check_tools` then makes sure fio is there when the run needs it.
+:func:`check_args` then loads the named profiles (a bad name or file is reported
+first) and makes sure fio is there when the run needs it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import math
 from pathlib import Path
 
+from hwprofiles import load_profile
 from kvtier.validate import check_out_dir, float_arg, int_arg
 from real.errors import RealError
 from real.validate import REGIMES
@@ -101,6 +103,9 @@ def check_args(args: argparse.Namespace) -> None:
             args.regimes = regimes_arg(args.regimes)
         except argparse.ArgumentTypeError as exc:
             raise RealError(f"--regimes: {exc}") from None
+    for flag in ("emulate", "pace", "hw"):  # a bad profile is named before fio is asked for
+        if getattr(args, flag, None):
+            load_profile(getattr(args, flag))
     if not args.no_fio and fio.fio_binary() is None:
         if not args.install_fio:
             raise RealError(

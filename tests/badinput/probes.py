@@ -112,8 +112,10 @@ PROBES: list[tuple[str, str, Files, str]] = [
     *_num("bench-serving-", BSERV, "--requests", ("-1", "0", "1.5")),
     *_num("bench-serving-", BSERV, "--repeat", ("0", "nan")),
     *_num("bench-serving-", BSERV, "--target", ("0", "-1", "nan")),
-    *[(f"bench-serving-blocks-{v}", f"{BSERV} --blocks {v}", {}, "--blocks")
-      for v in ("0", "24", "x", "16,-16")],  # fmt: skip
+    *[
+        (f"bench-serving-blocks-{v}", f"{BSERV} --blocks {v}", {}, "--blocks")
+        for v in ("0", "24", "x", "16,-16")
+    ],  # fmt: skip
     ("bench-serving-design", f"{BSERV} --designs gpu-only,nope", {}, "nope"),
     ("bench-serving-hw", f"{BSERV} --hw nope", {}, "nope"),
     ("bench-serving-model", f"{BSERV} --model nope", {}, "nope"),
