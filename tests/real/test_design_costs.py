@@ -143,7 +143,8 @@ def test_paced_costs_model_a_paced_replay_better_than_batched_ones(direct_dir: P
     pacer (limits that never bind, so the replayer is the bound) is predicted by the
     paced-path costs within a factor of 2 and no worse than by the batched path's (the
     same, now that the paced path issues a round as one batch too and costs no more:
-    :func:`paced_costs` then adds nothing)."""
+    :func:`paced_costs` then adds nothing, and the two differ only by the two per-I/O
+    measurements' noise, which the comparison allows: their ratio's log)."""
     load = os.getloadavg()[0]
     if load > (os.cpu_count() or 1):
         pytest.skip(f"load average {load:.1f} over {os.cpu_count()} cores: wall-time comparison")
@@ -164,4 +165,5 @@ def test_paced_costs_model_a_paced_replay_better_than_batched_ones(direct_dir: P
         return simulate(plan, with_engine_costs(dev.profile, c)).stats["makespan_s"] / real
 
     assert 0.5 < ratio(paced_c) < 2.0
-    assert abs(np.log(ratio(paced_c))) <= abs(np.log(ratio(batched_c)))
+    noise = abs(np.log(paced_c["per_io_us"] / batched_c["per_io_us"]))
+    assert abs(np.log(ratio(paced_c))) <= abs(np.log(ratio(batched_c))) + noise
