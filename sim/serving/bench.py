@@ -52,7 +52,7 @@ from hwprofiles.loader import load_profile
 from sim.models import get_model
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import DESIGNS, get_design
-from sim.serving.engine import EngineConfig
+from sim.serving.engine import Engine, EngineConfig
 from sim.serving.requests import Request, load_requests
 from traces.conversation import ConversationParams, Exponential, LogNormal, generate_conversations
 
@@ -125,22 +125,11 @@ def run(
     """Build and run one engine (``tiers_gib``: host-memory and SSD offload
     budgets, seed 004's 20 GB and 200 GB by default, for the tiers the design has:
     :func:`_tier_overrides`); the measured numbers."""
-    profile = load_profile(hw)
-    card = get_model(model)
     table = mooncake_table(requests, seed)
     stats = table_stats(table)
     reqs = load_requests(table, block)
     del table
-    kv = default_gpu_kv_bytes(profile, card, 0.9)
-    cfg = EngineConfig(gpu_blocks=gpu_blocks(kv, card, block), block_tokens=block,
-                       gpu=profile.gpu_names[0], keep_plan=False)  # fmt: skip
-    engine = build_engine(
-        profile,
-        card,
-        get_design(design, _tier_overrides(design, tiers_gib)),
-        cfg,
-        reqs,
-    )
+    engine = build(reqs, design, block, hw, model, tiers_gib)
     before = _peak_rss_mib()  # the trace and the engine, before any event
     t0, c0 = time.perf_counter(), time.process_time()
     records = engine.run(_progress(t0) if progress else None)
@@ -156,6 +145,23 @@ def run(
     return {"requests": len(reqs), **stats, "span_s": span, "wall_s": wall, "cpu_s": cpu,
             "speed": speed, "speed_cpu": speed_cpu, "peak_rss_mib": rss_mib,
             "setup_peak_rss_mib": before, "ops": ops, "flows": flows}  # fmt: skip
+
+
+def build(
+    reqs: list[Request], design: str, block: int, hw: str, model: str,
+    tiers_gib: tuple[float, float] = (18.63, 186.26), keep_plan: bool = False,
+) -> Engine:  # fmt: skip
+    """The benchmark's engine for ``reqs``: 90% of the GPU's memory left after the
+    weights as KV blocks of ``block`` tokens, the design's tiers sized by ``tiers_gib``
+    (:func:`_tier_overrides`), the plan kept only when ``keep_plan``."""
+    profile = load_profile(hw)
+    card = get_model(model)
+    kv = default_gpu_kv_bytes(profile, card, 0.9)
+    cfg = EngineConfig(gpu_blocks=gpu_blocks(kv, card, block), block_tokens=block,
+                       gpu=profile.gpu_names[0], keep_plan=keep_plan)  # fmt: skip
+    return build_engine(
+        profile, card, get_design(design, _tier_overrides(design, tiers_gib)), cfg, reqs
+    )
 
 
 def _peak_rss_mib() -> float:
