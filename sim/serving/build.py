@@ -49,7 +49,7 @@ def make_tiers(
 ) -> tuple[list[OffloadTier], dict[str, str]]:
     """The design's offload tiers and each SSD's bounce-buffer DRAM module."""
     drams, ssds = design_devices(d, profile)
-    layer_bytes = d.block_factor * block_tokens * card.kv_bytes_per_token_layer
+    layer_bytes = d.offload_factor(block_tokens) * block_tokens * card.kv_bytes_per_token_layer
     cap = {m: d.cpu_gib * GIB / len(drams) for m in drams}
     cap.update({s: d.ssd_gib * GIB / len(ssds) for s in ssds})
     groups = [("pool", drams + ssds)] if d.pool else [("cpu", drams), ("ssd", ssds)]
@@ -124,6 +124,6 @@ def peer_tier(
     if gpu in workers:
         raise Unsupported(f"the master's GPU {gpu} cannot lend to itself")
     ratios = placement_ratios([path_bps(profile, w, gpu) for w in workers])
-    layer_bytes = design.block_factor * block_tokens * card.kv_bytes_per_token_layer
+    layer_bytes = design.offload_factor(block_tokens) * block_tokens * card.kv_bytes_per_token_layer
     caps = [lent_bytes[w] for w in workers]
     return OffloadTier("peer", workers, ratios, caps, card.layers, layer_bytes)

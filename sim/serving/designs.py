@@ -18,7 +18,14 @@ profile has it.  Configurations: GPU only, +CPU, +CPU+SSD (§3.2-3.5).
 **Unified KV Pooling** (seed 004) and its baselines.  LMCache (the
 baseline, §II-A, Fig. 1): one host-memory module and one SSD, every stored
 chunk written to host memory and through it to the SSD via the kernel
-filesystem, retrieval "serialized through host-memory and SSD" (§III-B): one
+filesystem.  A chunk is 256 tokens whatever the engine's GPU block
+(``chunk_tokens``; LMCache's ``chunk_size``, default 256, lmcache/v1/config.py:
+one key and one object per chunk), so with vLLM's 16-token blocks an offload
+block is 16 GPU blocks and a hit ends at a chunk boundary (a partial chunk's
+key hashes a prefix that ends inside it, so a later turn that goes on past
+it never matches it: kvtier stores full chunks only, as LMCache does with
+``save_unfull_chunk`` off); the pool and its ablations are built on LMCache
+(§IV) and keep its chunks; retrieval "serialized through host-memory and SSD" (§III-B): one
 I/O stream.  Kernel-filesystem reads are buffered: the kernel handles the
 data page by page (the CPU cost of ``kernel_fs`` is paid per 4 KiB page,
 :meth:`sim.hw.machine.Machine.cpu_seconds`) while the device sees
@@ -66,6 +73,7 @@ class DesignParams:
     dram_modules: int = 1  # DRAM modules used, the first N of the profile; 0 = all
     ssds: int = 1  # SSDs used, the first N of the profile; 0 = all
     block_factor: int = 1  # an offload block is this many GPU blocks (seed 001 §2.3)
+    chunk_tokens: int = 0  # an offload block is this many tokens (LMCache's chunk); 0: block_factor
     cpu_to_ssd: str = "on_evict"  # on_evict: CPU victims demoted to SSD; write_through: both
     io_path: str = "io_uring"  # SSD software path (kernel_fs | io_uring | passthrough | gds)
     io_kib: int = 0  # SSD I/O size; 0 = the default, 128 KiB (readahead / MDTS, see above)
@@ -86,12 +94,21 @@ class DesignParams:
         if self.cpu_to_ssd not in ("on_evict", "write_through"):
             raise ParamError("cpu_to_ssd", "must be 'on_evict' or 'write_through'")
         nonneg = ("cpu_gib", "ssd_gib", "dram_modules", "ssds", "io_kib", "queue_depth")
+        nonneg += ("chunk_tokens",)
         for name in (*nonneg, "object_us", "file_us"):
             if getattr(self, name) < 0:
                 raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
         for name in ("block_factor", "max_transfers"):
             if getattr(self, name) < 1:
                 raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
+
+    def offload_factor(self, block_tokens: int) -> int:
+        """GPU blocks of ``block_tokens`` tokens per offload block: ``chunk_tokens`` //
+        ``block_tokens`` (at least one) when the design keeps KV in chunks of tokens
+        (LMCache), else ``block_factor``."""
+        if self.chunk_tokens:
+            return max(1, self.chunk_tokens // block_tokens)
+        return self.block_factor
 
     def io_bytes(self) -> int:
         """Size of one SSD I/O on this design's software path."""
@@ -108,9 +125,13 @@ _PAGED: dict[str, Any] = dict(async_load="schedule", io_path="gds", gds=True, bl
 # LMCache's per-object retrieval work, measured on this machine (python -m
 # analysis.lmcache_object_cost: lookup 12-15 us, open+read+close of a tmpfs file 24.5 us)
 LMCACHE_OBJECT_US, LMCACHE_FILE_US = 13.6, 24.5
+# LMCache keeps KV in chunks of 256 tokens whatever the engine's GPU block (``chunk_size``,
+# default 256: lmcache/v1/config.py; one object, one key, per chunk); seed 004 runs
+# LMCache v0.3.10 and names no chunk size, so its default
+LMCACHE_CHUNK_TOKENS = 256
 _LMCACHE: dict[str, Any] = dict(
     cpu_to_ssd="write_through", io_path="kernel_fs", parallel=False, dram_modules=1, ssds=1,
-    object_us=LMCACHE_OBJECT_US, file_us=LMCACHE_FILE_US,
+    object_us=LMCACHE_OBJECT_US, file_us=LMCACHE_FILE_US, chunk_tokens=LMCACHE_CHUNK_TOKENS,
 )  # fmt: skip
 _POOL: dict[str, Any] = {
     **_LMCACHE,

@@ -102,7 +102,7 @@ class Engine(LoadingMixin, ForwardMixin, PreemptMixin):
         self.card, self.design, self.cfg = card, design, cfg
         self.B = cfg.block_tokens
         self.ops = OnlineOps(machine, cfg.keep_plan)
-        layer_bytes = design.block_factor * self.B * card.kv_bytes_per_token_layer
+        layer_bytes = design.offload_factor(self.B) * self.B * card.kv_bytes_per_token_layer
         mover = Mover(self.ops, design, machine.profile, layer_bytes, bounce, cfg.gpu)
         self._ssds = frozenset(machine.profile.ssd_names)
         self._bounce, self._gds = bounce, mover.gds

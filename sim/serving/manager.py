@@ -84,7 +84,7 @@ class BlockManager:
         self.tiers = tiers
         self.design = design
         self.B = block_tokens
-        self.k = design.block_factor
+        self.k = design.offload_factor(block_tokens)
         self.gpu_name = gpu_name
         # demotions decided while placing (tier, below, new entry, victim), handed out after
         self._demotions: list[Decided] = []

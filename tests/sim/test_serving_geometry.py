@@ -120,6 +120,34 @@ def test_an_evicted_entrys_slot_goes_to_the_next_entry() -> None:
     assert set(t.entries) == {2, 3} and e3.slots == (0,)
 
 
+def test_lmcache_keeps_kv_in_256_token_chunks_whatever_the_gpu_block() -> None:
+    # 600 tokens: 37 full 16-token blocks, so 2 full 256-token chunks (blocks 0-15, 16-31)
+    # and a partial one, not stored (a later turn could never hit it)
+    hashes = list(range(1, 38))
+    assert get_design("lmcache").offload_factor(B) == 256 // B == 16
+    assert get_design("pool").offload_factor(256) == 1
+    assert get_design("paged-ssd").offload_factor(B) == 4  # seed 001: 4 GPU blocks
+    eng = engine([row(0, 0.0, 600, hashes)], "lmcache", {"cpu_gib": 1.0, "ssd_gib": 1.0})
+    rec = eng.run()
+    cpu, ssd = eng.mgr.tiers
+    assert set(cpu.entries) == set(ssd.entries) == {hashes[15], hashes[31]}  # each chunk's last
+    chunk = 256 * 32 * 4 * KiB  # 256 tokens x 32 layers x 4 KiB: 32 MiB an object
+    assert [sum(cpu.entries[k].nbytes) for k in (hashes[15], hashes[31])] == [chunk, chunk]
+    plan = rec.plan.to_pandas()
+    written = plan.loc[(plan["kind"] == "write") & (plan["tag"] == "store"), "bytes"].sum()
+    assert written == 2 * chunk  # written through to the SSD, chunk by chunk
+    # the same two objects when the GPU block is the chunk itself
+    hashes256 = [hashes[15], hashes[31]]
+    reqs = load_requests(request_table([row(0, 0.0, 600, hashes256)], 256), 256)
+    cfg = EngineConfig(gpu_blocks=256, block_tokens=256, prefix_cache=False)
+    design = get_design("lmcache", {"cpu_gib": 1.0, "ssd_gib": 1.0})
+    big = build_engine(PROFILE, LLAMA, design, cfg, reqs)
+    big.run()
+    assert {k: sum(e.nbytes) for k, e in big.mgr.tiers[0].entries.items()} == {
+        k: sum(e.nbytes) for k, e in cpu.entries.items()
+    }
+
+
 # ---- the issued plan: stores write, loads read back the same ranges -------------------------
 def test_a_load_reads_exactly_the_ranges_its_store_wrote() -> None:
     first = list(range(1, 13))  # 12 blocks = 3 offload blocks of 4
@@ -153,7 +181,9 @@ def test_a_load_reads_exactly_the_ranges_its_store_wrote() -> None:
 def test_ssd_ops_count_ios_per_layer_as_the_simulator_does() -> None:
     # LMCache on the kernel filesystem with 4 KiB I/Os: a 64 KiB layer (16 tokens) is 16
     rows = [row(0, 0.0, 512, list(range(1, 33))), row(1, 0.5, 512, list(range(1, 33)))]
-    rec = engine(rows, "lmcache", {"cpu_gib": 1.0, "ssd_gib": 1.0, "io_kib": 4}).run()
+    # LMCache with chunk_size 16 (one object per GPU block: the arithmetic below)
+    one = {"cpu_gib": 1.0, "ssd_gib": 1.0, "chunk_tokens": B}
+    rec = engine(rows, "lmcache", {**one, "io_kib": 4}).run()
     plan = rec.plan.to_pandas()
     io = plan[plan["kind"].isin(["read", "write"])]
     assert len(io) and (io["n_ios"] == io["bytes"] // (64 * KiB) * 16).all()
@@ -161,7 +191,7 @@ def test_ssd_ops_count_ios_per_layer_as_the_simulator_does() -> None:
     assert (lengths == 4 * KiB).all()
     assert plan.loc[plan["kind"] == "copy", "extents"].map(len).eq(0).all()  # DRAM: none
     # by default 128 KiB readahead I/Os, capped by one range: one I/O per 64 KiB layer
-    rec = engine(rows, "lmcache", {"cpu_gib": 1.0, "ssd_gib": 1.0}).run()
+    rec = engine(rows, "lmcache", one).run()
     io = rec.plan.to_pandas().query("kind in ['read', 'write']")
     assert len(io) and (io["n_ios"] == io["bytes"] // (64 * KiB)).all()
     assert (io_extents(rec.plan).length == 64 * KiB).all()
@@ -175,7 +205,8 @@ def test_the_issued_plan_validates_and_replays_for_real(direct_dir: Path) -> Non
     # the unified pool: DRAM modules and both SSDs in one tier, layer ranges per device
     first = list(range(1, 17))
     rows = [row(0, 0.0, 256, first), row(1, 0.5, 256, first[:12] + [90, 91, 92, 93])]
-    rec = engine(rows, "pool", {"cpu_gib": 1.0, "ssd_gib": 1.0}).run()
+    # chunk_size 16: 16 objects a request, spread over the pool's devices
+    rec = engine(rows, "pool", {"cpu_gib": 1.0, "ssd_gib": 1.0, "chunk_tokens": B}).run()
     plan = rec.plan
     p = PROFILE
     validate_plan(plan, p.node_names, p.ssd_names, p.gpu_names)

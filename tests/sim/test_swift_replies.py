@@ -34,7 +34,8 @@ def _turn2(replies: str, design: str, prefix_cache: bool) -> dict:
     card = get_model("Qwen3-8B")
     cfg = EngineConfig(gpu_blocks=64, block_tokens=B, prefix_cache=prefix_cache,
                        cache_replies=replies)  # fmt: skip
-    d = get_design(design, {"cpu_gib": 1.0} if design != "gpu-only" else {})
+    # LMCache with chunk_size = the GPU block, so that a 16-token block is stored on its own
+    d = get_design(design, {"cpu_gib": 1.0, "chunk_tokens": B} if design != "gpu-only" else {})
     rec = build_engine(PROFILE, card, d, cfg, _two_turns(replies != "off")).run()
     return {r["request_id"]: r for r in rec.requests.to_pylist()}[1]
 
