@@ -25,8 +25,8 @@ block is 16 GPU blocks and a hit ends at a chunk boundary (a partial chunk's
 key hashes a prefix that ends inside it, so a later turn that goes on past
 it never matches it: kvtier stores full chunks only, as LMCache does with
 ``save_unfull_chunk`` off); the pool and its ablations are built on LMCache
-(§IV) and keep its chunks; retrieval "serialized through host-memory and SSD" (§III-B): one
-I/O stream.  Kernel-filesystem reads are buffered: the kernel handles the
+(§IV) and keep its chunks.  Retrieval is "serialized through host-memory
+and SSD" (§III-B): one I/O stream.  Kernel-filesystem reads are buffered: the kernel handles the
 data page by page (the CPU cost of ``kernel_fs`` is paid per 4 KiB page,
 :meth:`sim.hw.machine.Machine.cpu_seconds`) while the device sees
 readahead-sized requests, 128 KiB by default (Linux ``VM_READAHEAD_PAGES`` =
@@ -105,7 +105,9 @@ class DesignParams:
     def offload_factor(self, block_tokens: int) -> int:
         """GPU blocks of ``block_tokens`` tokens per offload block: ``chunk_tokens`` //
         ``block_tokens`` (at least one) when the design keeps KV in chunks of tokens
-        (LMCache), else ``block_factor``."""
+        (LMCache), else ``block_factor``.  An offload block is whole GPU blocks, so a
+        block that does not divide the chunk gives the largest whole number within it
+        (48-token blocks: 5, 240 tokens) and a block larger than the chunk is one."""
         if self.chunk_tokens:
             return max(1, self.chunk_tokens // block_tokens)
         return self.block_factor
