@@ -302,17 +302,44 @@ def engine_costs(
     ``n_ssd`` of the validation's devices (:class:`kvtier.cli.validate.Devices`) at
     once: the QD1 4 KiB read and write time per I/O of each device (what a
     latency-bound step sees: device plus the software of one replay thread
-    serving every device) and the per-I/O time with every device read at
+    serving every device), the per-I/O time with every device read at
     QD64 at once (software-bound on a fast backing store, and the same
-    concurrency as the IOPS steps).  These become the model's
-    latencies and per-I/O CPU cost: each the median of :data:`REPEATS` replays
-    (a single one once measured 1.19 ms against 0.69 ms in three other runs).
+    concurrency as the IOPS steps), and the cost of one *round* (below).  These
+    become the model's latencies, per-I/O CPU cost and per-batch CPU cost: each
+    the median of :data:`REPEATS` replays (a single one once measured 1.19 ms
+    against 0.69 ms in three other runs).
 
-    ``paced``: only the per-I/O time, with every device going through the user-space
-    pacer at :data:`NO_BIND` limits, the path of paced replays (the design replays,
-    :func:`kvtier.cli.design_replayer.paced`): each I/O pays the pacer's bookkeeping
-    and is issued in the pacer's batches, yet never waits for tokens.  (Its QD1
-    times follow from the unpaced ones: :func:`kvtier.cli.design_replayer.paced_costs`.)
+    Rounds.  The replay loop is one thread, and each pass of it (issue on every
+    device, one wait, reap, verify, start what became ready) has a cost of its own
+    besides its I/Os'.  A QD64 stream of thousands of I/Os spreads that over dozens of
+    I/Os per pass; a design's layer of a few dozen I/Os per device, each layer after
+    the last, pays it once per layer.  Measured 2026-11-29 (2 devices on /dev/shm,
+    ``m`` 4 KiB reads per device per layer, each layer after the previous one, wall
+    time per layer): unpaced 215-217 us at m = 1-4, 360 at 16, 560 at 32; paced
+    283-308 us at m = 1-4, 479 at 16, 737 at 32 -- against the QD64 stream's
+    6.3-7.1 us per I/O, the model without a round term gave 328 us at m = 24 against
+    505-633 measured (the paced replay of ``test_design_costs`` 0.47-0.75 of real).
+    The simulator already has the term: io_uring costs one ``syscall_us`` per batch of
+    the op's queue depth (:meth:`sim.hw.machine.Machine.cpu_seconds`).  So step 3 of
+    the plan replays :data:`ROUND_LAYERS` such layers of :data:`ROUND_IOS` I/Os per
+    device, one batch each; with ``T`` its time per layer and ``c`` the stream's
+    per-I/O time, whose own batches (``b`` per I/O as the simulator counts them) carry
+    their share of the round, the round ``s`` and the per-I/O cost net of it ``c'``
+    solve ``T / n_ssd = m c' + s`` and ``c = c' + b s``::
+
+        s = (T / n_ssd - m c) / (1 - m b)        c' = c - b s
+
+    so the model reproduces both steps (``round_us`` and ``per_io_net_us``; ``per_io_us``
+    stays the stream's all-in figure).  Between them it is linear in ``m``, the loop
+    not quite: per-layer times predicted within 17% of those measured at m = 1-32
+    (without the term, -41% at m = 32).
+
+    ``paced``: only the per-I/O and round times, with every device going through the
+    user-space pacer at :data:`NO_BIND` limits, the path of paced replays (the design
+    replays, :func:`kvtier.cli.design_replayer.paced`): each I/O pays the pacer's
+    bookkeeping and is issued in the pacer's batches, yet never waits for tokens.  (Its
+    QD1 times follow from the unpaced ones:
+    :func:`kvtier.cli.design_replayer.paced_costs`.)
 
     Call it *outside* an emulation's kernel throttle (not in ``devices.throttled()``).
     The throttle grants a device its rate times the elapsed time rounded up to the
@@ -330,7 +357,7 @@ def engine_costs(
     # (real.fioreplay.fio_partial_check), and ``fio`` runs these steps as waves, as it
     # runs the regime steps; paced targets (the design replays) are Python's alone
     engine = "python" if engine == "auto" or paced else engine
-    plan, many = _cost_plan(n_ssd, n, qd1=not paced)
+    plan, many, layers = _cost_plan(n_ssd, n, qd1=not paced)
     runs = []
     with devices.prepared(plan, 0, None, unpaced=True) as targets:
         if paced:
@@ -341,23 +368,58 @@ def engine_costs(
             rec = replay(plan, targets, engine=engine)
             ops = rec.ops.to_pandas()
             dur = (ops["end_s"] - ops["start_s"]).groupby(ops["step"]).median()
-            last = ops[ops["step"] == 2]
-            span = last["end_s"].max() - last["start_s"].min()
-            runs.append((dur.get(0, np.nan) / n, dur.get(1, np.nan) / n, span / (many * n_ssd)))
-    read, write, per_io = np.median(np.array(runs), axis=0) * 1e6
+            span = {k: _span(ops, k) for k in (2, 3)}
+            runs.append(
+                (
+                    dur.get(0, np.nan) / n,
+                    dur.get(1, np.nan) / n,
+                    span[2] / (many * n_ssd),
+                    span[3] / layers,
+                )
+            )
+    read, write, per_io, layer = np.median(np.array(runs), axis=0) * 1e6
+    s, net = round_cost(layer, per_io, n_ssd, ROUND_IOS, math.ceil(many / COST_QD) / many)
     out = {} if paced else {"read_latency_us": float(read), "write_latency_us": float(write)}
     return out | {
         "per_io_us": float(per_io),
+        "round_us": s,
+        "per_io_net_us": net,
+        "round_layer_us": float(layer),
         "paced": paced,
         "paced_devices": list(rec.stats.get("paced", [])),  # the nodes the pacer ran on
         "engine": rec.stats.get("engine_note", ""),
     }
 
 
-def _cost_plan(n_ssd: int, n: int, qd1: bool = True) -> tuple[pa.Table, int]:
-    """The engine-cost plan and its QD64 I/Os per device: ``n`` QD1 reads then ``n``
-    QD1 writes per device (steps 0 and 1, left out unless ``qd1``), then ``8 n`` reads
-    per device at QD64, every device at once (step 2)."""
+def _span(ops: pd.DataFrame, step: int) -> float:
+    mine = ops[ops["step"] == step]
+    return float(mine["end_s"].max() - mine["start_s"].min())
+
+
+def round_cost(
+    layer_us: float, per_io_us: float, n_ssd: int, m: int, batches_per_io: float
+) -> tuple[float, float]:
+    """The replay loop's cost per round ``s`` and per I/O net of it ``c'`` (us), from
+    a layer of ``m`` I/Os per device on ``n_ssd`` devices that took ``layer_us`` and
+    the stream's all-in ``per_io_us`` whose batches number ``batches_per_io`` per I/O
+    (see :func:`engine_costs`).  ``s`` is never below 0 (a layer faster than its I/Os
+    at the stream's cost is noise), nor ``c'`` below a tenth of the stream's."""
+    s = max(0.0, (layer_us / n_ssd - m * per_io_us) / (1.0 - m * batches_per_io))
+    s = min(s, 0.9 * per_io_us / batches_per_io)  # c' >= c / 10
+    return float(s), float(per_io_us - batches_per_io * s)
+
+
+COST_QD = 64  # the cost plan's streaming step (step 2)
+ROUND_IOS = 16  # I/Os per device per layer of the round step (step 3): one batch each
+ROUND_LAYERS = 48  # its layers (fewer for a small ``n``: see _cost_plan)
+
+
+def _cost_plan(n_ssd: int, n: int, qd1: bool = True) -> tuple[pa.Table, int, int]:
+    """The engine-cost plan, its QD64 I/Os per device and its round layers: ``n`` QD1
+    reads then ``n`` QD1 writes per device (steps 0 and 1, left out unless ``qd1``),
+    then ``8 n`` reads per device at QD64, every device at once (step 2), then layers
+    of :data:`ROUND_IOS` reads per device at a queue depth of as many (one batch
+    each), each layer after the whole previous one (step 3; :func:`engine_costs`)."""
     b = PlanBuilder()
     common = {"io_path": "io_uring", "offset": 0, "stride": 4 * KIB}
     nodes = [f"ssd{k}" for k in range(n_ssd)]
@@ -369,14 +431,31 @@ def _cost_plan(n_ssd: int, n: int, qd1: bool = True) -> tuple[pa.Table, int]:
             for s in nodes
         ]
     many = 8 * n
-    for s in nodes:  # every device at once, as the validation's IOPS steps drive them
-        b.read(s, "dram0", many * 4 * KIB, many, queue_depth=64, step=2, depends_on=w1, **common)
-    return b.table(), many
+    prev = [  # every device at once, as the validation's IOPS steps drive them
+        b.read(
+            s, "dram0", many * 4 * KIB, many, queue_depth=COST_QD, step=2, depends_on=w1, **common
+        )
+        for s in nodes
+    ]
+    layers = max(4, min(ROUND_LAYERS, n // 2))
+    m = ROUND_IOS
+    for layer in range(layers):  # within the stream's bytes: the files are the same size
+        at = {**common, "offset": (layer * m * 4 * KIB) % (many * 4 * KIB)}
+        prev = [
+            b.read(s, "dram0", m * 4 * KIB, m, queue_depth=m, step=3, depends_on=prev, **at)
+            for s in nodes
+        ]
+    return b.table(), many, layers
 
 
 def with_engine_costs(profile: HardwareProfile, costs: dict) -> HardwareProfile:
-    """``profile`` with the measured replayer costs: QD1 latencies, per-I/O CPU
-    time on one core (the replay loop is one thread; syscalls folded in)."""
+    """``profile`` with the measured replayer costs (:func:`engine_costs`): QD1
+    latencies, and on one core (the replay loop is one thread) the CPU time per I/O
+    and per round.  A round is what the simulator charges per io_uring batch (one
+    ``syscall_us`` per batch of the op's queue depth): the loop's pass for a batch, its
+    io_uring_enter folded in.  Costs measured before rounds were (no ``round_us``)
+    keep the all-in per-I/O time and no round.  The validation's plans issue io_uring
+    reads and writes only; ``syscall_us`` is per I/O on the kernel_fs and gds paths."""
     g = profile.ssds[0]
     group = dataclasses.replace(
         g,
@@ -384,7 +463,9 @@ def with_engine_costs(profile: HardwareProfile, costs: dict) -> HardwareProfile:
         write_latency_us=max(costs["write_latency_us"], 1e-3),
     )
     sw = dataclasses.replace(
-        profile.software, io_uring_per_io_us=costs["per_io_us"], syscall_us=0.0
+        profile.software,
+        io_uring_per_io_us=costs.get("per_io_net_us", costs["per_io_us"]),
+        syscall_us=costs.get("round_us", 0.0),
     )
     cpu = dataclasses.replace(profile.cpu, cores=1)
     return dataclasses.replace(profile, ssds=(group,) + profile.ssds[1:], software=sw, cpu=cpu)

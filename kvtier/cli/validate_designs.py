@@ -374,8 +374,9 @@ def report_designs(
         c = run.costs
         how = "paced" if c.get("paced") else "batched"
         console.print(
-            f"designs modelled with the replayer's {how} path: {c['per_io_us']:.1f} us/I/O, "
-            f"QD1 read {c['read_latency_us']:.1f} us"
+            f"designs modelled with the replayer's {how} path: {c['per_io_us']:.1f} us/I/O "
+            f"at QD64 ({c.get('per_io_net_us', c['per_io_us']):.1f} net of its rounds), "
+            f"{c.get('round_us', 0.0):.0f} us a round, QD1 read {c['read_latency_us']:.1f} us"
         )
     console.print(designs_table(run.table, title))
     for line in ranking_lines(report["ranking"]):
