@@ -318,7 +318,8 @@ def engine_costs(
     time per layer): unpaced 215-217 us at m = 1-4, 360 at 16, 560 at 32; paced
     283-308 us at m = 1-4, 479 at 16, 737 at 32 -- against the QD64 stream's
     6.3-7.1 us per I/O, the model without a round term gave 328 us at m = 24 against
-    505-633 measured (the paced replay of ``test_design_costs`` 0.47-0.75 of real).
+    505-633 measured (``test_design_costs``' paced replay: a median 0.67 of real, 1.01
+    with the round term).
     The simulator already has the term: io_uring costs one ``syscall_us`` per batch of
     the op's queue depth (:meth:`sim.hw.machine.Machine.cpu_seconds`).  So step 3 of
     the plan replays :data:`ROUND_LAYERS` such layers of :data:`ROUND_IOS` I/Os per
@@ -331,8 +332,10 @@ def engine_costs(
 
     so the model reproduces both steps (``round_us`` and ``per_io_net_us``; ``per_io_us``
     stays the stream's all-in figure).  Between them it is linear in ``m``, the loop
-    not quite: per-layer times predicted within 17% of those measured at m = 1-32
-    (without the term, -41% at m = 32).
+    nearly: with one calibration, the layers' times at m = 1-32 came out 0.96-1.12 of
+    those measured (without the term 0.79-0.85 at m = 16-32); at m = 64 0.77, as a
+    layer of 64 I/Os is two of the loop's rounds at the devices' queue depth of 32 and
+    one batch in the model (the op states no queue depth).
 
     ``paced``: only the per-I/O and round times, with every device going through the
     user-space pacer at :data:`NO_BIND` limits, the path of paced replays (the design

@@ -75,8 +75,10 @@ What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
   it keeps up with the devices' rate; layers of 16 I/Os per device at limits that never
   bind can, and since 2026-11-29 the model charges it (:func:`real.validate.engine_costs`,
   ``round_us``: 57-151 us batched, 128-177 us paced, 4 devices, against 5.2 us per I/O
-  net of it).  On a plain-file layered plan that bound the loop the model went from
-  0.47-0.75 of the replay's time to 0.76-1.10.  On the design plans it moved little,
+  net of it).  On a plain-file layered plan that binds the loop (``test_design_costs``,
+  12 tries, each costs and replays measured together) the model gives a median 1.01 of
+  the replay's time (0.66-1.22), against 0.67 (0.43-0.82) for the same costs without
+  the round; CI failed at 0.47.  On the design plans it moved little,
   as their steps are mostly the paced devices' time, not the loop's: three paired runs
   (base / rounds, alternating, ``--emulate h20-8ssd --designs default``, load 1-2),
   step error Swarm -38, -23, -38 / -24, -29, -29%; PQCache -17, -4, -16 / -20, -21,
