@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import warnings
 from pathlib import Path
 
@@ -206,13 +205,13 @@ def test_excerpts_carry_licence():
 
 
 @pytest.mark.skipif(not SHARED_AZURE.is_dir(), reason="../shared/traces/azure not present")
-def test_full_azure_traces_read_fast_and_match_the_excerpt():
+def test_full_azure_traces_read_whole_and_match_the_excerpt():
+    """The whole public files (their read speed is a benchmark, not a test: ~0.1-0.3 s
+    each here, vectorised)."""
     for kind, n in (("code", 8819), ("conv", 19366)):
-        t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("error", TraceWarning)  # the public files are sorted
             full = read_trace(SHARED_AZURE / f"AzureLLMInferenceTrace_{kind}.csv")
-        assert time.perf_counter() - t0 < 3.0  # vectorised: ~0.1-0.3 s here
         assert len(full) == n and full.licence == AZURE_LICENCE
         head = read_trace(DATA_DIR / f"AzureLLMInferenceTrace_{kind}_head2000.csv")
         assert head.table.equals(full.head(2000).table)
