@@ -9,6 +9,19 @@ for reads, been verified; a copy or compute op (no GPU here) is waited out for
 the seconds the caller gives (the simulator's modelled time).  Times are
 seconds from the start of the loop, taken with ``perf_counter``.
 
+A copy or compute op runs on the clock of the GPU or core it stands for, not on
+the loop's: it ends exactly its seconds after it started, and an op that waits
+on it starts when it ended -- another copy or compute at once, an I/O op when the
+loop next issues.  The loop fires timers between its passes, so it notices an end
+up to a pass late (a paced pass cost 100-450 us on 4 devices, 2026-11-25/29); a GPU
+does not wait for the host to notice before running the next kernel queued on its
+stream.  The loop's lateness once stretched each copy and compute of the design
+replays (72 per design): median 77-249 us each, p90 up to 838 us.  Six paired
+replays of the designs (/dev/shm files paced at the emulation's limits,
+2026-11-29), median step error before / after: PQCache -14.5% / -7%, InfLLM -1.6% /
++0.2%, Swarm -30% / -28% (its gap is the loop's own CPU:
+:mod:`kvtier.cli.design_replayer`).
+
 One loop iteration is one *round*: fire due timers (releases, ends of modelled
 ops), let every device fill its free in-flight slots from its started ops, hand
 the whole batch to the engine in one submit, then wait for completions (or the
@@ -130,6 +143,7 @@ class Replayer(BatchIO):
         self.dep_of = owner[order].tolist()
         self.dep_ptr = np.searchsorted(values[order], np.arange(n + 1)).tolist()
         self.ready_s, self.start_s, self.end_s = [np.nan] * n, [np.nan] * n, [np.nan] * n
+        self.dep_end = [0.0] * n  # the latest end among each op's dependencies so far
         self.next_io = [0] * n  # I/Os issued per op
         self.op_cap = [0] * n
         self.done = self.inflight = 0
@@ -239,23 +253,33 @@ class Replayer(BatchIO):
             return False
         return True
 
-    def _end(self, j: int, t: float) -> None:
-        """End op ``j`` and every op that, as a result, starts and ends at once."""
-        stack = [j]
+    def _end(self, j: int, t: float, seen: float | None = None) -> None:
+        """End op ``j`` at ``t`` and every op that, as a result, starts and ends at once.
+
+        ``seen``: when the loop noticed (a timer's end, ``t``, fires between the loop's
+        passes, so up to a pass late).  An op that waited on it starts when the last of
+        its dependencies ended: a copy or compute at that time, on the clock of the
+        GPU or core it stands for, which does not wait for the host's loop; an I/O op
+        not before ``seen``, as the loop issues it."""
+        seen = t if seen is None else seen
+        stack = [(j, t)]
         while stack:
-            j = stack.pop()
+            j, t = stack.pop()
             self.end_s[j] = t
             self.done += 1
             if self._progress and (self.done % self._tick == 0 or self.done == self.n):
                 self._progress(self.done, self.n)
             for k in self.dep_of[self.dep_ptr[j] : self.dep_ptr[j + 1]]:
                 self.pending[k] -= 1
+                if t > self.dep_end[k]:
+                    self.dep_end[k] = t
                 if self.pending[k] == 0:
-                    self.ready_s[k] = t
-                    if self.release[k] > t:
+                    tk = self.dep_end[k] if self.dev_of[k] < 0 else max(self.dep_end[k], seen)
+                    self.ready_s[k] = tk
+                    if self.release[k] > tk:
                         self._timer(self.release[k], _START, k)
-                    elif self._begin(k, t):
-                        stack.append(k)
+                    elif self._begin(k, tk):
+                        stack.append((k, tk))
 
     def _timer(self, at: float, what: int, j: int) -> None:
         self._seq += 1
@@ -263,9 +287,10 @@ class Replayer(BatchIO):
 
     def _fire(self, now: float) -> None:
         while self.timers and self.timers[0][0] <= now:
-            _, _, what, j = heapq.heappop(self.timers)
-            if what == _END or self._begin(j, now):
-                self._end(j, now)
+            at, _, what, j = heapq.heappop(self.timers)
+            t = at if self.dev_of[j] < 0 else now  # a copy or compute ends on time
+            if what == _END or self._begin(j, t):
+                self._end(j, t, now)
 
     def _deadline(self) -> float:
         deadline = self.timers[0][0] if self.timers else np.inf

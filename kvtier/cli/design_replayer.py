@@ -83,8 +83,17 @@ What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
   (base / rounds, alternating, ``--emulate h20-8ssd --designs default``, load 1-2),
   step error Swarm -38, -23, -38 / -24, -29, -29%; PQCache -17, -4, -16 / -20, -21,
   -25%; InfLLM +1, -1, +1 / -1, -1, 0%; No Cluster -2 (x3) / -2, -2, -3%; Kendall's tau
-  1.00 in all six.  The model is still 20-30% fast for Swarm and PQCache, now with
-  the loop's rounds paid: what is left is the timers' lateness above.
+  1.00 in all six.  The model was still 20-30% fast for Swarm and PQCache, with the
+  loop's rounds paid.  Then the copy and compute ops went on their own clock
+  (:mod:`real.scheduler`: a timer's end no longer waits for the loop to notice it);
+  six paired replays on /dev/shm at the emulation's limits, median step error
+  PQCache -14.5 -> -7%, InfLLM -1.6 -> +0.2%, Swarm -30 -> -28%, and three paired
+  emulated runs (load 1-2) Swarm -27, -22, -43 / -28, -37, -12%, PQCache -10, -17,
+  -32 / +1, -30, -14%: the machine's swings are as large as the change there.
+  Swarm's gap is the loop's CPU at binding limits: it spends 60-110 ms of process
+  CPU on a replay whose 3,068 I/Os and 96 ops the model charges about 24 ms (5.8 us
+  net per I/O, 64 us a round), as a paced op is admitted a few I/Os per round and
+  each round costs the loop a pass (above); the model counts one batch per op.
 
 * No Cluster's fetches (fixed 2026-11-25).  It reads 8 MB prefetches in 1 MiB I/Os
   beside its 4 KiB fetches on the same devices; the old pacer took a device's ops in

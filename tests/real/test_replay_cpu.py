@@ -45,8 +45,30 @@ def test_replay_waits_out_the_cpu_op_between_its_reads(direct_dir):
     with prepare_targets(plan, direct_dir / "t", seed=3) as files:
         rec = replay(plan, files, engine="threads", nonio_s=secs)
     ops = rec.ops.to_pandas()
-    assert ops["end_s"][sel] - ops["start_s"][sel] >= secs[sel]
+    assert ops["end_s"][sel] - ops["start_s"][sel] == pytest.approx(secs[sel], rel=1e-9)
     assert ops["start_s"][sel] >= ops["end_s"][0] and ops["start_s"][2] >= ops["end_s"][sel]
     row = {r["device"]: r for r in rec.devices.to_pylist()}["ssd0"]
     assert (row["bytes_read"], row["n_ios"]) == ssd_totals(plan)["ssd0"][::2]
     assert plan.column("dst")[sel].as_py() == CPU
+
+
+def test_a_chain_of_modelled_ops_runs_on_its_own_clock(direct_dir):
+    """read -> CPU op of 3 ms -> GPU copy of 4 ms -> GPU compute of 5 ms -> read: the
+    three modelled ops end exactly 3, 7 and 12 ms after the first read ended, each
+    starting when the one before ended (the loop notices each end up to a pass late,
+    and a GPU does not wait for it: :mod:`real.scheduler`); the last read, issued by
+    the loop, starts no earlier than the compute's end."""
+    b, io = PlanBuilder(), {"io_path": "io_uring"}
+    r0 = b.read("ssd0", "dram0", MiB, 4, **io)
+    c1 = b.cpu_compute(1e9, 1e6, 1, depends_on=[r0])
+    c2 = b.copy("dram0", "gpu0", MiB, depends_on=[c1])
+    c3 = b.compute("gpu0", 1e9, 1e6, depends_on=[c2])
+    r1 = b.read("ssd0", "dram0", MiB, 2, offset=2 * MiB, depends_on=[c3], step=1, **io)
+    plan = b.table()
+    with prepare_targets(plan, direct_dir / "t", seed=5) as files:
+        rec = replay(plan, files, engine="threads", nonio_s={c1: 0.003, c2: 0.004, c3: 0.005})
+    ops = rec.ops.to_pandas()
+    start, end = ops["start_s"].to_numpy(), ops["end_s"].to_numpy()
+    assert start[c1] == end[r0] and start[c2] == end[c1] and start[c3] == end[c2]
+    assert end[[c1, c2, c3]] - end[r0] == pytest.approx([0.003, 0.007, 0.012], abs=1e-12)
+    assert start[r1] >= end[c3]
