@@ -90,10 +90,15 @@ What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
   PQCache -14.5 -> -7%, InfLLM -1.6 -> +0.2%, Swarm -30 -> -28%, and three paired
   emulated runs (load 1-2) Swarm -27, -22, -43 / -28, -37, -12%, PQCache -10, -17,
   -32 / +1, -30, -14%: the machine's swings are as large as the change there.
-  Swarm's gap is the loop's CPU at binding limits: it spends 60-110 ms of process
-  CPU on a replay whose 3,068 I/Os and 96 ops the model charges about 24 ms (5.8 us
-  net per I/O, 64 us a round), as a paced op is admitted a few I/Os per round and
-  each round costs the loop a pass (above); the model counts one batch per op.
+  Swarm's gap is the loop at binding limits (/dev/shm, paced at the emulation's
+  limits, 2026-11-29): the pacer admitted its 96 I/O ops in 422 device rounds over
+  126 passes of the loop (PQCache: 88 ops, 329 rounds, 128 passes), as a paced op is
+  admitted the few I/Os its tokens cover each pass; the model counts one batch per
+  op.  The process spent 86-98 ms of CPU on a 73 ms replay (on /dev/shm that includes
+  io_uring's workers copying the data), where the model charges the loop 26 ms.
+  Pacing at completion instead of issue (every I/O of an op issued at once, each
+  completion held until its paced time) would give the loop one round per op, as
+  the model and a real SSD's queue have it; not built.
 
 * No Cluster's fetches (fixed 2026-11-25).  It reads 8 MB prefetches in 1 MiB I/Os
   beside its 4 KiB fetches on the same devices; the old pacer took a device's ops in
