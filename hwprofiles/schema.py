@@ -94,7 +94,10 @@ class SoftwareSpec:
     ``passthrough_per_io_us``: user-space NVMe (SPDK-style) submission and
     completion.  ``syscall_us``: one system call (io_uring_enter or pread).
     ``gds_per_io_us``: cuFile per-I/O cost.  ``gpudirect``: whether SSD->GPU
-    reads may bypass host memory (GPUDirect Storage).
+    reads may bypass host memory (GPUDirect Storage).  ``io_uring_per_op_us``: what
+    the issuing thread spends once per io_uring op, beside its I/Os and batches
+    (optional, 0 in the shipped profiles, which cite no such figure; the real
+    backend's model of its own replay loop sets it: :func:`real.validate.engine_costs`).
     """
 
     kernel_fs_per_io_us: float
@@ -103,6 +106,7 @@ class SoftwareSpec:
     syscall_us: float
     gds_per_io_us: float
     gpudirect: bool
+    io_uring_per_op_us: float = 0.0
 
 
 @dataclass(frozen=True)

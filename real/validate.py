@@ -320,13 +320,18 @@ def engine_costs(
     6.3-7.1 us per I/O, the model without a round term gave 328 us at m = 24 against
     505-633 measured (``test_design_costs``' paced replay: a median 0.67 of real, 1.01
     with the round term).
-    The simulator already has the term: io_uring costs one ``syscall_us`` per batch of
-    the op's queue depth (:meth:`sim.hw.machine.Machine.cpu_seconds`).  So step 3 of
-    the plan replays :data:`ROUND_LAYERS` such layers of :data:`ROUND_IOS` I/Os per
-    device, one batch each; with ``T`` its time per layer and ``c`` the stream's
-    per-I/O time, whose own batches (``b`` per I/O as the simulator counts them) carry
-    their share of the round, the round ``s`` and the per-I/O cost net of it ``c'``
-    solve ``T / n_ssd = m c' + s`` and ``c = c' + b s``::
+    The model charges the round once per I/O op (``io_uring_per_op_us``,
+    :meth:`sim.hw.machine.Machine.cpu_seconds`), not per batch of the op's queue depth
+    (``syscall_us``): a stream's passes each reap and refill what completed, however
+    many that is, and cost what the stream's per-I/O time already holds.  Charged per
+    batch, the validation's IOPS steps (QD32, 65,536 I/Os per device) took 8.3 us per
+    I/O against the 7.1 measured at QD64, and with 4 devices at 32.8K IOPS the model's
+    one core bound them: 2.17 s against 2.0 s, a +16% error on 1.8-2.3 s real steps
+    (2026-11-29).  So step 3 of the plan replays :data:`ROUND_LAYERS` such layers of
+    :data:`ROUND_IOS` I/Os per device, an op each; with ``T`` its time per layer and
+    ``c`` the stream's per-I/O time (its op of ``N = 8 n`` I/Os per device holds one
+    round: ``b = 1 / N`` per I/O), the round ``s`` and the per-I/O cost net of it
+    ``c'`` solve ``T / n_ssd = m c' + s`` and ``c = c' + b s``::
 
         s = (T / n_ssd - m c) / (1 - m b)        c' = c - b s
 
@@ -381,7 +386,7 @@ def engine_costs(
                 )
             )
     read, write, per_io, layer = np.median(np.array(runs), axis=0) * 1e6
-    s, net = round_cost(layer, per_io, n_ssd, ROUND_IOS, math.ceil(many / COST_QD) / many)
+    s, net = round_cost(layer, per_io, n_ssd, ROUND_IOS, 1.0 / many)
     out = {} if paced else {"read_latency_us": float(read), "write_latency_us": float(write)}
     return out | {
         "per_io_us": float(per_io),
@@ -404,7 +409,7 @@ def round_cost(
 ) -> tuple[float, float]:
     """The replay loop's cost per round ``s`` and per I/O net of it ``c'`` (us), from
     a layer of ``m`` I/Os per device on ``n_ssd`` devices that took ``layer_us`` and
-    the stream's all-in ``per_io_us`` whose batches number ``batches_per_io`` per I/O
+    the stream's all-in ``per_io_us`` whose rounds number ``batches_per_io`` per I/O
     (see :func:`engine_costs`).  ``s`` is never below 0 (a layer faster than its I/Os
     at the stream's cost is noise), nor ``c'`` below a tenth of the stream's."""
     s = max(0.0, (layer_us / n_ssd - m * per_io_us) / (1.0 - m * batches_per_io))
@@ -413,7 +418,7 @@ def round_cost(
 
 
 COST_QD = 64  # the cost plan's streaming step (step 2)
-ROUND_IOS = 16  # I/Os per device per layer of the round step (step 3): one batch each
+ROUND_IOS = 16  # I/Os per device per layer of the round step (step 3): one op each
 ROUND_LAYERS = 48  # its layers (fewer for a small ``n``: see _cost_plan)
 
 
@@ -421,8 +426,8 @@ def _cost_plan(n_ssd: int, n: int, qd1: bool = True) -> tuple[pa.Table, int, int
     """The engine-cost plan, its QD64 I/Os per device and its round layers: ``n`` QD1
     reads then ``n`` QD1 writes per device (steps 0 and 1, left out unless ``qd1``),
     then ``8 n`` reads per device at QD64, every device at once (step 2), then layers
-    of :data:`ROUND_IOS` reads per device at a queue depth of as many (one batch
-    each), each layer after the whole previous one (step 3; :func:`engine_costs`)."""
+    of :data:`ROUND_IOS` reads per device at a queue depth of as many (an op and a
+    round each), each layer after the whole previous one (step 3; :func:`engine_costs`)."""
     b = PlanBuilder()
     common = {"io_path": "io_uring", "offset": 0, "stride": 4 * KIB}
     nodes = [f"ssd{k}" for k in range(n_ssd)]
@@ -454,11 +459,10 @@ def _cost_plan(n_ssd: int, n: int, qd1: bool = True) -> tuple[pa.Table, int, int
 def with_engine_costs(profile: HardwareProfile, costs: dict) -> HardwareProfile:
     """``profile`` with the measured replayer costs (:func:`engine_costs`): QD1
     latencies, and on one core (the replay loop is one thread) the CPU time per I/O
-    and per round.  A round is what the simulator charges per io_uring batch (one
-    ``syscall_us`` per batch of the op's queue depth): the loop's pass for a batch, its
-    io_uring_enter folded in.  Costs measured before rounds were (no ``round_us``)
-    keep the all-in per-I/O time and no round.  The validation's plans issue io_uring
-    reads and writes only; ``syscall_us`` is per I/O on the kernel_fs and gds paths."""
+    and per round.  A round is charged once per io_uring op (``io_uring_per_op_us``):
+    the loop's pass that starts it, its io_uring_enter folded in (``syscall_us`` 0).
+    Costs measured before rounds were (no ``round_us``) keep the all-in per-I/O time
+    and no round.  The validation's plans issue io_uring reads and writes only."""
     g = profile.ssds[0]
     group = dataclasses.replace(
         g,
@@ -468,7 +472,8 @@ def with_engine_costs(profile: HardwareProfile, costs: dict) -> HardwareProfile:
     sw = dataclasses.replace(
         profile.software,
         io_uring_per_io_us=costs.get("per_io_net_us", costs["per_io_us"]),
-        syscall_us=costs.get("round_us", 0.0),
+        syscall_us=0.0,
+        io_uring_per_op_us=costs.get("round_us", 0.0),
     )
     cpu = dataclasses.replace(profile.cpu, cores=1)
     return dataclasses.replace(profile, ssds=(group,) + profile.ssds[1:], software=sw, cpu=cpu)

@@ -86,7 +86,8 @@ def show_profile(console: Console, name: str) -> None:
         f"  software (us per I/O): kernel fs {sw.kernel_fs_per_io_us:g}, io_uring "
         f"{sw.io_uring_per_io_us:g}, passthrough {sw.passthrough_per_io_us:g}, "
         f"GDS +{sw.gds_per_io_us:g}; syscall {sw.syscall_us:g}; "
-        f"GPUDirect {'yes' if sw.gpudirect else 'no'}"
+        + (f"io_uring per op {sw.io_uring_per_op_us:g}; " if sw.io_uring_per_op_us else "")
+        + f"GPUDirect {'yes' if sw.gpudirect else 'no'}"
     )
     if p.ssd_names:
         read = sum(p.ssd(s).read_gbps for s in p.ssd_names)

@@ -237,8 +237,9 @@ class Machine:
         the I/Os themselves (readahead-sized for the serving designs,
         :mod:`sim.serving.designs`).  With 4 KiB I/Os (or ``nbytes`` left 0)
         pages = I/Os.  io_uring: block-layer cost per I/O, one io_uring_enter
-        per batch of ``queue_depth``; passthrough: user-space driver cost per
-        I/O, no syscall; gds: cuFile cost on top of the kernel path per I/O;
+        per batch of ``queue_depth``, and ``io_uring_per_op_us`` once;
+        passthrough: user-space driver cost per I/O, no syscall; gds: cuFile
+        cost on top of the kernel path per I/O;
         none: DMA copies and compute, no CPU.  The executor runs this on one
         core per op, which the drivers make one core (one ring) per SSD (see
         :mod:`sim.executor`, "Who issues I/O").
@@ -251,7 +252,8 @@ class Machine:
             return us(pages * sw.kernel_fs_per_io_us + n_ios * sw.syscall_us)
         if io_path == "io_uring":
             batches = math.ceil(n_ios / max(1, queue_depth))
-            return us(n_ios * sw.io_uring_per_io_us + batches * sw.syscall_us)
+            per_op = sw.io_uring_per_op_us
+            return us(n_ios * sw.io_uring_per_io_us + batches * sw.syscall_us + per_op)
         if io_path == "passthrough":
             return us(n_ios * sw.passthrough_per_io_us)
         if io_path == "gds":

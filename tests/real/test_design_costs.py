@@ -20,7 +20,6 @@ from real._pacing import Pacer
 from real.replay import replay
 from real.targets import Limits, Target
 from real.validate import (
-    COST_QD,
     NO_BIND,
     ROUND_IOS,
     _cost_plan,
@@ -120,16 +119,16 @@ def test_paced_costs_with_rounds_by_hand():
     """With rounds measured, a QD1 I/O is one I/O net of rounds plus a round of its
     own: batched 7 + 128 = 135 us, paced 6 + 256 = 262 us, so pacing adds 127 us to
     each QD1 time (80 -> 207, 20 -> 147), and the paced round and net cost are the
-    model's (:func:`real.validate.with_engine_costs`: 256 us per batch, 6 per I/O)."""
+    model's (:func:`real.validate.with_engine_costs`: 256 us per op, 6 per I/O)."""
     batched = {"read_latency_us": 80.0, "write_latency_us": 20.0, "per_io_us": 9.0}
     batched |= {"per_io_net_us": 7.0, "round_us": 128.0}
     paced = {"per_io_us": 10.0, "per_io_net_us": 6.0, "round_us": 256.0, "paced": True}
     c = paced_costs(batched, paced)
     assert (c["read_latency_us"], c["write_latency_us"], c["paced_extra_us"]) == (207, 147, 127)
     sw = with_engine_costs(load_profile("h20-8ssd"), c).software
-    assert (sw.io_uring_per_io_us, sw.syscall_us) == (6.0, 256.0)
+    assert (sw.io_uring_per_io_us, sw.io_uring_per_op_us, sw.syscall_us) == (6.0, 256.0, 0.0)
     old = with_engine_costs(load_profile("h20-8ssd"), {k: batched[k] for k in list(batched)[:3]})
-    assert (old.software.io_uring_per_io_us, old.software.syscall_us) == (9.0, 0.0)
+    assert (old.software.io_uring_per_io_us, old.software.io_uring_per_op_us) == (9.0, 0.0)
 
 
 def test_the_measured_per_io_cost_is_charged_on_the_replayers_one_core():
@@ -209,30 +208,30 @@ def test_paced_costs_model_a_paced_replay_better_than_batched_ones(direct_dir: P
 
 
 def test_round_cost_by_hand():
-    """A layer of m = 16 I/Os per device on 2 devices took 480 us, the QD64 stream 6.8
-    us per I/O with 1 batch per 64 I/Os: s = (480 / 2 - 16 x 6.8) / (1 - 16 / 64) =
-    (240 - 108.8) / 0.75 = 174.93 us; c' = 6.8 - 174.93 / 64 = 4.067 us.  A layer no
-    slower than its I/Os at the stream's cost gives no round; one so slow that c'
-    would fall under a tenth of c keeps c' = 0.68 (s = 0.9 x 6.8 x 64 = 391.68)."""
-    s, net = round_cost(480.0, 6.8, 2, 16, 1 / 64)
-    assert s == pytest.approx(131.2 / 0.75) and net == pytest.approx(6.8 - 131.2 / 0.75 / 64)
-    assert round_cost(200.0, 6.8, 2, 16, 1 / 64) == (0.0, 6.8)
+    """A layer of m = 16 I/Os per device on 2 devices took 480 us, the stream 6.8 us
+    per I/O with one round in its 800 I/Os per device: s = (480 / 2 - 16 x 6.8) /
+    (1 - 16 / 800) = 131.2 / 0.98 = 133.88 us; c' = 6.8 - 133.88 / 800 = 6.633 us.  A
+    layer no slower than its I/Os at the stream's cost gives no round; with a round
+    per 64 I/Os, one so slow that c' would fall under a tenth of c keeps c' = 0.68
+    (s = 0.9 x 6.8 x 64 = 391.68)."""
+    s, net = round_cost(480.0, 6.8, 2, 16, 1 / 800)
+    assert s == pytest.approx(131.2 / 0.98) and net == pytest.approx(6.8 - 131.2 / 0.98 / 800)
+    assert round_cost(200.0, 6.8, 2, 16, 1 / 800) == (0.0, 6.8)
     s, net = round_cost(5000.0, 6.8, 2, 16, 1 / 64)
     assert s == pytest.approx(391.68) and net == pytest.approx(0.68)
 
 
 @pytest.mark.parametrize("layer_us", [300.0, 480.0, 700.0])
 def test_the_model_reproduces_both_cost_steps_it_was_solved_from(layer_us):
-    """The solve and the simulator's CPU model (``io_uring_per_io_us`` per I/O, one
-    ``syscall_us`` per batch of the op's queue depth, on the replayer's one core) are
-    written apart; they agree when the simulated cost plan, on devices too fast to
-    matter, takes the measured time for both steps: the QD64 stream 2 x 800 x 6.8 us
-    = 10.88 ms (its 13 batches per device included) and each round layer
-    ``layer_us``."""
+    """The solve and the simulator's CPU model (``io_uring_per_io_us`` per I/O,
+    ``io_uring_per_op_us`` per op, on the replayer's one core) are written apart; they
+    agree when the simulated cost plan, on devices too fast to matter, takes the
+    measured time for both steps: the QD64 stream 2 x 800 x 6.8 us = 10.88 ms (its
+    op's round included) and each round layer ``layer_us``."""
     prof = load_profile("h20-8ssd")
     n_ssd, n, c = 2, 100, 6.8
     plan, many, layers = _cost_plan(n_ssd, n, qd1=False)
-    s, net = round_cost(layer_us, c, n_ssd, ROUND_IOS, -(-many // COST_QD) / many)
+    s, net = round_cost(layer_us, c, n_ssd, ROUND_IOS, 1 / many)
     costs = {"read_latency_us": 1e-3, "write_latency_us": 1e-3, "per_io_us": c}
     ops = simulate(plan, with_engine_costs(prof, costs | {"round_us": s, "per_io_net_us": net}))
     ops = ops.ops.to_pandas()

@@ -117,6 +117,25 @@ def test_iops_step_is_the_devices_or_the_replayers_core_whichever_binds(per_io_u
     assert ops["end_s"].max() - ops["start_s"].min() == pytest.approx(max(devices, core))
 
 
+def test_the_replayers_round_is_charged_per_op_not_per_batch():
+    """The IOPS step above with the loop's round measured (100 us, and 12 us per I/O
+    net of it): the core spends 4 x (3,000 x 12 + 100) us = 144.4 ms, one round per
+    op, not one per batch of its queue depth -- 75 batches a device would charge
+    4 x 7.5 ms more (a stream's passes reap and refill what completed, their cost in
+    the per-I/O time), and bound by the core the step would read 174.4 ms."""
+    from kvtier.plan import PlanBuilder
+    from real.validate import with_engine_costs
+
+    prof = scaled_profile(load_profile("h20-8ssd"), 4, 0.0272, 1 << 30)
+    costs = {"read_latency_us": 100.0, "write_latency_us": 50.0, "per_io_us": 12.03}
+    costs |= {"per_io_net_us": 12.0, "round_us": 100.0}
+    b, n = PlanBuilder(), 3000
+    for s in range(4):
+        b.read(f"ssd{s}", "dram0", n * 4096, n, queue_depth=40, io_path="io_uring", stride=4096)
+    ops = simulate(b.table(), with_engine_costs(prof, costs)).ops.to_pandas()
+    assert ops["end_s"].max() - ops["start_s"].min() == pytest.approx(4 * (n * 12 + 100) * 1e-6)
+
+
 def test_a_loaded_machine_is_named():
     from kvtier.cli.validate import load_note
 
