@@ -318,7 +318,7 @@ def engine_costs(
     time per layer): unpaced 215-217 us at m = 1-4, 360 at 16, 560 at 32; paced
     283-308 us at m = 1-4, 479 at 16, 737 at 32 -- against the QD64 stream's
     6.3-7.1 us per I/O, the model without a round term gave 328 us at m = 24 against
-    505-633 measured (``test_design_costs``' paced replay: a median 0.67 of real, 1.01
+    505-633 measured (``test_design_costs``' paced replay: a median 0.73 of real, 1.01
     with the round term).
     The model charges the round once per I/O op (``io_uring_per_op_us``,
     :meth:`sim.hw.machine.Machine.cpu_seconds`), not per batch of the op's queue depth
@@ -337,10 +337,9 @@ def engine_costs(
 
     so the model reproduces both steps (``round_us`` and ``per_io_net_us``; ``per_io_us``
     stays the stream's all-in figure).  Between them it is linear in ``m``, the loop
-    nearly: with one calibration, the layers' times at m = 1-32 came out 0.96-1.12 of
-    those measured (without the term 0.79-0.85 at m = 16-32); at m = 64 0.77, as a
-    layer of 64 I/Os is two of the loop's rounds at the devices' queue depth of 32 and
-    one batch in the model (the op states no queue depth).
+    nearly: with one calibration, the layers' times at m = 1-32 came out 0.77-1.12 of
+    those measured (without the term 0.60-0.95); at m = 64 0.74 (0.65), as a layer of
+    64 I/Os is two of the loop's passes at the devices' queue depth of 32.
 
     ``paced``: only the per-I/O and round times, with every device going through the
     user-space pacer at :data:`NO_BIND` limits, the path of paced replays (the design

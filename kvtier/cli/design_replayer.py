@@ -74,12 +74,13 @@ What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
   limits cannot measure the per-round cost, since a saturated loop gathers I/Os until
   it keeps up with the devices' rate; layers of 16 I/Os per device at limits that never
   bind can, and since 2026-11-29 the model charges it (:func:`real.validate.engine_costs`,
-  ``round_us``: 57-151 us batched, 128-177 us paced, 4 devices, against 5.2 us per I/O
-  net of it).  On a plain-file layered plan that binds the loop (``test_design_costs``,
-  12 tries, each costs and replays measured together) the model gives a median 1.01 of
-  the replay's time (0.66-1.22), against 0.67 (0.43-0.82) for the same costs without
-  the round; CI failed at 0.47.  On the design plans it moved little,
-  as their steps are mostly the paced devices' time, not the loop's: three paired runs
+  ``round_us``, once per op: 57-151 us batched, 64-177 us paced, 4 devices, against
+  5-6 us per I/O).  On a plain-file layered plan that binds the loop
+  (``test_design_costs``, 12 tries, each costs and replays measured together) the
+  model gives a median 1.01 of the replay's time (0.80-1.11), against 0.73 (0.59-0.83)
+  for the same costs without the round; CI failed at 0.47.  On the design plans it
+  moved little, as their steps are mostly the paced devices' time, not the loop's:
+  three paired runs
   (base / rounds, alternating, ``--emulate h20-8ssd --designs default``, load 1-2),
   step error Swarm -38, -23, -38 / -24, -29, -29%; PQCache -17, -4, -16 / -20, -21,
   -25%; InfLLM +1, -1, +1 / -1, -1, 0%; No Cluster -2 (x3) / -2, -2, -3%; Kendall's tau
@@ -89,11 +90,14 @@ What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
   six paired replays on /dev/shm at the emulation's limits, median step error
   PQCache -14.5 -> -7%, InfLLM -1.6 -> +0.2%, Swarm -30 -> -28%, and three paired
   emulated runs (load 1-2) Swarm -27, -22, -43 / -28, -37, -12%, PQCache -10, -17,
-  -32 / +1, -30, -14%: the machine's swings are as large as the change there.
+  -32 / +1, -30, -14%: the machine's swings are as large as the change there.  The
+  day's whole change against its start, three more paired emulated runs: Swarm -28,
+  -27, -36 / -26, -33, -34%; PQCache -10, -15, -24 / -22, -23, -13%; InfLLM +1, 0,
+  -2 / +1, +1, +1%; No Cluster -2 / -2%; tau 1.00 in all six.
   Swarm's gap is the loop at binding limits (/dev/shm, paced at the emulation's
   limits, 2026-11-29): the pacer admitted its 96 I/O ops in 422 device rounds over
   126 passes of the loop (PQCache: 88 ops, 329 rounds, 128 passes), as a paced op is
-  admitted the few I/Os its tokens cover each pass; the model counts one batch per
+  admitted the few I/Os its tokens cover each pass; the model counts one round per
   op.  The process spent 86-98 ms of CPU on a 73 ms replay (on /dev/shm that includes
   io_uring's workers copying the data), where the model charges the loop 26 ms.
   Pacing at completion instead of issue (every I/O of an op issued at once, each

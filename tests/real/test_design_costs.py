@@ -169,7 +169,7 @@ def test_paced_costs_model_a_paced_replay_better_than_batched_ones(direct_dir: P
     allows: their ratio's log).  Each layer is one round of the loop per device:
     without the round term (``round_us``, :func:`real.validate.engine_costs`) the model
     charged only 48 I/Os at the QD64 stream's cost: in 12 tries (2026-11-29) a median
-    0.67 of the replay's time (0.43-0.82; CI failed at 0.47), with it 1.01 (0.66-1.22).
+    0.73 of the replay's time (0.59-0.83; CI failed at 0.47), with it 1.01 (0.80-1.11).
 
     The machine's speed swings 3x within a minute here (the QD64 stream measured 4.8-16.6
     us per I/O in 12 replays back to back, 2026-11-29), so each try measures the costs
