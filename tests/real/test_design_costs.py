@@ -190,7 +190,6 @@ def test_paced_costs_model_a_paced_replay_better_than_batched_ones(direct_dir: P
     for _ in range(3):
         batched_c = engine_costs(dev, "auto", n_ssd=2, n=100)
         paced_c = paced_costs(batched_c, engine_costs(dev, "auto", 2, n=100, paced=True))
-        assert paced_c["round_us"] >= 0 and batched_c["round_us"] >= 0
         spans = []
         with dev.prepared(plan, 0, None, unpaced=True) as targets:
             paced_t = {k: replace(t, limits=NO_BIND, pacing=True) for k, t in targets.items()}
