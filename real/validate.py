@@ -404,16 +404,16 @@ def _span(ops: pd.DataFrame, step: int) -> float:
 
 
 def round_cost(
-    layer_us: float, per_io_us: float, n_ssd: int, m: int, batches_per_io: float
+    layer_us: float, per_io_us: float, n_ssd: int, m: int, rounds_per_io: float
 ) -> tuple[float, float]:
     """The replay loop's cost per round ``s`` and per I/O net of it ``c'`` (us), from
     a layer of ``m`` I/Os per device on ``n_ssd`` devices that took ``layer_us`` and
-    the stream's all-in ``per_io_us`` whose rounds number ``batches_per_io`` per I/O
+    the stream's all-in ``per_io_us`` whose rounds number ``rounds_per_io`` per I/O
     (see :func:`engine_costs`).  ``s`` is never below 0 (a layer faster than its I/Os
     at the stream's cost is noise), nor ``c'`` below a tenth of the stream's."""
-    s = max(0.0, (layer_us / n_ssd - m * per_io_us) / (1.0 - m * batches_per_io))
-    s = min(s, 0.9 * per_io_us / batches_per_io)  # c' >= c / 10
-    return float(s), float(per_io_us - batches_per_io * s)
+    s = max(0.0, (layer_us / n_ssd - m * per_io_us) / (1.0 - m * rounds_per_io))
+    s = min(s, 0.9 * per_io_us / rounds_per_io)  # c' >= c / 10
+    return float(s), float(per_io_us - rounds_per_io * s)
 
 
 COST_QD = 64  # the cost plan's streaming step (step 2)

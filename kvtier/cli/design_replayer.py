@@ -80,8 +80,8 @@ What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
   model gives a median 1.01 of the replay's time (0.80-1.11), against 0.73 (0.59-0.83)
   for the same costs without the round; CI failed at 0.47.  On the design plans it
   moved little, as their steps are mostly the paced devices' time, not the loop's:
-  three paired runs
-  (base / rounds, alternating, ``--emulate h20-8ssd --designs default``, load 1-2),
+  three paired runs (base / rounds, alternating, ``--emulate h20-8ssd --designs
+  default``, load 1-2),
   step error Swarm -38, -23, -38 / -24, -29, -29%; PQCache -17, -4, -16 / -20, -21,
   -25%; InfLLM +1, -1, +1 / -1, -1, 0%; No Cluster -2 (x3) / -2, -2, -3%; Kendall's tau
   1.00 in all six.  The model was still 20-30% fast for Swarm and PQCache, with the

@@ -282,7 +282,7 @@ def _validate(args: argparse.Namespace) -> int:
                 f"replayer on this machine ({args.n} devices): QD1 4 KiB read "
                 f"{costs['read_latency_us']:.1f} us, write {costs['write_latency_us']:.1f} us, "
                 f"{costs['per_io_us']:.1f} us/I/O at QD64, {costs['round_us']:.0f} us a "
-                "round (the model's latencies, per-I/O and per-batch CPU cost, one core)"
+                "round (the model's latencies, per-I/O and per-op CPU cost, one core)"
             )
         result, sim, real = run_validation(dev, args, console)
         t1 = time.perf_counter()

@@ -161,15 +161,19 @@ def layered_plan(n_ssd: int, layers: int, ios: int):
     return b.table()
 
 
-def test_paced_costs_model_a_paced_replay_better_than_batched_ones(direct_dir: Path):
-    """The designs' gap and its fix on plain files: a layered plan replayed through the
-    pacer (limits that never bind, so the replayer is the bound) is predicted by the
-    paced-path costs within a factor of 2 and no worse than by the batched path's (the
-    two differ by their per-I/O and round measurements' noise, which the comparison
-    allows: their ratio's log).  Each layer is one round of the loop per device:
-    without the round term (``round_us``, :func:`real.validate.engine_costs`) the model
-    charged only 48 I/Os at the QD64 stream's cost: in 12 tries (2026-11-29) a median
-    0.73 of the replay's time (0.59-0.83; CI failed at 0.47), with it 1.01 (0.80-1.11).
+def test_paced_costs_model_a_paced_replay_within_a_factor_of_2(direct_dir: Path):
+    """A layered plan replayed through the pacer (limits that never bind, so the
+    replayer is the bound) is predicted by the paced-path costs within a factor of 2.
+    Each layer is one round of the loop per device: without the round term
+    (``round_us``, :func:`real.validate.engine_costs`) the model charged only 48 I/Os
+    at the QD64 stream's cost: in 12 tries (2026-11-29) a median 0.73 of the replay's
+    time (0.59-0.83; CI failed at 0.47), with it 1.01 (0.80-1.11).
+
+    (Until 2026-11-29 the test also held the paced costs to predict no worse than the
+    batched path's, allowing the two measurements' disagreement.  On this plan the
+    simulated time is proportional to a layer's cost, so that disagreement is exactly
+    the two predictions' log ratio, and the triangle inequality made the assertion
+    unable to fail but by float rounding -- which it once did, at 8e-17.)
 
     The machine's speed swings 3x within a minute here (the QD64 stream measured 4.8-16.6
     us per I/O in 12 replays back to back, 2026-11-29), so each try measures the costs
@@ -179,14 +183,7 @@ def test_paced_costs_model_a_paced_replay_better_than_batched_ones(direct_dir: P
         pytest.skip(f"load average {load:.1f} over {os.cpu_count()} cores: wall-time comparison")
     dev = Devices(load_profile("h20-8ssd"), str(direct_dir))
     plan = layered_plan(2, 6, 24)
-
-    def one_round(c):  # a layer's 24 I/Os and its round, per device
-        return 24 * c["per_io_net_us"] + c["round_us"]
-
-    def sim_s(c):  # the simulated makespan
-        return simulate(plan, with_engine_costs(dev.profile, c)).stats["makespan_s"]
-
-    runs = []  # (paced ratio, batched ratio, their costs' disagreement) per try
+    ratios = []  # simulated / real makespan per try
     for _ in range(3):
         batched_c = engine_costs(dev, "auto", n_ssd=2, n=100)
         paced_c = paced_costs(batched_c, engine_costs(dev, "auto", 2, n=100, paced=True))
@@ -197,13 +194,9 @@ def test_paced_costs_model_a_paced_replay_better_than_batched_ones(direct_dir: P
                 rec = replay(plan, paced_t, engine="auto")
                 assert rec.stats["paced"] == ["ssd0", "ssd1"]
                 spans.append(rec.stats["makespan_s"])
-        real = float(np.median(spans))
-        noise = abs(np.log(one_round(paced_c) / one_round(batched_c)))
-        runs.append((sim_s(paced_c) / real, sim_s(batched_c) / real, noise))
-    paced_r, batched_r, noise = np.array(runs).T
-    assert 0.5 < np.median(paced_r) < 2.0, runs
-    worse = np.abs(np.log(paced_r)) - np.abs(np.log(batched_r)) - noise  # each try's own
-    assert np.median(worse) <= 0.0, runs
+        sim = simulate(plan, with_engine_costs(dev.profile, paced_c)).stats["makespan_s"]
+        ratios.append(sim / float(np.median(spans)))
+    assert 0.5 < np.median(ratios) < 2.0, ratios
 
 
 def test_round_cost_by_hand():
