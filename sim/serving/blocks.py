@@ -254,27 +254,6 @@ class OffloadTier:
         self.entries.update(zip(keys, out, strict=True))
         return out
 
-    def renew(self, olds: list[Entry], keys: Sequence[int]) -> list[Entry]:
-        """``olds`` (victims just dropped from this one-device tier, one per
-        key) reused as the entries of ``keys``, in this order: what
-        ``add(keys, runs, nbytes, [e.slots for e in olds])`` makes (each
-        key in its victim's slot, laid out as every entry of the tier is),
-        without a new object per key.  Nothing still reads them as the old
-        entries: a victim was evictable (held by no transfer or lookup), and
-        the LRU's items for it carry its old stamp, stale against the new."""
-        n = len(keys)
-        c = self._clock
-        self._clock = c + n
-        for e, key, stamp in zip(olds, keys, range(c + 1, c + n + 1), strict=True):
-            e.key = key
-            e.ref_cnt = NOT_READY
-            e.stamp = stamp
-            e.heaped = -1
-        if self.added is not None:
-            self.added.extend(keys)
-        self.entries.update(zip(keys, olds, strict=True))
-        return olds
-
     def spill(self, runs: Runs) -> Runs:
         """``runs`` if they fit; else the same Algorithm 1 over the devices that
         still have room (a full device's share spills to the others); else

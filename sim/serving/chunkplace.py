@@ -36,8 +36,9 @@ most one look at the LRU's top: the answers of
 :func:`~sim.serving.tierplace.fitting_prefix`, the same float expressions
 (``tests/sim/test_serving_chunkplace.py`` compares them on random tiers).
 
-``CHUNKED = False`` places every store whole (the reference;
-``tests/sim/test_serving_chunkplace.py`` compares the records).
+A store that is not fresh, or a tier that cannot be placed in chunks
+(:meth:`FirstTier.chunkable`), is placed whole; an eviction-heavy run gives
+the same records either way (``tests/sim/test_serving_chunkplace.py``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from sim.serving.tierplace import SLACK, fitting_count
 if TYPE_CHECKING:
     from sim.serving.blocks import Entry, EvictFn, GpuBlock, OffloadTier
 
-CHUNKED = True  # False: a waiting store is placed whole (the reference)
 FIRST = 2  # keys in the first chunk; each next chunk twice as many
 _NONE: frozenset[int] = frozenset()  # no key skipped at the LRU's top
 

@@ -45,10 +45,10 @@ and writes every op down as it goes.
   QKV / attention / FFN ops per layer around the layer stream cache's loads
   and stores (:mod:`sim.serving.streaming`, the ``stream`` hook).
 
-The engine's parts: loads before the forward pass
-(:mod:`sim.serving.engine_loading`), the forward pass
-(:mod:`sim.serving.engine_forward`) and vLLM v1's incremental allocation and
-preemption (:mod:`sim.serving.engine_preempt`), mixed into :class:`Engine`.
+Per-object retrieval work (:mod:`sim.serving.objcost`) is CPU time after
+the bytes of a load.  :class:`Engine` holds, in this order: the client,
+admission and the iteration loop; the loads that start before the forward
+pass; the forward pass; vLLM v1's incremental allocation and preemption.
 """
 
 from __future__ import annotations
@@ -63,28 +63,28 @@ import simpy
 from sim.engine.drain import drain
 from sim.hw.machine import Machine
 from sim.models import ModelCard
+from sim.serving.asyncload import split_prefetch
 from sim.serving.blocks import GpuCache, OffloadTier
+from sim.serving.costs import iteration_cost
 from sim.serving.designs import DesignParams
 from sim.serving.engine_config import EngineConfig  # noqa: F401 (re-exported)
-from sim.serving.engine_forward import ForwardMixin
-from sim.serving.engine_loading import LoadingMixin
-from sim.serving.engine_preempt import PreemptMixin
 from sim.serving.gcpolicy import relaxed_gc
-from sim.serving.jobs import Piece
+from sim.serving.jobs import Piece, Transfer
 from sim.serving.manager import BlockManager, Seq
 from sim.serving.metrics import RequestLog, ServingRecords, Timeline, request_records
+from sim.serving.objcost import retrieval_cpu_s
 from sim.serving.online import OnlineOps
 from sim.serving.requests import Request
 from sim.serving.stores import Offloader
 from sim.serving.streaming import LayerStream
 from sim.serving.tp import TensorParallel
-from sim.serving.transfers import Mover
+from sim.serving.transfers import Job, Mover
 
 Progress = Callable[[float, int, int], None]  # (simulated s, requests done, requests)
 PROGRESS_STEPS = 20_000  # simulation events between two progress reports
 
 
-class Engine(LoadingMixin, ForwardMixin, PreemptMixin):
+class Engine:
     """One serving run: requests through a design on a machine."""
 
     def __init__(
@@ -315,6 +315,176 @@ class Engine(LoadingMixin, ForwardMixin, PreemptMixin):
             timeline=self.timeline.table(),
             gpus=(self.cfg.gpu,),
         )
+
+    # ---- loads before the forward pass ------------------------------------------------
+    # async_load schedule (vLLM's WAITING_FOR_REMOTE_KVS) and arrival (LMCache's
+    # AsyncKV, sim.serving.asyncload); a prefetch never takes GPU blocks that
+    # the requests queued ahead of it will need
+
+    def _prefetch(self, s: Seq) -> None:
+        """Asynchronous loading on arrival, if the GPU can spare the blocks."""
+        hit = self.mgr.lookup(s)
+        n_load = sum([h[3] for h in hit.lower])  # blocks of the lower hits
+        if not n_load:
+            return
+        gpu = self.mgr.gpu
+        ahead = sum(self._target(q) - len(q.blocks) - q.private for q in self.waiting if q is not s)
+        if gpu.free + len(gpu.evictable) - n_load < ahead:
+            return
+        if self.mgr.acquire(s, hit, n_load):
+            self._start_async(s)
+
+    def _object_cpu(self, lowers: list) -> list[float]:
+        return retrieval_cpu_s(self.design, lowers, self.card.layers, self._ssds)
+
+    def _start_async(self, s: Seq) -> None:
+        assert s.lookup is not None
+        transfer = self.mgr.load(s, self.design.layerwise)
+        if self.design.async_load == "arrival" and not self._gds:
+            self._prefetch_to_host(s, transfer)
+            return
+        cpu = sum(self._object_cpu([s.lookup.lower]))  # the loader's per-object work
+        job = self.offload.load(transfer)
+
+        def landed(_e) -> None:
+            self.mgr.on_loaded(s)
+            if s in self.parked:
+                self.parked.remove(s)
+                self.running.append(s)
+            self._kick()
+
+        if cpu:  # the objects' CPU work after the bytes, before the request joins
+            job.done.callbacks.append(lambda _e: self.env.timeout(cpu).callbacks.append(landed))
+        else:
+            job.done.callbacks.append(landed)
+
+    def _prefetch_to_host(self, s: Seq, transfer: Transfer) -> None:
+        """AsyncKV (:mod:`sim.serving.asyncload`): SSD hits are read into host
+        memory now, the request is parked until they are in; the copies to the
+        GPU (and the per-object work) stay in its forward pass."""
+        arrival, self._forward[s] = split_prefetch(
+            transfer.pieces, self._ssds, self._bounce, self.cfg.gpu
+        )
+        if not arrival:  # every hit already in host memory: nothing to wait for
+            s.load = None
+            return
+        s.load = Transfer("load", "src", s.req.rid, arrival)
+
+        def landed(_e) -> None:
+            s.load = None
+            if s in self.parked:
+                self.parked.remove(s)
+                self.running.append(s)
+            self._kick()
+
+        self.offload.load(s.load).done.callbacks.append(landed)
+
+    def _load(self, s: Seq) -> Transfer:
+        """The forward pass's load for ``s``: the AsyncKV host -> GPU leg if it
+        was prefetched, else all of its hits."""
+        forward = self._forward.pop(s, None)
+        if forward is None:
+            return self.mgr.load(s, self.design.layerwise)
+        s.load = Transfer("load", "src", s.req.rid, forward)
+        return s.load
+
+    # ---- the forward pass: its loads, compute ops and all-reduces ---------------------
+
+    def _iterate(self, batch: list[tuple[Seq, int]]):
+        prefills = [(c, s.cached_tokens + s.prefilled) for s, c in batch if s.prefill_left > 0]
+        decodes = [s.req.input_tokens + s.generated - 1 for s, _ in batch if s.prefill_left == 0]
+        outputs = len(decodes) + sum(1 for s, c in batch if 0 < s.prefill_left == c)
+        layer, head = iteration_cost(self.card, prefills, decodes, outputs)
+        n_tok = sum(t for t, _ in prefills) + len(decodes)
+        loading = [s for s, _ in batch if s.lookup is not None]
+        jobs: list[Job] = [self.offload.load(self._load(s)) for s in loading]
+        deps = [self.prev_compute] if self.prev_compute is not None else []
+        step, gpu, n_layers = self.iterations, self.cfg.gpu, self.card.layers
+        cpu = self._object_cpu([s.lookup.lower for s in loading if s.lookup is not None])
+        stream = self.stream.io(prefills, decodes) if self.stream is not None else None
+        if stream and self.stream is not None:  # a master's LSC (sim.serving.streaming)
+            if jobs:
+                yield self.env.all_of([j.done for j in jobs])
+                yield self.env.timeout(sum(cpu))
+                deps += [op for j in jobs for op in j.ops()]
+            op = yield from self.stream.iterate(stream, prefills, decodes, head, deps)
+        elif not (jobs and self.design.layerwise):
+            if jobs:
+                yield self.env.all_of([j.done for j in jobs])
+                yield self.env.timeout(sum(cpu))  # per-object retrieval work (objcost)
+                deps += [op for j in jobs for op in j.ops()]
+            total = layer * n_layers + head
+            op, ev = self.ops.compute(
+                gpu, total.flops, total.hbm_bytes, deps, step, -1, "iteration"
+            )
+            yield ev
+            if self.tp is not None:
+                op, ev = self.tp.allreduce(self.ops, op, n_tok, n_layers, step, -1)
+                yield ev
+        else:
+            for li in range(n_layers):
+                ready = [j.layer_done[li] for j in jobs if li in j.layer_done]
+                if ready:
+                    yield self.env.all_of(ready)
+                if cpu[li]:
+                    yield self.env.timeout(cpu[li])
+                cost = layer + head if li == n_layers - 1 else layer
+                deps += [o for j in jobs for o in j.ops(li)]
+                op, ev = self.ops.compute(
+                    gpu, cost.flops, cost.hbm_bytes, deps, step, li, "iteration"
+                )
+                yield ev
+                if self.tp is not None:
+                    op, ev = self.tp.allreduce(self.ops, op, n_tok, 1, step, li)
+                    yield ev
+                deps = [op]
+        for s in loading:
+            self.mgr.on_loaded(s)
+        self.prev_compute = op
+        self.iterations += 1
+
+    # ---- vLLM v1's incremental allocation and RECOMPUTE preemption --------------------
+    # (vllm/v1/core/sched/scheduler.py, Scheduler.schedule: self.running.pop())
+
+    def _target(self, s: Seq) -> int:
+        """GPU blocks ``s`` takes at admission: its whole context, or with
+        ``preempt`` its prompt and any tokens it generated before a preemption
+        (vLLM v1 allocates as tokens arrive and recomputes them all)."""
+        if not self.cfg.preempt:
+            return s.total_blocks
+        return math.ceil((s.req.input_tokens + s.generated) / self.B)  # + tokens it had made
+
+    def _grow_or_preempt(self) -> None:
+        """Give each running request (oldest first) the block its next token
+        needs; when none is free, preempt the newest running request until it
+        is (vLLM v1 ``Scheduler.schedule``: ``self.running.pop()``)."""
+        B, running, grow = self.B, self.running, self.mgr.grow
+        i = 0
+        while i < len(running):  # preemption only shortens the tail: index i stays put
+            s = running[i]
+            i += 1
+            if s.prefill_left > 0:
+                continue
+            held = len(s.blocks) + s.private
+            more = -(-(s.req.input_tokens + s.generated) // B) - held  # after next decode
+            while more > 0 and not grow(s, more):
+                victim = running[-1]
+                self._preempt(victim)
+                if victim is s:
+                    break
+
+    def _preempt(self, s: Seq) -> None:
+        """RECOMPUTE preemption: free ``s``'s blocks, requeue it at the head."""
+        self.mgr.release(s)
+        if self.running[-1] is s:  # the newest: always, from _grow_or_preempt
+            self.running.pop()
+        else:
+            self.running.remove(s)
+        s.cached_tokens = s.prefilled = s.stored_groups = 0
+        s.lookup = s.load = None
+        self._forward.pop(s, None)
+        s.req.preemptions += 1
+        self.waiting.appendleft(s)
 
 
 def _session_key(r: Request) -> tuple[int, int]:

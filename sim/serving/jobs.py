@@ -16,8 +16,8 @@ a DRAM end needs none.
 A store's ranges (hundreds of entries x layers) are needed only to be written
 into a kept plan: its pieces are made *deferred* (:meth:`sim.serving.piece.Piece.deferred`:
 range count and bytes at once, the ranges by numpy when ``extents`` is first
-read), so a run that keeps no plan never makes them; ``DEFER = False`` makes
-them at once (the reference, tests/sim/test_serving_jobs.py).
+read), so a run that keeps no plan never makes them (their ranges equal the
+per-layer reference of tests/sim/test_serving_jobs.py).
 """
 
 from __future__ import annotations
@@ -87,15 +87,12 @@ def load_pieces(lower: Sequence[Hit], gpu: str, layerwise: bool) -> list[Piece]:
     device (in order of first appearance) holding every hit's layers there,
     entry by entry in hit order (nothing waits on a layer: the load is done
     when all of it is)."""
-    u = _uniform(lower) if FAST_LOADS and lower else None
+    u = _uniform(lower) if lower else None
     if u is not None:
         return _uniform_pieces(*u, gpu, layerwise)
     if not layerwise:
         return _device_pieces(lower, gpu)
     return _layer_pieces(lower, gpu)
-
-
-FAST_LOADS = True  # hits of one tier and one layout: pieces by broadcast; False: the loops
 
 
 def _uniform(lower: Sequence[Hit]) -> tuple[OffloadTier, Runs, np.ndarray] | None:
@@ -228,7 +225,7 @@ def store_pieces(
     intersections: those are worked out once per layout pair, and the
     entries' slots turned into ranges with numpy; one entry (a drain's
     store) from a template per layout pair (:mod:`sim.serving.onepiece`)."""
-    if len(entries) == 1 and onepiece.ENABLED:
+    if len(entries) == 1:
         return onepiece.one_entry_pieces(src, dst, entries[0], gpu, Piece)
     entries = list(entries)  # a deferred piece reads them when its ranges are made
     parts: dict[tuple[str, str], list[_Part]] = {}
@@ -250,7 +247,7 @@ def store_pieces(
     for k in sorted(parts, key=first_seen.__getitem__):
         ps = parts[k]
         total = sum(len(idx) * c for idx, _r, _off, c in ps)
-        if DEFER and float(lb).is_integer() and total * lb < 2.0**53:  # _sum_layers' exact case
+        if float(lb).is_integer() and total * lb < 2.0**53:  # _sum_layers' exact case
             make = partial(_store_ranges, entries, ps, stride, length)
             out.append(Piece.deferred(k[0], k[1], float(total) * lb, total, length, make))
         else:
@@ -262,8 +259,6 @@ def store_pieces(
 # one part of a store piece: (indices of the entries of one layout pair,
 # destination run, first layer within it, layers)
 _Part = tuple[Sequence[int], int, int, int]
-# store pieces' ranges made when first read (:meth:`Piece.deferred`); False: made at once
-DEFER = True
 
 
 def _store_ranges(
@@ -356,7 +351,7 @@ def store_pieces_each(
     each: one demotion per victim), with the layout work done once per layout
     pair and the ranges of all its entries made in one numpy expression (each
     entry's pieces hold views of them; one entry: :mod:`sim.serving.onepiece`)."""
-    if len(entries) == 1 and onepiece.ENABLED:
+    if len(entries) == 1:
         return [onepiece.one_entry_pieces(src, dst, entries[0], gpu, Piece)]
     stride = layer_stride(dst.layer_bytes)
     length = int(round(dst.layer_bytes))

@@ -50,10 +50,10 @@ from itertools import islice
 from operator import gt
 from typing import Any
 
-Entry = Any  # sim.serving.blocks.Entry: not imported, blocks imports this module
+from sim.serving.entry import Entry
+
 Run = tuple[list[Entry], list[int]]  # entries in ascending stamp, their stamps when offered
 Item = tuple[int, int, Run, int]  # (stamp at the cursor, sequence, run, cursor)
-FAST = True  # take's one-device walk as one tight loop (_walk_one); False: the general one
 
 
 class LruRuns:
@@ -191,10 +191,12 @@ class LruRuns:
         (the caller frees its bytes and slots).  ``names`` (with ``drop``,
         at least ``k`` keys, none in ``alive``): victim ``v`` is then also
         reused at once as the new, not ready entry of ``names[v]``, stamped
-        ``stamp + v`` (:meth:`sim.serving.blocks.OffloadTier.renew`'s
-        books, done in the walk: no second pass over the victims)."""
+        ``stamp + v``, in the walk (no second pass over the victims); one
+        device only."""
         heap, out, left = self.heaps[dev], [], k
         get, one = alive.get, len(self.heaps) == 1  # one device: every entry has bytes on it
+        if names is not None and not one:
+            raise ValueError("LruRuns.take: names (victims renewed in the walk) on one device only")
         while heap and left > 0:
             _stamp, seq, run, i = heap[0]
             entries, stamps = run
@@ -206,9 +208,9 @@ class LruRuns:
                 if end < n and stamps[end] == ns and seq < nq:  # the same stamp: by sequence
                     end += 1
             j = i
-            if one and FAST and names is not None:  # the walk renames its victims
+            if one and names is not None:  # the walk renames its victims
                 j, left = _walk_renew(entries, stamps, i, end, out, left, alive, names, stamp)
-            elif one and FAST:  # one tight loop, no per-entry device test
+            elif one:  # one tight loop, no per-entry device test
                 j, left = _walk_one(entries, stamps, i, end, out, left, alive if drop else None)
             while j < end and left > 0:
                 e = entries[j]
@@ -230,17 +232,10 @@ class LruRuns:
                 heapq.heapreplace(heap, (stamps[j], seq, run, j))
             else:
                 heapq.heappop(heap)
-        if drop and not (one and FAST):
+        if drop and not one:
             for e in out:
                 del alive[e.key]
                 e.stamp = DEAD
-            if names is not None:  # reused as the new entries (what the fast walk does)
-                for v, e in enumerate(out):
-                    key = e.key = names[v]
-                    alive[key] = e
-                    e.ref_cnt = -1  # NOT_READY
-                    e.stamp = stamp + v
-                    e.heaped = -1
         return out
 
 
@@ -311,7 +306,7 @@ def _walk_renew(
     at once as the new entry of the next of ``names`` (victim ``v`` of the
     take, ``len(out)`` before it is added: key ``names[v]``, not ready,
     stamp ``stamp + v``, not offered), which is what
-    ``take(..., drop=True)`` then ``OffloadTier.renew`` leave: the same
+    ``take(..., drop=True)`` then adding each key in its victim's slot leave: the same
     dict contents in the same order (each new key is put at the end, the
     victims' keys deleted), the same fields.  A renamed entry's new stamp
     is larger than every offered one, so no later item of the walk is

@@ -225,7 +225,7 @@ class BlockManager:
         groups that wait are ``groups[k:]``, placed in chunks, the answer says
         ``k`` (``Placement.rest_at``) rather than copying them."""
         first = self._first or self._first_tier()
-        chunked = fresh and chunkplace.CHUNKED and first.chunkable()
+        chunked = fresh and first.chunkable()
         if chunked:
             placed, waiting, hi = chunkplace.place_chunks(first, groups, lo, self._evict)
             sources = dict(groups[lo:hi])
@@ -277,7 +277,7 @@ class BlockManager:
         assert t.dst is not None
         through = t.src is None and self.design.cpu_to_ssd == "write_through"
         through = through and len(self.tiers) > 1
-        if through and writethrough.FAST and t.entries and writethrough.all_not_ready(t.entries):
+        if through and t.entries and writethrough.all_not_ready(t.entries):
             keys = self._release_sources(t)  # reads nothing of the tiers
             live = [e.key for e in t.entries] if keys is None else keys[::-1]
             src, dst = self.tiers[0], self.tiers[1]

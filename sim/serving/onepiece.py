@@ -21,8 +21,7 @@ when first read, which a run that keeps no plan never does.
 
 It gives what :func:`store_pieces` gives for a list of one entry (same
 pieces in the same order, bytes exactly, same ranges: tested against it and
-against the per-layer reference loop, :mod:`tests.sim.test_serving_jobs`);
-``ENABLED = False`` turns it off (the general path runs).
+against the per-layer reference loop, :mod:`tests.sim.test_serving_jobs`).
 """
 
 from __future__ import annotations
@@ -41,9 +40,6 @@ if TYPE_CHECKING:
     from sim.serving.blocks import Entry, OffloadTier
     from sim.serving.entry import Runs
 
-ENABLED = True  # False: every entry through the general path (the reference)
-# pieces whose ranges are made when first read (jobs.Piece.deferred); False: at once
-DEFER = True
 
 # per piece: (src device, dst device, the one destination run its ranges lie
 # in or -1, run index per range, (offset within the run, length) per range, bytes)
@@ -135,11 +131,6 @@ def one_entry_pieces(
         tmpl = _template(src, dst, s_runs, e.runs, gpu)
         kept = cache[key] = _Kept(tmpl, int(round(dst.layer_bytes)))
     length, slots = kept.length, e.slots
-    if not DEFER:
-        return [
-            piece(part[0], part[1], part[5], extents=ext, length=length)
-            for part, ext in zip(kept.tmpl, kept.ranges(slots), strict=True)
-        ]
     return [
         piece.deferred(
             part[0], part[1], part[5], len(part[4]), length, partial(kept.piece, slots, i)

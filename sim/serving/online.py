@@ -46,14 +46,11 @@ import simpy
 from kvtier.plan import extent_totals
 from kvtier.records import OP_RECORD_SCHEMA, Records, op_records
 from sim.engine.flownet import Flow, FlowNetwork
-from sim.executor import OpPhysics, device_records, launch, op_physics
+from sim.executor import OpPhysics, device_records, op_physics
 from sim.hw.machine import Machine
 from sim.serving.planstore import PlanStore
 
 _IDENTITY = ("step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag")
-# an op in flight as one record (_InFlight); False: a simpy event and closures
-# per op, the reference it is tested against (tests/sim/test_flownet_fast.py)
-LEAN = True
 
 
 class _InFlight:
@@ -214,7 +211,7 @@ class OnlineOps:
                io_bytes, float(flops), float(hbm_bytes), now, step, layer, tag)  # fmt: skip
         self.store.add(row, deps, extents)  # in planstore.COLUMNS order
         if kind == "compute":
-            sig = self._gpu_sig.get(dst) if LEAN else None
+            sig = self._gpu_sig.get(dst)
             if sig is not None:  # op_physics's GPU compute, without its record or interning
                 phys = _Compute(self._gpu_net, sig, self.machine.gpu_seconds(dst, flops, hbm_bytes))
             else:
@@ -228,8 +225,6 @@ class OnlineOps:
                 phys = self._cache[key] = op_physics(
                     self.machine, kind, src, dst, nbytes, n_ios, queue_depth, io_path, 0.0, 0.0
                 )
-        if not LEAN:
-            return self._issue_reference(op, phys, on_done)
         ended = _InFlight(op, phys, on_done)
         self.start_s.append(now)
         self.end_s.append(math.nan)
@@ -250,29 +245,6 @@ class OnlineOps:
             ended.event = self.env.event()
             return op, ended.event
         return op, None
-
-    def _issue_reference(
-        self, op: int, phys: OpPhysics, on_done: Callable[[int], Any] | None
-    ) -> tuple[int, simpy.Event]:
-        """:meth:`issue`'s start, the reference (``LEAN = False``): a simpy event
-        and closures per op, the parts started by :func:`sim.executor.launch`."""
-        ended = self.env.event()
-        if on_done is not None:
-            ended.callbacks.append(lambda _e: on_done(op))
-        left = [0]
-
-        def part_done() -> None:
-            left[0] -= 1
-            if left[0] == 0:
-                self.end_s[op] = self.env.now
-                ended.succeed(op)
-
-        self.start_s.append(self.env.now)
-        self.end_s.append(math.nan)
-        self.cpu_s.append(phys.cpu_s)
-        left[0] = launch(self.machine, phys, part_done)
-        self.flows += left[0]
-        return op, ended
 
     def _data_done(self, flow: Flow) -> None:
         """An op's data flow ended (an SSD op's meter counts its bytes and I/Os)."""

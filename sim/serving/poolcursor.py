@@ -23,12 +23,13 @@ order, and a device's heap after :meth:`Cursors.commit` holds the same
 from __future__ import annotations
 
 import heapq
-from typing import Any
+from typing import TYPE_CHECKING
 
-from sim.serving.entry import READY
+from sim.serving.entry import READY, Entry
 
-Entry = Any  # sim.serving.entry.Entry
-OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
+if TYPE_CHECKING:
+    from sim.serving.blocks import OffloadTier  # blocks imports this module
+
 INF = float("inf")
 
 

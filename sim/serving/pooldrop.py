@@ -49,7 +49,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from operator import add, ge, sub
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sim.serving.entry import READY, Entry
 from sim.serving.placement import Runs
@@ -57,9 +57,11 @@ from sim.serving.poolcursor import Cursors
 from sim.serving.poolroom import room_index
 from sim.serving.tierplace import SLACK
 
+if TYPE_CHECKING:
+    from sim.serving.blocks import OffloadTier  # blocks imports this module
+
 INF = float("inf")
 
-OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
 _NONE: Any = object()  # "not remembered yet"
 SPILLS = 4  # the spill in a row that hands back to poolplace's spill runs
 # a layout's books: bytes per device, per run (free list, allocator, units), too big

@@ -26,7 +26,7 @@ Most keys come in runs that one array computation decides:
 A run is placed with one :meth:`OffloadTier.add` per layout (slots taken in
 one call, stamps consecutive): what adding its keys one by one gives.
 Keys that must evict (victims dropped) go to :func:`sim.serving.pooldrop.drop_run`
-(``FUSED``; off: :func:`~sim.serving.tierplace.evict_key` key by key), which
+(demoted victims: :func:`~sim.serving.tierplace.evict_key` key by key), which
 also places the spills between them; every spill check is remembered per
 room state (:mod:`sim.serving.poolroom`).  The
 arrays are looked at in windows that grow fourfold, so a set costs time in
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -48,10 +48,10 @@ from sim.serving.placement import Runs
 from sim.serving.pooldrop import drop_run
 from sim.serving.tierplace import SLACK, evict_key, spill_layout
 
-EvictFn = Any  # sim.serving.blocks.EvictFn: not imported, blocks imports this module
-OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
+if TYPE_CHECKING:
+    from sim.serving.blocks import EvictFn, OffloadTier  # blocks imports this module
+
 WINDOW = 16  # first window of keys looked at; each next one is four times larger
-FUSED = True  # keys whose victims are dropped: pooldrop's loop (False: evict_key per key)
 
 
 def place_pool(
@@ -82,7 +82,7 @@ def place_pool(
                 continue
             alt = spill_layout(tier, tier.used)
         if alt is None:  # room must be made
-            if evict is None and FUSED:  # victims dropped: this key and the next, fused
+            if evict is None:  # victims dropped: this key and the next, fused
                 i, spill = drop_run(tier, new, plans, i, placed, waiting)
                 known = (i, spill) if spill is not None else (-1, None)
                 continue

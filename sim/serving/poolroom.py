@@ -34,10 +34,12 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from itertools import product
 from operator import ge
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary, proxy
 
-OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
+if TYPE_CHECKING:
+    from sim.serving.blocks import OffloadTier  # blocks imports this module
+
 Runs = tuple[tuple[int, int, int], ...]
 HI = 1e300  # bisection range [-HI, HI]: beyond any byte count
 SIGN = 1 << 63

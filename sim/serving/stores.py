@@ -2,7 +2,7 @@
 
 The block manager (:mod:`sim.serving.manager`) decides what to store,
 demote and write through, as plain :class:`~sim.serving.jobs.Transfer` s;
-:class:`Offloader` runs each as a simpy process on the :class:`Mover`,
+:class:`Offloader` runs each on the :class:`Mover`,
 tells the manager when it ended (:meth:`BlockManager.on_stored`) and starts
 what follows.  Stores that must wait for a demotion of the first tier to
 drain wait on that tier's *drain* event, fired each time one of its
@@ -18,8 +18,7 @@ Each store and transfer runs as callbacks, not as a simpy process: what a
 process started now would do at its first step (an urgent event at this
 instant: :func:`_soon`) and when the event it waits for fires (a callback
 appended where the process would append its resume), in the same order,
-without the process's generator and end event.  ``PROCESSES = True`` runs
-them as processes again (the reference; tests compare the records).
+without the process's generator and end event.
 """
 
 from __future__ import annotations
@@ -33,8 +32,6 @@ from sim.serving.jobs import StoreRequest, Transfer
 from sim.serving.manager import BlockManager, Placement
 from sim.serving.transfers import Job, Mover
 from sim.serving.waiters import Waiter, WaitIndex
-
-PROCESSES = False  # True: stores and transfers as simpy processes (the reference)
 
 
 def _soon(env: simpy.Environment, fn: Callable[[], None]) -> None:
@@ -64,20 +61,11 @@ class Offloader:
         """Offload ``req``'s blocks, starting at this instant (after the caller yields)."""
         if req is None:
             return
-        if PROCESSES:
-            self.env.process(self._store(req))
-        else:
-            _soon(self.env, lambda: self._start_store(req))
+        _soon(self.env, lambda: self._start_store(req))
 
     def load(self, t: Transfer) -> Job:
         """Start a load now."""
         return self.mover.start(t)
-
-    def _store(self, req: StoreRequest):
-        """A process only so that the store is placed when simpy starts it."""
-        self._start_store(req)
-        return
-        yield  # pragma: no cover - makes this a generator
 
     def _start_store(self, req: StoreRequest) -> None:
         """Place ``req`` now; what waits waits for the next drain."""
@@ -100,10 +88,7 @@ class Offloader:
         batch = placed.demotions  # started first, as they were decided first
         if placed.store is not None:
             batch = [*batch, placed.store]
-        if PROCESSES:
-            for t in batch:
-                self._launch(t)
-        elif batch:  # consecutive urgent events at this instant: one does as well
+        if batch:  # consecutive urgent events at this instant: one does as well
             _soon(self.env, lambda: self._begin_all(batch))
         return placed
 
@@ -116,10 +101,7 @@ class Offloader:
 
     def _launch(self, t: Transfer) -> None:
         """Run ``t`` from the next urgent instant (as a process would start)."""
-        if PROCESSES:
-            self.env.process(self._run(t))
-        else:
-            _soon(self.env, lambda: self._begin(t))
+        _soon(self.env, lambda: self._begin(t))
 
     def _begin(self, t: Transfer) -> None:
         """Start ``t`` on the mover; :meth:`_ended` when it is done."""
@@ -199,11 +181,6 @@ class Offloader:
         else:
             self._index.remove(w)
         return True
-
-    def _run(self, t: Transfer):
-        """``t`` as a process (the reference, ``PROCESSES``)."""
-        yield self.mover.start(t).done
-        self._ended(t)
 
     def _ended(self, t: Transfer) -> None:
         """``t`` ended: the manager's books, what follows, the wake-ups."""

@@ -19,13 +19,9 @@ tier whose victims are dropped, when one key's float arithmetic (one
 victim out, the key in) gives ``used`` back bit for bit, every later key
 repeats it: the keys replacing their victims are then one run
 (:func:`_replace_run`), each new entry the very object of the victim whose
-slot it takes (``REUSE``: :meth:`OffloadTier.renew`; no object made or
-freed per key), renamed in the LRU walk that takes it (``FUSED``:
-:meth:`sim.serving.lru.LruRuns.take` with ``names``; else by a second
-pass, ``renew``).  ``BATCH = False`` turns those batches off (the
-per-victim loops, kept as the reference;
-``tests/sim/test_serving_lrutake.py`` runs both side by side on random
-workloads).  A pool tier is :mod:`sim.serving.poolplace` (runs of keys that
+slot it takes, renamed in the LRU walk that takes it
+(:meth:`sim.serving.lru.LruRuns.take` with ``names``; no object made or
+freed per key).  A pool tier is :mod:`sim.serving.poolplace` (runs of keys that
 fit or spill alike), whose keys short of room anywhere take
 :func:`short_key` here; a pool's spill decision (:func:`spill_layout`)
 is remembered per state of its room thresholds (:mod:`sim.serving.poolroom`).
@@ -38,20 +34,17 @@ against a per-key reference).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sim.serving.entry import READY, Entry
 from sim.serving.lru import DEAD
 from sim.serving.placement import Runs, layer_runs
-from sim.serving.poolroom import plain_spill, room_index
+from sim.serving.poolroom import room_index
 
-EvictFn = Any  # sim.serving.blocks.EvictFn: not imported, blocks imports this module
-OffloadTier = Any  # sim.serving.blocks.OffloadTier: not imported, blocks imports this module
+if TYPE_CHECKING:
+    from sim.serving.blocks import EvictFn, OffloadTier  # blocks imports this module
+
 SLACK = 1e-6  # bytes: "fits" tolerance of every room check
-BATCH = True  # victims in batches (module docstring); False: one by one
-REUSE = True  # a replace run's dropped victims reused as the new entries; False: new objects
-FUSED = True  # with REUSE: each victim renewed in the LRU walk that takes it; False: after
-MEMO = True  # pool spills remembered per room state (sim.serving.poolroom); False: the plain code
 
 
 def place_single(
@@ -103,27 +96,12 @@ def _room_single(tier: OffloadTier, b: float, c: float, evict: EvictFn | None) -
     the same verdict without looking."""
     if b > c:
         return "full", True
-    short = tier.used[0] + b - c
-    victims: list[Entry] = []
-    taken: set[int] = set()
-    lru, entries = tier.lru, tier.entries
-    dry = False
-    if BATCH:  # every victim frees b: count them first, then take them at once
-        want, s = 0, short
-        while s > SLACK:
-            s -= b
-            want += 1
-        victims = lru.take(0, entries, want)
-        dry, short = len(victims) < want, 0.0
+    want, short = 0, tier.used[0] + b - c  # every victim frees b: count them, take them at once
     while short > SLACK:
-        e = lru.top(0, entries, taken)
-        if e is None:
-            dry = True
-            break
-        lru.pop(0)
-        victims.append(e)
-        taken.add(e.key)
-        short -= e.nbytes[0]
+        short -= b
+        want += 1
+    victims = tier.lru.take(0, tier.entries, want)
+    dry = len(victims) < want
     tier.evict_all(victims, evict)
     if tier.used[0] + b - c <= SLACK:
         return "ok", dry
@@ -151,7 +129,7 @@ def _replace_single(
     if b > c:  # verdict "full" for every key: nothing is taken, nothing evicted
         return len(new)
     lru, entries, used = tier.lru, tier.entries, tier.used
-    if BATCH and _steady(used[0], b, c):
+    if _steady(used[0], b, c):
         return _replace_run(tier, new, i, runs, nbytes, out, waiting)
     alloc = tier.allocators[0]
     units = runs[0][2] - runs[0][1]
@@ -226,26 +204,14 @@ def _replace_run(
     ``used`` unchanged, until the victims run out; the keys left over find
     none and are short (they wait while demotions drain, else are let go).
     Returns ``len(new)``."""
-    entries = tier.entries
-    if REUSE and FUSED:  # each victim renewed as the next key's entry as the walk takes it
-        c = tier._clock
-        victims = tier.lru.take(0, entries, len(new) - i, drop=True, names=new[i:], stamp=c + 1)
-        m = len(victims)
-        tier._clock = c + m
-        tier.evictions += m
-        if tier.added is not None:
-            tier.added.extend(new[i : i + m])
-        out += victims
-        if m < len(new) - i and tier.draining:
-            waiting += new[i + m :]
-        return len(new)
-    victims = tier.lru.take(0, entries, len(new) - i, drop=True)  # dropped as taken
+    c = tier._clock  # each victim renewed as the next key's entry as the walk takes it
+    victims = tier.lru.take(0, tier.entries, len(new) - i, drop=True, names=new[i:], stamp=c + 1)
     m = len(victims)
+    tier._clock = c + m
     tier.evictions += m
-    if REUSE:  # each victim's object becomes its successor's entry (same slot, same layout)
-        out += tier.renew(victims, new[i : i + m])
-    else:
-        out += tier.add(new[i : i + m], runs, nbytes, [e.slots for e in victims])
+    if tier.added is not None:
+        tier.added.extend(new[i : i + m])
+    out += victims
     if m < len(new) - i and tier.draining:
         waiting += new[i + m :]
     return len(new)
@@ -276,10 +242,8 @@ def short_key(
 def spill_layout(tier: OffloadTier, used: list[float]) -> Runs | None:
     """:meth:`OffloadTier.spill` of a key that does not fit as laid out, the
     tier holding ``used`` bytes per device (:func:`sim.serving.poolroom.plain_spill`),
-    remembered per state of the tier's room thresholds (``MEMO``; else computed)."""
-    if MEMO:
-        return room_index(tier, SLACK).spill(used)
-    return plain_spill(tier, used, SLACK)
+    remembered per state of the tier's room thresholds."""
+    return room_index(tier, SLACK).spill(used)
 
 
 def evict_key(

@@ -4,7 +4,7 @@ When a store from the GPU into the first tier ends, its entries become ready
 there and the ones held there are copied on to the tier below (LMCache's
 ``cpu_to_ssd: write_through``): placed below, their first-tier entries
 pinned (in use) until that copy ends.  :func:`write_through` is that copy
-for entries whose completion was already made (the reference).
+for entries whose completion was already made (some of them ready before).
 
 **Pinned at once, never offered.**  In the usual case every entry of the
 store was not ready (:func:`all_not_ready`): then made ready, offered to
@@ -19,20 +19,21 @@ below first (the tier below's placement reads nothing of the first tier),
 then sets the pinned ones straight to "in use once" (``READY + 1``), and
 completes (offers) only the others.  That saves, per stored block, one pass
 of :meth:`sim.serving.lru.LruRuns.offer_ready` and the walk's skip of a
-pinned entry.  ``FAST = False`` takes the reference path
-(``tests/sim/test_serving_writethrough.py`` runs both on seeded workloads).
+pinned entry (``tests/sim/test_serving_writethrough.py`` holds it to
+:func:`write_through` after ``complete_all`` on seeded workloads).
 """
 
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sim.serving.entry import NOT_READY, READY, Entry
 from sim.serving.jobs import Transfer, store_pieces
 
-OffloadTier = Any  # sim.serving.blocks.OffloadTier
-FAST = True  # complete_through: the pinned entries never offered; False: the reference
+if TYPE_CHECKING:
+    from sim.serving.blocks import OffloadTier  # blocks imports this module
+
 _ref_cnt = attrgetter("ref_cnt")
 
 

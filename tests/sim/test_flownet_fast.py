@@ -5,10 +5,9 @@
   random flows, mostly alone on their network, some overlapping, some
   delayed: every flow's start and end time, the re-rating count and every
   resource's integrals are bit for bit those of the general paths (FAST off).
-* :data:`sim.serving.online.LEAN`: an op in flight is one record, its own end
-  event.  A seeded eviction-heavy serving run (paged-cpu-ssd) gives the same request and op
-  records and the same plan, column for column, as the reference (a simpy
-  event and closures per op), both shortcuts off.
+* A seeded eviction-heavy serving run (paged-cpu-ssd) gives the same
+  request and op records and the same plan, column for column, with the
+  one-flow shortcuts off.
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ import simpy
 import sim.engine.flownet as flownet
 from hwprofiles.loader import load_profile
 from sim.models import get_model
-from sim.serving import online
 from sim.serving.bench import mooncake_requests
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
@@ -123,9 +121,8 @@ def _serve() -> tuple[pa.Table, pa.Table, pa.Table]:
     return rec.requests, rec.ops, eng.ops.plan()
 
 
-def test_lean_ops_equal_the_reference(monkeypatch) -> None:
+def test_serving_run_is_the_same_with_the_general_paths(monkeypatch) -> None:
     lean = _serve()
-    monkeypatch.setattr(online, "LEAN", False)
     monkeypatch.setattr(flownet, "FAST", False)
     ref = _serve()
     assert lean[1].num_rows > 1000  # many ops: SSD writes (metered), copies, compute

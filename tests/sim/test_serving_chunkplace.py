@@ -6,7 +6,8 @@ would wait with nothing evicted).  Invariants: on a hand-built tier it
 places, evicts and leaves waiting exactly what one whole
 :meth:`OffloadTier.place` does (worked out by hand below) while going over
 fewer keys; and an eviction-heavy paged-cpu-ssd run gives the same request
-and op records with chunks as with every store placed whole (``CHUNKED``).
+and op records with chunks as with every store placed whole (every tier
+answering :meth:`~chunkplace.FirstTier.chunkable` no).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def test_chunks_change_no_record(monkeypatch, n, block, tiers) -> None:
     monkeypatch.setattr(chunkplace, "place_chunks", counted)
     fast = _run(n, block, tiers)
     assert calls[0] > 50 and short[0] > 50
-    monkeypatch.setattr(chunkplace, "CHUNKED", False)
+    monkeypatch.setattr(chunkplace.FirstTier, "chunkable", lambda _self: False)
     slow = _run(n, block, tiers)
     _same(fast, slow)
 

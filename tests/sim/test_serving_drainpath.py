@@ -1,14 +1,11 @@
-"""The drain path's shortcuts change no record and no byte range.
+"""The drain path: one entry's pieces from a template, and the plan they make.
 
 Each drain of paged-cpu-ssd's CPU tier stores one key and demotes one
 victim: a transfer of one entry each.  Their pieces come from a template per
-layout pair (:mod:`sim.serving.onepiece`) and the transfers run as callbacks
-rather than simpy processes (:mod:`sim.serving.stores`).  The invariant:
-with both shortcuts on, a seeded eviction-heavy run gives the same request
-and op records, column for column, and the same plan (every op's extents
-included, which the records do not show), as with both off (the reference
-paths); and the template gives exactly the per-layer reference loop's
-pieces for entries of several layouts.
+layout pair (:mod:`sim.serving.onepiece`).  The template gives exactly the
+per-layer reference loop's pieces for entries of several layouts; in a
+seeded eviction-heavy run, every op of the plan moves exactly the bytes its
+byte ranges name, and the op records and the plan agree op for op.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ import pytest
 
 from hwprofiles.loader import load_profile
 from sim.models import get_model
-from sim.serving import onepiece, stores
+from sim.serving import onepiece
 from sim.serving.bench import mooncake_requests
 from sim.serving.blocks import OffloadTier
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
@@ -46,7 +43,7 @@ SMALL = [(60, 16, {"cpu_gib": 0.2, "ssd_gib": 2.0}), (120, 256, {"cpu_gib": 0.3,
 
 
 @pytest.mark.parametrize("n, block, tiers", SMALL)
-def test_drain_shortcuts_change_no_record_and_no_extent(monkeypatch, n, block, tiers) -> None:
+def test_drains_plan_ops_move_the_bytes_their_ranges_name(monkeypatch, n, block, tiers) -> None:
     calls = [0]
     real = onepiece.one_entry_pieces
 
@@ -55,26 +52,26 @@ def test_drain_shortcuts_change_no_record_and_no_extent(monkeypatch, n, block, t
         return real(*args)
 
     monkeypatch.setattr(onepiece, "one_entry_pieces", counted)
-    fast = _run(n, block, tiers)
+    requests, ops, plan = _run(n, block, tiers)
     assert calls[0] > 100  # the template made the drains' pieces
-    monkeypatch.setattr(onepiece, "ENABLED", False)
-    monkeypatch.setattr(stores, "PROCESSES", True)
-    slow = _run(n, block, tiers)
-    assert calls[0] > 100 and fast[1].num_rows > calls[0] // 2
-    for a, b in zip(fast, slow, strict=True):
-        assert a.num_rows == b.num_rows > 0
-        assert a.column_names == b.column_names
-        for c in a.column_names:  # NaN (e.g. a request not done) equals NaN
-            x, y = a.column(c).to_pylist(), b.column(c).to_pylist()
-            assert len(x) == len(y)
-            assert all(u == v or (u != u and v != v) for u, v in zip(x, y, strict=True)), c
+    assert requests.num_rows == n and ops.num_rows == plan.num_rows > calls[0] // 2
+    assert ops.column("op_id").to_pylist() == plan.column("op_id").to_pylist()
+    assert ops.column("bytes").to_pylist() == plan.column("bytes").to_pylist()
+    ranged = 0
+    for nbytes, ext in zip(plan.column("bytes").to_pylist(), plan.column("extents").to_pylist(),
+                           strict=True):  # fmt: skip
+        if ext:
+            ranged += 1
+            assert sum(r["length"] for r in ext) == nbytes
+            assert all(r["offset"] >= 0 and r["length"] > 0 for r in ext)
+    assert ranged > calls[0] // 2  # the drains' stores and demotions among them
 
 
 @pytest.mark.parametrize("layer_bytes", [8192.0, 1000.5])  # integral, and not
-def test_template_pieces_equal_the_per_layer_loop(monkeypatch, layer_bytes: float) -> None:
+def test_template_pieces_equal_the_per_layer_loop(layer_bytes: float) -> None:
     """One entry at a time, from the GPU and between tiers of several devices:
     the template's pieces equal :func:`reference` (order, bytes exactly,
-    ranges), and equal the general path's (the template off)."""
+    ranges) and :func:`store_pieces_each`'s for that one entry."""
     rng = np.random.default_rng(11)
     layers = 32
     src = OffloadTier("cpu", ["m0", "m1"], [0.3, 0.7], [1e12, 1e12], layers, layer_bytes)
@@ -90,26 +87,16 @@ def test_template_pieces_equal_the_per_layer_loop(monkeypatch, layer_bytes: floa
                 got = store_pieces(a, b, [e], "gpu0")
                 counts = [p.ranges for p in got]  # deferred: before any range is made
                 (each,) = store_pieces_each(a, b, [e], "gpu0")
-                monkeypatch.setattr(onepiece, "ENABLED", False)
-                want = store_pieces(a, b, [e], "gpu0")
-                monkeypatch.setattr(onepiece, "ENABLED", True)
-                assert counts == [len(p.extents) for p in want]
+                want = reference(a, b, [e], "gpu0")
+                assert counts == [len(w[3]) for w in want]
                 rows = [
                     (p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in got
                 ]
-                assert rows == reference(a, b, [e], "gpu0")
-                for x, y, z in zip(got, each, want, strict=True):
-                    assert (x.src, x.dst, x.nbytes, x.length, x.layer) == (
-                        z.src,
-                        z.dst,
-                        z.nbytes,
-                        z.length,
-                        z.layer,
-                    )
-                    assert (y.src, y.dst, y.nbytes, y.length) == (z.src, z.dst, z.nbytes, z.length)
-                    assert np.array_equal(x.extents, z.extents) and np.array_equal(
-                        y.extents, z.extents
-                    )
+                assert rows == want
+                for x, y in zip(got, each, strict=True):
+                    assert x.layer == -1 and x.length == int(round(layer_bytes))  # all layers
+                    assert (y.src, y.dst, y.nbytes, y.length) == (x.src, x.dst, x.nbytes, x.length)
+                    assert np.array_equal(y.extents, x.extents)
                     assert x.extents.dtype == np.int64 and x.extents.flags.c_contiguous
                 if a is not None:
                     pairs.add((src.entries[e.key].runs, e.runs))

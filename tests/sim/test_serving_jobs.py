@@ -117,13 +117,11 @@ def test_store_pieces_each_equal_store_pieces_of_one_entry(layer_bytes: float) -
 
 
 @pytest.mark.parametrize("seed", [3, 4])
-def test_deferred_store_ranges_equal_the_ranges_made_at_once(seed: int, monkeypatch) -> None:
-    """A store piece whose ranges are made when first read (``jobs.DEFER``)
-    equals the one made at once: same ends, bytes exactly, length, and the
-    range count it gives before making them is the count of the ranges made,
-    even when the caller's list of entries changes after the call."""
-    from sim.serving import jobs
-
+def test_deferred_store_ranges_equal_the_per_entry_loop(seed: int) -> None:
+    """A store piece whose ranges are made when first read (integral layer
+    bytes) gives, before making them, the range count of the per-entry loop,
+    and then that loop's ends, bytes (exactly) and ranges, even when the
+    caller's list of entries changes after the call."""
     rng = np.random.default_rng(seed)
     src = OffloadTier("cpu", ["m0", "m1"], [0.3, 0.7], [1e12, 1e12], 32, 8192.0)
     dst = OffloadTier("ssd", ["s0", "s1", "s2"], [0.5, 0.2, 0.3], [1e12] * 3, 32, 8192.0)
@@ -133,20 +131,16 @@ def test_deferred_store_ranges_equal_the_ranges_made_at_once(seed: int, monkeypa
         below, _ = dst.place([e.key for e in above[: max(2, len(above) // 2)]], None)
         rng.shuffle(below)
         for a, b, entries in ((None, src, above), (src, dst, below)):
-            monkeypatch.setattr(jobs, "DEFER", False)
-            now = store_pieces(a, b, entries, "gpu0")
-            monkeypatch.setattr(jobs, "DEFER", True)
-            later = store_pieces(a, b, list(entries), "gpu0")
-            counts = [p.ranges for p in later]  # before any range is made
-            assert counts == [len(p.extents) for p in now]
-            assert sum(counts) == 32 * len(entries)  # every layer of every entry, once
-            for p, q in zip(later, now, strict=True):
-                assert (p.src, p.dst, p.nbytes, p.length) == (q.src, q.dst, q.nbytes, q.length)
+            want = reference(a, b, entries, "gpu0")
             given = list(entries)
-            kept = store_pieces(a, b, given, "gpu0")
+            later = store_pieces(a, b, given, "gpu0")
+            counts = [p.ranges for p in later]  # before any range is made
+            assert counts == [len(w[3]) for w in want]
+            assert sum(counts) == 32 * len(entries)  # every layer of every entry, once
             given.reverse()  # the caller's list changes before the ranges are read
-            for p, q in zip(kept, now, strict=True):
-                assert np.array_equal(p.extents, q.extents) and p.extents.dtype == np.int64
+            got = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in later]
+            assert got == want
+            assert all(p.extents.dtype == np.int64 for p in later)
 
 
 def all_ranges_are_length(pieces: list[Piece]) -> bool:
@@ -221,10 +215,10 @@ def test_layer_runs_are_one_range_per_layer(uniform: bool) -> None:
 def test_uniform_load_pieces_equal_the_loops(
     layerwise: bool, layout: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Load pieces with ``FAST_LOADS`` on (hits of one tier and one layout by
-    broadcast) and off (the per-hit loops), on seeded random hits: the same
-    pieces in the same order, bytes (exactly), layers, lengths and ranges;
-    and the broadcast path did run where every hit has one layout."""
+    """Load pieces (hits of one tier and one layout by broadcast) against the
+    per-hit loops (``_device_pieces``, ``_layer_pieces``) on seeded random
+    hits: the same pieces in the same order, bytes (exactly), layers, lengths
+    and ranges; and the broadcast path did run where every hit has one layout."""
     import sim.serving.jobs as jobs
 
     rng = np.random.default_rng(len(layout) + layerwise)
@@ -251,10 +245,8 @@ def test_uniform_load_pieces_equal_the_loops(
             t = tiers[int(rng.integers(len(tiers)))]
             keys = list(t.entries)
             hits.append((t, t.entries[keys[int(rng.integers(len(keys)))]], j, 1))
-        got = []
-        for fast in (True, False):
-            monkeypatch.setattr(jobs, "FAST_LOADS", fast)
-            got.append(load_pieces(hits, "gpu0", layerwise))
+        loops = jobs._layer_pieces if layerwise else jobs._device_pieces
+        got = [load_pieces(hits, "gpu0", layerwise), loops(hits, "gpu0")]
         assert len(got[0]) == len(got[1]) > 0
         for p, q in zip(*got, strict=True):
             assert (p.src, p.dst, p.nbytes, p.layer, p.length) == (

@@ -1,11 +1,13 @@
 """Victims in batches decide exactly what victims one at a time decide.
 
 :meth:`LruRuns.take` against ``k`` rounds of ``top`` then ``pop`` on copies
-of one tier, and a one-device tier's placement with ``tierplace.BATCH`` on
-(victims counted then taken at once, steady replace runs) against the same
-tier with it off (the per-victim loops), on seeded random workloads: the
-same keys placed and waiting, the same victims in the same order, the same
-used bytes (bit for bit), slots, reference counts and LRU order.
+of one tier, and a one-device tier's placement (victims counted then taken
+at once, steady replace runs renaming their victims in the LRU walk)
+against the per-key definition (:class:`tests.sim.test_serving_tierplace.RefTier`:
+LRU victims found by walking the entries in order), on seeded random
+workloads: the same keys placed and waiting, the same victims in the same
+order, the same used bytes (bit for bit), slots, reference counts and LRU
+order.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 import sim.serving.lru as lru
 import sim.serving.tierplace as tierplace
 from sim.serving.blocks import READY, Entry, OffloadTier
+from tests.sim.test_serving_tierplace import RefEntry, RefTier, same_books
 
 
 def _life(tiers: list[OffloadTier], rng: np.random.Generator) -> None:
@@ -41,19 +44,15 @@ def _life(tiers: list[OffloadTier], rng: np.random.Generator) -> None:
                 t.drained(f)
 
 
-@pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("devices", [1, 2])
-def test_take_consumes_what_top_then_pop_consume(
-    devices: int, fast: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_take_consumes_what_top_then_pop_consume(devices: int) -> None:
     """On two copies of one tier (random pins, touches, drops; on two
     devices some entries spill to one of them), ``take(dev, k)`` returns
     the entries ``k`` rounds of ``top``/``pop`` return, in order, and leaves
     the same heap behind: draining both heaps afterwards gives the same
-    entries again, and the same entries end up marked for re-offering.
-    ``fast``: ``take``'s one-device walk as one tight loop (``lru.FAST``)
-    or the general one."""
-    monkeypatch.setattr(lru, "FAST", fast)
+    entries again, and the same entries end up marked for re-offering (one
+    device: the tight walk that trusts stamps alone; two: the walk that
+    tests each entry's device)."""
     rng = np.random.default_rng(11 + devices)
     ratios, caps = ([1.0], [50 * 32.0]) if devices == 1 else ([0.25, 0.75], [30 * 8.0, 30 * 24.0])
     tier = OffloadTier("t", [f"d{i}" for i in range(devices)], ratios, caps, 32, 1.0)
@@ -84,14 +83,12 @@ def test_take_consumes_what_top_then_pop_consume(
     assert compared > 1000  # real victims were compared, not empty lists
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_take_drop_is_take_then_drop(fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_take_drop_is_take_then_drop() -> None:
     """``take(..., drop=True)`` on a one-device tier (random pins, touches,
     drains) takes the victims ``take`` takes, and leaves the tier as
     deleting them afterwards does: the same keys left in the same order,
     every victim stamped ``DEAD``, and the next batch of victims the same
     (a dropped entry is never taken again, whatever items still name it)."""
-    monkeypatch.setattr(lru, "FAST", fast)
     rng = np.random.default_rng(5)
     tier = OffloadTier("t", ["d0"], [1.0], [50 * 32.0], 32, 1.0)
     dropped = 0
@@ -115,92 +112,102 @@ def test_take_drop_is_take_then_drop(fast: bool, monkeypatch: pytest.MonkeyPatch
     assert dropped > 500  # real victims were dropped, not empty lists
 
 
-# (layer bytes, capacity, bytes held from the start): whole bytes and
-# fractional ones (on one device ``used`` moves by +-b only, and there
-# used - b + b == used held at every filling tried; the off-grid case is
-# the hand test below)
+# (layer bytes, capacity): whole bytes and fractional ones (on one device
+# ``used`` moves by +-b only, and there used - b + b == used held at every
+# filling tried; the off-grid case is the hand test below)
 SIZES = {
-    "whole": (1.0, 60 * 32.0, 0.0),
-    "whole, fractional capacity": (2048.0, 60 * 32 * 2048.0 + 0.37, 0.0),
-    "fractional": (0.1, 60 * 3.2 + 1e-7, 0.0),
-    "large, fractional": (65536.0 * 1.37, 60.3 * 32 * 65536.0 * 1.37, 0.0),
+    "whole": (1.0, 60 * 32.0),
+    "whole, fractional capacity": (2048.0, 60 * 32 * 2048.0 + 0.37),
+    "fractional": (0.1, 60 * 3.2 + 1e-7),
+    "large, fractional": (65536.0 * 1.37, 60.3 * 32 * 65536.0 * 1.37),
 }
 
 
 @pytest.mark.parametrize("size", sorted(SIZES))
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("demote", [False, True])
-def test_batched_victims_match_one_at_a_time(
+def test_batched_victims_match_the_per_key_definition(
     size: str, seed: int, demote: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A one-device tier with ``BATCH`` on and one with it off, driven by the
-    same random sets and life: identical placements, victims, books and
-    LRU order after every step; and the batch paths did run."""
-    lb, cap, held = SIZES[size]
+    """A one-device tier and the per-key definition, driven by the same
+    random sets and life: identical placements, victims, books (used bytes
+    bit for bit, slots, counts) and LRU order after every step; and the
+    batch paths (``take`` of several victims, steady replace runs) did run."""
+    lb, cap = SIZES[size]
     runs = {"take": 0, "replace_run": 0}
-    real_run = tierplace._replace_run
+    real_run, real_take = tierplace._replace_run, lru.LruRuns.take
 
     def counted_run(*args):
         runs["replace_run"] += 1
         return real_run(*args)
 
-    monkeypatch.setattr(tierplace, "_replace_run", counted_run)
-    rng = np.random.default_rng(seed)
-    fast = OffloadTier("t", ["d0"], [1.0], [cap], 32, lb)
-    slow = OffloadTier("t", ["d0"], [1.0], [cap], 32, lb)
-    fast.used[0] = slow.used[0] = held
-    real_take = type(fast.lru).take
-
     def counted_take(self, dev, alive, k, drop=False, **renew):
-        runs["take"] += self is fast.lru
+        runs["take"] += k > 1
         return real_take(self, dev, alive, k, drop, **renew)
 
-    monkeypatch.setattr(type(fast.lru), "take", counted_take)
-    evicted = {"fast": [], "slow": []}
+    monkeypatch.setattr(tierplace, "_replace_run", counted_run)
+    monkeypatch.setattr(lru.LruRuns, "take", counted_take)
+    rng = np.random.default_rng(seed)
+    tier, ref = OffloadTier("t", ["d0"], [1.0], [cap], 32, lb), RefTier([1.0], [cap], 32, lb)
+    evicted: dict[str, list[int]] = {"tier": [], "ref": []}
     for step in range(300):
         keys = [int(k) for k in rng.choice(400, int(rng.integers(1, 40)), replace=False)]
-        coin = {k: bool(rng.random() < 0.5) for k in keys + list(fast.entries)}
+        coin = {k: bool(rng.random() < 0.5) for k in keys + list(tier.entries)}
         dropping = not demote or step % 3 == 0
-        out = []
-        for name, tier, batch in (("fast", fast, True), ("slow", slow, False)):
 
-            def evict(_t: OffloadTier, e: Entry, name=name, coin=coin) -> bool:
-                evicted[name].append(e.key)
-                return coin.get(e.key, False)
+        def evict(_t: OffloadTier, e: Entry, coin=coin) -> bool:
+            evicted["tier"].append(e.key)
+            return coin.get(e.key, False)
 
-            monkeypatch.setattr(tierplace, "BATCH", batch)
-            placed, waiting = tier.place(keys, None if dropping else evict)
-            out.append(([e.key for e in placed], waiting))
-        assert out[0] == out[1]
-        assert evicted["fast"] == evicted["slow"] and fast.evictions == slow.evictions
-        assert fast.used == slow.used  # bit for bit
-        assert list(fast.entries) == list(slow.entries)  # LRU order
-        for k, e in fast.entries.items():
-            f = slow.entries[k]
-            got, want = (e.slots, e.stamp, e.ref_cnt), (f.slots, f.stamp, f.ref_cnt)
-            assert got == want and e.draining == f.draining
-        assert fast.allocators[0].live == slow.allocators[0].live
-        free = [{u: f for u, f in t.allocators[0]._free.items() if f} for t in (fast, slow)]
-        assert free[0] == free[1]  # the same free slots, in reuse order
-        _life([fast, slow], rng)
-    assert fast.evictions > 500
+        def ref_evict(e: RefEntry, coin=coin, dropping=dropping) -> bool:
+            evicted["ref"].append(e.key)
+            return not dropping and coin.get(e.key, False)
+
+        seen = len(evicted["tier"]), len(evicted["ref"])
+        placed, waiting = tier.place(keys, None if dropping else evict)
+        assert ([e.key for e in placed], waiting) == ref.place(keys, ref_evict)
+        if not dropping:  # this set's victims, in order (none reported when dropped)
+            assert evicted["tier"][seen[0] :] == evicted["ref"][seen[1] :]
+        assert tier.evictions == len(evicted["ref"])
+        same_books(tier, ref)
+        assert tier.allocators[0].live == len(ref.entries)
+        _life_both(tier, ref, rng)
+    assert tier.evictions > 500
     assert runs["take"] > 50
     if size.startswith("whole"):  # used - b + b == used: steady replace runs happen
         assert runs["replace_run"] > 20
 
 
-@pytest.mark.parametrize("batch", [True, False])
-def test_a_key_whose_arithmetic_does_not_return_used_is_placed_key_by_key(
-    batch: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _life_both(t: OffloadTier, r: RefTier, rng: np.random.Generator) -> None:
+    """The same random completions, loads (pin, touch, unpin) and drains in
+    a tier and the per-key definition, one draw per entry."""
+    for e in list(t.entries.values()):
+        f, x = r.entries[e.key], rng.random()
+        if e.ref_cnt == -1 and x < 0.6:
+            t.complete_all([e])
+            f.ref_cnt = READY
+        elif e.ref_cnt == READY and not e.draining and x < 0.1:
+            t.pin(e)
+            t.touch(e.key)
+            f.ref_cnt += 1
+            r.entries.move_to_end(e.key)
+        elif e.ref_cnt > READY and not e.draining and x < 0.4:
+            t.unpin_all([e])
+            f.ref_cnt -= 1
+        elif e.draining and x < 0.5:
+            t.drained(e)
+            r.draining -= 1
+            r.drop(f)
+
+
+def test_a_key_whose_arithmetic_does_not_return_used_is_placed_key_by_key() -> None:
     """Worked by hand: b = 32 x 1.1 = 35.2 bytes; 5 ready entries and
     ``used`` forced to u = 187.95170319401055, off b's grid, capacity
     u + 10.  Every key is short (u + b - c = 25.2), one victim is enough
     (25.2 - 35.2 < 0) and the key then fits, but u - b + b is not u in
     floats, so the replace run's premise fails: each key must redo the
-    arithmetic.  With or without batches, 3 new keys evict the 3 oldest
-    entries and ``used`` is exactly u - b + b, three times over."""
-    monkeypatch.setattr(tierplace, "BATCH", batch)
+    arithmetic.  3 new keys evict the 3 oldest entries and ``used`` is
+    exactly u - b + b, three times over."""
     u = 187.95170319401055
     b = 32 * 1.1
     assert u - b + b != u  # the premise of the hand test
@@ -218,45 +225,30 @@ def test_a_key_whose_arithmetic_does_not_return_used_is_placed_key_by_key(
     assert tier.used[0] == want != u
 
 
-def test_a_replace_run_reusing_its_victims_decides_what_new_entries_decide(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A full one-device tier whose victims are dropped, driven four times by
-    the same random sets and life: with ``tierplace.REUSE`` on (each new
-    entry the victim's own object), renewed in the walk that takes it
-    (``tierplace.FUSED``, with ``lru.FAST``'s tight walk or the general
-    one) or after it, and with ``REUSE`` off (new objects): the same keys
-    placed, victims, slots, stamps, counts, dict order and LRU order after
-    every step, so an item a reused object left in the LRU never comes
-    back as the new key; and objects were reused."""
+def test_a_replace_run_reusing_its_victims_decides_what_new_entries_decide() -> None:
+    """A full one-device tier whose victims are dropped, and the per-key
+    definition (new objects), driven by the same random sets and life: the
+    same keys placed, victims, slots, counts, dict order and LRU order after
+    every step, so an item a reused object left in the LRU never comes back
+    as the new key; each set's new entries carry consecutive stamps after
+    the tier's clock; and objects were reused (renamed in the LRU walk)."""
     rng = np.random.default_rng(7)
-    modes = {  # (REUSE, FUSED, lru.FAST)
-        "new": (False, False, True),
-        "reuse": (True, False, True),
-        "fused": (True, True, True),
-        "fused-general": (True, True, False),
-    }
-    tiers = {m: OffloadTier("t", ["d0"], [1.0], [60 * 32.0], 32, 1.0) for m in modes}
+    tier, ref = (
+        OffloadTier("t", ["d0"], [1.0], [60 * 32.0], 32, 1.0),
+        RefTier([1.0], [60 * 32.0], 32, 1.0),
+    )
     reused = 0
     for _step in range(300):
         keys = [int(k) for k in rng.choice(400, int(rng.integers(1, 40)), replace=False)]
-        out = {}
-        for mode, tier in tiers.items():
-            before = {id(e) for e in tier.entries.values()}
-            reuse, fused, fast = modes[mode]
-            monkeypatch.setattr(tierplace, "REUSE", reuse)
-            monkeypatch.setattr(tierplace, "FUSED", fused)
-            monkeypatch.setattr(lru, "FAST", fast)
-            placed, waiting = tier.place(keys, None)
-            out[mode] = ([e.key for e in placed], waiting, tier.evictions, list(tier.entries))
-            out[mode] += ([e.stamp for e in placed], tier._clock, tier.used[0])
-            reused += reuse and sum(id(e) in before for e in placed)
-        for mode in modes:
-            assert out[mode] == out["new"]
-        for mode in modes:
-            for k, e in tiers[mode].entries.items():
-                f = tiers["new"].entries[k]
-                assert (e.key, e.slots, e.stamp, e.ref_cnt, e.draining, e.heaped) == (
-                    f.key, f.slots, f.stamp, f.ref_cnt, f.draining, f.heaped)  # fmt: skip
-        _life(list(tiers.values()), rng)
-    assert tiers["fused"].evictions > 500 and reused > 300
+        before, clock = {id(e) for e in tier.entries.values()}, tier._clock
+        placed, waiting = tier.place(keys, None)
+        assert ([e.key for e in placed], waiting) == ref.place(keys, lambda _e: False)
+        assert [e.stamp for e in placed] == list(range(clock + 1, clock + 1 + len(placed)))
+        assert tier._clock == clock + len(placed)
+        assert all(
+            e.heaped == -1 and e.ref_cnt == -1 for e in placed
+        )  # new: not ready, not offered
+        same_books(tier, ref)
+        reused += sum(id(e) in before for e in placed)
+        _life_both(tier, ref, rng)
+    assert tier.evictions > 500 and reused > 300

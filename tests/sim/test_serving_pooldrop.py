@@ -10,10 +10,9 @@
 * :class:`sim.serving.poolcursor.Cursors`: the entries it gives, and the
   heaps it leaves, equal :meth:`LruRuns.top` / :meth:`LruRuns.pop`'s on a
   random tier with stale, pinned and draining entries;
-* the whole pool placement, fused (with every shortcut) and per key
-  (``FUSED`` / ``MEMO`` off), against the scan-based reference of
-  ``test_serving_tierplace`` and against each other: same verdicts,
-  victims, used bytes, slots, live counts and LRU order.
+* the whole pool placement (fused eviction loop, remembered spills)
+  against the scan-based per-key definition of ``test_serving_tierplace``:
+  same verdicts, victims, used bytes, slots, live counts and LRU order.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import sim.serving.tierplace as tierplace
 from sim.serving.blocks import READY, OffloadTier
 from sim.serving.poolcursor import Cursors
 from sim.serving.poolroom import last_true, plain_spill, room_index
-from tests.sim.test_serving_tierplace import LONG, SHAPES, _drive
+from tests.sim.test_serving_tierplace import LONG, SHAPES, RefTier, _drive, same_books
 
 SLACK = tierplace.SLACK
 
@@ -163,60 +162,54 @@ def test_cursors_give_what_top_and_pop_give(seed: int) -> None:
     assert any(e.ref_cnt > READY for e in a.entries.values())
 
 
-@pytest.mark.parametrize(("spills", "memo"), [(1, True), (2, False), (64, True)])
+@pytest.mark.parametrize("spills", [1, 2, 64])
 @pytest.mark.parametrize("shape", sorted(LONG))
 def test_fused_eviction_matches_the_reference(
-    shape: str, spills: int, memo: bool, monkeypatch: pytest.MonkeyPatch
+    shape: str, spills: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Victims dropped on large sets: with any hand-back streak and with the
-    spill memo on or off, the per-key reference's decisions and books."""
+    """Victims dropped on large sets: with any hand-back streak, the per-key
+    reference's decisions and books."""
     monkeypatch.setattr(pooldrop, "SPILLS", spills)
-    monkeypatch.setattr(tierplace, "MEMO", memo)
     _drive(*LONG[shape], 8, False, universe=2000, most=250, steps=25)
 
 
 @pytest.mark.parametrize("shape", sorted(LONG) + ["pool of three", "pool of four, one tiny"])
-def test_fused_and_per_key_paths_keep_the_same_books(
+def test_fused_placement_keeps_the_books_of_the_per_key_definition(
     shape: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same random sets placed (victims dropped) in two tiers, one with
-    every shortcut, one key by key (``FUSED`` and ``MEMO`` off): the same
-    placed keys, used bytes, slots, stamps, free lists, live counts,
-    evictions and LRU order after every set; and the fused loop ran."""
+    """Large random sets placed (victims dropped) in a pool and in the
+    per-key definition (:class:`RefTier`), two thirds of each set completed
+    in between: the same placed and waiting keys, used bytes (bit for bit),
+    slots, live counts, evictions and LRU order after every set; and the
+    fused loop ran."""
     ratios, caps = {**LONG, **SHAPES}[shape]
     rng = np.random.default_rng(11)
-    fast, slow = (OffloadTier("t", [f"d{i}" for i in range(len(caps))], ratios, caps, 32, 1.0)
-                  for _ in range(2))  # fmt: skip
-    ran = [0]
+    tier = OffloadTier("t", [f"d{i}" for i in range(len(caps))], ratios, caps, 32, 1.0)
+    ref = RefTier(ratios, caps, 32, 1.0)
+    ran, dropped = [0], [0]
     real = poolplace.drop_run
 
     def counting(*args):  # type: ignore[no-untyped-def]
         ran[0] += 1
         return real(*args)
 
+    def ref_drop(_e) -> bool:  # type: ignore[no-untyped-def]
+        dropped[0] += 1
+        return False
+
+    monkeypatch.setattr(poolplace, "drop_run", counting)
     for _ in range(60):
         keys = [int(k) for k in rng.choice(3000, int(rng.integers(1, 300)), replace=False)]
-        got = []
-        for tier, on in ((fast, True), (slow, False)):
-            monkeypatch.setattr(poolplace, "FUSED", on)
-            monkeypatch.setattr(tierplace, "MEMO", on)
-            monkeypatch.setattr(poolplace, "drop_run", counting if on else real)
-            placed, waiting = tier.place(keys, None)
-            got.append(([e.key for e in placed], waiting))
-            done = [e for e in tier.entries.values() if e.ref_cnt == -1]
-            tier.complete_all(done[: len(done) * 2 // 3])
-        assert got[0] == got[1]
-        assert list(fast.entries) == list(slow.entries) and fast.used == slow.used
-        assert [(e.slots, e.stamp, e.ref_cnt) for e in fast.entries.values()] == [
-            (e.slots, e.stamp, e.ref_cnt) for e in slow.entries.values()
-        ]
-        for x, y in zip(fast.allocators, slow.allocators, strict=True):
-            assert (x.live, x.end) == (y.live, y.end)
-            assert {k: v for k, v in x._free.items() if v} == {
-                k: v for k, v in y._free.items() if v
-            }
-        assert fast.evictions == slow.evictions
-    assert ran[0] > 20 and fast.evictions > 1000
+        placed, waiting = tier.place(keys, None)
+        assert ([e.key for e in placed], waiting) == ref.place(keys, ref_drop)
+        same_books(tier, ref)
+        assert tier.evictions == dropped[0]
+        assert [a.live for a in tier.allocators] == [a.live for a in ref.alloc]
+        done = [e for e in tier.entries.values() if e.ref_cnt == -1]
+        tier.complete_all(done[: len(done) * 2 // 3])
+        for e in done[: len(done) * 2 // 3]:
+            ref.entries[e.key].ref_cnt = READY
+    assert ran[0] > 20 and tier.evictions > 1000
 
 
 def test_room_index_does_not_keep_its_tier_alive() -> None:

@@ -1,8 +1,9 @@
 """A write-through's pinned entries made ready without being offered decide
 exactly what completing, offering, then pinning them decides.
 
-:func:`sim.serving.writethrough.complete_through` (``FAST``) against the
-reference (``complete_all`` then :func:`write_through`): whole LMCache runs
+:func:`sim.serving.writethrough.complete_through` against its definition
+(``complete_all`` then :func:`write_through`, :func:`_by_definition`, put in
+its place for a second run): whole LMCache runs
 on small tiers (the CPU tier full, its LRU walk meeting entries pinned by
 their copy to the SSD) give the same request and op records and the same
 plan, column by column; and on a hand case the pinned sources are never
@@ -36,6 +37,13 @@ def _run(design: str, n: int, block: int, tiers: dict[str, float]) -> tuple[pa.T
     return rec.requests, rec.ops, eng.ops.plan()
 
 
+def _by_definition(src, dst, entries, keys, rid, gpu_name):
+    """What ``complete_through`` stands for: the store completed (its entries
+    ready and offered), then the ones still held copied on below."""
+    src.complete_all(entries)
+    return writethrough.write_through(src, dst, entries, rid, gpu_name, keys)
+
+
 CASES = [  # the second's SSD tier is small: some copies place only some keys
     ("lmcache", 80, 16, {"cpu_gib": 0.2, "ssd_gib": 0.5}),
     ("lmcache-lp-async", 120, 256, {"cpu_gib": 0.3, "ssd_gib": 0.2}),
@@ -62,7 +70,7 @@ def test_fast_write_through_changes_no_record(monkeypatch, design, n, block, tie
     assert calls[0] > 20
     if tiers["ssd_gib"] < tiers["cpu_gib"]:
         assert 0 < partial[0] < calls[0]
-    monkeypatch.setattr(writethrough, "FAST", False)
+    monkeypatch.setattr(writethrough, "complete_through", _by_definition)
     slow = _run(design, n, block, tiers)
     for a, b in zip(fast, slow, strict=True):
         assert a.num_rows == b.num_rows > 0
@@ -72,14 +80,15 @@ def test_fast_write_through_changes_no_record(monkeypatch, design, n, block, tie
             assert all(u == v or (u != u and v != v) for u, v in zip(x, y, strict=True)), c
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_pinned_sources_are_offered_only_on_the_reference_path(monkeypatch, fast) -> None:
+@pytest.mark.parametrize("definition", [False, True])
+def test_pinned_sources_are_never_offered(monkeypatch, definition) -> None:
     """Keys 21 and 23 are in the SSD tier already: a store of 20..24 into
-    the CPU tier pins 20, 22, 24 for their copy (count 1 either way).  The
-    fast path never offers them (``heaped`` -1) and offers 21 and 23 at
-    their stamps; the reference offers all five.  Once the copy ends all
-    five are offered at their stamps either way."""
-    monkeypatch.setattr(writethrough, "FAST", fast)
+    the CPU tier pins 20, 22, 24 for their copy (count 1 either way).
+    ``complete_through`` never offers them (``heaped`` -1) and offers 21 and
+    23 at their stamps; its definition offers all five.  Once the copy ends
+    all five are offered at their stamps either way."""
+    if definition:
+        monkeypatch.setattr(writethrough, "complete_through", _by_definition)
     mgr = _write_through_manager()
     cpu, ssd = mgr.tiers
     _s, store = _store(mgr, 0, [20, 21, 22, 23, 24])
@@ -88,7 +97,7 @@ def test_pinned_sources_are_offered_only_on_the_reference_path(monkeypatch, fast
     es = [cpu.entries[k] for k in (20, 21, 22, 23, 24)]
     assert [e.ref_cnt for e in es] == [1, 0, 1, 0, 1]
     offered = [e.heaped == e.stamp for e in es]
-    assert offered == ([False, True, False, True, False] if fast else [True] * 5)
+    assert offered == ([True] * 5 if definition else [False, True, False, True, False])
     assert mgr.on_stored(wt) == []
     assert [e.ref_cnt for e in es] == [0] * 5
     assert [e.heaped == e.stamp for e in es] == [True] * 5
