@@ -17,7 +17,7 @@ the bytes (which kvtier charges on the data path):
   read syscall on a tmpfs file.
 
 Not measured (no GPU here): the per-object ``to_gpu`` kernel launch.  The
-numbers go, with this script named, into ``sim.serving.objcost``.
+numbers go, with this script named, into ``sim.serving.policy.objcost``.
 """
 
 from __future__ import annotations

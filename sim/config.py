@@ -143,14 +143,16 @@ class ServingParams:
     gpu_memory_utilization: float = 0.9  # KV = this share of HBM minus the weights
     gpu_kv_tokens: int = 0  # GPU KV cache in tokens; 0 = from gpu_memory_utilization
     gpu_prefix_cache: bool = True
-    # several engines on one machine (sim.serving.multi): each a mapping of name, gpu,
+    # several engines on one machine (sim.serving.execute.multi): each a mapping of name, gpu,
     # role (solo | master | worker), lend_share (a worker's KV share lent to the master),
     # stream_share (a worker's KV share holding the master's streamed blocks, Eq. 2),
     # lsc (a master with a layer stream cache) and any field above it overrides;
     # empty = one instance of the fields above
     instances: tuple[dict, ...] = ()
     preempt: bool = False  # vLLM v1: prompt blocks at admission, preempt (recompute) on shortage
-    tp: int = field(default=1, metadata={"positive": True})  # tensor parallel GPUs (sim.serving.tp)
+    tp: int = field(
+        default=1, metadata={"positive": True}
+    )  # tensor parallel GPUs (sim.serving.execute.tp)
 
     def __post_init__(self) -> None:
         _check_instances(self)
@@ -174,7 +176,7 @@ INSTANCE_KEYS = (
     "lsc",
     "stream_share",
 )
-CACHE_REPLIES = ("off", "gpu", "store")  # sim.serving.engine.EngineConfig.cache_replies
+CACHE_REPLIES = ("off", "gpu", "store")  # sim.serving.execute.engine.EngineConfig.cache_replies
 ELASTIC_KEYS = ("layout", "window_s", "check_interval_s", "control_latency_s", "n_i")
 
 
@@ -213,7 +215,7 @@ def _check_instances(p: ServingParams) -> None:
 
 
 def _check_elastic(el: Any, where: str) -> None:
-    """A worker's ``elastic`` mapping (sim.serving.lending.ElasticSpec)."""
+    """A worker's ``elastic`` mapping (sim.serving.execute.lending.ElasticSpec)."""
     if el is None:
         return
     if not isinstance(el, dict):

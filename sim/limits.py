@@ -49,7 +49,11 @@ def check_scenario(cfg: ScenarioConfig, profile: HardwareProfile) -> None:
         where = f"{cfg.source_file or cfg.name}: variant '{name}'"
         if params.kind == "serving":
             from sim.scenarios.sparse_decode import Unsupported
-            from sim.serving.tp import rank_card, rank_params, rank_profile  # one rank of tp
+            from sim.serving.execute.tp import (  # one rank of tp
+                rank_card,
+                rank_params,
+                rank_profile,
+            )
 
             try:
                 card, rank = rank_card(card, params.tp), rank_profile(profile, params.tp)
@@ -169,7 +173,7 @@ def overload_warnings(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
             continue
         seen.add(key)
         table, _ = trace_tables(p, cfg.seed)
-        from sim.serving.tp import rank_card, rank_profile
+        from sim.serving.execute.tp import rank_card, rank_profile
 
         card = rank_card(get_model(p.model), p.tp)
         rho = offered_load(table, card, rank_profile(profile, p.tp), p.max_batch)
@@ -186,7 +190,7 @@ def offered_load(table: Any, card: Any, profile: HardwareProfile, max_batch: int
     """Arrival rate x the mean request's service time on one GPU (a lower bound).
 
     Rate: requests over the span of their arrivals.  Service: the roofline
-    time of the mean request's prefill alone (``sim.serving.costs``, its
+    time of the mean request's prefill alone (``sim.serving.policy.costs``, its
     whole prompt, no cache hits) plus its decodes, each a share
     ``1 / max_batch`` of an iteration of ``max_batch`` equal decodes at the
     mean context (the best batching the engine allows).  Cache hits and
@@ -196,7 +200,7 @@ def offered_load(table: Any, card: Any, profile: HardwareProfile, max_batch: int
     4 ms) offers no rate: 0.
     """
     from sim.hw.machine import Machine
-    from sim.serving.costs import iteration_cost
+    from sim.serving.policy.costs import iteration_cost
 
     arrivals = table.column("arrival_s").to_numpy()
     n = len(arrivals)

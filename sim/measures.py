@@ -1,6 +1,6 @@
 """What a simulated machine measured: the shared device records and the
 simulator-only capacity statistics of a run (used by :mod:`sim.executor` and
-the serving engine, :mod:`sim.serving.online`)."""
+the serving engine, :mod:`sim.serving.execute.online`)."""
 
 from __future__ import annotations
 

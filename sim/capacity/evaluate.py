@@ -213,7 +213,7 @@ def unfit(q: Question, hw: Hardware) -> str:
     from hwprofiles import load_profile
     from sim.models import get_model
     from sim.scenarios.sparse_decode import Unsupported
-    from sim.serving.tp import rank_card
+    from sim.serving.execute.tp import rank_card
 
     if q.trace == "sparse_decode" and hw.gpus > 1:
         return "sparse_decode runs on one GPU"

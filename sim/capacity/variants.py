@@ -14,7 +14,7 @@ passes the loader's checks and can be saved and inspected.
 
 A variant may also keep only the base's first ``gpus`` GPUs (its GPU model is
 the base's): the links of the others are dropped, and the point serves with
-tensor parallelism over the ``gpus`` it keeps (:mod:`sim.serving.tp`); it
+tensor parallelism over the ``gpus`` it keeps (:mod:`sim.serving.execute.tp`); it
 pays for those GPUs only.  ``gpus`` 0 keeps the base's GPUs as they are
 (and serves on ``gpu0``, as before GPU count was a dimension).
 """

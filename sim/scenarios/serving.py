@@ -12,7 +12,7 @@ or Vidur CSV; hashes map onto the engine's blocks, see
   bounds them like the benchmark's client) with ``output_tokens`` to
   generate ("we fix the maximum output length to 100 tokens").  The warm-up
   is not simulated: its blocks are placed in the design's tiers as its own
-  store path would (:meth:`sim.serving.manager.BlockManager.preload`), so
+  store path would (:meth:`sim.serving.policy.manager.BlockManager.preload`), so
   the run measures retrieval, which is what the seed's TTFT and blocked I/O
   figures are about.  The GPU prefix cache is off in that scenario, so
   every hit comes from the offload tiers.
@@ -50,11 +50,11 @@ from sim.serving.build import (
     gpu_blocks,
 )
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.engine import Progress as EngineProgress
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.execute.engine import Progress as EngineProgress
+from sim.serving.execute.tp import TensorParallel, rank_card, rank_params, rank_profile
 from sim.serving.metrics import ServingRecords, serving_summary
 from sim.serving.requests import Request, load_requests, request_table
-from sim.serving.tp import TensorParallel, rank_card, rank_params, rank_profile
 
 
 # ---- variants ------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def file_table(path: str) -> pa.Table:
 
 # ---- driver ----------------------------------------------------------------------------
 def engine_config(p: ServingParams, profile: HardwareProfile) -> EngineConfig:
-    card = rank_card(get_model(p.model), p.tp)  # ``profile``: the rank's (sim.serving.tp)
+    card = rank_card(get_model(p.model), p.tp)  # ``profile``: the rank's (sim.serving.execute.tp)
     if p.gpu_kv_tokens:
         blocks = p.gpu_kv_tokens // p.block_tokens
     else:

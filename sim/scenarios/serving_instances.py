@@ -1,20 +1,20 @@
 """A serving scenario of several instances on one machine (``workload.instances``).
 
 Each instance is the workload's fields with its own overrides (model, trace,
-design, ...), on its own GPU, with a role (:mod:`sim.serving.multi`).  A
+design, ...), on its own GPU, with a role (:mod:`sim.serving.execute.multi`).  A
 worker lends ``lend_share`` of its KV memory to the master: it keeps the
 rest as its own GPU cache.  Each instance's conversation trace is drawn
 from its own seed (the scenario's seed plus its index), so two instances
 with the same fields still see different sessions.  The run's records are
 the master's (or the first instance's); the summary adds every other
 instance's mean TTFT and TPOT (the interference a lending worker sees) and
-each elastic worker's resizes (``elastic``: :class:`sim.serving.lending.ElasticSpec`,
+each elastic worker's resizes (``elastic``: :class:`sim.serving.execute.lending.ElasticSpec`,
 Algorithm 1 on the clock; without it a worker lends ``lend_share`` throughout).
 A worker's ``stream_share`` of its KV memory holds the master's streamed
 full-layer blocks (Eq. 2's ``C_worker``, outside ``lend_share``), and a
 master with ``lsc: true`` splits its own memory into the layer stream cache
-and the regular cache by Eq. 3-5 over them (:mod:`sim.serving.streaming`).
-``cache_replies`` (off | gpu | store, :class:`sim.serving.engine.EngineConfig`)
+and the regular cache by Eq. 3-5 over them (:mod:`sim.serving.execute.streaming`).
+``cache_replies`` (off | gpu | store, :class:`sim.serving.execute.engine.EngineConfig`)
 says what an instance keeps of each finished reply's KV for the next turn.
 """
 
@@ -31,9 +31,9 @@ from sim.models import get_model
 from sim.scenarios.swift_traces import sharegpt_long_tables
 from sim.serving.build import design_devices
 from sim.serving.designs import get_design
-from sim.serving.lending import ElasticSpec
+from sim.serving.execute.lending import ElasticSpec
+from sim.serving.execute.multi import Instance, run_instances
 from sim.serving.metrics import ServingRecords, serving_summary
-from sim.serving.multi import Instance, run_instances
 from sim.serving.requests import Request, load_requests
 
 

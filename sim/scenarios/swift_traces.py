@@ -11,7 +11,7 @@ Generated here, per session (sessions start as a Poisson process of
 
 * a warm-up history of ``H ~ U(context_tokens, max_context - 4096)`` tokens,
   served before the run: its KV sits in the design's first offload tier
-  (:meth:`sim.serving.manager.BlockManager.preload`), as the warm-up leaves it;
+  (:meth:`sim.serving.policy.manager.BlockManager.preload`), as the warm-up leaves it;
 * then geometric(mean ``turns``) measured turns, each re-sending the history
   plus a log-normal prompt (median ``prompt_tokens``, sigma 1: a median of 37
   puts the 90th percentile at 132) and asking for a log-normal reply (median

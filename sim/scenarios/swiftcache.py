@@ -20,8 +20,8 @@ import pyarrow as pa
 from hwprofiles import HardwareProfile
 from sim.models import get_model
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.multi import Instance, run_instances
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.execute.multi import Instance, run_instances
 from sim.serving.requests import load_requests, request_table
 
 GIB = 2**30

@@ -28,8 +28,8 @@ from hwprofiles import HardwareProfile
 from sim.models import ModelCard, get_model
 from sim.serving.build import gpu_blocks
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.multi import Instance, run_instances
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.execute.multi import Instance, run_instances
 from sim.serving.requests import load_requests, request_table
 from sim.serving.swift.lsc import layer_block_bytes
 from sim.serving.swift.maxctx import (

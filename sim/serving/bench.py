@@ -52,7 +52,7 @@ from hwprofiles.loader import load_profile
 from sim.models import get_model
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import DESIGNS, get_design
-from sim.serving.engine import Engine, EngineConfig
+from sim.serving.execute.engine import Engine, EngineConfig
 from sim.serving.requests import Request, load_requests
 from traces.conversation import ConversationParams, Exponential, LogNormal, generate_conversations
 

@@ -15,13 +15,13 @@ from hwprofiles import HardwareProfile
 from sim.hw.machine import Machine
 from sim.models import ModelCard
 from sim.scenarios.sparse_decode import Unsupported
-from sim.serving.blocks import OffloadTier
 from sim.serving.designs import DesignParams
-from sim.serving.engine import Engine, EngineConfig
-from sim.serving.placement import device_bandwidth, placement_ratios
+from sim.serving.execute.engine import Engine, EngineConfig
+from sim.serving.execute.tp import TensorParallel
 from sim.serving.requests import Request
 from sim.serving.swift.links import path_bps
-from sim.serving.tp import TensorParallel
+from sim.serving.tiers.blocks import OffloadTier
+from sim.serving.tiers.placement import device_bandwidth, placement_ratios
 
 __all__ = ["Unsupported", "build_engine", "make_tiers", "peer_tier"]
 
@@ -91,7 +91,8 @@ def build_engine(
     """An engine on ``machine`` (a new one of ``profile`` if None: one instance
     alone); ``above`` are tiers placed above the design's own (a master's
     borrowed blocks on peer GPUs, :func:`peer_tier`); ``tp``: the engine is rank 0
-    of tensor parallelism (:mod:`sim.serving.tp`: ``profile`` and ``card`` are the rank's)."""
+    of tensor parallelism (:mod:`sim.serving.execute.tp`: ``profile`` and
+    ``card`` are the rank's)."""
     tiers, bounce = make_tiers(design, profile, card, cfg.block_tokens)
     tiers = [*above, *tiers]
     uses_ssd = any(t.name != "cpu" and set(t.devices) & set(profile.ssd_names) for t in tiers)

@@ -38,11 +38,11 @@ transfer per device holding every hit's layers: LMCache's non-layer-wise
 ``LMCacheEngine.retrieve`` (lmcache/v1/cache_engine.py, v0.3.x) first gathers
 every chunk's memory object from the storage backends, then copies them all
 with one ``gpu_connector.batched_to_gpu`` call, so a disk read and the
-copy to the GPU do not pipeline chunk by chunk (:func:`sim.serving.jobs.
+copy to the GPU do not pipeline chunk by chunk (:func:`sim.serving.policy.jobs.
 load_pieces`).  +LP: layer-wise pipelining
 (§II-B1); +AsyncKV: loads start when the request arrives (§II-B2).  Unified
 KV pooling (§IV): every DRAM module and SSD in one flat pool, placement by
-bandwidth (Algorithm 1, :mod:`sim.serving.placement`), one I/O stream per
+bandwidth (Algorithm 1, :mod:`sim.serving.tiers.placement`), one I/O stream per
 pool device, KV-passthrough (``io_path: passthrough``), with LP and
 AsyncKV.  Ablations (§V-C): orchestrator only (pool, kernel filesystem) and
 passthrough only (LMCache's single module and SSD, passthrough).
@@ -83,7 +83,9 @@ class DesignParams:
     parallel: bool = True  # one I/O stream per device; False: one serialized stream
     max_transfers: int = 16  # transfer ops in flight at once (all streams)
     queue_depth: int = 0  # I/Os in flight per SSD op; 0 = the device maximum
-    object_us: float = 0.0  # CPU per retrieved KV object (LMCache lookup, sim.serving.objcost)
+    object_us: float = (
+        0.0  # CPU per retrieved KV object (LMCache lookup, sim.serving.policy.objcost)
+    )
     file_us: float = 0.0  # CPU per object read from a file (open, read, close; kernel_fs)
 
     def __post_init__(self) -> None:

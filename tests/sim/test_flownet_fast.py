@@ -25,7 +25,7 @@ from sim.models import get_model
 from sim.serving.bench import mooncake_requests
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
+from sim.serving.execute.engine import EngineConfig
 
 N_RES = 4
 

@@ -1,4 +1,4 @@
-""":meth:`sim.serving.online.OnlineOps.compute` is ``submit("compute", ...)``.
+""":meth:`sim.serving.execute.online.OnlineOps.compute` is ``submit("compute", ...)``.
 
 Three GPU compute ops in a chain, once by ``compute`` and once by ``submit``
 on fresh machines: the same plan rows (dependencies sorted and distinct) and
@@ -12,7 +12,7 @@ import pytest
 
 from hwprofiles import load_profile
 from sim.hw.machine import Machine
-from sim.serving.online import OnlineOps
+from sim.serving.execute.online import OnlineOps
 
 SPECS = [(2e12, 1e9, [], 0, -1), (5e11, 4e10, [0, 0], 1, 3), (1e12, 0.0, [1, 0], 1, 4)]
 

@@ -1,4 +1,4 @@
-"""AsyncKV's two legs (sim.serving.asyncload): SSD -> host at arrival, host -> GPU
+"""AsyncKV's two legs (sim.serving.policy.asyncload): SSD -> host at arrival, host -> GPU
 in the layer-wise forward pass; by hand and as invariants between designs."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hwprofiles.loader import load_profile
 from sim.config import load_scenario
 from sim.limits import _variants
 from sim.scenarios.serving import prepare
-from sim.serving.asyncload import split_prefetch
-from sim.serving.jobs import Piece
+from sim.serving.policy.asyncload import split_prefetch
+from sim.serving.policy.jobs import Piece
 from tests.sim.test_serving_engine import requests, row, run
 
 EXT = np.array([[4096, 100], [8192, 100]], dtype=np.int64)

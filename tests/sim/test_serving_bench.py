@@ -7,10 +7,10 @@ import numpy as np
 from hwprofiles.loader import load_profile
 from sim.models import get_model
 from sim.serving import bench
-from sim.serving import engine as engine_module
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
+from sim.serving.execute import engine as engine_module
+from sim.serving.execute.engine import EngineConfig
 
 
 def _engine(n: int, keep_plan: bool = True):

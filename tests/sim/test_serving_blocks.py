@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sim.serving.blocks import NOT_READY, READY, GpuCache, OffloadTier
-from sim.serving.placement import assign, layer_runs, placement_ratios, target_counts
+from sim.serving.tiers.blocks import NOT_READY, READY, GpuCache, OffloadTier
+from sim.serving.tiers.placement import assign, layer_runs, placement_ratios, target_counts
 
 
 # ---- GPU cache ------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sim.serving.blocks import OffloadTier
-from sim.serving.manager import _by_tier
+from sim.serving.policy.manager import _by_tier
+from sim.serving.tiers.blocks import OffloadTier
 
 
 def test_runs_of_tiers_group_in_hit_order_and_count_their_blocks() -> None:

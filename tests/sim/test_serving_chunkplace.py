@@ -1,6 +1,6 @@
 """A fresh waiting store placed in chunks decides what placing it whole does.
 
-:func:`sim.serving.chunkplace.place_chunks` places a waiting store's keys
+:func:`sim.serving.policy.chunkplace.place_chunks` places a waiting store's keys
 2, 4, 8, ... at a time and stops once the tier is blocked (every later key
 would wait with nothing evicted).  Invariants: on a hand-built tier it
 places, evicts and leaves waiting exactly what one whole
@@ -15,12 +15,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.serving import chunkplace
-from sim.serving.blocks import Entry, GpuCache, OffloadTier
 from sim.serving.designs import DesignParams
-from sim.serving.jobs import StoreRequest
-from sim.serving.manager import BlockManager
-from sim.serving.tierplace import fitting_prefix, room_blocked
+from sim.serving.policy import chunkplace
+from sim.serving.policy.jobs import StoreRequest
+from sim.serving.policy.manager import BlockManager
+from sim.serving.tiers.blocks import Entry, GpuCache, OffloadTier
+from sim.serving.tiers.tierplace import fitting_prefix, room_blocked
 from tests.sim.test_serving_stores import _run, _same
 
 B = 4 * 1024.0  # one block: 4 layers of 1 KiB

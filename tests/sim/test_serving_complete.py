@@ -3,7 +3,7 @@
 :meth:`OffloadTier.complete_all` makes a store's entries ready and offers
 them in one pass (:meth:`LruRuns.offer_ready`) when all of them are not
 ready, and says so; a set with one entry already ready takes the general
-path with nothing half done.  :func:`sim.serving.storegroups.store_groups` finds the
+path with nothing half done.  :func:`sim.serving.policy.storegroups.store_groups` finds the
 usual case (no key held anywhere, every block on the GPU) by
 short-circuiting scans; it must return what the numpy masks return.  A
 completed store written through copies from its own entries (no probe
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.serving.blocks import NOT_READY, READY, OffloadTier
-from sim.serving.lru import LruRuns
+from sim.serving.tiers.blocks import NOT_READY, READY, OffloadTier
+from sim.serving.tiers.lru import LruRuns
 
 
 def _tier(blocks: int) -> OffloadTier:
@@ -108,7 +108,7 @@ def test_store_groups_fast_and_masked_paths_match_the_definition() -> None:
     blocks -1), the groups _store_groups returns and the blocks it holds are
     those picked group by group, for k = 1 and k = 4, whichever of its two
     paths (nothing held and all on the GPU, or masks) it takes."""
-    from sim.serving.manager import BlockManager
+    from sim.serving.policy.manager import BlockManager
 
     rng = np.random.default_rng(7)
     paths = set()
@@ -139,9 +139,9 @@ def test_store_groups_fast_and_masked_paths_match_the_definition() -> None:
 
 def _write_through_manager():
     """A GPU, a CPU tier of 16 blocks and an SSD tier of 64, written through."""
-    from sim.serving.blocks import GpuCache
     from sim.serving.designs import DesignParams
-    from sim.serving.manager import BlockManager
+    from sim.serving.policy.manager import BlockManager
+    from sim.serving.tiers.blocks import GpuCache
 
     gpu = GpuCache(64, prefix_cache=False)
     cpu = OffloadTier("cpu", ["dram0"], [1.0], [16 * 4 * 8192.0], 4, 8192)
@@ -152,7 +152,7 @@ def _write_through_manager():
 
 def _store(mgr, rid: int, hashes: list[int]):
     """Admit a request of ``hashes``, compute it, place its store: the store."""
-    from sim.serving.manager import Seq
+    from sim.serving.policy.manager import Seq
     from sim.serving.requests import Request
 
     s = Seq(Request(rid, 0.0, -1, 0, len(hashes) * 16 + 1, 1, tuple(hashes)), len(hashes) + 1)

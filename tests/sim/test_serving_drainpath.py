@@ -2,7 +2,7 @@
 
 Each drain of paged-cpu-ssd's CPU tier stores one key and demotes one
 victim: a transfer of one entry each.  Their pieces come from a template per
-layout pair (:mod:`sim.serving.onepiece`).  The template gives exactly the
+layout pair (:mod:`sim.serving.policy.onepiece`).  The template gives exactly the
 per-layer reference loop's pieces for entries of several layouts; in a
 seeded eviction-heavy run, every op of the plan moves exactly the bytes its
 byte ranges name, and the op records and the plan agree op for op.
@@ -16,14 +16,14 @@ import pytest
 
 from hwprofiles.loader import load_profile
 from sim.models import get_model
-from sim.serving import onepiece
 from sim.serving.bench import mooncake_requests
-from sim.serving.blocks import OffloadTier
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.entry import Entry
-from sim.serving.jobs import store_pieces, store_pieces_each
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.policy import onepiece
+from sim.serving.policy.jobs import store_pieces, store_pieces_each
+from sim.serving.tiers.blocks import OffloadTier
+from sim.serving.tiers.entry import Entry
 from tests.sim.test_serving_jobs import reference
 
 

@@ -13,7 +13,7 @@ from sim.executor import simulate
 from sim.models import get_model
 from sim.serving.build import build_engine
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
+from sim.serving.execute.engine import EngineConfig
 from sim.serving.metrics import ServingRecords
 from sim.serving.requests import load_requests, request_table
 

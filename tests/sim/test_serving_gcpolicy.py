@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from sim.serving.gcpolicy import YOUNG_THRESHOLD, relaxed_gc
+from sim.serving.execute.gcpolicy import YOUNG_THRESHOLD, relaxed_gc
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_serving_run_is_inside_the_policy(default_thresholds):
     from sim.serving.bench import mooncake_requests
     from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
     from sim.serving.designs import get_design
-    from sim.serving.engine import EngineConfig
+    from sim.serving.execute.engine import EngineConfig
 
     profile, card = load_profile("h100-2dimm-2ssd"), get_model("Llama-3.1-8B")
     block = 256

@@ -18,12 +18,12 @@ from hwprofiles import load_profile
 from kvtier.plan import io_extents, validate_plan
 from kvtier.plan import split_extents as split_ios
 from sim.models import get_model
-from sim.serving.blocks import OffloadTier
 from sim.serving.build import build_engine
 from sim.serving.designs import get_design
-from sim.serving.engine import Engine, EngineConfig
-from sim.serving.layout import SlotAllocator, layer_stride
+from sim.serving.execute.engine import Engine, EngineConfig
 from sim.serving.requests import load_requests, request_table
+from sim.serving.tiers.blocks import OffloadTier
+from sim.serving.tiers.layout import SlotAllocator, layer_stride
 
 B = 16
 KiB, MiB = 1024, 1024 * 1024

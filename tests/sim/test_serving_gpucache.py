@@ -17,7 +17,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from sim.serving.gpucache import GpuCache
+from sim.serving.tiers.gpucache import GpuCache
 
 
 class RefBlock:

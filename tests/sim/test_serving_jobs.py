@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.serving.blocks import OffloadTier
-from sim.serving.jobs import Piece, _layer_runs, load_pieces, store_pieces, store_pieces_each
-from sim.serving.layout import layer_stride
+from sim.serving.policy.jobs import Piece, _layer_runs, load_pieces, store_pieces, store_pieces_each
+from sim.serving.tiers.blocks import OffloadTier
+from sim.serving.tiers.layout import layer_stride
 
 
 def reference(src, dst, entries, gpu: str) -> list[tuple[str, str, float, list]]:
@@ -165,7 +165,7 @@ def test_io_totals_from_the_common_length_equal_the_reduction() -> None:
     :func:`extent_totals` over the array, for I/O sizes below, at, above and
     not dividing the range length, and for one I/O per range."""
     from kvtier.plan import extent_totals
-    from sim.serving.transfers import _totals
+    from sim.serving.execute.transfers import _totals
 
     ext = np.array([[0, 12288], [65536, 12288], [8192, 12288]], dtype=np.int64)
     for iob in (0, 4096, 5000, 12288, 1 << 20):
@@ -219,7 +219,7 @@ def test_uniform_load_pieces_equal_the_loops(
     per-hit loops (``_device_pieces``, ``_layer_pieces``) on seeded random
     hits: the same pieces in the same order, bytes (exactly), layers, lengths
     and ranges; and the broadcast path did run where every hit has one layout."""
-    import sim.serving.jobs as jobs
+    import sim.serving.policy.jobs as jobs
 
     rng = np.random.default_rng(len(layout) + layerwise)
     a = OffloadTier("cpu", ["c0"], [1.0], [1e12], 8, 1000.5)

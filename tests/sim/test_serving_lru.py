@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.serving.blocks import READY, Entry, OffloadTier
-from sim.serving.jobs import store_pieces
+from sim.serving.policy.jobs import store_pieces
+from sim.serving.tiers.blocks import READY, Entry, OffloadTier
 
 
 def scan_victims(tier: OffloadTier, short: list[float]) -> list[int]:

@@ -4,7 +4,7 @@ cost its cursor: quadratic in drains on paged-cpu-ssd)."""
 
 from __future__ import annotations
 
-from sim.serving.lru import _span
+from sim.serving.tiers.lru import _span
 
 
 def test_span_is_the_slice_for_every_bound() -> None:

@@ -17,9 +17,9 @@ import copy
 import numpy as np
 import pytest
 
-import sim.serving.lru as lru
-import sim.serving.tierplace as tierplace
-from sim.serving.blocks import READY, Entry, OffloadTier
+import sim.serving.tiers.lru as lru
+import sim.serving.tiers.tierplace as tierplace
+from sim.serving.tiers.blocks import READY, Entry, OffloadTier
 from tests.sim.test_serving_tierplace import RefEntry, RefTier, same_books
 
 

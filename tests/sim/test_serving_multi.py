@@ -1,4 +1,4 @@
-"""Several serving instances on one machine (sim/serving/multi.py): the shared
+"""Several serving instances on one machine (sim/serving/execute/multi.py): the shared
 host link split between two engines, NVLink as the master's KV tier, dispatch."""
 
 import pyarrow as pa
@@ -8,8 +8,8 @@ from hwprofiles import load_profile
 from sim.models import get_model
 from sim.serving.build import build_engine
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.multi import Instance, build_instances, run_instances, split_by_model
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.execute.multi import Instance, build_instances, run_instances, split_by_model
 from sim.serving.requests import load_requests, request_table
 from sim.serving.swift.links import reload_seconds
 

@@ -16,9 +16,9 @@ from sim.models import get_model
 from sim.serving.bench import mooncake_requests
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.online import _InFlight
-from sim.serving.transfers import Job, _Stream
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.execute.online import _InFlight
+from sim.serving.execute.transfers import Job, _Stream
 
 
 def test_transfers_leave_no_cycles() -> None:

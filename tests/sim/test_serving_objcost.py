@@ -12,7 +12,7 @@ from sim.config import load_scenario
 from sim.limits import _variants
 from sim.scenarios.serving import prepare
 from sim.serving.designs import get_design
-from sim.serving.objcost import retrieval_cpu_s
+from sim.serving.policy.objcost import retrieval_cpu_s
 
 # one hit of 3 chunks whose layers 0-1 sit in host memory and 2-3 on an SSD (a pool entry)
 TIER = SimpleNamespace(devices=("dram0", "ssd0"))
@@ -70,7 +70,7 @@ def test_vectorised_sum_equals_the_hit_by_hit_loop_to_the_bit(name: str) -> None
     same order), not merely close."""
     import random
 
-    from sim.serving.objcost import _reference
+    from sim.serving.policy.objcost import _reference
 
     rng = random.Random(7)
     d = get_design(name, {"object_us": 1.37, "file_us": 23.9})
@@ -97,7 +97,7 @@ def test_one_layout_sum_equals_the_hit_by_hit_loop_to_the_bit(name: str) -> None
     SSDs, split in runs or whole."""
     import random
 
-    from sim.serving.objcost import _reference
+    from sim.serving.policy.objcost import _reference
 
     rng = random.Random(11)
     d = get_design(name, {"object_us": 1.37, "file_us": 23.9})

@@ -1,13 +1,13 @@
 """The pool tier's fast eviction path against what it replaces.
 
-* :func:`sim.serving.poolroom.last_true`: each room check holds exactly up
+* :func:`sim.serving.tiers.poolroom.last_true`: each room check holds exactly up
   to its threshold (the check evaluated on both sides of it), worked by
   hand for one;
-* :class:`sim.serving.poolroom.RoomIndex`: the remembered spill equals the
+* :class:`sim.serving.tiers.poolroom.RoomIndex`: the remembered spill equals the
   plain spill at random used bytes, near the thresholds too;
 * a victim with bytes on both devices of a pool, worked by hand: no longer
   the other device's kept head (the next key takes the next entry);
-* :class:`sim.serving.poolcursor.Cursors`: the entries it gives, and the
+* :class:`sim.serving.tiers.poolcursor.Cursors`: the entries it gives, and the
   heaps it leaves, equal :meth:`LruRuns.top` / :meth:`LruRuns.pop`'s on a
   random tier with stale, pinned and draining entries;
 * the whole pool placement (fused eviction loop, remembered spills)
@@ -24,12 +24,12 @@ import random
 import numpy as np
 import pytest
 
-import sim.serving.pooldrop as pooldrop
-import sim.serving.poolplace as poolplace
-import sim.serving.tierplace as tierplace
-from sim.serving.blocks import READY, OffloadTier
-from sim.serving.poolcursor import Cursors
-from sim.serving.poolroom import last_true, plain_spill, room_index
+import sim.serving.tiers.pooldrop as pooldrop
+import sim.serving.tiers.poolplace as poolplace
+import sim.serving.tiers.tierplace as tierplace
+from sim.serving.tiers.blocks import READY, OffloadTier
+from sim.serving.tiers.poolcursor import Cursors
+from sim.serving.tiers.poolroom import last_true, plain_spill, room_index
 from tests.sim.test_serving_tierplace import LONG, SHAPES, RefTier, _drive, same_books
 
 SLACK = tierplace.SLACK
@@ -218,7 +218,7 @@ def test_room_index_does_not_keep_its_tier_alive() -> None:
     import gc
     import weakref
 
-    from sim.serving.poolroom import _INDEX
+    from sim.serving.tiers.poolroom import _INDEX
 
     tier = OffloadTier("p", ["a", "b"], [0.5, 0.5], [10.0, 100.0], 4, 1.0)
     tierplace.spill_layout(tier, [9.0, 0.0])

@@ -1,6 +1,6 @@
 """Lower hits found in chunks are the hits a walk group by group finds.
 
-:func:`sim.serving.prefix.lower_hits` against its definition written out
+:func:`sim.serving.policy.prefix.lower_hits` against its definition written out
 per group (below, no chunks, no C-level maps) on seeded random tiers (ready,
 not ready, in use and draining entries), GPU sets, offsets ``j``, limits
 and group sizes ``k``: the same hits (tier, entry, first block, blocks) and
@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from sim.serving.blocks import OffloadTier
-from sim.serving.prefix import lower_hits
+from sim.serving.policy.prefix import lower_hits
+from sim.serving.tiers.blocks import OffloadTier
 
 
 def _by_group(tiers, on_gpu, k, hs, j, limit):

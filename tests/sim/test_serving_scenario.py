@@ -148,7 +148,7 @@ def test_a_mooncake_trace_drives_the_engine_with_its_prefix_hashes(tmp_path) -> 
     from sim.scenarios.serving import file_table
     from sim.serving.build import build_engine
     from sim.serving.designs import get_design
-    from sim.serving.engine import EngineConfig
+    from sim.serving.execute.engine import EngineConfig
     from sim.serving.requests import load_requests
 
     path = tmp_path / "trace.jsonl"
@@ -176,7 +176,7 @@ def test_a_mooncake_trace_drives_the_engine_with_its_prefix_hashes(tmp_path) -> 
 def test_a_serving_run_reports_simulated_time_and_requests_as_it_goes(monkeypatch) -> None:
     """runner.run's engine_progress sees each serving variant's requests done
     grow to all of them, and its last simulated time is the last finish."""
-    from sim.serving import engine as engine_module
+    from sim.serving.execute import engine as engine_module
 
     monkeypatch.setattr(engine_module, "PROGRESS_STEPS", 200)  # several reports mid-run
     cfg = load_scenario("paged-ssd")

@@ -23,9 +23,9 @@ from sim.models import get_model
 from sim.serving.bench import mooncake_requests
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.manager import BlockManager
-from sim.serving.stores import Offloader
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.execute.stores import Offloader
+from sim.serving.policy.manager import BlockManager
 
 
 def _run(n: int, block: int, tiers: dict[str, float]) -> tuple[pa.Table, pa.Table]:

@@ -15,9 +15,9 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from sim.serving.blocks import READY, Entry, OffloadTier
-from sim.serving.layout import SlotAllocator, layer_stride
-from sim.serving.placement import layer_runs
+from sim.serving.tiers.blocks import READY, Entry, OffloadTier
+from sim.serving.tiers.layout import SlotAllocator, layer_stride
+from sim.serving.tiers.placement import layer_runs
 
 
 class RefEntry:
@@ -149,7 +149,7 @@ LONG = {
 def test_long_runs_of_spills_and_fits_match_the_per_key_reference(
     shape: str, seed: int, callback: bool
 ) -> None:
-    """Large sets: the fit and spill runs of :mod:`sim.serving.poolplace`
+    """Large sets: the fit and spill runs of :mod:`sim.serving.tiers.poolplace`
     span many keys and windows; still exactly the per-key decisions."""
     ratios, caps = LONG[shape]
     _drive(ratios, caps, seed, callback, universe=2000, most=250, steps=40)
@@ -161,11 +161,11 @@ def test_dropping_sets_while_demotions_drain_match_the_per_key_reference(
     shape: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Sets placed with no callback (victims dropped: the fused
-    :func:`sim.serving.pooldrop.drop_run` of a pool) between sets whose
+    :func:`sim.serving.tiers.pooldrop.drop_run` of a pool) between sets whose
     victims are demoted, so that some dropping keys find demotions still
     draining and wait: the same verdicts, victims, books and LRU order as
     the per-key reference; and the fused loop did decide keys (many)."""
-    import sim.serving.poolplace as poolplace
+    import sim.serving.tiers.poolplace as poolplace
 
     decided = [0]
     real = poolplace.drop_run
@@ -251,7 +251,7 @@ def _drive(
 
 def literal_layer_runs(ratios: list[float], n: int, layers: int) -> list:
     """Algorithm 1 item by item: item ``l * n + b`` to its device, runs merged."""
-    from sim.serving.placement import assign
+    from sim.serving.tiers.placement import assign
 
     devices = assign(ratios, layers * n)
     out = []

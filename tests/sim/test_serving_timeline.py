@@ -1,6 +1,6 @@
 """The engine's timeline: a row whenever its counts change, none otherwise.
 
-:meth:`sim.serving.engine.Engine._sample` compares the counts with the last
+:meth:`sim.serving.execute.engine.Engine._sample` compares the counts with the last
 row it wrote before asking :meth:`Timeline.sample`; the rows must be the ones
 that asking every iteration gives (the reference), on a run whose queue,
 parked and running counts and GPU blocks move."""
@@ -14,7 +14,7 @@ from sim.models import get_model
 from sim.serving.bench import mooncake_requests
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
-from sim.serving.engine import Engine, EngineConfig
+from sim.serving.execute.engine import Engine, EngineConfig
 
 
 def _timeline(design: str):

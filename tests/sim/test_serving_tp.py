@@ -1,4 +1,4 @@
-"""Tensor parallelism (sim/serving/tp.py): the rank's shard, its all-reduce and its
+"""Tensor parallelism (sim/serving/execute/tp.py): the rank's shard, its all-reduce and its
 share of the machine, checked by hand arithmetic and against N ranks simulated together."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from sim.hw.machine import Machine
 from sim.models import get_model
 from sim.runner import run
 from sim.scenarios.sparse_decode import Unsupported
-from sim.serving import tp as tp_mod
-from sim.serving.costs import iteration_layer_cost
-from sim.serving.online import OnlineOps
-from sim.serving.tp import (
+from sim.serving.execute import tp as tp_mod
+from sim.serving.execute.online import OnlineOps
+from sim.serving.execute.tp import (
     allreduce_bytes,
     allreduce_latency_s,
     rank_card,
     rank_kv_heads,
     rank_profile,
 )
+from sim.serving.policy.costs import iteration_layer_cost
 
 H20 = "h20-8ssd"  # NVLink 450 GB/s per direction x 0.85; 2 GPUs per PCIe switch
 

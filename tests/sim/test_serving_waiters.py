@@ -1,7 +1,7 @@
 """Waiting stores' index: which waiters a key added to the first tier touches.
 
 A waiter holds a store's groups ``base``, of which ``base[lo:]`` still wait
-(:mod:`sim.serving.waiters`); a drain moves ``lo`` on instead of copying the
+(:mod:`sim.serving.policy.waiters`); a drain moves ``lo`` on instead of copying the
 groups.  Invariants worked out by hand: a key added to the tier touches
 exactly the waiters holding it at a position at or past their ``lo``; the
 tier's log of added keys is empty after every scan (it never grows with
@@ -10,9 +10,9 @@ the run), and a key added after a scan is still seen by the next one.
 
 from __future__ import annotations
 
-from sim.serving.blocks import OffloadTier
-from sim.serving.jobs import StoreRequest
-from sim.serving.waiters import WaitIndex
+from sim.serving.policy.jobs import StoreRequest
+from sim.serving.policy.waiters import WaitIndex
+from sim.serving.tiers.blocks import OffloadTier
 
 
 def _add(tier: OffloadTier, *keys: int) -> None:

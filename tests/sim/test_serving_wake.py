@@ -11,7 +11,7 @@ from hwprofiles import load_profile
 from sim.models import get_model
 from sim.serving.build import build_engine
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
+from sim.serving.execute.engine import EngineConfig
 from sim.serving.requests import load_requests, request_table
 
 B = 16

@@ -1,7 +1,7 @@
 """A write-through's pinned entries made ready without being offered decide
 exactly what completing, offering, then pinning them decides.
 
-:func:`sim.serving.writethrough.complete_through` against its definition
+:func:`sim.serving.policy.writethrough.complete_through` against its definition
 (``complete_all`` then :func:`write_through`, :func:`_by_definition`, put in
 its place for a second run): whole LMCache runs
 on small tiers (the CPU tier full, its LRU walk meeting entries pinned by
@@ -17,11 +17,11 @@ import pytest
 
 from hwprofiles.loader import load_profile
 from sim.models import get_model
-from sim.serving import writethrough
 from sim.serving.bench import mooncake_requests
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.policy import writethrough
 from tests.sim.test_serving_complete import _store, _write_through_manager
 
 

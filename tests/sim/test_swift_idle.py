@@ -23,9 +23,9 @@ from __future__ import annotations
 from hwprofiles import load_profile
 from sim.models import get_model
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.lending import ElasticSpec
-from sim.serving.multi import Instance, build_instances, charge_peer_copies, start_lending
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.execute.lending import ElasticSpec
+from sim.serving.execute.multi import Instance, build_instances, charge_peer_copies, start_lending
 from sim.serving.requests import load_requests, request_table
 
 Q8 = get_model("Qwen3-8B")

@@ -1,4 +1,4 @@
-"""Algorithm 1 on the simulation clock (sim/serving/lending.py), against a hand trace.
+"""Algorithm 1 on the simulation clock (sim/serving/execute/lending.py), against a hand trace.
 
 Master and worker are both Qwen3-8B with 16-token blocks, so one elastic unit is
 one block on each side (Eq. 9: equal block sizes, LCM = the block).  The worker
@@ -24,9 +24,9 @@ from hwprofiles import load_profile
 from sim.hw.machine import Machine
 from sim.models import get_model
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.lending import ElasticSpec
-from sim.serving.multi import Instance, run_instances
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.execute.lending import ElasticSpec
+from sim.serving.execute.multi import Instance, run_instances
 from sim.serving.requests import load_requests, request_table
 
 Q8 = get_model("Qwen3-8B")
@@ -79,7 +79,7 @@ def test_layer_major_reclaim_delays_the_request_by_its_copies():
 
 def test_master_table_and_peer_tier_follow_the_worker():
     """Through a run, the master's table and peer tier agree with the worker's cache."""
-    from sim.serving.multi import build_instances, start_lending
+    from sim.serving.execute.multi import build_instances, start_lending
     from sim.serving.swift.meu import block_bytes
 
     profile = load_profile("h20-4gpu-nvlink")

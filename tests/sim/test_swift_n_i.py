@@ -1,4 +1,4 @@
-"""Algorithm 1's N_i read two ways (sim/serving/lending.py ``ElasticSpec.n_i``),
+"""Algorithm 1's N_i read two ways (sim/serving/execute/lending.py ``ElasticSpec.n_i``),
 on a hand trace.  Master and worker are Qwen3-8B with 16-token blocks (one
 elastic unit = one block each side).  The worker keeps 10 blocks and lends 20;
 two sessions each send one request of 150 + 10 tokens (10 blocks) at 0 s.
@@ -21,9 +21,9 @@ import pytest
 from hwprofiles import load_profile
 from sim.models import get_model
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.lending import ElasticSpec
-from sim.serving.multi import Instance, run_instances
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.execute.lending import ElasticSpec
+from sim.serving.execute.multi import Instance, run_instances
 from sim.serving.requests import load_requests, request_table
 
 Q8 = get_model("Qwen3-8B")

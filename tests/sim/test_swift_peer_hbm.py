@@ -1,4 +1,4 @@
-"""NVLink copies charge both endpoint GPUs' HBM (sim/serving/multi.py PeerHbm):
+"""NVLink copies charge both endpoint GPUs' HBM (sim/serving/execute/multi.py PeerHbm):
 a lending worker's kernel slows by the copy's HBM time, worked out by hand."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from hwprofiles import load_profile
 from sim.hw.machine import Machine
 from sim.models import get_model
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.multi import Instance, PeerHbm, run_instances
-from sim.serving.online import OnlineOps
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.execute.multi import Instance, PeerHbm, run_instances
+from sim.serving.execute.online import OnlineOps
 from sim.serving.requests import load_requests, request_table
 
 PROFILE = load_profile("h20-4gpu-nvlink")

@@ -22,7 +22,7 @@ from hwprofiles import load_profile
 from sim.config import load_scenario
 from sim.scenarios.serving import engine_config, trace_tables
 from sim.scenarios.serving_instances import instance_params, make_instances
-from sim.serving.multi import build_instances
+from sim.serving.execute.multi import build_instances
 
 
 def test_main_variant_splits_the_master_by_eq_2_to_5():

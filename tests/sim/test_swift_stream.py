@@ -11,10 +11,10 @@ import pytest
 from hwprofiles import load_profile
 from sim.hw.machine import Machine
 from sim.models import get_model, lm_head_cost
-from sim.serving.costs import iteration_layer_cost
 from sim.serving.designs import get_design
-from sim.serving.engine import EngineConfig
-from sim.serving.multi import Instance, run_instances
+from sim.serving.execute.engine import EngineConfig
+from sim.serving.execute.multi import Instance, run_instances
+from sim.serving.policy.costs import iteration_layer_cost
 from sim.serving.requests import load_requests, request_table
 from sim.serving.swift.stream import split_layer, stream_io
 

@@ -197,7 +197,8 @@ class ElasticCache:
         """A request of ``request_len`` tokens arrives: ScaleUp if it does not fit
         in ``n_blocks`` (Algorithm 1's ``N_i``; None = ``own_blocks``, the
         worker's whole cache; the caller may pass the blocks not yet committed
-        to its requests instead, the ``n_i: free`` reading of :mod:`sim.serving.lending`)."""
+        to its requests instead, the ``n_i: free`` reading of
+        :mod:`sim.serving.execute.lending`)."""
         self._clock(now)
         self._recent.append((now, request_len))
         p = self.p

@@ -5,7 +5,7 @@ A SwiftCache master (:mod:`sim.serving.swift.lsc`) admits requests on
 (RC) and ``N_LSC`` blocks kept whole on the workers, each with one
 single-layer slot of the LSC on the master.  This module says, for one
 iteration of a batch, how many bytes each layer streams and how the layer's
-work splits around the transfers; :mod:`sim.serving.streaming` puts it on
+work splits around the transfers; :mod:`sim.serving.execute.streaming` puts it on
 the clock.
 
 **Which tokens stream.**  The batch's contexts are taken in batch order as
@@ -24,7 +24,7 @@ the new KV exists after the QKV projection (its store starts then), the
 attention needs the layer's loaded KV, and the next layer's load may start
 once the attention (and the layer's store) no longer needs the slots, while
 the output projection and FFN run.  :func:`split_layer` cuts the engine's
-per-layer cost (:func:`sim.serving.costs.iteration_layer_cost`) into these
+per-layer cost (:func:`sim.serving.policy.costs.iteration_layer_cost`) into these
 three parts, so that they sum to it exactly:
 
 * ``qkv``: ``2 P_qkv`` FLOPs per token and the QKV weights, where ``P_qkv =
@@ -94,7 +94,7 @@ def split_layer(
     card: ModelCard, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
 ) -> tuple[LayerCost, LayerCost, LayerCost]:
     """(qkv, attn, ffn) of one layer over the batch (module docstring); their sum
-    is :func:`sim.serving.costs.iteration_layer_cost` of the same batch."""
+    is :func:`sim.serving.policy.costs.iteration_layer_cost` of the same batch."""
     n_tokens = sum(t for t, _ in prefills) + len(decodes)
     if n_tokens <= 0:
         raise ValueError("an iteration needs at least one token")
