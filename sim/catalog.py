@@ -4,7 +4,7 @@
 happened before any ``sim`` module runs a lookup, whatever the user imported
 first.  KV designs are found, not listed: every module under
 :mod:`sim.policies` is imported, so a new design is one policy file with its
-``register`` line (README, "Adding a KV design").  Serving designs and
+``register`` line (docs/changes.md, "Adding a KV design").  Serving designs and
 workload kinds are the modules below.
 """
 
