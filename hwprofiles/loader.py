@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from hwprofiles.schema import LINK_KINDS, HardwareProfile
-from kvtier.geometry import BLOCK
+from kvtier.contracts.geometry import BLOCK
 
 PROFILE_DIR = Path(__file__).resolve().parent
 

@@ -3,7 +3,7 @@
 A :class:`Device` owns an O_DIRECT descriptor of its target and a page-aligned
 anonymous ``mmap`` arena cut into ``qd`` slots of the device's largest I/O, one
 per in-flight I/O.  It keeps the measures the records report (definitions in
-:data:`kvtier.records.DEVICE_RECORD_SCHEMA`): bytes and I/Os completed (reads
+:data:`kvtier.contracts.records.DEVICE_RECORD_SCHEMA`): bytes and I/Os completed (reads
 counted once verified), ``busy_s`` (time with at least one I/O in flight, so
 ``util_mean = busy_s / makespan``) and, for the replay-only stats, the integral
 of the in-flight count over time (``inflight_mean``: that integral over ``qd x
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from kvtier.records import DEVICE_RECORD_SCHEMA
+from kvtier.contracts.records import DEVICE_RECORD_SCHEMA
 from real._blocks import BlockFormat
 from real._pacing import Pacer
 from real.errors import RealError

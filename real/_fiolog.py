@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from kvtier.plan import depends_csr
+from kvtier.contracts.plan import depends_csr
 from real._blocks import BLOCK
 from real.datafile import IOLayout
 from real.errors import RealError

@@ -85,7 +85,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from real._blocks import BLOCK
 from real.datafile import fill_targets, io_layout, prepare_targets
 from real.fio import run_fio, summarize

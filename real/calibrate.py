@@ -287,8 +287,8 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 
 
 def _cli(args: argparse.Namespace) -> int:
-    from kvtier.outdir import claim
-    from kvtier.validate import check_out_file
+    from kvtier.contracts.outdir import claim
+    from kvtier.contracts.validate import check_out_file
 
     if args.profile:  # the profile is written after the sweep: refuse a bad path before it
         check_out_file(args.profile, "--profile")

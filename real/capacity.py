@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from hwprofiles.schema import HardwareProfile
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from real import fio
 from real.errors import RealError
 from real.targets import Target

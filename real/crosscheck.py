@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kvtier.records import Records
+from kvtier.contracts.records import Records
 from real.iolog import fio_replay_throughput
 from real.targets import Target
 

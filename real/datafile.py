@@ -24,7 +24,7 @@ Any failure (no space, I/O error, no O_DIRECT on that filesystem) removes every
 file and directory created so far and raises a one-line
 :class:`~real.errors.RealError` naming the node, the path and the offset.
 
-The plan's read/write I/Os (:func:`kvtier.plan.io_extents`: the regular
+The plan's read/write I/Os (:func:`kvtier.contracts.plan.io_extents`: the regular
 ``offset``/``stride`` pattern, or one I/O per extent of a scattered op) must be
 4 KiB-aligned in offset and length, the granularity of the block format and of
 O_DIRECT on 4Kn devices; the files cover every byte range any I/O touches.
@@ -45,8 +45,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from kvtier.plan import io_extents
-from kvtier.units import fmt_bytes
+from kvtier.contracts.plan import io_extents
+from kvtier.contracts.units import fmt_bytes
 from real._blocks import BLOCK, BlockFormat
 from real._signals import phase
 from real.cleanup import REGISTRY, file_id
@@ -69,7 +69,7 @@ class IOLayout:
 
     Op ``j`` (``node[j]`` indexes ``nodes``; -1 for copy/compute) issues, in
     order, the I/Os ``first[j]:first[j + 1]``: ``length[k]`` bytes at byte
-    ``offset[k]`` of its node's file (:func:`kvtier.plan.io_extents`: the
+    ``offset[k]`` of its node's file (:func:`kvtier.contracts.plan.io_extents`: the
     regular pattern or the op's extents, never merged or re-split).
     """
 

@@ -259,7 +259,7 @@ def add_cli(sub: argparse._SubParsersAction) -> None:
 
 
 def _cli(args: argparse.Namespace) -> int:
-    from kvtier.outdir import claim
+    from kvtier.contracts.outdir import claim
 
     with claim(args.out, force=args.force, label="emulate") as out:
         return _emulate_cli(args, out)

@@ -74,7 +74,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from kvtier.records import DEVICE_RECORD_SCHEMA, Records, op_records
+from kvtier.contracts.records import DEVICE_RECORD_SCHEMA, Records, op_records
 from real._blocks import BLOCK, BlockFormat
 from real._fiolog import (
     PADS_PER_SLOT,

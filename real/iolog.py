@@ -9,7 +9,7 @@ The v3 format (fio HOWTO, "Trace file format v3"): the first line is
 ``fio version 3 iolog``; then ``<timestamp_us> <file> add|open|close`` and
 ``<timestamp_us> <file> read|write <offset> <length>``, timestamps in
 microseconds from the start of the run.  Each plan op becomes its ``n_ios``
-I/O lines (:func:`kvtier.plan.io_extents`: the regular pattern or the op's
+I/O lines (:func:`kvtier.contracts.plan.io_extents`: the regular pattern or the op's
 extents, exactly the ranges kvtier's replayer issues) stamped with
 the op's start: ``start_s`` from a records table (simulated or real) when
 one is given, else the op's ``release_s``.  Lines are ordered by time, then
@@ -44,8 +44,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kvtier.plan import io_extents, read_plan
-from kvtier.validate import int_arg
+from kvtier.contracts.plan import io_extents, read_plan
+from kvtier.contracts.validate import int_arg
 from real import fio
 from real.errors import RealError
 from real.ownership import check_write

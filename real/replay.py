@@ -10,7 +10,7 @@ The pieces, each usable on its own (``kvtier real validate`` calls them)::
     finally:
         files.cleanup()
 
-Records have the simulator's schema (:mod:`kvtier.records`) with
+Records have the simulator's schema (:mod:`kvtier.contracts.records`) with
 ``backend='real'``: per op ``ready_s``/``start_s``/``end_s`` and ``cpu_s``
 (the replay loop's process CPU time shared over I/O ops by I/O count), per SSD
 node bytes read and written, I/Os, busy time and queue occupancy; ``run.json``
@@ -39,9 +39,9 @@ import numpy as np
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
-from kvtier.plan import validate_plan
-from kvtier.provenance import provenance
-from kvtier.records import Records
+from kvtier.contracts.plan import validate_plan
+from kvtier.contracts.provenance import provenance
+from kvtier.contracts.records import Records
 from real._signals import guarding
 from real.datafile import DataFiles, prepare_targets
 from real.errors import RealError
@@ -137,7 +137,8 @@ def pick_fio(
 
 
 def validate_for_replay(plan: pa.Table, profile: HardwareProfile | None = None) -> None:
-    """:func:`kvtier.plan.validate_plan` against ``profile``, or against the plan's own nodes."""
+    """:func:`kvtier.contracts.plan.validate_plan` against ``profile``, or
+    against the plan's own nodes."""
     if profile is not None:
         validate_plan(plan, profile.node_names, profile.ssd_names, profile.gpu_names)
         return

@@ -40,7 +40,7 @@ against what its blocks must hold (:mod:`real._blocks`) and any error, short
 transfer or mismatch stops the run with a :class:`~real.errors.RealError`
 after the I/Os still in flight have drained.
 
-Device measures (:mod:`real._devices`, definitions in :mod:`kvtier.records`):
+Device measures (:mod:`real._devices`, definitions in :mod:`kvtier.contracts.records`):
 bytes and I/Os completed (reads once verified); ``busy_s``, the time with at
 least one I/O in flight; ``util_mean = busy_s / makespan``.  Replay-only stats:
 ``inflight_mean``/``inflight_peak``, the time-average and the largest in-flight
@@ -59,9 +59,9 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from kvtier.plan import depends_csr
-from kvtier.records import Records, op_records
-from kvtier.units import fmt_bytes
+from kvtier.contracts.plan import depends_csr
+from kvtier.contracts.records import Records, op_records
+from kvtier.contracts.units import fmt_bytes
 from real import _gds
 from real._devices import Device, device_records, inflight_stats, open_device
 from real._iobatch import BatchIO

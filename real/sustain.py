@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from real._blocks import BLOCK
 from real.capacity import Rates, scale_for
 from real.datafile import fill_targets, prepare_targets

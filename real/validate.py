@@ -60,8 +60,8 @@ import pandas as pd
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
-from kvtier.plan import PlanBuilder
-from kvtier.records import Records
+from kvtier.contracts.plan import PlanBuilder
+from kvtier.contracts.records import Records
 from real.targets import Limits
 
 KIB, MIB = 1 << 10, 1 << 20

@@ -235,7 +235,7 @@ def _check_elastic(el: Any, where: str) -> None:
 
 
 def _check_decode(p: SparseDecodeParams | SwarmParams) -> None:
-    from kvtier.plan import IO_PATHS
+    from kvtier.contracts.plan import IO_PATHS
 
     if not 0 < p.sparsity <= 1:
         raise ParamError("sparsity", f"must be in (0, 1], got {p.sparsity}")

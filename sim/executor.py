@@ -61,7 +61,7 @@ Records are measured, not copied from the plan: an SSD's bytes and I/Os are
 counted when each op's data flow completes (:class:`sim.hw.iometer.IoMeter`),
 a link's bytes are its flow network's integrated work, and every device's
 ``busy_s`` is the time it had work in flight (definitions in
-:mod:`kvtier.records`).
+:mod:`kvtier.contracts.records`).
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hwprofiles import HardwareProfile
-from kvtier.plan import CPU, depends_csr, validate_plan
-from kvtier.records import Records, op_records
+from kvtier.contracts.plan import CPU, depends_csr, validate_plan
+from kvtier.contracts.records import Records, op_records
 from sim.engine.flownet import Flow, FlowNetwork
 from sim.hw.iometer import IoMeter
 from sim.hw.machine import Machine

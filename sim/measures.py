@@ -8,12 +8,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from kvtier.records import DEVICE_RECORD_SCHEMA
+from kvtier.contracts.records import DEVICE_RECORD_SCHEMA
 from sim.hw.machine import Machine
 
 
 def device_records(plan: pa.Table | None, machine: Machine, makespan: float) -> pa.Table:
-    """The shared device columns (:data:`kvtier.records.DEVICE_RECORD_SCHEMA`) as
+    """The shared device columns (:data:`kvtier.contracts.records.DEVICE_RECORD_SCHEMA`) as
     measured on ``machine``: SSD bytes and I/Os from its meters (what the flows
     moved), a link's bytes from its integrated work, ``busy_s`` from the meters
     (SSDs) or the flow networks (time with a flow active), ``util_mean =

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
-from kvtier.units import GB
+from kvtier.contracts.units import GB
 
 
 def fetch_spans(ops: pd.DataFrame) -> pd.Series:

@@ -25,9 +25,9 @@ import pyarrow as pa
 import yaml
 
 from hwprofiles import HardwareProfile
-from kvtier.plan import write_plan
-from kvtier.provenance import file_digest, provenance
-from kvtier.records import Records
+from kvtier.contracts.plan import write_plan
+from kvtier.contracts.provenance import file_digest, provenance
+from kvtier.contracts.records import Records
 from sim.config import ConfigError, ScenarioConfig, Variant
 from sim.executor import simulate
 from sim.factors import expand_matrix

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the heavy modules load when a variant is planned, not on `i
     import pyarrow as pa
 
     from hwprofiles import HardwareProfile
-    from kvtier.records import Records
+    from kvtier.contracts.records import Records
 
 Progress = Callable[[int, int], None]
 

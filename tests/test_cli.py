@@ -17,7 +17,7 @@ import pytest
 
 from hwprofiles import PROFILE_DIR
 from kvtier.cli.main import main
-from kvtier.plan import PlanBuilder, read_plan, write_plan
+from kvtier.contracts.plan import PlanBuilder, read_plan, write_plan
 from sim.config import SCENARIO_DIR, load_scenario
 from sim.models import get_model
 from sim.runner import slug

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvtier.validate import check_out_file, float_arg, int_arg
+from kvtier.contracts.validate import check_out_file, float_arg, int_arg
 from traces.access import AccessMeta, AccessTrace, forced_ids, selection_budget, write_access_trace
 from traces.errors import TraceError
 
@@ -266,7 +266,7 @@ def add_cli(group: argparse._SubParsersAction) -> None:
 def capture_command(args: argparse.Namespace) -> int:
     from rich import progress as rp  # noqa: PLC0415
 
-    from kvtier.console import make_console  # noqa: PLC0415
+    from kvtier.contracts.console import make_console  # noqa: PLC0415
 
     params = CaptureParams(
         context_tokens=args.context, steps=args.steps, sparsity=args.sparsity,

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvtier.validate import check_out_file, int_arg
+from kvtier.contracts.validate import check_out_file, int_arg
 from traces import attention_stats as st
 from traces.access import AccessTrace, read_access_trace
 from traces.errors import TraceError
@@ -131,7 +131,7 @@ def add_cli(group: argparse._SubParsersAction) -> None:
 
 
 def fit_command(args: argparse.Namespace) -> int:
-    from kvtier.console import make_console  # noqa: PLC0415
+    from kvtier.contracts.console import make_console  # noqa: PLC0415
 
     console = make_console()
     if args.preset is not None and args.preset not in PRESETS:

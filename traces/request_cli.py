@@ -18,8 +18,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from kvtier.console import make_console
-from kvtier.validate import check_out_file, float_arg, int_arg
+from kvtier.contracts.console import make_console
+from kvtier.contracts.validate import check_out_file, float_arg, int_arg
 from traces.conversation import ConversationParams, Exponential, generate_conversations
 from traces.errors import TraceError
 from traces.request_readers import FORMATS, TraceWarning, read_trace

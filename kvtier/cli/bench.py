@@ -26,9 +26,9 @@ import simpy
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
-from kvtier.console import make_console
-from kvtier.provenance import provenance
-from kvtier.validate import int_arg
+from kvtier.contracts.console import make_console
+from kvtier.contracts.provenance import provenance
+from kvtier.contracts.validate import int_arg
 from sim.config import ConfigError
 from sim.executor import simulate
 from sim.models import decode_layer_cost, get_model

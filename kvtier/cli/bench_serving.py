@@ -30,9 +30,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from hwprofiles import load_profile
-from kvtier.console import make_console
-from kvtier.provenance import provenance
-from kvtier.validate import InputError, check_out_dir, float_arg, int_arg
+from kvtier.contracts.console import make_console
+from kvtier.contracts.provenance import provenance
+from kvtier.contracts.validate import InputError, check_out_dir, float_arg, int_arg
 from sim.models import get_model
 from sim.serving.bench import TRACE_BLOCK
 from sim.serving.designs import DESIGNS

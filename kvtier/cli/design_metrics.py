@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import kendalltau
 
-from kvtier.records import Records
+from kvtier.contracts.records import Records
 
 WARMUP_STEPS = 1  # decode steps left out: pipeline fill, a throttle's carried-over budget
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hwprofiles import list_profiles, load_profile
-from kvtier.console import make_console
+from kvtier.contracts.console import make_console
 from sim.hw.figures import path_figures
 from sim.models import get_model, load_catalog
 

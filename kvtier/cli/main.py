@@ -18,8 +18,8 @@ import typing
 from collections.abc import Callable
 
 from hwprofiles import ProfileError
-from kvtier.plan import PlanError
-from kvtier.validate import InputError
+from kvtier.contracts.plan import PlanError
+from kvtier.contracts.validate import InputError
 from real.errors import RealError
 from sim.config import ConfigError
 from sim.hw.machine import RouteError

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.capacity_plots import write_figures
-from kvtier.console import make_console
-from kvtier.validate import check_out_dir, float_arg, int_arg
+from kvtier.contracts.console import make_console
+from kvtier.contracts.validate import check_out_dir, float_arg, int_arg
 from sim.capacity.evaluate import Point, Question
 from sim.capacity.executors import make_executor
 from sim.capacity.prices import add_costs, load_prices

@@ -18,12 +18,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
-from kvtier.console import make_console
-from kvtier.plan import read_plan
-from kvtier.provenance import file_digest
-from kvtier.records import Records
-from kvtier.units import fmt_bytes
-from kvtier.validate import float_arg, int_arg
+from kvtier.contracts.console import make_console
+from kvtier.contracts.plan import read_plan
+from kvtier.contracts.provenance import file_digest
+from kvtier.contracts.records import Records
+from kvtier.contracts.units import fmt_bytes
+from kvtier.contracts.validate import float_arg, int_arg
 from real.datafile import prepare_targets
 from real.engine import REPLAY_ENGINES
 from real.errors import RealError
@@ -85,7 +85,7 @@ def add_cli(group: argparse._SubParsersAction) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from kvtier.outdir import claim
+    from kvtier.contracts.outdir import claim
 
     with claim(
         args.out, force=args.force, label=f"replay of {args.plan}"

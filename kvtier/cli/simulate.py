@@ -13,11 +13,11 @@ from rich.table import Column, Table
 
 from hwprofiles import load_profile
 from kvtier.cli.tables import decode_title, print_tables, rows_table
-from kvtier.console import make_console
-from kvtier.outdir import claim, run_id
-from kvtier.plan import PlanError, read_plan
-from kvtier.units import fmt_bytes
-from kvtier.validate import check_out_dir, int_arg
+from kvtier.contracts.console import make_console
+from kvtier.contracts.outdir import claim, run_id
+from kvtier.contracts.plan import PlanError, read_plan
+from kvtier.contracts.units import fmt_bytes
+from kvtier.contracts.validate import check_out_dir, int_arg
 from sim.config import ConfigError, load_scenario
 from sim.executor import simulate
 from sim.factors import expand_matrix
@@ -269,7 +269,7 @@ def limiter(row: pd.Series) -> str:
 
 
 def _sim_plan(console: Console, args: argparse.Namespace, profile) -> int:
-    from kvtier.provenance import file_digest
+    from kvtier.contracts.provenance import file_digest
 
     plan = read_plan(args.plan)
     run = run_id(cmd="sim", plan=file_digest(args.plan), hw=dataclasses.asdict(profile))

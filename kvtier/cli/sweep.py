@@ -13,10 +13,10 @@ from rich.progress import Progress
 
 from hwprofiles import load_profile
 from kvtier.cli.tables import frame_table, print_tables
-from kvtier.console import make_console
-from kvtier.outdir import claim, run_id
-from kvtier.provenance import provenance
-from kvtier.validate import check_out_dir, int_arg
+from kvtier.contracts.console import make_console
+from kvtier.contracts.outdir import claim, run_id
+from kvtier.contracts.provenance import provenance
+from kvtier.contracts.validate import check_out_dir, int_arg
 from sim.config import ConfigError, load_scenario
 from sim.limits import check_scenario
 from sim.sweep import HW, parse_factor, sweep, sweep_points

@@ -38,9 +38,9 @@ from kvtier.cli.validate_designs import (
     report_designs,
     run_designs,
 )
-from kvtier.console import make_console
-from kvtier.plan import write_plan
-from kvtier.records import Records
+from kvtier.contracts.console import make_console
+from kvtier.contracts.plan import write_plan
+from kvtier.contracts.records import Records
 from real._signals import phase
 from real.crosscheck import describe, fio_cross_check
 from real.engine import REPLAY_ENGINES
@@ -246,7 +246,7 @@ def run_validation(
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from kvtier.outdir import claim
+    from kvtier.contracts.outdir import claim
 
     check_args(args)
     with claim(args.out, force=args.force, label=f"validate seed {args.seed}"):
@@ -328,7 +328,7 @@ def report_regimes(
     """Write and print the regime validation; True when every device's bytes matched and
     the IOPS/bandwidth regimes met their target (or the run is ``--informational``).
     ``load``: the 1/5/15-minute load averages at the run's start and end, recorded."""
-    from kvtier.provenance import provenance
+    from kvtier.contracts.provenance import provenance
     from real.replay import write_results
 
     out = Path(args.out)

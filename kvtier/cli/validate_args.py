@@ -1,6 +1,6 @@
 """The flags of ``kvtier real validate`` and their checks.
 
-Every value is checked by argparse as it is parsed (:mod:`kvtier.validate`'s
+Every value is checked by argparse as it is parsed (:mod:`kvtier.contracts.validate`'s
 typed flags), so nonsense ends in one line naming the flag, exit 2, before
 anything runs: ``--n``/``--steps`` integers >= 1, ``--step-s`` a finite number
 > 0, ``--scale`` a number in (0, 1] (left out: measured), ``--seed`` an
@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 
 from hwprofiles import load_profile
-from kvtier.validate import check_out_dir, float_arg, int_arg
+from kvtier.contracts.validate import check_out_dir, float_arg, int_arg
 from real.errors import RealError
 from real.validate import REGIMES
 

@@ -103,8 +103,8 @@ from kvtier.cli.design_metrics import (
     ranking,
 )
 from kvtier.cli.design_replayer import design_profile, paced
-from kvtier.plan import extents_csr
-from kvtier.records import Records
+from kvtier.contracts.plan import extents_csr
+from kvtier.contracts.records import Records
 from sim.config import ConfigError, ScenarioConfig, SwarmParams, Variant, load_scenario
 from sim.runner import plan_variants, slug
 
@@ -259,8 +259,8 @@ def write_designs(
     meta: dict[str, Any],
 ) -> dict[str, Any]:
     """``designs.parquet``, ``designs.json`` (provenance, ranking) and per-design records."""
-    from kvtier.plan import write_plan
-    from kvtier.provenance import provenance
+    from kvtier.contracts.plan import write_plan
+    from kvtier.contracts.provenance import provenance
 
     out.mkdir(parents=True, exist_ok=True)
     table.to_parquet(out / "designs.parquet", index=False)

@@ -1,6 +1,6 @@
 """The binding resource of a run: the largest used share of a resource's capacity.
 
-A device record's ``util_mean`` (:mod:`kvtier.records`) is the share of the
+A device record's ``util_mean`` (:mod:`kvtier.contracts.records`) is the share of the
 run a device *had work*; a link carrying one slow trickle the whole run is
 100% busy yet nearly idle.  What binds is the resource whose *capacity* the
 run used the most of, over the makespan ``T`` (the last op's end):

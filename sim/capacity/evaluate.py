@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hwprofiles import HardwareProfile
-from kvtier.provenance import file_digest
+from kvtier.contracts.provenance import file_digest
 from sim.capacity.binding import binding, of_run
 from sim.capacity.variants import Hardware, derive
 from sim.config import ConfigError, ScenarioConfig, ServingParams, SparseDecodeParams, Variant

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from hwprofiles import HardwareProfile
-from kvtier.units import GB, MiB
+from kvtier.contracts.units import GB, MiB
 from sim.engine.maxmin import maxmin_rates
 from sim.hw.machine import Machine
 

@@ -42,7 +42,7 @@ import simpy
 
 from hwprofiles import HardwareProfile, LinkSpec, SsdGroup
 from hwprofiles.schema import efficiency_of
-from kvtier.units import gbps, us
+from kvtier.contracts.units import gbps, us
 from sim.engine.flownet import FlowNetwork
 from sim.hw.iometer import IoMeter
 from sim.models.cost import LayerCost, roofline_seconds

@@ -103,7 +103,7 @@ class KVDesign(Protocol):
 
     ``score_device`` says where its selection (``StepDecision.score_flops``
     over ``score_bytes``) runs: ``"cpu"`` (the host cores, against a
-    DRAM-resident index, :data:`kvtier.plan.CPU`) or ``"gpu"``.
+    DRAM-resident index, :data:`kvtier.contracts.plan.CPU`) or ``"gpu"``.
     """
 
     name: str

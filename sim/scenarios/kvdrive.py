@@ -65,7 +65,7 @@ from dataclasses import replace
 import numpy as np
 import pyarrow as pa
 
-from kvtier.plan import CPU, PlanBuilder
+from kvtier.contracts.plan import CPU, PlanBuilder
 from sim.models import decode_layer_cost, get_model
 from sim.policies.kvdrive.sync import MEMMAP_IO_BYTES, allocate_pinned
 from sim.policies.kvdrive.windows import allocate_windows

@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
-from kvtier.plan import BLOCK, plan_from_columns
+from kvtier.contracts.plan import BLOCK, plan_from_columns
 from sim.config import SparseDecodeParams
 from sim.models import decode_layer_cost, get_model
 

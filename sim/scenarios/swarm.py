@@ -56,8 +56,8 @@ import numpy as np
 import pyarrow as pa
 
 from hwprofiles import HardwareProfile
-from kvtier.plan import BLOCK, CPU, PlanBuilder
-from kvtier.units import KiB
+from kvtier.contracts.plan import BLOCK, CPU, PlanBuilder
+from kvtier.contracts.units import KiB
 from sim.config import SwarmParams
 from sim.hw.machine import Machine
 from sim.models import decode_layer_cost, get_model

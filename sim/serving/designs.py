@@ -53,7 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvtier.plan import IO_PATHS
+from kvtier.contracts.plan import IO_PATHS
 from sim.registry import SERVING_DESIGNS, ParamError
 
 register = SERVING_DESIGNS.register  # register("name", DesignParams, preset={...})

@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kvtier.records import Records
+from kvtier.contracts.records import Records
 from sim.serving.planstore import PlanStore
 from sim.serving.requests import Request
 

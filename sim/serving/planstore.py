@@ -9,7 +9,7 @@ are consecutive slots of equal length, so :class:`PlanStore` keeps them as
 (``offset + i * stride``, ``length``) — a few per op, and expands them back
 only when the plan is asked for, in chunks of ops
 (:meth:`PlanStore.chunks`), so that writing ``plan.parquet``
-(:func:`kvtier.plan.write_plan`) never holds the whole extents table.  The
+(:func:`kvtier.contracts.plan.write_plan`) never holds the whole extents table.  The
 expanded plan is the one the ops were issued with, extent for extent.
 
 Ops' scalar columns are kept in typed arrays (``array.array``: 8 bytes a
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kvtier.plan import NO_EXTENTS, plan_from_columns
+from kvtier.contracts.plan import NO_EXTENTS, plan_from_columns
 
 PENDING_EXTENTS = 1 << 20  # raw extent rows buffered before they are encoded as runs
 PENDING_ROWS = 1024  # op rows buffered before they are appended to the columns

@@ -15,8 +15,8 @@ import pytest
 from analysis.plots import LABELS as SWEEP_LABELS
 from analysis.serving_plots import LABELS as SERVING_LABELS
 from hwprofiles import load_profile
-from kvtier.provenance import provenance
-from kvtier.records import Records
+from kvtier.contracts.provenance import provenance
+from kvtier.contracts.records import Records
 from real.profile_yaml import scaled_profile
 from real.validate import compare, regime_plan, write_report
 from sim.config import load_scenario

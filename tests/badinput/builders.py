@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from hwprofiles import PROFILE_DIR
-from kvtier.plan import PlanBuilder, write_plan
+from kvtier.contracts.plan import PlanBuilder, write_plan
 
 Files = dict[str, "str | bytes | Callable[[Path], None]"]
 PROFILE = (PROFILE_DIR / "h100-2dimm-2ssd.yaml").read_text()

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kvtier.plan import (
+from kvtier.contracts.plan import (
     PLAN_SCHEMA,
     PlanBuilder,
     PlanError,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from real.crosscheck import describe, fio_cross_check, steps_of
 from real.datafile import prepare_targets
 from real.errors import RealError

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from real._blocks import BLOCK, BlockFormat
 from real.datafile import (
     _magic_signature,

@@ -15,7 +15,7 @@ import pytest
 from hwprofiles import load_profile
 from kvtier.cli.design_replayer import design_profile, designs_paced, paced_costs
 from kvtier.cli.validate import Devices
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from real._pacing import Pacer
 from real.replay import replay
 from real.targets import Limits, Target

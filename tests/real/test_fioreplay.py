@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvtier.plan import BLOCK, PlanBuilder
-from kvtier.records import DEVICE_RECORD_SCHEMA, OP_RECORD_SCHEMA
+from kvtier.contracts.plan import BLOCK, PlanBuilder
+from kvtier.contracts.records import DEVICE_RECORD_SCHEMA, OP_RECORD_SCHEMA
 from real import _fiolog, _fioprobe, fioreplay
 from real.datafile import io_layout, prepare_targets
 from real.errors import RealError

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from real.errors import RealError
 from real.iolog import export_iologs, fio_replay_throughput, iolog_lines, job_file
 from real.targets import Limits, Target

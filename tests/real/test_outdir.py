@@ -1,4 +1,4 @@
-"""The output lock (:mod:`kvtier.outdir`): one run per directory, for every command.
+"""The output lock (:mod:`kvtier.contracts.outdir`): one run per directory, for every command.
 
 A concurrent second run is refused naming the holder's pid; a directory holding
 another run's results is refused unless ``--force``; a rerun of the very same
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from kvtier.cli.main import main
-from kvtier.outdir import LOCK, claim, run_id
-from kvtier.validate import InputError
+from kvtier.contracts.outdir import LOCK, claim, run_id
+from kvtier.contracts.validate import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ["sim", "--scenario", "tiers", "--hw", "h20-8ssd", "--steps", "1"]
@@ -77,7 +77,7 @@ def test_out_that_is_a_file_is_one_line(tmp_path: Path) -> None:
 HOLD = textwrap.dedent(
     """
     import sys, time
-    from kvtier.outdir import claim
+    from kvtier.contracts.outdir import claim
     with claim(sys.argv[1], label="holder"):
         print("held", flush=True)
         time.sleep(60)

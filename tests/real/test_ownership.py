@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtier.plan import PlanBuilder, write_plan
+from kvtier.contracts.plan import PlanBuilder, write_plan
 from real.errors import RealError
 from real.ownership import HEAD, check_write, magic_signature
 

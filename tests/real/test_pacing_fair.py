@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from real import scheduler
 from real._pacing import BURST_S, Pacer, io_costs, max_min
 from real.datafile import prepare_targets

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from real import _rawring
 from real._iobatch import water_fill
 from real.datafile import prepare_targets

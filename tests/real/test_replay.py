@@ -18,8 +18,8 @@ import pytest
 
 from kvtier.cli.main import main
 from kvtier.cli.replay import modelled_durations
-from kvtier.plan import PlanBuilder, write_plan
-from kvtier.records import ssd_totals
+from kvtier.contracts.plan import PlanBuilder, write_plan
+from kvtier.contracts.records import ssd_totals
 from real import _gds, _uring
 from real._pacing import BURST_S
 from real.datafile import prepare_targets

@@ -12,8 +12,8 @@ import pytest
 
 from hwprofiles import load_profile
 from kvtier.cli.replay import modelled_durations
-from kvtier.plan import CPU, PlanBuilder
-from kvtier.records import ssd_totals
+from kvtier.contracts.plan import CPU, PlanBuilder
+from kvtier.contracts.records import ssd_totals
 from real.datafile import prepare_targets
 from real.replay import replay, validate_for_replay
 

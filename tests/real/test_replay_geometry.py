@@ -2,7 +2,7 @@
 
 Three independent counts per SSD must agree: what the simulator's flows moved,
 what the replay read and verified, and the sums over the plan's I/Os
-(:func:`kvtier.plan.io_extents`).  Data files cover exactly the ranges read.
+(:func:`kvtier.contracts.plan.io_extents`).  Data files cover exactly the ranges read.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hwprofiles import load_profile
-from kvtier.plan import BLOCK, PlanBuilder, io_extents
+from kvtier.contracts.plan import BLOCK, PlanBuilder, io_extents
 from real.datafile import io_layout, prepare_targets
 from real.errors import RealError
 from real.replay import replay

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtier.plan import PlanBuilder, write_plan
+from kvtier.contracts.plan import PlanBuilder, write_plan
 from real import blkio
 
 ROOT = Path(__file__).resolve().parents[2]

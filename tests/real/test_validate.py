@@ -15,7 +15,7 @@ import pytest
 
 from hwprofiles import load_profile
 from kvtier.cli.main import main
-from kvtier.records import Records
+from kvtier.contracts.records import Records
 from real.profile_yaml import scaled_profile
 from real.validate import compare, regime_plan, regime_shapes, within_target
 from sim.executor import simulate
@@ -103,7 +103,7 @@ def test_iops_step_is_the_devices_or_the_replayers_core_whichever_binds(per_io_u
     the devices serve), so the step is whichever is longer, never their sum:
     c = 5: devices 100 us + 3,000 / 29,920 = 100.37 ms > core 4 x 3,000 x 5 us = 60 ms;
     c = 12: core 144 ms > devices 100.37 ms (the latency under the core's work)."""
-    from kvtier.plan import PlanBuilder
+    from kvtier.contracts.plan import PlanBuilder
     from real.validate import with_engine_costs
 
     prof = scaled_profile(load_profile("h20-8ssd"), 4, 0.0272, 1 << 30)
@@ -123,7 +123,7 @@ def test_the_replayers_round_is_charged_per_op_not_per_batch():
     op, not one per batch of its queue depth -- 75 batches a device would charge
     4 x 7.5 ms more (a stream's passes reap and refill what completed, their cost in
     the per-I/O time), and bound by the core the step would read 174.4 ms."""
-    from kvtier.plan import PlanBuilder
+    from kvtier.contracts.plan import PlanBuilder
     from real.validate import with_engine_costs
 
     prof = scaled_profile(load_profile("h20-8ssd"), 4, 0.0272, 1 << 30)

@@ -25,7 +25,7 @@ from kvtier.cli.validate_designs import (
     run_designs,
     scaled_designs,
 )
-from kvtier.records import Records
+from kvtier.contracts.records import Records
 from real import blkio
 from real.targets import Limits, Target
 from sim.config import ConfigError

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from hwprofiles import load_profile
-from kvtier.plan import PlanBuilder, io_extents
-from kvtier.units import KiB
+from kvtier.contracts.plan import PlanBuilder, io_extents
+from kvtier.contracts.units import KiB
 from sim.executor import simulate
 from sim.hw.machine import ssd_rates
 from sim.policies import extents_from_slots

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hwprofiles import load_profile
-from kvtier.plan import CPU, PlanBuilder, PlanError, validate_plan
+from kvtier.contracts.plan import CPU, PlanBuilder, PlanError, validate_plan
 from sim.config import SwarmParams
 from sim.executor import simulate
 from sim.models import decode_layer_cost, get_model

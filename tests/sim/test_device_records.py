@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from sim.executor import simulate
 
 MIB = 1 << 20

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtier.plan import PlanBuilder, PlanError
+from kvtier.contracts.plan import PlanBuilder, PlanError
 from sim.executor import simulate
 
 MIB = 1 << 20

@@ -12,7 +12,7 @@ import pytest
 import sim.executor
 from hwprofiles import PROFILE_DIR, EfficiencySpec, load_profile
 from kvtier.cli.main import main
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from sim.config import SwarmParams
 from sim.executor import simulate
 from sim.hw.machine import Machine

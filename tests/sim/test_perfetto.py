@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from kvtier.plan import PlanBuilder
-from kvtier.records import op_records
+from kvtier.contracts.plan import PlanBuilder
+from kvtier.contracts.records import op_records
 from sim.perfetto import trace_events, write_trace
 
 # (start_s, end_s) of each op of the plan below

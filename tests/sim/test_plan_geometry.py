@@ -17,7 +17,7 @@ import yaml
 
 import sim.scenarios.swarm as swarm_scenario
 from hwprofiles import load_profile
-from kvtier.plan import BLOCK, extents_csr, io_extents
+from kvtier.contracts.plan import BLOCK, extents_csr, io_extents
 from sim.config import SwarmParams
 from sim.policies.swarm.types import Clustering
 from sim.scenarios.sparse_decode import SparseDecodeShape, build_plan

@@ -4,7 +4,7 @@ DDR4-2666 channel, which every bounced SSD byte crosses twice."""
 import pytest
 
 from hwprofiles import load_profile
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from sim.executor import simulate
 
 MIB = 1 << 20

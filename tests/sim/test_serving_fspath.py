@@ -4,7 +4,7 @@ readahead-sized device I/O, ~11x slower than host memory on its server."""
 import pytest
 
 from hwprofiles import load_profile
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from sim.executor import simulate
 from sim.hw.machine import Machine
 from sim.serving.designs import get_design

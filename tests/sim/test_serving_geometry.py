@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwprofiles import load_profile
-from kvtier.plan import io_extents, validate_plan
-from kvtier.plan import split_extents as split_ios
+from kvtier.contracts.plan import io_extents, validate_plan
+from kvtier.contracts.plan import split_extents as split_ios
 from sim.models import get_model
 from sim.serving.build import build_engine
 from sim.serving.designs import get_design

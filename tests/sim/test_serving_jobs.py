@@ -164,7 +164,7 @@ def test_io_totals_from_the_common_length_equal_the_reduction() -> None:
     """:func:`transfers._totals` from ``length`` (Python ints) equals
     :func:`extent_totals` over the array, for I/O sizes below, at, above and
     not dividing the range length, and for one I/O per range."""
-    from kvtier.plan import extent_totals
+    from kvtier.contracts.plan import extent_totals
     from sim.serving.execute.transfers import _totals
 
     ext = np.array([[0, 12288], [65536, 12288], [8192, 12288]], dtype=np.int64)

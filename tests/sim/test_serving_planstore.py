@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtier.plan import PlanBuilder, read_plan, write_plan
+from kvtier.contracts.plan import PlanBuilder, read_plan, write_plan
 from sim.serving import planstore
 from sim.serving.planstore import COLUMNS, PlanStore, encode_runs, expand_runs
 

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 from hwprofiles import load_profile
-from kvtier.plan import depends_csr, validate_plan
+from kvtier.contracts.plan import depends_csr, validate_plan
 from sim.config import load_scenario
 from sim.models import get_model
 from sim.scenarios.sparse_decode import (

@@ -20,7 +20,7 @@ import math
 
 import pytest
 
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from sim.executor import simulate
 from sim.hw.machine import ssd_rates
 

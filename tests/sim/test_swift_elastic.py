@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hwprofiles import load_profile
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from sim.executor import simulate
 from sim.serving.swift.elastic import (
     ElasticCache,

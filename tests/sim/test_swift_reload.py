@@ -4,7 +4,7 @@ from the profile's links (pure) and through the simulator; the shared host link.
 import pytest
 
 from hwprofiles import load_profile
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 from sim.executor import simulate
 from sim.hw.machine import Machine
 from sim.models import get_model

@@ -26,7 +26,7 @@ reproduces the same end times).  A read/write given ``extents`` (one
 (offset, length) byte range on its SSD each, cut into I/Os of ``io_bytes``)
 is written down with them, so the replay touches the byte ranges the
 design's layout chose; its bytes and I/O count, and so its physics, are the
-extents' total and I/O count (:func:`kvtier.plan.extent_totals`).  The rows
+extents' total and I/O count (:func:`kvtier.contracts.plan.extent_totals`).  The rows
 are kept compactly (:class:`sim.serving.planstore.PlanStore`: typed columns,
 extents as runs) and become a plan again on :meth:`OnlineOps.plan`; a run
 made with ``keep_plan=False`` keeps only what its op records need.
@@ -43,8 +43,8 @@ import numpy as np
 import pyarrow as pa
 import simpy
 
-from kvtier.plan import extent_totals
-from kvtier.records import OP_RECORD_SCHEMA, Records, op_records
+from kvtier.contracts.plan import extent_totals
+from kvtier.contracts.records import OP_RECORD_SCHEMA, Records, op_records
 from sim.engine.flownet import Flow, FlowNetwork
 from sim.executor import OpPhysics, device_records, op_physics
 from sim.hw.machine import Machine

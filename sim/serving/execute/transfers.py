@@ -50,7 +50,7 @@ import numpy as np
 import simpy
 
 from hwprofiles import HardwareProfile
-from kvtier.plan import extent_totals
+from kvtier.contracts.plan import extent_totals
 from sim.serving.designs import DesignParams
 from sim.serving.execute.online import OnlineOps
 from sim.serving.policy.jobs import Piece, Transfer
@@ -230,7 +230,7 @@ def _totals(ext: np.ndarray | None, n: int, length: int, io_bytes: int) -> tuple
     """Bytes and I/O count of ``n`` ranges ``ext`` cut into I/Os of ``io_bytes``
     (0 = one I/O per range): from Python ints when every range is ``length``
     long (``ext`` then need not be made), else reduced over the array
-    (:func:`kvtier.plan.extent_totals`)."""
+    (:func:`kvtier.contracts.plan.extent_totals`)."""
     if length > 0:
         return n * length, n * (-(-length // io_bytes)) if io_bytes > 0 else n
     return extent_totals(ext, io_bytes)

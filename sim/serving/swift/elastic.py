@@ -41,7 +41,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from kvtier.plan import PlanBuilder
+from kvtier.contracts.plan import PlanBuilder
 
 LAYOUTS = ("block-major", "layer-major")
 

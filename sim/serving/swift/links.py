@@ -20,7 +20,7 @@ from collections import deque
 
 from hwprofiles import HardwareProfile, LinkSpec
 from hwprofiles.schema import efficiency_of
-from kvtier.units import gbps
+from kvtier.contracts.units import gbps
 
 
 def achievable_bps(profile: HardwareProfile, link: LinkSpec) -> float:

@@ -46,7 +46,7 @@ DRAM-resident index).  A GPU compute op has ``threads`` 0.
 
 :func:`plan_from_columns` builds the table from whole columns (CSR
 dependencies and extents); :func:`write_plan` / :func:`read_plan` store it.
-:mod:`kvtier.plan` is the plan's public face (builder, validation, geometry).
+:mod:`kvtier.contracts.plan` is the plan's public face (builder, validation, geometry).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kvtier.geometry import NO_EXTENTS
+from kvtier.contracts.geometry import NO_EXTENTS
 
 KINDS = ("read", "write", "copy", "compute")
 CPU = "cpu"  # the ``dst`` of a compute op that runs on the host CPU

@@ -1,13 +1,13 @@
 """Transfer plans: the contract between policies and executors.
 
 This module is the plan's public face, and everything below is importable
-from it (``from kvtier.plan import X``); its parts live in
+from it (``from kvtier.contracts.plan import X``); its parts live in
 
-* :mod:`kvtier.plan_schema` -- the columns (a table of what each means), their
+* :mod:`kvtier.contracts.plan_schema` -- the columns (a table of what each means), their
   defaults, :func:`plan_from_columns` and the Parquet form
   (:func:`write_plan`, :func:`read_plan`);
-* :mod:`kvtier.plan_check` -- :func:`validate_plan`;
-* :mod:`kvtier.geometry` -- the byte ranges and I/Os of read/write ops;
+* :mod:`kvtier.contracts.plan_check` -- :func:`validate_plan`;
+* :mod:`kvtier.contracts.geometry` -- the byte ranges and I/Os of read/write ops;
 * here -- :class:`PlanBuilder`.
 
 Geometry.  Every read/write op names exactly the byte ranges it touches in
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kvtier.geometry import (  # re-exported: the plan's geometry is part of its contract
+from kvtier.contracts.geometry import (  # re-exported: the plan's geometry is part of its contract
     BLOCK,
     NO_EXTENTS,
     IOExtents,
@@ -51,8 +51,8 @@ from kvtier.geometry import (  # re-exported: the plan's geometry is part of its
     io_extents,
     split_extents,
 )
-from kvtier.plan_check import validate_plan
-from kvtier.plan_schema import (
+from kvtier.contracts.plan_check import validate_plan
+from kvtier.contracts.plan_schema import (
     COLUMN_DEFAULTS,
     CPU,
     EXTENT,

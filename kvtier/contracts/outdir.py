@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kvtier.validate import InputError
+from kvtier.contracts.validate import InputError
 
 LOCK = ".kvtier.lock"
 

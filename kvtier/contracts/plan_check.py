@@ -1,12 +1,12 @@
 """Validation of a transfer plan against its schema, its geometry and a profile.
 
-:func:`validate_plan` raises :class:`~kvtier.plan_schema.PlanError` with one
+:func:`validate_plan` raises :class:`~kvtier.contracts.plan_schema.PlanError` with one
 line naming the first bad op and column.  It is vectorised: masks over whole
 columns, and the per-row rules (:func:`_check_row`) run only on the first row
 of each distinct combination of what they decide on, so a 1M-op plan costs no
 Python loop over its ops.  A scattered op must agree with its extents:
 ``n_ios`` their I/O count, ``bytes`` their total length, ``offset`` the first
-range's offset and ``stride`` 0 (:mod:`kvtier.geometry`).
+range's offset and ``stride`` 0 (:mod:`kvtier.contracts.geometry`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kvtier.geometry import extents_columns, extents_csr
-from kvtier.plan_schema import CPU, IO_PATHS, KINDS, PLAN_SCHEMA, PlanError, depends_csr
+from kvtier.contracts.geometry import extents_columns, extents_csr
+from kvtier.contracts.plan_schema import CPU, IO_PATHS, KINDS, PLAN_SCHEMA, PlanError, depends_csr
 
 
 def validate_plan(

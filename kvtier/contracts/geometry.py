@@ -1,6 +1,6 @@
 """Plan geometry: the byte ranges a plan's read/write ops touch, and their I/Os.
 
-The two forms and their meaning are described in :mod:`kvtier.plan` (regular
+The two forms and their meaning are described in :mod:`kvtier.contracts.plan` (regular
 ``offset``/``stride``/``n_ios``; scattered ``extents`` cut at ``io_bytes``).
 These functions compute with them, vectorised: what an extents list implies
 for the regular columns (:func:`extents_columns`, :func:`extent_totals`), how
