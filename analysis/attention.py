@@ -30,6 +30,10 @@
 # Set `FOLDER` in the parameters cell (or the environment variable `KVTIER_TRACES`) to the
 # folder holding the captures (default `../traces-real`). The first two (sorted by name) are
 # text A and text B.
+#
+# `make lab` opens this notebook too, but sets no captures: `KVTIER_TRACES` (or `FOLDER`)
+# must name a folder of them (the tiny run in `analysis/tiny-run/` holds none: capturing
+# needs the SmolLM2 weights, `make test` installs them).
 
 # %%
 import os

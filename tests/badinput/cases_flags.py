@@ -92,4 +92,7 @@ FLAGS: list[tuple[str, str, Files, str]] = [
             ("with-jobs", "--executor ray --address 127.0.0.1:1 --jobs 2", "--jobs"),
         )
     ],
+    # --- kvtier lab (make lab): checked before JupyterLab is looked for
+    ("lab-results-file", "lab --results f", {"f": "x"}, "--results"),
+    ("lab-port-neg", "lab --port -1", {}, "--port"),
 ]
