@@ -9,9 +9,11 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -126,6 +128,19 @@ def test_kvtier_lab_without_jupyterlab_is_one_line(tmp_path, monkeypatch, capsys
     _check(main(["lab", "--no-browser"]), capsys.readouterr().err, "kvtier[notebooks]")
 
 
+def _contents(url: str, deadline: float) -> set[str]:
+    """The names the server lists at ``url``, asked until it answers (it prints its URL
+    before its loop accepts connections) or ``deadline``."""
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as r:
+                return {c["name"] for c in json.load(r)["content"]}
+        except urllib.error.URLError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def test_kvtier_lab_serves_headless(tmp_path: Path) -> None:
     """The real server: ``kvtier lab --no-browser`` answers on its port, rooted at analysis/."""
     if importlib.util.find_spec("jupyterlab") is None:
@@ -133,8 +148,11 @@ def test_kvtier_lab_serves_headless(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_RUNTIME_DIR": str(tmp_path)}
     cmd = [sys.executable, "-m", "kvtier.cli", "lab", "--results", str(tmp_path)]
     root = ["--allow-root"] if os.geteuid() == 0 else []  # a container's root user
+    with socket.socket() as s:  # a port free now (JupyterLab moves to the next if taken)
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
     proc = subprocess.Popen(
-        [*cmd, "--no-browser", "--port", "0", *root], env=env, stderr=subprocess.PIPE, text=True
+        [*cmd, "--no-browser", "--port", port, *root], env=env, stderr=subprocess.PIPE, text=True
     )
     try:
         url = None
@@ -144,8 +162,7 @@ def test_kvtier_lab_serves_headless(tmp_path: Path) -> None:
             url = (re.search(r"(http://127\.0\.0\.1:\d+)/lab\?token=(\w+)", line) or [None])[0]
         assert url, "JupyterLab printed no URL in 120 s"
         base, token = url.split("/lab?token=")
-        with urllib.request.urlopen(f"{base}/api/contents?token={token}", timeout=30) as r:
-            names = {c["name"] for c in json.load(r)["content"]}
+        names = _contents(f"{base}/api/contents?token={token}", deadline)
         assert {f"{n}.ipynb" for n in NOTEBOOKS} <= names and "tiny-run" in names
     finally:
         proc.terminate()
