@@ -59,6 +59,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
             "kvtier lab: JupyterLab is not installed: make lab, or pip install 'kvtier[notebooks]'"
         )
     results = lab_results(args.results)
+    if not results.is_dir():  # an install without the checkout's analysis/tiny-run
+        raise InputError(f"--results {args.results}: holds no results, and {TINY} is missing")
     console = make_console()
     if results == TINY:
         console.print(f"no results under {args.results}: the notebooks read the shipped tiny "
