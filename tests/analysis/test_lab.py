@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.results import TINY, lab_results, newest_run
+from analysis.results import TINY, lab_results, lab_traces, newest_run
 from kvtier.cli.main import main
 from tests.badinput.test_corpus import _check
 
@@ -51,15 +51,17 @@ def _expected(name: str, t: Path) -> tuple[str, dict[str, str], object]:
                        {"n": swift["design"].tolist()}),
         "kvdrive": ("RESULTS", {"n": "len(runs)"}, {"n": len(kvd)}),
         "validation": ("OUT", {"n": "report['bytes_match']"}, {"n": report["bytes_match"]}),
+        # two captures of SmolLM2-135M: 30 layers x 3 KV heads, one statistics row each
+        "attention": ("FOLDER", {"n": "names", "heads": "len(df)"},
+                      {"n": ["pydoc-a", "pydoc-b"], "heads": 30 * 3}),
     }[name]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_every_notebook_runs_on_the_shipped_tiny_run(name, run_notebook, tiny) -> None:
-    if name == "attention":
-        pytest.skip("attention reads SmolLM2 captures; the tiny run ships none (README.md)")
     param, probes, want = _expected(name, tiny)
-    _, got = run_notebook(name, {param: str(tiny)}, probes)
+    where = tiny / "traces" if param == "FOLDER" else tiny
+    _, got = run_notebook(name, {param: str(where)}, probes)
     assert got == want
 
 
@@ -71,6 +73,12 @@ def test_each_notebook_names_the_command_behind_its_inputs() -> None:
         block = re.search(r"```sh\n(.+?)```", first.source, re.S)
         assert block and re.search(r"^(kvtier|make) \w", block.group(1), re.M), name
         assert "make lab" in first.source, name
+
+
+def test_the_lab_reads_the_users_captures_else_the_tiny_runs(tmp_path: Path) -> None:
+    assert lab_traces(tmp_path) == TINY / "traces"
+    (tmp_path / "a.parquet").write_bytes(b"")  # the notebook's glob: *.parquet in the folder
+    assert lab_traces(tmp_path) == tmp_path.resolve()
 
 
 def test_the_lab_reads_the_users_results_else_the_tiny_run(tmp_path: Path) -> None:
@@ -97,6 +105,7 @@ def test_kvtier_lab_starts_jupyterlab_on_analysis_with_the_results(
     tmp_path: Path, monkeypatch
 ) -> None:
     """What ``kvtier lab`` hands over (JupyterLab itself is not needed to see it)."""
+    monkeypatch.chdir(tmp_path)  # no traces-real/ here
     calls = []
 
     def execve(path, argv, env):
@@ -116,6 +125,7 @@ def test_kvtier_lab_starts_jupyterlab_on_analysis_with_the_results(
     assert f"--ServerApp.root_dir={ROOT / 'analysis'}" in argv
     assert argv[-3:] == ["--no-browser", "--port=8899", "--allow-root"]
     assert env["KVTIER_RESULTS"] == str(tmp_path.resolve())
+    assert env["KVTIER_TRACES"] == str(TINY / "traces")
 
 
 def test_kvtier_lab_without_jupyterlab_is_one_line(tmp_path, monkeypatch, capsys) -> None:
