@@ -57,8 +57,9 @@ def lab_command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    if Path(args.results).exists() and not Path(args.results).is_dir():
-        raise InputError(f"--results {args.results}: not a folder")
+    for flag, path in (("--results", args.results), ("--traces", args.traces)):
+        if Path(path).exists() and not Path(path).is_dir():
+            raise InputError(f"{flag} {path}: not a folder")
     if importlib.util.find_spec("jupyterlab") is None:
         raise InputError(
             "kvtier lab: JupyterLab is not installed: make lab, or pip install 'kvtier[notebooks]'"

@@ -94,5 +94,6 @@ FLAGS: list[tuple[str, str, Files, str]] = [
     ],
     # --- kvtier lab (make lab): checked before JupyterLab is looked for
     ("lab-results-file", "lab --results f", {"f": "x"}, "--results"),
+    ("lab-traces-file", "lab --traces f.parquet", {"f.parquet": "x"}, "--traces"),
     ("lab-port-neg", "lab --port -1", {}, "--port"),
 ]
