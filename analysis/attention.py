@@ -30,6 +30,10 @@
 # Set `FOLDER` in the parameters cell (or the environment variable `KVTIER_TRACES`) to the
 # folder holding the captures (default `../traces-real`). The first two (sorted by name) are
 # text A and text B.
+#
+# `make lab` opens this notebook with `KVTIER_TRACES` set to `traces-real/`, or, when
+# that holds no capture, to the two tiny ones shipped in `analysis/tiny-run/traces/`
+# (its `README.md` lists the commands that made them).
 
 # %%
 import os

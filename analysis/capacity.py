@@ -21,22 +21,38 @@
 # TTFT and tokens/s, each point coloured by its binding resource (the largest
 # used share of a capacity), and the bottleneck map (SSD count x DRAM per design;
 # one panel per GPU count when the plan searched several: tensor parallelism over
-# N GPUs, each rank on its share of the host).
+# N GPUs, each rank on its share of the host).  `RESULTS` may be a folder above several
+# plans: the newest `plan.parquet` of a `kvtier plan` under it is drawn.
+#
+# ```sh
+# make plan   # kvtier plan $(PLAN_ARGS) --out results/plan: see the Makefile
+# ```
+#
+# `make lab` opens this notebook with `KVTIER_RESULTS` set to your results folder
+# (`results/`), or, when that holds none, to the tiny run shipped in `analysis/tiny-run/`
+# (its `README.md` lists the commands that made it).
 
 # %%
 import os
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 from IPython.display import display
 
 from analysis.capacity_plots import bottleneck_map, classes, pareto_figure
+from analysis.results import newest_run
 
 # %% tags=["parameters"]
 # the folder kvtier plan wrote (the tests inject a tiny one)
 RESULTS = os.environ.get("KVTIER_RESULTS", "../results/plan")
 
 # %%
+# a kvtier plan's table (priced points), not a transfer plan of a `kvtier sim` run
+RESULTS = newest_run(
+    RESULTS, "plan.parquet", lambda d: "cost_usd" in pq.read_schema(d / "plan.parquet").names
+)
+print(f"plan: {RESULTS}")
 plan = pd.read_parquet(Path(RESULTS) / "plan.parquet")
 plan = plan.assign(bottleneck_class=classes(plan))
 ok = plan[plan["status"] == "ok"]

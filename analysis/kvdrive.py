@@ -28,6 +28,10 @@
 # Set `RESULTS` in the parameters cell (or `KVTIER_RESULTS`) to a folder above the
 # runs: every `summary.csv` (one `kvtier sim` run) and `sweep-*.parquet` under it whose
 # rows are kvdrive rows (a `kv_fetch_ms_per_layer` column) is read.
+#
+# `make lab` opens this notebook with `KVTIER_RESULTS` set to your results folder
+# (`results/`), or, when that holds none, to the tiny run shipped in `analysis/tiny-run/`
+# (its `README.md` lists the commands that made it).
 
 # %%
 import os

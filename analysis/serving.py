@@ -29,6 +29,10 @@
 # `KVTIER_RESULTS`) to one run folder (`results/<scenario>/<hw>`) or a folder
 # above several; every folder holding a `summary.parquet` of a serving run is
 # drawn.
+#
+# `make lab` opens this notebook with `KVTIER_RESULTS` set to your results folder
+# (`results/`), or, when that holds none, to the tiny run shipped in `analysis/tiny-run/`
+# (its `README.md` lists the commands that made it).
 
 # %%
 import os

@@ -30,6 +30,10 @@
 # Set `RESULTS` in the parameters cell (or the environment variable `KVTIER_RESULTS`)
 # to the folder that holds the `sweep-*.parquet` files (default:
 # `results/sweeps/default`, searched recursively).
+#
+# `make lab` opens this notebook with `KVTIER_RESULTS` set to your results folder
+# (`results/`), or, when that holds none, to the tiny run shipped in `analysis/tiny-run/`
+# (its `README.md` lists the commands that made it).
 
 # %%
 import os

@@ -25,7 +25,12 @@
 # the master's TTFT per design (Fig. 7), its breakdown (Fig. 10), the workers'
 # interference (Fig. 8) and the longest context per GPU memory size (Fig. 9).
 # Tables are written beside the run as Parquet, plots as PNG
-# (`analysis/swift_plots.py`). Set `RESULTS` to the run folder.
+# (`analysis/swift_plots.py`). Set `RESULTS` to the run folder, or a folder above it:
+# the newest run there whose scenario has a master instance is drawn.
+#
+# `make lab` opens this notebook with `KVTIER_RESULTS` set to your results folder
+# (`results/`), or, when that holds none, to the tiny run shipped in `analysis/tiny-run/`
+# (its `README.md` lists the commands that made it).
 
 # %%
 import os
@@ -35,6 +40,7 @@ import pandas as pd
 import yaml
 from IPython.display import display
 
+from analysis.results import newest_run
 from analysis.swift_plots import swift_tables, write_swift_outputs
 
 # %% tags=["parameters"]
@@ -46,8 +52,18 @@ RESULTS = os.environ.get("KVTIER_RESULTS", "../results/swiftcache/h20-4gpu-nvlin
 # its KV a worker of the run's scenario makes available to the master
 # (`lend_share`, lent to its prefix cache, plus `stream_share`, its streamed blocks).
 
+
 # %%
-RESULTS = Path(RESULTS)
+def has_master(run: Path) -> bool:
+    """A run of a scenario with a master instance (SwiftCache's)."""
+    path = run / "scenario.yaml"
+    doc = yaml.safe_load(path.read_text()) if path.exists() else None
+    instances = (doc or {}).get("workload", {}).get("instances", [])
+    return any(i.get("role") == "master" for i in instances)
+
+
+RESULTS = newest_run(RESULTS, "summary.parquet", has_master)
+print(f"run: {RESULTS}")
 summary = pd.read_parquet(RESULTS / "summary.parquet")
 scenario = yaml.safe_load((RESULTS / "scenario.yaml").read_text())
 specs = [i for v in [scenario["workload"], *scenario.get("variants", [])]

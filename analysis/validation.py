@@ -17,29 +17,41 @@
 # # Simulator vs real replay
 #
 # Renders the report of `kvtier real validate` (`make real`): the same plan ran
-# in the simulator and on real (or emulated) SSDs.  Set `OUT` in the
+# in the simulator and on real (or emulated) SSDs:
+#
+# ```sh
+# make real   # kvtier real validate $(REAL_ARGS) --out results/real ...: see the Makefile
+# ```
+#
+# Set `OUT` in the
 # parameters cell (or the environment variable `KVTIER_VALIDATION`) to its output
-# folder (default `results/real`).
+# folder, or a folder above it (default `results/real`; else `KVTIER_RESULTS`): the newest
+# report there is drawn.
 #
 # Error = (simulated - real) / real, per step and per op, by regime: latency-
 # (QD1 4 KiB), IOPS- (deep-queue 4 KiB) and bandwidth-bound (1 MiB reads and
 # writes).  Per-device bytes and I/O counts must match exactly.
+#
+# `make lab` opens this notebook with `KVTIER_RESULTS` set to your results folder
+# (`results/`), or, when that holds none, to the tiny run shipped in `analysis/tiny-run/`
+# (its `README.md` lists the commands that made it).
 
 # %%
 import json
 import os
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
+from analysis.results import newest_run
+
 # %% tags=["parameters"]
 # the output folder of `kvtier real validate` (the tests inject a tiny one)
-OUT = os.environ.get("KVTIER_VALIDATION", "../results/real")
+OUT = os.environ.get("KVTIER_VALIDATION", os.environ.get("KVTIER_RESULTS", "../results/real"))
 
 # %%
-OUT = Path(OUT)
+OUT = newest_run(OUT, "report.json", lambda d: (d / "steps.parquet").exists())
 report = json.loads((OUT / "report.json").read_text())
 steps = pd.read_parquet(OUT / "steps.parquet")
 ops = pd.read_parquet(OUT / "ops.parquet")

@@ -5,16 +5,16 @@ runs the scenario's variants at every point of the product
 (:func:`sim.factors.points`: values typed from the workload dataclass, a
 point's values replacing the workload's and every variant's), each point an
 independent simulation with the scenario's seed.  The factor ``hw`` names
-hardware profiles instead of a workload field.  Points run in a local
-process pool (``jobs`` workers); the result is one table, one row per
-(point, variant), with a column per factor (and ``hw``).
+hardware profiles instead of a workload field.  Points run on an
+:class:`sim.parallel.Executor` (a local process pool of ``jobs`` workers unless
+one is given: Ray, ``kvtier sweep --executor ray``), with the same results; the
+result is one table, one row per (point, variant), with a column per factor
+(and ``hw``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 import pandas as pd
@@ -23,6 +23,7 @@ import yaml
 from hwprofiles import HardwareProfile, load_profile
 from sim.config import ConfigError, ScenarioConfig
 from sim.factors import Point, points
+from sim.parallel import Executor, LocalExecutor
 
 HW = "hw"  # the factor that varies the hardware profile
 
@@ -85,26 +86,19 @@ def sweep(
     values: Sequence[Any] | None = None,
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    executor: Executor | None = None,
 ) -> pd.DataFrame:
     """Run every point of ``factors`` (name -> values; or one factor name with
-    ``values``) on ``profile`` (or the ``hw`` factor's profiles); ``jobs``
-    processes (default: CPU count)."""
+    ``values``) on ``profile`` (or the ``hw`` factor's profiles) on ``executor``
+    (default: a local pool of ``jobs`` processes, CPU count unless given)."""
     if isinstance(factors, str):
         factors = {factors: list(values or [])}
     here = profile.source_file or profile.name  # the file given, not a shipped namesake
-    todo = [(p.get(HW, here), c, p) for p, c in sweep_points(cfg, factors)]
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+    todo = [(c, p.get(HW, here), p) for p, c in sweep_points(cfg, factors)]
+    executor = executor or LocalExecutor(jobs)
     frames: dict[int, pd.DataFrame] = {}
-    if jobs == 1:
-        for i, (hw, c, p) in enumerate(todo):
-            frames[i] = _point(c, hw, p)
-            if progress:
-                progress(i + 1, len(todo))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_point, c, hw, p): i for i, (hw, c, p) in enumerate(todo)}
-            for n, fut in enumerate(as_completed(futures), start=1):
-                frames[futures[fut]] = fut.result()
-                if progress:
-                    progress(n, len(todo))
+    for n, (i, frame) in enumerate(executor.run(_point, todo), start=1):
+        frames[i] = frame
+        if progress:
+            progress(n, len(todo))
     return pd.concat([frames[i] for i in range(len(todo))], ignore_index=True)

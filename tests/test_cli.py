@@ -276,10 +276,9 @@ def test_sweep_two_factors_writes_one_table_with_a_column_per_factor(tmp_path: P
     pairs = df[["ssds", "batch"]].drop_duplicates().itertuples(index=False)
     assert [tuple(p) for p in pairs] == [(1, 1), (1, 4), (2, 1), (2, 4)]
     assert any((out / "plots").glob("*.png"))
-    assert json.loads((out / "sweep-ssds-batch.json").read_text())["factors"] == {
-        "ssds": [1, 2],
-        "batch": [1, 4],
-    }
+    meta = json.loads((out / "sweep-ssds-batch.json").read_text())
+    assert meta["factors"] == {"ssds": [1, 2], "batch": [1, 4]}
+    assert meta["executor"] == {"executor": "local", "workers": 1}  # --jobs 1: in-process
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from kvtier.cli import bench, bench_serving, info, plan, real, simulate, sweep, trace
+    from kvtier.cli import bench, bench_serving, info, lab, plan, real, simulate, sweep, trace
 
     parser = Parser(
         prog="kvtier",
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_parsers(sub)
     real.add_parser(sub)
     trace.add_parser(sub)
+    lab.add_parser(sub)
     return parser
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.capacity_plots import write_figures
+from kvtier.cli.executor_args import add_executor_args, executor_of
 from kvtier.contracts.console import make_console
+from kvtier.contracts.provenance import provenance
 from kvtier.contracts.validate import check_out_dir, float_arg, int_arg
 from sim.capacity.evaluate import Point, Question
-from sim.capacity.executors import make_executor
 from sim.capacity.prices import add_costs, load_prices
 from sim.capacity.search import Space, pareto, search
 from sim.capacity.store import ResultStore
@@ -103,9 +105,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     a("--prices", action="append", default=[], help="price YAML overriding the shipped entries")
     a("--no-prune", action="store_true", help="evaluate the whole grid")
-    a("--executor", choices=("local", "ray"), default="local")
-    a("--address", default="local", help="Ray cluster address (--executor ray)")
-    a("--jobs", type=int_arg(1), help="worker processes (default: CPU count)")
+    add_executor_args(p)
     a("--out", default="results/plan", help="output directory (results resume from it)")
     p.set_defaults(handler=cmd_plan)
 
@@ -133,6 +133,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     models = tuple(resolve_ssd(m) for m in args.ssd_models)
     space = Space(args.designs, models, args.ssd_counts, args.dram_modules, args.dram_gib,
                   args.gpus)  # fmt: skip
+    executor = executor_of(args)  # Ray missing or unreachable: refused before the work
     Path(args.out).mkdir(parents=True, exist_ok=True)
     have = base_data(q.base)["gpu"]["count"]  # fail fast on a bad base profile
     if max(args.gpus) > have:
@@ -140,15 +141,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
     store = ResultStore(Path(args.out) / "points")
     console.print(f"[bold]kvtier plan[/bold]: {q.model}, {q.trace}, {space.size} grid points")
     t0 = time.perf_counter()
-    res = search(q, space, make_executor(args.executor, args.jobs, args.address), store,
-                 prune=not args.no_prune)  # fmt: skip
+    res = search(q, space, executor, store, prune=not args.no_prune)
     _check_ran(res.rows)
     df = add_costs(res.rows, q.base, prices)
     df = _judge(q, df)
     df.to_parquet(Path(args.out) / "plan.parquet", index=False)
+    _provenance(Path(args.out) / "plan.json", q, space, executor, res)
     write_figures(df, Path(args.out))
     _report(console, q, df, res, time.perf_counter() - t0, prices, Path(args.out))
     return 0
+
+
+def _provenance(path: Path, q: Question, space: Space, executor, res) -> None:
+    """What produced plan.parquet: the question, the grid, and what ran this run's points
+    (points resumed from ``points/`` ran in an earlier run, perhaps elsewhere)."""
+    meta = provenance(
+        question=dataclasses.asdict(q),
+        space=dataclasses.asdict(space),
+        executor=executor.describe(),
+        simulated_this_run=res.simulated,
+        resumed=res.evaluated - res.simulated,
+    )
+    path.write_text(json.dumps(meta, indent=2, default=str))
 
 
 def _check_ran(rows: pd.DataFrame | list) -> None:
@@ -225,7 +239,8 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
         console.print(f"the cheapest point's cost rests {share:.0%} on assumed prices: "
                       f"{ok.iloc[0]['assumed_prices'].replace(',', ', ')}")  # fmt: skip
     console.print(
-        f"written: {out}/plan.parquet (every point), {out}/pareto.png, {out}/bottlenecks.png, "
+        f"written: {out}/plan.parquet (every point), {out}/plan.json (provenance), "
+        f"{out}/pareto.png, {out}/bottlenecks.png, "
         f"{out}/points/ (resumable)"
     )
 

@@ -12,6 +12,7 @@ import pandas as pd
 from rich.progress import Progress
 
 from hwprofiles import load_profile
+from kvtier.cli.executor_args import add_executor_args, executor_of
 from kvtier.cli.tables import frame_table, print_tables
 from kvtier.contracts.console import make_console
 from kvtier.contracts.outdir import claim, run_id
@@ -56,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--values", help="comma-separated values of a single --factor NAME")
     p.add_argument("--steps", type=int_arg(1), help="override the number of decode steps")
-    p.add_argument("--jobs", type=int_arg(1), help="worker processes (default: CPU count)")
+    add_executor_args(p)
     p.add_argument("--out", default="results/sweeps", help="output directory")
     p.add_argument(
         "--force", action="store_true", help="overwrite another run's results in the output"
@@ -95,11 +96,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     hw = {name: dataclasses.asdict(p) for name, p in hws.items()} or dataclasses.asdict(profile)
     run = run_id(cmd="sweep", scenario=cfg.to_dict(), factors=factors, hw=hw)
     label = f"sweep {cfg.name} over {', '.join(factors)}, seed {cfg.seed}"
+    executor = executor_of(args)  # Ray missing or unreachable: refused before the work
     with claim(out, force=args.force, run=run, label=label):  # one run per directory
-        return _sweep_into(console, args, cfg, profile, factors, len(todo), out)
+        return _sweep_into(console, executor, cfg, profile, factors, len(todo), out)
 
 
-def _sweep_into(console, args, cfg, profile, factors, points: int, out: Path) -> int:
+def _sweep_into(console, executor, cfg, profile, factors, points: int, out: Path) -> int:
     """Run the sweep into ``out`` (claimed): Parquet, CSV, provenance JSON and plots."""
     names = list(factors)
     console.print(f"[bold]kvtier sweep[/bold]: {cfg.name}, {points} points of {factors}")
@@ -109,8 +111,8 @@ def _sweep_into(console, args, cfg, profile, factors, points: int, out: Path) ->
             cfg,
             profile,
             factors,
-            jobs=args.jobs,
             progress=lambda done, total: bar.update(task, completed=done),
+            executor=executor,
         )
     out.mkdir(parents=True, exist_ok=True)
     stem = "sweep-" + "-".join(names)
@@ -123,6 +125,7 @@ def _sweep_into(console, args, cfg, profile, factors, points: int, out: Path) ->
         factors=factors,
         hw=profile.name,
         hw_source=profile.source_file,  # the file swept: a path given wins over a name
+        executor=executor.describe(),  # what ran the points (results do not depend on it)
     )
     (out / f"{stem}.json").write_text(json.dumps(meta, indent=2, default=str))
     shown = ("tokens_per_s", "ssd_gbps", "fetch_gbps", "io_ms_per_step", "recall")

@@ -49,9 +49,9 @@ import numpy as np
 import pandas as pd
 
 from sim.capacity.evaluate import OBJECTIVES, Point, Question, evaluate, point_key, unfit
-from sim.capacity.executors import Executor, LocalExecutor
 from sim.capacity.store import ResultStore
 from sim.capacity.variants import Hardware
+from sim.parallel import Executor, LocalExecutor
 
 # objectives compared at 3 significant digits (0.05-0.5%): below what the simulator is
 # validated to (`kvtier real validate`: per-step errors of a few %), so the planner does

@@ -76,4 +76,24 @@ FLAGS: list[tuple[str, str, Files, str]] = [
     ("factor-no-values", "sweep --factor ssds", {}, "ssds"),
     ("factor-hw-unknown", "sweep --factor hw=nope", {}, "nope"),
     ("factor-steps-nan", "sweep --factor steps=.nan", {}, "steps"),
+    # --- where many runs go (sweep and plan share the flags): an unknown executor, an
+    # address no Ray cluster answers at (port 1: refused), contradictory flags
+    *[
+        (f"{cmd}-executor-unknown", f"{cmd} {arg} --executor dask", {}, "--executor")
+        for cmd, arg in (("sweep", "--factor ssds=1"), ("plan", ""))
+    ],
+    *[
+        (f"{cmd}-address-{why}", f"{cmd} {arg} {flags}", {}, needle)
+        for cmd, arg in (("sweep", "--factor ssds=1"), ("plan", ""))
+        for why, flags, needle in (
+            ("refused", "--executor ray --address 127.0.0.1:1", "--address"),
+            ("no-port", "--executor ray --address head", "--address"),
+            ("without-ray", "--address 127.0.0.1:1", "--address"),
+            ("with-jobs", "--executor ray --address 127.0.0.1:1 --jobs 2", "--jobs"),
+        )
+    ],
+    # --- kvtier lab (make lab): checked before JupyterLab is looked for
+    ("lab-results-file", "lab --results f", {"f": "x"}, "--results"),
+    ("lab-traces-file", "lab --traces f.parquet", {"f.parquet": "x"}, "--traces"),
+    ("lab-port-neg", "lab --port -1", {}, "--port"),
 ]

@@ -6,11 +6,11 @@ import pytest
 
 from hwprofiles import load_profile
 from sim.capacity.evaluate import Point, Question, busiest, point_key
-from sim.capacity.executors import LocalExecutor
 from sim.capacity.prices import KINDS, PriceError, bill, load_prices, read_prices
 from sim.capacity.search import Space, pareto, search
 from sim.capacity.store import ResultStore
 from sim.capacity.variants import Hardware, derive, resolve_ssd
+from sim.parallel import LocalExecutor
 
 PM9A3 = "Samsung PM9A3 3.84 TB U.2"
 
@@ -173,7 +173,7 @@ def test_ray_executor_matches_local():
     ray = pytest.importorskip("ray", reason="the cluster extra (ray) is not installed")
     import sys
 
-    from sim.capacity.executors import RayExecutor
+    from sim.parallel import RayExecutor
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers can't import tests
     ex = RayExecutor("local", num_cpus=1)

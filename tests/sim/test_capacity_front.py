@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from sim.capacity.evaluate import Question
-from sim.capacity.executors import LocalExecutor
 from sim.capacity.prices import add_costs, load_prices
 from sim.capacity.search import Space, front_keys, pareto, search
+from sim.parallel import LocalExecutor
 
 
 def test_pruned_front_equals_exhaustive():

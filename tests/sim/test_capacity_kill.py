@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -34,3 +35,6 @@ def test_sigkill_midway_then_rerun_computes_each_point_once(tmp_path):
     assert f"simulated {8 - len(done)} points this run" in rerun.stdout
     after = {p.name: p.stat().st_mtime_ns for p in (out / "points").glob("part-*.parquet")}
     assert len(after) == 8 and all(after[k] == v for k, v in done.items())  # none rewritten
+    meta = json.loads((out / "plan.json").read_text())  # the rerun's provenance
+    assert meta["executor"] == {"executor": "local", "workers": 1}  # --jobs 1
+    assert (meta["simulated_this_run"], meta["resumed"]) == (8 - len(done), len(done))
