@@ -127,4 +127,5 @@ FLAGS: list[tuple[str, str, Files, str]] = [
         {},
         "--context-tokens 1000000000000",
     ),
+    ("validate-n-over-profile", f"{VALIDATE} --n 16", {}, "--n 16: --hw h20-8ssd has 8 SSDs"),
 ]
