@@ -146,12 +146,23 @@ def memory_bytes() -> int:
 def check_plan_ops(ops: int, what: str) -> None:
     """A plan of ``ops`` ops must fit in memory (:data:`PLAN_OP_BYTES` each): ``what``
     names the sizes that make it (the keys or flags)."""
-    need = ops * PLAN_OP_BYTES
+    check_memory(ops * PLAN_OP_BYTES, f"{what}: a plan of {ops:,} ops ({PLAN_OP_BYTES} B each)")
+
+
+def check_long_doc(docs: int, context_tokens: int, block_tokens: int, what: str) -> None:
+    """Long Doc QA's trace (each document warmed up, then queried: ``2 x docs``
+    requests, each with a hash per KV block of its prompt) must fit in memory: 8 B an
+    int64 hash, a lower bound.  ``what`` names the keys or flags that size it."""
+    hashes = 2 * docs * -(-context_tokens // block_tokens)
+    check_memory(hashes * 8, f"{what}: a trace of {hashes:,} block hashes")
+
+
+def check_memory(need: int, what: str) -> None:
+    """``need`` bytes must fit in :func:`memory_bytes`; ``what`` says what needs them."""
     if need > memory_bytes():
         raise ConfigError(
-            f"{what}: a plan of {ops:,} ops needs at least {need / GIB:,.1f} GiB "
-            f"({PLAN_OP_BYTES} B an op), more than the {memory_bytes() / GIB:,.1f} GiB "
-            "of memory here"
+            f"{what} needs at least {need / GIB:,.1f} GiB, more than the "
+            f"{memory_bytes() / GIB:,.1f} GiB of memory here"
         )
 
 
@@ -209,6 +220,9 @@ def _check_serving(p: Any, card: Any, profile: HardwareProfile, where: str) -> N
             f"{where}: {key}: a request of {tokens:,} tokens exceeds the GPU KV cache of "
             f"{max(gpu_tokens, 0):,} tokens ({card.name} on {profile.name}): it could never run"
         )
+    if p.trace == "long_doc":
+        what = f"{where}: docs: {p.docs:,} documents x {p.context_tokens:,} tokens"
+        check_long_doc(p.docs, p.context_tokens, p.block_tokens, what)
     d = WORKLOADS.entry("serving").designs.params(p.design, p.design_params)
     for gib_key, count_key, names, cap in (
         ("ssd_gib", "ssds", profile.ssd_names, lambda n: profile.ssd(n).capacity_gib),

@@ -183,7 +183,8 @@ def _check_designs(q: Question, designs: tuple[str, ...]) -> None:
 def _check_context(q: Question) -> None:
     """``--context-tokens`` within the model's context (its card's ``max_context``, or
     ``yarn_context`` where the vendor documents YaRN), as :mod:`sim.limits` checks a
-    scenario: vLLM refuses a longer prompt."""
+    scenario: vLLM refuses a longer prompt; then Long Doc QA's trace within memory."""
+    from sim.limits import check_long_doc
     from sim.models import get_model
 
     if q.trace not in ("long_doc", "sparse_decode"):  # a trace file's requests are its own
@@ -196,6 +197,9 @@ def _check_context(q: Question) -> None:
             f"--context-tokens {q.context_tokens}: exceeds {card.name}'s context of "
             f"{limit:,} tokens ({how})"
         )
+    if q.trace == "long_doc":
+        what = f"--docs {q.docs} x --context-tokens {q.context_tokens}"
+        check_long_doc(q.docs, q.context_tokens, q.block_tokens, what)
 
 
 def _judge(q: Question, df: pd.DataFrame) -> pd.DataFrame:

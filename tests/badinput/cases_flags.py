@@ -127,5 +127,11 @@ FLAGS: list[tuple[str, str, Files, str]] = [
         {},
         "--context-tokens 1000000000000",
     ),
+    (
+        "plan-docs-huge",
+        "plan --base h100-2dimm-2ssd --trace long_doc --docs 1000000000000 --no-prune",
+        {},
+        "--docs 1000000000000",
+    ),
     ("validate-n-over-profile", f"{VALIDATE} --n 16", {}, "--n 16: --hw h20-8ssd has 8 SSDs"),
 ]

@@ -377,6 +377,12 @@ YAML: list[tuple[str, str, Files, str]] = [
         {"s.yaml": sparse() + "  queue_depth: 10000000000\n"},
         "workload.queue_depth",
     ),
+    (
+        "serving-docs-huge",
+        "sim --scenario v.yaml --hw h100-2dimm-2ssd",
+        {"v.yaml": serving("  trace: long_doc\n  docs: 1000000000000\n")},
+        "docs: 1,000,000,000,000 documents",
+    ),
     # --- a price table: a non-finite price is refused, not printed as the cheapest
     ("price-usd-inf", f"{PLAN_CMD} --prices pr.yaml", {"pr.yaml": PRICE_INF}, "usd: must be"),
 ]
