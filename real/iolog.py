@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kvtier.contracts.plan import io_extents, read_plan
-from kvtier.contracts.validate import int_arg
+from kvtier.contracts.validate import check_plan_rows, int_arg
 from real import fio
 from real.errors import RealError
 from real.ownership import check_write
@@ -352,6 +352,7 @@ def _read_records(path: Path) -> pa.Table:
 
 def _cli(args: argparse.Namespace) -> int:
     plan = read_plan(args.plan)
+    check_plan_rows(plan.num_rows, args.plan)  # before fio is started or a log written
     targets = cli_targets(args.target)
     records = None
     if args.records:

@@ -65,6 +65,7 @@ class SparseDecodeParams:
         if self.balance not in ("random", "even"):
             raise ParamError("balance", f"must be 'random' or 'even', got {self.balance!r}")
         _non_negative(self, "ssds", "queue_depth", "layers")
+        _int32(self, "queue_depth")
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class SwarmParams:
         if not 0 <= self.match_recall <= 1:
             raise ParamError("match_recall", f"must be in (0, 1] (0: off), got {self.match_recall}")
         _non_negative(self, "ssds", "queue_depth", "layers", "local_window", "sink_tokens")
+        _int32(self, "queue_depth")
         _check_decode(self)
 
 
@@ -247,6 +249,18 @@ def _non_negative(p: Any, *names: str) -> None:
     for name in names:
         if getattr(p, name) < 0:
             raise ParamError(name, f"must be >= 0, got {getattr(p, name)}")
+
+
+INT32_MAX = 2**31 - 1  # the plan's int32 columns (kvtier/contracts/plan_schema.py: queue_depth)
+
+
+def _int32(p: Any, *names: str) -> None:
+    for name in names:
+        if getattr(p, name) > INT32_MAX:
+            raise ParamError(
+                name,
+                f"must be at most {INT32_MAX:,} (a plan's int32 column), got {getattr(p, name)}",
+            )
 
 
 def factor_values(cls: type, name: str, values: Any, key: str) -> list[Any]:

@@ -32,12 +32,22 @@ offers more work than the machine can serve (see there).
 
 from __future__ import annotations
 
+import os
+import resource
 from typing import Any
 
 from hwprofiles import HardwareProfile
 from sim.config import ConfigError, ScenarioConfig
 
 GIB = 2**30
+# Bytes of a decode plan's Arrow table per op, measured (2026-12-02, commit 3b4f69f):
+# tiers' variants at 2 and 4 steps hold 152 B (1 SSD) to 208 B (8 SSDs) an op; the
+# bound takes the lower, so it refuses only plans that cannot fit.
+PLAN_OP_BYTES = 152
+# Ops a decode plan has per (step, layer) beyond one read per SSD, measured on the
+# same plans: 2 for sparse_decode (DRAM->GPU copy, compute), 3 for swarm (default:
+# 5,632 ops for 8 steps x 64 layers x 8 SSDs); the bound takes the lower
+PLAN_OPS_BEYOND_READS = 2
 
 
 def check_scenario(cfg: ScenarioConfig, profile: HardwareProfile) -> None:
@@ -64,6 +74,36 @@ def check_scenario(cfg: ScenarioConfig, profile: HardwareProfile) -> None:
             _check_decode(params, card, profile, where)
 
 
+def check_sweep_point(cfg: ScenarioConfig, profile: HardwareProfile, point: dict[str, Any]) -> None:
+    """A sweep's point (``cfg`` there, on ``profile``): every variant must be able to
+    run.  ``kvtier sim`` skips a variant its profile lacks the devices for and says
+    so; a sweep would only lack its rows, so a count beyond the profile's (SSDs,
+    tensor-parallel GPUs, a serving design's SSDs or DRAM modules) is refused,
+    naming the factor when the point set it."""
+    from sim.registry import WORKLOADS
+
+    for name, p in _variants(cfg):
+        counts = []  # (key, wanted, available, what)
+        if p.kind == "serving":
+            d = WORKLOADS.entry("serving").designs.params(p.design, p.design_params)
+            counts.append(("tp", p.tp, profile.gpu.count, "GPUs"))
+            if d.ssd_gib > 0:
+                counts.append(("design_params.ssds", d.ssds, len(profile.ssd_names), "SSDs"))
+            if d.cpu_gib > 0:
+                n = len(profile.dram_names)
+                counts.append(("design_params.dram_modules", d.dram_modules, n, "DRAM modules"))
+        elif getattr(p, "tier", "ssd") == "ssd":
+            counts.append(("ssds", p.ssds, len(profile.ssd_names), "SSDs"))
+        for key, want, have, what in counts:
+            if want > have:
+                at = f"factor {key}" if key in point else f"{cfg.source_file}: {key}"
+                hw = f" (at hw={point['hw']})" if "hw" in point else ""
+                raise ConfigError(
+                    f"{at}: variant '{name}' needs {want} {what}, profile {profile.name} has "
+                    f"{have}{hw}: a sweep runs every variant at every point"
+                )
+
+
 def _variants(cfg: ScenarioConfig) -> list[tuple[str, Any]]:
     """Every variant as it runs: at each point of its matrix or points."""
     from sim.factors import expand_matrix
@@ -74,6 +114,7 @@ def _variants(cfg: ScenarioConfig) -> list[tuple[str, Any]]:
 def _check_decode(p: Any, card: Any, profile: HardwareProfile, where: str) -> None:
     if p.kind == "kvdrive":  # seed 003 runs every model within its context window
         _check_decode_context(p, card, where)
+    _check_layers(p, card, where)
     tokens = p.context_tokens + p.steps + getattr(p, "profile_steps", 0)
     layers = p.layers or card.layers
     need = p.batch * tokens * card.kv_bytes_per_token_layer * layers
@@ -93,6 +134,54 @@ def _check_decode(p: Any, card: Any, profile: HardwareProfile, where: str) -> No
             f"{where}: context_tokens: the batch's KV ({p.batch} x {tokens:,} tokens x "
             f"{card.kv_bytes_per_token_layer * layers:,} B = {need / GIB:,.1f} GiB) exceeds "
             f"{holder} of {profile.name} ({have / GIB:,.3g} GiB)"
+        )
+    n = min(p.ssds or len(profile.ssd_names), len(profile.ssd_names)) if tier == "ssd" else 1
+    what = f"{where}: steps: {p.steps:,} steps x {layers} layers x ({n} reads + 2) ops"
+    check_plan_ops(p.steps * layers * (n + PLAN_OPS_BEYOND_READS), what)
+
+
+def memory_bytes() -> int:
+    """The memory this process can have: the machine's, or its address-space limit."""
+    have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return have if soft == resource.RLIM_INFINITY else min(have, soft)
+
+
+def check_plan_ops(ops: int, what: str) -> None:
+    """A plan of ``ops`` ops must fit in memory (:data:`PLAN_OP_BYTES` each): ``what``
+    names the sizes that make it (the keys or flags)."""
+    check_memory(ops * PLAN_OP_BYTES, f"{what}: a plan of {ops:,} ops ({PLAN_OP_BYTES} B each)")
+
+
+def check_long_doc(docs: int, context_tokens: int, block_tokens: int, what: str) -> None:
+    """Long Doc QA's trace (each document warmed up, then queried: ``2 x docs``
+    requests, each with a hash per KV block of its prompt) must fit in memory: 8 B an
+    int64 hash, a lower bound.  ``what`` names the keys or flags that size it."""
+    hashes = 2 * docs * -(-context_tokens // block_tokens)
+    check_memory(hashes * 8, f"{what}: a trace of {hashes:,} block hashes")
+
+
+def check_memory(need: int, what: str) -> None:
+    """``need`` bytes must fit in :func:`memory_bytes`; ``what`` says what needs them."""
+    if need > memory_bytes():
+        raise ConfigError(
+            f"{what} needs at least {need / GIB:,.1f} GiB, more than the "
+            f"{memory_bytes() / GIB:,.1f} GiB of memory here"
+        )
+
+
+def _check_layers(p: Any, card: Any, where: str) -> None:
+    """The layers simulated (``layers``, 0 = the model's) within the model's, and the
+    distinct layer traces (``layers_modeled``, where the kind has them) within those."""
+    if p.layers > card.layers:
+        raise ConfigError(
+            f"{where}: layers: {p.layers} layers simulated, but {card.name} has {card.layers}"
+        )
+    modeled = getattr(p, "layers_modeled", 1)
+    if modeled > (p.layers or card.layers):
+        raise ConfigError(
+            f"{where}: layers_modeled: {modeled} distinct layers modelled, but "
+            f"{p.layers or card.layers} are simulated ({card.name} has {card.layers})"
         )
 
 
@@ -135,6 +224,9 @@ def _check_serving(p: Any, card: Any, profile: HardwareProfile, where: str) -> N
             f"{where}: {key}: a request of {tokens:,} tokens exceeds the GPU KV cache of "
             f"{max(gpu_tokens, 0):,} tokens ({card.name} on {profile.name}): it could never run"
         )
+    if p.trace == "long_doc":
+        what = f"{where}: docs: {p.docs:,} documents x {p.context_tokens:,} tokens"
+        check_long_doc(p.docs, p.context_tokens, p.block_tokens, what)
     d = WORKLOADS.entry("serving").designs.params(p.design, p.design_params)
     for gib_key, count_key, names, cap in (
         ("ssd_gib", "ssds", profile.ssd_names, lambda n: profile.ssd(n).capacity_gib),

@@ -31,6 +31,7 @@ from kvtier.contracts.provenance import provenance
 from kvtier.contracts.validate import int_arg
 from sim.config import ConfigError
 from sim.executor import simulate
+from sim.limits import PLAN_OPS_BEYOND_READS, check_plan_ops
 from sim.models import decode_layer_cost, get_model
 from sim.scenarios.sparse_decode import SparseDecodeShape, build_plan, entry_counts
 
@@ -148,6 +149,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise ConfigError(f"{flag} must be > 0, got {value}")
     if args.ssds < 0:
         raise ConfigError(f"--ssds must be >= 0, got {args.ssds}")
+    n_ssd = args.ssds or len(load_profile(args.hw).ssd_names)
+    scale = 2 if args.scaling else 1  # the scaling runs double the steps, then the SSDs
+    check_plan_ops(
+        scale * args.steps * args.layers * (n_ssd + PLAN_OPS_BEYOND_READS),
+        f"--steps {args.steps} x --layers {args.layers} x ({n_ssd} SSD reads + 2) ops",
+    )
     console = make_console()
     runs = [(args.steps, 1)]
     if args.scaling:

@@ -33,6 +33,7 @@ from hwprofiles import load_profile
 from kvtier.contracts.console import make_console
 from kvtier.contracts.provenance import provenance
 from kvtier.contracts.validate import InputError, check_out_dir, float_arg, int_arg
+from sim.limits import memory_bytes
 from sim.models import get_model
 from sim.serving.bench import TRACE_BLOCK
 from sim.serving.designs import DESIGNS
@@ -65,6 +66,33 @@ def parse_blocks(text: str) -> list[int]:
             raise InputError(f"--blocks: {b} must be a positive multiple of {TRACE_BLOCK}")
         out.append(b)
     return out
+
+
+# Bytes of the benchmark's request table per request, measured (2026-12-02, commit
+# 3b4f69f): 5,687 B at 1,000 requests, 6,104 B at 4,000; the bound takes the lower
+REQUEST_BYTES = 5687
+
+
+def check_sizes(args: argparse.Namespace, blocks: list[int]) -> None:
+    """``--requests`` whose trace cannot fit in memory, and a ``--blocks`` size of
+    which not one block fits the GPU's KV cache, named before any run."""
+    from sim.serving.build import default_gpu_kv_bytes, gpu_blocks
+
+    need = args.requests * REQUEST_BYTES
+    if need > memory_bytes():
+        raise InputError(
+            f"--requests {args.requests}: the trace needs at least {need / 2**30:,.1f} GiB "
+            f"({REQUEST_BYTES:,} B a request), more than the "
+            f"{memory_bytes() / 2**30:,.1f} GiB of memory here"
+        )
+    profile, card = load_profile(args.hw), get_model(args.model)
+    kv = default_gpu_kv_bytes(profile, card, 0.9)  # as sim.serving.bench.build
+    for b in blocks:
+        if gpu_blocks(kv, card, b) < 1:
+            raise InputError(
+                f"--blocks {b}: one block of {b:,} tokens ({b * card.kv_bytes_per_token:,} B) "
+                f"exceeds the GPU KV cache of {card.name} on {profile.name} ({max(kv, 0):,.0f} B)"
+            )
 
 
 def parse_designs(text: str) -> list[str]:
@@ -111,6 +139,7 @@ def cmd_bench_serving(args: argparse.Namespace) -> int:
     blocks, designs = parse_blocks(args.blocks), parse_designs(args.designs)
     out = check_out_dir(args.out)
     load_profile(args.hw), get_model(args.model)  # unknown ones: one line before any run
+    check_sizes(args, blocks)
     out.mkdir(parents=True, exist_ok=True)
     console = make_console()
     load0 = os.getloadavg()

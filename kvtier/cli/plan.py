@@ -129,6 +129,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     check_out_dir(args.out)
     q = question(args)
     _check_designs(q, args.designs)
+    _check_context(q)
     prices = load_prices(*args.prices)  # fail fast on a bad table
     models = tuple(resolve_ssd(m) for m in args.ssd_models)
     space = Space(args.designs, models, args.ssd_counts, args.dram_modules, args.dram_gib,
@@ -191,6 +192,28 @@ def _check_designs(q: Question, designs: tuple[str, ...]) -> None:
                 get_design(design, {})
             except (ConfigError, KeyError, ValueError) as exc:
                 raise ConfigError(f"--designs: {design!r}: {exc}") from None
+
+
+def _check_context(q: Question) -> None:
+    """``--context-tokens`` within the model's context (its card's ``max_context``, or
+    ``yarn_context`` where the vendor documents YaRN), as :mod:`sim.limits` checks a
+    scenario: vLLM refuses a longer prompt; then Long Doc QA's trace within memory."""
+    from sim.limits import check_long_doc
+    from sim.models import get_model
+
+    if q.trace not in ("long_doc", "sparse_decode"):  # a trace file's requests are its own
+        return
+    card = get_model(q.model)
+    limit = max(card.max_context, card.yarn_context)
+    if q.context_tokens > limit:
+        how = "with YaRN" if card.yarn_context else "its config's max_context"
+        raise ConfigError(
+            f"--context-tokens {q.context_tokens}: exceeds {card.name}'s context of "
+            f"{limit:,} tokens ({how})"
+        )
+    if q.trace == "long_doc":
+        what = f"--docs {q.docs} x --context-tokens {q.context_tokens}"
+        check_long_doc(q.docs, q.context_tokens, q.block_tokens, what)
 
 
 def _judge(q: Question, df: pd.DataFrame) -> pd.DataFrame:

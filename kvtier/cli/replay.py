@@ -23,7 +23,7 @@ from kvtier.contracts.plan import read_plan
 from kvtier.contracts.provenance import file_digest
 from kvtier.contracts.records import Records
 from kvtier.contracts.units import fmt_bytes
-from kvtier.contracts.validate import float_arg, int_arg
+from kvtier.contracts.validate import check_plan_rows, float_arg, int_arg
 from real.datafile import prepare_targets
 from real.engine import REPLAY_ENGINES
 from real.errors import RealError
@@ -98,6 +98,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.qd <= 0:
         raise RealError(f"--qd must be > 0, got {args.qd}")
     plan = read_plan(args.plan)
+    check_plan_rows(plan.num_rows, args.plan)  # before any target is prepared or fio runs
     profile = _profile(args.hw, Path(args.plan))
     validate_for_replay(plan, profile)
     nonio = None

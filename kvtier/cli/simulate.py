@@ -17,7 +17,7 @@ from kvtier.contracts.console import make_console
 from kvtier.contracts.outdir import claim, run_id
 from kvtier.contracts.plan import PlanError, read_plan
 from kvtier.contracts.units import fmt_bytes
-from kvtier.contracts.validate import check_out_dir, int_arg
+from kvtier.contracts.validate import check_out_dir, check_plan_rows, int_arg
 from sim.config import ConfigError, load_scenario
 from sim.executor import simulate
 from sim.factors import expand_matrix
@@ -28,7 +28,7 @@ from sim.runner import run
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sim", help="simulate a scenario (or a plan file) on a hardware profile")
     p.add_argument("--hw", default="h20-8ssd", help="hardware profile name or YAML path")
-    p.add_argument("--scenario", default="default", help="scenario name or YAML path")
+    p.add_argument("--scenario", help="scenario name or YAML path (default: default)")
     p.add_argument("--out", default="results", help="output directory (default: results)")
     p.add_argument("--seed", type=int_arg(0), help="override the scenario's seed")
     p.add_argument("--steps", type=int_arg(1), help="override the number of decode steps")
@@ -45,8 +45,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     profile = load_profile(args.hw)
     check_out_dir(args.out)  # before the work, not after it
     if args.plan:
+        _plan_only(args)
         return _sim_plan(console, args, profile)
-    cfg = load_scenario(args.scenario)
+    cfg = load_scenario(args.scenario or "default")
     if args.seed is not None:
         cfg = dataclasses.replace(cfg, seed=args.seed)
     if args.steps is not None:
@@ -63,6 +64,19 @@ def cmd_sim(args: argparse.Namespace) -> int:
     label = f"sim {cfg.name} on {profile.name}, seed {cfg.seed}"
     with claim(out, force=args.force, run=run, label=label):  # one run per directory
         return _sim_scenario(console, args, cfg, profile, out)
+
+
+def _plan_only(args: argparse.Namespace) -> None:
+    """``--plan`` simulates the file as it is: a flag that shapes a scenario is refused
+    with it, not ignored."""
+    given = {"--scenario": args.scenario, "--seed": args.seed, "--steps": args.steps}
+    given["--trace"] = args.trace or None
+    for flag, value in given.items():
+        if value is not None:
+            raise ConfigError(
+                f"--plan {args.plan} and {flag}: a plan file is simulated as it is "
+                f"({flag} applies to a scenario); give one or the other"
+            )
 
 
 def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out: Path) -> int:
@@ -272,6 +286,7 @@ def _sim_plan(console: Console, args: argparse.Namespace, profile) -> int:
     from kvtier.contracts.provenance import file_digest
 
     plan = read_plan(args.plan)
+    check_plan_rows(plan.num_rows, args.plan)
     run = run_id(cmd="sim", plan=file_digest(args.plan), hw=dataclasses.asdict(profile))
     label = f"sim {args.plan} on {profile.name}"
     with claim(args.out, force=args.force, run=run, label=label):

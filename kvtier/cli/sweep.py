@@ -19,7 +19,7 @@ from kvtier.contracts.outdir import claim, run_id
 from kvtier.contracts.provenance import provenance
 from kvtier.contracts.validate import check_out_dir, int_arg
 from sim.config import ConfigError, load_scenario
-from sim.limits import check_scenario
+from sim.limits import check_scenario, check_sweep_point
 from sim.sweep import HW, parse_factor, sweep, sweep_points
 
 DEFAULT_METRICS = (
@@ -48,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "The older form --factor ssds --values 1,2,4,8 (one factor) works too.",
     )
     p.add_argument("--scenario", default="default", help="scenario name or YAML path")
-    p.add_argument("--hw", default="h20-8ssd", help="hardware profile (unless 'hw' is a factor)")
+    p.add_argument("--hw", help="hardware profile (default: h20-8ssd); not with a factor 'hw'")
     p.add_argument(
         "--factor",
         action="append",
@@ -87,10 +87,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise ConfigError(f"--steps: a {cfg.workload.kind} scenario has no decode steps")
         cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, steps=args.steps))
     factors = parse_factors(args.factor, args.values)
+    if HW in factors and args.hw is not None:
+        raise ConfigError(
+            f"--hw {args.hw} and --factor {HW}=...: the factor names every profile swept; "
+            "give one or the other"
+        )
     todo = sweep_points(cfg, factors)  # fails fast on a bad factor or value
     hws = {hw: load_profile(hw) for hw in factors.get(HW, [])}  # fail fast on a bad name
-    profile = load_profile(factors[HW][0] if HW in factors else args.hw)
-    for point, at in todo:  # what a profile cannot hold, refused before simulating
+    profile = load_profile(factors[HW][0] if HW in factors else args.hw or "h20-8ssd")
+    for point, at in todo:  # what a profile cannot hold or run, refused before simulating
+        check_sweep_point(at, hws.get(point.get(HW, ""), profile), point)
         check_scenario(at, hws.get(point.get(HW, ""), profile))
     out = Path(args.out) / cfg.name / ("hw" if HW in factors else profile.name)
     hw = {name: dataclasses.asdict(p) for name, p in hws.items()} or dataclasses.asdict(profile)

@@ -100,7 +100,7 @@ def add_cli(group: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--designs",
-        default="default,swarm-ablations",
+        default="default-matched,swarm-ablations",
         metavar="SCENARIOS",
         help="also replay these swarm scenarios' design plans, scaled down ('none' skips)",
     )

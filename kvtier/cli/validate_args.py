@@ -105,7 +105,12 @@ def check_args(args: argparse.Namespace) -> None:
             raise RealError(f"--regimes: {exc}") from None
     for flag in ("emulate", "pace", "hw"):  # a bad profile is named before fio is asked for
         if getattr(args, flag, None):
-            load_profile(getattr(args, flag))
+            profile = load_profile(getattr(args, flag))
+            if args.n > len(profile.ssd_names):  # the run uses the first --n SSDs
+                raise RealError(
+                    f"--n {args.n}: --{flag} {getattr(args, flag)} has "
+                    f"{len(profile.ssd_names)} SSDs"
+                )
     if not args.no_fio and fio.fio_binary() is None:
         if not args.install_fio:
             raise RealError(

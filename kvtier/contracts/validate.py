@@ -9,6 +9,8 @@ the value came from (``--steps: must be an integer > 0, got 1.5``;
   callables: they reject non-numbers, non-finite values (``nan``, ``inf``),
   fractions where an integer is meant (``1.5``; ``2.0`` is accepted as 2),
   values below the bound and integers beyond int64; argparse names the flag.
+* :func:`check_plan_rows` refuses a transfer plan with no ops before a run
+  starts (a replay would otherwise reach fio or the replayer with nothing to do).
 * :func:`check_out_dir` / :func:`check_out_file` check, before any work is
   done, that an output can be created: every existing ancestor must be a
   directory the user can write into (a file in the way, ``/dev/null/x`` or a
@@ -72,6 +74,12 @@ def float_arg(lo: float = 0.0, strict: bool = False) -> Callable[[str], float]:
     return parse
 
 
+def check_plan_rows(rows: int, path: str | Path, flag: str = "--plan") -> None:
+    """A plan of ``rows`` ops read from ``path`` must have at least one."""
+    if rows == 0:
+        raise InputError(f"{flag} {path}: the plan has 0 rows (no ops): nothing to run")
+
+
 def _writable_dir(path: Path, shown: str) -> None:
     """The deepest existing ancestor of ``path`` (or ``path`` itself) must be a
     directory the user can create entries in."""
@@ -110,4 +118,11 @@ def check_out_file(path: str | Path, flag: str = "--out") -> Path:
     return path
 
 
-__all__ = ["InputError", "check_out_dir", "check_out_file", "float_arg", "int_arg"]
+__all__ = [
+    "InputError",
+    "check_out_dir",
+    "check_out_file",
+    "check_plan_rows",
+    "float_arg",
+    "int_arg",
+]

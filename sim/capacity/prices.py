@@ -21,6 +21,7 @@ missing source) are one :class:`PriceError` line naming the file, line and key.
 from __future__ import annotations
 
 import datetime
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,8 @@ def _entry(raw: Any, where: Any, key: str) -> Price:
         if name not in raw:
             raise where.error(key, f"missing required key '{name}'")
     usd = raw["usd"]
-    if isinstance(usd, bool) or not isinstance(usd, int | float) or not usd >= 0:
-        raise where.error(f"{key}.usd", f"must be a number >= 0, got {usd!r}")
+    if isinstance(usd, bool) or not isinstance(usd, int | float) or not 0 <= usd < math.inf:
+        raise where.error(f"{key}.usd", f"must be a number >= 0, got {usd!r} (and finite)")
     if not isinstance(raw["source"], str) or not raw["source"].strip():
         raise where.error(f"{key}.source", "must name where the number comes from (or 'assumed')")
     if not isinstance(raw["date"], datetime.date | str):
@@ -160,6 +161,12 @@ def add_costs(df: Any, base: str | Path, prices: Prices) -> Any:
             gpus = int(getattr(r, "gpus", 0) or 0)
             hw = Hardware(r.ssd_model, int(r.ssds), int(r.dram_modules), float(r.dram_gib), gpus)
             profile = derive(base, hw, tmp)
-            costs.append(sum(bill(profile, prices).values()))
+            parts = bill(profile, prices)
+            if not math.isfinite(sum(parts.values())):  # finite prices, an overflowing product
+                raise PriceError(
+                    f"{profile.name}: its cost overflows ({', '.join(used_keys(profile))} "
+                    f"x the parts' counts and GiB: {parts})"
+                )
+            costs.append(sum(parts.values()))
             assumed.append(",".join(k for k in used_keys(profile) if prices.get(k).assumed))
     return df.assign(cost_usd=costs, assumed_prices=assumed)

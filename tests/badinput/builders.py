@@ -74,6 +74,27 @@ def plan(**row) -> Callable[[Path], None]:
     return write
 
 
+def empty_plan(path: Path) -> None:
+    """A plan with the schema and no rows (written as Parquet)."""
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", 4096, 1, io_path="io_uring")
+    write_plan(b.table().slice(0, 0), path)
+
+
+def swarm(extra: str) -> str:
+    """A swarm scenario (the kind's defaults) with ``extra`` (indented lines) under its workload."""
+    return f"name: w\ndescription: x\nseed: 0\nworkload:\n  kind: swarm\n{extra}"
+
+
+PRICE_INF = """ssd:
+  Samsung PM9A3 3.84 TB U.2: {usd: .inf, source: x, date: 2026-01-01}
+"""
+PLAN_CMD = (
+    "plan --base h100-2dimm-2ssd --trace long_doc --context-tokens 4096 --no-prune "
+    "--designs lmcache --ssd-models PM9A3 --ssd-counts 1 --dram-modules 1"
+)
+
+
 def gz_broken(path: Path) -> None:
     path.write_bytes(
         gzip.compress(b"arrived_at,num_prefill_tokens,num_decode_tokens\n1,2,3\n")[:20]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.badinput.builders import AZ_T, AZURE, GEN, VIDUR, Files, gz_broken, plan
+from tests.badinput.builders import AZ_T, AZURE, GEN, VIDUR, Files, empty_plan, gz_broken, plan
 
 DATA: list[tuple[str, str, Files, str]] = [
     # --- request traces
@@ -124,4 +124,18 @@ DATA: list[tuple[str, str, Files, str]] = [
         "--out",
     ),
     ("out-file-plan", "sim --plan p.parquet --out f", {"p.parquet": plan(), "f": "x"}, "--out"),
+    # --- a plan with no rows: refused before fio or the replayer starts
+    ("plan-empty-sim", "sim --plan e.parquet", {"e.parquet": empty_plan}, "e.parquet: the plan"),
+    (
+        "plan-empty-replay",
+        "real replay --plan e.parquet --targets-dir t --out o",
+        {"e.parquet": empty_plan, "t/ssd0/x": ""},
+        "e.parquet: the plan has 0 rows",
+    ),
+    (
+        "plan-empty-iolog",
+        "real iolog --plan e.parquet --target ssd0=t --out o",
+        {"e.parquet": empty_plan, "t": "x"},
+        "e.parquet: the plan has 0 rows",
+    ),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.badinput.builders import CONV, GEN, VALIDATE, VIDUR, Files
+from tests.badinput.builders import CONV, GEN, VALIDATE, VIDUR, Files, plan
 
 FLAGS: list[tuple[str, str, Files, str]] = [
     # --- flag values: negative, zero, non-finite, fractional, not a number, unknown choice
@@ -96,4 +96,62 @@ FLAGS: list[tuple[str, str, Files, str]] = [
     ("lab-results-file", "lab --results f", {"f": "x"}, "--results"),
     ("lab-traces-file", "lab --traces f.parquet", {"f.parquet": "x"}, "--traces"),
     ("lab-port-neg", "lab --port -1", {}, "--port"),
+    # --- a factor value beyond the profile: refused, not its variants dropped from the table
+    ("factor-ssds-over-profile", "sweep --scenario tiers --factor ssds=1,16", {}, "factor ssds"),
+    (
+        "factor-hw-too-small",
+        "sweep --scenario tiers --factor hw=h20-8ssd,h100-2dimm-2ssd",
+        {},
+        "hw=h100-2dimm-2ssd",
+    ),
+    ("factor-tp-over-profile", "sweep --scenario unified-pooling --factor tp=64", {}, "factor tp"),
+    (
+        "factor-qd-int32",
+        "sweep --scenario tiers --factor queue_depth=10000000000",
+        {},
+        "queue_depth",
+    ),
+    # --- contradictory flags: refused with both named, not one silently ignored
+    (
+        "sim-plan-and-scenario",
+        "sim --plan p.parquet --scenario tiers",
+        {"p.parquet": plan()},
+        "--plan p.parquet and --scenario",
+    ),
+    ("sim-plan-and-steps", "sim --plan p.parquet --steps 2", {"p.parquet": plan()}, "--steps"),
+    ("sim-plan-and-seed", "sim --plan p.parquet --seed 2", {"p.parquet": plan()}, "--seed"),
+    (
+        "sweep-hw-and-factor-hw",
+        "sweep --hw h20-8ssd --factor hw=h20-8ssd-900p",
+        {},
+        "--hw h20-8ssd and --factor hw",
+    ),
+    # --- huge sizes: the flags named, before memory runs out
+    ("bench-steps-huge", "bench --steps 1000000000000", {}, "--steps 1000000000000"),
+    ("bench-layers-huge", "bench --steps 1 --layers 1000000000000", {}, "--layers 1000000000000"),
+    (
+        "bench-serving-requests-huge",
+        "bench-serving --requests 1000000000000 --designs gpu-only --blocks 256",
+        {},
+        "--requests 1000000000000",
+    ),
+    (
+        "bench-serving-block-over-gpu",
+        "bench-serving --requests 2 --designs gpu-only --blocks 1073741824",
+        {},
+        "--blocks 1073741824",
+    ),
+    (
+        "plan-context-over-model",
+        "plan --base h100-2dimm-2ssd --trace long_doc --context-tokens 1000000000000 --no-prune",
+        {},
+        "--context-tokens 1000000000000",
+    ),
+    (
+        "plan-docs-huge",
+        "plan --base h100-2dimm-2ssd --trace long_doc --docs 1000000000000 --no-prune",
+        {},
+        "--docs 1000000000000",
+    ),
+    ("validate-n-over-profile", f"{VALIDATE} --n 16", {}, "--n 16: --hw h20-8ssd has 8 SSDs"),
 ]

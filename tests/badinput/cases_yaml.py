@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from tests.badinput.builders import PROFILE, Files, bomb, kvdrive, profile, serving, sparse
+from tests.badinput.builders import (
+    PLAN_CMD,
+    PRICE_INF,
+    PROFILE,
+    Files,
+    bomb,
+    kvdrive,
+    profile,
+    serving,
+    sparse,
+    swarm,
+)
 
 YAML: list[tuple[str, str, Files, str]] = [
     # --- profile YAML (read by `profiles show FILE`, `sim --hw FILE`, `sweep --hw FILE`)
@@ -335,4 +346,43 @@ YAML: list[tuple[str, str, Files, str]] = [
         {"s.yaml": sparse()},
         "context_tokens",
     ),
+    # --- more layers than the model has; sizes that name their key, not memory or int32
+    (
+        "scen-layers-over-model",
+        "sim --scenario s.yaml",
+        {"s.yaml": sparse() + "  layers: 100\n"},
+        "layers: 100 layers simulated, but Llama-3.1-8B has 32",
+    ),
+    (
+        "swarm-layers-modeled-over",
+        "sim --scenario w.yaml",
+        {"w.yaml": swarm("  layers_modeled: 100\n")},
+        "layers_modeled: 100",
+    ),
+    (
+        "swarm-layers-modeled-over-layers",
+        "sim --scenario w.yaml",
+        {"w.yaml": swarm("  layers: 4\n  layers_modeled: 8\n")},
+        "layers_modeled: 8",
+    ),
+    (
+        "scen-steps-plan-huge",  # the KV (24 TiB) fits the 8 SSDs; 6.4e9 plan ops do not fit
+        "sim --scenario s.yaml",
+        {"s.yaml": sparse(steps="200000000")},
+        "steps: 200,000,000 steps x 32 layers",
+    ),
+    (
+        "scen-qd-int32",
+        "sim --scenario s.yaml",
+        {"s.yaml": sparse() + "  queue_depth: 10000000000\n"},
+        "workload.queue_depth",
+    ),
+    (
+        "serving-docs-huge",
+        "sim --scenario v.yaml --hw h100-2dimm-2ssd",
+        {"v.yaml": serving("  trace: long_doc\n  docs: 1000000000000\n")},
+        "docs: 1,000,000,000,000 documents",
+    ),
+    # --- a price table: a non-finite price is refused, not printed as the cheapest
+    ("price-usd-inf", f"{PLAN_CMD} --prices pr.yaml", {"pr.yaml": PRICE_INF}, "usd: must be"),
 ]

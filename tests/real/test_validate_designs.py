@@ -130,7 +130,7 @@ def test_design_table_errors_and_ranking_with_one_swap():
 
 
 def test_scaled_default_config_is_the_claimed_one():
-    cfg = scaled_designs("default,swarm-ablations", 4)
+    cfg = scaled_designs("default-matched,swarm-ablations", 4)
     w = cfg.workload
     assert (w.context_tokens, w.batch, w.layers, w.steps, w.profile_steps) == (
         4096,
@@ -143,7 +143,9 @@ def test_scaled_default_config_is_the_claimed_one():
     assert [v.name for v in cfg.variants] == list(KEY_DESIGNS)
     designs = [cfg.variant_params(v).design for v in cfg.variants]
     assert len(set(designs)) == len(designs)
-    assert len(scaled_designs("default,swarm-ablations", 4, "all").variants) > len(KEY_DESIGNS)
+    assert len(scaled_designs("default-matched,swarm-ablations", 4, "all").variants) > len(
+        KEY_DESIGNS
+    )
     assert w.match_recall == 0  # equal budgets: matched recall is the simulator's question
     assert all(k != "match_recall" for v in cfg.variants for k, _ in v.overrides)
 

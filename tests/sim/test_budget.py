@@ -67,10 +67,10 @@ def test_step_budget_is_the_oracles_count():
 
 @pytest.fixture(scope="module")
 def small_default():
-    """default.yaml's workload, its variants and swarm-ablations.yaml's, at a 4K prefix
+    """default-matched.yaml's workload, its variants and swarm-ablations.yaml's, at a 4K prefix
     (its 10% budget, 416, leaves room beyond the 260 sinks and window), one sequence,
     4 steps."""
-    cfg = load_scenario("default")
+    cfg = load_scenario("default-matched")
     base = dataclasses.replace(
         cfg.workload, context_tokens=4096, profile_steps=64, steps=4, batch=1
     )
