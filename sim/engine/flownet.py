@@ -53,7 +53,7 @@ from typing import Any
 import simpy
 from simpy.events import NORMAL
 
-from sim.engine.flows import Flow, Mix, Tick, changed_sigs, refinish, take_done
+from sim.engine.flows import Flow, Mix, Tick, changed_sigs, take_done
 from sim.engine.mixsolve import MixSolver
 
 __all__ = ["LATE", "Flow", "FlowNetwork"]
@@ -247,9 +247,19 @@ class FlowNetwork:
             if mix is None:
                 mix = self._solve(key)
             self._mix, self._key = mix, key
-            new = mix.rates
-            if new != self._rate:
-                refinish(now, new, self._rate, fin, self.flows)
+            new, old = mix.rates, self._rate
+            if new != old:
+                # finish times at the new rates: the remaining work is was x (fin -
+                # now); a new flow (rate 0 so far) has all of its amount left
+                flows = self.flows
+                for k, rate in enumerate(new):
+                    was = old[k]
+                    if was != rate:
+                        fin[k] = (
+                            now + (fin[k] - now) * was / rate
+                            if was
+                            else now + flows[k].amount / rate
+                        )
                 self._rate = new[:]
             due = min(fin)
         else:  # no flow: the empty mix (always in the memo), rates and finishes unchanged
