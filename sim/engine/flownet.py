@@ -337,7 +337,10 @@ class FlowNetwork:
         self._timer_at = math.inf
         fin = self._fin
         lim = now + _DONE_S
-        if fin and min(fin) <= lim:
+        if fin and max(fin) <= lim:  # every active flow is done (always so for one)
+            done = self.flows
+            self.flows, self._fsig, self._rate, self._fin = [], [], [], []
+        elif fin and min(fin) <= lim:
             done = take_done(self.flows, self._fsig, self._rate, fin, lim)
         else:
             done = _NO_FLOWS

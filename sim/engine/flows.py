@@ -65,13 +65,6 @@ def take_done(
 ) -> list[Flow]:
     """Take the flows whose finish time is by ``lim`` out of the active set
     (four aligned lists, in place); returns them in the order they started."""
-    if max(fin) <= lim:  # every active flow is done (always so for one flow)
-        done = flows[:]
-        flows.clear()
-        fsig.clear()
-        rate.clear()
-        fin.clear()
-        return done
     gone = [k for k, t in enumerate(fin) if t <= lim]
     done = []
     for k in reversed(gone):
