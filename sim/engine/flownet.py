@@ -22,7 +22,9 @@ Devices that keep this fast without changing the physics:
   re-rating touches only the flows whose rate changed, and the memo key, the
   earliest finish and "no rate changed" are single list operations;
 * the late re-rating's event is one object rescheduled, and a timer simpy has
-  stepped is armed again rather than a new one made;
+  stepped is armed again rather than a new one made; a timer at which every
+  active flow is done (a serving engine's usual case: one flow alone on its
+  links) hands the active lists over whole rather than scanning them;
 * delayed starts (an SSD op's access latency) wait in the network's own queue,
   one entry per instant (an op group's reads share it), served by its timer;
 * allocations are memoised: max-min rates are a pure function of the active
