@@ -21,11 +21,10 @@ Devices that keep this fast without changing the physics:
   with the flows: between re-ratings nothing about a flow changes, so a
   re-rating touches only the flows whose rate changed, and the memo key, the
   earliest finish and "no rate changed" are single list operations;
-* a network with one active flow (a serving engine's usual case: its links
-  are rarely contended) is re-rated and completed without the general loops
-  and scans, with the same arithmetic (``FAST``; tests/sim/test_flownet_fast.py);
-  the late re-rating's event is one object rescheduled, and a timer simpy has
-  stepped is armed again rather than a new one made;
+* the late re-rating's event is one object rescheduled, and a timer simpy has
+  stepped is armed again rather than a new one made; a timer at which every
+  active flow is done (a serving engine's usual case: one flow alone on its
+  links) hands the active lists over whole rather than scanning them;
 * delayed starts (an SSD op's access latency) wait in the network's own queue,
   one entry per instant (an op group's reads share it), served by its timer;
 * allocations are memoised: max-min rates are a pure function of the active
@@ -56,10 +55,10 @@ from typing import Any
 import simpy
 from simpy.events import NORMAL
 
-from sim.engine.flows import Flow, Mix, Tick, changed_sigs, refinish, take_done
+from sim.engine.flows import Flow, Mix, Tick, changed_sigs, take_done
 from sim.engine.mixsolve import MixSolver
 
-__all__ = ["LATE", "FAST", "Flow", "FlowNetwork"]
+__all__ = ["LATE", "Flow", "FlowNetwork"]
 
 # simpy orders simultaneous events by priority (URGENT=0, NORMAL=1); this runs
 # after both, i.e. once everything scheduled for the current instant is done.
@@ -69,9 +68,6 @@ _DONE_S = 1e-9
 # distinct flow mixes remembered before the memo is folded and cleared
 _MEMO_MAX = 65536
 _NO_FLOWS: list = []  # no flow ended (never appended to)
-# one active flow re-rated and completed without the general loops (the same
-# arithmetic); False: the general paths only, the reference they are tested against
-FAST = True
 
 
 class FlowNetwork:
@@ -247,30 +243,25 @@ class FlowNetwork:
         self._last = now
         self.reratings += 1
         fin = self._fin
-        if FAST and len(fin) == 1:  # one active flow (the common case): no loop
-            key = (self._fsig[0],)
-            mix = self._memo.get(key)
-            if mix is None:
-                mix = self._solve(key)
-            self._mix, self._key = mix, key
-            rate = mix.rates[0]
-            was = self._rate[0]
-            if was != rate:
-                # the same arithmetic as refinish
-                fin[0] = (
-                    now + (fin[0] - now) * was / rate if was else now + self.flows[0].amount / rate
-                )
-                self._rate = [rate]
-            due = fin[0]
-        elif fin:
+        if fin:
             key = tuple(self._fsig)
             mix = self._memo.get(key)
             if mix is None:
                 mix = self._solve(key)
             self._mix, self._key = mix, key
-            new = mix.rates
-            if new != self._rate:
-                refinish(now, new, self._rate, fin, self.flows)
+            new, old = mix.rates, self._rate
+            if new != old:
+                # finish times at the new rates: the remaining work is was x (fin -
+                # now); a new flow (rate 0 so far) has all of its amount left
+                flows = self.flows
+                for k, rate in enumerate(new):
+                    was = old[k]
+                    if was != rate:
+                        fin[k] = (
+                            now + (fin[k] - now) * was / rate
+                            if was
+                            else now + flows[k].amount / rate
+                        )
                 self._rate = new[:]
             due = min(fin)
         else:  # no flow: the empty mix (always in the memo), rates and finishes unchanged
@@ -348,14 +339,9 @@ class FlowNetwork:
         self._timer_at = math.inf
         fin = self._fin
         lim = now + _DONE_S
-        if FAST and len(fin) == 1:  # one active flow (the common case): no scan
-            if fin[0] <= lim:
-                done = [self.flows.pop()]
-                self._fsig.pop()
-                self._rate.pop()
-                fin.pop()
-            else:
-                done = _NO_FLOWS
+        if fin and max(fin) <= lim:  # every active flow is done (always so for one)
+            done = self.flows
+            self.flows, self._fsig, self._rate, self._fin = [], [], [], []
         elif fin and min(fin) <= lim:
             done = take_done(self.flows, self._fsig, self._rate, fin, lim)
         else:

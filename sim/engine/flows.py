@@ -60,29 +60,12 @@ class Mix:
         self.time_s = 0.0
 
 
-def refinish(now: float, new: list[float], old: list[float], fin: list[float], flows: list) -> None:
-    """Finish times (``fin``, in place) of flows whose rate went from ``old``
-    to ``new`` at ``now``: the remaining work is ``was x (fin - now)``; a new
-    flow (rate 0 so far) has all of its amount left."""
-    for k, rate in enumerate(new):
-        was = old[k]
-        if was != rate:
-            fin[k] = now + (fin[k] - now) * was / rate if was else now + flows[k].amount / rate
-
-
 def take_done(
     flows: list[Flow], fsig: list[int], rate: list[float], fin: list[float], lim: float
 ) -> list[Flow]:
     """Take the flows whose finish time is by ``lim`` out of the active set
     (four aligned lists, in place); returns them in the order they started."""
     gone = [k for k, t in enumerate(fin) if t <= lim]
-    if len(gone) == len(flows):  # every active flow is done
-        done = flows[:]
-        flows.clear()
-        fsig.clear()
-        rate.clear()
-        fin.clear()
-        return done
     done = []
     for k in reversed(gone):
         done.append(flows.pop(k))

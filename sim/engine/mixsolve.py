@@ -24,8 +24,8 @@ that memo.  This module keeps what depends on the paths alone:
 What is solved, and how, is :func:`sim.engine.maxmin.maxmin_rates_incremental`'s
 rule unchanged: the components that a started or ended flow touches (each alone,
 flows in mix order), or the whole mix when the changes touch every resource.
-``MEMO = False`` solves every component afresh: the reference that
-tests/sim/test_mixsolve.py checks the memoised path against.
+tests/sim/test_mixsolve.py holds every answer to a fresh
+:func:`sim.engine.maxmin.maxmin_rates` of the same flows, bit for bit.
 """
 
 from __future__ import annotations
@@ -34,11 +34,8 @@ from collections.abc import Sequence
 
 from sim.engine.maxmin import _REL, Path, components, maxmin_rates
 
-__all__ = ["MEMO", "MixSolver"]
+__all__ = ["MixSolver"]
 
-# component structures and cap-free rates memoised by path signatures; False:
-# every component solved afresh (the reference the memo is tested against)
-MEMO = True
 # distinct path mixes remembered before a memo is cleared
 _MEMO_MAX = 65536
 
@@ -75,13 +72,12 @@ class MixSolver:
         rates before (kept by components nothing touched)."""
         if len(touched) >= len(self.capacity):
             return self._component(pkey, fpaths, fcaps)
-        comps = self._comps.get(pkey) if MEMO else None
+        comps = self._comps.get(pkey)
         if comps is None:
             comps = components(fpaths)
-            if MEMO:
-                if len(self._comps) >= _MEMO_MAX:
-                    self._comps.clear()
-                self._comps[pkey] = comps
+            if len(self._comps) >= _MEMO_MAX:
+                self._comps.clear()
+            self._comps[pkey] = comps
         if len(comps) == 1:  # one component, re-solved if a change touches it
             if any(not p or any(r in touched for r, _ in p) for p in fpaths):
                 return self._component(pkey, fpaths, fcaps)
@@ -105,7 +101,7 @@ class MixSolver:
         memo when every cap is above its flow's cap-free rate x (1 + _REL).  A
         solve whose caps all are above its rates so is the cap-free solve (no cap
         won a comparison), hence remembered as such."""
-        if not MEMO or -1 in pkey:
+        if -1 in pkey:
             return maxmin_rates(paths, caps, self.capacity)
         free = self._rates.get(pkey)
         if free is not None and _caps_above(caps, free):

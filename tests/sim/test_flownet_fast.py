@@ -1,13 +1,15 @@
-"""The per-flow and per-op shortcuts change no float.
+"""The flow network's rates and end times, by hand and against a plain fluid simulation.
 
-* :data:`sim.engine.flownet.FAST`: a network with one active flow is
-  re-rated and completed without the general loops and scans.  Seeded
+* :class:`sim.engine.flownet.FlowNetwork` with one active flow at a time (a
+  serving engine's usual case) and with a few overlapping: by hand, a capped
+  flow alone (12 units at cap 3 on a 4/s link end at 4.0 after 2
+  re-ratings) and a flow alone, then sharing two links, then alone again
+  (end times, re-ratings, per-resource busy time, work and peak).  Seeded
   random flows, mostly alone on their network, some overlapping, some
-  delayed: every flow's start and end time, the re-rating count and every
-  resource's integrals are bit for bit those of the general paths (FAST off).
-* A seeded eviction-heavy serving run (paged-cpu-ssd) gives the same
-  request and op records and the same plan, column for column, with the
-  one-flow shortcuts off.
+  delayed: every start and end equals a plain fluid simulation written here
+  (rates re-solved from scratch by progressive filling at every start and
+  end), work is conserved, no resource is above capacity, and starting the
+  same flows in the opposite order changes no end time.
 """
 
 from __future__ import annotations
@@ -15,29 +17,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pyarrow as pa
 import pytest
 import simpy
 
 import sim.engine.flownet as flownet
-from hwprofiles.loader import load_profile
-from sim.models import get_model
-from sim.serving.bench import mooncake_requests
-from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
-from sim.serving.designs import get_design
-from sim.serving.execute.engine import EngineConfig
 
 N_RES = 4
-
-
-class CountingNetwork(flownet.FlowNetwork):
-    """Counts re-ratings that met exactly one active flow (the shortcut's case)."""
-
-    solo = 0
-
-    def _rerate(self, _event: object = None) -> None:
-        self.solo += len(self._fin) == 1
-        super()._rerate(_event)
 
 
 def _random_flows(seed: int) -> tuple[list[list[tuple]], list[float]]:
@@ -62,7 +47,7 @@ def _random_flows(seed: int) -> tuple[list[list[tuple]], list[float]]:
 
 
 def _run(
-    groups, capacity, net_cls: type[flownet.FlowNetwork] = CountingNetwork, n_res: int = N_RES
+    groups, capacity, net_cls: type[flownet.FlowNetwork] = flownet.FlowNetwork, n_res: int = N_RES
 ) -> tuple[list[tuple[float, float]], list[flownet.FlowNetwork]]:
     """Every flow's (start, end), and each group's network (a ``net_cls``
     over ``n_res`` resources)."""
@@ -88,48 +73,111 @@ def _run(
     return times, nets
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_one_flow_shortcuts_equal_the_general_paths(monkeypatch, seed) -> None:
+def _by_hand(capacity, flows) -> tuple[list[tuple[float, float]], flownet.FlowNetwork]:
+    """One network: flows (delay, path, amount, cap) all asked for at time 0."""
+    times, nets = _run([[(0.0, *f) for f in flows]], capacity, n_res=len(capacity))
+    return times, nets[0]
+
+
+def test_one_capped_flow_alone_by_hand() -> None:
+    # 12 units on a 4/s link, capped at 3/s: 3/s for 4 s; re-rated when it
+    # starts and when it ends; the link 3/4 loaded while busy
+    times, net = _by_hand([4.0], [(0.0, [(0, 1.0)], 12.0, 3.0)])
+    assert times == [(0.0, 4.0)]
+    assert net.reratings == 2 and net.completed == 1
+    assert net.busy_s == [4.0] and net.work == [12.0] and net.peak == [0.75]
+
+
+def test_alone_then_sharing_then_alone_by_hand() -> None:
+    # A = 10/s, B = 4/s.  f0: 10 units on A at t=0; f1: 6 units on A and B from
+    # t=0.5.  Alone f0 runs at 10 (5 units done by 0.5).  Shared: B saturates
+    # first (f1 alone on it) at level 4, so f1 = 4 and f0 takes A's other 6:
+    # f0's last 5 units take 5/6 s (ends 0.5 + 5/6); f1 has moved 4 x 5/6 = 10/3
+    # of 6, and alone again runs at min(10, 4) = 4: 8/3 left take 2/3 s -> 2.0.
+    times, net = _by_hand([10.0, 4.0], [(0.0, [(0, 1.0)], 10.0, math.inf),
+                                        (0.5, [(0, 1.0), (1, 1.0)], 6.0, math.inf)])  # fmt: skip
+    assert times == [(0.0, pytest.approx(0.5 + 5 / 6, rel=1e-15)), (0.5, pytest.approx(2.0))]
+    # re-rated at the start, at f1's delayed start, at f0's end and at f1's end
+    assert net.reratings == 4 and net.completed == 2
+    assert net.busy_s == pytest.approx([2.0, 1.5], rel=1e-15)  # B busy from 0.5
+    assert net.work == pytest.approx([16.0, 6.0], rel=1e-15)  # A: 10 + 6 units, B: 6
+    assert net.peak == [1.0, 1.0]  # A full alone (10) and shared (6 + 4); B full
+
+
+def _fair_rates(paths, caps, capacity) -> list[float]:
+    """Max-min rates by progressive filling, plainly: every unfrozen flow rises by
+    the largest step no resource and no cap forbids; flows on a full resource or
+    at their cap freeze."""
+    n = len(paths)
+    rate, frozen = [0.0] * n, [False] * n
+    while not all(frozen):
+        live = [i for i in range(n) if not frozen[i]]
+        step = min(caps[i] - rate[i] for i in live)
+        for r in {r for i in live for r, _ in paths[i]}:
+            used = sum(c * rate[i] for i in range(n) for q, c in paths[i] if q == r)
+            weight = sum(c for i in live for q, c in paths[i] if q == r)
+            step = min(step, (capacity[r] - used) / weight)
+        for i in live:
+            rate[i] += step
+        for i in live:
+            full = any(
+                sum(c * rate[k] for k in range(n) for q, c in paths[k] if q == r)
+                >= capacity[r] * (1 - 1e-12)
+                for r, _ in paths[i]
+            )
+            if full or rate[i] >= caps[i] * (1 - 1e-12):
+                frozen[i] = True
+    return rate
+
+
+def _fluid(specs, capacity) -> list[tuple[float, float]]:
+    """Every flow's (start, end) by a plain fluid simulation: at each start or
+    end, all active flows' rates from scratch (:func:`_fair_rates`); the clock
+    moves to the next start or the next finish (flows within 1 ns of it finish
+    with it, as the network's do)."""
+    begin = [t + d for t, d, _, _, _ in specs]
+    left = [amount for _, _, _, amount, _ in specs]
+    out = [(math.nan, math.nan)] * len(specs)
+    waiting = sorted(range(len(specs)), key=lambda i: begin[i])
+    active: list[int] = []
+    now = 0.0
+    while waiting or active:
+        while waiting and begin[waiting[0]] <= now:
+            active.append(waiting.pop(0))
+        rates = _fair_rates([specs[i][2] for i in active], [specs[i][4] for i in active], capacity)
+        ttf = [left[i] / r for i, r in zip(active, rates, strict=True)]
+        dt = min(ttf + ([begin[waiting[0]] - now] if waiting else []))
+        still = []
+        for i, r, t in zip(active, rates, ttf, strict=True):
+            if t <= dt + 1e-9:
+                out[i] = (begin[i], now + t)
+            else:
+                left[i] -= r * dt
+                still.append(i)
+        active = still
+        now += dt
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_flows_equal_a_plain_fluid_simulation(seed) -> None:
     groups, capacity = _random_flows(seed)
-    fast_times, fast = _run(groups, capacity)
-    monkeypatch.setattr(flownet, "FAST", False)
-    ref_times, ref = _run(groups, capacity)
+    times, nets = _run(groups, capacity)
+    want = [t for specs in groups for t in _fluid(specs, capacity)]
     n_flows = sum(len(g) for g in groups)
-    assert sum(n.completed for n in fast) == sum(n.completed for n in ref) == n_flows
-    solo, reratings = sum(n.solo for n in fast), sum(n.reratings for n in fast)
-    assert n_flows // 2 < solo < reratings  # the shortcut's case was common, not the only one
-    assert fast_times == ref_times  # every start and end, bit for bit
-    for a, b, specs in zip(fast, ref, groups, strict=True):
-        assert a.reratings == b.reratings
-        assert a.busy_s == b.busy_s and a.work == b.work and a.peak == b.peak
+    assert sum(n.completed for n in nets) == n_flows == len(times)
+    for (s, e), (ws, we) in zip(times, want, strict=True):
+        assert s == ws and e == pytest.approx(we, rel=1e-9, abs=1e-9)
+    for net, specs in zip(nets, groups, strict=True):
+        assert max(net.peak) <= 1 + 1e-9  # no resource above capacity
         # work conserved (each resource moved the coef-weighted amounts that crossed it)
         for r in range(N_RES):
             moved = sum(x * c for _, _, path, x, _ in specs for q, c in path if q == r)
-            assert a.work[r] == pytest.approx(moved, rel=1e-9, abs=1e-9)
-
-
-def _serve() -> tuple[pa.Table, pa.Table, pa.Table]:
-    profile = load_profile("h100-2dimm-2ssd")
-    card = get_model("Llama-3.1-8B")
-    block = 16
-    kv = default_gpu_kv_bytes(profile, card, 0.9)
-    cfg = EngineConfig(gpu_blocks=gpu_blocks(kv, card, block), block_tokens=block,
-                       gpu=profile.gpu_names[0], keep_plan=True)  # fmt: skip
-    design = get_design("paged-cpu-ssd", {"cpu_gib": 0.2, "ssd_gib": 2.0})
-    eng = build_engine(profile, card, design, cfg, mooncake_requests(40, block, 0))
-    rec = eng.run(None)
-    return rec.requests, rec.ops, eng.ops.plan()
-
-
-def test_serving_run_is_the_same_with_the_general_paths(monkeypatch) -> None:
-    lean = _serve()
-    monkeypatch.setattr(flownet, "FAST", False)
-    ref = _serve()
-    assert lean[1].num_rows > 1000  # many ops: SSD writes (metered), copies, compute
-    assert set(lean[1].column("kind").to_pylist()) >= {"write", "copy", "compute"}
-    for a, b in zip(lean, ref, strict=True):
-        assert a.num_rows == b.num_rows > 0
-        assert a.column_names == b.column_names
-        for c in a.column_names:  # NaN (e.g. a request not done) equals NaN
-            x, y = a.column(c).to_pylist(), b.column(c).to_pylist()
-            assert all(u == v or (u != u and v != v) for u, v in zip(x, y, strict=True)), c
+            assert net.work[r] == pytest.approx(moved, rel=1e-9, abs=1e-9)
+    # the same flows started in the opposite order: the same end times
+    back, _ = _run([g[::-1] for g in groups], capacity)
+    k = 0
+    for g in groups:
+        for (s, e), (bs, be) in zip(times[k : k + len(g)], back[k : k + len(g)][::-1], strict=True):
+            assert bs == s and be == pytest.approx(e, rel=1e-12, abs=1e-12)
+        k += len(g)

@@ -5,10 +5,13 @@
   the cap binds (3 / 7) and the component is solved with its caps.
 * Seeded random networks, each with many overlapping flows that carry their
   own caps (most far above any rate, some binding, some just above their
-  fair share): every flow's start and end, the re-rating count and each
-  resource's integrals and peak are bit for bit those of the reference
-  (``MEMO = False``, every component solved afresh), and the memo spared
-  progressive-filling runs.
+  fair share): every answer the solver gives is, bit for bit, a fresh
+  progressive filling of the same flows (the whole mix when the changes
+  touch every resource, else each touched component alone, the other flows
+  keeping their rates), the memo spared progressive-filling runs, every
+  flow's start and end equals the plain fluid simulation of
+  tests/sim/test_flownet_fast.py, and each resource's peak is the largest
+  load the mixes put on it, never above capacity.
 * :func:`sim.engine.flows.changed_sigs` (the flows that started or ended
   since the last mix, read off the mix's order) is the multiset difference
   that :class:`collections.Counter` gives, on seeded random mixes.
@@ -25,7 +28,8 @@ import pytest
 import sim.engine.flownet as flownet
 import sim.engine.mixsolve as mixsolve
 from sim.engine.flows import changed_sigs
-from sim.engine.maxmin import maxmin_rates
+from sim.engine.maxmin import components, maxmin_rates
+from tests.sim.test_flownet_fast import _fluid
 from tests.sim.test_flownet_fast import _run as _run_on
 
 N_RES = 5
@@ -97,8 +101,39 @@ def _run(groups, capacity) -> tuple[list[tuple[float, float]], list[flownet.Flow
     return _run_on(groups, capacity, flownet.FlowNetwork, N_RES)
 
 
+class _CheckedSolver(mixsolve.MixSolver):
+    """A solver whose every answer is checked against fresh progressive
+    fillings of the same flows (:func:`maxmin_rates`, not the memo's)."""
+
+    checked = 0
+    fresh = 0  # progressive fillings the answers would cost without the memo
+
+    def solve(self, pkey, fpaths, fcaps, old, touched):
+        got = super().solve(pkey, fpaths, fcaps, old, touched)
+        if len(touched) >= len(self.capacity):  # every resource touched: the whole mix
+            want = maxmin_rates(fpaths, fcaps, self.capacity)
+            self.fresh += 1
+        else:  # each touched component alone, in mix order; the others keep their rates
+            want = list(old)
+            for comp in components(fpaths):
+                if any(not fpaths[i] or any(r in touched for r, _ in fpaths[i]) for i in comp):
+                    sub = [fpaths[i] for i in comp], [fcaps[i] for i in comp]
+                    self.fresh += 1
+                    for i, rate in zip(comp, maxmin_rates(*sub, self.capacity), strict=True):
+                        want[i] = rate
+        assert got == want  # bit for bit
+        self.checked += 1
+        return got
+
+
+class _CheckedNetwork(flownet.FlowNetwork):
+    def __init__(self, env, names, capacity):
+        super().__init__(env, names, capacity)
+        self._solver = _CheckedSolver(self.capacity)
+
+
 @pytest.mark.parametrize("seed", range(4))
-def test_memoised_solves_equal_the_reference(monkeypatch, seed) -> None:
+def test_memoised_solves_are_fresh_solves(monkeypatch, seed) -> None:
     groups, capacity = _random_groups(seed)
     calls = [0]
 
@@ -107,16 +142,15 @@ def test_memoised_solves_equal_the_reference(monkeypatch, seed) -> None:
         return maxmin_rates(paths, caps, cap_)
 
     monkeypatch.setattr(mixsolve, "maxmin_rates", counted)
-    memo_times, memo = _run(groups, capacity)
-    memo_calls, calls[0] = calls[0], 0
-    monkeypatch.setattr(mixsolve, "MEMO", False)
-    ref_times, ref = _run(groups, capacity)
-    assert memo_calls < calls[0]  # the memo spared progressive-filling runs
-    assert all(not math.isnan(e) for _, e in ref_times)
-    assert memo_times == ref_times  # every start and end, bit for bit
-    for a, b in zip(memo, ref, strict=True):
-        assert a.reratings == b.reratings
-        assert a.busy_s == b.busy_s and a.work == b.work and a.peak == b.peak
+    times, nets = _run_on(groups, capacity, _CheckedNetwork, N_RES)
+    fresh = sum(n._solver.fresh for n in nets)
+    assert sum(n._solver.checked for n in nets) > len(times)  # most starts and ends re-solved
+    assert calls[0] < fresh  # the memo spared progressive-filling runs
+    want = [t for specs in groups for t in _fluid(specs, capacity)]
+    assert all(not math.isnan(e) for _, e in want)
+    for (s, e), (ws, we) in zip(times, want, strict=True):
+        assert s == ws and e == pytest.approx(we, rel=1e-9, abs=1e-9)
+    for a in nets:
         # every peak is the largest load over capacity among the mixes seen (no
         # fold: the memo holds them all), loads shared between mixes or not
         for r in range(N_RES):
