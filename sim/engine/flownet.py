@@ -32,7 +32,8 @@ Devices that keep this fast without changing the physics:
   workloads repeat the same mix of flows layer after layer; a mix not seen
   before re-solves only the connected components that the flows started or
   ended since the last re-rating touch
-  (:func:`sim.engine.maxmin.maxmin_rates_incremental`'s rule), and components
+  (the incremental rule: re-solve only the components a started or ended
+  flow touches; tests/sim/test_maxmin.py states it plainly), and components
   and cap-free rates are memoised per mix of paths, used where the caps
   provably change no float (:mod:`sim.engine.mixsolve`); a path mix solved
   to the same rates as before reuses its loads (and its peaks stand);

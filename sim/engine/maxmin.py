@@ -143,26 +143,3 @@ def components(paths: Sequence[Path]) -> list[list[int]]:
         else:
             lone.append([i])
     return list(groups.values()) + lone
-
-
-def maxmin_rates_incremental(
-    paths: Sequence[Path],
-    caps: Sequence[float],
-    capacity: Sequence[float],
-    rates: Sequence[float],
-    touched: set[int],
-) -> list[float]:
-    """Rates after flows started or ended, re-solving only what they affect.
-
-    ``rates[i]`` is flow i's rate before the change (any value for a new flow);
-    ``touched`` holds the resources of every flow that started or ended.  Each
-    component (:func:`components`) that crosses a touched resource, or holds a
-    flow with no resource, is re-solved by :func:`maxmin_rates`; every other
-    flow keeps its rate, which is exact because components do not interact."""
-    out = list(rates)
-    for comp in components(paths):
-        if any(not paths[i] or any(r in touched for r, _ in paths[i]) for i in comp):
-            sub = maxmin_rates([paths[i] for i in comp], [caps[i] for i in comp], capacity)
-            for i, rate in zip(comp, sub, strict=True):
-                out[i] = rate
-    return out

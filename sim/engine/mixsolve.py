@@ -21,8 +21,8 @@ that memo.  This module keeps what depends on the paths alone:
   solved with caps that all lie above its rates so is remembered as cap-free
   (no cap won a comparison: the same rounds), so a miss costs one solve.
 
-What is solved, and how, is :func:`sim.engine.maxmin.maxmin_rates_incremental`'s
-rule unchanged: the components that a started or ended flow touches (each alone,
+What is solved, and how, is the incremental rule (stated plainly in
+tests/sim/test_maxmin.py): the components that a started or ended flow touches (each alone,
 flows in mix order), or the whole mix when the changes touch every resource.
 tests/sim/test_mixsolve.py holds every answer to a fresh
 :func:`sim.engine.maxmin.maxmin_rates` of the same flows, bit for bit.

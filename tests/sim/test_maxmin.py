@@ -1,13 +1,14 @@
 """Progressive filling: textbook cases by hand, and the max-min property."""
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.engine.maxmin import components, maxmin_rates, maxmin_rates_incremental
+from sim.engine.maxmin import Path, components, maxmin_rates
 
 INF = math.inf
 
@@ -95,6 +96,31 @@ def test_components_split_on_shared_resources():
     paths = [[(0, 1), (1, 1)], [(1, 1), (2, 1)], [(5, 1)], [(7, 1)], []]
     comps = sorted(sorted(c) for c in components(paths))
     assert comps == [[0, 1], [2], [3], [4]]
+
+
+def maxmin_rates_incremental(
+    paths: Sequence[Path],
+    caps: Sequence[float],
+    capacity: Sequence[float],
+    rates: Sequence[float],
+    touched: set[int],
+) -> list[float]:
+    """The incremental rule :class:`sim.engine.mixsolve.MixSolver` implements,
+    written plainly: rates after flows started or ended, re-solving only what
+    they affect.
+
+    ``rates[i]`` is flow i's rate before the change (any value for a new flow);
+    ``touched`` holds the resources of every flow that started or ended.  Each
+    component (:func:`components`) that crosses a touched resource, or holds a
+    flow with no resource, is re-solved by :func:`maxmin_rates`; every other
+    flow keeps its rate, which is exact because components do not interact."""
+    out = list(rates)
+    for comp in components(paths):
+        if any(not paths[i] or any(r in touched for r, _ in paths[i]) for i in comp):
+            sub = maxmin_rates([paths[i] for i in comp], [caps[i] for i in comp], capacity)
+            for i, rate in zip(comp, sub, strict=True):
+                out[i] = rate
+    return out
 
 
 def _random_flows(rng, n, nres):
