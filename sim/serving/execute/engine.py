@@ -306,7 +306,7 @@ class Engine:
                     self.log.first_token_s[self.row[s]] = now
                     s.generated = 1
             else:
-                if step:  # every scheduled request: a store not prepared is tried again
+                if step and s.unstored:  # a store not prepared is tried again
                     self.offload.after_step(s)
                 s.generated += 1
             if s.prefill_left == 0 and s.generated >= s.req.output_tokens:
@@ -515,6 +515,7 @@ class Engine:
         else:
             self.running.remove(s)
         s.cached_tokens = s.prefilled = s.stored_groups = 0
+        s.unstored = False
         s.lookup = s.load = None
         self._forward.pop(s, None)
         s.req.preemptions += 1

@@ -22,7 +22,8 @@ the v0.11 line, ``OffloadingConnectorScheduler`` and
   among the ready entries in use by nobody (``ref_cnt == 0``).  When they
   cannot all be placed, ``prepare_store`` returns None, the index does not
   move and the same blocks are tried at the request's next step
-  (:meth:`after_step`, called for every request of the batch, decodes too);
+  (:meth:`after_step`, called for every request of the batch whose blocks
+  are new or whose last store was not prepared, decodes too);
   the request holds its GPU blocks as it always does, nothing more.
 * A request's prepared store of one step is one job
   (``prepare_store_kv``: one job per request and step), submitted at the

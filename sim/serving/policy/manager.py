@@ -182,7 +182,8 @@ class BlockManager:
         (default: the prompt computed so far; at the end of a request its prompt
         and reply, the engine's ``cache_replies``); ``store=False`` hashes them on
         the GPU only."""
-        g0, g1 = self._hash(s, upto), self._frontier(s, upto) // self.k
+        frontier = self._frontier(s, upto)
+        g0, g1 = self._hash(s, frontier), frontier // self.k
         if not (self.tiers and store) or g1 <= g0:
             return None
         s.stored_groups = g1
@@ -203,8 +204,11 @@ class BlockManager:
         groups are tried again at the request's next step), else the transfers
         (its demotions, then its store: :meth:`place_store`) and
         ``stored_groups`` moves on.  Groups already held in a tier are not
-        stored again (``block_hashes_to_store``)."""
-        g0, g1, k = self._hash(s, upto), self._frontier(s, upto) // self.k, self.k
+        stored again (``block_hashes_to_store``).  ``s.unstored`` says whether
+        this store was not prepared (the engine tries again only those)."""
+        frontier, k = self._frontier(s, upto), self.k
+        g0, g1 = self._hash(s, frontier), frontier // k
+        s.unstored = False
         if not (self.tiers and store) or g1 <= g0:
             return []
         if min(s.blocks[g0 * k : g1 * k]) >= 0:  # every group whole: the count is known first
@@ -213,9 +217,11 @@ class BlockManager:
             for t in self.tiers:
                 held.update(filter(t.entries.__contains__, keys))
             if not self._room(len(keys) - len(held)):
-                return None  # no group picked: a retry costs no arrays
+                s.unstored = True  # no group picked: a retry costs no arrays
+                return None
         groups, mine = self._store_groups(s, g0, g1)
         if groups and not self._room(len(groups)):
+            s.unstored = True
             return None
         s.stored_groups = g1
         if not groups:
@@ -228,10 +234,10 @@ class BlockManager:
         done = s.cached_tokens + s.prefilled if upto is None else upto
         return min(len(s.req.hashes), done // self.B)
 
-    def _hash(self, s: Seq, upto: int | None) -> int:
-        """Give ``s``'s newly computed full blocks their hash on the GPU (they
-        become shareable); returns the first group not yet stored."""
-        frontier = self._frontier(s, upto)
+    def _hash(self, s: Seq, frontier: int) -> int:
+        """Give ``s``'s newly computed full blocks (up to block ``frontier``)
+        their hash on the GPU (they become shareable); returns the first group
+        not yet stored."""
         if len(s.blocks) < frontier:
             hs = s.req.hashes
             blocks, made = self.gpu.promote_all(ints(hs, len(s.blocks), frontier), ready=True)
