@@ -213,6 +213,9 @@ def test_design_params_are_checked() -> None:
         get_design("pool", {"cpu_gb": 1})
     with pytest.raises(ValueError, match="design_params.io_path"):
         get_design("pool", {"io_path": "ftp"})
+    with pytest.raises(ValueError, match="design_params.stores"):
+        get_design("paged-cpu", {"stores": "later"})
+    assert get_design("paged-cpu").stores == "step" and get_design("lmcache").stores == "eager"
     d = get_design("pool", {"cpu_gib": 2})
     assert dataclasses.asdict(d)["cpu_gib"] == 2.0
     assert get_design("lmcache").io_bytes() == 128 * 1024  # readahead; CPU paid per page
