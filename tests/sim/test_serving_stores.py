@@ -175,3 +175,45 @@ def test_a_load_ending_mid_step_is_seen_at_the_next_boundary() -> None:
     seen = ends[ends >= landed].min()  # the boundary after the load ended
     assert landed < seen and r.loc[1, "first_token_s"] > seen
     assert r.loc[1, "admit_s"] in set(ends)  # admitted at a boundary, the load started there
+
+
+def test_a_stores_victims_are_demoted_as_one_job_that_the_store_follows() -> None:
+    """A CPU tier of 2 blocks over an SSD tier of 8 (paged-cpu-ssd's rule).
+    A's 2 blocks are stored and complete; B's 2 evict both (least recently
+    used first): they leave the CPU tier at once, their SSD copies placed not
+    ready, as one demotion transfer holding both; B's store is the second
+    transfer (its slots are theirs once the demotion has read them)."""
+    gpu = GpuCache(64, prefix_cache=True)
+    cpu = OffloadTier("cpu", ["dram0"], [1.0], [2 * 4 * 8192.0], 4, 8192)
+    ssd = OffloadTier("ssd", ["ssd0"], [1.0], [8 * 4 * 8192.0], 4, 8192)
+    design = get_design("paged-cpu-ssd", {"cpu_gib": 1.0, "ssd_gib": 1.0, "block_factor": 1})
+    mgr = BlockManager(gpu, [cpu, ssd], design, B, "gpu0")
+    a = _computed(mgr, 0, [11, 12])
+    (store_a,) = mgr.prepare_store(a)
+    mgr.on_stored(store_a)
+    b = _computed(mgr, 1, [21, 22])
+    demote, store_b = mgr.prepare_store(b)
+    assert demote.tag == "demote" and [e.key for e in demote.entries] == [11, 12]
+    assert demote.src is cpu and demote.dst is ssd and demote.nbytes == 2 * 4 * 8192
+    assert list(cpu.entries) == [21, 22] and cpu.evictions == 2
+    assert [ssd.entries[k].ref_cnt for k in (11, 12)] == [NOT_READY, NOT_READY]
+    assert ssd.lookup(11) is None  # not a hit until its copy is done
+    assert mgr.on_stored(demote) == []
+    assert ssd.lookup(11) is not None and ssd.lookup(12) is not None
+    assert [e.key for e in store_b.entries] == [21, 22]
+
+
+def test_the_store_starts_when_its_demotion_job_ends() -> None:
+    """The retry case above on paged-cpu-ssd (a CPU tier of exactly 4 blocks
+    over an SSD tier): B's store, prepared at the end of iteration 2, evicts
+    A's 4 blocks; their demotion starts there, one write of 4 blocks, and B's
+    store starts when it ends."""
+    params = {"cpu_gib": 4 * BLOCK / GIB, "ssd_gib": 1.0, "block_factor": 1}
+    rows = [row(0, 0.0, 64, [], 4), row(1, 0.0, 64, [], 4)]
+    ops = run(rows, "paged-cpu-ssd", params).ops.to_pandas()
+    ends = sorted(ops.query("kind == 'compute'")["end_s"])
+    demote = ops.query("tag == 'demote'")
+    a, b = ops.query("tag == 'store'").sort_values("start_s").itertuples()
+    assert demote["bytes"].sum() == 4 * BLOCK
+    assert demote["start_s"].min() == ends[2] and a.start_s == ends[0]
+    assert b.start_s == demote["end_s"].max() > ends[2]
