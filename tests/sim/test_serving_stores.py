@@ -46,10 +46,11 @@ def _computed(mgr: BlockManager, rid: int, hashes: list[int]) -> Seq:
 
 def test_a_store_that_cannot_be_prepared_is_tried_again_and_holds_nothing() -> None:
     """A CPU tier of 2 blocks.  Step k: A's 2 blocks are prepared (the tier
-    full of entries in flight, not ready); B's 1 block finds no victim: None,
-    nothing evicted or held (B's blocks referenced by B alone, its index at 0).
-    A's store ends; step k+1: B's block is prepared, evicting A's least
-    recently used block (key 11), B's index moves to 1."""
+    full of entries in flight, not ready) and touched in reverse (vLLM's
+    ``touch``: the first block, key 11, ends most recent); B's 1 block finds
+    no victim: None, nothing evicted or held (B's blocks referenced by B
+    alone, its index at 0).  A's store ends; step k+1: B's block is prepared,
+    evicting the least recently used block, key 12; B's index moves to 1."""
     mgr = _manager(2)
     cpu = mgr.tiers[0]
     a, b = _computed(mgr, 0, [11, 12]), _computed(mgr, 1, [21])
@@ -58,12 +59,12 @@ def test_a_store_that_cannot_be_prepared_is_tried_again_and_holds_nothing() -> N
     assert [cpu.entries[k].ref_cnt for k in (11, 12)] == [NOT_READY, NOT_READY]
     assert mgr.prepare_store(b) is None
     assert b.stored_groups == 0 and mgr.gpu.ref[b.blocks[0]] == 1  # held by B alone
-    assert list(cpu.entries) == [11, 12] and cpu.evictions == 0
+    assert list(cpu.entries) == [12, 11] and cpu.evictions == 0  # LRU first
     assert mgr.on_stored(store_a) == []
     assert [cpu.entries[k].ref_cnt for k in (11, 12)] == [READY, READY]
     (store_b,) = mgr.prepare_store(b)
     assert [e.key for e in store_b.entries] == [21] and b.stored_groups == 1
-    assert list(cpu.entries) == [12, 21] and cpu.evictions == 1
+    assert list(cpu.entries) == [11, 21] and cpu.evictions == 1
     assert mgr.gpu.ref[b.blocks[0]] == 2  # and by the store until it ends
 
 
@@ -80,7 +81,7 @@ def test_a_store_is_all_or_nothing() -> None:
     (store_c,) = mgr.prepare_store(c)
     b = _computed(mgr, 1, [21, 22, 23])
     assert mgr.prepare_store(b) is None
-    assert list(cpu.entries) == [11, 12, 31] and cpu.evictions == 0
+    assert list(cpu.entries) == [12, 11, 31] and cpu.evictions == 0
     mgr.on_stored(store_c)
     (store_b,) = mgr.prepare_store(b)  # now all three can go
     assert [e.key for e in store_b.entries] == [21, 22, 23] and cpu.evictions == 3
@@ -179,10 +180,11 @@ def test_a_load_ending_mid_step_is_seen_at_the_next_boundary() -> None:
 
 def test_a_stores_victims_are_demoted_as_one_job_that_the_store_follows() -> None:
     """A CPU tier of 2 blocks over an SSD tier of 8 (paged-cpu-ssd's rule).
-    A's 2 blocks are stored and complete; B's 2 evict both (least recently
-    used first): they leave the CPU tier at once, their SSD copies placed not
-    ready, as one demotion transfer holding both; B's store is the second
-    transfer (its slots are theirs once the demotion has read them)."""
+    A's 2 blocks are stored and complete (touched in reverse: 12 is the least
+    recently used); B's 2 evict both, 12 first: they leave the CPU tier at
+    once, their SSD copies placed not ready, as one demotion transfer holding
+    both; B's store is the second transfer (its slots are theirs once the
+    demotion has read them)."""
     gpu = GpuCache(64, prefix_cache=True)
     cpu = OffloadTier("cpu", ["dram0"], [1.0], [2 * 4 * 8192.0], 4, 8192)
     ssd = OffloadTier("ssd", ["ssd0"], [1.0], [8 * 4 * 8192.0], 4, 8192)
@@ -193,9 +195,9 @@ def test_a_stores_victims_are_demoted_as_one_job_that_the_store_follows() -> Non
     mgr.on_stored(store_a)
     b = _computed(mgr, 1, [21, 22])
     demote, store_b = mgr.prepare_store(b)
-    assert demote.tag == "demote" and [e.key for e in demote.entries] == [11, 12]
+    assert demote.tag == "demote" and [e.key for e in demote.entries] == [12, 11]
     assert demote.src is cpu and demote.dst is ssd and demote.nbytes == 2 * 4 * 8192
-    assert list(cpu.entries) == [21, 22] and cpu.evictions == 2
+    assert list(cpu.entries) == [22, 21] and cpu.evictions == 2
     assert [ssd.entries[k].ref_cnt for k in (11, 12)] == [NOT_READY, NOT_READY]
     assert ssd.lookup(11) is None  # not a hit until its copy is done
     assert mgr.on_stored(demote) == []

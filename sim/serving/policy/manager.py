@@ -106,8 +106,14 @@ class BlockManager:
         The dict probes run as C-level ``map`` over the request's keys, not a
         Python loop per block: the GPU prefix is cut at the first missing or
         not-ready block, the lower hits at the first group with a block on the
-        GPU or with no ready copy in any tier (:func:`sim.serving.policy.prefix.lower_hits`)."""
+        GPU or with no ready copy in any tier (:func:`sim.serving.policy.prefix.lower_hits`).
+        With ``stores: step`` every offload block of the prompt held in a tier
+        is touched first, as vLLM's ``get_num_new_matched_tokens`` does
+        (:meth:`_touch`)."""
         hs, k = s.req.hashes, self.k
+        if self.design.stores == "step":  # get_num_new_matched_tokens: manager.touch first
+            for tier in self.tiers:
+                self._touch(tier, hs, len(hs) // k)
         limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
         gpu = gpu_prefix(cached, self.gpu.ready, hs, limit)
@@ -203,8 +209,9 @@ class BlockManager:
         room for every one of them (nothing placed, evicted or held; the same
         groups are tried again at the request's next step), else the transfers
         (its demotions, then its store: :meth:`place_store`) and
-        ``stored_groups`` moves on.  Groups already held in a tier are not
-        stored again (``block_hashes_to_store``).  ``s.unstored`` says whether
+        ``stored_groups`` moves on, the request's blocks in the tier touched
+        (:meth:`_touch`).  Groups already held in a tier are not stored again
+        (``block_hashes_to_store``).  ``s.unstored`` says whether
         this store was not prepared (the engine tries again only those)."""
         frontier, k = self._frontier(s, upto), self.k
         g0, g1 = self._hash(s, frontier), frontier // k
@@ -228,7 +235,18 @@ class BlockManager:
             return []
         self.gpu.acquire_all(mine)
         placed = self.place_store(StoreRequest(s.req.rid, groups))
+        self._touch(self.tiers[0], s.req.hashes, g1)  # _get_reqs_to_store: manager.touch
         return placed.demotions + ([placed.store] if placed.store is not None else [])
+
+    def _touch(self, tier: OffloadTier, hs: tuple[int, ...], n: int) -> None:
+        """vLLM's ``LRUOffloadingManager.touch`` of a request's first ``n``
+        offload blocks: each one ``tier`` holds made most recently used, in
+        reverse, so the first block ends most recent (``for block_hash in
+        reversed(...): move_to_end``)."""
+        held, k = tier.entries, self.k
+        got = [held[key] for key in reversed(ints(hs, k - 1, n * k, k)) if key in held]
+        if got:
+            tier.touch_all(got)
 
     def _frontier(self, s: Seq, upto: int | None) -> int:
         done = s.cached_tokens + s.prefilled if upto is None else upto
