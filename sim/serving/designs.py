@@ -11,7 +11,13 @@ tokens each) = 1 SSD block (64 tokens)", §2.3), every newly computed block
 is offloaded once (the scheduler "identifies blocks to offload", §2.2), the
 CPU tier demotes its LRU victims to the SSD tier ("LRU-based rotation",
 §4.1), and loads are asynchronous: the request is scheduled after its
-blocks arrive (§2.2 Load, step 7), parked meanwhile.  SSD transfers use
+blocks arrive (§2.2 Load, step 7), parked meanwhile.  The seed builds on
+vLLM's offloading connector (§2.2: ``OffloadingManager.prepare_store``,
+``complete_store``, ``prepare_load``), so its stores follow vLLM's
+step-synchronous rules (``stores: step``, :mod:`sim.serving.execute.stores`):
+prepared all or nothing at each scheduler step and retried, completions and
+finished loads seen at step boundaries, a finished request's blocks freed
+once its stores end.  SSD transfers use
 GPUDirect Storage through KvikIO/cuFile (``io_path: gds``) where the
 profile has it.  Configurations: GPU only, +CPU, +CPU+SSD (§3.2-3.5).
 
@@ -26,8 +32,12 @@ key hashes a prefix that ends inside it, so a later turn that goes on past
 it never matches it: kvtier stores full chunks only, as LMCache does with
 ``save_unfull_chunk`` off); the pool and its ablations are built on LMCache
 (§IV) and keep its chunks.  Retrieval is "serialized through host-memory
-and SSD" (§III-B): one I/O stream.  Kernel-filesystem reads are buffered: the kernel handles the
-data page by page (the CPU cost of ``kernel_fs`` is paid per 4 KiB page,
+and SSD" (§III-B): one I/O stream.  Stores are ``eager``: placed as each
+chunk is computed, best effort (LMCache's storage manager keeps its own
+store path; kvtier has not read its rules against vLLM's step semantics, so
+the LMCache, pool and HiCache designs keep this one).  Kernel-filesystem
+reads are buffered: the kernel handles the data page by page (the CPU
+cost of ``kernel_fs`` is paid per 4 KiB page,
 :meth:`sim.hw.machine.Machine.cpu_seconds`) while the device sees
 readahead-sized requests, 128 KiB by default (Linux ``VM_READAHEAD_PAGES`` =
 ``SZ_128K / PAGE_SIZE``, include/linux/mm.h; sysfs ``read_ahead_kb`` = 128);
@@ -59,6 +69,7 @@ from sim.registry import SERVING_DESIGNS, ParamError
 register = SERVING_DESIGNS.register  # register("name", DesignParams, preset={...})
 
 LOADS = ("off", "schedule", "arrival")
+STORES = ("step", "eager")
 # 128 KiB: Linux's default readahead (kernel_fs) and a common NVMe MDTS (passthrough)
 IO_KIB_DEFAULT = 128
 
@@ -87,12 +98,18 @@ class DesignParams:
         0.0  # CPU per retrieved KV object (LMCache lookup, sim.serving.policy.objcost)
     )
     file_us: float = 0.0  # CPU per object read from a file (open, read, close; kernel_fs)
+    # step: vLLM's offloading connector (prepared at scheduler steps, all or nothing,
+    # retried; completions seen at step boundaries: sim.serving.execute.stores);
+    # eager: placed as computed, best effort, completions at once (LMCache, HiCache)
+    stores: str = "eager"
 
     def __post_init__(self) -> None:
         if self.io_path not in IO_PATHS or self.io_path == "none":
             raise ParamError("io_path", f"must be one of {IO_PATHS[:-1]}, got {self.io_path!r}")
         if self.async_load not in LOADS:
             raise ParamError("async_load", f"must be one of {LOADS}, got {self.async_load!r}")
+        if self.stores not in STORES:
+            raise ParamError("stores", f"must be one of {STORES}, got {self.stores!r}")
         if self.cpu_to_ssd not in ("on_evict", "write_through"):
             raise ParamError("cpu_to_ssd", "must be 'on_evict' or 'write_through'")
         nonneg = ("cpu_gib", "ssd_gib", "dram_modules", "ssds", "io_kib", "queue_depth")
@@ -125,7 +142,9 @@ class DesignParams:
         return self.cpu_gib > 0 or self.ssd_gib > 0
 
 
-_PAGED: dict[str, Any] = dict(async_load="schedule", io_path="gds", gds=True, block_factor=4)
+_PAGED: dict[str, Any] = dict(
+    async_load="schedule", io_path="gds", gds=True, block_factor=4, stores="step"
+)
 # LMCache's per-object retrieval work, measured on this machine (python -m
 # analysis.lmcache_object_cost: lookup 12-15 us, open+read+close of a tmpfs file 24.5 us)
 LMCACHE_OBJECT_US, LMCACHE_FILE_US = 13.6, 24.5

@@ -105,8 +105,8 @@ def _groups_by_definition(tiers, hashes, blocks, k, g0, g1):
 
 def test_store_groups_fast_and_masked_paths_match_the_definition() -> None:
     """On seeded random requests (some keys held in one of two tiers, some
-    blocks -1), the groups _store_groups returns and the blocks it holds are
-    those picked group by group, for k = 1 and k = 4, whichever of its two
+    blocks -1), the groups _store_groups returns and the blocks it gives to
+    hold are those picked group by group, for k = 1 and k = 4, whichever of its two
     paths (nothing held and all on the GPU, or masks) it takes."""
     from sim.serving.policy.manager import BlockManager
 
@@ -130,9 +130,9 @@ def test_store_groups_fast_and_masked_paths_match_the_definition() -> None:
         mgr = BlockManager.__new__(BlockManager)
         mgr.k, mgr.tiers, mgr.gpu = k, tiers, _Gpu()
         mgr._one = np.empty(0, dtype=object)
-        got = mgr._store_groups(_Seq(hashes, blocks), g0, n)
+        got, mine = mgr._store_groups(_Seq(hashes, blocks), g0, n)
         assert [(key, tuple(b)) for key, b in got] == want
-        assert mgr.gpu.held == [b for _, bs in want for b in bs]
+        assert mine.tolist() == [b for _, bs in want for b in bs]
         paths.add(len(want) == n - g0)
     assert paths == {True, False}  # both paths were taken
 

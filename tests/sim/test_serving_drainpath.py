@@ -1,8 +1,8 @@
-"""The drain path: one entry's pieces from a template, and the plan they make.
+"""One entry's pieces from a template, and the plan they make.
 
-Each drain of paged-cpu-ssd's CPU tier stores one key and demotes one
-victim: a transfer of one entry each.  Their pieces come from a template per
-layout pair (:mod:`sim.serving.policy.onepiece`).  The template gives exactly the
+Every victim paged-cpu-ssd's CPU tier demotes has its pieces made alone, as
+does a store of one block: from a template per layout pair
+(:mod:`sim.serving.policy.onepiece`).  The template gives exactly the
 per-layer reference loop's pieces for entries of several layouts; in a
 seeded eviction-heavy run, every op of the plan moves exactly the bytes its
 byte ranges name, and the op records and the plan agree op for op.
@@ -21,7 +21,7 @@ from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
 from sim.serving.execute.engine import EngineConfig
 from sim.serving.policy import onepiece
-from sim.serving.policy.jobs import store_pieces, store_pieces_each
+from sim.serving.policy.jobs import store_pieces
 from sim.serving.tiers.blocks import OffloadTier
 from sim.serving.tiers.entry import Entry
 from tests.sim.test_serving_jobs import reference
@@ -53,7 +53,7 @@ def test_drains_plan_ops_move_the_bytes_their_ranges_name(monkeypatch, n, block,
 
     monkeypatch.setattr(onepiece, "one_entry_pieces", counted)
     requests, ops, plan = _run(n, block, tiers)
-    assert calls[0] > 100  # the template made the drains' pieces
+    assert calls[0] > 10  # the template made the demotions' pieces
     assert requests.num_rows == n and ops.num_rows == plan.num_rows > calls[0] // 2
     assert ops.column("op_id").to_pylist() == plan.column("op_id").to_pylist()
     assert ops.column("bytes").to_pylist() == plan.column("bytes").to_pylist()
@@ -64,14 +64,14 @@ def test_drains_plan_ops_move_the_bytes_their_ranges_name(monkeypatch, n, block,
             ranged += 1
             assert sum(r["length"] for r in ext) == nbytes
             assert all(r["offset"] >= 0 and r["length"] > 0 for r in ext)
-    assert ranged > calls[0] // 2  # the drains' stores and demotions among them
+    assert ranged > calls[0] // 2  # the demotions among them
 
 
 @pytest.mark.parametrize("layer_bytes", [8192.0, 1000.5])  # integral, and not
 def test_template_pieces_equal_the_per_layer_loop(layer_bytes: float) -> None:
     """One entry at a time, from the GPU and between tiers of several devices:
     the template's pieces equal :func:`reference` (order, bytes exactly,
-    ranges) and :func:`store_pieces_each`'s for that one entry."""
+    ranges)."""
     rng = np.random.default_rng(11)
     layers = 32
     src = OffloadTier("cpu", ["m0", "m1"], [0.3, 0.7], [1e12, 1e12], layers, layer_bytes)
@@ -86,17 +86,14 @@ def test_template_pieces_equal_the_per_layer_loop(layer_bytes: float) -> None:
             for e in entries:
                 got = store_pieces(a, b, [e], "gpu0")
                 counts = [p.ranges for p in got]  # deferred: before any range is made
-                (each,) = store_pieces_each(a, b, [e], "gpu0")
                 want = reference(a, b, [e], "gpu0")
                 assert counts == [len(w[3]) for w in want]
                 rows = [
                     (p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in got
                 ]
                 assert rows == want
-                for x, y in zip(got, each, strict=True):
+                for x in got:
                     assert x.layer == -1 and x.length == int(round(layer_bytes))  # all layers
-                    assert (y.src, y.dst, y.nbytes, y.length) == (x.src, x.dst, x.nbytes, x.length)
-                    assert np.array_equal(y.extents, x.extents)
                     assert x.extents.dtype == np.int64 and x.extents.flags.c_contiguous
                 if a is not None:
                     pairs.add((src.entries[e.key].runs, e.runs))

@@ -159,8 +159,13 @@ def chat_rows(n: int, seed: int):
     return rows
 
 
+# 0.1 GiB: 25 offload blocks of 4 MiB, a tiny CPU tier; with fewer, most prompts' stores
+# (prepared all or nothing, vLLM's prepare_store) would never fit and little would demote
+SMALL_TIERS = {"cpu_gib": 0.1, "ssd_gib": 2.0, "block_factor": 2}
+
+
 def test_same_seed_same_result_and_bytes_conserved() -> None:
-    params = {"cpu_gib": 0.05, "ssd_gib": 2.0, "block_factor": 2}
+    params = SMALL_TIERS
     a = run(chat_rows(40, 1), "paged-cpu-ssd", params, gpu_blocks=400)
     b = run(chat_rows(40, 1), "paged-cpu-ssd", params, gpu_blocks=400)
     pd.testing.assert_frame_equal(a.requests.to_pandas(), b.requests.to_pandas())
@@ -180,7 +185,7 @@ def test_same_seed_same_result_and_bytes_conserved() -> None:
 
 
 def test_the_issued_plan_replays_open_loop_to_the_same_times() -> None:
-    params = {"cpu_gib": 0.05, "ssd_gib": 2.0, "block_factor": 2}
+    params = SMALL_TIERS
     rec = run(chat_rows(20, 2), "paged-cpu-ssd", params, gpu_blocks=300)
     again = simulate(rec.plan, PROFILE).ops.to_pandas()
     ops = rec.ops.to_pandas()
@@ -208,6 +213,9 @@ def test_design_params_are_checked() -> None:
         get_design("pool", {"cpu_gb": 1})
     with pytest.raises(ValueError, match="design_params.io_path"):
         get_design("pool", {"io_path": "ftp"})
+    with pytest.raises(ValueError, match="design_params.stores"):
+        get_design("paged-cpu", {"stores": "later"})
+    assert get_design("paged-cpu").stores == "step" and get_design("lmcache").stores == "eager"
     d = get_design("pool", {"cpu_gib": 2})
     assert dataclasses.asdict(d)["cpu_gib"] == 2.0
     assert get_design("lmcache").io_bytes() == 128 * 1024  # readahead; CPU paid per page
@@ -260,7 +268,7 @@ def test_ssd_loads_go_straight_to_the_gpu_only_with_gpudirect() -> None:
 
 def test_transfers_in_flight_never_exceed_the_design_bound() -> None:
     def most_in_flight(bound: int) -> int:
-        params = {"cpu_gib": 0.05, "ssd_gib": 2.0, "block_factor": 2, "max_transfers": bound}
+        params = {**SMALL_TIERS, "max_transfers": bound}
         ops = run(chat_rows(40, 4), "paged-cpu-ssd", params, gpu_blocks=400).ops.to_pandas()
         io = ops[ops["kind"] != "compute"]
         # at equal times an end comes before a start: back-to-back ops do not overlap

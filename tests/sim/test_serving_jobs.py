@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.serving.policy.jobs import Piece, _layer_runs, load_pieces, store_pieces, store_pieces_each
+from sim.serving.policy.jobs import Piece, _layer_runs, load_pieces, store_pieces
 from sim.serving.tiers.blocks import OffloadTier
 from sim.serving.tiers.layout import layer_stride
 
@@ -82,38 +82,6 @@ def test_one_device_tiers_store_pieces_equal_the_per_entry_loop() -> None:
             got = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in pieces]
             assert got == reference(a, b, entries, "gpu0")
     assert src.evictions > 0 and dst.evictions > 0  # renewed victims were among them
-
-
-@pytest.mark.parametrize("layer_bytes", [8192.0, 1000.5])
-def test_store_pieces_each_equal_store_pieces_of_one_entry(layer_bytes: float) -> None:
-    """The per-entry pieces made for many entries at once (a demotion per
-    victim) equal :func:`store_pieces` called on each entry alone: same pieces
-    in the same order, bytes exactly, same ranges."""
-    rng = np.random.default_rng(7)
-    layers = 32
-    src = OffloadTier("cpu", ["m0", "m1"], [0.3, 0.7], [1e12, 1e12], layers, layer_bytes)
-    dst = OffloadTier("ssd", ["s0", "s1", "s2"], [0.5, 0.2, 0.3], [1e12] * 3, layers, layer_bytes)
-    seen = set()
-    for _ in range(15):
-        keys = [int(k) for k in rng.choice(10**6, int(rng.integers(1, 30)), replace=False)]
-        above, _ = src.place(keys, None)
-        below, _ = dst.place([e.key for e in above[: max(1, len(above) // 2)]], None)
-        rng.shuffle(below)
-        for a, b, entries in ((None, src, above), (src, dst, below)):
-            each = store_pieces_each(a, b, entries, "gpu0")
-            assert len(each) == len(entries)
-            for e, pieces in zip(entries, each, strict=True):
-                want = store_pieces(a, b, [e], "gpu0")
-                assert [(p.src, p.dst, p.nbytes) for p in pieces] == [
-                    (p.src, p.dst, p.nbytes) for p in want
-                ]
-                assert all_ranges_are_length(pieces)
-                for p, w in zip(pieces, want, strict=True):
-                    assert np.array_equal(p.extents, w.extents)
-                    assert p.extents.dtype == np.int64 and p.extents.flags.c_contiguous
-                if a is not None:
-                    seen.add((src.entries[e.key].runs, e.runs))
-    assert len(seen) > 3  # several layout pairs, some cut into several parts
 
 
 @pytest.mark.parametrize("seed", [3, 4])

@@ -38,5 +38,5 @@ def test_transfers_leave_no_cycles() -> None:
     finally:
         if was:
             gc.enable()
-    assert ops > 500  # many transfers ran: two-stage drains, stores, copies
+    assert ops > 300  # many transfers ran: stores, demotions (353 at 30 requests), copies
     assert left == []

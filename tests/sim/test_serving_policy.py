@@ -36,7 +36,7 @@ def prefill(mgr: BlockManager, s: Seq) -> None:
     req = mgr.computed(s)
     assert req is not None
     placement = mgr.place_store(req)
-    assert placement.demotions == [] and placement.waiting is None
+    assert placement.demotions == []
     store = placement.store
     assert store is not None and (store.tag, store.by) == ("store", "dst")
     assert mgr.on_stored(store) == []  # one tier: nothing follows

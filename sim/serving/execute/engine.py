@@ -24,7 +24,8 @@ and writes every op down as it goes.
   of the request's first iteration, which waits for them (all of them, or
   layer by layer with layer-wise pipelining: layer l computes as soon as
   layer l's KV is in).  ``schedule``: loads start at admission, the request
-  is parked until they end (vLLM's WAITING_FOR_REMOTE_KVS).  ``arrival``
+  is parked until they end (vLLM's WAITING_FOR_REMOTE_KVS; with ``stores:
+  step`` the end is seen at the next step boundary, ``finished_recving``).  ``arrival``
   (LMCache's AsyncKV): SSD hits are read into host memory when the request
   arrives, overlapping its queueing, and the request is parked until they
   are in; the copies to the GPU stay in its forward pass, layer by layer with
@@ -32,6 +33,11 @@ and writes every op down as it goes.
   whole load is done at arrival); a
   prefetch never takes GPU blocks that the requests queued ahead of it will
   need, so it cannot block them.
+* **Step boundaries.**  The top of the iteration loop is vLLM's scheduler step
+  boundary: with ``stores: step`` (:mod:`sim.serving.execute.stores`) the
+  stores and loads that ended during the step are seen there, each request
+  of the step that ended offers its new full blocks to the offload tiers
+  after it, and a finished request's blocks are freed once its stores end.
 * **Decisions and time.**  The block manager decides (lookups, loads,
   stores, evictions, demotions: plain data, no clock); the engine, the
   :class:`sim.serving.execute.stores.Offloader` and the
@@ -107,6 +113,7 @@ class Engine:
         self._ssds = frozenset(machine.profile.ssd_names)
         self._bounce, self._gds = bounce, mover.gds
         self._forward: dict[Seq, list[Piece]] = {}  # AsyncKV: host -> GPU leg, per request
+        self._loaded: list[Seq] = []  # stores step: loads ended, seen at the next boundary
         gpu = GpuCache(cfg.gpu_blocks, cfg.prefix_cache)
         self.mgr = BlockManager(gpu, tiers, design, self.B, cfg.gpu)
         self.offload = Offloader(self.mgr, mover, self._released)
@@ -220,8 +227,11 @@ class Engine:
         if not self.log.rejected[i]:
             if self.cfg.cache_replies != "off":  # KV exists for all but the last token
                 kv = s.req.input_tokens + s.generated - 1
-                self.offload.store(self.mgr.computed(s, kv, self.cfg.cache_replies == "store"))
-            self.mgr.release(s)
+                self.offload.after_step(s, kv, self.cfg.cache_replies == "store")
+            if self.offload.step:  # vLLM's delay_free_blocks (sim.serving.execute.stores)
+                self.offload.release_after(s.req.rid, lambda: self.mgr.release(s))
+            else:
+                self.mgr.release(s)
             self.running.remove(s)
         if self.inflight is not None:
             self.inflight.release(self._slots.pop(s.req.rid))
@@ -249,6 +259,7 @@ class Engine:
     # ---- iterations -----------------------------------------------------------------
     def _loop(self):
         while self.remaining:
+            self._boundary()
             self._admit()
             batch = self._batch()
             self._sample()
@@ -271,17 +282,32 @@ class Engine:
                 budget -= chunk
         return batch
 
+    def _boundary(self) -> None:
+        """A scheduler step boundary (stores ``step``, vLLM's offloading
+        connector): the stores and loads that ended since the last one are
+        seen now (:meth:`Offloader.boundary`; a loaded request joins the
+        running ones, vLLM's ``finished_recving``)."""
+        if not self.offload.step:
+            return
+        self.offload.boundary()
+        if self._loaded:
+            loaded, self._loaded = self._loaded, []
+            for s in loaded:
+                self._joined(s)
+
     def _advance(self, batch: list[tuple[Seq, int]]) -> None:
-        now = self.env.now
+        now, step = self.env.now, self.offload.step
         for s, chunk in batch:
             if s.prefill_left > 0:
                 s.prefilled += chunk
                 self.log.computed_tokens[self.row[s]] += chunk
-                self.offload.store(self.mgr.computed(s))
+                self.offload.after_step(s)
                 if s.prefill_left == 0 and s.generated == 0:  # not a preempted one's recompute
                     self.log.first_token_s[self.row[s]] = now
                     s.generated = 1
             else:
+                if step and s.unstored:  # a store not prepared is tried again
+                    self.offload.after_step(s)
                 s.generated += 1
             if s.prefill_left == 0 and s.generated >= s.req.output_tokens:
                 self._finish(s)
@@ -348,16 +374,23 @@ class Engine:
         job = self.offload.load(transfer)
 
         def landed(_e) -> None:
-            self.mgr.on_loaded(s)
-            if s in self.parked:
-                self.parked.remove(s)
-                self.running.append(s)
+            if self.offload.step:  # seen at the next step boundary (_boundary)
+                self._loaded.append(s)
+            else:
+                self._joined(s)
             self._kick()
 
         if cpu:  # the objects' CPU work after the bytes, before the request joins
             job.done.callbacks.append(lambda _e: self.env.timeout(cpu).callbacks.append(landed))
         else:
             job.done.callbacks.append(landed)
+
+    def _joined(self, s: Seq) -> None:
+        """``s``'s load is done: its blocks ready, it joins the running requests."""
+        self.mgr.on_loaded(s)
+        if s in self.parked:
+            self.parked.remove(s)
+            self.running.append(s)
 
     def _prefetch_to_host(self, s: Seq, transfer: Transfer) -> None:
         """AsyncKV (:mod:`sim.serving.policy.asyncload`): SSD hits are read into host
@@ -482,6 +515,7 @@ class Engine:
         else:
             self.running.remove(s)
         s.cached_tokens = s.prefilled = s.stored_groups = 0
+        s.unstored = False
         s.lookup = s.load = None
         self._forward.pop(s, None)
         s.req.preemptions += 1

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim.serving.policy import onepiece
-from sim.serving.policy.onepiece import cuts as _cuts
 from sim.serving.policy.onepiece import sum_layers as _sum_layers
 from sim.serving.policy.piece import Piece
 from sim.serving.tiers.layout import layer_stride
@@ -223,8 +222,9 @@ def store_pieces(
 
     Entries with the same (source runs, destination runs) share their
     intersections: those are worked out once per layout pair, and the
-    entries' slots turned into ranges with numpy; one entry (a drain's
-    store) from a template per layout pair (:mod:`sim.serving.policy.onepiece`)."""
+    entries' slots turned into ranges with numpy; one entry (a demoted
+    victim, a one-block store) from a template per layout pair
+    (:mod:`sim.serving.policy.onepiece`)."""
     if len(entries) == 1:
         return onepiece.one_entry_pieces(src, dst, entries[0], gpu, Piece)
     entries = list(entries)  # a deferred piece reads them when its ranges are made
@@ -341,31 +341,4 @@ def _layer_runs(first: np.ndarray, count: np.ndarray, stride: int, length: int) 
     out = np.empty((len(rel), 2), dtype=np.int64)
     out[:, 0] = np.repeat(np.asarray(first, dtype=np.int64), n) + rel * stride
     out[:, 1] = length
-    return out
-
-
-def store_pieces_each(
-    src: OffloadTier | None, dst: OffloadTier, entries: Sequence[Entry], gpu: str
-) -> list[list[Piece]]:
-    """``store_pieces(src, dst, [e], gpu)`` for each of ``entries`` (a transfer
-    each: one demotion per victim), with the layout work done once per layout
-    pair and the ranges of all its entries made in one numpy expression (each
-    entry's pieces hold views of them; one entry: :mod:`sim.serving.policy.onepiece`)."""
-    if len(entries) == 1:
-        return [onepiece.one_entry_pieces(src, dst, entries[0], gpu, Piece)]
-    stride = layer_stride(dst.layer_bytes)
-    length = int(round(dst.layer_bytes))
-    out: list[list[Piece]] = [[] for _ in entries]
-    for (s_runs, d_runs), idx in _layout_pairs(src, dst, entries).items():
-        slots = _slots(entries, idx)
-        for (a, b), parts in _cuts(src, dst, s_runs, d_runs, gpu):
-            count = np.array([c for _r, _off, c in parts], dtype=np.int64)
-            run = np.repeat(np.array([r for r, _off, _c in parts], dtype=np.int64), count)
-            rel = np.concatenate([np.arange(off, off + c) for _r, off, c in parts]) * stride
-            ext = np.empty((len(idx), len(run), 2), dtype=np.int64)
-            ext[:, :, 0] = slots[:, run] + rel
-            ext[:, :, 1] = length
-            nbytes = _sum_layers(count, dst.layer_bytes)
-            for j, i in enumerate(idx):
-                out[i].append(Piece(a, b, nbytes, extents=ext[j], length=length))
     return out

@@ -12,20 +12,31 @@ in vLLM, the last block is never a hit).
 After each iteration the request's newly computed full blocks get their
 hash (they become shareable) and every complete offload block (``k`` GPU
 blocks) not yet stored anywhere is offloaded to the first offload tier
-(write-through from the GPU, seed 001 §2.2 "Store"), the GPU blocks pinned
+(write-through from the GPU, seed 001 §2.2 "Store"), the GPU blocks held
 until the copy ends.  Below that: LMCache writes everything through to the
 SSD tier (``cpu_to_ssd: write_through``); seed 001's hierarchy demotes the
-CPU tier's LRU victims to the SSD tier (``on_evict``), keeping them until
-the SSD copy is complete.  Stores are best effort: a block that finds no
-room (everything pinned) is simply not offloaded.
+CPU tier's LRU victims to the SSD tier (``on_evict``, "LRU-based rotation",
+§4.1): a victim leaves the CPU tier at once, its copy placed below, and the
+victims of one store move as one job that the store follows (it writes the
+slots they leave; :mod:`sim.serving.policy.demotions`).  Victims are ready
+entries in use by nobody, least recently used first: nothing being stored,
+loaded or copied is ever evicted.
+
+**Two store rules, each the framework's.**  ``stores: step`` (the paged
+designs, vLLM's offloading connector): :meth:`prepare_store`, called for
+every request of every scheduler step, places the request's new groups all
+or nothing (vLLM's ``LRUOffloadingManager.prepare_store`` returns None when
+it cannot evict enough: nothing is stored and the same blocks are tried at
+the request's next step; no GPU block is held meanwhile).  ``stores: eager``
+(LMCache, HiCache): :meth:`computed` then :meth:`place_store` as each chunk
+is computed, best effort (a block that finds no room is not offloaded).
+Neither ever waits for room: no victim is kept in its tier while it drains.
 
 **Decisions without a clock.**  The manager never waits: it returns its
 transfers as plain data (:class:`sim.serving.policy.jobs.Transfer`, pieces with
 their byte ranges) and is told when they end.  Loads: :meth:`load` then
-:meth:`on_loaded`.  Stores: :meth:`computed` returns the blocks to offload
-(a :class:`~sim.serving.policy.jobs.StoreRequest`); :meth:`place_store` places
-them and returns the demotions it caused, the store itself and what must
-wait for a demotion to drain (the executor asks again when one has);
+:meth:`on_loaded`.  Stores: :meth:`prepare_store` (or :meth:`computed` and
+:meth:`place_store`) return the demotions and the store;
 :meth:`on_stored` completes a store or demotion and returns the transfers
 that follow it (LMCache's write-through, :mod:`sim.serving.policy.writethrough`:
 the entries a copy pins made ready and pinned without being offered).
@@ -35,6 +46,7 @@ kept on its :class:`~sim.serving.policy.prefix.Lookup` for :meth:`on_loaded`.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from itertools import chain, groupby
 from operator import itemgetter
@@ -42,7 +54,7 @@ from operator import itemgetter
 import numpy as np
 
 from sim.serving.designs import DesignParams
-from sim.serving.policy import chunkplace, writethrough
+from sim.serving.policy import writethrough
 from sim.serving.policy.demotions import Decided, demotion_transfers
 from sim.serving.policy.jobs import StoreRequest, Transfer, load_pieces, store_pieces
 from sim.serving.policy.prefix import Lookup, gpu_prefix, ints, lower_hits
@@ -50,23 +62,17 @@ from sim.serving.policy.seq import Seq
 from sim.serving.policy.storegroups import store_groups
 from sim.serving.requests import Request
 from sim.serving.tiers.blocks import Entry, GpuBlock, GpuCache, OffloadTier
-from sim.serving.tiers.tierplace import place_single
+from sim.serving.tiers.placement import layer_runs
+from sim.serving.tiers.tierplace import SLACK, place_single
 
 
 @dataclass
 class Placement:
-    """What :meth:`BlockManager.place_store` decided: demotions to start (first),
-    the store, and the groups that wait for a demotion of tier 0 to drain;
-    ``blocked``: tier 0 was found blocked once the last key looked at was
-    placed (:meth:`BlockManager.room_blocked` is True, nothing changed since);
-    ``rest_at`` >= 0: the groups that wait are the ones given from there on
-    (:meth:`BlockManager.place_from`; ``waiting`` is then None, not made)."""
+    """What :meth:`BlockManager.place_store` decided: the demotions of its
+    victims (one job per tier pair, to run first) and the store."""
 
     demotions: list[Transfer]
     store: Transfer | None
-    waiting: StoreRequest | None
-    blocked: bool = False
-    rest_at: int = -1
 
 
 class BlockManager:
@@ -86,10 +92,9 @@ class BlockManager:
         self.B = block_tokens
         self.k = design.offload_factor(block_tokens)
         self.gpu_name = gpu_name
-        # demotions decided while placing (tier, below, new entry, victim), handed out after
+        # demotions decided while placing (tier, below, new entry, pieces), handed out after
         self._demotions: list[Decided] = []
         self._one = np.empty(0, dtype=object)  # (slot,) per GPU slot (:meth:`_ones`)
-        self._first: chunkplace.FirstTier | None = None  # tier 0's constants, made on first use
         # the tier below each tier whose victims are demoted (:meth:`_evict`)
         self._below = {t: tiers[i + 1] for i, t in enumerate(tiers) if self._demotes(i)}
 
@@ -101,8 +106,14 @@ class BlockManager:
         The dict probes run as C-level ``map`` over the request's keys, not a
         Python loop per block: the GPU prefix is cut at the first missing or
         not-ready block, the lower hits at the first group with a block on the
-        GPU or with no ready copy in any tier (:func:`sim.serving.policy.prefix.lower_hits`)."""
+        GPU or with no ready copy in any tier (:func:`sim.serving.policy.prefix.lower_hits`).
+        With ``stores: step`` every offload block of the prompt held in a tier
+        is touched first, as vLLM's ``get_num_new_matched_tokens`` does
+        (:meth:`_touch`)."""
         hs, k = s.req.hashes, self.k
+        if self.design.stores == "step":  # get_num_new_matched_tokens: manager.touch first
+            for tier in self.tiers:
+                self._touch(tier, hs, len(hs) // k)
         limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
         gpu = gpu_prefix(cached, self.gpu.ready, hs, limit)
@@ -171,28 +182,112 @@ class BlockManager:
     # ---- stores -------------------------------------------------------------------
     def computed(self, s: Seq, upto: int | None = None, store: bool = True) -> StoreRequest | None:
         """Hash ``s``'s newly computed full blocks; the complete groups to offload
-        (their GPU blocks held from now: the request may finish before the copy).
-        ``upto``: tokens whose KV exists (default: the prompt computed so far; at
-        the end of a request its prompt and reply, the engine's ``cache_replies``);
-        ``store=False`` hashes them on the GPU only."""
-        hs, k = s.req.hashes, self.k
-        done = s.cached_tokens + s.prefilled if upto is None else upto
-        frontier = min(len(hs), done // self.B)
-        if len(s.blocks) < frontier:
-            blocks, made = self.gpu.promote_all(ints(hs, len(s.blocks), frontier), ready=True)
-            s.private -= made
-            s.blocks += blocks
-        g0, g1 = s.stored_groups, frontier // k
+        now, best effort (a design whose stores are ``eager``: placed as they are
+        computed, :meth:`place_store`; their GPU blocks held from now: the
+        request may finish before the copy).  ``upto``: tokens whose KV exists
+        (default: the prompt computed so far; at the end of a request its prompt
+        and reply, the engine's ``cache_replies``); ``store=False`` hashes them on
+        the GPU only."""
+        frontier = self._frontier(s, upto)
+        g0, g1 = self._hash(s, frontier), frontier // self.k
         if not (self.tiers and store) or g1 <= g0:
             return None
         s.stored_groups = g1
-        groups = self._store_groups(s, g0, g1)
+        groups, mine = self._store_groups(s, g0, g1)
+        self.gpu.acquire_all(mine)
         return StoreRequest(s.req.rid, groups) if groups else None
 
-    def _store_groups(self, s: Seq, g0: int, g1: int) -> list[tuple[int, tuple[GpuBlock, ...]]]:
+    def prepare_store(
+        self, s: Seq, upto: int | None = None, store: bool = True
+    ) -> list[Transfer] | None:
+        """vLLM's ``OffloadingConnectorScheduler._get_reqs_to_store`` for one
+        request at a scheduler step (stores ``step``, :mod:`sim.serving.execute.stores`):
+        hash its newly computed full blocks (as :meth:`computed`); the groups
+        from ``s.stored_groups`` (vLLM's ``_next_stored_block_idx``) to the last
+        complete one are prepared in the first tier all or nothing
+        (``LRUOffloadingManager.prepare_store``): None when the tier cannot make
+        room for every one of them (nothing placed, evicted or held; the same
+        groups are tried again at the request's next step), else the transfers
+        (its demotions, then its store: :meth:`place_store`) and
+        ``stored_groups`` moves on, the request's blocks in the tier touched
+        (:meth:`_touch`).  Groups already held in a tier are not stored again
+        (``block_hashes_to_store``).  ``s.unstored`` says whether
+        this store was not prepared (the engine tries again only those)."""
+        frontier, k = self._frontier(s, upto), self.k
+        g0, g1 = self._hash(s, frontier), frontier // k
+        s.unstored = False
+        if not (self.tiers and store) or g1 <= g0:
+            return []
+        if min(s.blocks[g0 * k : g1 * k]) >= 0:  # every group whole: the count is known first
+            keys = ints(s.req.hashes, g0 * k + k - 1, g1 * k, k)
+            held: set[int] = set()
+            for t in self.tiers:
+                held.update(filter(t.entries.__contains__, keys))
+            if not self._room(len(keys) - len(held)):
+                s.unstored = True  # no group picked: a retry costs no arrays
+                return None
+        groups, mine = self._store_groups(s, g0, g1)
+        if groups and not self._room(len(groups)):
+            s.unstored = True
+            return None
+        s.stored_groups = g1
+        if not groups:
+            return []
+        self.gpu.acquire_all(mine)
+        placed = self.place_store(StoreRequest(s.req.rid, groups))
+        self._touch(self.tiers[0], s.req.hashes, g1)  # _get_reqs_to_store: manager.touch
+        return placed.demotions + ([placed.store] if placed.store is not None else [])
+
+    def _touch(self, tier: OffloadTier, hs: tuple[int, ...], n: int) -> None:
+        """vLLM's ``LRUOffloadingManager.touch`` of a request's first ``n``
+        offload blocks: each one ``tier`` holds made most recently used, in
+        reverse, so the first block ends most recent (``for block_hash in
+        reversed(...): move_to_end``)."""
+        held, k = tier.entries, self.k
+        got = [held[key] for key in reversed(ints(hs, k - 1, n * k, k)) if key in held]
+        if got:
+            tier.touch_all(got)
+
+    def _frontier(self, s: Seq, upto: int | None) -> int:
+        done = s.cached_tokens + s.prefilled if upto is None else upto
+        return min(len(s.req.hashes), done // self.B)
+
+    def _hash(self, s: Seq, frontier: int) -> int:
+        """Give ``s``'s newly computed full blocks (up to block ``frontier``)
+        their hash on the GPU (they become shareable); returns the first group
+        not yet stored."""
+        if len(s.blocks) < frontier:
+            hs = s.req.hashes
+            blocks, made = self.gpu.promote_all(ints(hs, len(s.blocks), frontier), ready=True)
+            s.private -= made
+            s.blocks += blocks
+        return s.stored_groups
+
+    def _room(self, n: int) -> bool:
+        """Whether the first tier can hold ``n`` more blocks now, evicting only
+        ready entries in use by nobody (``LRUOffloadingManager.prepare_store``:
+        ``ref_cnt == 0``; a block being stored, loaded or copied on is never a
+        victim).  Looked at without evicting (the victims stay offered)."""
+        tier = self.tiers[0]
+        need = [0.0] * len(tier.devices)
+        for r, m in Counter(layer_runs(tier.ratios, n, tier.layers)).items():
+            for d, b in enumerate(tier.bytes_on(r)):
+                need[d] += m * b
+        short = tier.short(need)
+        if all(x <= SLACK for x in short):
+            return True
+        if any(x > c for x, c in zip(need, tier.capacity, strict=True)):
+            return False
+        for e in tier._victims(short):
+            short = [x - b for x, b in zip(short, e.nbytes, strict=True)]
+        return all(x <= SLACK for x in short)
+
+    def _store_groups(
+        self, s: Seq, g0: int, g1: int
+    ) -> tuple[list[tuple[int, tuple[GpuBlock, ...]]], np.ndarray]:
         """Groups ``g0 .. g1`` of ``s`` held in no tier and whole on the GPU
-        (:func:`sim.serving.policy.storegroups.store_groups`), their blocks held."""
-        return store_groups(self.tiers, self.gpu, self._ones, self.k, s, g0, g1)
+        (:func:`sim.serving.policy.storegroups.store_groups`), and their blocks."""
+        return store_groups(self.tiers, self._ones, self.k, s, g0, g1)
 
     def _ones(self, slots: np.ndarray) -> list[tuple[GpuBlock]]:
         """``(slot,)`` for each of ``slots``: one tuple per GPU slot, made
@@ -209,66 +304,30 @@ class BlockManager:
             ones = self._one = grown
         return ones[slots].tolist()
 
-    def place_store(self, req: StoreRequest, fresh: bool = False) -> Placement:
-        """Place ``req``'s groups in the first tier, evicting (and demoting) as
-        needed; groups with no room at all are let go (not offloaded).
-        ``fresh``: none of its keys is in the first tier and no key repeats
-        (a waiting store, :mod:`sim.serving.policy.waiters`): placed in chunks when
-        that is the same (:func:`sim.serving.policy.chunkplace.place_chunks`)."""
-        out = self.place_from(req.rid, req.groups, 0, fresh)
-        if out.rest_at >= 0:
-            out.waiting, out.rest_at = StoreRequest(req.rid, req.groups[out.rest_at :]), -1
-        return out
-
-    def place_from(self, rid: int, groups: list, lo: int, fresh: bool = False) -> Placement:
-        """:meth:`place_store` of request ``rid``'s ``groups[lo:]``; when the
-        groups that wait are ``groups[k:]``, placed in chunks, the answer says
-        ``k`` (``Placement.rest_at``) rather than copying them."""
-        first = self._first or self._first_tier()
-        chunked = fresh and first.chunkable()
-        if chunked:
-            placed, waiting, hi = chunkplace.place_chunks(first, groups, lo, self._evict)
-            sources = dict(groups[lo:hi])
-        else:
-            sources, hi = dict(groups[lo:]), len(groups)
-            pending = [key for key, _ in groups[lo:]]
-            placed, waiting = first.tier.place(pending, self._evict if first.demotes else None)
-            if len(placed) + len(waiting) < len(pending):  # some were let go
-                gone = list(set(pending) - {e.key for e in placed} - set(waiting))
-                # no room: not offloaded; one release of the groups in reverse is one each in order
-                self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
-        out = self._placement(rid, placed, sources)
-        out.blocked = chunked and hi < len(groups)  # stopped at a blocked tier
-        out.rest_at, out.waiting = chunkplace.rest(rid, groups, hi, waiting, sources)
-        return out
-
-    def _placement(
-        self, rid: int, placed: list[Entry], sources: dict[int, tuple[GpuBlock, ...]]
-    ) -> Placement:
-        """The demotions decided and the store of ``placed`` (from the GPU
-        blocks ``sources``) into the first tier; what waits is the caller's."""
+    def place_store(self, req: StoreRequest) -> Placement:
+        """Place ``req``'s groups in the first tier, evicting (and demoting) LRU
+        victims as needed; groups with no room at all are let go (not
+        offloaded; never after :meth:`_room` said yes).  A demoted victim
+        leaves the first tier at once, its copy placed below; the slots it
+        leaves are written by the store once the demotion has read them
+        (:class:`sim.serving.execute.stores.Offloader` starts the store when the
+        demotion ends), so nothing waits for room."""
+        sources = dict(req.groups)
+        pending = [key for key, _ in req.groups]
+        tier = self.tiers[0]
+        placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
+        if waiting:  # pragma: no cover - no victim is kept draining (_evict)
+            raise RuntimeError(f"{tier.name}: a store waits for a demotion to drain")
+        if len(placed) < len(pending):  # some were let go
+            gone = list(set(pending) - {e.key for e in placed})
+            # no room: not offloaded; one release of the groups in reverse is one each in order
+            self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
         demotions = self._demotion_transfers() if self._demotions else []
         store = None
         if placed:
-            tier = self.tiers[0]
             pieces = store_pieces(None, tier, placed, self.gpu_name)
-            store = Transfer("store", "dst", rid, pieces, None, tier, placed, [], sources)
-        return Placement(demotions, store, None)
-
-    def room_blocked(self) -> bool:
-        """Whether every key a store places in tier 0 now must wait, with
-        nothing evicted (:meth:`sim.serving.policy.chunkplace.FirstTier.blocked`)."""
-        return (self._first or self._first_tier()).blocked()
-
-    def fitting_prefix(self, n: int) -> int:
-        """How many keys of a waiting store of ``n`` keys, none in tier 0, to
-        place alone (:meth:`sim.serving.policy.chunkplace.FirstTier.fitting`); 0: all."""
-        return (self._first or self._first_tier()).fitting(n)
-
-    def _first_tier(self) -> chunkplace.FirstTier:
-        """Tier 0 with its constants (made once: the tiers never change)."""
-        self._first = chunkplace.FirstTier(self.tiers[0], self._demotes(0))
-        return self._first
+            store = Transfer("store", "dst", req.rid, pieces, None, tier, placed, [], sources)
+        return Placement(demotions, store)
 
     def on_stored(self, t: Transfer) -> list[Transfer]:
         """Store or demotion ``t`` ended: its entries are ready below, its sources
@@ -283,10 +342,7 @@ class BlockManager:
             src, dst = self.tiers[0], self.tiers[1]
             return writethrough.complete_through(src, dst, t.entries, live, t.rid, self.gpu_name)
         fresh = t.dst.complete_all(t.entries)  # all were not ready: all still held there
-        if t.tag == "demote":
-            for old in t.olds:
-                t.src.drained(old)  # type: ignore[union-attr]
-        elif t.olds:
+        if t.olds and t.tag != "demote":  # a demotion's victims left their tier already
             t.src.unpin_all(t.olds)  # type: ignore[union-attr]
         keys = self._release_sources(t)
         if through:
@@ -314,9 +370,11 @@ class BlockManager:
         return self.design.cpu_to_ssd == "on_evict" and i + 1 < len(self.tiers)
 
     def _evict(self, tier: OffloadTier, e: Entry) -> bool:
-        """An entry leaves ``tier``: demote it (True: its copy placed in the
-        tier below, the demotion decided) or drop it (False: it is there
-        already, or that tier has no room for it)."""
+        """An entry leaves ``tier``: its copy is placed in the tier below (if
+        not there already and that tier has room) and the copy's pieces made
+        now, while ``e`` is still in ``tier`` (:func:`store_pieces` reads its
+        layout there); either way ``e`` is dropped (False), its slots given to
+        the keys that evicted it."""
         below = self._below.get(tier)
         if below is None or e.key in below.entries:
             return False
@@ -324,16 +382,17 @@ class BlockManager:
             placed, _ = place_single(below, [e.key], None)
         else:
             placed, _ = below.place([e.key], None)
-        if not placed:
-            return False
-        self._demotions.append((tier, below, placed[0], e))
-        return True
+        if placed:
+            pieces = store_pieces(tier, below, placed, self.gpu_name)
+            self._demotions.append((tier, below, placed[0], pieces))
+        return False
 
     def _demotion_transfers(self) -> list[Transfer]:
-        """The demotions :meth:`_evict` decided, a transfer each, in that order
+        """The demotions :meth:`_evict` decided for one store, one transfer per
+        (tier, tier below) holding every victim's copy
         (:func:`sim.serving.policy.demotions.demotion_transfers`)."""
         decided, self._demotions = self._demotions, []
-        return demotion_transfers(decided, self.gpu_name)
+        return demotion_transfers(decided)
 
     # ---- warm-up ------------------------------------------------------------------
     def preload(self, req: Request) -> None:

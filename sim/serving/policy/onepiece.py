@@ -1,9 +1,10 @@
 """The pieces of one entry's copy, from a template per layout pair.
 
-A drain of the first tier's demotions places one key and demotes one victim
-(:class:`sim.serving.execute.stores.Offloader`): each is a transfer of one entry,
-whose pieces :func:`sim.serving.policy.jobs.store_pieces` works out from the
-entry's layout.  Entries of one tier share a handful of layouts, so the work
+Each victim a store demotes has its copy's pieces made alone, while it is
+still in its tier (:meth:`sim.serving.policy.manager.BlockManager._evict`),
+as has a store of one block: pieces of one entry, which
+:func:`sim.serving.policy.jobs.store_pieces` works out from the entry's
+layout.  Entries of one tier share a handful of layouts, so the work
 that depends on the layout alone (which destination runs meet which source
 runs, per (source device, destination device) in order of first appearance,
 the layers each part covers, the bytes) is done once per (source tier,
@@ -12,8 +13,8 @@ destination tier, source runs, destination runs) and kept as a
 template's run indices plus the template's offsets, one numpy expression per
 piece.  Those ranges depend on the entry's slots alone and a tier reuses its
 slots, so each template keeps the (read-only, shared) ranges it made per
-slots tuple (at most :data:`MADE`), and a drain's store into a small tier
-mostly finds its ranges made.
+slots tuple (at most :data:`MADE`), and a copy into a small tier mostly
+finds its ranges made.
 
 The pieces are deferred (:meth:`sim.serving.policy.jobs.Piece.deferred`): range
 count and bytes from the template, the ranges made (or found made) only
@@ -53,8 +54,8 @@ MADE = 4096  # slots tuples whose ranges a template keeps (then it starts afresh
 class _Kept:
     """A template with the ranges it made, per slots tuple: an entry's ranges
     depend on its slots alone, and a tier's slots are reused (the allocator
-    hands out the last freed first), so a drain's store mostly finds them
-    made.  The arrays kept are shared, hence read-only."""
+    hands out the last freed first), so a copy into a small tier mostly
+    finds them made.  The arrays kept are shared, hence read-only."""
 
     __slots__ = ("tmpl", "made", "length", "asked", "found", "offs")
 

@@ -18,7 +18,8 @@ class Seq:
     """
 
     __slots__ = ("req", "total_blocks", "blocks", "private", "_cached", "_prefilled",
-                 "prefill_left", "generated", "stored_groups", "lookup", "load")  # fmt: skip
+                 "prefill_left", "generated", "stored_groups", "unstored", "lookup",
+                 "load")  # fmt: skip
 
     def __init__(self, req: Request, total_blocks: int):
         self.req = req
@@ -29,6 +30,7 @@ class Seq:
         self.prefill_left = req.input_tokens
         self.generated = 0
         self.stored_groups = 0
+        self.unstored = False  # its last store was not prepared: tried again next step
         self.lookup: Lookup | None = None  # hits still to load
         self.load: Transfer | None = None  # their load, once started
 

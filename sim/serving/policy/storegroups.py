@@ -3,7 +3,9 @@
 :meth:`sim.serving.policy.manager.BlockManager.computed` offloads every complete
 group (``k`` GPU blocks, one offload block) not yet stored anywhere:
 :func:`store_groups` picks the groups held in no tier and whole on the GPU
-(no -1 among their blocks) and takes a reference to their blocks.  The
+(no -1 among their blocks), with the GPU blocks the caller takes a
+reference to once the store is placed (:meth:`BlockManager.prepare_store`
+places it only if the first tier can make room for all of it).  The
 usual case, no key held anywhere and every block on the GPU, is found by
 short-circuiting C-level scans (``any`` over each tier's probes, ``min``
 over the blocks); otherwise the groups are picked by numpy masks.  Only the
@@ -19,29 +21,29 @@ from typing import Any
 import numpy as np
 
 from sim.serving.policy.prefix import ints
-from sim.serving.tiers.blocks import GpuBlock, GpuCache, OffloadTier
+from sim.serving.tiers.blocks import GpuBlock, OffloadTier
 
 Group = tuple[int, tuple[GpuBlock, ...]]  # (last block's key, the group's blocks)
 
 
 def store_groups(
     tiers: Sequence[OffloadTier],
-    gpu: GpuCache,
     ones: Callable[[np.ndarray], list[tuple[GpuBlock]]],
     k: int,
     s: Any,
     g0: int,
     g1: int,
-) -> list[Group]:
+) -> tuple[list[Group], np.ndarray]:
     """Groups ``g0 .. g1`` of request state ``s`` (a :class:`sim.serving.policy.seq.Seq`)
     held in no tier of ``tiers`` and whole on the GPU: (last block's key,
-    blocks), in order, each block acquired once on ``gpu``.  ``ones``: the
-    shared ``(slot,)`` of each slot (``k == 1``)."""
+    blocks), in order, and their blocks as one array (to acquire on the GPU
+    when the store is placed).  ``ones``: the shared ``(slot,)`` of each slot
+    (``k == 1``)."""
     n = g1 - g0
     keys = ints(s.req.hashes, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
     blocks = s.blocks[g0 * k : g1 * k]
     if not keys:
-        return []
+        return [], _NONE
     if min(blocks) >= 0 and not any(any(map(t.entries.__contains__, keys)) for t in tiers):
         mine = np.array(blocks, dtype=np.int64)  # every group taken
     else:
@@ -53,8 +55,11 @@ def store_groups(
         keys = list(compress(keys, take.tolist()))
         mine = whole[take].ravel()
         if not keys:
-            return []
-    gpu.acquire_all(mine)
+            return [], _NONE
     if k == 1:  # one block a group: its shared 1-tuple
-        return list(zip(keys, ones(mine), strict=True))
-    return list(zip(keys, zip(*mine.reshape(-1, k).T.tolist(), strict=True), strict=True))
+        return list(zip(keys, ones(mine), strict=True)), mine
+    groups = zip(keys, zip(*mine.reshape(-1, k).T.tolist(), strict=True), strict=True)
+    return list(groups), mine
+
+
+_NONE = np.empty(0, dtype=np.int64)
