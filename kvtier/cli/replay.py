@@ -33,7 +33,7 @@ from real.targets import Limits
 
 
 # ---- command line ------------------------------------------------------------------------
-def add_cli(group: argparse._SubParsersAction) -> None:
+def add_replay(group: argparse._SubParsersAction) -> None:
     p = group.add_parser(
         "replay",
         help="replay a transfer plan on real disks (io_uring, O_DIRECT, verified reads)",

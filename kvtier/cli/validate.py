@@ -41,7 +41,7 @@ from real.crosscheck import describe
 from real.engine import REPLAY_ENGINES
 
 
-def add_cli(group: argparse._SubParsersAction) -> None:
+def add_validate(group: argparse._SubParsersAction) -> None:
     p = group.add_parser(
         "validate",
         help="run a plan in the simulator and on real (or emulated) SSDs; report the error",
