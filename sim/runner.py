@@ -32,8 +32,7 @@ from sim.config import ConfigError, ScenarioConfig, Variant
 from sim.executor import simulate
 from sim.factors import expand_matrix
 from sim.perfetto import write_trace
-from sim.registry import WORKLOADS
-from sim.scenarios.sparse_decode import Unsupported
+from sim.registry import WORKLOADS, Unsupported
 
 # (variant name, ops done, ops total) -> None
 Progress = Callable[[str, int, int], None]
