@@ -190,8 +190,8 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
         if not result.variants:
             return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
         v = result.variants[0]
-        name, share, busy = binding(of_run(v.records, profile, window=True))
-        run_name, run_share, _ = binding(of_run(v.records, profile))
+        name, share, busy = binding(of_run(v.records, profile, window=True, plan=v.plan))
+        run_name, run_share, _ = binding(of_run(v.records, profile, plan=v.plan))
     metrics = metrics_of(q, v.summary)
     if q.trace != "sparse_decode" and not metrics["throughput_tok_s"] > 0:
         return {**row, "status": "cannot run: no request finished (none fits the GPU's KV)"}
