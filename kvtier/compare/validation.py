@@ -14,7 +14,7 @@ from typing import Any
 
 from hwprofiles import HardwareProfile
 from kvtier.compare.designs import DesignRun, footprint, plan_design_run, run_designs
-from kvtier.compare.devices import REGIME_DEVICE_BYTES, devices
+from kvtier.compare.devices import REGIME_DEVICE_BYTES, Devices, devices
 from kvtier.compare.regimes import run_regimes
 from kvtier.contracts.records import Records
 from real.validate import engine_costs, with_engine_costs
@@ -68,29 +68,13 @@ def validate(
     CPU costs; else the profile's own."""
     t0 = time.perf_counter()
     load0 = os.getloadavg()
-    run = plan_design_run(designs, n, design_variants, emulate or pace or hw)
-    size = REGIME_DEVICE_BYTES
-    if run is not None:  # emulated devices hold every design's footprint too
-        w = run.scenario.workload
-        log(
-            f"designs of scenario {run.scenario.name}: {len(run.plans)} with distinct I/O "
-            f"({w.model}, {w.context_tokens:,}-token prefix, batch {w.batch}, {w.layers} "
-            f"layers, {w.steps} steps), planned in {run.plan_s:.1f} s"
-        )
-        size = max(size, -(-footprint(run.plans) // (1 << 20)) << 20)
+    run, size = _plan(designs, n, design_variants, emulate or pace or hw, log)
     meter = "fio" if fio else "replayer"  # what measures the devices' rates
     where_devices = dict(emulate=emulate, pace=pace, hw=hw, n=n, where=where, out=out)
     with devices(**where_devices, scale=scale, meter=meter, size=size, log=log) as dev:
         costs = None
         if engine_costs_measured:
-            costs = engine_costs(dev, engine, n)  # outside the throttle: see there
-            dev = dataclasses.replace(dev, profile=with_engine_costs(dev.profile, costs))
-            log(
-                f"replayer on this machine ({n} devices): QD1 4 KiB read "
-                f"{costs['read_latency_us']:.1f} us, write {costs['write_latency_us']:.1f} us, "
-                f"{costs['per_io_us']:.1f} us/I/O at QD64, {costs['round_us']:.0f} us a "
-                "round (the model's latencies, per-I/O and per-op CPU cost, one core)"
-            )
+            dev, costs = _with_replayer_costs(dev, engine, n, log)
         result, sim, real = run_regimes(
             dev,
             regimes=regimes,
@@ -112,3 +96,35 @@ def validate(
     wall_s = time.perf_counter() - t0
     load = (load0, os.getloadavg())
     return Validation(result, sim, real, profile, costs, run, size, wall_s, designs_s, load)
+
+
+def _plan(
+    designs: str, n: int, variants: str, profile: str, log: Callable[[str], object]
+) -> tuple[DesignRun | None, int]:
+    """The designs planned (None for ``none``) and the bytes each device must hold: the
+    regime plan's, or every design's footprint if larger (rounded up to MiB)."""
+    run = plan_design_run(designs, n, variants, profile)
+    if run is None:
+        return None, REGIME_DEVICE_BYTES
+    w = run.scenario.workload
+    log(
+        f"designs of scenario {run.scenario.name}: {len(run.plans)} with distinct I/O "
+        f"({w.model}, {w.context_tokens:,}-token prefix, batch {w.batch}, {w.layers} "
+        f"layers, {w.steps} steps), planned in {run.plan_s:.1f} s"
+    )
+    return run, max(REGIME_DEVICE_BYTES, -(-footprint(run.plans) // (1 << 20)) << 20)
+
+
+def _with_replayer_costs(
+    dev: Devices, engine: str, n: int, log: Callable[[str], object]
+) -> tuple[Devices, dict]:
+    """``dev`` modelled with the replayer's costs measured on it (outside the
+    emulation's throttle: :func:`real.validate.engine_costs`), and the costs."""
+    costs = engine_costs(dev, engine, n)
+    log(
+        f"replayer on this machine ({n} devices): QD1 4 KiB read "
+        f"{costs['read_latency_us']:.1f} us, write {costs['write_latency_us']:.1f} us, "
+        f"{costs['per_io_us']:.1f} us/I/O at QD64, {costs['round_us']:.0f} us a "
+        "round (the model's latencies, per-I/O and per-op CPU cost, one core)"
+    )
+    return dataclasses.replace(dev, profile=with_engine_costs(dev.profile, costs)), costs
