@@ -26,7 +26,7 @@ apart).  Until 2026-11-25 the bucket also filled while the device was idle and
 started full, so an op arriving after a pause ran its first ``burst`` (5 ms) of
 device time at the backing store's speed: PQCache's 33 x 4 KiB fetch, 1.27 ms
 at the device's 25,962 IOPS, measured 0.63-1.03 ms, and the design steps came
-out 9-46% faster than the model (:mod:`kvtier.cli.design_replayer`).
+out 9-46% faster than the model (:mod:`kvtier.compare.replayer`).
 
 Sharing (:meth:`Pacer.share`).  Each round the bucket's tokens are handed to the
 device's ops that can issue (started, under their queue depth) by max-min: an

@@ -36,7 +36,6 @@ group -- or, when pacing, carry the same limits as fio ``rate`` options.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import datetime as dt
@@ -47,9 +46,6 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from rich.console import Console
-from rich.table import Table
 
 from hwprofiles.loader import PROFILE_DIR, ProfileError, load_profile
 from hwprofiles.schema import HardwareProfile
@@ -251,113 +247,7 @@ def dir_targets(dirs: Sequence[str | Path], size: int) -> Iterator[list[Target]]
                 os.unlink(t.path)
 
 
-def _fs_gib(path: str) -> float:
+def fs_gib(path: str) -> float:
+    """Size in GiB of the filesystem holding ``path`` (a calibrated device's capacity)."""
     st = os.statvfs(Path(path).parent)
     return st.f_blocks * st.f_frsize / 2**30
-
-
-# ---- CLI -------------------------------------------------------------------------
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("calibrate", help="measure SSDs with fio sweeps and write a profile")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument(
-        "--dir", action="append", help="a directory on one device (repeat per device)"
-    )
-    where.add_argument("--emulate", metavar="PROFILE", help="calibrate emulated SSDs of PROFILE")
-    p.add_argument("--n", type=int, default=None, help="emulated devices (default: all)")
-    p.add_argument("--where", default="/dev/shm", help="backing directory of emulated devices")
-    p.add_argument("--scale", type=float, default=None, help="emulation scale (default: measure)")
-    p.add_argument(
-        "--size", type=fio.size_arg, default=None, help="bytes per device (default: the sweep's)"
-    )
-    p.add_argument("--full", action="store_true", help="the full sweep (default: quick)")
-    p.add_argument(
-        "--base",
-        default=None,
-        help="profile lending GPUs/DRAM/software (default: h20-8ssd, or the emulated one)",
-    )
-    p.add_argument(
-        "--profile", default=None, help="profile YAML to write (default hwprofiles/local.yaml)"
-    )
-    p.add_argument(
-        "--out", default="results/calibrate", help="directory for fio JSON and the summary"
-    )
-    p.add_argument("--force", action="store_true", help="overwrite results already in --out")
-    p.set_defaults(handler=_cli)
-
-
-def _cli(args: argparse.Namespace) -> int:
-    from kvtier.contracts.outdir import claim
-    from kvtier.contracts.validate import check_out_file
-
-    if args.profile:  # the profile is written after the sweep: refuse a bad path before it
-        check_out_file(args.profile, "--profile")
-    if args.base:  # lent GPUs/DRAM/software after the sweep: a bad name fails first
-        load_profile(args.base)
-    with claim(args.out, force=args.force, label="calibrate"):  # before any fio run
-        return _calibrate_cli(args)
-
-
-def _calibrate_cli(args: argparse.Namespace) -> int:
-    """The calibration of ``args`` into the claimed ``args.out`` (signals: see
-    :mod:`real._signals`, which ``kvtier real`` runs every command under)."""
-    from real.emulate import emulate, print_set
-
-    sweep = FULL if args.full else QUICK
-    size = fio.parse_size(args.size) if args.size else sweep.size
-    if args.emulate:
-        with emulate(
-            args.emulate, args.n, where=args.where, size=size, scale=args.scale, out=args.out
-        ) as es:
-            print_set(es)
-            base = args.base or es.profile
-            cal = calibrate(
-                es.targets,
-                args.out,
-                sweep=sweep,
-                base=base,
-                profile_path=args.profile,
-                cgroup=es.cgroup,
-            )
-    else:
-        with dir_targets(args.dir, size) as targets:
-            caps = [_fs_gib(t.path) for t in targets]
-            cal = calibrate(
-                targets,
-                args.out,
-                sweep=sweep,
-                base=args.base or "h20-8ssd",
-                profile_path=args.profile,
-                capacity_gib=caps,
-            )
-    print_calibration(cal)
-    return 0
-
-
-def print_calibration(cal: Calibration) -> None:
-    table = Table(title="fitted SSD parameters (fio)")
-    for col in ("node", "read GB/s", "write GB/s", "read IOPS", "write IOPS", "read lat us"):
-        table.add_column(col, justify="left" if col == "node" else "right")
-    table.add_column("write lat us", justify="right")
-    table.add_column("QD sat", justify="right")
-    for i, f in enumerate(cal.fits):
-        table.add_row(
-            f"ssd{i}",
-            f"{f.read_gbps:.4g}",
-            f"{f.write_gbps:.4g}",
-            f"{f.read_iops:.0f}",
-            f"{f.write_iops:.0f}",
-            f"{f.read_latency_us:.1f}",
-            f"{f.write_latency_us:.1f}",
-            str(f.max_queue_depth),
-        )
-    console = Console()
-    console.print(table)
-    up = cal.upstream
-    if up is not None:
-        verdict = "shared upstream link recorded" if up.limited else "no shared bottleneck"
-        console.print(
-            f"all at once: read {up.read_gbps:.4g} GB/s (alone, summed {up.alone_read_gbps:.4g}), "
-            f"write {up.write_gbps:.4g} GB/s (alone, summed {up.alone_write_gbps:.4g}): {verdict}"
-        )
-    console.print(f"profile: {cal.profile_path}; evidence: {cal.evidence}")

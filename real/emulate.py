@@ -34,7 +34,6 @@ it removes everything the set made.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import logging
@@ -43,17 +42,17 @@ from pathlib import Path
 
 from hwprofiles.loader import ProfileError, load_profile
 from hwprofiles.schema import HardwareProfile
-from real import blkio, fio
+from real import blkio
 from real._emuset import EmulatedSet, allocate, check_space, in_memory
 from real._signals import phase
-from real.capacity import METERS, Meter, check_limits, make_meter
+from real.capacity import METERS, Meter, make_meter
 from real.cleanup import REGISTRY, file_id
 from real.errors import RealError
 from real.profile_yaml import scaled_profile, write_scaled_profile
 from real.sustain import emulation_scale
 from real.targets import Limits, Target
 
-__all__ = ["MODES", "EmulatedSet", "add_cli", "emulate", "print_set"]
+__all__ = ["MODES", "EmulatedSet", "emulate"]
 
 log = logging.getLogger("kvtier.real")
 MODES = ("auto", "throttle", "pacing")
@@ -239,67 +238,3 @@ def _describe(es: EmulatedSet, out: Path, size: int, measured_latency: bool) -> 
 
 def _mbs(bps: float) -> str:
     return f"{bps / 1e6:.1f} MB/s"
-
-
-# ---- CLI -------------------------------------------------------------------------
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("emulate", help="build throttled emulated SSDs of a profile and check them")
-    p.add_argument("--profile", required=True, help="hardware profile name or YAML path")
-    p.add_argument("--n", type=int, default=None, help="number of SSDs (default: all)")
-    p.add_argument("--where", default="/dev/shm", help="directory for the backing files")
-    p.add_argument(
-        "--size", type=fio.size_arg, default="1GiB", help="bytes per device (default 1GiB)"
-    )
-    p.add_argument("--scale", type=float, default=None, help="scale factor (default: measure)")
-    p.add_argument("--mode", choices=MODES, default="auto")
-    p.add_argument("--out", required=True, help="directory for the scaled profile and fio JSON")
-    p.add_argument("--no-check", action="store_true", help="skip the fio check of the limits")
-    p.add_argument("--force", action="store_true", help="overwrite results already in --out")
-    p.set_defaults(handler=_cli)
-
-
-def _cli(args: argparse.Namespace) -> int:
-    from kvtier.contracts.outdir import claim
-
-    with claim(args.out, force=args.force, label="emulate") as out:
-        return _emulate_cli(args, out)
-
-
-def _emulate_cli(args: argparse.Namespace, out: Path) -> int:
-    """Build the emulated set of ``args`` (profile and evidence into ``out``) and check it."""
-    with emulate(
-        args.profile,
-        args.n,
-        where=args.where,
-        size=fio.parse_size(args.size),
-        scale=args.scale,
-        mode=args.mode,
-        out=out,
-    ) as es:
-        print_set(es)
-        if args.no_check:
-            pass
-        elif es.mode != "throttle":
-            print("check skipped: pacing mode (the replayer holds the limits, not the kernel)")
-        else:
-            for check in check_limits(es.targets, es.cgroup, out / "check"):
-                print(check.line())
-    print(f"scaled profile: {es.profile_path} (devices removed)")
-    return 0
-
-
-def print_set(es: EmulatedSet) -> None:
-    print(es.note)
-    print(
-        f"{'node':6} {'path':28} {'kind':5} {'read MB/s':>10} {'write MB/s':>10} "
-        f"{'read IOPS':>10} {'write IOPS':>10}"
-    )
-    for t in es.targets:
-        lim = t.limits
-        print(
-            f"{t.node:6} {t.path:28} {t.kind:5} {lim.read_bps / 1e6:10.1f} "
-            f"{lim.write_bps / 1e6:10.1f} {lim.read_iops:10d} {lim.write_iops:10d}"
-        )
-    if es.cgroup:
-        print(f"cgroup: {es.cgroup}")
-    print(f"scaled profile: {es.profile_path}")

@@ -34,18 +34,14 @@ I/O count is checked against the plan).
 
 from __future__ import annotations
 
-import argparse
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from kvtier.contracts.plan import io_extents, read_plan
-from kvtier.contracts.validate import check_plan_rows, int_arg
+from kvtier.contracts.plan import io_extents
 from real import fio
 from real.errors import RealError
 from real.ownership import check_write
@@ -294,89 +290,3 @@ def summarize_replay(doc: Mapping[str, Any], plan: pa.Table) -> dict[str, Any]:
         "throughput_bps": nbytes / elapsed if elapsed else float("nan"),
         "per_device": per_device,
     }
-
-
-# ---- CLI -------------------------------------------------------------------------
-def add_cli(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "iolog", help="export a plan as fio iologs (one per SSD); --run replays them"
-    )
-    p.add_argument("--plan", required=True, help="transfer plan (Parquet)")
-    p.add_argument(
-        "--target",
-        action="append",
-        required=True,
-        metavar="NODE=PATH",
-        help="an existing file or block device for a plan SSD (repeat per SSD)",
-    )
-    p.add_argument("--records", help="op records (ops.parquet or its directory) for the times")
-    p.add_argument("--out", required=True, help="directory for the logs, job file and fio JSON")
-    p.add_argument("--run", action="store_true", help="replay the logs with fio")
-    p.add_argument("--stall", action="store_true", help="honour the timestamps (default: no stall)")
-    p.add_argument("--iodepth", type=int_arg(1), default=None, help="fio iodepth per device")
-    p.add_argument("--allow-write", action="store_true", help="let fio write the given targets")
-    p.set_defaults(handler=_cli)
-
-
-def cli_targets(specs: Sequence[str]) -> list[Target]:
-    """``NODE=PATH`` pairs as targets the user owns (``created=False``)."""
-    targets = []
-    for spec in specs:
-        node, sep, path = spec.partition("=")
-        if not sep or not node or not path:
-            raise RealError(f"--target wants NODE=PATH, got {spec!r}")
-        if os.path.isdir(path):
-            raise RealError(f"--target {spec}: {path} is a directory, not a file or block device")
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:
-            raise RealError(f"--target {spec}: {path}: {exc.strerror}") from None
-        try:
-            size = os.lseek(fd, 0, os.SEEK_END)
-        finally:
-            os.close(fd)
-        targets.append(Target(node=node, path=path, size=size, kind="file", created=False))
-    return targets
-
-
-def _read_records(path: Path) -> pa.Table:
-    """``--records``: an ops.parquet (or its directory) with ``op_id`` and ``start_s``."""
-    path = path / "ops.parquet" if path.is_dir() else path
-    try:
-        records = pq.read_table(path, columns=["op_id", "start_s"])
-    except (OSError, pa.ArrowException, KeyError) as exc:
-        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise RealError(f"--records {path}: not an op-records Parquet file ({reason})") from None
-    return records
-
-
-def _cli(args: argparse.Namespace) -> int:
-    plan = read_plan(args.plan)
-    check_plan_rows(plan.num_rows, args.plan)  # before fio is started or a log written
-    targets = cli_targets(args.target)
-    records = None
-    if args.records:
-        records = _read_records(Path(args.records))
-    if not args.run:
-        logs = export_iologs(plan, targets, args.out, records)
-        for node, log in logs.items():
-            print(f"{node}: {log}")
-        return 0
-    got = fio_replay_throughput(
-        plan,
-        targets,
-        args.out,
-        records=records,
-        no_stall=not args.stall,
-        iodepth=args.iodepth,
-        allow_write=args.allow_write,
-    )
-    for node, d in got["per_device"].items():
-        rate = d["throughput_bps"] / 1e6
-        print(f"{node}: {d['bytes']} bytes in {d['elapsed_s']:.3f} s, {rate:.1f} MB/s")
-    print(
-        f"fio replay: {got['bytes']} bytes in {got['elapsed_s']:.3f} s = "
-        f"{got['throughput_bps'] / 1e6:.1f} MB/s ({'no stall' if got['no_stall'] else 'timed'}); "
-        f"JSON {got['fio_json']}"
-    )
-    return 0

@@ -16,9 +16,9 @@ Records have the simulator's schema (:mod:`kvtier.contracts.records`) with
 node bytes read and written, I/Os, busy time and queue occupancy; ``run.json``
 holds the provenance (git SHA, machine, packages), the targets, the engine
 and why it was chosen.  Copy and compute ops are waited out for the time the
-caller gives them (``nonio_s``); ``kvtier real replay`` (:mod:`kvtier.cli.replay`)
-passes the simulator's times on the profile, since this machine has no GPU to
-run them.  :mod:`real` never imports the simulator.
+caller gives them (``nonio_s``); ``kvtier real replay`` passes the simulator's
+times on the profile (:func:`kvtier.compare.durations.modelled_durations`), since
+this machine has no GPU to run them.  :mod:`real` never imports the simulator.
 
 Files the replay created are removed when it ends -- also on Ctrl-C,
 SIGTERM or SIGHUP (:mod:`real._signals`; :func:`sigterm_as_interrupt` for

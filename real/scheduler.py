@@ -20,7 +20,7 @@ replays (72 per design): median 77-249 us each, p90 up to 838 us.  Six paired
 replays of the designs (/dev/shm files paced at the emulation's limits,
 2026-11-29), median step error before / after: PQCache -14.5% / -7%, InfLLM -1.6% /
 +0.2%, Swarm -30% / -28% (its gap is the loop's own CPU:
-:mod:`kvtier.cli.design_replayer`).
+:mod:`kvtier.compare.replayer`).
 
 One loop iteration is one *round*: fire due timers (releases, ends of modelled
 ops), let every device fill its free in-flight slots from its started ops, hand

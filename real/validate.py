@@ -299,7 +299,7 @@ def engine_costs(
     devices, engine: str = "auto", n_ssd: int = 1, n: int = 1000, paced: bool = False
 ) -> dict:
     """Measure the replayer on this machine, unthrottled by the replayer itself, on
-    ``n_ssd`` of the validation's devices (:class:`kvtier.cli.validate.Devices`) at
+    ``n_ssd`` of the validation's devices (:class:`kvtier.compare.devices.Devices`) at
     once: the QD1 4 KiB read and write time per I/O of each device (what a
     latency-bound step sees: device plus the software of one replay thread
     serving every device), the per-I/O time with every device read at
@@ -343,10 +343,10 @@ def engine_costs(
 
     ``paced``: only the per-I/O and round times, with every device going through the
     user-space pacer at :data:`NO_BIND` limits, the path of paced replays (the design
-    replays, :func:`kvtier.cli.design_replayer.paced`): each I/O pays the pacer's
+    replays, :func:`kvtier.compare.replayer.paced`): each I/O pays the pacer's
     bookkeeping and is issued in the pacer's batches, yet never waits for tokens.  (Its
     QD1 times follow from the unpaced ones:
-    :func:`kvtier.cli.design_replayer.paced_costs`.)
+    :func:`kvtier.compare.replayer.paced_costs`.)
 
     Call it *outside* an emulation's kernel throttle (not in ``devices.throttled()``).
     The throttle grants a device its rate times the elapsed time rounded up to the

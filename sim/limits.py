@@ -38,6 +38,7 @@ from typing import Any
 
 from hwprofiles import HardwareProfile
 from sim.config import ConfigError, ScenarioConfig
+from sim.registry import Unsupported
 
 GIB = 2**30
 # Bytes of a decode plan's Arrow table per op, measured (2026-12-02, commit 3b4f69f):
@@ -58,7 +59,6 @@ def check_scenario(cfg: ScenarioConfig, profile: HardwareProfile) -> None:
         card = get_model(params.model)
         where = f"{cfg.source_file or cfg.name}: variant '{name}'"
         if params.kind == "serving":
-            from sim.scenarios.sparse_decode import Unsupported
             from sim.serving.execute.tp import (  # one rank of tp
                 rank_card,
                 rank_params,

@@ -45,6 +45,12 @@ class RegistryError(ValueError):
         self.message = message
 
 
+class Unsupported(ValueError):
+    """The profile lacks what a workload variant needs (SSDs, GPUDirect, a peer GPU, the
+    GPUs or KV heads a tensor-parallel degree divides): the variant is skipped with
+    this reason, not an error in the scenario."""
+
+
 class ParamError(ValueError):
     """Raised by a ``Params.__post_init__`` for one bad field."""
 

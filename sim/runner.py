@@ -32,8 +32,7 @@ from sim.config import ConfigError, ScenarioConfig, Variant
 from sim.executor import simulate
 from sim.factors import expand_matrix
 from sim.perfetto import write_trace
-from sim.registry import WORKLOADS
-from sim.scenarios.sparse_decode import Unsupported
+from sim.registry import WORKLOADS, Unsupported
 
 # (variant name, ops done, ops total) -> None
 Progress = Callable[[str, int, int], None]
@@ -42,10 +41,22 @@ EngineProgress = Callable[[str, float, int, int], None]  # variant, simulated s,
 
 @dataclass
 class VariantResult:
+    """One variant's run: its records and summary, the plan it simulated (None for a
+    closed-loop kind, whose records hold the plan it issued), and its companion runs
+    (e.g. at matched recall) with their plans, by column prefix."""
+
     variant: Variant
     records: Records
     summary: dict
-    also: dict[str, Records] = field(default_factory=dict)  # companion runs, by column prefix
+    also: dict[str, Records] = field(default_factory=dict)
+    plan: pa.Table | None = None
+    also_plans: dict[str, pa.Table] = field(default_factory=dict)
+
+    def runs(self) -> list[tuple[str, Records, pa.Table | None]]:
+        """``(prefix, records, plan)`` of the run ("" for the variant's own) and each
+        companion."""
+        own = [("", self.records, self.plan)]
+        return own + [(k, r, self.also_plans[k]) for k, r in self.also.items()]
 
 
 @dataclass
@@ -127,16 +138,15 @@ def run_variant(
         return VariantResult(planned.variant, records, planned.summarize(records))
     cb = (lambda done, total: progress(name, done, total)) if progress else None
     records = simulate(planned.plan, profile, cb)
-    records.plan = planned.plan  # type: ignore[attr-defined]
     summary = planned.summarize(records)
     also = {}
     for prefix, (plan, summarize) in planned.also.items():  # e.g. the run at matched recall
         label = f"{name} ({prefix.strip('_')})"
         cb = (lambda done, total, n=label: progress(n, done, total)) if progress else None
         also[prefix] = simulate(plan, profile, cb)
-        also[prefix].plan = plan  # type: ignore[attr-defined]
         summary.update({prefix + k: v for k, v in summarize(also[prefix]).items()})
-    return VariantResult(planned.variant, records, summary, also)
+    plans = {prefix: plan for prefix, (plan, _) in planned.also.items()}
+    return VariantResult(planned.variant, records, summary, also, planned.plan, plans)
 
 
 def run(
@@ -165,11 +175,11 @@ def write_results(result: ScenarioResult, out: Path, trace: bool) -> None:
     summary.to_csv(out / "summary.csv", index=False)
     for v in result.variants:
         vdir = out / "variants" / slug(v.variant.name)
-        runs = [(vdir, v.records)] + [(vdir / slug(k), r) for k, r in v.also.items()]
-        for rdir, records in runs:  # companion runs in a subfolder (variants/<slug>/matched)
+        for prefix, records, plan in v.runs():  # companions in variants/<slug>/<prefix>
+            rdir = vdir / slug(prefix) if prefix else vdir
             records.write(rdir)
-            chunks = getattr(records, "plan_chunks", None)  # a serving run's, built in chunks
-            plan = chunks() if chunks else records.plan  # type: ignore[attr-defined]
+            if plan is None:  # a closed-loop (serving) run's: what it issued, in chunks
+                plan = records.plan_chunks()  # type: ignore[attr-defined]
             write_plan(plan, rdir / "plan.parquet")
             if trace:
                 write_trace(records.ops, rdir / "trace.json", name=v.variant.name)

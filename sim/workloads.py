@@ -8,7 +8,7 @@ returns the records with the plan it issued (closed loop: ``serving``).
 
 Factory signature: ``factory(params, profile, seed, name, progress)`` with
 ``progress(done, total)`` or None; it raises
-:class:`~sim.scenarios.sparse_decode.Unsupported` when the profile cannot
+:class:`~sim.registry.Unsupported` when the profile cannot
 run the variant.
 """
 

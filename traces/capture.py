@@ -30,18 +30,14 @@ KV head, and the group-mean query's score is the mean of the group's logits.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from kvtier.contracts.validate import check_out_file, float_arg, int_arg
-from traces.access import AccessMeta, AccessTrace, forced_ids, selection_budget, write_access_trace
+from traces.access import AccessMeta, AccessTrace, forced_ids, selection_budget
 from traces.errors import TraceError
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -230,86 +226,3 @@ def load_model():
         raise TraceError(str(exc)) from None
     model, reader = Llama.from_gguf(path)
     return model, ByteBPETokenizer.from_gguf(reader)
-
-
-def add_cli(group: argparse._SubParsersAction) -> None:
-    p = group.add_parser(
-        "capture", help="capture an access trace from SmolLM2-135M on real text (CPU, PyTorch)"
-    )
-    p.add_argument("--out", required=True, type=Path, help="output .parquet access trace")
-    p.add_argument("--text", type=Path, help="UTF-8 text file (default: pydoc_data.topics)")
-    p.add_argument(
-        "--text-offset", type=int_arg(0), default=0, help="characters skipped (default 0)"
-    )
-    p.add_argument(
-        "--context", type=int_arg(1), default=2048, help="prefix tokens N (default 2048)"
-    )
-    p.add_argument("--steps", type=int_arg(1), default=256, help="decode steps (default 256)")
-    p.add_argument(
-        "--sparsity",
-        type=float_arg(0.0, strict=True),
-        default=0.1,
-        help="top-k fraction (default 0.1)",
-    )
-    p.add_argument("--sinks", type=int_arg(0), default=4, help="sink tokens (default 4)")
-    p.add_argument("--window", type=int_arg(0), default=64, help="local window (default 64)")
-    p.add_argument(
-        "--chunk", type=int_arg(1), default=512, help="prefill chunk tokens (default 512)"
-    )
-    p.add_argument("--threads", type=int_arg(0), default=0, help="torch CPU threads (0 = torch's)")
-    p.add_argument(
-        "--keep-vectors", action="store_true", help="also write keys and queries (.vectors.npz)"
-    )
-    p.set_defaults(handler=capture_command)
-
-
-def capture_command(args: argparse.Namespace) -> int:
-    from rich import progress as rp  # noqa: PLC0415
-
-    from kvtier.contracts.console import make_console  # noqa: PLC0415
-
-    params = CaptureParams(
-        context_tokens=args.context, steps=args.steps, sparsity=args.sparsity,
-        sink_tokens=args.sinks, local_window=args.window, chunk=args.chunk,
-        text_offset=args.text_offset,
-    )  # fmt: skip
-    check_out_file(args.out)
-    params.check(model_context=sys.maxsize)  # the values, before the model loads
-    text, name = load_text(args.text)
-    if not 0 <= args.text_offset < len(text):  # before the model loads
-        where = args.text or "the default text"
-        raise TraceError(
-            f"capture: --text-offset {args.text_offset} outside {where} ({len(text)} characters)"
-        )
-    console = make_console()
-    t0 = time.perf_counter()
-    model, tok = load_model()
-    if args.threads > 0:
-        import torch  # noqa: PLC0415
-
-        torch.set_num_threads(args.threads)
-    params.check(model.cfg.context)
-    ids = tok.encode(text[args.text_offset :][: 12 * (params.context_tokens + params.steps + 1)])
-    source = f"capture:{MODEL_NAME}:{name}@{args.text_offset}"
-    cols = (
-        rp.TextColumn("capture"),
-        rp.BarColumn(),
-        rp.MofNCompleteColumn(),
-        rp.TextColumn("tokens"),
-    )
-    with rp.Progress(*cols, rp.TimeElapsedColumn(), console=console) as bar:
-        task = bar.add_task("capture", total=params.context_tokens + params.steps)
-        cap = capture(model, ids, params, args.keep_vectors,
-                      lambda k: bar.advance(task, k), source)  # fmt: skip
-    write_access_trace(cap.trace, args.out)
-    size = args.out.stat().st_size
-    if args.keep_vectors:
-        write_vectors(vectors_path(args.out), cap.keys, cap.queries)
-        size += vectors_path(args.out).stat().st_size
-    m = cap.trace.meta
-    console.print(
-        f"{args.out}: {m.steps} steps x {m.layers} layers x {m.kv_heads} KV heads from {source}; "
-        f"perplexity {cap.perplexity:.2f}; {size / 2**20:.1f} MiB; "
-        f"{time.perf_counter() - t0:.1f} s"
-    )
-    return 0

@@ -13,19 +13,14 @@ others fixed and keeps the best, starting from the ``default`` preset.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from kvtier.contracts.validate import check_out_file, int_arg
 from traces import attention_stats as st
-from traces.access import AccessTrace, read_access_trace
-from traces.errors import TraceError
+from traces.access import AccessTrace
 from traces.generator import PRESETS, AccessGenerator, GeneratorParams
 
 # statistic -> (weight, floor of its scale)
@@ -116,44 +111,3 @@ def compare(real: pd.DataFrame, gen: pd.DataFrame) -> pd.DataFrame:
                          "real_q75": r.quantile(0.75), "generated": g.median(),
                          "fitted": k in TARGETS})  # fmt: skip
     return pd.DataFrame(rows).set_index("stat")
-
-
-def add_cli(group: argparse._SubParsersAction) -> None:
-    p = group.add_parser("fit", help="fit the access-trace generator to a captured trace")
-    p.add_argument("trace", type=Path, metavar="TRACE", help="a captured access trace (.parquet)")
-    p.add_argument("--preset", help="compare this generator preset instead of fitting")
-    p.add_argument(
-        "--passes", type=int_arg(1), default=2, help="coordinate-descent passes (default 2)"
-    )
-    p.add_argument("--seeds", type=int_arg(1), default=2, help="generated heads per evaluation")
-    p.add_argument("--out", type=Path, help="write the fitted parameters and the table (JSON)")
-    p.set_defaults(handler=fit_command)
-
-
-def fit_command(args: argparse.Namespace) -> int:
-    from kvtier.contracts.console import make_console  # noqa: PLC0415
-
-    console = make_console()
-    if args.preset is not None and args.preset not in PRESETS:
-        raise TraceError(f"--preset {args.preset!r}: unknown (known: {', '.join(PRESETS)})")
-    if args.out:
-        check_out_file(args.out)  # before the fit, not after it
-    trace = read_access_trace(args.trace)
-    with console.status("statistics of the real trace"):
-        real_df = st.per_head(trace)
-    real = real_targets(real_df)
-    if args.preset:
-        params, name = PRESETS[args.preset], args.preset
-    else:
-        params, _ = fit(trace, real, args.passes, args.seeds, log=console.print)
-        name = "fitted"
-    gen_df = generated_stats(params, trace, args.seeds)
-    table = compare(real_df, gen_df)
-    console.print(f"{name}: {params}")
-    console.print(f"loss {loss(real, real_targets(gen_df)):.4f}")
-    console.print(table.round(4).to_string())
-    if args.out:
-        doc = {"params": dataclasses.asdict(params), "source": trace.meta.source,
-               "table": json.loads(table.to_json(orient="index"))}  # fmt: skip
-        args.out.write_text(json.dumps(doc, indent=1))
-    return 0

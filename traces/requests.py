@@ -5,7 +5,7 @@ arrives, how many tokens it sends and asks back, which session and turn it
 belongs to, and the prefix-block hashes of its input.  Readers for the public
 formats live in :mod:`traces.request_readers`, the multi-turn conversation
 generator in :mod:`traces.conversation`, the ``kvtier trace`` commands in
-:mod:`traces.request_cli`.
+:mod:`kvtier.cli.trace_requests`.
 
 The table (:attr:`RequestTrace.table`, a ``pyarrow.Table``), one row per
 request in arrival order:

@@ -1,7 +1,9 @@
 """``kvtier real ...``: the real backend's commands (issue 4).
 
-Each module listed exposes ``add_cli(sub)`` adding its sub-commands to the
-``kvtier real`` group.  Every sub-command runs under
+Each command's flags and printing are in :mod:`kvtier.cli`: ``replay``
+(:mod:`kvtier.cli.replay`) and ``validate`` (:mod:`kvtier.cli.validate`), which need
+the simulator too, and ``emulate``, ``calibrate``, ``iolog``, ``cleanup``
+(:mod:`kvtier.cli.real_commands`).  Every sub-command runs under
 :func:`real._signals.guarded`: SIGINT, SIGTERM and SIGHUP end it with
 everything it created removed and exit status 128 + the signal.
 """
@@ -10,19 +12,18 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib
 
+from kvtier.cli import real_commands, replay, validate
 from real._signals import guarded
 
-# commands that need the simulator too (replay's modelled copy/compute times, validation)
-# live in kvtier.cli; the others in the real module they drive.  An import error is loud.
-MODULES = (
-    "kvtier.cli.replay",
-    "real.emulate",
-    "real.calibrate",
-    "real.iolog",
-    "kvtier.cli.validate",
-    "real.reclaim",
+# in the order `kvtier real --help` lists them
+COMMANDS = (
+    replay.add_replay,
+    real_commands.add_emulate,
+    real_commands.add_calibrate,
+    real_commands.add_iolog,
+    validate.add_validate,
+    real_commands.add_cleanup,
 )
 
 
@@ -30,8 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("real", help="replay plans on real (or emulated) SSDs, calibrate, validate")
     group = p.add_subparsers(dest="real_command", metavar="COMMAND")
     p.set_defaults(handler=lambda _args: p.print_help() or 0)
-    for name in MODULES:
-        importlib.import_module(name).add_cli(group)
+    for add in COMMANDS:
+        add(group)
     for cmd in group.choices.values():
         handler = cmd.get_default("handler")
         if handler is not None:

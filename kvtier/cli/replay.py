@@ -1,10 +1,11 @@
 """``kvtier real replay``: run a transfer plan on real disks and record what happened.
 
 The replay itself is :func:`real.replay.replay`; this command adds what needs
-the simulator: copy and compute ops are waited out for the time the simulator
-gives them on the profile (``--hw``, or the ``profile.yaml`` that ``kvtier sim``
-wrote beside the plan), since this machine has no GPU to run them; with no
-profile they take 0 s and the run says so.
+the simulator (:func:`kvtier.compare.durations.modelled_durations`): copy and
+compute ops are waited out for the time the simulator gives them on the
+profile (``--hw``, or the ``profile.yaml`` that ``kvtier sim`` wrote beside
+the plan), since this machine has no GPU to run them; with no profile they
+take 0 s and the run says so.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
+from kvtier.compare.durations import modelled_durations
 from kvtier.contracts.console import make_console
 from kvtier.contracts.plan import read_plan
 from kvtier.contracts.provenance import file_digest
@@ -30,19 +30,10 @@ from real.errors import RealError
 from real.replay import replay, sigterm_as_interrupt, validate_for_replay, write_results
 from real.scheduler import DEFAULT_QD
 from real.targets import Limits
-from sim.executor import simulate
-
-
-def modelled_durations(plan: pa.Table, profile: HardwareProfile) -> np.ndarray:
-    """Seconds the simulator gives each copy/compute op on ``profile`` (0 for I/O ops)."""
-    ops = simulate(plan, profile).ops
-    secs = ops.column("end_s").to_numpy() - ops.column("start_s").to_numpy()
-    io = np.isin(np.asarray(ops.column("kind").to_pylist(), dtype=object), ["read", "write"])
-    return np.where(io, 0.0, secs)
 
 
 # ---- command line ------------------------------------------------------------------------
-def add_cli(group: argparse._SubParsersAction) -> None:
+def add_replay(group: argparse._SubParsersAction) -> None:
     p = group.add_parser(
         "replay",
         help="replay a transfer plan on real disks (io_uring, O_DIRECT, verified reads)",

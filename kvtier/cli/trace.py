@@ -1,15 +1,18 @@
 """``kvtier trace ...``: request-trace statistics, access-trace capture and fitting.
 
-Each module of :mod:`traces` that has commands exposes ``add_cli(sub)`` adding
-its sub-commands to the ``kvtier trace`` group.
+The commands' flags and printing: ``stats``, ``convert``, ``gen-conversations``
+in :mod:`kvtier.cli.trace_requests`, ``capture`` and ``fit`` in
+:mod:`kvtier.cli.trace_access`; what they run is in :mod:`traces`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 
-MODULES = ("traces.request_cli", "traces.capture", "traces.fit")
+from kvtier.cli import trace_access, trace_requests
+
+# in the order `kvtier trace --help` lists them
+COMMANDS = (trace_requests.add_parsers, trace_access.add_capture, trace_access.add_fit)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,5 +21,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     group = p.add_subparsers(dest="trace_command", metavar="COMMAND")
     p.set_defaults(handler=lambda _args: p.print_help() or 0)
-    for name in MODULES:
-        importlib.import_module(name).add_cli(group)
+    for add in COMMANDS:
+        add(group)

@@ -40,6 +40,7 @@ import re
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from hwprofiles import HardwareProfile
 
@@ -217,11 +218,15 @@ def resource_class(name: str) -> str:
     return re.sub(r"\d+", "N", name.split(" & ")[0]) if name else "none"
 
 
-def of_run(records: Any, profile: HardwareProfile, window: bool = False) -> pd.DataFrame:
-    """:func:`shares` of a run's records (its ``plan``, when it carries one, gives FLOPs);
-    with ``window``, :func:`window_shares` over the P99-TTFT request's window when the
-    records carry requests (else the whole run)."""
-    plan = getattr(records, "plan", None)
+def of_run(
+    records: Any, profile: HardwareProfile, window: bool = False, plan: pa.Table | None = None
+) -> pd.DataFrame:
+    """:func:`shares` of a run's records; its ``plan`` (the one simulated, else the one a
+    closed-loop run's records hold, when they hold one) gives FLOPs.  With ``window``,
+    :func:`window_shares` over the P99-TTFT request's window when the records carry
+    requests (else the whole run)."""
+    if plan is None:
+        plan = getattr(records, "plan", None)
     pcols = ["op_id", "kind", "dst", "flops", "hbm_bytes"]
     plan_df = plan.select(pcols).to_pandas() if plan else None
     cols = ["op_id", "kind", "src", "dst", "bytes", "n_ios", "cpu_s", "start_s", "end_s"]

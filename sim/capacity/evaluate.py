@@ -39,6 +39,7 @@ from kvtier.contracts.provenance import file_digest
 from sim.capacity.binding import binding, of_run
 from sim.capacity.variants import Hardware, derive
 from sim.config import ConfigError, ScenarioConfig, ServingParams, SparseDecodeParams, Variant
+from sim.registry import Unsupported
 
 # metrics a point reports; the objectives of the search are the first three
 OBJECTIVES = ("ttft_p99_s", "tpot_p99_s", "throughput_tok_s")
@@ -177,7 +178,6 @@ def headroom(q: Question, metrics: dict[str, float]) -> dict[str, float]:
 def evaluate(q: Question, p: Point) -> dict[str, Any]:
     """Simulate ``p`` for ``q``: one result row (``status`` ok, or why it cannot run)."""
     from sim.runner import run
-    from sim.scenarios.sparse_decode import Unsupported
 
     row: dict[str, Any] = {"key": point_key(q, p), **p.flat()}
     with tempfile.TemporaryDirectory(prefix="kvtier-plan-") as tmp:
@@ -190,8 +190,8 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
         if not result.variants:
             return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
         v = result.variants[0]
-        name, share, busy = binding(of_run(v.records, profile, window=True))
-        run_name, run_share, _ = binding(of_run(v.records, profile))
+        name, share, busy = binding(of_run(v.records, profile, window=True, plan=v.plan))
+        run_name, run_share, _ = binding(of_run(v.records, profile, plan=v.plan))
     metrics = metrics_of(q, v.summary)
     if q.trace != "sparse_decode" and not metrics["throughput_tok_s"] > 0:
         return {**row, "status": "cannot run: no request finished (none fits the GPU's KV)"}
@@ -212,7 +212,6 @@ def unfit(q: Question, hw: Hardware) -> str:
         return ""
     from hwprofiles import load_profile
     from sim.models import get_model
-    from sim.scenarios.sparse_decode import Unsupported
     from sim.serving.execute.tp import rank_card
 
     if q.trace == "sparse_decode" and hw.gpus > 1:

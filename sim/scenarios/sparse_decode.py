@@ -48,12 +48,9 @@ from hwprofiles import HardwareProfile
 from kvtier.contracts.plan import BLOCK, plan_from_columns
 from sim.config import SparseDecodeParams
 from sim.models import decode_layer_cost, get_model
+from sim.registry import Unsupported
 
 TIERS = ("ssd", "dram", "peer")
-
-
-class Unsupported(ValueError):
-    """The profile lacks what a workload variant needs (SSDs, GPUDirect, a peer)."""
 
 
 @dataclass(frozen=True)

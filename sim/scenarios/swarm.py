@@ -65,7 +65,7 @@ from sim.policies import KVDesign, Layout, StepDecision, get_design
 from sim.policies.swarm.cluster import ClusterParams, cluster
 from sim.policies.swarm.design import SwarmDesign
 from sim.policies.swarm.types import Clustering
-from sim.scenarios.sparse_decode import Unsupported
+from sim.registry import Unsupported
 from sim.scenarios.swarm_report import clustering_report
 from sim.scenarios.swarm_traces import (
     LaneData,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from hwprofiles import HardwareProfile
 from sim.hw.machine import Machine
 from sim.models import ModelCard
-from sim.scenarios.sparse_decode import Unsupported
+from sim.registry import Unsupported
 from sim.serving.designs import DesignParams
 from sim.serving.execute.engine import Engine, EngineConfig
 from sim.serving.execute.tp import TensorParallel
@@ -23,7 +23,7 @@ from sim.serving.swift.links import path_bps
 from sim.serving.tiers.blocks import OffloadTier
 from sim.serving.tiers.placement import device_bandwidth, placement_ratios
 
-__all__ = ["Unsupported", "build_engine", "make_tiers", "peer_tier"]
+__all__ = ["build_engine", "make_tiers", "peer_tier"]
 
 GIB = 2**30
 

@@ -1,6 +1,6 @@
 """The replayer's costs the design validation models: measured on the path the
 design replays take (paced) and charged by the simulator's CPU
-model (:func:`kvtier.cli.design_replayer.design_profile`)."""
+model (:func:`kvtier.compare.replayer.design_profile`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from hwprofiles import load_profile
-from kvtier.cli.design_replayer import design_profile, designs_paced, paced_costs
-from kvtier.cli.validate import Devices
+from kvtier.compare.devices import Devices
+from kvtier.compare.replayer import design_profile, designs_paced, paced_costs
 from kvtier.contracts.plan import PlanBuilder
 from real._pacing import Pacer
 from real.replay import replay
@@ -85,7 +85,7 @@ def test_replayer_costs_are_measured_outside_the_kernel_throttle(direct_dir, mon
     """The paced measurement runs outside ``Devices.throttled`` (the emulation's blkio
     group): inside, its QD64 step waits for the throttle's 100 ms slices and measures
     the devices' limit instead of the replayer (real.validate.engine_costs)."""
-    import kvtier.cli.design_replayer as dr
+    import kvtier.compare.replayer as dr
 
     entered: list[bool] = []
 

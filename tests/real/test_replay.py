@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kvtier.cli.main import main
-from kvtier.cli.replay import modelled_durations
+from kvtier.compare.durations import modelled_durations
 from kvtier.contracts.plan import PlanBuilder, write_plan
 from kvtier.contracts.records import ssd_totals
 from real import _gds, _uring

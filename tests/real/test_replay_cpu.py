@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hwprofiles import load_profile
-from kvtier.cli.replay import modelled_durations
+from kvtier.compare.durations import modelled_durations
 from kvtier.contracts.plan import CPU, PlanBuilder
 from kvtier.contracts.records import ssd_totals
 from real.datafile import prepare_targets

@@ -81,7 +81,7 @@ def test_throttled_iops_steps_span_twenty_slices():
 
 
 def test_only_kernel_throttled_devices_get_the_long_iops_steps():
-    from kvtier.cli.validate import Devices
+    from kvtier.compare.devices import Devices
     from real.targets import Limits, Target
 
     prof = load_profile("h20-8ssd")

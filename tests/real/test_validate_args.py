@@ -17,6 +17,8 @@ import pytest
 from kvtier.cli import validate as cli
 from kvtier.cli.main import main
 from kvtier.cli.validate_args import check_args, regimes_arg, scale_arg
+from kvtier.compare import regimes
+from kvtier.compare.validation import Validation
 from real.errors import RealError
 from real.validate import REGIMES, TARGET_MEDIAN_ERROR
 
@@ -89,14 +91,14 @@ def _result(**medians: float) -> dict:
 
 
 def test_verdict_names_each_missed_regime_and_its_error() -> None:
-    line, ok = cli.verdict(_result(latency=0.5, iops=0.12, bandwidth=0.04, write=0.10), False)
+    line, ok = regimes.verdict(_result(latency=0.5, iops=0.12, bandwidth=0.04, write=0.10), False)
     assert not ok  # iops at 12% misses the 10% target
     assert "iops 12.0%" in line and "bandwidth" not in line and "write" not in line
     assert "latency" not in line  # the latency regime is reported, not judged
-    line, ok = cli.verdict(_result(iops=0.12), True)
+    line, ok = regimes.verdict(_result(iops=0.12), True)
     assert ok and "iops 12.0%" in line and "informational" in line
-    assert cli.verdict(_result(iops=TARGET_MEDIAN_ERROR, write=0.0), False)[1]
-    assert not cli.verdict(_result(bandwidth=math.nan), False)[1]  # no number is no pass
+    assert regimes.verdict(_result(iops=TARGET_MEDIAN_ERROR, write=0.0), False)[1]
+    assert not regimes.verdict(_result(bandwidth=math.nan), False)[1]  # no number is no pass
 
 
 class _Rec:
@@ -116,8 +118,8 @@ def test_missed_target_exits_1_unless_informational(
 
     from hwprofiles import load_profile
 
-    monkeypatch.setattr(cli, "write_plan", lambda plan, path: None)
-    monkeypatch.setattr(cli, "write_report", lambda result, out, meta: None)
+    monkeypatch.setattr(regimes, "write_plan", lambda plan, path: None)
+    monkeypatch.setattr(regimes, "write_report", lambda result, out, meta: None)
     monkeypatch.setattr("real.replay.write_results", lambda records, out: None)
     by = {
         k: {"steps": 5, "real_gbps": 1.0, "sim_gbps": 1.0, "median": m, "p90": m, "max": m}
@@ -132,7 +134,8 @@ def test_missed_target_exits_1_unless_informational(
     args.informational = informational
     console = Console(record=True, width=200)
     profile = load_profile("h20-8ssd")
-    ok = cli.report_regimes(result, _Rec(), _Rec(), args, profile, None, 1.0, console)
+    run = Validation(result, _Rec(), _Rec(), profile, None, None, 0, 1.0, 0.0, ((0.0,), (0.0,)))
+    ok = cli.report_regimes(run, args, console)
     assert (0 if ok else 1) == status  # cmd_validate's `return 0 if ok else 1`
     text = console.export_text()
     assert "iops 12.0%" in text and "bandwidth 3" not in text

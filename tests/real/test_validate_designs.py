@@ -13,10 +13,8 @@ import pyarrow as pa
 import pytest
 
 from hwprofiles import load_profile
-from kvtier.cli.design_metrics import busy_time, design_metrics, design_table, ranking
 from kvtier.cli.main import main
-from kvtier.cli.validate import Devices
-from kvtier.cli.validate_designs import (
+from kvtier.compare.designs import (
     DESIGN_CAPS,
     KEY_DESIGNS,
     footprint,
@@ -25,6 +23,8 @@ from kvtier.cli.validate_designs import (
     run_designs,
     scaled_designs,
 )
+from kvtier.compare.devices import Devices
+from kvtier.compare.metrics import busy_time, design_metrics, design_table, ranking
 from kvtier.contracts.records import Records
 from real import blkio
 from real.targets import Limits, Target

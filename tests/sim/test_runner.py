@@ -54,3 +54,23 @@ def test_default_mechanisms(small, h20):
     eff = h20.efficiency
     assert res["KV in host DRAM"]["fetch_gbps"] == pytest.approx(63.0 * eff.pcie, rel=1e-6)
     assert res["KV on NVLink peer GPU"]["fetch_gbps"] == pytest.approx(450.0 * eff.nvlink, rel=1e-6)
+
+
+def test_each_run_carries_the_plan_it_simulated_and_writes_it(small, h20, tmp_path):
+    """A variant's result holds the plan its records came from (not an attribute set on
+    the records): one op record per plan op, in op order, and the plan.parquet written
+    is that plan."""
+    from kvtier.contracts.plan import read_plan
+    from sim.runner import slug
+
+    cfg = dataclasses.replace(small, variants=small.variants[:2])
+    result = run(cfg, h20, tmp_path)
+    for v in result.variants:
+        assert not hasattr(v.records, "plan")
+        ops = v.records.ops
+        assert v.plan is not None and v.plan.num_rows == ops.num_rows > 0
+        assert v.plan.column("op_id").equals(ops.column("op_id"))
+        assert [prefix for prefix, _, _ in v.runs()] == [""]  # tiers has no companion run
+        written = read_plan(tmp_path / "variants" / slug(v.variant.name) / "plan.parquet")
+        assert written.column("op_id").equals(v.plan.column("op_id"))
+        assert written.column("bytes").equals(v.plan.column("bytes"))

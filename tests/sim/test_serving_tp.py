@@ -11,8 +11,8 @@ from hwprofiles import load_profile
 from sim.config import ScenarioConfig, ServingParams, Variant
 from sim.hw.machine import Machine
 from sim.models import get_model
+from sim.registry import Unsupported
 from sim.runner import run
-from sim.scenarios.sparse_decode import Unsupported
 from sim.serving.execute import tp as tp_mod
 from sim.serving.execute.online import OnlineOps
 from sim.serving.execute.tp import (

@@ -15,7 +15,7 @@ from hwprofiles import load_profile
 from sim.config import SwarmParams
 from sim.executor import simulate
 from sim.metrics import design_summary
-from sim.scenarios.sparse_decode import Unsupported
+from sim.registry import Unsupported
 from sim.scenarios.swarm import plan_swarm
 
 BASE = SwarmParams(

@@ -62,7 +62,7 @@ from typing import Any
 from hwprofiles import HardwareProfile
 from sim.hw.machine import Machine
 from sim.models import ModelCard
-from sim.scenarios.sparse_decode import Unsupported
+from sim.registry import Unsupported
 
 __all__ = [
     "TensorParallel", "allreduce_bytes", "allreduce_latency_s", "rank_card", "rank_kv_heads",

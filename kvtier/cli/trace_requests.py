@@ -26,7 +26,7 @@ from traces.request_readers import FORMATS, TraceWarning, read_trace
 from traces.requests import RequestTrace, TraceStats
 
 
-def add_cli(group: argparse._SubParsersAction) -> None:
+def add_parsers(group: argparse._SubParsersAction) -> None:
     s = group.add_parser("stats", help="rate, lengths and prefix-reuse ratio of a request trace")
     _input_args(s)
     s.set_defaults(handler=stats_command)

@@ -10,7 +10,7 @@ once: their measured difference could only be noise.
 
 Every kept plan is simulated on the profile that models the devices and
 replayed on the devices; copy and compute ops (no GPU here) wait out their
-simulated time (:func:`kvtier.cli.replay.modelled_durations`), so the
+simulated time (:func:`kvtier.compare.durations.modelled_durations`), so the
 comparison is about the I/O.  Per design the table gives:
 
 * mean step time: a decode step ends when its last op (the last layer's
@@ -24,7 +24,7 @@ comparison is about the I/O.  Per design the table gives:
   in both backends with Kendall's tau (1: same order).
 
 The simulation models the replayer as it runs the design replays
-(:func:`kvtier.cli.design_replayer.design_profile`): paced, one I/O at a time, at the
+(:func:`kvtier.compare.replayer.design_profile`): paced, one I/O at a time, at the
 per-I/O cost measured on that path.  Before, it charged the batched path's cost (8-14
 us per I/O, against 81-124 us paced), and was 40-88% fast for the designs of many small
 reads.  Measured (``--emulate h20-8ssd``, 4 devices, 2 cores at load 6-10; step error
@@ -51,7 +51,7 @@ also measured through the pacer, the second as now).  [3] ``kvtier real validate
 underestimate of the small-read designs is gone and the order is right in every run;
 what is left is run-to-run noise of a CPU-bound replay on a loaded machine (PQCache's
 real step time ranged 16-42 ms over these runs) and No Cluster's pacer, both in
-:mod:`kvtier.cli.design_replayer`'s docstring.
+:mod:`kvtier.compare.replayer`'s docstring.
 
 2026-11-25, the paced path batched and shared max-min (:mod:`real._pacing`): ``kvtier
 real validate --emulate h20-8ssd --designs default``, runs alternating old code (main
@@ -80,12 +80,10 @@ ms on average as the load varied.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,16 +91,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from rich.table import Table
 
 from hwprofiles import HardwareProfile, load_profile
-from kvtier.cli.design_metrics import (
-    WARMUP_STEPS,
-    design_metrics,
-    design_table,
-    ranking,
-)
-from kvtier.cli.design_replayer import design_profile, paced
+from kvtier.compare.metrics import WARMUP_STEPS, design_metrics, design_table, ranking
+from kvtier.compare.replayer import design_profile, paced
 from kvtier.contracts.plan import extents_csr
 from kvtier.contracts.records import Records
 from sim.config import ConfigError, ScenarioConfig, SwarmParams, Variant, load_scenario
@@ -230,10 +222,10 @@ def footprint(plans: dict[str, pa.Table]) -> int:
 def run_designs(
     dev, plans: dict[str, pa.Table], *, seed: int, engine: str, costs: dict | None = None
 ) -> tuple[pd.DataFrame, dict[str, tuple[Records, Records]], dict | None]:
-    """Simulate and replay every plan on ``dev`` (:class:`kvtier.cli.validate.Devices`);
+    """Simulate and replay every plan on ``dev`` (:class:`kvtier.compare.devices.Devices`);
     the simulation models the replayer by :func:`design_profile` (``costs``: see there).
     Returns the table, each design's (sim, real) records and the replayer costs modelled."""
-    from kvtier.cli.replay import modelled_durations
+    from kvtier.compare.durations import modelled_durations
     from real.replay import replay
     from sim.executor import simulate
 
@@ -279,39 +271,7 @@ def write_designs(
     return report
 
 
-def designs_table(table: pd.DataFrame, title: str) -> Table:
-    """The per-design comparison as a rich table."""
-    t = Table(title=title)
-    cols: list[tuple[str, str, Callable[[Any], str]]] = [
-        ("design", "design", str),
-        ("sim ms/step", "sim_step_ms", lambda v: f"{v:,.1f}"),
-        ("real ms/step", "real_step_ms", lambda v: f"{v:,.1f}"),
-        ("err", "step_error", lambda v: f"{v:+.1%}"),
-        ("sim GB/s", "sim_read_gbps", lambda v: f"{v:.3f}"),
-        ("real GB/s", "real_read_gbps", lambda v: f"{v:.3f}"),
-        ("err ", "gbps_error", lambda v: f"{v:+.1%}"),
-        ("MB read", "real_bytes_read", lambda v: f"{v / 1e6:,.1f}"),
-        ("I/Os", "real_n_ios", lambda v: f"{v:,}"),
-        ("sim = real", "bytes_match", lambda v: "yes" if v else "[red]NO[/]"),
-    ]
-    for header, _, _ in cols:
-        t.add_column(header, justify="left" if header == "design" else "right")
-    for _, row in table.iterrows():
-        t.add_row(*[fmt(row[key]) for _, key, fmt in cols])
-    return t
-
-
-def ranking_lines(rank: dict[str, Any]) -> list[str]:
-    """Both orders, fastest first, and Kendall's tau."""
-    return [
-        "by simulated step time: " + " < ".join(rank["sim_order"]),
-        "by measured step time:  " + " < ".join(rank["real_order"]),
-        f"Kendall's tau {rank['kendall_tau']:.3f}; same order: "
-        + ("yes" if rank["same_order"] else "no"),
-    ]
-
-
-# -- the command's glue (kvtier.cli.validate) ---------------------------------------------
+# -- one validation's designs ---------------------------------------------------------------
 
 
 @dataclass
@@ -327,61 +287,39 @@ class DesignRun:
     costs: dict | None = None  # the replayer costs the designs were simulated with
 
 
-def plan_for_devices(args: argparse.Namespace, console) -> DesignRun | None:
-    """Plan ``--designs`` (None for ``none``) on the profile of the devices."""
-    if args.designs == "none":
+def plan_design_run(source: str, n_ssd: int, names: str, profile: str) -> DesignRun | None:
+    """Plan the designs of scenarios ``source`` (None for ``none``) capped for ``n_ssd``
+    devices (``names``: see :func:`scaled_designs`) on hardware profile ``profile``,
+    the one emulated, paced or given."""
+    if source == "none":
         return None
     t0 = time.perf_counter()
-    cfg = scaled_designs(args.designs, args.n, args.design_variants)
-    plans, skipped = plan_designs(cfg, planning_profile(args))
-    w = cfg.workload
-    console.print(
-        f"designs of scenario {cfg.name}: {len(plans)} with distinct I/O ({w.model}, "
-        f"{w.context_tokens:,}-token prefix, batch {w.batch}, {w.layers} layers, {w.steps} "
-        f"steps), planned in {time.perf_counter() - t0:.1f} s"
-    )
+    cfg = scaled_designs(source, n_ssd, names)
+    plans, skipped = plan_designs(cfg, load_profile(profile))
     return DesignRun(cfg, plans, skipped, time.perf_counter() - t0)
 
 
-def planning_profile(args: argparse.Namespace) -> HardwareProfile:
-    """The profile the designs plan for: the one emulated, paced or given."""
-    return load_profile(args.emulate or args.pace or args.hw)
-
-
-def report_designs(
-    run: DesignRun, args: argparse.Namespace, profile, size: int, wall_s: float, console
-) -> bool:
-    """Write and print the per-design table; True when sim and real read the same bytes."""
-    out = Path(args.out) / "designs"
-    w = run.scenario.workload
+def write_design_run(
+    run: DesignRun,
+    out: Path,
+    *,
+    profile: HardwareProfile,
+    devices: dict[str, Any],
+    size: int,
+    seed: int,
+    wall_s: float,
+) -> dict[str, Any]:
+    """:func:`write_designs` of a run, with its scenario, caps, skipped variants, the
+    ``devices`` and their ``size`` in bytes, the ``seed`` and the replayer costs."""
     meta = {
         "scenario": run.scenario.to_dict(),
         "caps": DESIGN_CAPS,
         "skipped": run.skipped,
         "profile": profile.name,
-        "devices": {"emulate": args.emulate, "pace": args.pace, "hw": args.hw, "n": args.n},
+        "devices": devices,
         "device_bytes": size,
-        "seed": args.seed,
+        "seed": seed,
         "wall_s": wall_s,
         "replayer_costs": run.costs,
     }
-    report = write_designs(run.table, run.records, run.plans, out, meta)
-    title = (
-        f"Designs, simulated vs real ({profile.name}): {w.model}, {w.context_tokens:,}-token "
-        f"prefix, batch {w.batch}, {w.layers} layers, {w.steps - WARMUP_STEPS} measured steps"
-    )
-    if run.costs is not None:
-        c = run.costs
-        how = "paced" if c.get("paced") else "batched"
-        console.print(
-            f"designs modelled with the replayer's {how} path: {c['per_io_us']:.1f} us/I/O "
-            f"at QD64 ({c.get('per_io_net_us', c['per_io_us']):.1f} net of its rounds), "
-            f"{c.get('round_us', 0.0):.0f} us a round, QD1 read {c['read_latency_us']:.1f} us"
-        )
-    console.print(designs_table(run.table, title))
-    for line in ranking_lines(report["ranking"]):
-        console.print(line)
-    for name, why in run.skipped.items():
-        console.print(f"not replayed: {name} ({why})")
-    console.print(f"designs: {wall_s:.1f} s (planning {run.plan_s:.1f} s); report: {out}/")
-    return bool(report["bytes_match"])
+    return write_designs(run.table, run.records, run.plans, out, meta)

@@ -41,7 +41,7 @@ device, 1.27 ms at 25,962 IOPS, took 0.63-1.03 ms.  Two mechanisms, both fixed:
   the throttle alone allows no less (:func:`real.validate.engine_costs`).  It is now
   measured outside.
 
-What is left (see :mod:`kvtier.cli.validate_designs` for the runs):
+What is left (see :mod:`kvtier.compare.designs` for the runs):
 
 * The paced per-I/O cost is measured at limits that never bind, where a round admits a
   device's whole queue depth.  At the devices' real limits an IOPS-bound op is admitted

@@ -1,4 +1,4 @@
-"""The numbers the design validation compares (:mod:`kvtier.cli.validate_designs`):
+"""The numbers the design validation compares (:mod:`kvtier.compare.designs`):
 per design the mean decode-step time and the effective read bandwidth, each backend's
 own count of bytes and I/Os, the errors ``(sim - real) / real`` and the ranking of the
 designs by step time in both backends (Kendall's tau)."""
