@@ -79,6 +79,7 @@ the table.  Measurements are kept in ``docs/serving-speed.md``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import resource
@@ -90,9 +91,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hwprofiles import HardwareProfile
 from hwprofiles.loader import load_profile
 from sim.limits import offered_load
-from sim.models import get_model
+from sim.models import ModelCard, get_model
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import DESIGNS, get_design
 from sim.serving.engine import Engine, EngineConfig
@@ -242,7 +244,7 @@ def bench_trace(
     offered load of the trace's own rate (``offered_load_trace``) and of the
     one run (``offered_load``), the decode batch they assume (``kv_batch``)."""
     table = mooncake_table(requests, seed)
-    profile, card = load_profile(hw), get_model(model)
+    profile, card = _machine(hw, model)
     cfg = engine_config(hw, model, block)
     batch = kv_batch(table, cfg.gpu_blocks, block, cfg.max_batch)
     rho = offered_load(table, card, profile, batch)
@@ -289,7 +291,7 @@ def run(
 def engine_config(hw: str, model: str, block: int, keep_plan: bool = False) -> EngineConfig:
     """The benchmark's engine configuration: 90% of the GPU's memory left after the
     weights as KV blocks of ``block`` tokens, the plan kept only when ``keep_plan``."""
-    profile, card = load_profile(hw), get_model(model)
+    profile, card = _machine(hw, model)
     kv = default_gpu_kv_bytes(profile, card, 0.9)
     return EngineConfig(gpu_blocks=gpu_blocks(kv, card, block), block_tokens=block,
                         gpu=profile.gpu_names[0], keep_plan=keep_plan)  # fmt: skip
@@ -303,7 +305,14 @@ def build(
     tiers sized by ``tiers_gib`` (:func:`_tier_overrides`)."""
     cfg = engine_config(hw, model, block, keep_plan)
     spec = get_design(design, _tier_overrides(design, tiers_gib))
-    return build_engine(load_profile(hw), get_model(model), spec, cfg, reqs)
+    return build_engine(*_machine(hw, model), spec, cfg, reqs)
+
+
+@functools.cache
+def _machine(hw: str, model: str) -> tuple[HardwareProfile, ModelCard]:
+    """The profile and model card, read once per process (frozen: safe to share;
+    a profile's YAML costs ~17 ms of CPU, a fair share of a short run)."""
+    return load_profile(hw), get_model(model)
 
 
 def _per(x: float, cpu: float) -> float:
