@@ -46,7 +46,7 @@ test: $(VENV)/.installed-weights ## run the test suite (installs the extras TEST
 bench: venv ## simulator speed benchmark (sparse-attention decoding plan on h20-8ssd)
 	$(BIN)/kvtier bench --out $(OUT)/bench $(ARGS)
 
-bench-serving: venv ## serving engine speed per design and KV block (1K Mooncake-shaped requests, ~2 min)
+bench-serving: venv ## serving engine speed per design and KV block (1K Mooncake-shaped requests at offered load 0.8, ~3 min)
 	$(BIN)/kvtier bench-serving --out $(OUT)/bench-serving $(ARGS)
 
 plan: venv ## capacity plan: cheapest GPUs (tensor parallel) + SSDs + DRAM + KV design meeting P99 TTFT/TPOT SLOs

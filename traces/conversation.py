@@ -14,8 +14,14 @@ How a session is drawn (all lengths settable, see :class:`ConversationParams`):
 2. turns, each a prompt from ``prompt_tokens`` and an answer from
    ``response_tokens``, until the history reaches ``T``; the last turn is cut
    so the session ends at exactly ``T`` (a prompt keeps >= 1 token, an answer
-   >= 1).  The number of turns is therefore not drawn but follows from ``T``
-   and the turn sizes.
+   >= 1).  By default the cut falls on the answer: the last turn's prompt is
+   drawn whole and its answer takes what is left.  With ``whole_answers`` it
+   falls on the prompt: every answer keeps its drawn length (cut only in a
+   session shorter than the answer and a 1-token prompt) and the last prompt
+   takes what is left, so that the output lengths follow ``response_tokens``
+   even when prompts are as long as sessions (a Mooncake-shaped trace, where
+   most sessions are one turn).  The number of turns is therefore not drawn
+   but follows from ``T`` and the turn sizes.
 3. the session starts at a Poisson arrival (``rate`` sessions/s), or at given
    times (``session_starts``, e.g. an Azure trace's arrivals); turn ``k+1``
    arrives ``think_time_s`` after turn ``k`` *arrived* (the generator does not
@@ -98,6 +104,34 @@ class Exponential:
 
 
 @dataclass(frozen=True)
+class Mixture:
+    """Draws from ``parts[i]`` with probability ``weights[i]`` (weights sum to 1)."""
+
+    weights: tuple[float, ...]
+    parts: tuple[Dist, ...]
+
+    def __post_init__(self) -> None:
+        w = self.weights
+        if len(w) != len(self.parts) or not w or min(w) < 0 or abs(sum(w) - 1.0) > 1e-9:
+            raise TraceError(f"mixture: weights {w} must be >= 0, one per part, summing to 1")
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        pick = rng.choice(len(self.parts), size=n, p=np.asarray(self.weights))
+        out = np.empty(n)
+        for i, part in enumerate(self.parts):
+            mask = pick == i
+            out[mask] = part.sample(rng, int(np.count_nonzero(mask)))
+        return out
+
+    def __str__(self) -> str:
+        return (
+            "mixture("
+            + ",".join(f"{w:g}*{p}" for w, p in zip(self.weights, self.parts, strict=True))
+            + ")"
+        )
+
+
+@dataclass(frozen=True)
 class Fixed:
     value: float
 
@@ -125,6 +159,7 @@ class ConversationParams:
     think_time_s: Dist = field(default=Exponential(30.0))
     system_prompt_tokens: int = 0  # shared by every session, before its first prompt
     block_tokens: int = 512
+    whole_answers: bool = False  # the session total cuts the last prompt, not the answer
 
     def __post_init__(self) -> None:
         if self.sessions < 1:
@@ -139,6 +174,7 @@ class ConversationParams:
             f"rate={self.rate:g}/s session={self.session_tokens} prompt={self.prompt_tokens} "
             f"response={self.response_tokens} think={self.think_time_s} "
             f"system={self.system_prompt_tokens} block={self.block_tokens}"
+            + (" whole_answers" if self.whole_answers else "")
         )
 
 
@@ -199,10 +235,16 @@ def _turns(
         rem = remaining[active]
         u = np.maximum(np.rint(p.prompt_tokens.sample(rng, active.size)), 1).astype(np.int64)
         r = np.maximum(np.rint(p.response_tokens.sample(rng, active.size)), 1).astype(np.int64)
-        u = np.minimum(u, rem - 1)
-        r = np.minimum(r, rem - u)
-        left = rem - u - r
-        r = np.where(left < 2, r + left, r)  # too little left for another turn: the answer takes it
+        if p.whole_answers:  # the answer first, the prompt takes what the session has left
+            r = np.minimum(r, rem - 1)
+            u = np.minimum(u, rem - r)
+            left = rem - u - r
+            u = np.where(left < 2, u + left, u)  # too little left for another turn: the prompt
+        else:
+            u = np.minimum(u, rem - 1)
+            r = np.minimum(r, rem - u)
+            left = rem - u - r
+            r = np.where(left < 2, r + left, r)  # too little left for another turn: the answer
         left = np.where(left < 2, 0, left)
         remaining[active] = left
         cols.append((active, np.full(active.size, k, np.int32), u, r))

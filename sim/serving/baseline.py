@@ -6,7 +6,9 @@
 A speed change of the serving engine must leave every request's TTFT, every
 op and every device record as they were (issue 13: "the same TTFTs as
 today").  ``save`` runs each design (all registered ones by default) on the
-benchmark's Mooncake-shaped trace (:mod:`sim.serving.bench`) in
+benchmark's Mooncake-shaped trace (:mod:`sim.serving.bench`; as it was
+before its output lengths were fitted, ``fitted_outputs=False``, so that
+baselines saved before that fit still compare) in
 :data:`CONFIGS` -- 16-token blocks, 256-token blocks, and small tiers that
 evict and demote all the time, with the plan kept -- and writes each run's
 request, op and device tables (and its plan, where kept) as Parquet files
@@ -59,8 +61,9 @@ TABLES = ("requests", "ops", "devices", "plan")
 def run_tables(design: str, c: Config, scale: float = 1.0) -> dict[str, pa.Table]:
     """The tables of ``design`` run as ``c`` (``scale``: share of the requests)."""
     n = max(1, math.ceil(c.requests * scale))
-    engine = build(mooncake_requests(n, c.block), design, c.block, "h100-2dimm-2ssd",
-                   "Llama-3.1-8B", c.tiers_gib, c.keep_plan)  # fmt: skip
+    reqs = mooncake_requests(n, c.block, fitted_outputs=False)  # the trace saved runs hold
+    engine = build(reqs, design, c.block, "h100-2dimm-2ssd", "Llama-3.1-8B", c.tiers_gib,
+                   c.keep_plan)  # fmt: skip
     r = engine.run()
     out = {"requests": r.requests, "ops": r.ops, "devices": r.devices}
     if c.keep_plan:

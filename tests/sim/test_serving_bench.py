@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pytest
 
 from hwprofiles.loader import load_profile
 from sim.models import get_model
@@ -77,6 +79,67 @@ def test_table_stats_agree_with_the_per_request_count() -> None:
     assert fast["mean_input"] == slow["mean_input"]
     assert fast["p99_input"] == slow["p99_input"]
     assert abs(fast["reusable"] - slow["reusable"]) < 1e-12
+
+
+def test_mooncake_outputs_have_the_fitted_shape() -> None:
+    """Output lengths against Mooncake's conversation trace (sim/serving/bench.py's
+    docstring): the published mean 343; median 348, p90 593 and 14.8% under 50
+    tokens in the 270 requests read from the trace.  4,000 seeded requests;
+    the fit itself gives median ~341, p90 ~582, 13.4% under 50, and the
+    tolerances are wider than the seed-to-seed spread at 12K requests."""
+    out = bench.mooncake_table(4000, seed=3).column("output_tokens").to_numpy()
+    assert abs(out.mean() - 343) < 0.05 * 343
+    assert abs(np.median(out) - 348) < 0.08 * 348
+    assert abs(np.percentile(out, 90) - 593) < 0.08 * 593
+    assert abs(np.mean(out < 50) - 40 / 270) < 0.04
+
+
+def test_fitted_outputs_keep_inputs_and_reuse_on_target() -> None:
+    """Whole answers shift tokens from the last prompt to its answer; the
+    inputs must still meet Mooncake's totals (the shape test's tolerances)."""
+    s = bench.table_stats(bench.mooncake_table(4000, seed=3))
+    assert abs(s["mean_input"] - 12_035) < 0.10 * 12_035
+    assert abs(s["reusable"] - 0.37) < 0.05
+
+
+def test_the_baseline_trace_is_the_one_before_the_output_fit() -> None:
+    """``fitted_outputs=False`` is the trace the serving baseline saved: the
+    same sessions, arrivals and session totals, answers cut to what is left
+    (a one-turn session's answer is 1 token when its prompt fills it)."""
+    old = bench.mooncake_table(500, seed=2, fitted_outputs=False)
+    new = bench.mooncake_table(500, seed=2)
+    first = [t.column("turn").to_numpy() == 0 for t in (old, new)]
+    # the first turns' arrivals come from the same draws in both traces
+    a_old = np.sort(old.column("arrival_s").to_numpy()[first[0]])
+    a_new = np.sort(new.column("arrival_s").to_numpy()[first[1]])
+    n = min(len(a_old), len(a_new)) // 2
+    assert np.array_equal(a_old[:n], a_new[:n])
+    assert np.median(old.column("output_tokens").to_numpy()) == 1
+    assert np.median(new.column("output_tokens").to_numpy()) > 300
+
+
+def test_load_stretches_arrivals_to_the_offered_load() -> None:
+    """The offered load is proportional to the arrival rate: stretched to 0.8,
+    the trace offers 0.8 (recomputed on the stretched arrivals), and its
+    arrival duration grows by the ratio of the two loads."""
+    own, s_own = bench.bench_trace(300, 0, 256, "h100-2dimm-2ssd", "Llama-3.1-8B")
+    slow, s = bench.bench_trace(300, 0, 256, "h100-2dimm-2ssd", "Llama-3.1-8B", 0.8)
+    assert s_own["offered_load"] == s_own["offered_load_trace"] == s["offered_load_trace"]
+    assert s["offered_load"] == pytest.approx(0.8, rel=1e-12)
+    ratio = s["offered_load_trace"] / 0.8
+    assert s["duration_s"] == pytest.approx(s_own["duration_s"] * ratio, rel=1e-12)
+    assert s_own["offered_load_trace"] > 1  # Mooncake's rate overloads one H100
+    for col in ("input_tokens", "output_tokens", "block_hashes"):
+        assert slow.column(col).equals(own.column(col))
+
+
+def test_kv_batch_is_what_the_gpu_cache_holds_at_the_mean_context() -> None:
+    """Inputs 1,000 and 1,200, outputs 100 and 300: mean context 1,100 + 200 / 2 =
+    1,200 tokens, 75 blocks of 16; 750 blocks hold 10 such requests."""
+    t = pa.table({"input_tokens": [1000, 1200], "output_tokens": [100, 300]})
+    assert bench.kv_batch(t, 750, 16, 128) == 10
+    assert bench.kv_batch(t, 750, 16, 8) == 8  # max_batch binds
+    assert bench.kv_batch(t, 10, 16, 128) == 1  # not one request: one at a time
 
 
 def test_bench_gives_each_design_only_its_own_tiers():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from traces.conversation import (
     ConversationParams,
     Fixed,
     LogNormal,
+    Mixture,
     generate_conversations,
 )
 from traces.errors import TraceError
@@ -138,3 +140,55 @@ def test_bad_params():
         ConversationParams(sessions=0)
     with pytest.raises(TraceError, match="rate"):
         ConversationParams(rate=0)
+
+
+def test_whole_answers_cut_the_last_prompt_not_the_answer():
+    """Session 1000, prompts 500, answers 200: turn 0 is 500 + 200, 300 left.
+    By default the last prompt is 299 of its 500 and its answer the 1 token
+    left; with whole answers the answer keeps its 200 and the prompt takes
+    the 100 left.  Either way the session ends at exactly 1000 tokens."""
+    base = dict(
+        sessions=1,
+        session_tokens=Fixed(1000),
+        prompt_tokens=Fixed(500),
+        response_tokens=Fixed(200),
+        think_time_s=Fixed(10.0),
+        block_tokens=128,
+    )
+    cut = generate_conversations(ConversationParams(**base))
+    whole = generate_conversations(ConversationParams(**base, whole_answers=True))
+    assert cut.input_tokens.tolist() == [500, 999] and cut.output_tokens.tolist() == [200, 1]
+    assert whole.input_tokens.tolist() == [500, 800]
+    assert whole.output_tokens.tolist() == [200, 200]
+    # a session shorter than an answer and a 1-token prompt cuts the answer
+    short = ConversationParams(**{**base, "session_tokens": Fixed(150)}, whole_answers=True)
+    t = generate_conversations(short)
+    assert t.input_tokens.tolist() == [1] and t.output_tokens.tolist() == [149]
+
+
+def test_whole_answers_end_every_session_at_its_drawn_total():
+    """Both cuts spend the same drawn session totals (the first draws of the
+    seed): each session's last turn, input plus output, is its total, so
+    the two traces agree on it session by session."""
+    p = ConversationParams(sessions=300, block_tokens=64)
+    ends = []
+    for whole in (False, True):
+        t = generate_conversations(replace(p, whole_answers=whole), seed=5)
+        rows = per_session(t)
+        inp, out = t.input_tokens, t.output_tokens
+        ends.append({s: int(inp[r[-1]] + out[r[-1]]) for s, r in rows.items()})
+    assert ends[0] == ends[1]
+    assert len(ends[0]) == 300
+
+
+def test_mixture_draws_each_part_at_its_weight():
+    """A quarter 1s and three quarters 3s: 40,000 draws hold 25% +- 1% ones (the
+    binomial's standard deviation is 0.22%) and nothing else."""
+    m = Mixture((0.25, 0.75), (Fixed(1), Fixed(3)))
+    x = m.sample(np.random.default_rng(0), 40_000)
+    assert set(np.unique(x).tolist()) == {1.0, 3.0}
+    assert abs(np.mean(x == 1) - 0.25) < 0.01
+    with pytest.raises(TraceError, match="weights"):
+        Mixture((0.5, 0.6), (Fixed(1), Fixed(3)))
+    with pytest.raises(TraceError, match="weights"):
+        Mixture((1.0,), (Fixed(1), Fixed(3)))
