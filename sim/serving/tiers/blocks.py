@@ -86,9 +86,6 @@ class OffloadTier:
         self._alt: dict[tuple[bool, ...], tuple[Runs, list[float]]] = {}  # per device mask
         self._need: dict[Runs, list[float]] = {}  # bytes per device of a block's runs
         self.lru = LruRuns(len(self.devices))
-        # keys added since waiting stores last looked (None: nobody waits),
-        # kept by :class:`sim.serving.execute.stores.Offloader`
-        self.added: list[int] | None = None
 
     # ---- books ----------------------------------------------------------------
     def bytes_on(self, runs: Runs) -> list[float]:
@@ -236,15 +233,11 @@ class OffloadTier:
             alloc = self.allocators
             slot = tuple([alloc[d].alloc(l1 - l0) for d, l0, l1 in runs])
             e = self.entries[keys[0]] = Entry(keys[0], runs, slot, nbytes, self._clock)
-            if self.added is not None:
-                self.added.append(keys[0])
             return [e]
         if slots is None:
             per_run = [self.allocators[d].alloc_many(l1 - l0, n) for d, l0, l1 in runs]
             one = len(runs) == 1
             slots = [(s,) for s in per_run[0]] if one else list(zip(*per_run, strict=True))
-        if self.added is not None:
-            self.added.extend(keys)
         c = self._clock
         self._clock = c + n
         stamps = range(c + 1, c + n + 1)

@@ -115,8 +115,6 @@ class _Books:
                         range(clock + 1, clock + n + 1)))  # fmt: skip
         t._clock = clock + n
         t.entries.update(zip(self.keys, made, strict=True))
-        if t.added is not None:
-            t.added.extend(self.keys)
         placed += made
         live = Counter(self.runs)
         live.subtract(Counter(self.gone))

@@ -32,7 +32,6 @@ class Tier(Protocol):
     allocators: list[SlotAllocator]
     draining: int  # entries being demoted
     evictions: int
-    added: list[int] | None  # keys added, when someone listens
     _clock: int  # the last LRU stamp taken
     _alt: dict[tuple[bool, ...], tuple[Runs, list[float]]]
 

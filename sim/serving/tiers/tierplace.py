@@ -162,8 +162,6 @@ def _replace_single(
                 alloc.live += 1
             tier._clock += 1
             entry = entries[new[i]] = Entry(new[i], runs, (slot,), nbytes, tier._clock)
-            if tier.added is not None:
-                tier.added.append(new[i])
             out.append(entry)
             u += b
         else:  # "wait" (demotions of earlier sets draining) or "full": not placed
@@ -206,8 +204,6 @@ def _replace_run(
     m = len(victims)
     tier._clock = c + m
     tier.evictions += m
-    if tier.added is not None:
-        tier.added.extend(new[i : i + m])
     out += victims
     if m < len(new) - i and tier.draining:
         waiting += new[i + m :]
@@ -267,53 +263,3 @@ def evict_key(
     placed += tier.add([key], plan, nbytes)
     for d, x in enumerate(nbytes):
         used[d] += x
-
-
-def room_blocked(tier: Tier, demotes: bool) -> bool:
-    """Whether every key a store places in ``tier`` (the first one;
-    ``demotes``: its victims are demoted) now must wait, with nothing
-    evicted: it is one device whose victims are demoted, one more block does
-    not fit, it has no evictable entry left and demotions drain
-    (:func:`place_single`'s first key then finds ``wait`` with no victim
-    (dry), and so does every later key).  The LRU's top is looked up exactly
-    as that path does (a second look with nothing changed in between
-    consumes nothing more)."""
-    if len(tier.devices) != 1 or not tier.draining or not demotes:
-        return False
-    b, c = tier.bytes_on(layer_runs(tier.ratios, 1, tier.layers)[0])[0], tier.capacity[0]
-    if b > c or tier.used[0] + b - c <= SLACK:
-        return False
-    return tier.lru.top(0, tier.entries, set()) is None
-
-
-def fitting_prefix(tier: Tier, demotes: bool, n: int) -> int:
-    """How many keys ``BlockManager.place_store`` of a waiting store of ``n``
-    keys, none of them in ``tier`` (the first one), would place, when that is
-    all it would do (no victim, the others wait): the tier is one device
-    whose victims are demoted (``demotes``), demotions drain, and the first
-    ``m`` keys fit (the same float sums as :func:`place_single`'s bulk path)
-    while the next finds no evictable entry (dry: it and every later key
-    wait).  Placing the first ``m`` alone is then the same placement, and
-    the rest wait as they were.  0 when that is not so (place it whole)."""
-    if len(tier.devices) != 1 or not tier.draining or not demotes:
-        return 0
-    b, c = tier.bytes_on(layer_runs(tier.ratios, 1, tier.layers)[0])[0], tier.capacity[0]
-    return fitting_count(tier, b, c, n)
-
-
-def fitting_count(tier: Tier, b: float, c: float, n: int) -> int:
-    """:func:`fitting_prefix` on a draining one-device tier whose keys take
-    ``b`` bytes each of capacity ``c``: the ``m`` keys that fit, when the
-    next finds no evictable entry (or all ``n`` fit); 0 otherwise."""
-    u, m = tier.used[0], 0
-    while m < n and u + b - c <= SLACK:
-        u += b
-        m += 1
-    if m == n or m == 0:
-        return m
-    if b > c or tier.lru.top(0, tier.entries, _NONE) is not None:
-        return 0  # the next key would evict (or is refused): not only a prefix
-    return m
-
-
-_NONE: frozenset[int] = frozenset()  # no key skipped at the LRU's top
