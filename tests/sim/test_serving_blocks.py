@@ -61,8 +61,7 @@ def tier(blocks: int, devices: int = 1) -> OffloadTier:
 
 
 def place_ready(t: OffloadTier, keys: list[int]) -> list:
-    placed, waiting = t.place(keys, None)
-    assert not waiting
+    placed = t.place(keys, None)
     for e in placed:
         t.complete(e)
     return placed
@@ -79,30 +78,31 @@ def test_offload_tier_is_lru_over_ready_entries() -> None:
 
 def test_entries_in_flight_are_never_evicted() -> None:
     t = tier(2)
-    loading, storing = t.place([1, 2], None)[0]
+    loading, storing = t.place([1, 2], None)
     t.complete(loading)
     t.pin(loading)  # being loaded from: in use
     assert (loading.ref_cnt, storing.ref_cnt) == (READY + 1, NOT_READY)
-    placed, waiting = t.place([3], None)
-    assert placed == [] and waiting == []  # no room can be made: 3 is not offloaded
+    assert t.place([3], None) == []  # no room can be made: 3 is not offloaded
     assert set(t.entries) == {1, 2} and t.evictions == 0
     assert t.lookup(2) is None  # not ready: not a hit
     with pytest.raises(RuntimeError, match="not ready"):
         t.pin(storing)
     t.unpin(loading)
-    assert [e.key for e in t.place([3], None)[0]] == [3]  # now 1 (ready, idle) goes
+    assert [e.key for e in t.place([3], None)] == [3]  # now 1 (ready, idle) goes
     assert set(t.entries) == {2, 3}
 
 
-def test_demoted_entry_stays_until_its_copy_below_is_done() -> None:
+def test_a_victim_is_handed_over_in_its_tier_then_dropped() -> None:
+    """A full tier of one 4-byte block: placing 2 evicts 1, which the
+    callback sees still in the tier (a demotion copies it from there); 1 is
+    then gone, its 4 bytes taken by 2."""
     t = tier(1)
     place_ready(t, [1])
-    placed, waiting = t.place([2], lambda _tier, _e: True)  # 1 is demoted
-    assert placed == [] and waiting == [2] and t.draining == 1
-    assert t.lookup(1) is None  # draining: no longer a hit here
-    t.drained(t.entries[1])
-    assert t.entries == {} and t.used == [0.0]
-    assert [e.key for e in t.place([2], None)[0]] == [2]
+    seen: list[tuple[int, bool]] = []
+    placed = t.place([2], lambda tr, e: seen.append((e.key, tr.lookup(e.key) is e)))
+    assert [e.key for e in placed] == [2] and seen == [(1, True)]
+    assert list(t.entries) == [2] and t.lookup(1) is None
+    assert t.used == [4.0] and t.evictions == 1
 
 
 def test_a_full_pool_device_spills_to_the_others() -> None:

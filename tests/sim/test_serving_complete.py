@@ -26,7 +26,7 @@ def test_a_fresh_store_is_made_ready_and_offered_in_one_pass() -> None:
     """Three fresh entries: complete_all says True, each is ready and offered
     at its own stamp, and the LRU gives them back oldest first."""
     t = _tier(8)
-    placed, _ = t.place([5, 6, 7], None)
+    placed = t.place([5, 6, 7], None)
     assert [e.ref_cnt for e in placed] == [NOT_READY] * 3
     assert t.complete_all(placed) is True
     assert [e.ref_cnt for e in placed] == [READY] * 3
@@ -40,7 +40,7 @@ def test_a_store_with_a_ready_entry_changes_nothing_before_the_general_path() ->
     offered) and pushes nothing; complete_all then makes all four ready,
     says False, and the LRU holds each exactly once, in stamp order."""
     t = _tier(8)
-    placed, _ = t.place([1, 2, 3, 4], None)
+    placed = t.place([1, 2, 3, 4], None)
     t.complete_all([placed[2]])  # one ready already
     items = t.lru.items
     lru = t.lru
@@ -63,7 +63,7 @@ def test_offer_ready_keeps_stamp_order_of_an_unsorted_run() -> None:
     """Entries completed out of stamp order (the later-placed first) come
     out of the LRU in stamp order: the run is sorted when offered."""
     t = _tier(8)
-    placed, _ = t.place([10, 11, 12], None)
+    placed = t.place([10, 11, 12], None)
     assert t.complete_all(placed[::-1]) is True
     assert [e.key for e in t.lru.take(0, t.entries, 3)] == [10, 11, 12]
     assert isinstance(t.lru, LruRuns)
@@ -123,7 +123,7 @@ def test_store_groups_fast_and_masked_paths_match_the_definition() -> None:
                 blocks[i] = -1
         if trial % 4 == 0:
             key = hashes[int(rng.integers(0, n)) * k + k - 1]
-            placed, _ = tiers[int(rng.integers(0, 2))].place([key], None)
+            placed = tiers[int(rng.integers(0, 2))].place([key], None)
             assert placed
         g0 = int(rng.integers(0, n))
         want = _groups_by_definition(tiers, hashes, blocks, k, g0, n)
@@ -189,7 +189,7 @@ def test_keys_already_below_are_not_written_through_again() -> None:
     mgr = _write_through_manager()
     cpu, ssd = mgr.tiers
     _s, store = _store(mgr, 0, [20, 21, 22, 23, 24])
-    ssd.complete_all(ssd.place([21, 23], None)[0])
+    ssd.complete_all(ssd.place([21, 23], None))
     (wt,) = mgr.on_stored(store)
     assert [e.key for e in wt.entries] == [20, 22, 24]
     assert [id(e) for e in wt.olds] == [id(cpu.entries[k]) for k in (20, 22, 24)]

@@ -79,9 +79,9 @@ def test_template_pieces_equal_the_per_layer_loop(layer_bytes: float) -> None:
     pairs = set()
     for _ in range(15):
         keys = [int(k) for k in rng.choice(10**6, int(rng.integers(1, 30)), replace=False)]
-        above, _ = src.place(keys, None)  # sets of different sizes: different layouts
+        above = src.place(keys, None)  # sets of different sizes: different layouts
         rng.shuffle(above)
-        below, _ = dst.place([e.key for e in above[: max(1, len(above) // 2)]], None)
+        below = dst.place([e.key for e in above[: max(1, len(above) // 2)]], None)
         for a, b, entries in ((None, src, above), (src, dst, below), (None, dst, below)):
             for e in entries:
                 got = store_pieces(a, b, [e], "gpu0")
@@ -117,7 +117,7 @@ def _rounds(tier: OffloadTier, n: int) -> dict[tuple[int, ...], list[np.ndarray]
     dropped (the next round reuses their slots); each slots tuple's ranges."""
     seen: dict[tuple[int, ...], list[np.ndarray]] = {}
     for round_ in range(n):
-        placed, _ = tier.place([100 * round_ + i for i in range(4)], None)
+        placed = tier.place([100 * round_ + i for i in range(4)], None)
         assert len(placed) == 4
         for e in placed:
             got = store_pieces(None, tier, [e], "gpu0")

@@ -96,7 +96,7 @@ def test_live_entries_never_overlap_on_any_device(keys: list[int], devices: int)
     for k in keys:
         if k in t.entries:
             t.touch(k)
-        for e in t.place([k], None)[0]:
+        for e in t.place([k], None):
             t.complete(e)
         for d in range(devices):
             spans = sorted(
@@ -114,9 +114,9 @@ def test_live_entries_never_overlap_on_any_device(keys: list[int], devices: int)
 def test_an_evicted_entrys_slot_goes_to_the_next_entry() -> None:
     t = OffloadTier("ssd", ["ssd0"], [1.0], [2 * 4 * 8192.0], 4, 8192.0)
     for k in (1, 2):
-        t.complete(t.place([k], None)[0][0])
+        t.complete(t.place([k], None)[0])
     assert [t.entries[k].slots for k in (1, 2)] == [(0,), (4 * 8192,)]
-    (e3,) = t.place([3], None)[0]  # LRU 1 is evicted
+    (e3,) = t.place([3], None)  # LRU 1 is evicted
     assert set(t.entries) == {2, 3} and e3.slots == (0,)
 
 

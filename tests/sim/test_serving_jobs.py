@@ -44,10 +44,10 @@ def test_store_pieces_equal_the_per_entry_loop(seed: int, layer_bytes: float) ->
     dst = OffloadTier("ssd", ["s0", "s1", "s2"], [0.5, 0.2, 0.3], [1e12] * 3, layers, layer_bytes)
     for _ in range(20):
         keys = [int(k) for k in rng.choice(10**6, int(rng.integers(1, 30)), replace=False)]
-        above, _ = src.place(keys, None)  # sets of different sizes: different layouts
+        above = src.place(keys, None)  # sets of different sizes: different layouts
         rng.shuffle(above)
         half = above[: max(1, len(above) // 2)]
-        below, _ = dst.place([e.key for e in half], None)
+        below = dst.place([e.key for e in half], None)
         for a, b, entries in ((None, src, above), (src, dst, below), (None, dst, below)):
             pieces = store_pieces(a, b, entries, "gpu0")
             got = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in pieces]
@@ -69,11 +69,11 @@ def test_one_device_tiers_store_pieces_equal_the_per_entry_loop() -> None:
     dst = OffloadTier("ssd", ["s0"], [1.0], [2 * cap], layers, lb)
     for _ in range(12):
         keys = [int(k) for k in rng.choice(10**6, int(rng.integers(1, 30)), replace=False)]
-        above, _ = src.place(keys, None)
+        above = src.place(keys, None)
         for e in above:
             e.ref_cnt = 0  # ready and evictable
         src.lru.offer(above)
-        below, _ = dst.place([e.key for e in above], None)
+        below = dst.place([e.key for e in above], None)
         for e in below:
             e.ref_cnt = 0
         dst.lru.offer(below)
@@ -95,8 +95,8 @@ def test_deferred_store_ranges_equal_the_per_entry_loop(seed: int) -> None:
     dst = OffloadTier("ssd", ["s0", "s1", "s2"], [0.5, 0.2, 0.3], [1e12] * 3, 32, 8192.0)
     for _ in range(10):
         keys = [int(k) for k in rng.choice(10**6, int(rng.integers(2, 40)), replace=False)]
-        above, _ = src.place(keys, None)
-        below, _ = dst.place([e.key for e in above[: max(2, len(above) // 2)]], None)
+        above = src.place(keys, None)
+        below = dst.place([e.key for e in above[: max(2, len(above) // 2)]], None)
         rng.shuffle(below)
         for a, b, entries in ((None, src, above), (src, dst, below)):
             want = reference(a, b, entries, "gpu0")
@@ -122,7 +122,7 @@ def test_load_pieces_name_the_length_of_their_ranges(layerwise: bool) -> None:
     length all their ranges have: a layer of an offload block, 1000.5 B
     rounded to 1000 (half to even)."""
     tier = OffloadTier("ssd", ["s0", "s1"], [0.4, 0.6], [1e12, 1e12], 8, 1000.5)
-    placed, _ = tier.place(list(range(7)), None)
+    placed = tier.place(list(range(7)), None)
     pieces = load_pieces([(tier, e, 0, 1) for e in placed], "gpu0", layerwise)
     assert pieces and all_ranges_are_length(pieces)
     assert {p.length for p in pieces} == {1000}
@@ -148,7 +148,7 @@ def test_non_layerwise_load_is_one_piece_per_device_of_every_hit() -> None:
     entry by entry in hit order, and its bytes their sum (7 entries over two
     devices of 8 layers, 1000 B per layer: 56 ranges, 56,000 B in all)."""
     tier = OffloadTier("ssd", ["s0", "s1"], [0.4, 0.6], [1e12, 1e12], 8, 1000.0)
-    placed, _ = tier.place(list(range(7)), None)
+    placed = tier.place(list(range(7)), None)
     pieces = load_pieces([(tier, e, 0, 1) for e in placed], "gpu0", False)
     assert [p.src for p in pieces] == ["s0", "s1"] and all(p.layer == -1 for p in pieces)
     for d, p in enumerate(pieces):
@@ -194,7 +194,7 @@ def test_uniform_load_pieces_equal_the_loops(
     b = OffloadTier("ssd", ["s1", "s0"], [0.4, 0.6], [1e12, 1e12], 8, 1000.0)
     tiers = {"one device": [a], "pool": [b], "two tiers": [a, b]}[layout]
     for t in tiers:  # slots scattered by drops
-        placed, _ = t.place(list(range(60)), None)
+        placed = t.place(list(range(60)), None)
         t.complete_all(placed)
         for e in [e for e in placed if rng.random() < 0.3]:
             t._drop(e)

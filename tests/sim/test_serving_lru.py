@@ -9,13 +9,13 @@ from sim.serving.tiers.blocks import READY, Entry, OffloadTier
 
 
 def scan_victims(tier: OffloadTier, short: list[float]) -> list[int]:
-    """The reference: walk ``entries`` in LRU order, take every ready, idle,
-    non-draining entry that frees bytes on a device still short."""
+    """The reference: walk ``entries`` in LRU order, take every ready, idle
+    entry that frees bytes on a device still short."""
     out = []
     for e in tier.entries.values():
         if all(s <= 1e-6 for s in short):
             break
-        if e.ref_cnt != READY or e.draining:
+        if e.ref_cnt != READY:
             continue
         if any(s > 1e-6 and f > 0 for s, f in zip(short, e.nbytes, strict=True)):
             out.append(e.key)
@@ -30,7 +30,7 @@ def test_heap_victims_match_a_scan_under_random_pins_touches_and_spills() -> Non
     live: list[Entry] = []
     checked = 0
     for key in range(2000):
-        placed, _ = tier.place([key], None)
+        placed = tier.place([key], None)
         live = [e for e in live if tier.entries.get(e.key) is e] + placed
         for e in live:
             r = rng.random()
@@ -55,9 +55,9 @@ def test_store_extents_are_each_entrys_layer_ranges_in_order() -> None:
     src = OffloadTier("cpu", ["m0"], [1.0], [1e9], 32, 4096.0)
     dst = OffloadTier("ssd", ["s0", "s1"], [0.25, 0.75], [1e9, 1e9], 32, 4096.0)
     keys = list(range(5))
-    for e in src.place(keys, None)[0]:
+    for e in src.place(keys, None):
         src.complete(e)
-    placed, _ = dst.place(keys, None)
+    placed = dst.place(keys, None)
     pieces = {(p.src, p.dst): p for p in store_pieces(src, dst, placed, "gpu0")}
     assert set(pieces) == {("m0", "s0"), ("m0", "s1")}
     for dev, name in enumerate(dst.devices):

@@ -5,7 +5,7 @@ of one tier, and a one-device tier's placement (victims counted then taken
 at once, steady replace runs renaming their victims in the LRU walk)
 against the per-key definition (:class:`tests.sim.test_serving_tierplace.RefTier`:
 LRU victims found by walking the entries in order), on seeded random
-workloads: the same keys placed and waiting, the same victims in the same
+workloads: the same keys placed, the same victims in the same
 order, the same used bytes (bit for bit), slots, reference counts and LRU
 order.
 """
@@ -24,24 +24,25 @@ from tests.sim.test_serving_tierplace import RefEntry, RefTier, same_books
 
 
 def _life(tiers: list[OffloadTier], rng: np.random.Generator) -> None:
-    """The same random completions, loads (pin, touch, unpin) and drains in
-    every tier of ``tiers`` (identical books), one draw per entry."""
+    """The same random completions and loads (pin, touch, unpin) in every
+    tier of ``tiers`` (identical books), one draw per entry."""
     for e in list(tiers[0].entries.values()):
         x = rng.random()
         twins = [t.entries[e.key] for t in tiers]
         if e.ref_cnt == -1 and x < 0.6:
             for t, f in zip(tiers, twins, strict=True):
                 t.complete_all([f])
-        elif e.ref_cnt == READY and not e.draining and x < 0.1:
+        elif e.ref_cnt == READY and x < 0.1:
             for t, f in zip(tiers, twins, strict=True):
                 t.pin(f)
                 t.touch(f.key)
-        elif e.ref_cnt > READY and not e.draining and x < 0.4:
+        elif e.ref_cnt > READY and x < 0.4:
             for t, f in zip(tiers, twins, strict=True):
                 t.unpin_all([f])
-        elif e.draining and x < 0.5:
-            for t, f in zip(tiers, twins, strict=True):
-                t.drained(f)
+
+
+def _handed(_t: OffloadTier, _e: Entry) -> None:
+    """An eviction callback that copies nothing (placement's per-key path)."""
 
 
 @pytest.mark.parametrize("devices", [1, 2])
@@ -59,7 +60,7 @@ def test_take_consumes_what_top_then_pop_consume(devices: int) -> None:
     compared = 0
     for step in range(300):
         keys = [int(k) for k in rng.choice(400, int(rng.integers(1, 30)), replace=False)]
-        tier.place(keys, (lambda _t, e: bool(rng.random() < 0.3)) if step % 2 else None)
+        tier.place(keys, _handed if step % 2 else None)  # victims handed over, or dropped
         _life([tier], rng)
         a, b = tier, copy.deepcopy(tier)
         dev, k = int(rng.integers(devices)), int(rng.integers(1, 40))
@@ -84,8 +85,8 @@ def test_take_consumes_what_top_then_pop_consume(devices: int) -> None:
 
 
 def test_take_drop_is_take_then_drop() -> None:
-    """``take(..., drop=True)`` on a one-device tier (random pins, touches,
-    drains) takes the victims ``take`` takes, and leaves the tier as
+    """``take(..., drop=True)`` on a one-device tier (random pins, touches)
+    takes the victims ``take`` takes, and leaves the tier as
     deleting them afterwards does: the same keys left in the same order,
     every victim stamped ``DEAD``, and the next batch of victims the same
     (a dropped entry is never taken again, whatever items still name it)."""
@@ -94,7 +95,7 @@ def test_take_drop_is_take_then_drop() -> None:
     dropped = 0
     for step in range(200):
         keys = [int(k) for k in rng.choice(400, int(rng.integers(1, 30)), replace=False)]
-        tier.place(keys, (lambda _t, e: bool(rng.random() < 0.3)) if step % 2 else None)
+        tier.place(keys, _handed if step % 2 else None)  # victims handed over, or dropped
         _life([tier], rng)
         a, b = copy.deepcopy(tier), copy.deepcopy(tier)
         k = int(rng.integers(1, 40))
@@ -125,9 +126,9 @@ SIZES = {
 
 @pytest.mark.parametrize("size", sorted(SIZES))
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("demote", [False, True])
+@pytest.mark.parametrize("callback", [False, True])
 def test_batched_victims_match_the_per_key_definition(
-    size: str, seed: int, demote: bool, monkeypatch: pytest.MonkeyPatch
+    size: str, seed: int, callback: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A one-device tier and the per-key definition, driven by the same
     random sets and life: identical placements, victims, books (used bytes
@@ -152,20 +153,17 @@ def test_batched_victims_match_the_per_key_definition(
     evicted: dict[str, list[int]] = {"tier": [], "ref": []}
     for step in range(300):
         keys = [int(k) for k in rng.choice(400, int(rng.integers(1, 40)), replace=False)]
-        coin = {k: bool(rng.random() < 0.5) for k in keys + list(tier.entries)}
-        dropping = not demote or step % 3 == 0
+        dropping = not callback or step % 3 == 0
 
-        def evict(_t: OffloadTier, e: Entry, coin=coin) -> bool:
+        def evict(_t: OffloadTier, e: Entry) -> None:
             evicted["tier"].append(e.key)
-            return coin.get(e.key, False)
 
-        def ref_evict(e: RefEntry, coin=coin, dropping=dropping) -> bool:
+        def ref_evict(e: RefEntry) -> None:
             evicted["ref"].append(e.key)
-            return not dropping and coin.get(e.key, False)
 
         seen = len(evicted["tier"]), len(evicted["ref"])
-        placed, waiting = tier.place(keys, None if dropping else evict)
-        assert ([e.key for e in placed], waiting) == ref.place(keys, ref_evict)
+        placed = tier.place(keys, None if dropping else evict)
+        assert [e.key for e in placed] == ref.place(keys, ref_evict)
         if not dropping:  # this set's victims, in order (none reported when dropped)
             assert evicted["tier"][seen[0] :] == evicted["ref"][seen[1] :]
         assert tier.evictions == len(evicted["ref"])
@@ -179,25 +177,21 @@ def test_batched_victims_match_the_per_key_definition(
 
 
 def _life_both(t: OffloadTier, r: RefTier, rng: np.random.Generator) -> None:
-    """The same random completions, loads (pin, touch, unpin) and drains in
-    a tier and the per-key definition, one draw per entry."""
+    """The same random completions and loads (pin, touch, unpin) in a tier
+    and the per-key definition, one draw per entry."""
     for e in list(t.entries.values()):
         f, x = r.entries[e.key], rng.random()
         if e.ref_cnt == -1 and x < 0.6:
             t.complete_all([e])
             f.ref_cnt = READY
-        elif e.ref_cnt == READY and not e.draining and x < 0.1:
+        elif e.ref_cnt == READY and x < 0.1:
             t.pin(e)
             t.touch(e.key)
             f.ref_cnt += 1
             r.entries.move_to_end(e.key)
-        elif e.ref_cnt > READY and not e.draining and x < 0.4:
+        elif e.ref_cnt > READY and x < 0.4:
             t.unpin_all([e])
             f.ref_cnt -= 1
-        elif e.draining and x < 0.5:
-            t.drained(e)
-            r.draining -= 1
-            r.drop(f)
 
 
 def test_a_key_whose_arithmetic_does_not_return_used_is_placed_key_by_key() -> None:
@@ -212,12 +206,12 @@ def test_a_key_whose_arithmetic_does_not_return_used_is_placed_key_by_key() -> N
     b = 32 * 1.1
     assert u - b + b != u  # the premise of the hand test
     tier = OffloadTier("t", ["d0"], [1.0], [u + 10.0], 32, 1.1)
-    old, _ = tier.place([1, 2, 3, 4, 5], None)
+    old = tier.place([1, 2, 3, 4, 5], None)
     tier.complete_all(old)
     tier.used[0] = u
     assert not tierplace._steady(u, tier.bytes_on(old[0].runs)[0], u + 10.0)
-    placed, waiting = tier.place([11, 12, 13], None)
-    assert [e.key for e in placed] == [11, 12, 13] and waiting == []
+    placed = tier.place([11, 12, 13], None)
+    assert [e.key for e in placed] == [11, 12, 13]
     assert list(tier.entries) == [4, 5, 11, 12, 13]
     want = u
     for _ in range(3):
@@ -241,8 +235,8 @@ def test_a_replace_run_reusing_its_victims_decides_what_new_entries_decide() -> 
     for _step in range(300):
         keys = [int(k) for k in rng.choice(400, int(rng.integers(1, 40)), replace=False)]
         before, clock = {id(e) for e in tier.entries.values()}, tier._clock
-        placed, waiting = tier.place(keys, None)
-        assert ([e.key for e in placed], waiting) == ref.place(keys, lambda _e: False)
+        placed = tier.place(keys, None)
+        assert [e.key for e in placed] == ref.place(keys, lambda _e: None)
         assert [e.stamp for e in placed] == list(range(clock + 1, clock + 1 + len(placed)))
         assert tier._clock == clock + len(placed)
         assert all(

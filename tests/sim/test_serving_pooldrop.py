@@ -9,10 +9,10 @@
   the other device's kept head (the next key takes the next entry);
 * :class:`sim.serving.tiers.poolcursor.Cursors`: the entries it gives, and the
   heaps it leaves, equal :meth:`LruRuns.top` / :meth:`LruRuns.pop`'s on a
-  random tier with stale, pinned and draining entries;
+  random tier with stale and pinned entries;
 * the whole pool placement (fused eviction loop, remembered spills)
   against the scan-based per-key definition of ``test_serving_tierplace``:
-  same verdicts, victims, used bytes, slots, live counts and LRU order.
+  same keys placed, victims, used bytes, slots, live counts and LRU order.
 """
 
 from __future__ import annotations
@@ -104,14 +104,14 @@ def test_spill_follows_a_resized_tier() -> None:
 
 
 def _random_tier(seed: int) -> OffloadTier:
-    """A tier of three devices holding ready, stale-stamped, pinned and
-    draining entries, offered in several runs, pairs of them interleaved."""
+    """A tier of three devices holding ready, stale-stamped and pinned
+    entries, offered in several runs, pairs of them interleaved."""
     rng = random.Random(seed)
     # device a holds 25 keys' shares: later keys spill over b and c (no bytes on a)
     tier = OffloadTier("t", ["a", "b", "c"], [0.5, 0.3, 0.2], [100.0, 1e9, 1e9], 8, 1.0)
     for _ in range(12):
         keys = [rng.randrange(10_000) for _ in range(rng.randrange(1, 40))]
-        placed, _ = tier.place(keys, None)
+        placed = tier.place(keys, None)
         tier.complete_all(placed[::2])  # two runs whose stamps interleave
         tier.complete_all(placed[1::2])
         for e in rng.sample(placed, len(placed) // 3):
@@ -120,8 +120,6 @@ def _random_tier(seed: int) -> OffloadTier:
         r = rng.random()
         if r < 0.3:
             tier.pin(e)  # in use: not evictable, heaped reset when it comes up
-        elif r < 0.5:
-            e.draining = True
         elif r < 0.7:
             del tier.entries[e.key]  # dropped: stale wherever it comes up
     assert sum(e.nbytes[0] == 0 for e in tier.entries.values()) > 50
@@ -179,7 +177,7 @@ def test_fused_placement_keeps_the_books_of_the_per_key_definition(
 ) -> None:
     """Large random sets placed (victims dropped) in a pool and in the
     per-key definition (:class:`RefTier`), two thirds of each set completed
-    in between: the same placed and waiting keys, used bytes (bit for bit),
+    in between: the same placed keys, used bytes (bit for bit),
     slots, live counts, evictions and LRU order after every set; and the
     fused loop ran."""
     ratios, caps = {**LONG, **SHAPES}[shape]
@@ -193,15 +191,14 @@ def test_fused_placement_keeps_the_books_of_the_per_key_definition(
         ran[0] += 1
         return real(*args)
 
-    def ref_drop(_e) -> bool:  # type: ignore[no-untyped-def]
+    def ref_drop(_e) -> None:  # type: ignore[no-untyped-def]
         dropped[0] += 1
-        return False
 
     monkeypatch.setattr(poolplace, "drop_run", counting)
     for _ in range(60):
         keys = [int(k) for k in rng.choice(3000, int(rng.integers(1, 300)), replace=False)]
-        placed, waiting = tier.place(keys, None)
-        assert ([e.key for e in placed], waiting) == ref.place(keys, ref_drop)
+        placed = tier.place(keys, None)
+        assert [e.key for e in placed] == ref.place(keys, ref_drop)
         same_books(tier, ref)
         assert tier.evictions == dropped[0]
         assert [a.live for a in tier.allocators] == [a.live for a in ref.alloc]
@@ -241,7 +238,7 @@ def test_a_victim_on_both_devices_is_no_longer_either_ones_head(
     its victim must be key 2 (device 1's kept head, key 1, died with key 3's
     eviction), whose slots it takes.  Used bytes end at 4 on each device."""
     tier = OffloadTier("p", ["a", "b"], [0.5, 0.5], [4.0, 4.0], 4, 1.0)
-    first, _ = tier.place([1, 2], None)
+    first = tier.place([1, 2], None)
     tier.complete_all(first)
     slots = {e.key: e.slots for e in first}
     ran = [0]
@@ -252,8 +249,8 @@ def test_a_victim_on_both_devices_is_no_longer_either_ones_head(
         return real(*args)
 
     monkeypatch.setattr(poolplace, "drop_run", counting)
-    placed, waiting = tier.place([3, 4], None)
-    assert ran[0] == 1 and waiting == []
+    placed = tier.place([3, 4], None)
+    assert ran[0] == 1
     assert [e.key for e in placed] == [3, 4] and list(tier.entries) == [3, 4]
     assert [e.slots for e in placed] == [slots[1], slots[2]]
     assert tier.used == [4.0, 4.0] and tier.evictions == 2

@@ -2,7 +2,7 @@
 
 :func:`sim.serving.policy.prefix.lower_hits` against its definition written out
 per group (below, no chunks, no C-level maps) on seeded random tiers (ready,
-not ready, in use and draining entries), GPU sets, offsets ``j``, limits
+not ready and in use entries), GPU sets, offsets ``j``, limits
 and group sizes ``k``: the same hits (tier, entry, first block, blocks) and
 the same block where the hit ends.
 """
@@ -20,7 +20,7 @@ from sim.serving.tiers.blocks import OffloadTier
 def _by_group(tiers, on_gpu, k, hs, j, limit):
     """The definition: groups from ``j``, each ending at the end of its
     offload block (its key: that last block's hash), the last cut at
-    ``limit``; a group hits in the first tier with a ready, not draining
+    ``limit``; a group hits in the first tier with a ready
     entry for its key unless one of its blocks is on the GPU; the first
     group that does not hit ends the hit (at its first block)."""
     if j >= limit or not tiers:
@@ -56,15 +56,12 @@ def test_chunked_lower_hits_are_the_group_by_group_hits(k: int, n_tiers: int) ->
         for b in range(k - 1, n_blocks, k):
             for t in tiers:
                 if rng.random() < (0.97 if b < hit_len else 0.1):
-                    (e,) = t.place([hs[b]], None)[0]
+                    (e,) = t.place([hs[b]], None)
                     state = rng.random()
                     if state < 0.95:
                         t.complete_all([e])
                         if state < 0.1:
                             t.pin(e)  # in use: still a hit
-                    elif state < 0.97:
-                        t.complete_all([e])
-                        e.draining = True
         gpu = {h for h in hs if rng.random() < 0.002 / k}
         j = rng.randint(0, n_blocks) if rng.random() < 0.5 else rng.randint(0, k)
         limit = rng.randint(0, n_blocks + 3)

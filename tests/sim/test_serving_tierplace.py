@@ -4,8 +4,8 @@ The reference below is the per-key algorithm written plainly: every key laid
 out by Algorithm 1, spilled over the devices with room, and LRU victims
 found by walking the entries in LRU order (no heaps, no runs).  Random
 workloads (seeded) drive it and :class:`OffloadTier` side by side: the same
-keys placed, waiting, the same victims in the same order, the same used
-bytes, slots and LRU order after every step.
+keys placed, the same victims in the same order, the same used bytes, slots
+and LRU order after every step.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sim.serving.tiers.placement import layer_runs
 class RefEntry:
     def __init__(self, key: int, runs, slots, nbytes: list[float]):
         self.key, self.runs, self.slots, self.nbytes = key, runs, slots, nbytes
-        self.ref_cnt, self.draining = -1, False
+        self.ref_cnt = -1
 
 
 class RefTier:
@@ -34,7 +34,6 @@ class RefTier:
         self.entries: OrderedDict[int, RefEntry] = OrderedDict()
         self.used = [0.0] * len(caps)
         self.alloc = [SlotAllocator(layer_stride(layer_bytes)) for _ in caps]
-        self.draining = 0
 
     def need(self, runs) -> list[float]:
         out = [0.0] * len(self.caps)
@@ -63,7 +62,7 @@ class RefTier:
         for e in self.entries.values():
             if all(s <= 1e-6 for s in short):
                 break
-            if e.ref_cnt != READY or e.draining:
+            if e.ref_cnt != READY:
                 continue
             if any(s > 1e-6 and f > 0 for s, f in zip(short, e.nbytes, strict=True)):
                 out.append(e)
@@ -72,32 +71,23 @@ class RefTier:
 
     def place(self, keys, evict):
         new = [k for k in keys if k not in self.entries]
-        placed, waiting = [], []
+        placed = []
         for key, planned in zip(new, layer_runs(self.ratios, len(new), self.L), strict=True):
             runs = self.spill(planned)
             need = self.need(runs)
-            verdict = "ok"
             if not all(s <= 1e-6 for s in self.short(need)):
-                verdict = "full"
-                if all(n <= c for n, c in zip(need, self.caps, strict=True)):
-                    for e in self.victims(self.short(need)):
-                        if evict(e):
-                            e.draining, e.ref_cnt = True, e.ref_cnt + 1
-                            self.draining += 1
-                        else:
-                            self.drop(e)
-                    if all(s <= 1e-6 for s in self.short(need)):
-                        verdict = "ok"
-                    elif self.draining:
-                        verdict = "wait"
-            if verdict == "ok":
-                slots = tuple(self.alloc[d].alloc(l1 - l0) for d, l0, l1 in runs)
-                self.entries[key] = RefEntry(key, runs, slots, need)
-                self.used = [u + n for u, n in zip(self.used, need, strict=True)]
-                placed.append(key)
-            elif verdict == "wait":
-                waiting.append(key)
-        return placed, waiting
+                if any(n > c for n, c in zip(need, self.caps, strict=True)):
+                    continue  # never fits: nothing evicted
+                for e in self.victims(self.short(need)):
+                    evict(e)  # handed over, then dropped
+                    self.drop(e)
+                if not all(s <= 1e-6 for s in self.short(need)):
+                    continue  # no room: let go
+            slots = tuple(self.alloc[d].alloc(l1 - l0) for d, l0, l1 in runs)
+            self.entries[key] = RefEntry(key, runs, slots, need)
+            self.used = [u + n for u, n in zip(self.used, need, strict=True)]
+            placed.append(key)
+        return placed
 
     def drop(self, e: RefEntry) -> None:
         del self.entries[e.key]
@@ -111,7 +101,7 @@ def same_books(t: OffloadTier, r: RefTier) -> None:
     assert t.used == r.used  # exactly: the same additions in the same order
     for k, e in t.entries.items():
         f = r.entries[k]
-        assert (e.runs, e.slots, e.ref_cnt, e.draining) == (f.runs, f.slots, f.ref_cnt, f.draining)
+        assert (e.runs, e.slots, e.ref_cnt) == (f.runs, f.slots, f.ref_cnt)
 
 
 SHAPES = {
@@ -157,96 +147,79 @@ def test_long_runs_of_spills_and_fits_match_the_per_key_reference(
 
 @pytest.mark.parametrize("shape", sorted(LONG) + ["pool of three"])
 @pytest.mark.parametrize("seed", [5, 6])
-def test_dropping_sets_while_demotions_drain_match_the_per_key_reference(
+def test_sets_with_and_without_a_callback_match_the_per_key_reference(
     shape: str, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Sets placed with no callback (victims dropped: the fused
     :func:`sim.serving.tiers.pooldrop.drop_run` of a pool) between sets whose
-    victims are demoted, so that some dropping keys find demotions still
-    draining and wait: the same verdicts, victims, books and LRU order as
-    the per-key reference; and the fused loop did decide keys (many)."""
+    victims are handed to a callback (the per-key path): the same keys
+    placed, victims, books and LRU order as the per-key reference; and the
+    fused loop did decide keys (many)."""
     import sim.serving.tiers.poolplace as poolplace
 
     decided = [0]
     real = poolplace.drop_run
 
-    def counting(tier, new, plans, i, placed, waiting):
-        j, spill = real(tier, new, plans, i, placed, waiting)
+    def counting(tier, new, plans, i, placed):
+        j, spill = real(tier, new, plans, i, placed)
         decided[0] += j - i
         return j, spill
 
     monkeypatch.setattr(poolplace, "drop_run", counting)
     ratios, caps = {**LONG, **SHAPES}[shape]
     big = shape in LONG
-    waited = _drive(ratios, caps, seed, True, 2000 if big else 400, 250 if big else 40,
-                    40 if big else 300, mixed=True)  # fmt: skip
+    _drive(ratios, caps, seed, True, 2000 if big else 400, 250 if big else 40,
+           40 if big else 300, mixed=True)  # fmt: skip
     assert decided[0] > 100
-    assert waited > 0
 
 
 def _drive(
     ratios, caps, seed: int, callback: bool, universe: int, most: int, steps: int,
     mixed: bool = False,
-) -> int:  # fmt: skip
+) -> None:  # fmt: skip
     """Random sets of up to ``most`` of ``universe`` keys placed ``steps``
-    times in both tiers, with the same random life in between; ``mixed``:
-    victims demoted, except every third set, placed with no callback.
-    Returns how many keys waited."""
+    times in both tiers, with the same random life in between; ``callback``:
+    victims handed to a callback that records them (as the block manager's
+    demotion does); ``mixed``: every third set placed with no callback."""
     rng = np.random.default_rng(seed)
     t = OffloadTier("t", [f"d{i}" for i in range(len(caps))], ratios, caps, 32, 1.0)
     r = RefTier(ratios, caps, 32, 1.0)
-    demote = (rng.random() < 0.5 or mixed) and callback  # half the runs demote (wait verdicts)
     victims: dict[str, list[int]] = {"bulk": [], "ref": []}
-    evicted = waited = 0
     for step in range(steps):
         keys = [int(k) for k in rng.choice(universe, int(rng.integers(1, most)), replace=False)]
-        coin = {k: bool(rng.random() < 0.5) for k in keys + list(t.entries)}
 
-        may_demote = demote and step % 3 > 0  # every third set: victims dropped
-
-        def bulk_evict(_tier: OffloadTier, e: Entry, coin=coin, may=may_demote) -> bool:
+        def bulk_evict(tier: OffloadTier, e: Entry) -> None:
+            assert tier.entries[e.key] is e  # handed over while still in the tier
             victims["bulk"].append(e.key)
-            return may and coin.get(e.key, False)
 
-        def ref_evict(e: RefEntry, coin=coin, may=may_demote) -> bool:
+        def ref_evict(e: RefEntry) -> None:
             victims["ref"].append(e.key)
-            return may and coin.get(e.key, False)
 
-        dropping = not callback or (mixed and not may_demote)
+        dropping = not callback or (mixed and step % 3 == 0)
         seen = len(victims["bulk"]), len(victims["ref"])
-        placed, waiting = t.place(keys, None if dropping else bulk_evict)
-        want = r.place(keys, ref_evict)
-        assert ([e.key for e in placed], waiting) == want
+        placed = t.place(keys, None if dropping else bulk_evict)
+        assert [e.key for e in placed] == r.place(keys, ref_evict)
         if not dropping:  # this set's victims, in order (none seen when dropped)
             assert victims["bulk"][seen[0] :] == victims["ref"][seen[1] :]
         assert t.evictions == len(victims["ref"])
-        waited += len(waiting)
-        # the same random life for both: completions, loads (pin, touch, unpin), drains
+        # the same random life for both: completions, loads (pin, touch, unpin)
         for e in list(t.entries.values()):
             f, x = r.entries[e.key], rng.random()
             if e.ref_cnt == -1 and x < 0.6:
                 t.complete_all([e])
                 f.ref_cnt = READY
-            elif e.ref_cnt == READY and not e.draining and x < 0.1:
+            elif e.ref_cnt == READY and x < 0.1:
                 t.pin(e)
                 t.touch(e.key)
                 f.ref_cnt += 1
                 r.entries.move_to_end(e.key)
-            elif e.ref_cnt > READY and not e.draining and x < 0.4:
+            elif e.ref_cnt > READY and x < 0.4:
                 t.unpin_all([e])
                 f.ref_cnt -= 1
-            elif e.draining and x < 0.5:
-                t.drained(e)
-                r.draining -= 1
-                r.drop(f)
         same_books(t, r)
-    evicted = len(victims["ref"])
     if len(caps) > 1:  # some entries spilled: no bytes on a device with a share
         assert any(0.0 in e.nbytes for e in t.entries.values())
-    assert evicted > 200  # the comparison saw real evictions
-    if demote:
-        assert waited > 0  # and demotions that made keys wait
-    return waited
+    assert len(victims["ref"]) > 200  # the comparison saw real evictions
 
 
 def literal_layer_runs(ratios: list[float], n: int, layers: int) -> list:
@@ -280,29 +253,28 @@ def test_vectorised_layer_runs_equal_the_item_by_item_assignment() -> None:
         assert len({id(x) for x in got}) == len(set(got)) <= d + 1
 
 
-def test_full_tier_of_draining_victims_makes_the_whole_set_wait() -> None:
-    """Worked by hand: a one-device tier of 4 blocks holding 4 ready entries,
-    every victim demoted.  A set of 6 new keys: the first key demotes all 4
-    (demoted victims keep their bytes until drained, so it still does not
-    fit) and waits; the 5 others find nothing left to evict and wait too,
-    without another eviction.  One demotion drains: placing the 6 again puts
-    the first in the freed block and the other 5 wait, no eviction at all."""
+def test_full_tier_hands_each_victim_over_then_frees_its_block() -> None:
+    """Worked by hand: a one-device tier of 4 blocks holding 4 ready entries
+    (1 least recently used), victims handed to a callback.  A set of 6 new
+    keys: key 11 evicts 1 and takes its block, 12 evicts 2, ..., 14 evicts
+    4; 15 and 16 find only not-ready entries (11..14) and are let go.  Each
+    victim is handed over while it is still in the tier (the manager copies
+    it below from there) and is gone afterwards; ``used`` stays 4 blocks and
+    each new key holds the slot its victim left."""
     layers, lb = 4, 4096.0
     block = layers * lb
     tier = OffloadTier("cpu", ["m0"], [1.0], [4 * block], layers, lb)
-    old, _ = tier.place([1, 2, 3, 4], None)
+    old = tier.place([1, 2, 3, 4], None)
     tier.complete_all(old)
-    demoted: list[int] = []
+    slot = {e.key: e.slots for e in old}
+    handed: list[tuple[int, bool]] = []
 
-    def demote(_t: OffloadTier, e: Entry) -> bool:
-        demoted.append(e.key)
-        return True
+    def demote(t: OffloadTier, e: Entry) -> None:
+        handed.append((e.key, t.entries.get(e.key) is e))
 
-    new = [11, 12, 13, 14, 15, 16]
-    placed, waiting = tier.place(new, demote)
-    assert (placed, waiting, demoted) == ([], new, [1, 2, 3, 4])
-    assert tier.used == [4 * block] and tier.draining == 4
-    tier.drained(tier.entries[1])
-    placed, waiting = tier.place(new, demote)
-    assert [e.key for e in placed] == [11] and waiting == new[1:]
-    assert demoted == [1, 2, 3, 4] and tier.used == [4 * block]
+    placed = tier.place([11, 12, 13, 14, 15, 16], demote)
+    assert [e.key for e in placed] == [11, 12, 13, 14]
+    assert handed == [(1, True), (2, True), (3, True), (4, True)]
+    assert list(tier.entries) == [11, 12, 13, 14] and tier.evictions == 4
+    assert tier.used == [4 * block]
+    assert [e.slots for e in placed] == [slot[1], slot[2], slot[3], slot[4]]

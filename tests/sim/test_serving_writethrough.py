@@ -92,7 +92,7 @@ def test_pinned_sources_are_never_offered(monkeypatch, definition) -> None:
     mgr = _write_through_manager()
     cpu, ssd = mgr.tiers
     _s, store = _store(mgr, 0, [20, 21, 22, 23, 24])
-    ssd.complete_all(ssd.place([21, 23], None)[0])
+    ssd.complete_all(ssd.place([21, 23], None))
     (wt,) = mgr.on_stored(store)
     es = [cpu.entries[k] for k in (20, 21, 22, 23, 24)]
     assert [e.ref_cnt for e in es] == [1, 0, 1, 0, 1]

@@ -30,7 +30,7 @@ it cannot evict enough: nothing is stored and the same blocks are tried at
 the request's next step; no GPU block is held meanwhile).  ``stores: eager``
 (LMCache, HiCache): :meth:`computed` then :meth:`place_store` as each chunk
 is computed, best effort (a block that finds no room is not offloaded).
-Neither ever waits for room: no victim is kept in its tier while it drains.
+Neither ever waits for room: a victim leaves its tier as it is evicted.
 
 **Decisions without a clock.**  The manager never waits: it returns its
 transfers as plain data (:class:`sim.serving.policy.jobs.Transfer`, pieces with
@@ -315,9 +315,7 @@ class BlockManager:
         sources = dict(req.groups)
         pending = [key for key, _ in req.groups]
         tier = self.tiers[0]
-        placed, waiting = tier.place(pending, self._evict if self._demotes(0) else None)
-        if waiting:  # pragma: no cover - no victim is kept draining (_evict)
-            raise RuntimeError(f"{tier.name}: a store waits for a demotion to drain")
+        placed = tier.place(pending, self._evict if self._demotes(0) else None)
         if len(placed) < len(pending):  # some were let go
             gone = list(set(pending) - {e.key for e in placed})
             # no room: not offloaded; one release of the groups in reverse is one each in order
@@ -369,23 +367,22 @@ class BlockManager:
         drops them, and placement is told so by passing no callback)."""
         return self.design.cpu_to_ssd == "on_evict" and i + 1 < len(self.tiers)
 
-    def _evict(self, tier: OffloadTier, e: Entry) -> bool:
+    def _evict(self, tier: OffloadTier, e: Entry) -> None:
         """An entry leaves ``tier``: its copy is placed in the tier below (if
         not there already and that tier has room) and the copy's pieces made
         now, while ``e`` is still in ``tier`` (:func:`store_pieces` reads its
-        layout there); either way ``e`` is dropped (False), its slots given to
-        the keys that evicted it."""
+        layout there); ``tier`` then drops ``e``, its slots given to the keys
+        that evicted it."""
         below = self._below.get(tier)
         if below is None or e.key in below.entries:
-            return False
+            return
         if len(below.devices) == 1:  # OffloadTier.place of one key not there
-            placed, _ = place_single(below, [e.key], None)
+            placed = place_single(below, [e.key], None)
         else:
-            placed, _ = below.place([e.key], None)
+            placed = below.place([e.key], None)
         if placed:
             pieces = store_pieces(tier, below, placed, self.gpu_name)
             self._demotions.append((tier, below, placed[0], pieces))
-        return False
 
     def _demotion_transfers(self) -> list[Transfer]:
         """The demotions :meth:`_evict` decided for one store, one transfer per
@@ -403,19 +400,18 @@ class BlockManager:
         hs, k = req.hashes, self.k
         keys = [hs[g * k + k - 1] for g in range(len(hs) // k)]
         keys = [key for key in keys if not any(key in t.entries for t in self.tiers)]
-        placed, _ = self.tiers[0].place(keys, self._evict_now if self._demotes(0) else None)
+        placed = self.tiers[0].place(keys, self._evict_now if self._demotes(0) else None)
         self.tiers[0].complete_all(placed)
         if self.design.cpu_to_ssd == "write_through" and len(self.tiers) > 1:
-            below, _ = self.tiers[1].place([e.key for e in placed], None)
+            below = self.tiers[1].place([e.key for e in placed], None)
             self.tiers[1].complete_all(below)
 
-    def _evict_now(self, tier: OffloadTier, e: Entry) -> bool:
+    def _evict_now(self, tier: OffloadTier, e: Entry) -> None:
         i = self.tiers.index(tier)
         if self.design.cpu_to_ssd == "on_evict" and i + 1 < len(self.tiers):
             below = self.tiers[i + 1]
             if e.key not in below.entries:
-                below.complete_all(below.place([e.key], self._evict_now)[0])
-        return False
+                below.complete_all(below.place([e.key], self._evict_now))
 
 
 def _by_tier(

@@ -3,8 +3,8 @@
 :meth:`sim.serving.policy.manager.BlockManager.lookup` finds the longest prefix of
 a request's blocks that is cached and ready on the GPU (:func:`gpu_prefix`),
 then group by group (``k`` GPU blocks to an offload block) in the offload
-tiers (:func:`lower_hits`: each group in the first tier holding a ready,
-not draining copy; the hit ends at a group with a block on the GPU or
+tiers (:func:`lower_hits`: each group in the first tier holding a ready
+copy; the hit ends at a group with a block on the GPU or
 found nowhere).  Every probe is a C-level ``map`` over a chunk of keys, the
 chunks doubling from 32, so that the work follows the hit, not the prompt;
 the tiers below the first are probed only from the first group the first
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from operator import attrgetter
 
 import numpy as np
 
@@ -103,11 +102,9 @@ class _Absent:
     """What a tier's ``entries.get`` gives for a key it lacks: never ready."""
 
     ref_cnt = -1
-    draining = True
 
 
 _ABSENT = _Absent()
-_REF, _DRAINING = attrgetter("ref_cnt"), attrgetter("draining")
 
 
 def _ready_runs(
@@ -115,7 +112,7 @@ def _ready_runs(
 ) -> list[tuple[OffloadTier, Entry, int, int]]:
     """Hits (tier, entry, first block, blocks) for groups ``keys`` (first
     blocks ``starts``, ``sizes`` blocks each) up to the first found nowhere:
-    each in the first tier holding a ready, not draining entry for it (what
+    each in the first tier holding a ready entry for it (what
     :meth:`OffloadTier.lookup` accepts).  Readiness is one list comprehension
     per tier (slot loads, cheaper than C-level maps of getters); the hits
     are made run by run (groups served by the same tier).  The tiers below
@@ -125,7 +122,7 @@ def _ready_runs(
     ess, oks, lo = [], [], 0
     for tier in tiers:
         es = list(map(tier.entries.get, keys[lo:] if lo else keys, repeat(_ABSENT)))
-        ok = [e.ref_cnt >= READY and not e.draining for e in es]  # slot loads: fast
+        ok = [e.ref_cnt >= READY for e in es]  # slot loads: fast
         if lo:  # not probed: absent
             es[:0] = repeat(_ABSENT, lo)
             ok[:0] = repeat(False, lo)

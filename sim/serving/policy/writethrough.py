@@ -53,7 +53,7 @@ def write_through(
     held = src.entries  # list comprehensions: slot loads beat getter maps on 3.11
     if live is None:
         live = [e.key for e in entries if held.get(e.key) is e]
-    placed, _ = dst.place(live, None)
+    placed = dst.place(live, None)
     if not placed:
         return []
     if len(placed) == len(entries) == len(live):  # all placed, in order: the entries
@@ -78,7 +78,7 @@ def complete_through(
     ``src.complete_all(entries)`` then :func:`write_through` leave, the
     entries pinned by the copy made ready and pinned without being offered
     (module docstring)."""
-    placed, _ = dst.place(keys, None)
+    placed = dst.place(keys, None)
     if len(placed) == len(entries):  # all placed, in order: the entries
         olds = list(entries)
         rest: list[Entry] = []

@@ -13,8 +13,9 @@ count: ``-1`` not ready (being stored), ``0`` ready, ``> 0`` in use (being
 loaded from, or demoted to the next tier).  Eviction is LRU over ready
 entries with count 0 only, so blocks in flight are never evicted: every
 eviction checks it and raises if the books say otherwise.  An evicted entry
-is either dropped, or, when the engine demotes it to a lower tier, kept
-(``draining``) until its copy there is complete.  In a tier of several
+is dropped at once; when the engine demotes it to a lower tier, it is first
+handed to the eviction callback, which places its copy there (the slots it
+leaves are written only once that copy has read them).  In a tier of several
 devices a block whose bandwidth share does not fit on a full device spills
 to the devices with room (the seed does not say what a full pool device
 does; evicting while other devices are empty would waste the pool), and
@@ -23,8 +24,8 @@ only a tier with no room anywhere evicts.
 **LRU without scans.**  ``entries`` (a plain dict: a touched key is
 popped and put back at the end) is kept in LRU order; every entry also
 carries a ``stamp`` (a counter taken on insertion and on every touch), so
-that order is ascending stamp.  The evictable entries (ready, count 0, not
-draining) are offered to :class:`sim.serving.tiers.lru.LruRuns` as *runs* (a
+that order is ascending stamp.  The evictable entries (ready, count 0)
+are offered to :class:`sim.serving.tiers.lru.LruRuns` as *runs* (a
 completed store's set, a finished load's sources: one heap item per device,
 whatever the run's length), stale items skipped when they come up.  The next
 victim is the smallest stamp on top of the heaps of the devices still short:
@@ -80,15 +81,11 @@ class OffloadTier:
         self.entries: dict[int, Entry] = {}  # in LRU order (insertion order)
         self.used = [0.0] * len(self.devices)
         self.allocators = [SlotAllocator(layer_stride(layer_bytes)) for _ in self.devices]
-        self.draining = 0
         self.evictions = 0
         self._clock = 0  # the next LRU stamp
         self._alt: dict[tuple[bool, ...], tuple[Runs, list[float]]] = {}  # per device mask
         self._need: dict[Runs, list[float]] = {}  # bytes per device of a block's runs
         self.lru = LruRuns(len(self.devices))
-        # keys added since waiting stores last looked (None: nobody waits),
-        # kept by :class:`sim.serving.execute.stores.Offloader`
-        self.added: list[int] | None = None
 
     # ---- books ----------------------------------------------------------------
     def bytes_on(self, runs: Runs) -> list[float]:
@@ -112,7 +109,7 @@ class OffloadTier:
 
     def lookup(self, key: int) -> Entry | None:
         e = self.entries.get(key)
-        return e if e is not None and e.ref_cnt >= READY and not e.draining else None
+        return e if e is not None and e.ref_cnt >= READY else None
 
     def touch(self, key: int) -> None:
         self.touch_all([self.entries[key]])
@@ -187,7 +184,7 @@ class OffloadTier:
     def complete_all(self, entries: Sequence[Entry]) -> bool:
         """A store into this tier finished: its entries become ready.  Entries
         that were not ready were never offered (an entry is offered only once
-        ready) nor evicted (so not draining): all of them are offered.
+        ready) nor evicted: all of them are offered.
         Returns whether all of them were not ready: they are then all still
         in this tier (an entry leaves a tier only once evicted, and only a
         ready one is)."""
@@ -198,23 +195,17 @@ class OffloadTier:
         self._offer(entries)
         return not entries
 
-    def drained(self, e: Entry) -> None:
-        """A demoted entry's copy below is done: free its bytes."""
-        self.draining -= 1
-        self._drop(e)
-
     # ---- placement -------------------------------------------------------------
-    def place(self, keys: Sequence[int], evict: EvictFn | None) -> tuple[list[Entry], list[int]]:
+    def place(self, keys: Sequence[int], evict: EvictFn | None) -> list[Entry]:
         """New not-ready entries for ``keys`` (one offload set, Algorithm 1).
 
-        Returns (entries placed, keys that must wait for demotions to drain);
-        keys already present and keys for which no room can be made are
-        skipped.  Keys are decided one after the other, each seeing the room
+        Returns the entries placed; keys already present and keys for which
+        no room can be made are skipped.  Keys are decided one after the other, each seeing the room
         its predecessors took or made (:mod:`sim.serving.tiers.tierplace`).
         """
         new = list(filterfalse(self.entries.__contains__, keys))
         if not new:
-            return [], []
+            return []
         if len(self.devices) == 1:
             return place_single(self, new, evict)
         return place_pool(self, new, layer_runs(self.ratios, len(new), self.layers), evict)
@@ -231,20 +222,16 @@ class OffloadTier:
         ``slots``: their slots (one per run) when the caller took them, else
         taken here (what one ``alloc`` per key and run gives, in order)."""
         n = len(keys)
-        if n == 1 and slots is None:  # one key (a drain's, an eviction's): its own calls
+        if n == 1 and slots is None:  # one key (a demotion's copy): its own calls
             self._clock += 1
             alloc = self.allocators
             slot = tuple([alloc[d].alloc(l1 - l0) for d, l0, l1 in runs])
             e = self.entries[keys[0]] = Entry(keys[0], runs, slot, nbytes, self._clock)
-            if self.added is not None:
-                self.added.append(keys[0])
             return [e]
         if slots is None:
             per_run = [self.allocators[d].alloc_many(l1 - l0, n) for d, l0, l1 in runs]
             one = len(runs) == 1
             slots = [(s,) for s in per_run[0]] if one else list(zip(*per_run, strict=True))
-        if self.added is not None:
-            self.added.extend(keys)
         c = self._clock
         self._clock = c + n
         stamps = range(c + 1, c + n + 1)
@@ -283,29 +270,25 @@ class OffloadTier:
         """Bytes per device by which ``need`` more would overflow it."""
         return [u + n - c for u, n, c in zip(self.used, need, self.capacity, strict=True)]
 
-    def make_room(self, need: Sequence[float], evict: EvictFn | None) -> str:
-        """Evict LRU victims until ``need`` fits: ``ok``, ``wait`` (victims are
-        being demoted) or ``full``."""
+    def make_room(self, need: Sequence[float], evict: EvictFn | None) -> bool:
+        """Evict LRU victims until ``need`` fits; whether it does (False: no
+        evictable entries enough, or ``need`` exceeds a device's capacity)."""
         short = self.short(need)
         if all(s <= 1e-6 for s in short):
-            return "ok"
+            return True
         if any(n > c for n, c in zip(need, self.capacity, strict=True)):
-            return "full"
+            return False
         self.evict_all(self.take_victims(short), evict)
-        if all(s <= 1e-6 for s in self.short(need)):
-            return "ok"
-        return "wait" if self.draining else "full"
+        return all(s <= 1e-6 for s in self.short(need))
 
     def evict_all(self, victims: Sequence[Entry], evict: EvictFn | None) -> None:
-        """Evict ``victims`` in order: demoted (kept, draining) or dropped."""
+        """Evict ``victims`` in order: each handed to ``evict`` (which may copy
+        it to the tier below), then dropped."""
         for e in victims:
             self.evictions += 1
-            if evict is not None and evict(self, e):
-                e.draining = True
-                self.draining += 1
-                e.ref_cnt += 1  # in use by its demotion
-            else:
-                self._drop(e)
+            if evict is not None:
+                evict(self, e)
+            self._drop(e)
 
     def take_victims(self, short: list[float]) -> list[Entry]:
         """Evictable entries, LRU first, that free bytes where ``short`` is still
@@ -340,7 +323,7 @@ class OffloadTier:
         return victims
 
     def _drop(self, e: Entry) -> None:
-        if e.ref_cnt > (1 if e.draining else READY):  # pragma: no cover - book-keeping bug
+        if e.ref_cnt > READY:  # pragma: no cover - book-keeping bug
             raise RuntimeError(f"{self.name}: entry {e.key} evicted while in use")
         del self.entries[e.key]
         e.stamp = DEAD  # its offered items are stale (sim.serving.tiers.lru)

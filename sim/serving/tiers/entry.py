@@ -18,11 +18,11 @@ class Entry:
     the byte offset of run ``i``'s slot on its device.
 
     The slots an LRU walk reads (:mod:`sim.serving.tiers.lru`: ``stamp``,
-    ``ref_cnt``, ``draining``, ``heaped``) come first, next to the object's
+    ``ref_cnt``, ``heaped``) come first, next to the object's
     header, so that a walk over entries long out of the cache loads one
     cache line per entry where it can rather than two."""
 
-    __slots__ = ("stamp", "ref_cnt", "draining", "heaped", "key", "slots", "runs", "nbytes")
+    __slots__ = ("stamp", "ref_cnt", "heaped", "key", "slots", "runs", "nbytes")
 
     def __init__(
         self, key: int, runs: Runs, slots: tuple[int, ...], nbytes: list[float], stamp: int
@@ -31,11 +31,10 @@ class Entry:
         self.ref_cnt = NOT_READY
         self.runs = runs
         self.slots = slots
-        self.draining = False
         self.nbytes = nbytes  # bytes per device of the tier (from ``runs``)
         self.stamp = stamp  # LRU position: larger = more recently used
         self.heaped = -1  # the stamp of this entry's live item in the tier's heap
 
     @property
     def evictable(self) -> bool:
-        return self.ref_cnt == READY and not self.draining
+        return self.ref_cnt == READY

@@ -1,7 +1,7 @@
 """The offload tier's eviction order: stamp-ordered runs of entries, per device.
 
 An offload tier (:class:`sim.serving.tiers.blocks.OffloadTier`) evicts in LRU order
-over its *evictable* entries (ready, count 0, not draining).  Every entry has
+over its *evictable* entries (ready, count 0).  Every entry has
 a ``stamp`` (a counter taken on insertion and on every touch): LRU order is
 ascending stamp.  :class:`LruRuns` finds the smallest-stamp evictable entry
 on a device without scanning the tier.
@@ -18,7 +18,7 @@ never per entry offered.
 
 **Lazy deletion.**  An offered entry is stale when its stamp has changed
 since (it was touched: offered again at its new stamp), when it was dropped,
-or when it is no longer evictable (pinned, draining); stale entries are
+or when it is no longer evictable (pinned); stale entries are
 skipped when they come up.  ``Entry.heaped`` is the stamp at which the entry
 is currently offered, so that an entry is offered once per stamp; a
 non-evictable entry that comes up has ``heaped`` reset, so that it is
@@ -71,7 +71,7 @@ class LruRuns:
         keep, put = run.append, stamps.append
         for e in entries:  # one pass: e.evictable inlined, offered at its stamp
             s = e.stamp
-            if e.ref_cnt == 0 and not e.draining and e.heaped != s:
+            if e.ref_cnt == 0 and e.heaped != s:
                 e.heaped = s
                 keep(e)
                 put(s)
@@ -86,7 +86,7 @@ class LruRuns:
         keep, put = run.append, stamps.append
         for e in entries:
             c = e.ref_cnt = e.ref_cnt - 1
-            if c == 0 and not e.draining:
+            if c == 0:
                 s = e.stamp
                 if e.heaped != s:
                     e.heaped = s
@@ -96,10 +96,10 @@ class LruRuns:
 
     def offer_ready(self, entries: Sequence[Entry]) -> bool:
         """Make ``entries`` ready (count 0) and offer them, when all of them
-        are not ready (so never offered: ``heaped`` -1, and never evicted:
-        not draining): what setting each ready then :meth:`offer` does, in
-        one pass.  Returns False, with nothing changed, when one of them is
-        not "not ready" (the caller takes the general path)."""
+        are not ready (so never offered: ``heaped`` -1): what setting each
+        ready then :meth:`offer` does, in one pass.  Returns False, with
+        nothing changed, when one of them is not "not ready" (the caller
+        takes the general path)."""
         stamps: list[int] = []
         put = stamps.append
         for e in entries:  # stamps read, counts and offered stamps set: one pass
@@ -218,7 +218,7 @@ class LruRuns:
                 if not one and e.nbytes[dev] <= 0:
                     continue  # not on this device: never this heap's item
                 if get(e.key) is e and e.stamp == stamps[j - 1]:
-                    if e.ref_cnt == 0 and not e.draining:  # e.evictable
+                    if e.ref_cnt == 0:  # e.evictable
                         out.append(e)
                         left -= 1
                         if not left:
@@ -268,7 +268,7 @@ def _walk_one(
         for e, s in zip(_span(entries, i, end), _span(stamps, i, end), strict=True):
             j += 1
             if e.stamp is s:
-                if e.ref_cnt == 0 and not e.draining:  # e.evictable
+                if e.ref_cnt == 0:  # e.evictable
                     out.append(e)
                     del drop[e.key]
                     e.stamp = DEAD
@@ -281,7 +281,7 @@ def _walk_one(
     for e, s in zip(_span(entries, i, end), _span(stamps, i, end), strict=True):
         j += 1
         if e.stamp is s:
-            if e.ref_cnt == 0 and not e.draining:  # e.evictable
+            if e.ref_cnt == 0:  # e.evictable
                 out.append(e)
                 left -= 1
                 if not left:
@@ -316,7 +316,7 @@ def _walk_renew(
     for e, s in zip(_span(entries, i, end), _span(stamps, i, end), strict=True):
         j += 1
         if e.stamp is s:
-            if e.ref_cnt == 0 and not e.draining:  # e.evictable
+            if e.ref_cnt == 0:  # e.evictable
                 put(e)
                 del alive[e.key]
                 key = e.key = names[v]

@@ -64,7 +64,7 @@ class Cursors:
                     if j > j0 and s >= bound:
                         break  # another run's entry comes first: back to the heap
                     if alive.get(e.key) is e and e.stamp == s:
-                        if e.ref_cnt == READY and not e.draining:
+                        if e.ref_cnt == READY:
                             self.pos[d] = j
                             self.cand[d] = e
                             return e

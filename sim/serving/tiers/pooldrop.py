@@ -28,8 +28,7 @@ per-key path:
   die during the call, so a victim clears itself from the kept heads of
   the devices it has bytes on, and a kept head needs no liveness check;
 * then placed (its slots taken as ``SlotAllocator.alloc`` takes them: the
-  last freed slot of the class first) if it fits, else it waits
-  (demotions draining) or is let go.
+  last freed slot of the class first) if it fits, else let go.
 
 What does not change a decision is done once per call: the per-layout
 bytes, slot classes, free lists and devices looked up once (and kept while
@@ -115,8 +114,6 @@ class _Books:
                         range(clock + 1, clock + n + 1)))  # fmt: skip
         t._clock = clock + n
         t.entries.update(zip(self.keys, made, strict=True))
-        if t.added is not None:
-            t.added.extend(self.keys)
         placed += made
         live = Counter(self.runs)
         live.subtract(Counter(self.gone))
@@ -139,7 +136,6 @@ def drop_run(
     plans: Sequence[Runs],
     i: int,
     placed: list[Entry],
-    waiting: list[int],
 ) -> tuple[int, Runs | None]:
     """Decide keys ``new[i:]`` (laid out as ``plans``) while each evicts or
     spills (module docstring); key ``i`` is known to neither fit nor spill.
@@ -183,9 +179,7 @@ def drop_run(
             continue  # full: let go, nothing evicted
         victims(list(map(sub, map(add, used, lay[0]), caps)))  # (u + x) - c per device
         if not all(map(ge, ix, map(bisect_left, th, used))):
-            if tier.draining:
-                waiting.append(new[i - 1])
-            continue
+            continue  # no room: let go
         slots.append(tuple([fl.pop() if fl else _fresh(a, u) for fl, a, u in lay[1]]))
         keys.append(new[i - 1])  # put(new[i - 1], plan, lay, used), inlined
         runs.append(plan)

@@ -31,7 +31,7 @@ also places the spills between them; every spill check is remembered per
 room state (:mod:`sim.serving.tiers.poolroom`).  The
 arrays are looked at in windows that grow fourfold, so a set costs time in
 proportion to its keys however its runs alternate.
-``tests/sim/test_serving_tierplace.py`` checks the verdicts, victims, used
+``tests/sim/test_serving_tierplace.py`` checks the keys placed, victims, used
 bytes, slots and LRU order against a per-key reference on random workloads.
 """
 
@@ -53,12 +53,11 @@ WINDOW = 16  # first window of keys looked at; each next one is four times large
 
 def place_pool(
     tier: Tier, new: Sequence[int], plans: Sequence[Runs], evict: EvictFn | None
-) -> tuple[list[Entry], list[int]]:
+) -> list[Entry]:
     """:meth:`OffloadTier.place` on a tier of several devices; ``plans`` are
     Algorithm 1's runs of each key (module docstring: fit runs, spill runs,
     and the per-key path for the others)."""
     placed: list[Entry] = []
-    waiting: list[int] = []
     caps = np.asarray(tier.capacity, dtype=np.float64)
     need: np.ndarray | None = None  # (keys, devices) bytes, made once a run is long
     i, n = 0, len(new)
@@ -80,10 +79,10 @@ def place_pool(
             alt = spill_layout(tier, tier.used)
         if alt is None:  # room must be made
             if evict is None:  # victims dropped: this key and the next, fused
-                i, spill = drop_run(tier, new, plans, i, placed, waiting)
+                i, spill = drop_run(tier, new, plans, i, placed)
                 known = (i, spill) if spill is not None else (-1, None)
                 continue
-            evict_key(tier, new[i], plans[i], evict, placed, waiting)
+            evict_key(tier, new[i], plans[i], evict, placed)
             i += 1
             continue
         j, used, known = _spill_head(tier, plans, i, alt)
@@ -94,7 +93,7 @@ def place_pool(
         placed += tier.add(new[i:j], alt, tier.bytes_on(alt))
         tier.used[:] = used
         i = j
-    return placed, waiting
+    return placed
 
 
 def _add_fitting(

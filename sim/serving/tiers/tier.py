@@ -30,9 +30,7 @@ class Tier(Protocol):
     entries: dict[int, Entry]  # in LRU order
     lru: LruRuns
     allocators: list[SlotAllocator]
-    draining: int  # entries being demoted
     evictions: int
-    added: list[int] | None  # keys added, when someone listens
     _clock: int  # the last LRU stamp taken
     _alt: dict[tuple[bool, ...], tuple[Runs, list[float]]]
 
@@ -49,5 +47,5 @@ class Tier(Protocol):
     def take_victims(self, short: list[float]) -> list[Entry]: ...
 
 
-# a victim is offered to the callback: True demotes it (it drains), False drops it
-EvictFn = Callable[[Tier, Entry], bool]
+# each victim is handed to the callback (to copy it to the tier below) just before it is dropped
+EvictFn = Callable[[Tier, Entry], None]

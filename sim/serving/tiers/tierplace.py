@@ -4,8 +4,7 @@
 set in order, each seeing the room its predecessors took or made: a key that
 fits as Algorithm 1 laid it out is placed; otherwise (a pool) its share
 spills to the devices with room; otherwise LRU victims are evicted until it
-fits (``ok``), or they are being demoted (``wait``), or nothing can make room
-(``full``: the key is not offloaded).
+fits, or, when nothing can make room, the key is not offloaded.
 
 On one device (:func:`place_single`) the keys that fit are counted with one
 running sum (the same float additions, in the same order, as placing them
@@ -25,7 +24,7 @@ freed per key).  A pool tier is :mod:`sim.serving.tiers.poolplace` (runs of keys
 fit or spill alike), whose keys short of room anywhere take
 :func:`short_key` here; a pool's spill decision (:func:`spill_layout`)
 is remembered per state of its room thresholds (:mod:`sim.serving.tiers.poolroom`).
-Either way the verdicts, victims and used
+Either way the keys placed, victims and used
 bytes are exactly those of deciding every key on its own
 (``tests/sim/test_serving_tierplace.py`` checks that on random workloads
 against a per-key reference).
@@ -44,9 +43,7 @@ from sim.serving.tiers.tier import EvictFn, Tier
 SLACK = 1e-6  # bytes: "fits" tolerance of every room check
 
 
-def place_single(
-    tier: Tier, new: Sequence[int], evict: EvictFn | None
-) -> tuple[list[Entry], list[int]]:
+def place_single(tier: Tier, new: Sequence[int], evict: EvictFn | None) -> list[Entry]:
     """:meth:`OffloadTier.place` on a one-device tier: every block holds all
     layers there, so every key needs (and every victim frees) the same bytes
     ``b``; a key that does not fit makes room with :func:`_room_single`."""
@@ -54,7 +51,6 @@ def place_single(
     nbytes = tier.bytes_on(runs)
     b, c = nbytes[0], tier.capacity[0]
     placed: list[Entry] = []
-    waiting: list[int] = []
     i, n = 0, len(new)
     while i < n:
         u, j = tier.used[0], i
@@ -67,32 +63,28 @@ def place_single(
             i = j
             continue
         if evict is None:  # victims are dropped: keys that replace them, fused
-            i = _replace_single(tier, new, i, runs, nbytes, placed, waiting)
+            i = _replace_single(tier, new, i, runs, nbytes, placed)
             continue
-        verdict, dry = _room_single(tier, b, c, evict)
-        if verdict == "ok":
+        ok, dry = _room_single(tier, b, c, evict)
+        if ok:
             placed += tier.add(new[i : i + 1], runs, nbytes)
             tier.used[0] += b
-        elif dry:  # no victim left: every later key finds the same tier, same verdict
-            if verdict == "wait":
-                waiting += new[i:]
+        elif dry:  # no victim left: no later key finds room either
             break
-        elif verdict == "wait":
-            waiting.append(new[i])
         i += 1
-    return placed, waiting
+    return placed
 
 
-def _room_single(tier: Tier, b: float, c: float, evict: EvictFn | None) -> tuple[str, bool]:
+def _room_single(tier: Tier, b: float, c: float, evict: EvictFn | None) -> tuple[bool, bool]:
     """:meth:`OffloadTier.make_room` for ``b`` bytes on a one-device tier of
     capacity ``c`` that is short of them: the same victims, taken straight
-    off the device's LRU.  Returns (verdict, dry): ``dry`` when the tier has
-    no evictable entry left (or ``b`` exceeds ``c``), so that a later key of
-    the same set, needing the same ``b`` of a tier that only its placement
-    changes (new entries are not ready, victims are gone or draining), gets
-    the same verdict without looking."""
+    off the device's LRU.  Returns (whether ``b`` now fits, dry): ``dry``
+    when the tier has no evictable entry left (or ``b`` exceeds ``c``), so
+    that a later key of the same set, needing the same ``b`` of a tier that
+    only its placement changes (new entries are not ready, victims are
+    gone), finds no room either without looking."""
     if b > c:
-        return "full", True
+        return False, True
     want, short = 0, tier.used[0] + b - c  # every victim frees b: count them, take them at once
     while short > SLACK:
         short -= b
@@ -100,9 +92,7 @@ def _room_single(tier: Tier, b: float, c: float, evict: EvictFn | None) -> tuple
     victims = tier.lru.take(0, tier.entries, want)
     dry = len(victims) < want
     tier.evict_all(victims, evict)
-    if tier.used[0] + b - c <= SLACK:
-        return "ok", dry
-    return ("wait" if tier.draining else "full"), dry
+    return tier.used[0] + b - c <= SLACK, dry
 
 
 def _replace_single(
@@ -112,7 +102,6 @@ def _replace_single(
     runs: Runs,
     nbytes: list[float],
     out: list[Entry],
-    waiting: list[int],
 ) -> int:
     """Keys ``new[i:]`` on a full one-device tier whose victims are dropped
     (no demotion): each key takes LRU victims until it fits, then the slot
@@ -123,11 +112,11 @@ def _replace_single(
     (one that fits without eviction, for the bulk path), or ``len(new)``.
     """
     b, c = nbytes[0], tier.capacity[0]
-    if b > c:  # verdict "full" for every key: nothing is taken, nothing evicted
+    if b > c:  # no key fits: nothing is taken, nothing evicted
         return len(new)
     lru, entries, used = tier.lru, tier.entries, tier.used
     if _steady(used[0], b, c):
-        return _replace_run(tier, new, i, runs, nbytes, out, waiting)
+        return _replace_run(tier, new, i, runs, nbytes, out)
     alloc = tier.allocators[0]
     units = runs[0][2] - runs[0][1]
     free = alloc._free.setdefault(units, [])
@@ -162,15 +151,10 @@ def _replace_single(
                 alloc.live += 1
             tier._clock += 1
             entry = entries[new[i]] = Entry(new[i], runs, (slot,), nbytes, tier._clock)
-            if tier.added is not None:
-                tier.added.append(new[i])
             out.append(entry)
             u += b
-        else:  # "wait" (demotions of earlier sets draining) or "full": not placed
-            if slot >= 0:
-                free.append(slot)
-            if tier.draining:
-                waiting.append(new[i])
+        elif slot >= 0:  # no room: not placed
+            free.append(slot)
         used[0] = u
         i += 1
     return i
@@ -194,23 +178,18 @@ def _replace_run(
     runs: Runs,
     nbytes: list[float],
     out: list[Entry],
-    waiting: list[int],
 ) -> int:
     """:func:`_replace_single` in a steady state (:func:`_steady`): every key
     ``new[i:]`` takes exactly one victim, in LRU order, and its slot, with
     ``used`` unchanged, until the victims run out; the keys left over find
-    none and are short (they wait while demotions drain, else are let go).
+    none and are short (let go).
     Returns ``len(new)``."""
     c = tier._clock  # each victim renewed as the next key's entry as the walk takes it
     victims = tier.lru.take(0, tier.entries, len(new) - i, drop=True, names=new[i:], stamp=c + 1)
     m = len(victims)
     tier._clock = c + m
     tier.evictions += m
-    if tier.added is not None:
-        tier.added.extend(new[i : i + m])
     out += victims
-    if m < len(new) - i and tier.draining:
-        waiting += new[i + m :]
     return len(new)
 
 
@@ -220,14 +199,13 @@ def short_key(
     plan: Runs,
     evict: EvictFn | None,
     placed: list[Entry],
-    waiting: list[int],
 ) -> None:
     """The per-key path for a key of a pool tier whose ``plan`` does not fit:
     :meth:`OffloadTier.spill` then :meth:`OffloadTier.make_room` and ``add``,
     inlined (the same comparisons and float additions, in the same order)."""
     alt = spill_layout(tier, tier.used)
     if alt is None:
-        evict_key(tier, key, plan, evict, placed, waiting)
+        evict_key(tier, key, plan, evict, placed)
         return
     nbytes = tier.bytes_on(alt)
     placed += tier.add([key], alt, nbytes)
@@ -249,11 +227,10 @@ def evict_key(
     plan: Runs,
     evict: EvictFn | None,
     placed: list[Entry],
-    waiting: list[int],
 ) -> None:
     """A key of a pool tier that neither fits as laid out (``plan``) nor
     spills: :meth:`OffloadTier.make_room` for ``plan`` then ``add`` (placed),
-    or the key waits (victims draining) or is let go (full)."""
+    or the key is let go (no room)."""
     used, caps = tier.used, tier.capacity
     nbytes = tier.bytes_on(plan)
     if any(x > c for x, c in zip(nbytes, caps, strict=True)):
@@ -261,59 +238,7 @@ def evict_key(
     short = [u + x - c for u, x, c in zip(used, nbytes, caps, strict=True)]
     tier.evict_all(tier.take_victims(short), evict)
     if not all(u + x - c <= SLACK for u, x, c in zip(used, nbytes, caps, strict=True)):
-        if tier.draining:
-            waiting.append(key)
-        return
+        return  # no room
     placed += tier.add([key], plan, nbytes)
     for d, x in enumerate(nbytes):
         used[d] += x
-
-
-def room_blocked(tier: Tier, demotes: bool) -> bool:
-    """Whether every key a store places in ``tier`` (the first one;
-    ``demotes``: its victims are demoted) now must wait, with nothing
-    evicted: it is one device whose victims are demoted, one more block does
-    not fit, it has no evictable entry left and demotions drain
-    (:func:`place_single`'s first key then finds ``wait`` with no victim
-    (dry), and so does every later key).  The LRU's top is looked up exactly
-    as that path does (a second look with nothing changed in between
-    consumes nothing more)."""
-    if len(tier.devices) != 1 or not tier.draining or not demotes:
-        return False
-    b, c = tier.bytes_on(layer_runs(tier.ratios, 1, tier.layers)[0])[0], tier.capacity[0]
-    if b > c or tier.used[0] + b - c <= SLACK:
-        return False
-    return tier.lru.top(0, tier.entries, set()) is None
-
-
-def fitting_prefix(tier: Tier, demotes: bool, n: int) -> int:
-    """How many keys ``BlockManager.place_store`` of a waiting store of ``n``
-    keys, none of them in ``tier`` (the first one), would place, when that is
-    all it would do (no victim, the others wait): the tier is one device
-    whose victims are demoted (``demotes``), demotions drain, and the first
-    ``m`` keys fit (the same float sums as :func:`place_single`'s bulk path)
-    while the next finds no evictable entry (dry: it and every later key
-    wait).  Placing the first ``m`` alone is then the same placement, and
-    the rest wait as they were.  0 when that is not so (place it whole)."""
-    if len(tier.devices) != 1 or not tier.draining or not demotes:
-        return 0
-    b, c = tier.bytes_on(layer_runs(tier.ratios, 1, tier.layers)[0])[0], tier.capacity[0]
-    return fitting_count(tier, b, c, n)
-
-
-def fitting_count(tier: Tier, b: float, c: float, n: int) -> int:
-    """:func:`fitting_prefix` on a draining one-device tier whose keys take
-    ``b`` bytes each of capacity ``c``: the ``m`` keys that fit, when the
-    next finds no evictable entry (or all ``n`` fit); 0 otherwise."""
-    u, m = tier.used[0], 0
-    while m < n and u + b - c <= SLACK:
-        u += b
-        m += 1
-    if m == n or m == 0:
-        return m
-    if b > c or tier.lru.top(0, tier.entries, _NONE) is not None:
-        return 0  # the next key would evict (or is refused): not only a prefix
-    return m
-
-
-_NONE: frozenset[int] = frozenset()  # no key skipped at the LRU's top
