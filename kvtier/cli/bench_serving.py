@@ -100,15 +100,16 @@ def parse_blocks(text: str) -> list[int]:
 REQUEST_BYTES = 5687
 
 
-def check_sizes(args: argparse.Namespace, blocks: list[int]) -> None:
-    """``--requests`` whose trace cannot fit in memory, and a ``--blocks`` size of
-    which not one block fits the GPU's KV cache, named before any run."""
+def check_sizes(args: argparse.Namespace, sizes: list[int], blocks: list[int]) -> None:
+    """``--requests`` whose largest trace cannot fit in memory, and a ``--blocks``
+    size of which not one block fits the GPU's KV cache, named before any run."""
     from sim.serving.build import default_gpu_kv_bytes, gpu_blocks
 
-    need = args.requests * REQUEST_BYTES
+    most = max(sizes)
+    need = most * REQUEST_BYTES
     if need > memory_bytes():
         raise InputError(
-            f"--requests {args.requests}: the trace needs at least {need / 2**30:,.1f} GiB "
+            f"--requests {most}: the trace needs at least {need / 2**30:,.1f} GiB "
             f"({REQUEST_BYTES:,} B a request), more than the "
             f"{memory_bytes() / 2**30:,.1f} GiB of memory here"
         )
@@ -176,7 +177,7 @@ def cmd_bench_serving(args: argparse.Namespace) -> int:
     designs = parse_designs(args.designs)
     out = check_out_dir(args.out)
     load_profile(args.hw), get_model(args.model)  # unknown ones: one line before any run
-    check_sizes(args, blocks)
+    check_sizes(args, sizes, blocks)
     out.mkdir(parents=True, exist_ok=True)
     console = make_console()
     load0 = os.getloadavg()
