@@ -315,3 +315,16 @@ def test_misspelt_design_param_exits_2_naming_file_line_and_key(
         "(one of: radius, target_size, replicate, medoid_only, balance_placement, retrieval, "
         "dedup, cache, maintenance, join_radius, shuffle)"
     )
+
+
+@pytest.mark.parametrize("module", ["kvtier", "kvtier.cli"])
+def test_python_dash_m_runs_the_command_line(module: str) -> None:
+    """``python -m kvtier`` and ``python -m kvtier.cli`` are the ``kvtier`` command:
+    its usage line on --help (exit 0), and its one-line error on a bad command (exit 2)."""
+    ok = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True)
+    assert ok.returncode == 0 and ok.stdout.startswith("usage: kvtier ")
+    bad = subprocess.run(
+        [sys.executable, "-m", module, "nosuchcmd"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert bad.stderr.startswith("kvtier: error: ") and "nosuchcmd" in bad.stderr
