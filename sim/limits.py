@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import os
 import resource
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from hwprofiles import HardwareProfile
@@ -51,27 +53,35 @@ PLAN_OP_BYTES = 152
 PLAN_OPS_BEYOND_READS = 2
 
 
+Count = tuple[str, int, int, str]  # (key, wanted, available on the profile, what)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a workload kind's variants need of a profile; each kind's registry entry
+    names one (:class:`sim.registry.Kind`).  ``check(params, card, profile, where)``
+    raises :class:`ConfigError` for what cannot run; ``counts(params, profile)``
+    lists the devices a variant uses against the profile's, for a sweep's point;
+    ``warnings(cfg, profile)`` says what can run but not keep up (or None)."""
+
+    check: Callable[[Any, Any, HardwareProfile, str], None]
+    counts: Callable[[Any, HardwareProfile], list[Count]]
+    warnings: Callable[[ScenarioConfig, HardwareProfile], list[str]] | None = None
+
+
+def _limits(kind: str) -> Limits:
+    from sim.registry import WORKLOADS
+
+    return WORKLOADS.entry(kind).kind.limits
+
+
 def check_scenario(cfg: ScenarioConfig, profile: HardwareProfile) -> None:
     """Raise :class:`ConfigError` for the first variant the profile cannot hold."""
     from sim.models import get_model
 
     for name, params in _variants(cfg):
-        card = get_model(params.model)
         where = f"{cfg.source_file or cfg.name}: variant '{name}'"
-        if params.kind == "serving":
-            from sim.serving.execute.tp import (  # one rank of tp
-                rank_card,
-                rank_params,
-                rank_profile,
-            )
-
-            try:
-                card, rank = rank_card(card, params.tp), rank_profile(profile, params.tp)
-            except Unsupported as exc:
-                raise ConfigError(f"{where}: tp: {exc}") from None
-            _check_serving(rank_params(params), card, rank, where)
-        else:
-            _check_decode(params, card, profile, where)
+        _limits(params.kind).check(params, get_model(params.model), profile, where)
 
 
 def check_sweep_point(cfg: ScenarioConfig, profile: HardwareProfile, point: dict[str, Any]) -> None:
@@ -80,21 +90,8 @@ def check_sweep_point(cfg: ScenarioConfig, profile: HardwareProfile, point: dict
     so; a sweep would only lack its rows, so a count beyond the profile's (SSDs,
     tensor-parallel GPUs, a serving design's SSDs or DRAM modules) is refused,
     naming the factor when the point set it."""
-    from sim.registry import WORKLOADS
-
     for name, p in _variants(cfg):
-        counts = []  # (key, wanted, available, what)
-        if p.kind == "serving":
-            d = WORKLOADS.entry("serving").designs.params(p.design, p.design_params)
-            counts.append(("tp", p.tp, profile.gpu.count, "GPUs"))
-            if d.ssd_gib > 0:
-                counts.append(("design_params.ssds", d.ssds, len(profile.ssd_names), "SSDs"))
-            if d.cpu_gib > 0:
-                n = len(profile.dram_names)
-                counts.append(("design_params.dram_modules", d.dram_modules, n, "DRAM modules"))
-        elif getattr(p, "tier", "ssd") == "ssd":
-            counts.append(("ssds", p.ssds, len(profile.ssd_names), "SSDs"))
-        for key, want, have, what in counts:
+        for key, want, have, what in _limits(p.kind).counts(p, profile):
             if want > have:
                 at = f"factor {key}" if key in point else f"{cfg.source_file}: {key}"
                 hw = f" (at hw={point['hw']})" if "hw" in point else ""
@@ -111,9 +108,31 @@ def _variants(cfg: ScenarioConfig) -> list[tuple[str, Any]]:
     return [(v.name, cfg.variant_params(v)) for v in expand_matrix(cfg)]
 
 
+def _serving_counts(p: Any, profile: HardwareProfile) -> list[Count]:
+    from sim.registry import WORKLOADS
+
+    d = WORKLOADS.entry(p.kind).designs.params(p.design, p.design_params)
+    counts = [("tp", p.tp, profile.gpu.count, "GPUs")]
+    if d.ssd_gib > 0:
+        counts.append(("design_params.ssds", d.ssds, len(profile.ssd_names), "SSDs"))
+    if d.cpu_gib > 0:
+        n = len(profile.dram_names)
+        counts.append(("design_params.dram_modules", d.dram_modules, n, "DRAM modules"))
+    return counts
+
+
+def _decode_counts(p: Any, profile: HardwareProfile) -> list[Count]:
+    if getattr(p, "tier", "ssd") == "ssd":
+        return [("ssds", p.ssds, len(profile.ssd_names), "SSDs")]
+    return []
+
+
+def _check_kvdrive(p: Any, card: Any, profile: HardwareProfile, where: str) -> None:
+    _check_decode_context(p, card, where)  # seed 003 runs every model within its context window
+    _check_decode(p, card, profile, where)
+
+
 def _check_decode(p: Any, card: Any, profile: HardwareProfile, where: str) -> None:
-    if p.kind == "kvdrive":  # seed 003 runs every model within its context window
-        _check_decode_context(p, card, where)
     _check_layers(p, card, where)
     tokens = p.context_tokens + p.steps + getattr(p, "profile_steps", 0)
     layers = p.layers or card.layers
@@ -199,6 +218,17 @@ def _check_decode_context(p: Any, card: Any, where: str) -> None:
         )
 
 
+def _check_serving_variant(p: Any, card: Any, profile: HardwareProfile, where: str) -> None:
+    """A serving variant, checked on one rank of its tensor-parallel degree ``tp``."""
+    from sim.serving.execute.tp import rank_card, rank_params, rank_profile
+
+    try:
+        card, rank = rank_card(card, p.tp), rank_profile(profile, p.tp)
+    except Unsupported as exc:
+        raise ConfigError(f"{where}: tp: {exc}") from None
+    _check_serving(rank_params(p), card, rank, where)
+
+
 def _check_serving(p: Any, card: Any, profile: HardwareProfile, where: str) -> None:
     from sim.registry import WORKLOADS
     from sim.serving.build import default_gpu_kv_bytes
@@ -227,7 +257,7 @@ def _check_serving(p: Any, card: Any, profile: HardwareProfile, where: str) -> N
     if p.trace == "long_doc":
         what = f"{where}: docs: {p.docs:,} documents x {p.context_tokens:,} tokens"
         check_long_doc(p.docs, p.context_tokens, p.block_tokens, what)
-    d = WORKLOADS.entry("serving").designs.params(p.design, p.design_params)
+    d = WORKLOADS.entry(p.kind).designs.params(p.design, p.design_params)
     for gib_key, count_key, names, cap in (
         ("ssd_gib", "ssds", profile.ssd_names, lambda n: profile.ssd(n).capacity_gib),
         ("cpu_gib", "dram_modules", profile.dram_names, _dram_gib(profile)),
@@ -248,13 +278,18 @@ def _dram_gib(profile: HardwareProfile) -> Any:
 
 
 def overload_warnings(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str]:
+    """What ``cfg``'s kind can run on ``profile`` but not keep up with, one line each
+    (its :attr:`Limits.warnings`; none for a kind without)."""
+    warnings = _limits(cfg.workload.kind).warnings
+    return warnings(cfg, profile) if warnings is not None else []
+
+
+def _serving_overload(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str]:
     """One line per serving variant whose open-loop trace offers more work than
     the GPU can do: offered load = arrival rate x the mean request's service
     time > 1.  Closed-loop workloads (``max_inflight``, ``long_doc``) cannot
     overload; no constant enters (see :func:`offered_load`).  Several instances
     (``instances``: each its own trace and GPU) are not checked here."""
-    if cfg.workload.kind != "serving":
-        return []
     from sim.models import get_model
     from sim.scenarios.serving import trace_tables
 
@@ -319,4 +354,16 @@ def offered_load(table: Any, card: Any, profile: HardwareProfile, max_batch: int
     return (n - 1) / span * (prefill + decode)
 
 
-__all__ = ["check_scenario", "offered_load", "overload_warnings"]
+DECODE = Limits(_check_decode, _decode_counts)  # sparse_decode, swarm
+KVDRIVE = Limits(_check_kvdrive, _decode_counts)  # seed 003: also within the model's context
+SERVING = Limits(_check_serving_variant, _serving_counts, _serving_overload)
+
+__all__ = [
+    "DECODE",
+    "KVDRIVE",
+    "SERVING",
+    "Limits",
+    "check_scenario",
+    "offered_load",
+    "overload_warnings",
+]

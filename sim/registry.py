@@ -69,6 +69,28 @@ class Entry:
     factory: Callable[..., Any] | None = None
     preset: Mapping[str, Any] = field(default_factory=dict)
     designs: Registry | None = None  # workload kinds: the registry their ``design`` names
+    kind: Kind | None = None  # workload kinds: how a run is shown and checked
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a workload kind does besides planning a variant, so that a new kind is
+    one ``register`` line and no ``if kind ==`` elsewhere.
+
+    ``report`` names the tables ``kvtier sim`` prints for it (the CLI holds one
+    printer per report name: printing is the CLI's, and the registry cannot import
+    it); ``closed_loop``: its variants are driven runs (``serving``), shown as one
+    bar over the runs and one per run's simulated time, not a bar per variant's
+    planning and simulation; ``limits``: what its variants need of a profile
+    (:class:`sim.limits.Limits`), checked before anything is simulated; ``caps``:
+    the largest value of each workload field at the reduced size the sim-vs-real
+    replay of its designs runs (:func:`kvtier.compare.designs.scaled_designs`),
+    empty where the kind is not replayed so."""
+
+    report: str
+    limits: Any
+    closed_loop: bool = False
+    caps: Mapping[str, int] = field(default_factory=dict)
 
 
 class Registry:
@@ -88,13 +110,19 @@ class Registry:
         *,
         preset: Mapping[str, Any] | None = None,
         designs: Registry | None = None,
+        kind: Kind | None = None,
     ) -> Entry:
         """Add ``name``; registering a name twice is an error."""
         if name in self._entries:
             raise ValueError(f"{self.what} '{name}' registered twice")
         if not dataclasses.is_dataclass(params) or not params.__dataclass_params__.frozen:
             raise TypeError(f"{self.what} '{name}': params must be a frozen dataclass")
-        entry = Entry(name, params, factory, dict(preset or {}), designs)
+        if kind is not None:
+            hints = typing.get_type_hints(params)
+            for k in kind.caps:
+                if hints.get(k) is not int:
+                    raise TypeError(f"{self.what} '{name}': cap {k!r} is no int field of params")
+        entry = Entry(name, params, factory, dict(preset or {}), designs, kind)
         if entry.preset:
             self.params(entry, {})  # the preset itself must be valid
         self._entries[name] = entry

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sim import limits
 from sim.config import ServingParams, SparseDecodeParams, SwarmParams
-from sim.registry import KV_DESIGNS, SERVING_DESIGNS, WORKLOADS
+from sim.registry import KV_DESIGNS, SERVING_DESIGNS, WORKLOADS, Kind
 from sim.scenarios.sparse_decode import plan_for
 
 if TYPE_CHECKING:  # the heavy modules load when a variant is planned, not on `import sim`
@@ -153,6 +154,33 @@ def drive_serving(
     return Planned(None, summarize, drive)
 
 
-WORKLOADS.register("sparse_decode", SparseDecodeParams, plan_sparse_decode)
-WORKLOADS.register("swarm", SwarmParams, plan_swarm, designs=KV_DESIGNS)
-WORKLOADS.register("serving", ServingParams, drive_serving, designs=SERVING_DESIGNS)
+# The sizes the sim-vs-real replay of a swarm scenario's designs caps its workload
+# at (``kvtier real validate --designs``, :func:`kvtier.compare.designs.scaled_designs`).
+# Why these: the default scenario (8K prefix, batch 4, all 64 layers of Qwen3-32B,
+# 16 steps) reads ~14 GB per design -- minutes on emulated SSDs throttled to a few
+# hundred MB/s -- and its offline clustering alone takes tens of seconds per lane.
+# A 4K prefix keeps each design's I/O mix (Swarm's cluster reads of single 4 KiB
+# entries, No Cluster's key prefetch plus entries, InfLLM's 128-entry blocks,
+# PQCache's scattered entries) at 10% sparsity; 2 sequences keep the batch's
+# cross-sequence merging; 4 layers and 6 steps give 5 measured decode steps of 4
+# pipelined layers each.  Every design then moves 5-600 MB in about a second.  A
+# scenario already smaller keeps its own values (these are caps).
+REPLAY_CAPS = {"context_tokens": 4096, "batch": 2, "layers": 4, "steps": 6, "profile_steps": 256}
+
+WORKLOADS.register(
+    "sparse_decode", SparseDecodeParams, plan_sparse_decode, kind=Kind("decode", limits.DECODE)
+)
+WORKLOADS.register(
+    "swarm",
+    SwarmParams,
+    plan_swarm,
+    designs=KV_DESIGNS,
+    kind=Kind("swarm", limits.DECODE, caps=REPLAY_CAPS),
+)
+WORKLOADS.register(
+    "serving",
+    ServingParams,
+    drive_serving,
+    designs=SERVING_DESIGNS,
+    kind=Kind("serving", limits.SERVING, closed_loop=True),
+)

@@ -17,9 +17,11 @@ import pytest
 
 from hwprofiles import PROFILE_DIR
 from kvtier.cli.main import main
+from kvtier.cli.simulate import REPORTS
 from kvtier.contracts.plan import PlanBuilder, read_plan, write_plan
 from sim.config import SCENARIO_DIR, load_scenario
 from sim.models import get_model
+from sim.registry import WORKLOADS
 from sim.runner import slug
 
 VARIANT_FILES = ("plan.parquet", "ops.parquet", "devices.parquet", "steps.parquet", "trace.json")
@@ -156,6 +158,12 @@ def test_sim_writes_per_variant_records(sim_run: Path) -> None:
         assert pq.read_table(vdir / "steps.parquet").column("step").to_pylist() == [0, 1]
         trace = json.loads((vdir / "trace.json").read_text())
         assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == plan.num_rows
+
+
+def test_every_workload_kind_has_the_report_it_names() -> None:
+    """``kvtier sim`` prints a kind's run by the report its registry entry names."""
+    named = {WORKLOADS.entry(n).kind.report for n in WORKLOADS.names()}
+    assert named == set(REPORTS) == {"decode", "swarm", "kvdrive", "serving"}
 
 
 def test_sim_of_a_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

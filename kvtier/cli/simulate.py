@@ -22,6 +22,7 @@ from sim.config import ConfigError, load_scenario
 from sim.executor import simulate
 from sim.factors import expand_matrix
 from sim.limits import check_scenario, overload_warnings
+from sim.registry import WORKLOADS
 from sim.runner import run
 
 
@@ -85,13 +86,11 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
         f"[bold]kvtier sim[/bold]: scenario [cyan]{cfg.name}[/cyan] on "
         f"[cyan]{profile.name}[/cyan] ({cfg.description}), seed {cfg.seed}"
     )
+    kind = WORKLOADS.entry(cfg.workload.kind).kind
     with _progress(console) as bar:
         tasks: dict[str, int] = {}
-        if cfg.workload.kind == "serving":  # many small closed-loop runs: one bar
-            from sim.scenarios.serving import expand_variants
-
-            total = len(expand_variants(cfg))
-            one = bar.add_task("serving simulations", total=total)
+        if kind.closed_loop:  # many small closed-loop runs: one bar
+            one = bar.add_task(f"{cfg.workload.kind} simulations", total=len(expand_matrix(cfg)))
 
             def update(name: str, done: int, total: int) -> None:
                 if done == total:
@@ -108,32 +107,7 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
             update = _variant_bars(bar, tasks, len(expand_matrix(cfg)))
 
         result = run(cfg, profile, out, progress=update, trace=args.trace, engine_progress=engine)
-    if cfg.workload.kind == "swarm":
-        print_tables(console, design_tables(result.summary(), cfg))
-        console.print(_headroom_line(cfg.workload, profile))
-    elif cfg.workload.kind == "kvdrive":  # seed 003
-        from kvtier.cli.kvdrive_tables import kvdrive_tables
-
-        print_tables(console, kvdrive_tables(result.summary(), cfg))
-        console.print(_headroom_line(cfg.workload, profile))
-    elif cfg.workload.kind == "serving":
-        from analysis.serving_plots import write_serving_plots
-        from sim.serving.report import serving_tables
-
-        print_tables(console, serving_tables(result.summary(), f"{cfg.name} on {profile.name}"))
-        _print_seed_figures(console, cfg, result.summary(), f"{cfg.name} on {profile.name}")
-        if cfg.workload.instances and "gpu1" in profile.gpu_names:
-            swift = [_reload_table(profile), *_swift_tables(cfg, result.summary())]
-            print_tables(console, [*swift, *_lsc_tables(cfg, profile)])
-        plots = write_serving_plots(out)
-        if cfg.workload.instances and "gpu1" in profile.gpu_names:
-            from analysis.swift_plots import write_swift_outputs
-
-            share = _worker_share(cfg)
-            plots += [p for p in write_swift_outputs(out, share) if p.suffix == ".png"]
-        console.print(f"plots: {', '.join(p.name for p in plots)}")
-    else:
-        print_tables(console, summary_table(result.summary(), cfg.workload.batch))
+    REPORTS[kind.report](console, cfg, profile, result.summary(), out)
     for name, why in result.skipped.items():
         console.print(f"skipped [yellow]{name}[/yellow]: {why}")
     console.print(
@@ -142,6 +116,53 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
     )
     return 0
 
+
+def _decode_report(console: Console, cfg, profile, summary: pd.DataFrame, out: Path) -> None:
+    print_tables(console, summary_table(summary, cfg.workload.batch))
+
+
+def _swarm_report(console: Console, cfg, profile, summary: pd.DataFrame, out: Path) -> None:
+    print_tables(console, design_tables(summary, cfg))
+    console.print(_headroom_line(cfg.workload, profile))
+
+
+def _kvdrive_report(console: Console, cfg, profile, summary: pd.DataFrame, out: Path) -> None:
+    """Seed 003's tables."""
+    from kvtier.cli.kvdrive_tables import kvdrive_tables
+
+    print_tables(console, kvdrive_tables(summary, cfg))
+    console.print(_headroom_line(cfg.workload, profile))
+
+
+def _serving_report(console: Console, cfg, profile, summary: pd.DataFrame, out: Path) -> None:
+    """The serving tables, the seed's figures beside them, SwiftCache's (several
+    instances on peer GPUs) and the plots written into ``out``."""
+    from analysis.serving_plots import write_serving_plots
+    from sim.serving.report import serving_tables
+
+    print_tables(console, serving_tables(summary, f"{cfg.name} on {profile.name}"))
+    _print_seed_figures(console, cfg, summary, f"{cfg.name} on {profile.name}")
+    if cfg.workload.instances and "gpu1" in profile.gpu_names:
+        swift = [_reload_table(profile), *_swift_tables(cfg, summary)]
+        print_tables(console, [*swift, *_lsc_tables(cfg, profile)])
+    plots = write_serving_plots(out)
+    if cfg.workload.instances and "gpu1" in profile.gpu_names:
+        from analysis.swift_plots import write_swift_outputs
+
+        share = _worker_share(cfg)
+        plots += [p for p in write_swift_outputs(out, share) if p.suffix == ".png"]
+    console.print(f"plots: {', '.join(p.name for p in plots)}")
+
+
+# What ``kvtier sim`` prints after a run, by the report a workload kind's registry
+# entry names (:class:`sim.registry.Kind`): printing is the CLI's, so the registry
+# names it and this table holds it; a new kind names one of these or adds one here.
+REPORTS = {
+    "decode": _decode_report,
+    "swarm": _swarm_report,
+    "kvdrive": _kvdrive_report,
+    "serving": _serving_report,
+}
 
 MANY_VARIANTS = 12  # beyond this many variants (a scenario's points), one bar for all
 

@@ -4,7 +4,8 @@ and replayed on the same devices, and whether the two agree on which design is f
 The designs are swarm scenarios' variants (``--designs default,swarm-ablations``:
 Swarm, No Cluster, InfLLM, PQCache and the Swarm ablations), planned by the simulator's
 own runner (:func:`sim.runner.plan_variants`, i.e. :func:`sim.scenarios.swarm.plan_swarm`)
-at a reduced size (:data:`DESIGN_CAPS`).  Variants whose plans issue the very
+at a reduced size (the caps of the workload kind's registry entry,
+:data:`sim.workloads.REPLAY_CAPS`).  Variants whose plans issue the very
 same I/O (same ops, devices, bytes, I/O counts and byte ranges) are replayed
 once: their measured difference could only be noise.
 
@@ -97,26 +98,10 @@ from kvtier.compare.metrics import WARMUP_STEPS, design_metrics, design_table, r
 from kvtier.compare.replayer import design_profile, paced
 from kvtier.contracts.plan import extents_csr
 from kvtier.contracts.records import Records
-from sim.config import ConfigError, ScenarioConfig, SwarmParams, Variant, load_scenario
+from sim.config import ConfigError, ScenarioConfig, Variant, load_scenario
+from sim.registry import WORKLOADS
 from sim.runner import plan_variants, slug
 
-# Why these sizes: the default scenario (8K prefix, batch 4, all 64 layers of
-# Qwen3-32B, 16 steps) reads ~14 GB per design -- minutes on emulated SSDs
-# throttled to a few hundred MB/s -- and its offline clustering alone takes tens
-# of seconds per lane.  A 4K prefix keeps each design's I/O mix (Swarm's
-# cluster reads of single 4 KiB entries, No Cluster's key prefetch plus
-# entries, InfLLM's 128-entry blocks, PQCache's scattered entries) at 10%
-# sparsity; 2 sequences keep the batch's cross-sequence merging; 4 layers and
-# 6 steps give 5 measured decode steps of 4 pipelined layers each.  Every design
-# then moves 5-600 MB in about a second.  A scenario already smaller keeps its own
-# values (these are caps).
-DESIGN_CAPS: dict[str, int] = {
-    "context_tokens": 4096,
-    "batch": 2,
-    "layers": 4,
-    "steps": 6,
-    "profile_steps": 256,
-}
 # The designs replayed by default: the baselines and the Swarm ablations that change
 # what is read (medoid-only index, no replicas, static routing, no dedup); the
 # others move the same bytes as Swarm within a few I/Os, so their order among
@@ -133,10 +118,9 @@ KEY_DESIGNS = (
 )
 
 
-def scaled_designs(
-    source: str, n_ssd: int, names: str = "", caps: dict[str, int] = DESIGN_CAPS
-) -> ScenarioConfig:
-    """Scenario ``source`` with its workload capped by ``caps`` on ``n_ssd`` SSDs.
+def scaled_designs(source: str, n_ssd: int, names: str = "") -> ScenarioConfig:
+    """Scenario ``source`` with its workload capped on ``n_ssd`` SSDs by the caps its
+    workload kind registers (:class:`sim.registry.Kind`; a kind without is refused).
 
     ``source`` may name several swarm scenarios (``default,swarm-ablations``): the
     workload is the first's, the variants all of theirs (a name seen before is
@@ -157,7 +141,8 @@ def scaled_designs(
     cfg = dataclasses.replace(cfg, variants=tuple(variants))
     cfg = dataclasses.replace(cfg, variants=_chosen(cfg, names))
     w = cfg.workload
-    if not isinstance(w, SwarmParams):
+    caps = WORKLOADS.entry(w.kind).kind.caps
+    if not caps:
         raise ConfigError(f"{cfg.source_file}: --designs needs a swarm scenario, not {w.kind!r}")
     capped = {k: min(getattr(w, k) or cap, cap) for k, cap in caps.items()}
     if w.steps <= WARMUP_STEPS or capped["steps"] <= WARMUP_STEPS:
@@ -313,7 +298,7 @@ def write_design_run(
     ``devices`` and their ``size`` in bytes, the ``seed`` and the replayer costs."""
     meta = {
         "scenario": run.scenario.to_dict(),
-        "caps": DESIGN_CAPS,
+        "caps": dict(WORKLOADS.entry(run.scenario.workload.kind).kind.caps),
         "skipped": run.skipped,
         "profile": profile.name,
         "devices": devices,

@@ -92,6 +92,11 @@ PLAN_SCHEMA = pa.schema(
     ]
 )
 
+OP_IDENTITY = ("step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag")
+"""The columns that say which op a record is of, the plan's own values copied into
+every op record (:data:`kvtier.contracts.records.OP_RECORD_SCHEMA`, after ``op_id``)
+by both backends; an online run keeps only these of the ops it issued."""
+
 # what a column holds when an op does not give it (op_id, kind, dst, depends_on
 # and extents have none: every op names them, or they are derived)
 COLUMN_DEFAULTS: dict[str, Any] = {

@@ -26,17 +26,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kvtier.contracts.plan_schema import OP_IDENTITY, PLAN_SCHEMA
+
 OP_RECORD_SCHEMA = pa.schema(
     [
-        ("op_id", pa.int64()),
-        ("step", pa.int32()),
-        ("layer", pa.int32()),
-        ("kind", pa.string()),
-        ("src", pa.string()),
-        ("dst", pa.string()),
-        ("bytes", pa.int64()),
-        ("n_ios", pa.int64()),
-        ("tag", pa.string()),
+        *(PLAN_SCHEMA.field(c) for c in ("op_id", *OP_IDENTITY)),  # the op, as planned
         ("ready_s", pa.float64()),
         ("start_s", pa.float64()),
         ("end_s", pa.float64()),
@@ -81,8 +75,6 @@ in use), the replay's ``inflight_mean``/``inflight_peak`` (I/Os in flight over
 the device's queue depth).
 """
 
-_IDENTITY = ("op_id", "step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag")
-
 
 @dataclass
 class Records:
@@ -122,7 +114,7 @@ def op_records(
     cpu: Sequence[float],
     backend: str,
 ) -> pa.Table:
-    cols = [plan.column(c) for c in _IDENTITY]
+    cols = [plan.column(c) for c in ("op_id", *OP_IDENTITY)]
     n = plan.num_rows
     times = [pa.array(np.asarray(t, dtype=np.float64)) for t in (ready, start, end, cpu)]
     return pa.Table.from_arrays(

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sim import limits
 from sim.config import SwarmParams
 from sim.factors import check_points
-from sim.registry import KV_DESIGNS, WORKLOADS, ParamError
+from sim.registry import KV_DESIGNS, WORKLOADS, Kind, ParamError
+from sim.workloads import REPLAY_CAPS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -206,4 +208,10 @@ def stage_busy_s(ops: pd.DataFrame) -> pd.Series:
     return pd.Series(added, index=o.index).groupby(o["tag"]).sum()
 
 
-WORKLOADS.register("kvdrive", KVDriveParams, plan_kvdrive, designs=KV_DESIGNS)
+WORKLOADS.register(
+    "kvdrive",
+    KVDriveParams,
+    plan_kvdrive,
+    designs=KV_DESIGNS,
+    kind=Kind("kvdrive", limits.KVDRIVE, caps=REPLAY_CAPS),  # replayed as swarm's designs
+)

@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvtier.contracts.plan import NO_EXTENTS, plan_from_columns
+from kvtier.contracts.plan_schema import OP_IDENTITY
 
 PENDING_EXTENTS = 1 << 20  # raw extent rows buffered before they are encoded as runs
 PENDING_ROWS = 1024  # op rows buffered before they are appended to the columns
@@ -43,7 +44,7 @@ COLUMNS = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "of
 NUMERIC = {"bytes": "q", "n_ios": "q", "queue_depth": "q", "offset": "q", "io_bytes": "q",
            "flops": "d", "hbm_bytes": "d", "release_s": "d", "step": "q", "layer": "q"}  # fmt: skip
 STRINGS = ("kind", "src", "dst", "io_path", "tag")
-RECORDED = {"step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag"}  # the op records'
+RECORDED = set(OP_IDENTITY)  # the op records'
 _DTYPE = {"q": np.int64, "d": np.float64}
 
 

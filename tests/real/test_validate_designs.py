@@ -15,7 +15,6 @@ import pytest
 from hwprofiles import load_profile
 from kvtier.cli.main import main
 from kvtier.compare.designs import (
-    DESIGN_CAPS,
     KEY_DESIGNS,
     footprint,
     paced,
@@ -30,6 +29,7 @@ from real import blkio
 from real.targets import Limits, Target
 from sim.config import ConfigError
 from sim.executor import simulate
+from sim.registry import WORKLOADS
 
 MS = 1e-3
 TINY = """\
@@ -154,7 +154,7 @@ def test_caps_only_shrink_and_names_are_checked(tiny: Path):
     cfg = scaled_designs(str(tiny), 2, "all")
     w = cfg.workload
     assert (w.context_tokens, w.batch, w.layers, w.steps) == (1024, 1, 2, 3)
-    assert w.profile_steps == 64 <= DESIGN_CAPS["profile_steps"]
+    assert w.profile_steps == 64 <= WORKLOADS.entry("swarm").kind.caps["profile_steps"]
     # no key design is missing from the tiny scenario but its twin: it is left out
     assert [v.name for v in scaled_designs(str(tiny), 2).variants] == [
         "Swarm",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from sim import limits
 from sim.policies import get_design
 from sim.policies.baselines.infllm import InfLLM
 from sim.policies.swarm.design import ABLATIONS, SwarmDesign
@@ -13,6 +14,7 @@ from sim.registry import (
     KV_DESIGNS,
     SERVING_DESIGNS,
     WORKLOADS,
+    Kind,
     ParamError,
     Registry,
     RegistryError,
@@ -55,6 +57,32 @@ def test_params_must_be_a_frozen_dataclass() -> None:
 
     with pytest.raises(TypeError, match="frozen dataclass"):
         fresh().register("loose", Loose)
+
+
+def test_a_kinds_caps_name_int_fields_of_its_params() -> None:
+    reg = Registry("toy kind", "kind")
+    for bad in ("rate", "limit", "nope"):  # a float, an optional int, no field at all
+        with pytest.raises(TypeError, match=f"cap '{bad}' is no int field"):
+            reg.register(bad, Knobs, kind=Kind("decode", limits.DECODE, caps={bad: 1}))
+    entry = reg.register("toy", Knobs, kind=Kind("decode", limits.DECODE, caps={"size": 2}))
+    assert entry.kind.caps == {"size": 2} and reg.names() == ["toy"]
+
+
+def test_each_workload_kind_names_its_report_progress_limits_and_caps() -> None:
+    kinds = {n: WORKLOADS.entry(n).kind for n in WORKLOADS.names()}
+    assert {n: k.report for n, k in kinds.items()} == {
+        "kvdrive": "kvdrive",
+        "serving": "serving",
+        "sparse_decode": "decode",
+        "swarm": "swarm",
+    }
+    assert [n for n, k in kinds.items() if k.closed_loop] == ["serving"]
+    assert kinds["serving"].limits is limits.SERVING and kinds["kvdrive"].limits is limits.KVDRIVE
+    assert kinds["swarm"].limits is kinds["sparse_decode"].limits is limits.DECODE
+    # the designs' sim-vs-real replay: swarm's and kvdrive's workloads, capped alike
+    caps = {"context_tokens": 4096, "batch": 2, "layers": 4, "steps": 6, "profile_steps": 256}
+    assert kinds["swarm"].caps == kinds["kvdrive"].caps == caps
+    assert not kinds["serving"].caps and not kinds["sparse_decode"].caps
 
 
 def test_lookup_checks_names_fields_and_types() -> None:

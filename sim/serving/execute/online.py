@@ -44,13 +44,12 @@ import pyarrow as pa
 import simpy
 
 from kvtier.contracts.plan import extent_totals
+from kvtier.contracts.plan_schema import OP_IDENTITY
 from kvtier.contracts.records import OP_RECORD_SCHEMA, Records, op_records
 from sim.engine.flownet import Flow, FlowNetwork
 from sim.executor import OpPhysics, device_records, op_physics
 from sim.hw.machine import Machine
 from sim.serving.planstore import PlanStore
-
-_IDENTITY = ("step", "layer", "kind", "src", "dst", "bytes", "n_ios", "tag")
 
 
 class _InFlight:
@@ -288,7 +287,7 @@ class OnlineOps:
         """Records of every op issued so far (all must have ended)."""
         store = self.store
         cols = {"op_id": np.arange(len(self), dtype=np.int64)}
-        cols.update({c: store.column(c) for c in _IDENTITY})
+        cols.update({c: store.column(c) for c in OP_IDENTITY})
         ident = pa.table({c: pa.array(v, OP_RECORD_SCHEMA.field(c).type) for c, v in cols.items()})
         makespan = max(self.end_s) if self.end_s else 0.0
         ops = op_records(ident, self.start_s, self.start_s, self.end_s, self.cpu_s, "sim")
