@@ -17,7 +17,9 @@ with the largest used share inside the P99-TTFT request's window (release to
 first token; the whole run where there are no requests: sparse decoding), with
 that share and its busy share; ``bottleneck_run`` is the largest used share
 over the whole run (what a longer or busier run would saturate first: the
-search's saturation rules read it); ``busiest`` is the device or link with
+search's saturation rules read its ``bottleneck_run_ssd_only`` and
+``bottleneck_run_gpu_relieved``, :class:`sim.capacity.binding.Binding`); each
+label has those two booleans beside it; ``busiest`` is the device or link with
 the highest ``util_mean`` (busy seconds over the makespan).
 
 Headroom to an SLO limit ``L`` on a metric ``m`` is ``L / m - 1``
@@ -190,15 +192,15 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
         if not result.variants:
             return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
         v = result.variants[0]
-        name, share, busy = binding(of_run(v.records, profile, window=True, plan=v.plan))
-        run_name, run_share, _ = binding(of_run(v.records, profile, plan=v.plan))
+        ttft_bound = binding(of_run(v.records, profile, window=True, plan=v.plan))
+        run_bound = binding(of_run(v.records, profile, plan=v.plan))
     metrics = metrics_of(q, v.summary)
     if q.trace != "sparse_decode" and not metrics["throughput_tok_s"] > 0:
         return {**row, "status": "cannot run: no request finished (none fits the GPU's KV)"}
     device, util = busiest(v.records.devices)
     return {
-        **row, "status": "ok", **metrics, "bottleneck": name, "bottleneck_share": share,
-        "bottleneck_busy": busy, "bottleneck_run": run_name, "bottleneck_run_share": run_share,
+        **row, "status": "ok", **metrics, **ttft_bound.columns("bottleneck"),
+        "bottleneck_busy": ttft_bound.busy, **run_bound.columns("bottleneck_run"),
         "busiest": device, "busiest_util": util,
         "hit_rate_ssd": float(v.summary.get("hit_rate_ssd", 0.0)), "sim_wall_s": result.wall_s,
     }  # fmt: skip
