@@ -41,7 +41,7 @@ from kvtier.contracts.provenance import file_digest
 from sim.capacity.binding import binding, of_run
 from sim.capacity.variants import Hardware, derive
 from sim.config import ConfigError, ScenarioConfig, ServingParams, SparseDecodeParams, Variant
-from sim.registry import Unsupported
+from sim.registry import SPARSE_DECODE_DESIGNS, Unsupported
 
 # metrics a point reports; the objectives of the search are the first three
 OBJECTIVES = ("ttft_p99_s", "tpot_p99_s", "throughput_tok_s")
@@ -132,21 +132,25 @@ def scenario(q: Question, design: str, profile: HardwareProfile, tp: int = 1) ->
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
 
 
-SPARSE_DESIGNS = {"sparse-ssd": "ssd", "sparse-dram": "dram"}  # design -> tier of the KV
-
-
 def sparse_scenario(q: Question, design: str) -> ScenarioConfig:
     """``docs`` sessions of ``context_tokens`` decoding together, each step reading
-    ``sparsity`` of every layer's KV from the design's tier (:mod:`sim.scenarios.sparse_decode`)."""
-    if design not in SPARSE_DESIGNS:
-        raise ConfigError(
-            f"--designs: sparse_decode takes {', '.join(SPARSE_DESIGNS)}; got {design!r}"
-        )
+    ``sparsity`` of every layer's KV from the tier of the registered sparse-decode
+    ``design`` (:mod:`sim.capacity.sparse`, :mod:`sim.scenarios.sparse_decode`)."""
+    tier = sparse_tier(design)
     w = SparseDecodeParams(
         model=q.model, context_tokens=q.context_tokens, batch=q.docs, sparsity=q.sparsity,
-        steps=q.steps, tier=SPARSE_DESIGNS[design],
+        steps=q.steps, tier=tier,
     )  # fmt: skip
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
+
+
+def sparse_tier(design: str) -> str:
+    """The KV tier of the registered sparse-decode ``design``; an unregistered name is a
+    :class:`ConfigError` naming ``--designs`` and the registered ones."""
+    if design not in SPARSE_DECODE_DESIGNS:
+        known = ", ".join(SPARSE_DECODE_DESIGNS.names())
+        raise ConfigError(f"--designs: sparse_decode takes {known}; got {design!r}")
+    return SPARSE_DECODE_DESIGNS.create(design).tier
 
 
 def metrics_of(q: Question, summary: dict[str, Any]) -> dict[str, float]:

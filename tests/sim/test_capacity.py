@@ -91,6 +91,22 @@ def test_override_replaces_only_its_entries(tmp_path):
     assert prices.get("ssd_slot").usd == 0 and prices.get("platform").usd == 10000
 
 
+def test_sparse_designs_are_registry_presets_of_their_tier():
+    from sim.capacity.evaluate import sparse_scenario
+    from sim.config import ConfigError
+    from sim.registry import SPARSE_DECODE_DESIGNS
+
+    assert SPARSE_DECODE_DESIGNS.names() == ["sparse-dram", "sparse-ssd"]
+    q = Question(trace="sparse_decode", docs=3, context_tokens=4096)
+    for design, tier in (("sparse-ssd", "ssd"), ("sparse-dram", "dram")):
+        w = sparse_scenario(q, design).workload
+        assert (w.tier, w.batch, w.context_tokens) == (tier, 3, 4096)
+    with pytest.raises(
+        ConfigError, match="sparse_decode takes sparse-dram, sparse-ssd; got 'pool'"
+    ):
+        sparse_scenario(q, "pool")
+
+
 def test_busiest_is_the_highest_busy_share():
     import pandas as pd
 
