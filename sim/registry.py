@@ -2,7 +2,8 @@
 
 Everything a scenario names -- a sparse-attention KV design (``design:
 swarm``), a serving design (``design: paged-ssd``), a workload kind
-(``kind: serving``) -- is registered the same way, in one line in its own
+(``kind: serving``), a capacity plan's sparse-decode design (``--designs
+sparse-ssd``) -- is registered the same way, in one line in its own
 file::
 
     KV_DESIGNS.register("infllm", Params, InfLLM)
@@ -194,3 +195,5 @@ def checked(tp: Any, value: Any, key: str) -> Any:
 KV_DESIGNS = Registry("KV design", "design")
 SERVING_DESIGNS = Registry("serving design", "design")
 WORKLOADS = Registry("workload kind", "kind")
+# the designs a capacity plan compares on sparse decoding: where the KV lives
+SPARSE_DECODE_DESIGNS = Registry("sparse-decode design", "design")

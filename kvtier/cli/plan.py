@@ -178,15 +178,12 @@ def _check_ran(rows: pd.DataFrame | list) -> None:
 
 def _check_designs(q: Question, designs: tuple[str, ...]) -> None:
     """Every ``--designs`` name is one the question's trace can run (before any work)."""
-    from sim.capacity.evaluate import SPARSE_DESIGNS
+    from sim.capacity.evaluate import sparse_tier
     from sim.serving.designs import get_design
 
     for design in designs:
         if q.trace == "sparse_decode":
-            if design not in SPARSE_DESIGNS:
-                raise ConfigError(
-                    f"--designs: sparse_decode takes {', '.join(SPARSE_DESIGNS)}; got {design!r}"
-                )
+            sparse_tier(design)
         else:
             try:
                 get_design(design, {})

@@ -19,6 +19,11 @@ run used the most of, over the makespan ``T`` (the last op's end):
 The binding resource is the one with the highest share; resources within
 :data:`TIE` (relative) of it tie and are all named, joined by `` & ``.  The
 busy share (``util_mean``) stays beside each row as a second column.
+:func:`binding` returns them as a :class:`Binding`: the tied names, each one's
+class (:data:`CLASSES`: an SSD, an SSD's own link, GPU compute, GPU HBM, a GPU's
+own link, a GPU's peer link, a switch uplink, a host memory link, the CPU) and
+whether more SSDs or more GPUs relieve them, decided here once, so the search
+reads two booleans and never parses the label.
 
 **What binds a metric** (:func:`window_shares`).  Over the whole run, an SSD
 that keeps writing the KV out long after the last prompt was computed can
@@ -37,6 +42,7 @@ length.  The whole-run share stays as a second label.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -190,17 +196,81 @@ def p99_window(requests: pd.DataFrame) -> tuple[float, float] | None:
     return t0, t0 + float(row["ttft_s"])
 
 
-def binding(df: pd.DataFrame) -> tuple[str, float, float]:
-    """(resource names tied at the top joined by `` & ``, their share, the busy
-    share of the first of them) of a :func:`shares` table."""
+# A resource's class by its name (the names :func:`shares` gives it: the profile's link
+# names with a direction arrow, ``ssdN``, ``cpu``, ``gpuN.tensor``/``.hbm``), first match.
+CLASSES: tuple[tuple[str, str], ...] = (
+    ("ssd", r"ssd\d+"),  # an SSD's bandwidth or IOPS
+    ("ssd_link", r"ssd\d+\..+"),  # an SSD's own link (ssdN.pcie)
+    ("gpu_compute", r"gpu\d+\.tensor"),
+    ("gpu_hbm", r"gpu\d+\.hbm"),
+    ("gpu_link", r"gpu\d+\.pcie"),  # a GPU's own x16 link
+    ("gpu_peer_link", r"gpu\d+\..+"),  # NVLink, NVLink-C2C: the all-reduce's path
+    ("switch_uplink", r"sw\d+\.up"),
+    ("host_link", r"(dram|mc)\d+\..+"),  # a DRAM module's bus, a memory channel
+    ("cpu", r"cpu"),
+)
+# more SSDs relieve an SSD and its own link (each added SSD brings both); more GPUs
+# relieve each rank's compute, HBM and own x16 link, and a switch uplink (a rank moves
+# 1/N of the bytes through its fixed share); nothing else (NVLink, which the all-reduce
+# loads more with every rank, the DRAM bus, the SSDs and the CPU every rank shares)
+SSD_RELIEVED = frozenset({"ssd", "ssd_link"})
+GPU_RELIEVED = frozenset({"gpu_compute", "gpu_hbm", "gpu_link", "switch_uplink"})
+
+
+def resource_kind(name: str) -> str:
+    """The class (:data:`CLASSES`) of one resource of a shares table, ``other`` when none
+    matches (``sw0.up>`` -> ``switch_uplink``, ``ssd3.pcie<`` -> ``ssd_link``)."""
+    bare = name.rstrip("<>")
+    return next((c for c, pat in CLASSES if re.fullmatch(pat, bare)), "other")
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The resources tied at the top of a shares table (highest share first, then by
+    name), their classes, the top share and the busy share of the first of them."""
+
+    resources: tuple[str, ...] = ()
+    share: float = 0.0
+    busy: float = 0.0
+    classes: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "classes", tuple(resource_kind(n) for n in self.resources))
+
+    @property
+    def label(self) -> str:
+        """The names joined by `` & `` (more than two of one class: ``ssdN x8``)."""
+        return " & ".join(_compact(list(self.resources)))
+
+    @property
+    def ssd_only(self) -> bool:
+        """Every tied resource is one more SSDs relieve (an SSD, an SSD's own link)."""
+        return bool(self.classes) and all(c in SSD_RELIEVED for c in self.classes)
+
+    @property
+    def gpu_relieved(self) -> bool:
+        """At least one tied resource is one more GPUs relieve (:data:`GPU_RELIEVED`)."""
+        return any(c in GPU_RELIEVED for c in self.classes)
+
+    def columns(self, prefix: str) -> dict[str, Any]:
+        """The result-row columns: ``prefix`` (the label), ``_share``, ``_ssd_only``,
+        ``_gpu_relieved``."""
+        return {prefix: self.label, f"{prefix}_share": self.share,
+                f"{prefix}_ssd_only": self.ssd_only,
+                f"{prefix}_gpu_relieved": self.gpu_relieved}  # fmt: skip
+
+
+def binding(df: pd.DataFrame) -> Binding:
+    """The :class:`Binding` of a :func:`shares` table: every resource within :data:`TIE`
+    of the highest share (none when no share is positive)."""
     if not len(df) or not (df["share"] > 0).any():
-        return "", 0.0, 0.0
+        return Binding()
     top = df["share"].max()
     tied = df[df["share"] >= top * (1 - TIE)].sort_values(
         ["share", "resource"], ascending=[False, True]
     )
-    names = list(dict.fromkeys(tied["resource"]))
-    return " & ".join(_compact(names)), float(top), float(tied["busy_share"].iloc[0])
+    names = tuple(dict.fromkeys(tied["resource"]))
+    return Binding(names, float(top), float(tied["busy_share"].iloc[0]))
 
 
 def _compact(names: list[str]) -> list[str]:
@@ -240,13 +310,18 @@ def of_run(
 
 
 __all__ = [
+    "CLASSES",
+    "GPU_RELIEVED",
+    "SSD_RELIEVED",
     "TIE",
+    "Binding",
     "binding",
     "makespan",
     "of_run",
     "overlap",
     "p99_window",
     "resource_class",
+    "resource_kind",
     "shares",
     "window_shares",
 ]

@@ -17,7 +17,9 @@ with the largest used share inside the P99-TTFT request's window (release to
 first token; the whole run where there are no requests: sparse decoding), with
 that share and its busy share; ``bottleneck_run`` is the largest used share
 over the whole run (what a longer or busier run would saturate first: the
-search's saturation rules read it); ``busiest`` is the device or link with
+search's saturation rules read its ``bottleneck_run_ssd_only`` and
+``bottleneck_run_gpu_relieved``, :class:`sim.capacity.binding.Binding`); each
+label has those two booleans beside it; ``busiest`` is the device or link with
 the highest ``util_mean`` (busy seconds over the makespan).
 
 Headroom to an SLO limit ``L`` on a metric ``m`` is ``L / m - 1``
@@ -39,7 +41,7 @@ from kvtier.contracts.provenance import file_digest
 from sim.capacity.binding import binding, of_run
 from sim.capacity.variants import Hardware, derive
 from sim.config import ConfigError, ScenarioConfig, ServingParams, SparseDecodeParams, Variant
-from sim.registry import Unsupported
+from sim.registry import SPARSE_DECODE_DESIGNS, Unsupported
 
 # metrics a point reports; the objectives of the search are the first three
 OBJECTIVES = ("ttft_p99_s", "tpot_p99_s", "throughput_tok_s")
@@ -130,21 +132,25 @@ def scenario(q: Question, design: str, profile: HardwareProfile, tp: int = 1) ->
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
 
 
-SPARSE_DESIGNS = {"sparse-ssd": "ssd", "sparse-dram": "dram"}  # design -> tier of the KV
-
-
 def sparse_scenario(q: Question, design: str) -> ScenarioConfig:
     """``docs`` sessions of ``context_tokens`` decoding together, each step reading
-    ``sparsity`` of every layer's KV from the design's tier (:mod:`sim.scenarios.sparse_decode`)."""
-    if design not in SPARSE_DESIGNS:
-        raise ConfigError(
-            f"--designs: sparse_decode takes {', '.join(SPARSE_DESIGNS)}; got {design!r}"
-        )
+    ``sparsity`` of every layer's KV from the tier of the registered sparse-decode
+    ``design`` (:mod:`sim.capacity.sparse`, :mod:`sim.scenarios.sparse_decode`)."""
+    tier = sparse_tier(design)
     w = SparseDecodeParams(
         model=q.model, context_tokens=q.context_tokens, batch=q.docs, sparsity=q.sparsity,
-        steps=q.steps, tier=SPARSE_DESIGNS[design],
+        steps=q.steps, tier=tier,
     )  # fmt: skip
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
+
+
+def sparse_tier(design: str) -> str:
+    """The KV tier of the registered sparse-decode ``design``; an unregistered name is a
+    :class:`ConfigError` naming ``--designs`` and the registered ones."""
+    if design not in SPARSE_DECODE_DESIGNS:
+        known = ", ".join(SPARSE_DECODE_DESIGNS.names())
+        raise ConfigError(f"--designs: sparse_decode takes {known}; got {design!r}")
+    return SPARSE_DECODE_DESIGNS.create(design).tier
 
 
 def metrics_of(q: Question, summary: dict[str, Any]) -> dict[str, float]:
@@ -190,15 +196,15 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
         if not result.variants:
             return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
         v = result.variants[0]
-        name, share, busy = binding(of_run(v.records, profile, window=True, plan=v.plan))
-        run_name, run_share, _ = binding(of_run(v.records, profile, plan=v.plan))
+        ttft_bound = binding(of_run(v.records, profile, window=True, plan=v.plan))
+        run_bound = binding(of_run(v.records, profile, plan=v.plan))
     metrics = metrics_of(q, v.summary)
     if q.trace != "sparse_decode" and not metrics["throughput_tok_s"] > 0:
         return {**row, "status": "cannot run: no request finished (none fits the GPU's KV)"}
     device, util = busiest(v.records.devices)
     return {
-        **row, "status": "ok", **metrics, "bottleneck": name, "bottleneck_share": share,
-        "bottleneck_busy": busy, "bottleneck_run": run_name, "bottleneck_run_share": run_share,
+        **row, "status": "ok", **metrics, **ttft_bound.columns("bottleneck"),
+        "bottleneck_busy": ttft_bound.busy, **run_bound.columns("bottleneck_run"),
         "busiest": device, "busiest_util": util,
         "hit_rate_ssd": float(v.summary.get("hit_rate_ssd", 0.0)), "sim_wall_s": result.wall_s,
     }  # fmt: skip

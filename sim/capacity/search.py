@@ -15,9 +15,10 @@ points it can show are dominated:
   the engine's share of HBM, or a TP degree the heads do not divide) is
   skipped whole by arithmetic, never simulated;
 * **saturation**: count ``n_{k+1}`` improved no objective over ``n_k`` and
-  its bottleneck is not an SSD (a shared link, the CPU, the GPU): the added
-  SSD met a saturated resource more SSDs do not relieve, so the counts
-  above are skipped ("stop adding").
+  its whole-run bottleneck is not an SSD or an SSD's own link (a shared link,
+  the CPU, the GPU): the added SSD met a saturated resource more SSDs do not
+  relieve, so the counts above are skipped ("stop adding").  The row says so
+  in ``bottleneck_run_ssd_only`` (:class:`sim.capacity.binding.Binding`).
 
 GPU counts (tensor parallel, ``gpus`` > 0) are walked the same way, one level
 up: chains that differ only in the GPU count are started in ascending count,
@@ -28,7 +29,8 @@ the all-reduce loads more with every rank, or one every rank shares: a DRAM
 bus, an SSD, the CPU), the larger counts' chains are skipped ("stop adding
 GPUs").  GPU compute, HBM, a GPU's own PCIe link and a switch uplink are
 relieved: each rank brings its own or moves 1/N of the bytes through its
-share.  A rule "stop once a point meets the SLO" is *not* used: more GPUs
+share (``bottleneck_run_gpu_relieved``, :data:`sim.capacity.binding.GPU_RELIEVED`).
+A rule "stop once a point meets the SLO" is *not* used: more GPUs
 cost more but may lower latency, so such a point can be on the cost-vs-TTFT
 front, which must stay the exhaustive grid's.
 
@@ -40,7 +42,6 @@ a point already there is never simulated again.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from sim.capacity.evaluate import OBJECTIVES, Point, Question, evaluate, point_key, unfit
-from sim.capacity.store import ResultStore
+from sim.capacity.store import FACTS, ResultStore
 from sim.capacity.variants import Hardware
 from sim.parallel import Executor, LocalExecutor
 
@@ -57,6 +58,7 @@ from sim.parallel import Executor, LocalExecutor
 # validated to (`kvtier real validate`: per-step errors of a few %), so the planner does
 # not rank scheduling noise (a pool TPOT of 0.019018 vs 0.018986 s with 1 vs 3 SSDs)
 DIGITS = 3
+SSD_ONLY, GPU_RELIEVED = FACTS  # the whole-run bottleneck's facts a result row carries
 SENSE = {"ttft_p99_s": 1, "tpot_p99_s": 1, "throughput_tok_s": -1}  # +1 minimise, -1 maximise
 
 
@@ -117,8 +119,8 @@ def _plan_chain(chain: list[str], rows: dict[str, dict]) -> tuple[list[int], dic
     for a, b in itertools.pairwise(known):  # saturation: stop adding
         ra, rb = rows[chain[a]], rows[chain[b]]
         stuck = b == a + 1 and _ok(ra) and _ok(rb) and not better(rb, ra)
-        if stuck and not all(n.startswith("ssd") for n in _run_label(rb).split(" & ")):
-            why = f"saturated: {_run_label(rb)} binds, one more SSD did not help"
+        if stuck and not rb[SSD_ONLY]:
+            why = f"saturated: {rb['bottleneck_run']} binds, one more SSD did not help"
             skip.update({i: why for i in range(b + 1, len(chain)) if chain[i] not in rows})
             break
     todo: list[int] = []
@@ -137,30 +139,13 @@ def _plan_chain(chain: list[str], rows: dict[str, dict]) -> tuple[list[int], dic
     return todo, skip
 
 
-# resources more GPUs relieve: each rank's compute, HBM and own x16 link, and the
-# switch uplinks (a rank's 1/N of the bytes through its fixed share)
-GPU_RELIEVED = re.compile(r"^(gpu(\d+|N)\.(tensor|hbm|pcie)|sw(\d+|N)\.up)$")
-
-
-def _run_label(row: Any) -> str:
-    """The whole-run binding label of a result row (rows stored before the window
-    label existed carry it as ``bottleneck``)."""
-    run = row.get("bottleneck_run")
-    return str(run) if isinstance(run, str) else str(row.get("bottleneck", ""))
-
-
-def _gpu_relieved(bottleneck: str) -> bool:
-    parts = (p.split(" x")[0].rstrip("<>") for p in bottleneck.split(" & "))
-    return any(GPU_RELIEVED.match(p) for p in parts)
-
-
 def _gpu_stuck(a: list[str], b: list[str], rows: dict[str, dict]) -> str:
     """Why chain ``b`` (one more GPU step than ``a``) ends the GPU walk, or ""."""
     for i in (0, -1):
         ra, rb = rows[a[i]], rows[b[i]]
-        if not (_ok(ra) and _ok(rb)) or better(rb, ra) or _gpu_relieved(_run_label(rb)):
+        if not (_ok(ra) and _ok(rb)) or better(rb, ra) or rb[GPU_RELIEVED]:
             return ""
-    return f"saturated: {_run_label(rows[b[-1]])} binds, more GPUs did not help"
+    return f"saturated: {rows[b[-1]]['bottleneck_run']} binds, more GPUs did not help"
 
 
 def _gpu_groups(chains: list[list[Point]]) -> list[list[int]]:

@@ -6,6 +6,11 @@ files only), so an interrupted search resumes where it stopped and a rerun
 never recomputes a point: :meth:`ResultStore.get` finds it by
 :func:`sim.capacity.evaluate.point_key`.  ``pyarrow.parquet.read_table(dir)``
 reads the whole dataset.
+
+A point's ``ok`` row must carry :data:`FACTS`, the whole-run bottleneck's facts the
+search decides by (:mod:`sim.capacity.search`); a row written before they were
+columns is not loaded, so its point is simulated again and its file rewritten
+(:attr:`ResultStore.stale` counts them).
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# more SSDs relieve every resource tied at the top / more GPUs relieve one of them
+FACTS = ("bottleneck_run_ssd_only", "bottleneck_run_gpu_relieved")
+
 
 class ResultStore:
     """Point results by key, backed by a directory of Parquet files (or memory only)."""
@@ -25,9 +33,13 @@ class ResultStore:
     def __init__(self, directory: str | Path | None = None) -> None:
         self.dir = Path(directory) if directory is not None else None
         self._rows: dict[str, dict[str, Any]] = {}
+        self.stale = 0  # ok rows without FACTS (written before them): recomputed
         if self.dir is not None and self.dir.exists():
             for path in sorted(self.dir.glob("part-*.parquet")):
                 for row in pq.read_table(path).to_pylist():
+                    if row.get("status") == "ok" and not all(k in row for k in FACTS):
+                        self.stale += 1
+                        continue
                     self._rows[row["key"]] = row
 
     def __contains__(self, key: str) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hwprofiles import load_profile
+from sim.capacity.binding import Binding
 from sim.capacity.evaluate import Point, Question, busiest, point_key
 from sim.capacity.prices import KINDS, PriceError, bill, load_prices, read_prices
 from sim.capacity.search import Space, pareto, search
@@ -90,6 +91,22 @@ def test_override_replaces_only_its_entries(tmp_path):
     assert prices.get("ssd_slot").usd == 0 and prices.get("platform").usd == 10000
 
 
+def test_sparse_designs_are_registry_presets_of_their_tier():
+    from sim.capacity.evaluate import sparse_scenario
+    from sim.config import ConfigError
+    from sim.registry import SPARSE_DECODE_DESIGNS
+
+    assert SPARSE_DECODE_DESIGNS.names() == ["sparse-dram", "sparse-ssd"]
+    q = Question(trace="sparse_decode", docs=3, context_tokens=4096)
+    for design, tier in (("sparse-ssd", "ssd"), ("sparse-dram", "dram")):
+        w = sparse_scenario(q, design).workload
+        assert (w.tier, w.batch, w.context_tokens) == (tier, 3, 4096)
+    with pytest.raises(
+        ConfigError, match="sparse_decode takes sparse-dram, sparse-ssd; got 'pool'"
+    ):
+        sparse_scenario(q, "pool")
+
+
 def test_busiest_is_the_highest_busy_share():
     import pandas as pd
 
@@ -106,9 +123,10 @@ def fake(q: Question, p: Point) -> dict:
     CALLS.append(point_key(q, p))
     n = p.hw.ssds
     ttft = max(8.0 / n, 2.0)
+    bound = Binding(("ssd0",) if n < 4 else ("sw0.up",), 1.0)
     return {"key": point_key(q, p), **p.flat(), "status": "ok", "ttft_p99_s": ttft,
             "tpot_p99_s": 0.01, "throughput_tok_s": 100 / ttft,
-            "bottleneck": "ssd0" if n < 4 else "sw0.up", "bottleneck_share": 1.0}  # fmt: skip
+            **bound.columns("bottleneck_run")}  # fmt: skip
 
 
 def space(counts=tuple(range(1, 9))) -> Space:
@@ -129,9 +147,9 @@ def saturating(q: Question, p: Point) -> dict:
     added SSD only adds contention."""
     n = p.hw.ssds
     ttft = 4.0 / n if n <= 2 else 2 + 0.1 * (n - 2)
-    row = fake(q, p)
+    row, bound = fake(q, p), Binding(("ssd0",) if n < 2 else ("dram0.bus",))
     return {**row, "ttft_p99_s": ttft, "throughput_tok_s": 100 / ttft,
-            "bottleneck": "ssd0" if n < 2 else "dram0.bus"}  # fmt: skip
+            **bound.columns("bottleneck_run")}  # fmt: skip
 
 
 def test_saturation_stops_adding():
@@ -167,6 +185,23 @@ def test_resume_never_recomputes(tmp_path):
     assert res.simulated == 3 and len(CALLS) == 6 == len(set(CALLS))
     again = search(q, sp, store=ResultStore(tmp_path / "pts"), prune=False, fn=fake)
     assert again.simulated == 0 and len(CALLS) == 6
+
+
+def test_rows_without_the_bottleneck_facts_are_recomputed(tmp_path):
+    """An ok row stored before the facts were columns is not loaded: its point runs again
+    and its file is rewritten; a row that could not run needs no facts and stays."""
+    q, sp = Question(), space((1, 2))
+    store = ResultStore(tmp_path / "pts")
+    one, two = (point_key(q, p) for p in sp.chains()[0])
+    store.put({"key": one, "status": "ok", "ttft_p99_s": 8.0, "bottleneck": "ssd0"})
+    store.put({"key": two, "status": "cannot run: no SSD"})
+    reread = ResultStore(tmp_path / "pts")
+    assert reread.stale == 1 and one not in reread and two in reread
+    CALLS.clear()
+    res = search(q, sp, store=reread, prune=False, fn=fake)
+    assert res.simulated == 1 and [one] == CALLS
+    again = ResultStore(tmp_path / "pts")
+    assert again.stale == 0 and again.get(one)["bottleneck_run_ssd_only"] is True
 
 
 def test_ray_executor_matches_local():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sim.capacity.binding import Binding
 from sim.capacity.evaluate import Point, Question, point_key, unfit
 from sim.capacity.prices import bill, load_prices
 from sim.capacity.search import Space, search
@@ -39,14 +40,15 @@ def test_search_never_simulates_unfit_chains():
     def fake(q, p):
         ran.append(p)
         return {"key": point_key(q, p), **p.flat(), "status": "ok", "ttft_p99_s": 1.0,
-                "tpot_p99_s": 0.01, "throughput_tok_s": 10.0, "bottleneck": "gpu0.hbm"}  # fmt: skip
+                "tpot_p99_s": 0.01, "throughput_tok_s": 10.0,
+                **Binding(("gpu0.hbm",)).columns("bottleneck_run")}  # fmt: skip
 
     res = search(q, space, fn=fake)
     assert {p.hw.gpus for p in ran} == {2}
     assert sum(str(s).startswith("skipped: unfit") for s in res.rows["status"]) == 2
 
 
-def _walk(bound_at_4: str, ttft_at_8: float = 4.0) -> tuple[set[int], dict]:
+def _walk(bound_at_4: tuple[str, ...], ttft_at_8: float = 4.0) -> tuple[set[int], dict]:
     """Fake physics over GPU counts 1, 2, 4, 8 (8B fits each): TTFT 8, 4, 4, ttft_at_8 s;
     GPU compute binds at 1 and 2, ``bound_at_4`` at 4 and 8."""
     q = Question(base="h20-8ssd", model="Llama-3.1-8B")
@@ -56,9 +58,10 @@ def _walk(bound_at_4: str, ttft_at_8: float = 4.0) -> tuple[set[int], dict]:
     def fake(q, p):
         g = p.hw.gpus
         ran.add(g)
+        bound = Binding(("gpu0.tensor",) if g < 4 else bound_at_4)
         return {"key": point_key(q, p), **p.flat(), "status": "ok", "ttft_p99_s": ttft[g],
                 "tpot_p99_s": 0.01, "throughput_tok_s": 10.0,
-                "bottleneck": "gpu0.tensor" if g < 4 else bound_at_4}  # fmt: skip
+                **bound.columns("bottleneck_run")}  # fmt: skip
 
     res = search(q, space, fn=fake)
     return ran, dict(zip(res.rows["gpus"], res.rows["status"], strict=False))
@@ -66,12 +69,14 @@ def _walk(bound_at_4: str, ttft_at_8: float = 4.0) -> tuple[set[int], dict]:
 
 def test_gpu_walk_stops_where_the_allreduce_or_a_shared_host_resource_binds():
     # 2 -> 4 GPUs improved nothing and NVLink (the all-reduce) binds at 4: 8 never runs
-    ran, status = _walk("gpu0.nvlink>")
+    ran, status = _walk(("gpu0.nvlink>",))
     assert ran == {1, 2, 4} and status[8].startswith("skipped: saturated: gpu0.nvlink")
-    ran, _ = _walk("dram0.bus & ssdN x8")  # every rank shares the DRAM bus and the SSDs
+    ran, _ = _walk(
+        ("dram0.bus", *(f"ssd{i}" for i in range(8)))
+    )  # every rank shares the DRAM bus and the SSDs
     assert ran == {1, 2, 4}
 
 
 def test_gpu_walk_goes_on_while_more_gpus_can_help():
-    assert _walk("gpu0.hbm")[0] == {1, 2, 4, 8}  # each rank brings its own HBM
-    assert _walk("sw0.up>")[0] == {1, 2, 4, 8}  # a rank moves 1/N through its share
+    assert _walk(("gpu0.hbm",))[0] == {1, 2, 4, 8}  # each rank brings its own HBM
+    assert _walk(("sw0.up>",))[0] == {1, 2, 4, 8}  # a rank moves 1/N through its share

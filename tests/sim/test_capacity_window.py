@@ -61,7 +61,7 @@ def test_whole_run_names_the_background_writer():
     df = shares(*run_records(), load_profile("h100-2dimm-2ssd")).set_index(["resource", "measure"])
     assert df.loc[("ssd0", "bandwidth_s"), "share"] == pytest.approx(0.45)
     assert df.loc[("gpu0.tensor", "flops"), "share"] == pytest.approx(0.2)
-    assert binding(df.reset_index())[0] == "ssd0"
+    assert binding(df.reset_index()).label == "ssd0"
 
 
 def test_window_names_the_compute_that_decides_ttft():
@@ -72,8 +72,12 @@ def test_window_names_the_compute_that_decides_ttft():
     assert got[("ssd0", "bandwidth_s")] == pytest.approx(0.25)
     # the write's 6.7e9 B in the window cross the shared channel: 6.7e9 / (17.04e9 x 2)
     assert got[("mc0.ch", "bytes")] == pytest.approx(6.7e9 / (17.04e9 * 2))
-    name, share, busy = binding(df)
-    assert (name, share, busy) == ("gpu0.tensor", pytest.approx(1.0), 0.2)  # busy share rides along
+    b = binding(df)
+    assert (b.label, b.share, b.busy) == (
+        "gpu0.tensor",
+        pytest.approx(1.0),
+        0.2,
+    )  # busy share rides along
 
 
 def test_window_is_the_p99_request():
