@@ -385,4 +385,27 @@ YAML: list[tuple[str, str, Files, str]] = [
     ),
     # --- a price table: a non-finite price is refused, not printed as the cheapest
     ("price-usd-inf", f"{PLAN_CMD} --prices pr.yaml", {"pr.yaml": PRICE_INF}, "usd: must be"),
+    # --- non-physical profile figures: above their unit's ceiling (hwprofiles.loader.CEILINGS)
+    *[
+        (f"prof-huge-{key}", "profiles show p.yaml", {"p.yaml": profile(old, new)}, needle)
+        for key, old, new, needle in (
+            ("gbps", "read_gbps: 14.7", "read_gbps: 1.0e+300", "p.yaml:65: ssds[0].read_gbps"),
+            ("iops", "read_iops: 1850000", "read_iops: 1.0e+300", "ssds[0].read_iops: must be"),
+            ("ssd-gib", "capacity_gib: 1862.6", "capacity_gib: 1.0e+300", "ssds[0].capacity_gib"),
+            ("hbm", "hbm_gbps: 2000", "hbm_gbps: 1.0e+300", "gpu.hbm_gbps: must be at most"),
+            ("cores", "cores: 16", "cores: 1000000", "cpu.cores: must be at most 4,096"),
+            ("latency", "read_latency_us: ", "read_latency_us: 1.0e+300 #", "read_latency_us"),
+        )
+    ],
+    (
+        "prof-huge-link",
+        "profiles show p.yaml",
+        {
+            "p.yaml": profile(
+                "{name: dram0.bus, between: [mc0, dram0], gbps: *ddr4_channel",
+                "{name: dram0.bus, between: [mc0, dram0], gbps: 1.0e+300",
+            )
+        },
+        "topology.links[1].gbps: must be at most 100,000",
+    ),
 ]
