@@ -154,4 +154,6 @@ FLAGS: list[tuple[str, str, Files, str]] = [
         "--docs 1000000000000",
     ),
     ("validate-n-over-profile", f"{VALIDATE} --n 16", {}, "--n 16: --hw h20-8ssd has 8 SSDs"),
+    # 4 regimes x (1 warm-up + 10^12 steps) x 4 SSDs = 16,000,000,000,016 ops
+    ("validate-steps-huge", f"{VALIDATE} --steps 1e12", {}, "plan of 16,000,000,000,016 ops"),
 ]
