@@ -109,6 +109,7 @@ class SwarmParams:
         _non_negative(self, "ssds", "queue_depth", "layers", "local_window", "sink_tokens")
         _int32(self, "queue_depth")
         _check_decode(self)
+        _check_window(self)
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,18 @@ def _check_decode(p: SparseDecodeParams | SwarmParams) -> None:
         raise ParamError("sparsity", f"must be in (0, 1], got {p.sparsity}")
     if p.io_path not in IO_PATHS or p.io_path == "none":
         raise ParamError("io_path", f"must be one of {IO_PATHS[:-1]}, got {p.io_path!r}")
+
+
+def _check_window(p: SwarmParams) -> None:
+    """The sink tokens and the local window are tokens of the context, always attended
+    (Swarm §5.2): together at most ``context_tokens``; the larger of the two is named."""
+    if p.sink_tokens + p.local_window > p.context_tokens:
+        name = "local_window" if p.local_window >= p.sink_tokens else "sink_tokens"
+        raise ParamError(
+            name,
+            f"sink_tokens {p.sink_tokens:,} + local_window {p.local_window:,} exceed "
+            f"context_tokens {p.context_tokens:,}",
+        )
 
 
 def _non_negative(p: Any, *names: str) -> None:

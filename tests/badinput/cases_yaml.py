@@ -408,4 +408,23 @@ YAML: list[tuple[str, str, Files, str]] = [
         },
         "topology.links[1].gbps: must be at most 100,000",
     ),
+    # --- a swarm window or sink count beyond the context (32,768 tokens by default)
+    (
+        "swarm-window-huge",
+        "sim --scenario w.yaml",
+        {"w.yaml": swarm("  local_window: 1000000000000\n")},
+        "workload.local_window: sink_tokens 4 + local_window 1,000,000,000,000 exceed",
+    ),
+    (
+        "swarm-sinks-huge",
+        "sim --scenario w.yaml",
+        {"w.yaml": swarm("  sink_tokens: 1000000000000\n")},
+        "workload.sink_tokens",
+    ),
+    (
+        "swarm-window-over-context",
+        "sim --scenario w.yaml",
+        {"w.yaml": swarm("  context_tokens: 1024\n  local_window: 1021\n")},
+        "sink_tokens 4 + local_window 1,021 exceed context_tokens 1,024",
+    ),
 ]
