@@ -31,6 +31,7 @@ from typing import Any
 from hwprofiles.loader import build_dataclass, read_yaml, resolve_yaml
 from sim.registry import WORKLOADS, Entry, ParamError, RegistryError, checked
 from sim.scenarios.seedref import parse_seed_figures
+from sim.scenarios.trace_path import resolve_trace
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -354,6 +355,8 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
     workload = _workload(entry, raw_workload, where, "workload")
     if not isinstance(raw_variants, list):
         raise where.error("variants", "must be a list")
+    if not all(isinstance(v, dict) and "trace" in v for v in raw_variants):
+        workload = resolve_trace(workload, path, where, "workload")
     variants = []
     names: set[str] = set()
     fields = {f.name for f in dataclasses.fields(entry.params)} - {"kind"}
@@ -368,6 +371,9 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
                     f"{key}.{k}", f"unknown workload key (one of: {', '.join(sorted(fields))})"
                 )
         params = _workload(entry, {**dataclasses.asdict(workload), **overrides}, where, key)
+        if "trace" in overrides:
+            params = resolve_trace(params, path, where, key)
+            overrides["trace"] = params.trace
         name = str(raw["name"])
         if name in names:
             raise where.error(f"{key}.name", f"duplicate variant name '{name}'")

@@ -427,4 +427,18 @@ YAML: list[tuple[str, str, Files, str]] = [
         {"w.yaml": swarm("  context_tokens: 1024\n  local_window: 1021\n")},
         "sink_tokens 4 + local_window 1,021 exceed context_tokens 1,024",
     ),
+    # --- a request-trace file found neither where kvtier runs nor beside the scenario
+    (
+        "serving-trace-missing",
+        "sim --scenario sub/v.yaml",
+        {"sub/v.yaml": serving("  trace: azure.parquet\n")},
+        "sub/v.yaml:6: workload.trace: 'azure.parquet' is neither conversation, long_doc nor "
+        "a trace file (no file at 'azure.parquet' or 'sub/azure.parquet')",
+    ),
+    (
+        "serving-trace-missing-variant",
+        "sim --scenario sub/v.yaml",
+        {"sub/v.yaml": serving("variants:\n  - {name: a, trace: b.parquet}\n")},
+        "variants[0].trace: 'b.parquet'",
+    ),
 ]
