@@ -8,7 +8,8 @@ names the file, the line and the key path, e.g.::
 Validation rules follow the naming convention of the schema: a field whose
 name ends in a bandwidth/rate/capacity unit must be positive, a ``*_us`` cost
 must be non-negative, an efficiency factor (field metadata ``fraction``) lies
-in (0, 1], unknown keys are errors, a link's ``kind`` is one of
+in (0, 1], a figure above its unit's ceiling (:data:`CEILINGS`, e.g. ``gbps`` at
+100,000) is not physical, unknown keys are errors, a link's ``kind`` is one of
 :data:`~hwprofiles.schema.LINK_KINDS`, and every node that a link names must
 exist.
 """
@@ -36,11 +37,41 @@ _POSITIVE_SUFFIXES = (
     "_gib",
     "_kib",
     "_tflops",
+    "_gflops",
     "count",
     "cores",
     "max_queue_depth",
 )
 _NONNEGATIVE_SUFFIXES = ("_us",)
+# Ceilings: a figure above one is not physical (a typo, 1e+300), refused with the key
+# named.  Each is an assumption placed one to two orders of magnitude above the
+# largest real figure it bounds (shipped profiles: hbm_gbps 4,000, write_iops 2.6 M,
+# capacity_gib 3,725, bf16_tflops 989, core_gflops 134, cores 112, count 8, max_io_kib
+# 1,280, max_queue_depth 128, *_us 80), so no real machine meets one:
+CEILINGS: dict[str, tuple[float, str]] = {
+    # NVIDIA B200 datasheet: 8 TB/s of HBM3e, the fastest memory or link of a GPU server
+    "gbps": (100_000.0, "100 TB/s, 12x B200's 8 TB/s HBM3e"),
+    # Samsung PM1743 (PCIe 5.0) data sheet: 2,500K random 4 KiB read IOPS
+    "_iops": (100e6, "40x a PCIe 5.0 SSD's 2.5 M"),
+    # Solidigm D5-P5336 data sheet: 122.88 TB = 114,441 GiB, the largest SSD shipping;
+    # host memory: 2 sockets x 12 DDR5 channels x 2 DIMMs x 256 GB RDIMMs = 12 TB
+    "_gib": (2.0**20, "1 PiB, 9x a 122.88 TB SSD"),
+    # Linux NVMe max_hw_sectors_kb (the MDTS cap) is 128-2,048 KiB on shipping drives
+    "_kib": (2.0**20, "1 GiB, 512x the 2 MiB NVMe transfer limits of shipping drives"),
+    # NVIDIA B200 datasheet: 4.5 PFLOPS BF16 with sparsity = 2,250 dense TFLOPS
+    "_tflops": (100_000.0, "44x B200's 2,250 dense BF16 TFLOPS"),
+    # one core's FP32 peak: 2 FMA units x 16 lanes (AVX-512) x 2 FLOP x ~4 GHz = 256
+    "_gflops": (10_000.0, "40x an AVX-512 core's 256 GFLOP/s"),
+    # GB200 NVL72: 72 GPUs in one NVLink domain; SSDs: a 2-socket server's 160 PCIe
+    # 5.0 lanes (AMD EPYC 9004) attach 40 at x4
+    "count": (4096, "57x the 72 GPUs of a GB200 NVL72"),
+    # AMD EPYC 9965: 192 cores a socket, 384 in two
+    "cores": (4096, "10x two 192-core AMD EPYC 9965"),
+    # NVMe Base Specification, CAP.MQES: a queue holds at most 65,536 entries
+    "max_queue_depth": (65_536, "an NVMe queue's 65,536 entries"),
+    # a software cost or device latency of a second: 12,500x the shipped 80 us
+    "_us": (1e6, "1 s a single I/O or call"),
+}
 _DUPLEX = ("full", "half")
 # top-level keys the loader ignores: a place for YAML anchors (&pcie4_x4 ...)
 _FREE_KEYS = ("defs",)
@@ -228,7 +259,25 @@ def load_profile(source: str | Path) -> HardwareProfile:
         raise where.error("name", f"'{profile.name}' differs from the file name '{path.stem}'")
     _check_topology(profile, where)
     _check_capacities(profile, where)
+    _check_ceilings(profile, where)
     return profile
+
+
+def _check_ceilings(node: Any, where: _Where, key: str = "") -> None:
+    """Every number of the profile at most its unit's :data:`CEILINGS` entry."""
+    if isinstance(node, tuple):
+        for i, item in enumerate(node):
+            if dataclasses.is_dataclass(item):
+                _check_ceilings(item, where, f"{key}[{i}]")
+        return
+    for f in dataclasses.fields(node):
+        value, sub = getattr(node, f.name), f"{key}.{f.name}" if key else f.name
+        if dataclasses.is_dataclass(value) or isinstance(value, tuple):
+            _check_ceilings(value, where, sub)
+            continue
+        for suffix, (ceiling, why) in CEILINGS.items():
+            if isinstance(value, int | float) and f.name.endswith(suffix) and value > ceiling:
+                raise where.error(sub, f"must be at most {ceiling:,.0f} ({why}), got {value!r}")
 
 
 def _check_capacities(p: HardwareProfile, where: _Where) -> None:
@@ -345,6 +394,7 @@ def list_profiles() -> list[str]:
 
 
 __all__ = [
+    "CEILINGS",
     "PROFILE_DIR",
     "ProfileError",
     "build_dataclass",

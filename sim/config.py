@@ -31,6 +31,7 @@ from typing import Any
 from hwprofiles.loader import build_dataclass, read_yaml, resolve_yaml
 from sim.registry import WORKLOADS, Entry, ParamError, RegistryError, checked
 from sim.scenarios.seedref import parse_seed_figures
+from sim.scenarios.trace_path import resolve_trace
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -109,6 +110,7 @@ class SwarmParams:
         _non_negative(self, "ssds", "queue_depth", "layers", "local_window", "sink_tokens")
         _int32(self, "queue_depth")
         _check_decode(self)
+        _check_window(self)
 
 
 @dataclass(frozen=True)
@@ -245,6 +247,18 @@ def _check_decode(p: SparseDecodeParams | SwarmParams) -> None:
         raise ParamError("io_path", f"must be one of {IO_PATHS[:-1]}, got {p.io_path!r}")
 
 
+def _check_window(p: SwarmParams) -> None:
+    """The sink tokens and the local window are tokens of the context, always attended
+    (Swarm §5.2): together at most ``context_tokens``; the larger of the two is named."""
+    if p.sink_tokens + p.local_window > p.context_tokens:
+        name = "local_window" if p.local_window >= p.sink_tokens else "sink_tokens"
+        raise ParamError(
+            name,
+            f"sink_tokens {p.sink_tokens:,} + local_window {p.local_window:,} exceed "
+            f"context_tokens {p.context_tokens:,}",
+        )
+
+
 def _non_negative(p: Any, *names: str) -> None:
     for name in names:
         if getattr(p, name) < 0:
@@ -341,6 +355,8 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
     workload = _workload(entry, raw_workload, where, "workload")
     if not isinstance(raw_variants, list):
         raise where.error("variants", "must be a list")
+    if not all(isinstance(v, dict) and "trace" in v for v in raw_variants):
+        workload = resolve_trace(workload, path, where, "workload")
     variants = []
     names: set[str] = set()
     fields = {f.name for f in dataclasses.fields(entry.params)} - {"kind"}
@@ -355,6 +371,9 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
                     f"{key}.{k}", f"unknown workload key (one of: {', '.join(sorted(fields))})"
                 )
         params = _workload(entry, {**dataclasses.asdict(workload), **overrides}, where, key)
+        if "trace" in overrides:
+            params = resolve_trace(params, path, where, key)
+            overrides["trace"] = params.trace
         name = str(raw["name"])
         if name in names:
             raise where.error(f"{key}.name", f"duplicate variant name '{name}'")

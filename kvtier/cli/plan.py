@@ -22,6 +22,20 @@ from sim.capacity.store import ResultStore
 from sim.capacity.variants import Hardware, base_data, derive, resolve_ssd
 from sim.config import ConfigError
 
+# Ceilings of the derived machines (each SSD and DRAM module of a variant is linked like
+# the base's ssd0 / dram0 in one host), refused before any work.  Source: AMD EPYC 9004
+# product brief: a two-socket server has up to 160 PCIe 5.0 lanes, 12 DDR5 channels a
+# socket at 2 DIMMs each, and up to 6 TB of DDR5 a socket.  Assumption: a plan explores
+# one such host (a PCIe switch fan-out can exceed the lane count; real servers hold 8-32
+# NVMe drives and 8-32 DIMMs).
+MAX_SSDS = 160 // 4  # every SSD on a PCIe x4 link
+MAX_DRAM_MODULES = 2 * 12 * 2  # sockets x channels x DIMMs a channel
+# one module may stand for a whole host (dgx-h100's dram0); DRAM's "TB" is 2^40 B
+MAX_DRAM_GIB = 2 * 6 * 1024
+SIZES = (("ssd_counts", MAX_SSDS, "SSDs: 160 PCIe 5.0 lanes of a 2-socket server at x4"),
+         ("dram_modules", MAX_DRAM_MODULES, "DIMMs: 2 sockets x 12 channels x 2 a channel"),
+         ("dram_gib", MAX_DRAM_GIB, "GiB: 2 sockets x 6 TB of DDR5"))  # fmt: skip
+
 SHOWN = ("design", "gpus", "ssd_model", "ssds", "dram_modules", "cost_usd", "ttft_p99_s",
          "tpot_p99_s", "throughput_tok_s", "bottleneck", "bottleneck_share", "busiest")  # fmt: skip
 
@@ -116,6 +130,10 @@ def question(args: argparse.Namespace) -> Question:
     for name in ("ttft_p99", "tpot_p99", "min_tok_s"):
         if getattr(args, name) < 0:
             raise ConfigError(f"--{name.replace('_', '-')}: must be >= 0")
+    for name, ceiling, what in SIZES:  # the grid's machines, before any is derived
+        if max(getattr(args, name)) > ceiling:
+            flag = f"--{name.replace('_', '-')} {max(getattr(args, name))}"
+            raise ConfigError(f"{flag}: at most {ceiling:,} ({what}; kvtier plan derives one host)")
     return dataclasses.replace(
         Question(), base=args.base, model=args.model, trace=args.trace,
         context_tokens=args.context_tokens, docs=args.docs, requests=args.requests,

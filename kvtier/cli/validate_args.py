@@ -4,7 +4,8 @@ Every value is checked by argparse as it is parsed (:mod:`kvtier.contracts.valid
 typed flags), so nonsense ends in one line naming the flag, exit 2, before
 anything runs: ``--n``/``--steps`` integers >= 1, ``--step-s`` a finite number
 > 0, ``--scale`` a number in (0, 1] (left out: measured), ``--seed`` an
-integer >= 0, ``--regimes`` a non-empty subset of :data:`real.validate.REGIMES`.
+integer >= 0, ``--regimes`` a non-empty subset of :data:`real.validate.REGIMES`;
+the regime plan they size must fit in memory.
 :func:`check_args` then loads the named profiles (a bad name or file is reported
 first) and makes sure fio is there when the run needs it.
 """
@@ -78,6 +79,17 @@ def _check_dir(args: argparse.Namespace) -> None:
         raise RealError(f"--dir {where}: not an existing directory")
 
 
+def _check_plan_size(args: argparse.Namespace) -> None:
+    """The regime plan (:func:`real.validate.regime_plan`: per regime, one warm-up step
+    and ``--steps`` steps of one op on each of the ``--n`` SSDs) must fit in memory, as
+    :func:`sim.limits.check_plan_ops` bounds a simulated plan, before anything runs."""
+    from sim.limits import check_plan_ops
+
+    ops = len(args.regimes) * (1 + args.steps) * args.n
+    what = f"--steps {args.steps} x {len(args.regimes)} regimes x --n {args.n} SSDs"
+    check_plan_ops(ops, what)
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Refuse, in one line, values built without the parser (library callers) and
     make sure fio is there when the run uses it (``--install-fio`` installs it).
@@ -103,6 +115,7 @@ def check_args(args: argparse.Namespace) -> None:
             args.regimes = regimes_arg(args.regimes)
         except argparse.ArgumentTypeError as exc:
             raise RealError(f"--regimes: {exc}") from None
+    _check_plan_size(args)
     for flag in ("emulate", "pace", "hw"):  # a bad profile is named before fio is asked for
         if getattr(args, flag, None):
             profile = load_profile(getattr(args, flag))

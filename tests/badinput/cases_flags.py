@@ -154,4 +154,12 @@ FLAGS: list[tuple[str, str, Files, str]] = [
         "--docs 1000000000000",
     ),
     ("validate-n-over-profile", f"{VALIDATE} --n 16", {}, "--n 16: --hw h20-8ssd has 8 SSDs"),
+    # 4 regimes x (1 warm-up + 10^12 steps) x 4 SSDs = 16,000,000,000,016 ops
+    ("validate-steps-huge", f"{VALIDATE} --steps 1e12", {}, "plan of 16,000,000,000,016 ops"),
+    # --- a derived machine beyond one host: refused before any is derived or priced
+    ("plan-ssd-counts-huge", "plan --ssd-counts 1,1000000", {}, "--ssd-counts 1000000: at most 40"),
+    ("plan-ssd-counts-41", "plan --ssd-counts 41", {}, "--ssd-counts 41: at most 40"),
+    ("plan-dram-modules-huge", "plan --dram-modules 1000000", {}, "--dram-modules 1000000"),
+    ("plan-dram-modules-49", "plan --dram-modules 49", {}, "--dram-modules 49: at most 48"),
+    ("plan-dram-gib-huge", "plan --dram-gib 64,1e300", {}, "--dram-gib 1e+300: at most 12,288"),
 ]

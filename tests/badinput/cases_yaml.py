@@ -385,4 +385,60 @@ YAML: list[tuple[str, str, Files, str]] = [
     ),
     # --- a price table: a non-finite price is refused, not printed as the cheapest
     ("price-usd-inf", f"{PLAN_CMD} --prices pr.yaml", {"pr.yaml": PRICE_INF}, "usd: must be"),
+    # --- non-physical profile figures: above their unit's ceiling (hwprofiles.loader.CEILINGS)
+    *[
+        (f"prof-huge-{key}", "profiles show p.yaml", {"p.yaml": profile(old, new)}, needle)
+        for key, old, new, needle in (
+            ("gbps", "read_gbps: 14.7", "read_gbps: 1.0e+300", "p.yaml:65: ssds[0].read_gbps"),
+            ("iops", "read_iops: 1850000", "read_iops: 1.0e+300", "ssds[0].read_iops: must be"),
+            ("ssd-gib", "capacity_gib: 1862.6", "capacity_gib: 1.0e+300", "ssds[0].capacity_gib"),
+            ("hbm", "hbm_gbps: 2000", "hbm_gbps: 1.0e+300", "gpu.hbm_gbps: must be at most"),
+            ("cores", "cores: 16", "cores: 1000000", "cpu.cores: must be at most 4,096"),
+            ("latency", "read_latency_us: ", "read_latency_us: 1.0e+300 #", "read_latency_us"),
+        )
+    ],
+    (
+        "prof-huge-link",
+        "profiles show p.yaml",
+        {
+            "p.yaml": profile(
+                "{name: dram0.bus, between: [mc0, dram0], gbps: *ddr4_channel",
+                "{name: dram0.bus, between: [mc0, dram0], gbps: 1.0e+300",
+            )
+        },
+        "topology.links[1].gbps: must be at most 100,000",
+    ),
+    # --- a swarm window or sink count beyond the context (32,768 tokens by default)
+    (
+        "swarm-window-huge",
+        "sim --scenario w.yaml",
+        {"w.yaml": swarm("  local_window: 1000000000000\n")},
+        "workload.local_window: sink_tokens 4 + local_window 1,000,000,000,000 exceed",
+    ),
+    (
+        "swarm-sinks-huge",
+        "sim --scenario w.yaml",
+        {"w.yaml": swarm("  sink_tokens: 1000000000000\n")},
+        "workload.sink_tokens",
+    ),
+    (
+        "swarm-window-over-context",
+        "sim --scenario w.yaml",
+        {"w.yaml": swarm("  context_tokens: 1024\n  local_window: 1021\n")},
+        "sink_tokens 4 + local_window 1,021 exceed context_tokens 1,024",
+    ),
+    # --- a request-trace file found neither where kvtier runs nor beside the scenario
+    (
+        "serving-trace-missing",
+        "sim --scenario sub/v.yaml",
+        {"sub/v.yaml": serving("  trace: azure.parquet\n")},
+        "sub/v.yaml:6: workload.trace: 'azure.parquet' is neither conversation, long_doc nor "
+        "a trace file (no file at 'azure.parquet' or 'sub/azure.parquet')",
+    ),
+    (
+        "serving-trace-missing-variant",
+        "sim --scenario sub/v.yaml",
+        {"sub/v.yaml": serving("variants:\n  - {name: a, trace: b.parquet}\n")},
+        "variants[0].trace: 'b.parquet'",
+    ),
 ]

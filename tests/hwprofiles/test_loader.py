@@ -405,12 +405,29 @@ def read_back(profile: HardwareProfile, route: tuple) -> float:
 @settings(max_examples=60, deadline=None)
 @given(
     where=st.sampled_from(BANDWIDTHS),
-    value=st.floats(min_value=1e-6, max_value=1e9, allow_nan=False, allow_infinity=False)
-    | st.integers(min_value=1, max_value=10**9),
+    value=st.floats(min_value=1e-6, max_value=1e5, allow_nan=False, allow_infinity=False)
+    | st.integers(min_value=1, max_value=10**5),
 )
 def test_any_positive_bandwidth_loads(where: tuple[str, tuple], value: float) -> None:
     key, route = where
     assert read_back(load_with(route, value), route) == float(value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    where=st.sampled_from(BANDWIDTHS),
+    value=st.floats(min_value=100_000.01, allow_nan=False, allow_infinity=False)
+    | st.integers(min_value=100_001),
+)
+def test_a_bandwidth_above_the_ceiling_is_rejected_by_key(
+    where: tuple[str, tuple], value: float
+) -> None:
+    key, _ = where
+    with pytest.raises(ProfileError) as info:
+        load_with(where[1], value)
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert "mini.yaml:" in msg and f": {key}: must be at most 100,000 (" in msg
 
 
 @settings(max_examples=60, deadline=None)

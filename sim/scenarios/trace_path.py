@@ -1,0 +1,44 @@
+"""Where a serving scenario's request-trace file is: found when the scenario loads.
+
+A serving workload's ``trace`` is ``conversation``, ``long_doc`` (built in:
+:func:`sim.scenarios.serving.trace_tables`) or a request-trace file.  A relative
+path is looked for first in the directory ``kvtier`` runs in (the documented
+behaviour, docs/traces.md), then beside the scenario file, so a scenario and its
+trace can move together; the path found is the one the run reads.  When neither
+holds the file, the error names the scenario file, the line, the key and every
+place tried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+BUILTIN_TRACES = ("conversation", "long_doc")  # sim.scenarios.serving.trace_tables
+
+
+def places(trace: str, scenario: Path) -> list[Path]:
+    """The paths tried for ``trace`` named in ``scenario``, in order."""
+    given = Path(trace)
+    if given.is_absolute():
+        return [given]
+    return [given, scenario.parent / given]
+
+
+def resolve_trace(params: Any, scenario: Path, where: Any, key: str) -> Any:
+    """``params`` with its ``trace`` file found (see the module docstring); params
+    without a ``trace`` file (built-in traces, other kinds) are returned as they are.
+    ``where`` (the scenario's line map) raises the error at ``key``."""
+    trace = getattr(params, "trace", None)
+    if params.kind != "serving" or not isinstance(trace, str) or trace in BUILTIN_TRACES:
+        return params
+    tried = places(trace, scenario)
+    for path in tried:
+        if path.is_file():
+            return params if path == tried[0] else dataclasses.replace(params, trace=str(path))
+    shown = " or ".join(f"'{p}'" for p in tried)
+    raise where.error(
+        f"{key}.trace",
+        f"'{trace}' is neither conversation, long_doc nor a trace file (no file at {shown})",
+    )

@@ -1,0 +1,49 @@
+"""A serving scenario's request-trace file is found where kvtier runs, else beside the
+scenario file (:mod:`sim.scenarios.trace_path`), when the scenario loads."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.config import ConfigError, load_scenario
+
+SCENARIO = "name: v\ndescription: x\nseed: 0\nworkload:\n  kind: serving\n  trace: {trace}\n"
+
+
+def _write(tmp_path, trace: str, *files: str) -> str:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "v.yaml").write_text(SCENARIO.format(trace=trace))
+    for name in files:
+        (tmp_path / name).write_bytes(b"")  # only its existence is looked at on load
+    return "sub/v.yaml"
+
+
+def test_a_trace_beside_the_scenario_is_found_from_another_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_scenario(_write(tmp_path, "azure.parquet", "sub/azure.parquet"))
+    assert cfg.workload.trace == "sub/azure.parquet"
+
+
+def test_the_working_directory_comes_first_as_documented(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_scenario(_write(tmp_path, "azure.parquet", "azure.parquet", "sub/azure.parquet"))
+    assert cfg.workload.trace == "azure.parquet"
+
+
+def test_an_absolute_path_is_the_one_place_tried(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "nowhere.parquet"
+    with pytest.raises(ConfigError) as exc:
+        load_scenario(_write(tmp_path, str(missing)))
+    assert str(exc.value).endswith(f"(no file at '{missing}')")
+    assert str(exc.value).startswith("sub/v.yaml:6: workload.trace: ")
+
+
+def test_a_variant_beside_the_scenario_gets_its_own_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path, "long_doc", "sub/b.parquet")
+    with open(path, "a") as f:
+        f.write("variants:\n  - {name: a}\n  - {name: b, trace: b.parquet}\n")
+    cfg = load_scenario(path)
+    a, b = (cfg.variant_params(v) for v in cfg.variants)
+    assert (a.trace, b.trace) == ("long_doc", "sub/b.parquet")
