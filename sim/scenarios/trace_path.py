@@ -1,7 +1,8 @@
 """Where a serving scenario's request-trace file is: found when the scenario loads.
 
 A serving workload's ``trace`` is ``conversation``, ``long_doc`` (built in:
-:func:`sim.scenarios.serving.trace_tables`) or a request-trace file.  A relative
+:func:`sim.scenarios.serving.trace_tables`), ``sharegpt_long`` (seed 002's master
+workload, :mod:`sim.scenarios.swift_traces`) or a request-trace file.  A relative
 path is looked for first in the directory ``kvtier`` runs in (the documented
 behaviour, docs/traces.md), then beside the scenario file, so a scenario and its
 trace can move together; the path found is the one the run reads.  When neither
@@ -15,7 +16,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-BUILTIN_TRACES = ("conversation", "long_doc")  # sim.scenarios.serving.trace_tables
+# generated, not read: sim.scenarios.serving.trace_tables (conversation, long_doc) and
+# sim.scenarios.serving_instances (sharegpt_long, seed 002's master workload)
+BUILTIN_TRACES = ("conversation", "long_doc", "sharegpt_long")
 
 
 def places(trace: str, scenario: Path) -> list[Path]:
@@ -40,5 +43,6 @@ def resolve_trace(params: Any, scenario: Path, where: Any, key: str) -> Any:
     shown = " or ".join(f"'{p}'" for p in tried)
     raise where.error(
         f"{key}.trace",
-        f"'{trace}' is neither conversation, long_doc nor a trace file (no file at {shown})",
+        f"'{trace}' is neither a built-in trace ({', '.join(BUILTIN_TRACES)}) nor a trace "
+        f"file (no file at {shown})",
     )

@@ -432,8 +432,9 @@ YAML: list[tuple[str, str, Files, str]] = [
         "serving-trace-missing",
         "sim --scenario sub/v.yaml",
         {"sub/v.yaml": serving("  trace: azure.parquet\n")},
-        "sub/v.yaml:6: workload.trace: 'azure.parquet' is neither conversation, long_doc nor "
-        "a trace file (no file at 'azure.parquet' or 'sub/azure.parquet')",
+        "sub/v.yaml:6: workload.trace: 'azure.parquet' is neither a built-in trace "
+        "(conversation, long_doc, sharegpt_long) nor a trace file (no file at "
+        "'azure.parquet' or 'sub/azure.parquet')",
     ),
     (
         "serving-trace-missing-variant",

@@ -47,3 +47,14 @@ def test_a_variant_beside_the_scenario_gets_its_own_path(tmp_path, monkeypatch):
     cfg = load_scenario(path)
     a, b = (cfg.variant_params(v) for v in cfg.variants)
     assert (a.trace, b.trace) == ("long_doc", "sub/b.parquet")
+
+
+def test_every_shipped_scenario_loads_its_trace() -> None:
+    """Every scenario shipped in sim/scenarios names a trace that is built in or found:
+    seed 002's ``sharegpt_long`` once failed here as a missing file."""
+    from sim.config import SCENARIO_DIR, load_scenario
+
+    names = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+    assert "swiftcache" in names
+    for name in names:
+        load_scenario(name)
