@@ -345,14 +345,15 @@ def _head(params: ClusterParams) -> int:
 def _expand(
     index: CoactivationIndex, medoid: int, cand: np.ndarray, params: ClusterParams
 ) -> np.ndarray:
-    """Step 4 from dense vectors, ``_WINDOW`` candidates at a time.
+    """Step 4, ``_WINDOW`` candidates at a time.
 
-    One Gram product per window gives its distances to the members so far and
-    to itself.  A window's running Eq. 5 sums start as the sequential (cumsum)
-    sum of its distances to the members in join order; each join adds the new
-    member's distances to the candidates after it (its row of the window's
-    own distances: d is symmetric bit for bit, integer counts and a commuted
-    sum), the reference's order.  Earlier candidates' sums are never read again.
+    One count matrix per window (popcounts, :meth:`~.cooccur.CoactivationIndex.counts`)
+    gives its distances to the members so far and to itself.  A window's running
+    Eq. 5 sums start as the sequential (cumsum) sum of its distances to the members
+    in join order; each join adds the new member's distances to the candidates
+    after it (its row of the window's distances: d is symmetric bit for bit, exact
+    integer counts and a commuted sum), the reference's order.  Earlier
+    candidates' sums are never read again.
     """
     cap = params.max_cluster
     head = np.array([medoid], dtype=np.int64)
@@ -366,7 +367,7 @@ def _expand(
         win = cand[lo : lo + _WINDOW]
         n_mem = len(members)
         ids = np.concatenate([members, win])
-        d = jaccard_distance(index.vectors(win) @ index.vectors(ids).T, f[win][:, None], f[ids])
+        d = jaccard_distance(index.counts(win, ids), f[win][:, None], f[ids])
         total = np.cumsum(d[:, :n_mem], axis=1)[:, -1]
         dww = d[:, n_mem:]
         for k, j in enumerate(win.tolist()):

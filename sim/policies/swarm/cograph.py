@@ -87,7 +87,7 @@ def neighbour_graph(
     if int((hi - np.arange(n_el)).sum()) > max_pairs:
         return None
     left, right = _augmented(dense[order], fs, s)
-    bits = _packed(dense[order])
+    bits = packed_bits(dense[order])
 
     def block(ab: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Neighbour pairs (sorted positions i < j, distance) of rows a..b-1."""
@@ -145,7 +145,7 @@ def _augmented(vs: np.ndarray, fs: np.ndarray, s: float) -> tuple[np.ndarray, np
     return left, right
 
 
-def _packed(vs: np.ndarray) -> np.ndarray:
+def packed_bits(vs: np.ndarray) -> np.ndarray:
     """Selection vectors as bits, in uint64 words: ``A_ij`` = popcount of the AND."""
     bits = np.packbits(vs > 0, axis=1)
     pad = -bits.shape[1] % 8

@@ -42,7 +42,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.swarm.cograph import NeighbourGraph, jaccard_distance, neighbour_graph
+from sim.policies.swarm.cograph import (
+    NeighbourGraph,
+    jaccard_distance,
+    neighbour_graph,
+    packed_bits,
+)
 
 MAX_DENSE_ENTRIES = 20_000  # largest N for which an N x N matrix is built
 _BINS = 16  # selection-count bins pooled for the density prior
@@ -149,6 +154,7 @@ class CoactivationIndex:
         self._pos[self.eligible] = np.arange(len(self.eligible))
         sub = X[:, self.eligible].tocsr()
         self._dense = dense_rows(sub)
+        self._bits = packed_bits(self._dense)  # the same vectors, T / 8 bytes per entry
         csc = X.tocsc()
         self._queries_of = (csc.indptr, csc.indices)  # the queries selecting each entry
         self._in_query = (sub.indptr, sub.indices.astype(np.int64))  # eligible positions
@@ -205,6 +211,15 @@ class CoactivationIndex:
         d[self._pos[entry]] = np.inf
         near = np.flatnonzero(d < self.radius)
         return self.eligible[near[np.lexsort((near, d[near]))]]
+
+    def counts(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Exact ``A[rows, cols]`` (int64) of eligible entries, by popcounts of their
+        packed selection vectors: no BLAS call for the few pairs of one expansion."""
+        pr, pc = self._pos[rows], self._pos[cols]
+        if (pr < 0).any() or (pc < 0).any():
+            raise ValueError("counts() of an entry that cannot have neighbours")
+        both = self._bits[pr][:, None, :] & self._bits[pc][None, :, :]
+        return np.bitwise_count(both).sum(axis=2, dtype=np.int64)
 
     def vectors(self, entries: np.ndarray) -> np.ndarray:
         """Dense float32 selection vectors (``len x T``) of eligible entries."""
