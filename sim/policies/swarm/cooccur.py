@@ -134,10 +134,11 @@ class CoactivationIndex:
 
     Keeps the selection vectors of the *eligible* entries (``f_i >= min_activations``,
     the only ones that can have a neighbour) as a dense float32
-    ``E x T`` matrix, ``4 * T`` bytes per entry, and answers everything with
-    BLAS products on it: rows of ``A`` for a batch of entries (:meth:`rows`,
-    ~0.6 ms per row at E = 78K, T = 512 in batches of 64), Eq. 4 densities
-    (:meth:`densities`) and member vectors for Eq. 5 (:meth:`vectors`).
+    ``E x T`` matrix, ``4 * T`` bytes per entry, and answers with BLAS
+    products on it: rows of ``A`` for a batch of entries (:meth:`rows`,
+    ~0.6 ms per row at E = 78K, T = 512 in batches of 64) and Eq. 4 densities
+    (:meth:`densities`).  The same vectors packed as bits (``T / 8`` bytes per
+    entry) give the few counts of one Eq. 5 expansion by popcounts (:meth:`counts`).
     After :meth:`build_graph`, candidate queues and densities come from the
     exact r-neighbour graph (:mod:`.cograph`) instead of rows.
     """
