@@ -84,3 +84,26 @@ def test_row_path_and_graph_path_both_equal_the_reference(case):
     for pairs in (1, 10**9):  # 1: no band fits, the row-wise path with probes
         p = dataclasses.replace(params, graph_pairs=pairs)
         assert [m.tolist() for m in cluster(X, p).members] == ref
+
+
+def test_counts_by_hand_across_two_words():
+    # 70 queries: the packed vectors take two uint64 words.  Entry 0 is selected by
+    # every query (f = 70), entry 1 by queries 60..69 (f = 10, straddling the word
+    # boundary at 64), entry 2 by queries 0, 1, 64, 65 (f = 4).
+    X = np.zeros((70, 3), dtype=bool)
+    X[:, 0] = True
+    X[60:70, 1] = True
+    X[[0, 1, 64, 65], 2] = True
+    index = CoactivationIndex(sp.csr_matrix(X), 0.5)
+    got = index.counts(np.array([0, 1]), np.array([1, 2, 0]))
+    assert got.tolist() == [[10, 4, 70], [10, 2, 10]]  # A_12 = |{64, 65}| = 2
+    assert jaccard_distance(2, 10, 4) == 1.0 - 2.0 / 12.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(profiles())
+def test_counts_equal_the_blas_coactivation(case):
+    X, r, fmin = case
+    index = CoactivationIndex(X, r, fmin)
+    el = index.eligible
+    assert np.array_equal(index.counts(el, el[::-1]), coactivation(X)[np.ix_(el, el[::-1])])

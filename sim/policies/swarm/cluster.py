@@ -345,11 +345,15 @@ def _head(params: ClusterParams) -> int:
 def _expand(
     index: CoactivationIndex, medoid: int, cand: np.ndarray, params: ClusterParams
 ) -> np.ndarray:
-    """Step 4 from dense vectors, ``_WINDOW`` candidates at a time.
+    """Step 4, ``_WINDOW`` candidates at a time.
 
-    A window's running Eq. 5 sums start as the sequential (cumsum) sum of its
-    distances to the members in join order; each join adds the new member's
-    distances (from the window's own Gram matrix): the reference's order.
+    One count matrix per window (popcounts, :meth:`~.cooccur.CoactivationIndex.counts`)
+    gives its distances to the members so far and to itself.  A window's running
+    Eq. 5 sums start as the sequential (cumsum) sum of its distances to the members
+    in join order; each join adds the new member's distances to the candidates
+    after it (its row of the window's distances: d is symmetric bit for bit, exact
+    integer counts and a commuted sum), the reference's order.  Earlier
+    candidates' sums are never read again.
     """
     cap = params.max_cluster
     head = np.array([medoid], dtype=np.int64)
@@ -361,17 +365,17 @@ def _expand(
         if len(members) >= cap:
             break
         win = cand[lo : lo + _WINDOW]
-        vw = index.vectors(win)
-        mem = np.array(members)
-        d = jaccard_distance(vw @ index.vectors(mem).T, f[win][:, None], f[mem][None, :])
-        total = np.cumsum(d, axis=1)[:, -1]
-        dww = jaccard_distance(vw @ vw.T, f[win][:, None], f[win][None, :])
+        n_mem = len(members)
+        ids = np.concatenate([members, win])
+        d = jaccard_distance(index.counts(win, ids), f[win][:, None], f[ids])
+        total = np.cumsum(d[:, :n_mem], axis=1)[:, -1]
+        dww = d[:, n_mem:]
         for k, j in enumerate(win.tolist()):
             if len(members) >= cap:
                 break
-            if total[k] / len(members) < r:  # Eq. 5
+            if total.item(k) / len(members) < r:  # Eq. 5
                 members.append(j)
-                total += dww[:, k]
+                total[k + 1 :] += dww[k, k + 1 :]
     return np.array(members, dtype=np.int64)
 
 

@@ -87,7 +87,7 @@ def neighbour_graph(
     if int((hi - np.arange(n_el)).sum()) > max_pairs:
         return None
     left, right = _augmented(dense[order], fs, s)
-    bits = _packed(dense[order])
+    bits = packed_bits(dense[order])
 
     def block(ab: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Neighbour pairs (sorted positions i < j, distance) of rows a..b-1."""
@@ -97,7 +97,7 @@ def neighbour_graph(
         g = left[a:b] @ right[a:c1].T
         # float32 rounding: at most (T + 2) eps x the sum of |terms| <= 2 (f_i + f_j)
         margin = left.shape[1] * _EPS * 2.0 * (1.0 + fs[b - 1] + fs[c1 - 1])
-        i, j = np.nonzero(g > -margin)
+        i, j = np.divmod(np.flatnonzero(g > -margin), g.shape[1])  # row-major, as nonzero
         up = j > i  # each unordered pair once, j after i in f order
         i, j = i[up] + a, j[up] + a
         a_ij = np.bitwise_count(bits[i] & bits[j]).sum(axis=1, dtype=np.int64)
@@ -145,7 +145,7 @@ def _augmented(vs: np.ndarray, fs: np.ndarray, s: float) -> tuple[np.ndarray, np
     return left, right
 
 
-def _packed(vs: np.ndarray) -> np.ndarray:
+def packed_bits(vs: np.ndarray) -> np.ndarray:
     """Selection vectors as bits, in uint64 words: ``A_ij`` = popcount of the AND."""
     bits = np.packbits(vs > 0, axis=1)
     pad = -bits.shape[1] % 8
@@ -156,8 +156,15 @@ def _packed(vs: np.ndarray) -> np.ndarray:
 def jaccard_distance(a: np.ndarray, fi: np.ndarray, fj: np.ndarray) -> np.ndarray:
     """``1 - a / (fi + fj - a)`` in float64 (broadcasting); 1 where the union is empty."""
     a = np.asarray(a, dtype=np.float64)
-    union = np.asarray(fi, dtype=np.float64) + np.asarray(fj, dtype=np.float64) - a
-    return 1.0 - np.divide(a, union, out=np.zeros(np.broadcast(a, union).shape), where=union > 0)
+    union = np.add(fi, fj, dtype=np.float64)
+    if union.shape == np.broadcast_shapes(union.shape, a.shape):
+        union -= a  # in place: the same float64 subtraction, one array fewer
+    else:
+        union = union - a
+    out = np.zeros(union.shape)
+    np.divide(a, union, out=out, where=union > 0)
+    np.subtract(1.0, out, out=out)
+    return out if out.ndim else out[()]
 
 
 def _band_ends(fs: np.ndarray, s: float, n_el: int) -> np.ndarray:
@@ -171,7 +178,9 @@ def _band_ends(fs: np.ndarray, s: float, n_el: int) -> np.ndarray:
 def _symmetric_csr(i: np.ndarray, j: np.ndarray, d: np.ndarray, n_entries: int):
     """Both directions of the pairs, grouped by row (rows are sorted when read)."""
     src = np.concatenate([i, j]).astype(np.int64)
-    key = np.argsort(src, kind="stable")
+    # a stable sort is one permutation whatever the dtype; the narrowest one that holds
+    # every id makes numpy's stable argsort a radix sort (16 bits and fewer)
+    key = np.argsort(src.astype(np.min_scalar_type(max(n_entries - 1, 0))), kind="stable")
     dst = np.concatenate([j, i]).astype(np.int64)[key]
     d = np.concatenate([d, d])[key]  # jaccard_distance is symmetric bit for bit
     indptr = np.zeros(n_entries + 1, dtype=np.int64)

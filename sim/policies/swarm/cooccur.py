@@ -42,7 +42,12 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.swarm.cograph import NeighbourGraph, jaccard_distance, neighbour_graph
+from sim.policies.swarm.cograph import (
+    NeighbourGraph,
+    jaccard_distance,
+    neighbour_graph,
+    packed_bits,
+)
 
 MAX_DENSE_ENTRIES = 20_000  # largest N for which an N x N matrix is built
 _BINS = 16  # selection-count bins pooled for the density prior
@@ -129,10 +134,11 @@ class CoactivationIndex:
 
     Keeps the selection vectors of the *eligible* entries (``f_i >= min_activations``,
     the only ones that can have a neighbour) as a dense float32
-    ``E x T`` matrix, ``4 * T`` bytes per entry, and answers everything with
-    BLAS products on it: rows of ``A`` for a batch of entries (:meth:`rows`,
-    ~0.6 ms per row at E = 78K, T = 512 in batches of 64), Eq. 4 densities
-    (:meth:`densities`) and member vectors for Eq. 5 (:meth:`vectors`).
+    ``E x T`` matrix, ``4 * T`` bytes per entry, and answers with BLAS
+    products on it: rows of ``A`` for a batch of entries (:meth:`rows`,
+    ~0.6 ms per row at E = 78K, T = 512 in batches of 64) and Eq. 4 densities
+    (:meth:`densities`).  The same vectors packed as bits (``T / 8`` bytes per
+    entry) give the few counts of one Eq. 5 expansion by popcounts (:meth:`counts`).
     After :meth:`build_graph`, candidate queues and densities come from the
     exact r-neighbour graph (:mod:`.cograph`) instead of rows.
     """
@@ -149,6 +155,7 @@ class CoactivationIndex:
         self._pos[self.eligible] = np.arange(len(self.eligible))
         sub = X[:, self.eligible].tocsr()
         self._dense = dense_rows(sub)
+        self._bits = packed_bits(self._dense)  # the same vectors, T / 8 bytes per entry
         csc = X.tocsc()
         self._queries_of = (csc.indptr, csc.indices)  # the queries selecting each entry
         self._in_query = (sub.indptr, sub.indices.astype(np.int64))  # eligible positions
@@ -205,6 +212,15 @@ class CoactivationIndex:
         d[self._pos[entry]] = np.inf
         near = np.flatnonzero(d < self.radius)
         return self.eligible[near[np.lexsort((near, d[near]))]]
+
+    def counts(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Exact ``A[rows, cols]`` (int64) of eligible entries, by popcounts of their
+        packed selection vectors: no BLAS call for the few pairs of one expansion."""
+        pr, pc = self._pos[rows], self._pos[cols]
+        if (pr < 0).any() or (pc < 0).any():
+            raise ValueError("counts() of an entry that cannot have neighbours")
+        both = self._bits[pr][:, None, :] & self._bits[pc][None, :, :]
+        return np.bitwise_count(both).sum(axis=2, dtype=np.int64)
 
     def vectors(self, entries: np.ndarray) -> np.ndarray:
         """Dense float32 selection vectors (``len x T``) of eligible entries."""
