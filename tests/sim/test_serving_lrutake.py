@@ -20,7 +20,7 @@ import pytest
 import sim.serving.tiers.lru as lru
 import sim.serving.tiers.tierplace as tierplace
 from sim.serving.tiers.blocks import READY, Entry, OffloadTier
-from tests.sim.test_serving_tierplace import RefEntry, RefTier, same_books
+from tests.sim.test_serving_tierplace import RefEntry, RefTier, same_books, same_life
 
 
 def _life(tiers: list[OffloadTier], rng: np.random.Generator) -> None:
@@ -169,29 +169,11 @@ def test_batched_victims_match_the_per_key_definition(
         assert tier.evictions == len(evicted["ref"])
         same_books(tier, ref)
         assert tier.allocators[0].live == len(ref.entries)
-        _life_both(tier, ref, rng)
+        same_life(tier, ref, rng)
     assert tier.evictions > 500
     assert runs["take"] > 50
     if size.startswith("whole"):  # used - b + b == used: steady replace runs happen
         assert runs["replace_run"] > 20
-
-
-def _life_both(t: OffloadTier, r: RefTier, rng: np.random.Generator) -> None:
-    """The same random completions and loads (pin, touch, unpin) in a tier
-    and the per-key definition, one draw per entry."""
-    for e in list(t.entries.values()):
-        f, x = r.entries[e.key], rng.random()
-        if e.ref_cnt == -1 and x < 0.6:
-            t.complete_all([e])
-            f.ref_cnt = READY
-        elif e.ref_cnt == READY and x < 0.1:
-            t.pin(e)
-            t.touch(e.key)
-            f.ref_cnt += 1
-            r.entries.move_to_end(e.key)
-        elif e.ref_cnt > READY and x < 0.4:
-            t.unpin_all([e])
-            f.ref_cnt -= 1
 
 
 def test_a_key_whose_arithmetic_does_not_return_used_is_placed_key_by_key() -> None:
@@ -244,5 +226,5 @@ def test_a_replace_run_reusing_its_victims_decides_what_new_entries_decide() -> 
         )  # new: not ready, not offered
         same_books(tier, ref)
         reused += sum(id(e) in before for e in placed)
-        _life_both(tier, ref, rng)
+        same_life(tier, ref, rng)
     assert tier.evictions > 500 and reused > 300

@@ -202,24 +202,29 @@ def _drive(
         if not dropping:  # this set's victims, in order (none seen when dropped)
             assert victims["bulk"][seen[0] :] == victims["ref"][seen[1] :]
         assert t.evictions == len(victims["ref"])
-        # the same random life for both: completions, loads (pin, touch, unpin)
-        for e in list(t.entries.values()):
-            f, x = r.entries[e.key], rng.random()
-            if e.ref_cnt == -1 and x < 0.6:
-                t.complete_all([e])
-                f.ref_cnt = READY
-            elif e.ref_cnt == READY and x < 0.1:
-                t.pin(e)
-                t.touch(e.key)
-                f.ref_cnt += 1
-                r.entries.move_to_end(e.key)
-            elif e.ref_cnt > READY and x < 0.4:
-                t.unpin_all([e])
-                f.ref_cnt -= 1
+        same_life(t, r, rng)  # the same random life for both
         same_books(t, r)
     if len(caps) > 1:  # some entries spilled: no bytes on a device with a share
         assert any(0.0 in e.nbytes for e in t.entries.values())
     assert len(victims["ref"]) > 200  # the comparison saw real evictions
+
+
+def same_life(t: OffloadTier, r: RefTier, rng: np.random.Generator) -> None:
+    """The same random completions and loads (pin, touch, unpin) in a tier and
+    the per-key definition, one draw per entry."""
+    for e in list(t.entries.values()):
+        f, x = r.entries[e.key], rng.random()
+        if e.ref_cnt == -1 and x < 0.6:
+            t.complete_all([e])
+            f.ref_cnt = READY
+        elif e.ref_cnt == READY and x < 0.1:
+            t.pin(e)
+            t.touch(e.key)
+            f.ref_cnt += 1
+            r.entries.move_to_end(e.key)
+        elif e.ref_cnt > READY and x < 0.4:
+            t.unpin_all([e])
+            f.ref_cnt -= 1
 
 
 def literal_layer_runs(ratios: list[float], n: int, layers: int) -> list:
