@@ -18,6 +18,7 @@ import typing
 from collections.abc import Callable
 
 from hwprofiles import ProfileError
+from kvtier.cli.process import keep_freed_memory, one_blas_thread
 from kvtier.contracts.plan import PlanError
 from kvtier.contracts.validate import InputError
 from real.errors import RealError
@@ -86,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     debug = args.debug or os.environ.get("KVTIER_DEBUG", "") not in ("", "0")
+    keep_freed_memory()
     try:
-        return int(args.handler(args) or 0)
+        with one_blas_thread():
+            return int(args.handler(args) or 0)
     except USER_ERRORS as exc:
         return _fail(str(exc), 2)
     except OSError as exc:  # an output (or input) the system refused: name the path

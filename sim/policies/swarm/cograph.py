@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 _ROWS = 1024  # rows per band block at most
 _CELLS = 1 << 25  # float32 cells per block at most (128 MB): fewer rows where the band is wide
@@ -107,7 +108,10 @@ def neighbour_graph(
 
     empty = np.empty(0, np.int64)
     rows, cols, dists, kept = [empty], [empty], [np.empty(0)], 0
-    with ThreadPoolExecutor(_THREADS) as pool:  # numpy and BLAS release the GIL
+    # numpy and BLAS release the GIL: the blocks run on _THREADS threads, each
+    # product on one BLAS thread (a threaded BLAS inside each block would put
+    # _THREADS x cores threads on the cores, spinning on one another)
+    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(_THREADS) as pool:
         for i, j, d in pool.map(block, _blocks(hi)):
             rows.append(i)
             cols.append(j)
