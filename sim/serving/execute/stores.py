@@ -70,13 +70,24 @@ from sim.serving.policy.jobs import StoreRequest, Transfer
 from sim.serving.policy.manager import BlockManager, Seq
 
 
+class _Soon(simpy.Event):
+    """An event that has already happened, scheduled urgent at this instant,
+    whose one callback calls ``fn``: where a process started now would take
+    its first step (simpy's own ``Initialize``, which ``env.process`` makes,
+    with a callback in place of the process).  Like simpy's own event
+    classes (``Timeout``, ``Initialize``), it sets its outcome when made."""
+
+    def __init__(self, env: simpy.Environment, fn: Callable[[], None]):
+        self.env = env
+        self.callbacks = [lambda _e: fn()]
+        self._ok = True
+        self._value = None
+        env.schedule(self, URGENT)
+
+
 def _soon(env: simpy.Environment, fn: Callable[[], None]) -> None:
-    """Call ``fn`` where a process started now would take its first step:
-    an urgent event scheduled at this instant (what ``env.process`` makes)."""
-    ev = simpy.Event(env)
-    ev._ok, ev._value = True, None
-    ev.callbacks.append(lambda _e: fn())
-    env.schedule(ev, URGENT)
+    """Call ``fn`` where a process started now would take its first step (:class:`_Soon`)."""
+    _Soon(env, fn)
 
 
 class Offloader:
