@@ -1,13 +1,17 @@
-"""Where a serving scenario's request-trace file is: found when the scenario loads.
+"""Where a scenario's trace file is: found when the scenario loads.
 
 A serving workload's ``trace`` is ``conversation``, ``long_doc`` (built in:
 :func:`sim.scenarios.serving.trace_tables`), ``sharegpt_long`` (seed 002's master
-workload, :mod:`sim.scenarios.swift_traces`) or a request-trace file.  A relative
-path is looked for first in the directory ``kvtier`` runs in (the documented
+workload, :mod:`sim.scenarios.swift_traces`) or a request-trace file; a sparse
+decoding workload's (``swarm``, ``kvdrive``, ...) is a generator preset or a
+captured access trace (a ``.parquet`` file from ``kvtier trace capture``).  A
+relative path is looked for first in the directory ``kvtier`` runs in (the documented
 behaviour, docs/traces.md), then beside the scenario file, so a scenario and its
 trace can move together; the path found is the one the run reads.  When neither
 holds the file, the error names the scenario file, the line, the key and every
-place tried.
+place tried; a captured access trace found in neither place is left as named, and
+is refused, naming the file, when the run reads it (a scenario may name a capture
+made after it, as ``kvdrive-2d-real.yaml`` does).
 """
 
 from __future__ import annotations
@@ -34,15 +38,24 @@ def resolve_trace(params: Any, scenario: Path, where: Any, key: str) -> Any:
     without a ``trace`` file (built-in traces, other kinds) are returned as they are.
     ``where`` (the scenario's line map) raises the error at ``key``."""
     trace = getattr(params, "trace", None)
-    if params.kind != "serving" or not isinstance(trace, str) or trace in BUILTIN_TRACES:
+    if not isinstance(trace, str):
+        return params
+    if params.kind == "serving":
+        if trace in BUILTIN_TRACES:
+            return params
+        what = f"neither a built-in trace ({', '.join(BUILTIN_TRACES)}) nor a trace file"
+    elif trace.endswith(".parquet"):  # a captured access trace (sim.scenarios.swarm_traces)
+        what = ""
+    else:  # a generator preset: checked where the workload is built
         return params
     tried = places(trace, scenario)
     for path in tried:
         if path.is_file():
             return params if path == tried[0] else dataclasses.replace(params, trace=str(path))
+    if not what:  # a capture may be made after the scenario is written: read (and
+        return params  # refused, naming the file) when its lanes are built
     shown = " or ".join(f"'{p}'" for p in tried)
     raise where.error(
         f"{key}.trace",
-        f"'{trace}' is neither a built-in trace ({', '.join(BUILTIN_TRACES)}) nor a trace "
-        f"file (no file at {shown})",
+        f"'{trace}' is {what} (no file at {shown})",
     )

@@ -58,3 +58,27 @@ def test_every_shipped_scenario_loads_its_trace() -> None:
     assert "swiftcache" in names
     for name in names:
         load_scenario(name)
+
+
+SWARM = (
+    "name: v\ndescription: x\nseed: 0\nworkload:\n  kind: swarm\n  model: Qwen3-32B\n"
+    "  trace: {trace}\n"
+)
+
+
+def test_a_captured_access_trace_beside_the_scenario_is_found(tmp_path, monkeypatch):
+    """A sparse-decoding scenario's captured access trace (a .parquet from
+    ``kvtier trace capture``) follows the same rule as a serving trace file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "v.yaml").write_text(SWARM.format(trace="cap.parquet"))
+    (tmp_path / "sub" / "cap.parquet").write_bytes(b"")
+    assert load_scenario("sub/v.yaml").workload.trace == "sub/cap.parquet"
+
+
+def test_a_capture_not_made_yet_is_left_as_named(tmp_path, monkeypatch):
+    """Read (and refused, naming the file) when the lanes are built, not on load."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "v.yaml").write_text(SWARM.format(trace="later.parquet"))
+    assert load_scenario("sub/v.yaml").workload.trace == "later.parquet"
