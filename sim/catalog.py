@@ -1,29 +1,48 @@
-"""The one place that imports every module that registers something.
+"""Which modules fill each registry, imported on the registry's first lookup.
 
-``sim/__init__.py`` imports this module, so every registration below has
-happened before any ``sim`` module runs a lookup, whatever the user imported
-first.  KV designs are found, not listed: every module under
-:mod:`sim.policies` is imported, so a new design is one policy file with its
-``register`` line (docs/changes.md, "Adding a KV design").  Serving designs,
-workload kinds and the capacity plan's sparse-decode designs are the modules below.
+``sim/__init__.py`` imports this module, which hands each registry of
+:mod:`sim.registry` the function importing every module that registers in
+it (:meth:`sim.registry.Registry.fill_with`): every lookup sees every
+registration, whatever the user imported first, and a command imports only
+the families it looks up.  KV designs are found, not listed: every module
+under :mod:`sim.policies` is imported, so a new design is one policy file
+with its ``register`` line (docs/changes.md, "Adding a KV design").  Serving
+designs, workload kinds and the capacity plan's sparse-decode designs are
+the modules named below; a module registers in one registry only
+(``tests/sim/test_registry.py`` holds each family to its modules).
 """
 
 import importlib
 import pkgutil
 
-import sim.capacity.sparse  # noqa: F401 capacity-plan designs of sparse_decode
-import sim.policies
-import sim.policies.baselines.infllm  # noqa: F401 KV design: infllm
-import sim.policies.baselines.nocluster  # noqa: F401 KV design: nocluster
-import sim.policies.baselines.pqcache  # noqa: F401 KV design: pqcache
-import sim.policies.swarm.design  # noqa: F401 KV designs: swarm and its ablations
-import sim.scenarios.kvdrive_kind  # noqa: F401 workload kind: kvdrive (seed 003)
-import sim.serving.designs  # noqa: F401 serving designs of seeds 001 and 004
-import sim.workloads  # noqa: F401 workload kinds: sparse_decode, swarm, serving
 from sim.registry import KV_DESIGNS, SERVING_DESIGNS, SPARSE_DECODE_DESIGNS, WORKLOADS
 
 REGISTRIES = (KV_DESIGNS, SERVING_DESIGNS, WORKLOADS, SPARSE_DECODE_DESIGNS)
 
-# any other policy module (a design added as one file registers itself on import)
-for _info in pkgutil.walk_packages(sim.policies.__path__, "sim.policies."):
-    importlib.import_module(_info.name)
+
+def kv_designs() -> None:
+    """Every module under :mod:`sim.policies` (a design added as one file
+    registers itself on import)."""
+    import sim.policies  # noqa: PLC0415
+
+    for info in pkgutil.walk_packages(sim.policies.__path__, "sim.policies."):
+        importlib.import_module(info.name)
+
+
+def serving_designs() -> None:
+    import sim.serving.designs  # noqa: F401, PLC0415  serving designs of seeds 001 and 004
+
+
+def workload_kinds() -> None:
+    import sim.scenarios.kvdrive_kind  # noqa: F401, PLC0415  kvdrive (seed 003)
+    import sim.workloads  # noqa: F401, PLC0415  sparse_decode, swarm, serving
+
+
+def sparse_decode_designs() -> None:
+    import sim.capacity.sparse  # noqa: F401, PLC0415  capacity-plan designs of sparse_decode
+
+
+KV_DESIGNS.fill_with(kv_designs)
+SERVING_DESIGNS.fill_with(serving_designs)
+WORKLOADS.fill_with(workload_kinds)
+SPARSE_DECODE_DESIGNS.fill_with(sparse_decode_designs)

@@ -71,7 +71,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -214,6 +213,8 @@ def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], np.ndarray, 
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             col = pc.dictionary_encode(col).combine_chunks().indices
         cols[c] = col.to_numpy()
+    import pandas as pd  # noqa: PLC0415  (here: the serving engine runs without it)
+
     gid = pd.DataFrame(cols).groupby(list(cols), sort=False, dropna=False).ngroup().to_numpy()
     _, first = np.unique(gid, return_index=True)
     rows = plan.select([*_SHAPE, "threads"]).take(pa.array(first)).to_pydict()

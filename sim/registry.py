@@ -23,8 +23,11 @@ apart from the message, so the scenario loader turns them into
 ``FILE:LINE: key: problem``.
 
 Which modules register is not left to import side effects: :mod:`sim.catalog`
-imports every one of them, and ``sim/__init__.py`` imports the catalog, so
-any ``import sim.x`` sees every registration.
+names, per registry, the modules that fill it, and a registry imports them on
+its first lookup (:meth:`Registry.fill_with`), so every lookup sees every
+registration, and a command pays for importing only the families it looks
+up (the serving engine never imports the sparse-decode designs, nor they
+the serving ones).
 """
 
 from __future__ import annotations
@@ -102,6 +105,19 @@ class Registry:
         self.what = what
         self.key = key
         self._entries: dict[str, Entry] = {}
+        self._fill: Callable[[], None] | None = None  # imports the modules that register
+
+    def fill_with(self, fill: Callable[[], None]) -> None:
+        """Call ``fill`` (it imports every module that registers here) before
+        the first lookup (:mod:`sim.catalog`)."""
+        self._fill = fill
+
+    def _table(self) -> dict[str, Entry]:
+        """The entries, every registering module imported first."""
+        fill, self._fill = self._fill, None
+        if fill is not None:
+            fill()
+        return self._entries
 
     def register(
         self,
@@ -130,17 +146,18 @@ class Registry:
         return entry
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        return sorted(self._table())
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._table()
 
     def entry(self, name: str) -> Entry:
         """The entry called ``name``, or a :class:`RegistryError` listing the known."""
-        if name not in self._entries:
+        table = self._table()
+        if name not in table:
             known = ", ".join(self.names())
             raise RegistryError(self.key, f"unknown {self.what} {name!r} (known: {known})")
-        return self._entries[name]
+        return table[name]
 
     def params(
         self, name: str | Entry, overrides: Mapping[str, Any], key: str = "design_params"

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:  # scipy is imported where a matrix is made: reading requests needs none
+    import scipy.sparse as sp
 
 _CHECK_CHUNK = 1 << 24  # indices validated per block (bounded memory)
 
@@ -129,6 +132,8 @@ class AccessTrace:
         X = self._activations(layer, head, steps)
         if not scored_only:
             return X
+        import scipy.sparse as sp  # noqa: PLC0415
+
         m = self.meta
         step_ids = np.arange(m.steps)[steps if steps is not None else slice(None)]
         coo = X.tocoo()
@@ -139,6 +144,8 @@ class AccessTrace:
         )
 
     def _activations(self, layer: int, head: int, steps: slice | None) -> sp.csr_matrix:
+        import scipy.sparse as sp  # noqa: PLC0415
+
         m = self.meta
         if not (0 <= layer < m.layers and 0 <= head < m.kv_heads):
             raise IndexError(

@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 from traces.access import AccessMeta, AccessTrace, forced_ids, selection_budget
 from traces.latent import (

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -110,7 +109,9 @@ def _first_of_each_shape(
         for c in ("kind", "src", "dst", "io_path")
     }
     cols.update(b=nbytes > 0, n=n_ios > 0, w=(flops > 0) | (hbm > 0))
-    return pd.DataFrame(cols).drop_duplicates().index.to_numpy()
+    combos = np.stack([c.astype(np.int64) for c in cols.values()], axis=1)
+    first = np.unique(combos, axis=0, return_index=True)[1]  # each combination's first row
+    return np.sort(first)
 
 
 def _check_extents(plan: pa.Table, io: np.ndarray, nbytes: np.ndarray, n_ios: np.ndarray):

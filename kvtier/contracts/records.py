@@ -19,14 +19,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kvtier.contracts.plan_schema import OP_IDENTITY, PLAN_SCHEMA
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: running needs none
+    import pandas as pd
 
 OP_RECORD_SCHEMA = pa.schema(
     [
@@ -123,6 +125,8 @@ def op_records(
 
 
 def step_records(ops: pa.Table) -> pd.DataFrame:
+    import pandas as pd  # noqa: PLC0415
+
     df = ops.select(["step", "bytes", "start_s", "end_s"]).to_pandas()
     if df.empty:
         return pd.DataFrame(columns=["step", "start_s", "end_s", "duration_s", "ops", "bytes"])

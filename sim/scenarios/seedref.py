@@ -47,12 +47,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.table import Table
 
 from hwprofiles.loader import build_dataclass, read_yaml
+
+if TYPE_CHECKING:  # a scenario loads without pandas (the summary it compares is one)
+    import pandas as pd
 
 KEYS = ("design", "model", "context_tokens")  # summary columns a figure may select on
 RELATIONS = ("=", ">", "<")
@@ -125,6 +127,8 @@ def load_seed_figures(path: str | Path, error: type[ValueError] = ValueError) ->
 
 
 def _select(df: pd.DataFrame, sel: dict[str, Any]) -> pd.DataFrame:
+    import pandas as pd  # noqa: PLC0415
+
     mask = pd.Series(True, index=df.index)
     for k, v in sel.items():
         if k not in df.columns:

@@ -21,16 +21,18 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kvtier.contracts.records import Records
 from sim.serving.planstore import PlanStore
 from sim.serving.requests import Request
+
+if TYPE_CHECKING:  # pandas is imported by the summary: a run needs none
+    import pandas as pd
 
 TIERS = ("gpu", "cpu", "ssd", "pool")
 
@@ -227,6 +229,8 @@ def _pct(x: pd.Series, q: float) -> float:
 
 def serving_summary(rec: ServingRecords, block_tokens: int) -> dict[str, Any]:
     """One row of numbers for a run (see the module docstring)."""
+    import pandas as pd  # noqa: PLC0415
+
     req = rec.requests.to_pandas() if rec.requests is not None else pd.DataFrame()
     done = req[~req["rejected"]]
     ops = rec.ops.select(["kind", "src", "dst", "tag", "bytes", "start_s", "end_s"]).to_pandas()
