@@ -58,6 +58,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--load", type=float_arg(0.0), default=0.8,
                    help="offered load to stretch the arrivals to (0: own rate)")  # fmt: skip
     p.add_argument("--repeat", type=int_arg(1), default=1, help="passes (best and median)")
+    p.add_argument("--capacity", action="store_true",
+                   help="also measure each design's capacity (a saturated pass, untimed) "
+                        "and the load against it")  # fmt: skip
     p.add_argument("--target", type=float_arg(0.0, strict=True), default=300.0,
                    help="arrival duration per CPU second to meet (x)")  # fmt: skip
     p.add_argument("--hw", default="h100-2dimm-2ssd")
@@ -135,12 +138,12 @@ def parse_designs(text: str) -> list[str]:
     return out
 
 
-def run_one(design: str, block: int, requests: int, args: argparse.Namespace) -> dict:
-    """One run of ``python -m sim.serving.bench --json`` in a fresh interpreter,
-    with the CPU seconds of the whole child process (``cmd_cpu_s``)."""
+def run_one(design: str, block: int, requests: int, args: argparse.Namespace, *extra: str) -> dict:
+    """One run of ``python -m sim.serving.bench --json`` (and ``extra`` flags) in a
+    fresh interpreter, with the CPU seconds of the whole child process (``cmd_cpu_s``)."""
     cmd = [sys.executable, "-m", "sim.serving.bench", "--requests", str(requests),
            "--design", design, "--block", str(block), "--hw", args.hw, "--model", args.model,
-           "--seed", str(args.seed), "--load", repr(args.load), "--json"]  # fmt: skip
+           "--seed", str(args.seed), "--load", repr(args.load), "--json", *extra]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -169,6 +172,7 @@ def summarise(runs: list[dict], target: float) -> dict:
         "mean_output": first["mean_output"], "ops": first["ops"], "flows": first["flows"],
         "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
         "meets_target": duration / best >= target,
+        "capacity_rps": first.get("capacity_rps"), "load_measured": first.get("load_measured"),
     }  # fmt: skip
 
 
@@ -183,7 +187,7 @@ def cmd_bench_serving(args: argparse.Namespace) -> int:
     load0 = os.getloadavg()
     passes: dict[tuple[str, int, int], list[dict]] = {}
     with Progress(console=console, transient=True) as bar:
-        total = args.repeat * len(sizes) * len(blocks) * len(designs)
+        total = (args.repeat + args.capacity) * len(sizes) * len(blocks) * len(designs)
         task = bar.add_task("bench-serving", total=total)
         for _ in range(args.repeat):
             for n in sizes:
@@ -192,6 +196,13 @@ def cmd_bench_serving(args: argparse.Namespace) -> int:
                         bar.update(task, description=f"{d} block {block}, {n:,} requests")
                         passes.setdefault((d, block, n), []).append(run_one(d, block, n, args))
                         bar.advance(task)
+        if args.capacity:  # untimed: after every timed pass
+            for d, block, n in list(passes):
+                bar.update(task, description=f"capacity: {d} block {block}, {n:,} requests")
+                c = run_one(d, block, n, args, "--capacity")
+                for r in passes[(d, block, n)]:
+                    r |= {k: c[k] for k in ("capacity_rps", "load_measured")}
+                bar.advance(task)
     load1 = os.getloadavg()
     rows = [summarise(runs, args.target) for runs in passes.values()]
     console.print(table(rows, args, load0[0], load1[0]))
@@ -215,7 +226,8 @@ def table(rows: list[dict], args: argparse.Namespace, load0: float, load1: float
     title = (f"Serving engine speed ({args.hw}, {args.model}, load {args.load:g}, "
              f"{args.repeat} pass(es); load average {load0:.1f} -> {load1:.1f})")  # fmt: skip
     t = Table(title=title)
-    for col in ("design", "block", "requests", "offered load", "GPU busy", "arrivals s",
+    loads = ("offered load", "of capacity") if args.capacity else ("offered load",)
+    for col in ("design", "block", "requests", *loads, "GPU busy", "arrivals s",
                 "span s", "CPU s", "x: arrivals / CPU s", "x: span / CPU s",
                 "x: span / run CPU s", "peak RSS MiB", f">= {args.target:g}x"):  # fmt: skip
         t.add_column(col, justify="left" if col == "design" else "right")
@@ -225,8 +237,11 @@ def table(rows: list[dict], args: argparse.Namespace, load0: float, load1: float
         if args.repeat > 1:
             cpu += f" ({r['median_cpu_s']:.2f})"
             speed += f" ({r['speed_trace_median']:,.0f})"
+        load = [f"{r['offered_load']:.2f}"]
+        if args.capacity:
+            load.append(f"{r['load_measured']:.2f}")
         t.add_row(r["design"], str(r["block"]), f"{r['requests']:,}",
-                  f"{r['offered_load']:.2f}", f"{r['gpu_util']:.0%}", f"{r['duration_s']:,.1f}",
+                  *load, f"{r['gpu_util']:.0%}", f"{r['duration_s']:,.1f}",
                   f"{r['span_s']:,.1f}", cpu, speed, f"{r['speed_span_best']:,.0f}",
                   f"{r['speed_run_best']:,.0f}", f"{r['peak_rss_mib']:,.0f}",
                   "yes" if r["meets_target"] else "no")  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -152,3 +154,28 @@ def test_bench_gives_each_design_only_its_own_tiers():
     assert _tier_overrides("paged-ssd", t) == {"ssd_gib": 200.0}
     for d in ("lmcache", "pool", "paged-cpu-ssd"):
         assert _tier_overrides(d, t) == {"cpu_gib": 20.0, "ssd_gib": 200.0}
+
+
+def test_capacity_is_what_a_saturated_instance_serves(capsys) -> None:
+    """``--capacity``: the arrival rate over the completion rate of a saturated pass.
+    The capacity does not depend on ``--load`` (the pass is the same), so the measured
+    load is proportional to it, and below the capacity an instance keeps up: at a low
+    load its own completions over the same middle 80% come at the arrival rate, below
+    the capacity."""
+    args = ["--requests", "200", "--design", "gpu-only", "--block", "256", "--json"]
+    got = {}
+    for load in (0.4, 0.8):
+        assert bench.main([*args, "--load", str(load), "--capacity"]) == 0
+        got[load] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    lo, hi = got[0.4], got[0.8]
+    assert lo["capacity_rps"] == hi["capacity_rps"] > 0
+    assert hi["arrival_rps"] == pytest.approx(2 * lo["arrival_rps"], rel=1e-9)
+    assert hi["load_measured"] == pytest.approx(2 * lo["load_measured"], rel=1e-9)
+    assert lo["load_measured"] < 1
+    # the unsaturated run at 0.4 completes over its middle 80% no faster than the capacity
+    table, _ = bench.bench_trace(200, 0, 256, "h100-2dimm-2ssd", "Llama-3.1-8B", 0.4)
+    reqs = bench.load_requests(table, 256)
+    rec = bench.build(reqs, "gpu-only", 256, "h100-2dimm-2ssd", "Llama-3.1-8B").run(None)
+    finish = np.sort(rec.requests.column("finish_s").to_numpy(zero_copy_only=False))
+    a, b = int(0.1 * len(finish)), int(0.9 * len(finish))
+    assert (b - 1 - a) / (finish[b - 1] - finish[a]) < lo["capacity_rps"]
