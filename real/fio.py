@@ -22,7 +22,6 @@ fio's JSON fields used: per job ``job options`` (and the document's
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -100,17 +99,6 @@ def parse_size(text: str | int) -> int:
     if not m:
         raise ValueError(f"not a size: {text!r}")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-def size_arg(text: str) -> int:
-    """An argparse type: a whole number of bytes >= 1, fio-style (``64M``, ``1GiB``)."""
-    try:
-        size = parse_size(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size (bytes, or 4k, 1M, 2GiB): {text!r}") from None
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"must be a size >= 1 byte, got {text!r}")
-    return size
 
 
 def job_args(global_opts: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> list[str]:

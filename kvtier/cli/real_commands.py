@@ -30,13 +30,25 @@ from real.targets import Target
 
 
 # ---- emulate -----------------------------------------------------------------------------
+def size_arg(text: str) -> int:
+    """An argparse type: a whole number of bytes >= 1, fio-style (``64M``, ``1GiB``:
+    :func:`real.fio.parse_size`)."""
+    try:
+        size = fio.parse_size(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size (bytes, or 4k, 1M, 2GiB): {text!r}") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"must be a size >= 1 byte, got {text!r}")
+    return size
+
+
 def add_emulate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("emulate", help="build throttled emulated SSDs of a profile and check them")
     p.add_argument("--profile", required=True, help="hardware profile name or YAML path")
     p.add_argument("--n", type=int, default=None, help="number of SSDs (default: all)")
     p.add_argument("--where", default="/dev/shm", help="directory for the backing files")
     p.add_argument(
-        "--size", type=fio.size_arg, default="1GiB", help="bytes per device (default 1GiB)"
+        "--size", type=size_arg, default="1GiB", help="bytes per device (default 1GiB)"
     )
     p.add_argument("--scale", type=float, default=None, help="scale factor (default: measure)")
     p.add_argument("--mode", choices=MODES, default="auto")
@@ -105,7 +117,7 @@ def add_calibrate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--where", default="/dev/shm", help="backing directory of emulated devices")
     p.add_argument("--scale", type=float, default=None, help="emulation scale (default: measure)")
     p.add_argument(
-        "--size", type=fio.size_arg, default=None, help="bytes per device (default: the sweep's)"
+        "--size", type=size_arg, default=None, help="bytes per device (default: the sweep's)"
     )
     p.add_argument("--full", action="store_true", help="the full sweep (default: quick)")
     p.add_argument(
