@@ -181,23 +181,32 @@ class OffloadTier:
             return []
         return place(self, new, layer_runs(self.ratios, len(new), self.layers), evict)
 
-    def spill(self) -> Runs | None:
+    def spill(self) -> tuple[Runs | None, int]:
         """Where a block that does not fit as Algorithm 1 laid it out goes: the
         same Algorithm 1 over the devices with a layer of room (a full
         device's share spills to the others), narrowed to the devices not
         short while that does not fit; None when no such layout fits (room
         must then be made by eviction).  Ask it only of a pool's block that
-        does not fit as laid out."""
+        does not fit as laid out.
+
+        Also returns for how many such blocks in a row, each placed as the
+        answer says, the answer holds (1 at least): the rule reads ``used``
+        only through comparisons ``used[d] + y <= capacity[d]`` (``y``: a
+        layer, or what a layout it tried puts on ``d``), adding bytes only
+        turns them false, and the first to turn does so at the block
+        :func:`_holds` counts."""
         used, caps, lb, alts = self.used, self.capacity, self.layer_bytes, self._alt
         room = tuple([u + lb <= c for u, c in zip(used, caps)])  # noqa: B905 (one per device)
+        tried: list[tuple[int, ...]] = []
         while True in room:
             got = alts.get(room)
             alt, need = got if got is not None else self.runs_over(room)
+            tried.append(need)
             fits = tuple(map(le, map(add, used, need), caps))  # used + need <= capacity
             if False not in fits:
-                return alt
+                return alt, _holds(used, caps, need, lb, tried)
             room = tuple(map(and_, room, fits))
-        return None
+        return None, 1
 
     def runs_over(self, room: tuple[bool, ...]) -> tuple[Runs, tuple[int, ...]]:
         """Algorithm 1's runs of one block over the devices marked in ``room``
@@ -261,6 +270,24 @@ class OffloadTier:
             used[d] -= b
         for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):
             alloc[d].free(slot, l1 - l0)
+
+
+def _holds(
+    used: list[int], caps: list[int], step: tuple[int, ...], lb: int, tried: list[tuple[int, ...]]
+) -> int:
+    """How many blocks of ``step`` bytes per device can be added, one after
+    the other, before one of the comparisons ``used[d] + y <= caps[d]``
+    (``y``: ``lb`` or ``tried[t][d]``) true now turns false: on each device
+    ``step`` grows, the one with the largest ``y`` that holds now turns
+    first, at block ``(caps[d] - used[d] - y) // step[d] + 1``."""
+    k = -1
+    for d, a in enumerate(step):
+        if a:
+            left = caps[d] - used[d]
+            y = max([x for x in [lb, *[t[d] for t in tried]] if x <= left])
+            m = (left - y) // a + 1
+            k = m if k < 0 else min(k, m)
+    return k
 
 
 def whole_bytes(x: float) -> int:

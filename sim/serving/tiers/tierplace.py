@@ -24,6 +24,13 @@ That is the whole rule; the rest is book-keeping of the same decisions:
   ``k`` calls of ``alloc`` give).  Algorithm 1 gives a set's keys a few
   layouts, each over a stretch of keys, and every key of a one-device tier
   the same one.
+* **Runs that spill alike.**  The spill rule reads the used bytes only
+  through comparisons ``used + y <= capacity`` (``y``: a layer, or what a
+  layout it tried puts on a device); keys of one layout that do not fit
+  stay so as more keys are placed, and each spilled key only adds bytes, so
+  the rule says the same for every key until one of those comparisons turns:
+  :meth:`~sim.serving.tiers.blocks.OffloadTier.spill` says when, and the keys
+  up to then are placed as one run.
 * **Keys that each take one victim.**  On one device every entry holds the
   same bytes as a new key (all layers), so while the tier holds no more
   than its capacity a key short of room needs exactly one victim and leaves
@@ -75,10 +82,11 @@ def place(
                 i += k
                 continue
             if pool:
-                alt = tier.spill()
-                if alt is not None:
-                    made += _put(tier, new[i : i + 1], alt, tier.bytes_on(alt))
-                    i += 1
+                alt, k = tier.spill()
+                if alt is not None:  # keys i .. i + k - 1 spill alike
+                    k = min(k, end - i)
+                    made += _put(tier, new[i : i + k], alt, tier.bytes_on(alt))
+                    i += k
                     continue
             if too_big:
                 i += 1
