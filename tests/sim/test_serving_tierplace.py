@@ -183,6 +183,26 @@ def test_a_one_device_tier_replaces_its_victims_past_a_pinned_one() -> None:
     assert lru_keys(tier) == [2, 7, 8] and tier.used == [96] and tier.evictions == 2
 
 
+def test_a_tier_over_its_capacity_takes_as_many_victims_as_a_key_needs() -> None:
+    """A one-device tier of 4 blocks of 32 bytes holding 4 ready entries,
+    its capacity then cut to 80 bytes (a lender took memory back): key 9
+    is short by 128 + 32 - 80 = 80 bytes and takes 1, 2 and 3 (96 bytes),
+    then fits (64 <= 80) in the slot 3 left; key 10 is short by 16: 4 goes,
+    and 10 takes its slot.  The definition decides the same."""
+    tier, ref = OffloadTier("t", ["d0"], [1.0], [128], 32, 1), RefTier([1.0], [128], 32, 1)
+    tier.complete_all(tier.place([1, 2, 3, 4], None))
+    ref.place([1, 2, 3, 4], lambda _e: None)
+    for e in ref.order:
+        e.ref_cnt = READY
+    slot = {k: tier.entries[k].slots for k in (3, 4)}
+    tier.capacity[0] = ref.caps[0] = 80
+    placed = tier.place([9, 10], None)
+    assert [(e.key, e.slots) for e in placed] == [(9, slot[3]), (10, slot[4])]
+    assert ref.place([9, 10], lambda _e: None) == [9, 10]
+    assert tier.used == [64] and tier.evictions == 4
+    same_books(tier, ref)
+
+
 def _three_devices() -> OffloadTier:
     """Devices 0, 1, 2 of ratios 0.5, 0.25, 0.25 and 3000, 4000, 3000 bytes;
     blocks of 4 layers of 1000 bytes.  Algorithm 1 lays a block out as
