@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from operator import add, and_, le
+from operator import add, and_, le, sub
 
 import numpy as np
 
@@ -181,7 +181,7 @@ class OffloadTier:
             return []
         return place(self, new, layer_runs(self.ratios, len(new), self.layers), evict)
 
-    def spill(self) -> tuple[Runs | None, int]:
+    def spill(self, most: int = 1) -> tuple[Runs | None, int]:
         """Where a block that does not fit as Algorithm 1 laid it out goes: the
         same Algorithm 1 over the devices with a layer of room (a full
         device's share spills to the others), narrowed to the devices not
@@ -189,8 +189,8 @@ class OffloadTier:
         must then be made by eviction).  Ask it only of a pool's block that
         does not fit as laid out.
 
-        Also returns for how many such blocks in a row, each placed as the
-        answer says, the answer holds (1 at least): the rule reads ``used``
+        Also returns for how many such blocks in a row (up to ``most``), each
+        placed as the answer says, the answer holds (1 at least): the rule reads ``used``
         only through comparisons ``used[d] + y <= capacity[d]`` (``y``: a
         layer, or what a layout it tried puts on ``d``), adding bytes only
         turns them false, and the first to turn does so at the block
@@ -204,7 +204,7 @@ class OffloadTier:
             tried.append(need)
             fits = tuple(map(le, map(add, used, need), caps))  # used + need <= capacity
             if False not in fits:
-                return alt, _holds(used, caps, need, lb, tried)
+                return alt, _holds(used, caps, need, lb, tried) if most > 1 else 1
             room = tuple(map(and_, room, fits))
         return None, 1
 
@@ -265,9 +265,8 @@ class OffloadTier:
 
     def free(self, e: Entry) -> None:
         """Give back the bytes and slots of ``e`` (evicted)."""
-        used, alloc = self.used, self.allocators
-        for d, b in enumerate(e.nbytes):
-            used[d] -= b
+        alloc = self.allocators
+        self.used[:] = map(sub, self.used, e.nbytes)
         for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):
             alloc[d].free(slot, l1 - l0)
 

@@ -49,7 +49,7 @@ from operator import attrgetter
 
 from sim.serving.tiers.entry import READY, Entry
 
-_UNREAD = Entry(-1, (), (), (), 0)  # a set whose next evictable entry is not looked for yet
+_ENDED = Entry(-1, (), (), (), 0)  # a set walked to its end
 _STAMP = attrgetter("stamp")
 
 
@@ -99,12 +99,12 @@ class LruOrder:
 class Walk:
     """The LRU walk over one tier's order for one placement (module docstring)."""
 
-    __slots__ = ("_sets", "_heads")
+    __slots__ = ("_sets",)
 
     def __init__(self, sets: dict[int, OrderedDict[int, Entry]]):
-        # per device set: its entries not reached yet, in LRU order
-        self._sets = [(devs, iter(s.values())) for devs, s in sets.items()]
-        self._heads: dict[int, Entry | None] = {}  # per set: its next evictable entry
+        # per device set holding entries: [its devices, its entries not reached yet
+        # (in LRU order), its next evictable entry not taken (None: not looked for)]
+        self._sets: list[list] = [[devs, iter(s.values()), None] for devs, s in sets.items() if s]
 
     def victims(self, short: list[int]) -> list[Entry]:
         """The victims that cover ``short`` (bytes per device; > 0: short), in
@@ -113,27 +113,26 @@ class Walk:
         out: list[Entry] = []
         short = list(short)
         want = _short_mask(short)  # the devices still short
-        heads = self._heads
+        sets = self._sets
         while want:
-            best: Entry | None = None
-            for devs, ahead in self._sets:
-                if not devs & want:
-                    continue  # no bytes on a device short
-                e = heads.get(devs, _UNREAD)
-                if e is _UNREAD:  # the set's first evictable entry not taken
-                    e = None
-                    for x in ahead:
-                        if x.ref_cnt == READY:
-                            e = x
-                            break
-                    heads[devs] = e
-                if e is not None and (best is None or e.stamp < best.stamp):
-                    best = e
+            best: list | None = None
+            for s in sets:
+                if s[0] & want:  # bytes on a device short
+                    e = s[2]
+                    if e is None:  # the set's first evictable entry not taken
+                        for e in s[1]:
+                            if e.ref_cnt == READY:
+                                break
+                        else:
+                            e = _ENDED
+                        s[2] = e
+                    if e is not _ENDED and (best is None or e.stamp < best[2].stamp):
+                        best = s
             if best is None:
                 break  # the walk ended
-            del heads[best.devs]
-            out.append(best)
-            for d, b in enumerate(best.nbytes):
+            e, best[2] = best[2], None
+            out.append(e)
+            for d, b in enumerate(e.nbytes):
                 if b:
                     short[d] -= b
                     if short[d] <= 0:

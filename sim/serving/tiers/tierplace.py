@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import groupby, repeat
+from operator import add
 
 from sim.serving.tiers.entry import Entry, Runs
 from sim.serving.tiers.lru import Walk
@@ -82,7 +83,7 @@ def place(
                 i += k
                 continue
             if pool:
-                alt, k = tier.spill()
+                alt, k = tier.spill(end - i)
                 if alt is not None:  # keys i .. i + k - 1 spill alike
                     k = min(k, end - i)
                     made += _put(tier, new[i : i + k], alt, tier.bytes_on(alt))
@@ -144,11 +145,12 @@ def _put(tier: Tier, keys: Sequence[int], runs: Runs, need: tuple[int, ...]) -> 
     slots taken (what one ``alloc`` per key and run gives, in order) and their
     bytes added; the caller adds them to ``entries``."""
     n, alloc, used, devs = len(keys), tier.allocators, tier.used, tier.devices_of(need)
-    for d, x in enumerate(need):
-        used[d] += n * x
     if n == 1:
+        used[:] = map(add, used, need)
         slot = tuple([alloc[d].alloc(l1 - l0) for d, l0, l1 in runs])
         return [Entry(keys[0], runs, slot, need, devs)]
+    for d, x in enumerate(need):
+        used[d] += n * x
     per_run = [alloc[d].alloc_many(l1 - l0, n) for d, l0, l1 in runs]
     slots = [(s,) for s in per_run[0]] if len(runs) == 1 else list(zip(*per_run, strict=True))
     return list(map(Entry, keys, repeat(runs, n), slots, repeat(need, n), repeat(devs, n)))
