@@ -56,8 +56,12 @@ def test_gpu_blocks_being_loaded_are_neither_hits_nor_evictable() -> None:
 def tier(blocks: int, devices: int = 1) -> OffloadTier:
     """A tier of ``devices`` devices holding ``blocks`` 4-layer blocks of 1 byte a layer."""
     ratios = [1.0 / devices] * devices
-    caps = [4.0 * blocks / devices] * devices
-    return OffloadTier("cpu", [f"dram{i}" for i in range(devices)], ratios, caps, 4, 1.0)
+    caps = [4 * blocks // devices] * devices
+    return OffloadTier("cpu", [f"dram{i}" for i in range(devices)], ratios, caps, 4, 1)
+
+
+def lru_keys(t: OffloadTier) -> list[int]:
+    return [e.key for e in t.lru.order()]
 
 
 def place_ready(t: OffloadTier, keys: list[int]) -> list:
@@ -72,8 +76,8 @@ def test_offload_tier_is_lru_over_ready_entries() -> None:
     place_ready(t, [1, 2, 3])
     t.touch(1)  # 1 was loaded: most recently used
     place_ready(t, [4])
-    assert list(t.entries) == [3, 1, 4]  # 2 went first
-    assert t.evictions == 1 and t.used == [12.0]
+    assert lru_keys(t) == [3, 1, 4]  # 2 went first
+    assert t.evictions == 1 and t.used == [12]
 
 
 def test_entries_in_flight_are_never_evicted() -> None:
@@ -102,16 +106,28 @@ def test_a_victim_is_handed_over_in_its_tier_then_dropped() -> None:
     placed = t.place([2], lambda tr, e: seen.append((e.key, tr.lookup(e.key) is e)))
     assert [e.key for e in placed] == [2] and seen == [(1, True)]
     assert list(t.entries) == [2] and t.lookup(1) is None
-    assert t.used == [4.0] and t.evictions == 1
+    assert t.used == [4] and t.evictions == 1
 
 
 def test_a_full_pool_device_spills_to_the_others() -> None:
-    t = OffloadTier("pool", ["a", "b"], [0.5, 0.5], [2.0, 10.0], 4, 1.0)
+    t = OffloadTier("pool", ["a", "b"], [0.5, 0.5], [2, 10], 4, 1)
     first = place_ready(t, [1])[0]
     assert first.runs == ((0, 0, 2), (1, 2, 4))  # half the layers on each device
     second = place_ready(t, [2])[0]
     assert second.runs == ((1, 0, 4),)  # a is full: all of block 2 goes to b
-    assert t.used == [2.0, 6.0] and t.evictions == 0
+    assert t.used == [2, 6] and t.evictions == 0
+
+
+def test_byte_counts_are_whole() -> None:
+    """Capacities given in GiB split over devices arrive as floats and are
+    floored to whole bytes (18.63 GiB over two modules: 10001905090.56 ->
+    10001905090); a layer of a fractional number of bytes is refused."""
+    gib = 1 << 30
+    t = OffloadTier("cpu", ["m0", "m1"], [0.5, 0.5], [18.63 * gib / 2] * 2, 32, 65536)
+    assert t.capacity == [10001905090, 10001905090]
+    assert all(type(c) is int for c in t.capacity) and t.layer_bytes == 65536
+    with pytest.raises(ValueError, match="whole number"):
+        OffloadTier("cpu", ["m0"], [1.0], [1e9], 32, 65536.5)
 
 
 # ---- Algorithm 1 (seed 004) ----------------------------------------------------------------

@@ -1,13 +1,12 @@
-"""A store's completion in one pass, and the probes it proves unneeded.
+"""A store's completion, and the probes it proves unneeded.
 
-:meth:`OffloadTier.complete_all` makes a store's entries ready and offers
-them in one pass (:meth:`LruRuns.offer_ready`) when all of them are not
-ready, and says so; a set with one entry already ready takes the general
-path with nothing half done.  :func:`sim.serving.policy.storegroups.store_groups` finds the
-usual case (no key held anywhere, every block on the GPU) by
+:meth:`OffloadTier.complete_all` makes a store's entries ready and says
+whether all of them were not ready (so all still held: the write-through
+then needs no probe).  :func:`sim.serving.policy.storegroups.store_groups`
+finds the usual case (no key held anywhere, every block on the GPU) by
 short-circuiting scans; it must return what the numpy masks return.  A
-completed store written through copies from its own entries (no probe
-when all were fresh), pinned once each, and only the keys not below yet.
+completed store written through copies from its own entries, pinned once
+each, and only the keys not below yet.
 """
 
 from __future__ import annotations
@@ -15,58 +14,33 @@ from __future__ import annotations
 import numpy as np
 
 from sim.serving.tiers.blocks import NOT_READY, READY, OffloadTier
-from sim.serving.tiers.lru import LruRuns
 
 
 def _tier(blocks: int) -> OffloadTier:
-    return OffloadTier("t", ["d0"], [1.0], [blocks * 32.0], 32, 1.0)
+    return OffloadTier("t", ["d0"], [1.0], [blocks * 32], 32, 1)
 
 
-def test_a_fresh_store_is_made_ready_and_offered_in_one_pass() -> None:
-    """Three fresh entries: complete_all says True, each is ready and offered
-    at its own stamp, and the LRU gives them back oldest first."""
+def test_a_fresh_store_is_made_ready_and_said_fresh() -> None:
+    """Three fresh entries: complete_all says True, each is ready, and the
+    LRU gives them back oldest first."""
     t = _tier(8)
     placed = t.place([5, 6, 7], None)
     assert [e.ref_cnt for e in placed] == [NOT_READY] * 3
     assert t.complete_all(placed) is True
     assert [e.ref_cnt for e in placed] == [READY] * 3
-    assert [e.heaped for e in placed] == [e.stamp for e in placed]
-    assert [e.key for e in t.lru.take(0, t.entries, 3)] == [5, 6, 7]
+    assert t.victims([3 * 32]) == placed
 
 
-def test_a_store_with_a_ready_entry_changes_nothing_before_the_general_path() -> None:
-    """offer_ready on [fresh, fresh, ready, fresh] returns False and leaves
-    the two fresh entries it went over as they were (not ready, not
-    offered) and pushes nothing; complete_all then makes all four ready,
-    says False, and the LRU holds each exactly once, in stamp order."""
+def test_a_store_with_a_ready_entry_is_not_fresh() -> None:
+    """[fresh, fresh, ready, fresh]: complete_all makes all four ready and
+    says False; the LRU holds each once, in placement order."""
     t = _tier(8)
     placed = t.place([1, 2, 3, 4], None)
     t.complete_all([placed[2]])  # one ready already
-    items = t.lru.items
-    lru = t.lru
-    assert lru.offer_ready(placed) is False
-    assert [e.ref_cnt for e in placed] == [NOT_READY, NOT_READY, READY, NOT_READY]
-    assert [placed[0].heaped, placed[1].heaped, placed[3].heaped] == [-1, -1, -1]
-    assert lru.items == items
     assert t.complete_all(placed) is False
     assert [e.ref_cnt for e in placed] == [READY] * 4
-    assert [e.key for e in t.lru.take(0, t.entries, 10)] == [1, 2, 3, 4]
-
-
-def test_an_empty_completion_is_fresh_and_offers_nothing() -> None:
-    t = _tier(2)
-    assert t.complete_all([]) is True
-    assert t.lru.items == 0
-
-
-def test_offer_ready_keeps_stamp_order_of_an_unsorted_run() -> None:
-    """Entries completed out of stamp order (the later-placed first) come
-    out of the LRU in stamp order: the run is sorted when offered."""
-    t = _tier(8)
-    placed = t.place([10, 11, 12], None)
-    assert t.complete_all(placed[::-1]) is True
-    assert [e.key for e in t.lru.take(0, t.entries, 3)] == [10, 11, 12]
-    assert isinstance(t.lru, LruRuns)
+    assert t.victims([10 * 32]) == placed
+    assert t.complete_all([]) is True  # nothing to say otherwise
 
 
 class _Gpu:

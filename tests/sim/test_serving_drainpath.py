@@ -67,8 +67,8 @@ def test_drains_plan_ops_move_the_bytes_their_ranges_name(monkeypatch, n, block,
     assert ranged > calls[0] // 2  # the demotions among them
 
 
-@pytest.mark.parametrize("layer_bytes", [8192.0, 1000.5])  # integral, and not
-def test_template_pieces_equal_the_per_layer_loop(layer_bytes: float) -> None:
+@pytest.mark.parametrize("layer_bytes", [8192, 1000])  # a 4 KiB multiple, and not
+def test_template_pieces_equal_the_per_layer_loop(layer_bytes: int) -> None:
     """One entry at a time, from the GPU and between tiers of several devices:
     the template's pieces equal :func:`reference` (order, bytes exactly,
     ranges)."""
@@ -104,7 +104,7 @@ def test_template_of_a_device_with_two_runs() -> None:
     """An entry whose device 0 holds two runs (layers 0-9 and 20-31): its
     (gpu, s0) piece gathers both slots, in run order, as the reference does."""
     dst = OffloadTier("ssd", ["s0", "s1"], [0.5, 0.5], [1e12] * 2, 32, 4096.0)
-    e = Entry(7, ((0, 0, 10), (1, 10, 20), (0, 20, 32)), (0, 1 << 20, 1 << 30), [0.0, 0.0], 0)
+    e = Entry(7, ((0, 0, 10), (1, 10, 20), (0, 20, 32)), (0, 1 << 20, 1 << 30), (0, 0), 0)
     got = store_pieces(None, dst, [e], "gpu0")
     rows = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in got]
     assert rows == reference(None, dst, [e], "gpu0")
@@ -126,7 +126,7 @@ def _rounds(tier: OffloadTier, n: int) -> dict[tuple[int, ...], list[np.ndarray]
             seen.setdefault(e.slots, []).append(got[0].extents)
         tier.complete_all(placed)
         for e in placed:
-            tier._drop(e)
+            tier.drop([e], None)
     return seen
 
 

@@ -35,9 +35,9 @@ def reference(src, dst, entries, gpu: str) -> list[tuple[str, str, float, list]]
     return [(a, b, n, ranges[(a, b)]) for (a, b), n in per.items()]
 
 
-@pytest.mark.parametrize("layer_bytes", [8192.0, 1000.5])  # integral, and not
+@pytest.mark.parametrize("layer_bytes", [8192, 1000])  # a 4 KiB multiple, and not
 @pytest.mark.parametrize("seed", [1, 2])
-def test_store_pieces_equal_the_per_entry_loop(seed: int, layer_bytes: float) -> None:
+def test_store_pieces_equal_the_per_entry_loop(seed: int, layer_bytes: int) -> None:
     rng = np.random.default_rng(seed)
     layers = 32
     src = OffloadTier("cpu", ["m0", "m1"], [0.3, 0.7], [1e12, 1e12], layers, layer_bytes)
@@ -64,19 +64,15 @@ def test_one_device_tiers_store_pieces_equal_the_per_entry_loop() -> None:
     off each entry, for entries placed by eviction and write-through alike."""
     rng = np.random.default_rng(5)
     layers, lb = 32, 4096.0
-    cap = 40 * layers * lb  # 40 blocks: placing more evicts (victims renewed as new entries)
+    cap = 40 * layers * lb  # 40 blocks: placing more evicts (keys placed where their victims were)
     src = OffloadTier("cpu", ["m0"], [1.0], [cap], layers, lb)
     dst = OffloadTier("ssd", ["s0"], [1.0], [2 * cap], layers, lb)
     for _ in range(12):
         keys = [int(k) for k in rng.choice(10**6, int(rng.integers(1, 30)), replace=False)]
         above = src.place(keys, None)
-        for e in above:
-            e.ref_cnt = 0  # ready and evictable
-        src.lru.offer(above)
+        src.complete_all(above)  # ready and evictable
         below = dst.place([e.key for e in above], None)
-        for e in below:
-            e.ref_cnt = 0
-        dst.lru.offer(below)
+        dst.complete_all(below)
         for a, b, entries in ((None, src, above), (src, dst, below)):
             pieces = store_pieces(a, b, entries, "gpu0")
             got = [(p.src, p.dst, p.nbytes, [tuple(r) for r in p.extents.tolist()]) for p in pieces]
@@ -119,9 +115,8 @@ def all_ranges_are_length(pieces: list[Piece]) -> bool:
 @pytest.mark.parametrize("layerwise", [False, True])
 def test_load_pieces_name_the_length_of_their_ranges(layerwise: bool) -> None:
     """A load's pieces (per entry run, or per layer and device) carry the one
-    length all their ranges have: a layer of an offload block, 1000.5 B
-    rounded to 1000 (half to even)."""
-    tier = OffloadTier("ssd", ["s0", "s1"], [0.4, 0.6], [1e12, 1e12], 8, 1000.5)
+    length all their ranges have: a layer of an offload block, 1000 B."""
+    tier = OffloadTier("ssd", ["s0", "s1"], [0.4, 0.6], [1e12, 1e12], 8, 1000)
     placed = tier.place(list(range(7)), None)
     pieces = load_pieces([(tier, e, 0, 1) for e in placed], "gpu0", layerwise)
     assert pieces and all_ranges_are_length(pieces)
@@ -190,14 +185,14 @@ def test_uniform_load_pieces_equal_the_loops(
     import sim.serving.policy.jobs as jobs
 
     rng = np.random.default_rng(len(layout) + layerwise)
-    a = OffloadTier("cpu", ["c0"], [1.0], [1e12], 8, 1000.5)
+    a = OffloadTier("cpu", ["c0"], [1.0], [1e12], 8, 1000)
     b = OffloadTier("ssd", ["s1", "s0"], [0.4, 0.6], [1e12, 1e12], 8, 1000.0)
     tiers = {"one device": [a], "pool": [b], "two tiers": [a, b]}[layout]
     for t in tiers:  # slots scattered by drops
         placed = t.place(list(range(60)), None)
         t.complete_all(placed)
         for e in [e for e in placed if rng.random() < 0.3]:
-            t._drop(e)
+            t.drop([e], None)
         t.place(list(range(100, 140)), None)
     calls = {"uniform": 0}
     real = jobs._uniform_pieces

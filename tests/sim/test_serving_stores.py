@@ -59,12 +59,12 @@ def test_a_store_that_cannot_be_prepared_is_tried_again_and_holds_nothing() -> N
     assert [cpu.entries[k].ref_cnt for k in (11, 12)] == [NOT_READY, NOT_READY]
     assert mgr.prepare_store(b) is None
     assert b.stored_groups == 0 and mgr.gpu.ref[b.blocks[0]] == 1  # held by B alone
-    assert list(cpu.entries) == [12, 11] and cpu.evictions == 0  # LRU first
+    assert [e.key for e in cpu.lru.order()] == [12, 11] and cpu.evictions == 0  # LRU first
     assert mgr.on_stored(store_a) == []
     assert [cpu.entries[k].ref_cnt for k in (11, 12)] == [READY, READY]
     (store_b,) = mgr.prepare_store(b)
     assert [e.key for e in store_b.entries] == [21] and b.stored_groups == 1
-    assert list(cpu.entries) == [11, 21] and cpu.evictions == 1
+    assert [e.key for e in cpu.lru.order()] == [11, 21] and cpu.evictions == 1
     assert mgr.gpu.ref[b.blocks[0]] == 2  # and by the store until it ends
 
 
@@ -81,7 +81,7 @@ def test_a_store_is_all_or_nothing() -> None:
     (store_c,) = mgr.prepare_store(c)
     b = _computed(mgr, 1, [21, 22, 23])
     assert mgr.prepare_store(b) is None
-    assert list(cpu.entries) == [12, 11, 31] and cpu.evictions == 0
+    assert [e.key for e in cpu.lru.order()] == [12, 11, 31] and cpu.evictions == 0
     mgr.on_stored(store_c)
     (store_b,) = mgr.prepare_store(b)  # now all three can go
     assert [e.key for e in store_b.entries] == [21, 22, 23] and cpu.evictions == 3
@@ -197,7 +197,7 @@ def test_a_stores_victims_are_demoted_as_one_job_that_the_store_follows() -> Non
     demote, store_b = mgr.prepare_store(b)
     assert demote.tag == "demote" and [e.key for e in demote.entries] == [12, 11]
     assert demote.src is cpu and demote.dst is ssd and demote.nbytes == 2 * 4 * 8192
-    assert list(cpu.entries) == [22, 21] and cpu.evictions == 2
+    assert [e.key for e in cpu.lru.order()] == [22, 21] and cpu.evictions == 2
     assert [ssd.entries[k].ref_cnt for k in (11, 12)] == [NOT_READY, NOT_READY]
     assert ssd.lookup(11) is None  # not a hit until its copy is done
     assert mgr.on_stored(demote) == []

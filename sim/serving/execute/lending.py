@@ -97,7 +97,7 @@ class Lending:
         self.coord = WorkerCoordinator(self.gpu, self.cache)
         table.register(self.gpu, total * block_bytes(worker.card, wb), self.master_block_bytes)
         table.apply(self.coord.initial(0.0))
-        tier.capacity[self.dev] = float(table.slots(self.gpu) * self.master_block_bytes)
+        tier.capacity[self.dev] = table.slots(self.gpu) * self.master_block_bytes  # whole bytes
         self.copied_bytes = 0
         self.resizes: list[tuple[float, int, int]] = []  # (s, worker blocks +/-, copied bytes)
         worker.on_release.append(self._on_release)
@@ -170,8 +170,8 @@ class Lending:
         self.master._kick()
 
     def _sync_tier(self, shrink: bool) -> None:
-        cap = float(self.table.slots(self.gpu) * self.master_block_bytes)
+        cap = self.table.slots(self.gpu) * self.master_block_bytes  # whole bytes
         self.tier.capacity[self.dev] = cap
         if shrink and self.tier.used[self.dev] > cap:
-            need = [0.0] * len(self.tier.devices)
+            need = [0] * len(self.tier.devices)
             self.tier.make_room(need, None)  # drops LRU blocks: reclaimed memory is lost

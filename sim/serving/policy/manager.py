@@ -38,8 +38,7 @@ their byte ranges) and is told when they end.  Loads: :meth:`load` then
 :meth:`on_loaded`.  Stores: :meth:`prepare_store` (or :meth:`computed` and
 :meth:`place_store`) return the demotions and the store;
 :meth:`on_stored` completes a store or demotion and returns the transfers
-that follow it (LMCache's write-through, :mod:`sim.serving.policy.writethrough`:
-the entries a copy pins made ready and pinned without being offered).
+that follow it (LMCache's write-through, :mod:`sim.serving.policy.writethrough`).
 A load's sources are grouped per tier once, at :meth:`acquire`, and
 kept on its :class:`~sim.serving.policy.prefix.Lookup` for :meth:`on_loaded`.
 """
@@ -63,7 +62,6 @@ from sim.serving.policy.storegroups import store_groups
 from sim.serving.requests import Request
 from sim.serving.tiers.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.tiers.placement import layer_runs
-from sim.serving.tiers.tierplace import SLACK, place_single
 
 
 @dataclass
@@ -267,20 +265,20 @@ class BlockManager:
         """Whether the first tier can hold ``n`` more blocks now, evicting only
         ready entries in use by nobody (``LRUOffloadingManager.prepare_store``:
         ``ref_cnt == 0``; a block being stored, loaded or copied on is never a
-        victim).  Looked at without evicting (the victims stay offered)."""
+        victim).  Looked at without evicting (:meth:`OffloadTier.victims`)."""
         tier = self.tiers[0]
-        need = [0.0] * len(tier.devices)
+        need = [0] * len(tier.devices)
         for r, m in Counter(layer_runs(tier.ratios, n, tier.layers)).items():
             for d, b in enumerate(tier.bytes_on(r)):
                 need[d] += m * b
         short = tier.short(need)
-        if all(x <= SLACK for x in short):
+        if max(short) <= 0:
             return True
         if any(x > c for x, c in zip(need, tier.capacity, strict=True)):
             return False
-        for e in tier._victims(short):
+        for e in tier.victims(short):
             short = [x - b for x, b in zip(short, e.nbytes, strict=True)]
-        return all(x <= SLACK for x in short)
+        return max(short) <= 0
 
     def _store_groups(
         self, s: Seq, g0: int, g1: int
@@ -334,11 +332,6 @@ class BlockManager:
         assert t.dst is not None
         through = t.src is None and self.design.cpu_to_ssd == "write_through"
         through = through and len(self.tiers) > 1
-        if through and t.entries and writethrough.all_not_ready(t.entries):
-            keys = self._release_sources(t)  # reads nothing of the tiers
-            live = [e.key for e in t.entries] if keys is None else keys[::-1]
-            src, dst = self.tiers[0], self.tiers[1]
-            return writethrough.complete_through(src, dst, t.entries, live, t.rid, self.gpu_name)
         fresh = t.dst.complete_all(t.entries)  # all were not ready: all still held there
         if t.olds and t.tag != "demote":  # a demotion's victims left their tier already
             t.src.unpin_all(t.olds)  # type: ignore[union-attr]
@@ -376,10 +369,7 @@ class BlockManager:
         below = self._below.get(tier)
         if below is None or e.key in below.entries:
             return
-        if len(below.devices) == 1:  # OffloadTier.place of one key not there
-            placed = place_single(below, [e.key], None)
-        else:
-            placed = below.place([e.key], None)
+        placed = below.place([e.key], None)
         if placed:
             pieces = store_pieces(tier, below, placed, self.gpu_name)
             self._demotions.append((tier, below, placed[0], pieces))

@@ -21,20 +21,19 @@ to the devices with room (the seed does not say what a full pool device
 does; evicting while other devices are empty would waste the pool), and
 only a tier with no room anywhere evicts.
 
-**LRU without scans.**  ``entries`` (a plain dict: a touched key is
-popped and put back at the end) is kept in LRU order; every entry also
-carries a ``stamp`` (a counter taken on insertion and on every touch), so
-that order is ascending stamp.  The evictable entries (ready, count 0)
-are offered to :class:`sim.serving.tiers.lru.LruRuns` as *runs* (a
-completed store's set, a finished load's sources: one heap item per device,
-whatever the run's length), stale items skipped when they come up.  The next
-victim is the smallest stamp on top of the heaps of the devices still short:
-exactly the entry a walk over ``entries`` in LRU order would take next.
-Placement of an offload set is :mod:`sim.serving.tiers.tierplace`: the keys that
-fit are placed as one run (their entries built by one ``map``, their slots
-by one ``alloc_many``); on one device the victims a key needs are counted
-first and taken in one batch, and a full tier whose victims are dropped
-replaces them by a run of keys.
+**LRU.**  ``entries`` maps keys to entries; ``lru`` is their LRU order
+(:class:`sim.serving.tiers.lru.LruOrder`: a new entry joins it as the most
+recently used, a touched one moves to its end), over which the one walk of
+:mod:`sim.serving.tiers.lru` chooses victims.  Placement of an offload set
+is :mod:`sim.serving.tiers.tierplace`.
+
+**Whole bytes.**  Capacities, used bytes, an entry's bytes per device and
+the layer bytes are ints: a capacity given as a float (GiB budgets split
+over devices) is floored to whole bytes, and a block fits exactly when
+``used + need <= capacity`` on every device.  Layer bytes are whole by
+construction (tokens x KV bytes per token and layer, whose element width
+:attr:`sim.models.card.ModelCard.dtype_bytes` is a whole number of bytes);
+a fractional one is refused.
 
 **Slots.**  Each entry's run on each device holds a slot of that device's
 address space (:class:`sim.serving.tiers.layout.SlotAllocator`, layout in
@@ -45,19 +44,19 @@ a transfer of some of its layers touches.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from itertools import filterfalse, repeat
+from operator import add, and_, le, sub
 
 import numpy as np
 
 from sim.serving.tiers.entry import NOT_READY, READY, Entry, Runs  # noqa: F401 (re-exported)
 from sim.serving.tiers.gpucache import GpuBlock, GpuCache  # noqa: F401 (re-exported)
 from sim.serving.tiers.layout import SlotAllocator, layer_ranges, layer_stride
-from sim.serving.tiers.lru import DEAD, LruRuns
+from sim.serving.tiers.lru import LruOrder, device_set
 from sim.serving.tiers.placement import layer_runs
-from sim.serving.tiers.poolplace import place_pool
 from sim.serving.tiers.tier import EvictFn  # noqa: F401 (re-exported)
-from sim.serving.tiers.tierplace import place_single
+from sim.serving.tiers.tierplace import place
 
 
 class OffloadTier:
@@ -72,30 +71,34 @@ class OffloadTier:
         layers: int,
         layer_bytes: float,
     ):
+        if layer_bytes != int(layer_bytes):
+            raise ValueError(f"{name}: a layer of an offload block is {layer_bytes} bytes, "
+                             "not a whole number")  # fmt: skip
         self.name = name
         self.devices = tuple(devices)
         self.ratios = tuple(ratios)
-        self.capacity = [float(c) for c in capacity_bytes]
+        self.capacity = [whole_bytes(c) for c in capacity_bytes]
         self.layers = layers
-        self.layer_bytes = float(layer_bytes)  # one offload block, one layer
-        self.entries: dict[int, Entry] = {}  # in LRU order (insertion order)
-        self.used = [0.0] * len(self.devices)
-        self.allocators = [SlotAllocator(layer_stride(layer_bytes)) for _ in self.devices]
+        self.layer_bytes = int(layer_bytes)  # one offload block, one layer
+        self.entries: dict[int, Entry] = {}
+        self.lru = LruOrder()  # their LRU order
+        self.used = [0] * len(self.devices)
+        self.allocators = [SlotAllocator(layer_stride(self.layer_bytes)) for _ in self.devices]
         self.evictions = 0
-        self._clock = 0  # the next LRU stamp
-        self._alt: dict[tuple[bool, ...], tuple[Runs, list[float]]] = {}  # per device mask
-        self._need: dict[Runs, list[float]] = {}  # bytes per device of a block's runs
-        self.lru = LruRuns(len(self.devices))
+        self._alt: dict[tuple[bool, ...], tuple[Runs, tuple[int, ...]]] = {}  # per device mask
+        self._need: dict[Runs, tuple[int, ...]] = {}  # bytes per device of a block's runs
+        self._devs: dict[tuple[int, ...], int] = {}  # the device set of those bytes
 
     # ---- books ----------------------------------------------------------------
-    def bytes_on(self, runs: Runs) -> list[float]:
+    def bytes_on(self, runs: Runs) -> tuple[int, ...]:
         """Bytes per device of a block laid out as ``runs`` (memoised: a tier
-        sees only a few distinct layouts; callers must not modify the list)."""
+        sees only a few distinct layouts, and their entries share the tuple)."""
         out = self._need.get(runs)
         if out is None:
-            out = self._need[runs] = [0.0] * len(self.devices)
+            need = [0] * len(self.devices)
             for dev, l0, l1 in runs:
-                out[dev] += (l1 - l0) * self.layer_bytes
+                need[dev] += (l1 - l0) * self.layer_bytes
+            out = self._need[runs] = tuple(need)
         return out
 
     def layer_extents(self, e: Entry, dev: int, l0: int, l1: int) -> np.ndarray:
@@ -111,52 +114,24 @@ class OffloadTier:
         e = self.entries.get(key)
         return e if e is not None and e.ref_cnt >= READY else None
 
+    def devices_of(self, nbytes: tuple[int, ...]) -> int:
+        """The device set (bit mask) of a block of ``nbytes`` per device (memoised)."""
+        out = self._devs.get(nbytes)
+        if out is None:
+            out = self._devs[nbytes] = device_set(nbytes)
+        return out
+
     def touch(self, key: int) -> None:
-        self.touch_all([self.entries[key]])
+        self.lru.touch([self.entries[key]])
 
     def touch_all(self, entries: Sequence[Entry]) -> None:
         """Mark ``entries`` most recently used, in this order."""
-        held, c = self.entries, self._clock
-        for e in entries:
-            key = e.key
-            held[key] = held.pop(key)  # to the end: most recently used
-            c += 1
-            e.stamp = c
-        self._clock = c
-        self._offer(entries)
+        self.lru.touch(entries)
 
     def pin_touch_all(self, entries: Sequence[Entry]) -> None:
-        """:meth:`pin_all` then :meth:`touch_all` (a load's sources), in one
-        pass: pinned, none is offered (an offer takes evictable entries only)."""
-        held, c = self.entries, self._clock
-        for e in entries:
-            if e.ref_cnt < READY:
-                raise RuntimeError(f"{self.name}: pinning entry {e.key} that is not ready")
-            e.ref_cnt += 1
-            key = e.key
-            held[key] = held.pop(key)  # to the end: most recently used
-            c += 1
-            e.stamp = c
-        self._clock = c
-
-    def _offer(self, entries: Sequence[Entry], ready: bool = False, unpin: bool = False) -> bool:
-        """Offer ``entries`` to the LRU (``ready``: all of them not ready, to
-        be made ready: :meth:`LruRuns.offer_ready`, whose answer is returned;
-        ``unpin``: each in use once less first, :meth:`LruRuns.offer_unpinned`;
-        else True); rebuild it when stale items pile up."""
-        if ready:
-            if not self.lru.offer_ready(entries):
-                return False  # nothing changed: the caller takes the general path
-        elif unpin:
-            self.lru.offer_unpinned(entries)
-        else:
-            self.lru.offer(entries)
-        if self.lru.items > 2 * len(self.entries) + 64:
-            # entries are in stamp order: the live evictable ones form one run
-            for e in self.entries.values():
-                e.heaped = -1
-            self.lru.rebuild([e for e in self.entries.values() if e.evictable])
-        return True
+        """:meth:`pin_all` then :meth:`touch_all` (a load's sources)."""
+        self.pin_all(entries)
+        self.lru.touch(entries)
 
     def pin(self, e: Entry) -> None:
         if e.ref_cnt < READY:
@@ -171,93 +146,72 @@ class OffloadTier:
             e.ref_cnt += 1
 
     def unpin(self, e: Entry) -> None:
-        self.unpin_all([e])
+        e.ref_cnt -= 1
 
     def unpin_all(self, entries: Sequence[Entry]) -> None:
-        """A load or copy from ``entries`` ended: each is in use once less; the
-        ones now evictable are offered (one pass picks them)."""
-        self._offer(entries, unpin=True)
+        """A load or copy from ``entries`` ended: each is in use once less."""
+        for e in entries:
+            e.ref_cnt -= 1
 
     def complete(self, e: Entry) -> None:
-        self.complete_all([e])
+        e.ref_cnt = READY
 
     def complete_all(self, entries: Sequence[Entry]) -> bool:
-        """A store into this tier finished: its entries become ready.  Entries
-        that were not ready were never offered (an entry is offered only once
-        ready) nor evicted: all of them are offered.
-        Returns whether all of them were not ready: they are then all still
-        in this tier (an entry leaves a tier only once evicted, and only a
-        ready one is)."""
-        if entries and self._offer(entries, ready=True):  # sets them ready
-            return True
+        """A store into this tier finished: its entries become ready.  Returns
+        whether all of them were not ready: they are then all still in this
+        tier (an entry leaves a tier only once evicted, and only a ready one
+        is)."""
+        fresh = True
         for e in entries:
+            fresh = fresh and e.ref_cnt == NOT_READY
             e.ref_cnt = READY
-        self._offer(entries)
-        return not entries
+        return fresh
 
     # ---- placement -------------------------------------------------------------
     def place(self, keys: Sequence[int], evict: EvictFn | None) -> list[Entry]:
         """New not-ready entries for ``keys`` (one offload set, Algorithm 1).
 
         Returns the entries placed; keys already present and keys for which
-        no room can be made are skipped.  Keys are decided one after the other, each seeing the room
-        its predecessors took or made (:mod:`sim.serving.tiers.tierplace`).
+        no room can be made are skipped.  Keys are decided one after the
+        other, each seeing the room its predecessors took or made
+        (:mod:`sim.serving.tiers.tierplace`).
         """
-        new = list(filterfalse(self.entries.__contains__, keys))
+        new = [k for k in keys if k not in self.entries]
         if not new:
             return []
-        if len(self.devices) == 1:
-            return place_single(self, new, evict)
-        return place_pool(self, new, layer_runs(self.ratios, len(new), self.layers), evict)
+        return place(self, new, layer_runs(self.ratios, len(new), self.layers), evict)
 
-    def add(
-        self,
-        keys: Sequence[int],
-        runs: Runs,
-        nbytes: list[float],
-        slots: Sequence[tuple[int, ...]] | None = None,
-    ) -> list[Entry]:
-        """Entries for ``keys``, all laid out as ``runs``, in this order (the
-        caller checked the room and updates ``used``), stamped in this order;
-        ``slots``: their slots (one per run) when the caller took them, else
-        taken here (what one ``alloc`` per key and run gives, in order)."""
-        n = len(keys)
-        if n == 1 and slots is None:  # one key (a demotion's copy): its own calls
-            self._clock += 1
-            alloc = self.allocators
-            slot = tuple([alloc[d].alloc(l1 - l0) for d, l0, l1 in runs])
-            e = self.entries[keys[0]] = Entry(keys[0], runs, slot, nbytes, self._clock)
-            return [e]
-        if slots is None:
-            per_run = [self.allocators[d].alloc_many(l1 - l0, n) for d, l0, l1 in runs]
-            one = len(runs) == 1
-            slots = [(s,) for s in per_run[0]] if one else list(zip(*per_run, strict=True))
-        c = self._clock
-        self._clock = c + n
-        stamps = range(c + 1, c + n + 1)
-        out = list(map(Entry, keys, repeat(runs, n), slots, repeat(nbytes, n), stamps))
-        self.entries.update(zip(keys, out, strict=True))
-        return out
+    def spill(self, most: int = 1) -> tuple[Runs | None, int]:
+        """Where a block that does not fit as Algorithm 1 laid it out goes: the
+        same Algorithm 1 over the devices with a layer of room (a full
+        device's share spills to the others), narrowed to the devices not
+        short while that does not fit; None when no such layout fits (room
+        must then be made by eviction).  Ask it only of a pool's block that
+        does not fit as laid out.
 
-    def spill(self, runs: Runs) -> Runs:
-        """``runs`` if they fit; else the same Algorithm 1 over the devices that
-        still have room (a full device's share spills to the others); else
-        ``runs`` (room must then be made by eviction)."""
-        if len(self.devices) == 1 or all(s <= 1e-6 for s in self.short(self.bytes_on(runs))):
-            return runs
-        room = [c - u >= self.layer_bytes for u, c in zip(self.used, self.capacity, strict=True)]
-        while any(room):
-            alt, need = self.runs_over(tuple(room))
-            short = self.short(need)
-            if all(s <= 1e-6 for s in short):
-                return alt
-            room = [ok and s <= 1e-6 for ok, s in zip(room, short, strict=True)]
-        return runs
+        Also returns for how many such blocks in a row (up to ``most``), each
+        placed as the answer says, the answer holds (1 at least): the rule reads ``used``
+        only through comparisons ``used[d] + y <= capacity[d]`` (``y``: a
+        layer, or what a layout it tried puts on ``d``), adding bytes only
+        turns them false, and the first to turn does so at the block
+        :func:`_holds` counts."""
+        used, caps, lb, alts = self.used, self.capacity, self.layer_bytes, self._alt
+        room = tuple([u + lb <= c for u, c in zip(used, caps)])  # noqa: B905 (one per device)
+        tried: list[tuple[int, ...]] = []
+        while True in room:
+            got = alts.get(room)
+            alt, need = got if got is not None else self.runs_over(room)
+            tried.append(need)
+            fits = tuple(map(le, map(add, used, need), caps))  # used + need <= capacity
+            if False not in fits:
+                return alt, _holds(used, caps, need, lb, tried) if most > 1 else 1
+            room = tuple(map(and_, room, fits))
+        return None, 1
 
-    def runs_over(self, room: tuple[bool, ...]) -> tuple[Runs, list[float]]:
+    def runs_over(self, room: tuple[bool, ...]) -> tuple[Runs, tuple[int, ...]]:
         """Algorithm 1's runs of one block over the devices marked in ``room``
         (their ratios renormalised), and their bytes per device; memoised, as
-        they depend on nothing else (callers must not modify the list)."""
+        they depend on nothing else."""
         out = self._alt.get(room)
         if out is None:
             ratios = [p if ok else 0.0 for p, ok in zip(self.ratios, room, strict=True)]
@@ -266,68 +220,75 @@ class OffloadTier:
             out = self._alt[room] = (runs, self.bytes_on(runs))
         return out
 
-    def short(self, need: Sequence[float]) -> list[float]:
-        """Bytes per device by which ``need`` more would overflow it."""
+    def short(self, need: Sequence[int]) -> list[int]:
+        """Bytes per device by which ``need`` more would overflow it (> 0: short)."""
         return [u + n - c for u, n, c in zip(self.used, need, self.capacity, strict=True)]
 
-    def make_room(self, need: Sequence[float], evict: EvictFn | None) -> bool:
+    def victims(self, short: list[int]) -> list[Entry]:
+        """The LRU victims that would cover ``short`` (:mod:`sim.serving.tiers.lru`),
+        taking nothing."""
+        return self.lru.walk().victims(short)
+
+    def make_room(self, need: Sequence[int], evict: EvictFn | None) -> bool:
         """Evict LRU victims until ``need`` fits; whether it does (False: no
         evictable entries enough, or ``need`` exceeds a device's capacity)."""
         short = self.short(need)
-        if all(s <= 1e-6 for s in short):
+        if max(short) <= 0:
             return True
         if any(n > c for n, c in zip(need, self.capacity, strict=True)):
             return False
-        self.evict_all(self.take_victims(short), evict)
-        return all(s <= 1e-6 for s in self.short(need))
+        self.drop(self.victims(short), evict)
+        return max(self.short(need)) <= 0
 
-    def evict_all(self, victims: Sequence[Entry], evict: EvictFn | None) -> None:
-        """Evict ``victims`` in order: each handed to ``evict`` (which may copy
-        it to the tier below), then dropped."""
+    def drop(self, victims: Sequence[Entry], evict: EvictFn | None) -> None:
+        """Evict ``victims`` now (:meth:`hand_over`), their bytes and slots
+        freed, gone from the tier."""
+        self.hand_over(victims, evict)
         for e in victims:
-            self.evictions += 1
-            if evict is not None:
+            self.free(e)
+            del self.entries[e.key]
+            self.lru.remove(e)
+
+    def hand_over(self, victims: Sequence[Entry], evict: EvictFn | None) -> None:
+        """Evict ``victims``, in order: each counted and handed to ``evict``
+        (which may copy it to the tier below) while still in the tier.  The
+        caller frees their bytes and slots (:meth:`free`, or a new entry takes
+        them over) and removes them from ``entries`` and ``lru`` (a
+        placement does so at its end, :mod:`sim.serving.tiers.lru`)."""
+        for e in victims:
+            if e.ref_cnt != READY:  # pragma: no cover - book-keeping bug
+                raise RuntimeError(f"{self.name}: entry {e.key} evicted while in use")
+        self.evictions += len(victims)
+        if evict is not None:
+            for e in victims:
                 evict(self, e)
-            self._drop(e)
 
-    def take_victims(self, short: list[float]) -> list[Entry]:
-        """Evictable entries, LRU first, that free bytes where ``short`` is still
-        positive, until it is not; taken off the LRU (the caller evicts them)."""
-        victims: list[Entry] = []
-        chosen: set[int] = set()
-        lru, entries = self.lru, self.entries
-        tops: dict[int, Entry | None] = {}  # device -> its top (valid until that heap moves)
-        while True:
-            best, dev = None, -1
-            for d, s in enumerate(short):
-                if s > 1e-6:
-                    e = tops.get(d)
-                    if d not in tops or (e is not None and e.key in chosen):
-                        e = tops[d] = lru.top(d, entries, chosen)
-                    if e is not None and (best is None or e.stamp < best.stamp):
-                        best, dev = e, d
-            if best is None:
-                return victims
-            lru.pop(dev)
-            del tops[dev]
-            victims.append(best)
-            chosen.add(best.key)
-            short = [s - f for s, f in zip(short, best.nbytes, strict=True)]
-
-    def _victims(self, short: list[float]) -> list[Entry]:
-        """:meth:`take_victims` without taking them: they stay offered."""
-        victims = self.take_victims(short)
-        for e in victims:
-            e.heaped = -1
-        self.lru.offer(victims)
-        return victims
-
-    def _drop(self, e: Entry) -> None:
-        if e.ref_cnt > READY:  # pragma: no cover - book-keeping bug
-            raise RuntimeError(f"{self.name}: entry {e.key} evicted while in use")
-        del self.entries[e.key]
-        e.stamp = DEAD  # its offered items are stale (sim.serving.tiers.lru)
-        for i, b in enumerate(e.nbytes):
-            self.used[i] -= b
+    def free(self, e: Entry) -> None:
+        """Give back the bytes and slots of ``e`` (evicted)."""
+        alloc = self.allocators
+        self.used[:] = map(sub, self.used, e.nbytes)
         for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):
-            self.allocators[d].free(slot, l1 - l0)
+            alloc[d].free(slot, l1 - l0)
+
+
+def _holds(
+    used: list[int], caps: list[int], step: tuple[int, ...], lb: int, tried: list[tuple[int, ...]]
+) -> int:
+    """How many blocks of ``step`` bytes per device can be added, one after
+    the other, before one of the comparisons ``used[d] + y <= caps[d]``
+    (``y``: ``lb`` or ``tried[t][d]``) true now turns false: on each device
+    ``step`` grows, the one with the largest ``y`` that holds now turns
+    first, at block ``(caps[d] - used[d] - y) // step[d] + 1``."""
+    k = -1
+    for d, a in enumerate(step):
+        if a:
+            left = caps[d] - used[d]
+            y = max([x for x in [lb, *[t[d] for t in tried]] if x <= left])
+            m = (left - y) // a + 1
+            k = m if k < 0 else min(k, m)
+    return k
+
+
+def whole_bytes(x: float) -> int:
+    """``x`` bytes floored to whole bytes (a capacity: never more than given)."""
+    return x if isinstance(x, int) else math.floor(x)

@@ -15,25 +15,24 @@ Runs = tuple[tuple[int, int, int], ...]  # (device index, first layer, end layer
 
 class Entry:
     """One offload block in a tier: ``runs`` of layers per device, ``slots[i]``
-    the byte offset of run ``i``'s slot on its device.
+    the byte offset of run ``i``'s slot on its device, ``nbytes[d]`` its
+    bytes on device ``d`` of the tier (whole bytes, from ``runs``), ``devs``
+    the devices it has bytes on (bit ``d`` for device ``d``).  ``stamp`` is
+    its LRU rank in the tier (:mod:`sim.serving.tiers.lru`: larger = more
+    recently used), set when it joins the tier's order."""
 
-    The slots an LRU walk reads (:mod:`sim.serving.tiers.lru`: ``stamp``,
-    ``ref_cnt``, ``heaped``) come first, next to the object's
-    header, so that a walk over entries long out of the cache loads one
-    cache line per entry where it can rather than two."""
-
-    __slots__ = ("stamp", "ref_cnt", "heaped", "key", "slots", "runs", "nbytes")
+    __slots__ = ("ref_cnt", "stamp", "devs", "nbytes", "key", "slots", "runs")
 
     def __init__(
-        self, key: int, runs: Runs, slots: tuple[int, ...], nbytes: list[float], stamp: int
+        self, key: int, runs: Runs, slots: tuple[int, ...], nbytes: tuple[int, ...], devs: int
     ):
         self.key = key
         self.ref_cnt = NOT_READY
         self.runs = runs
         self.slots = slots
-        self.nbytes = nbytes  # bytes per device of the tier (from ``runs``)
-        self.stamp = stamp  # LRU position: larger = more recently used
-        self.heaped = -1  # the stamp of this entry's live item in the tier's heap
+        self.nbytes = nbytes  # bytes per device of the tier (from ``runs``; shared, read-only)
+        self.devs = devs
+        self.stamp = 0
 
     @property
     def evictable(self) -> bool:
