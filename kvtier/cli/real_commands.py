@@ -47,9 +47,7 @@ def add_emulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", required=True, help="hardware profile name or YAML path")
     p.add_argument("--n", type=int, default=None, help="number of SSDs (default: all)")
     p.add_argument("--where", default="/dev/shm", help="directory for the backing files")
-    p.add_argument(
-        "--size", type=size_arg, default="1GiB", help="bytes per device (default 1GiB)"
-    )
+    p.add_argument("--size", type=size_arg, default="1GiB", help="bytes per device (default 1GiB)")
     p.add_argument("--scale", type=float, default=None, help="scale factor (default: measure)")
     p.add_argument("--mode", choices=MODES, default="auto")
     p.add_argument("--out", required=True, help="directory for the scaled profile and fio JSON")

@@ -31,4 +31,3 @@ def test_keep_freed_memory_is_accepted_by_glibc() -> None:
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("not glibc: the allocator is left as it is")
     assert keep_freed_memory() is True
-

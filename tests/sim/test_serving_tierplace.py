@@ -118,6 +118,25 @@ def same_books(t: OffloadTier, r: RefTier) -> None:
     assert [a.live for a in t.allocators] == [a.live for a in r.alloc]
     stamps = [e.stamp for e in t.lru.order()]
     assert stamps == sorted(set(stamps))  # one stamp each, ascending along the order
+    # the evictable bytes, kept as counts move, against the definition's ready entries
+    ready = [e.nbytes for e in r.order if e.ref_cnt == READY]
+    assert t.evictable == [sum(b[d] for b in ready) for d in range(len(r.caps))]
+    # the room check without a walk answers as the definition's walk does
+    for short in _shorts(r):
+        covered = [s - sum(e.nbytes[d] for e in r.victims(short)) for d, s in enumerate(short)]
+        assert t.room_for(short) == (max(covered) <= 0), short
+
+
+def _shorts(r: RefTier) -> list[list[int]]:
+    """Shortfalls around what the tier's ready entries hold: none, one layer, each
+    device's ready bytes exactly and one byte beyond, and all devices at once."""
+    n = len(r.caps)
+    ready = [sum(e.nbytes[d] for e in r.order if e.ref_cnt == READY) for d in range(n)]
+    out = [[0] * n, [r.lb] * n, ready, [x + 1 for x in ready]]
+    for d in range(n):
+        for x in (ready[d], ready[d] + 1):
+            out.append([x if i == d else -r.lb for i in range(n)])
+    return out
 
 
 def same_life(t: OffloadTier, r: RefTier, rng: np.random.Generator) -> None:

@@ -265,7 +265,8 @@ class BlockManager:
         """Whether the first tier can hold ``n`` more blocks now, evicting only
         ready entries in use by nobody (``LRUOffloadingManager.prepare_store``:
         ``ref_cnt == 0``; a block being stored, loaded or copied on is never a
-        victim).  Looked at without evicting (:meth:`OffloadTier.victims`)."""
+        victim).  Looked at without evicting: whether the victim walk would
+        cover the bytes short (:meth:`OffloadTier.room_for`)."""
         tier = self.tiers[0]
         need = [0] * len(tier.devices)
         for r, m in Counter(layer_runs(tier.ratios, n, tier.layers)).items():
@@ -276,9 +277,7 @@ class BlockManager:
             return True
         if any(x > c for x, c in zip(need, tier.capacity, strict=True)):
             return False
-        for e in tier.victims(short):
-            short = [x - b for x, b in zip(short, e.nbytes, strict=True)]
-        return max(short) <= 0
+        return tier.room_for(short)
 
     def _store_groups(
         self, s: Seq, g0: int, g1: int

@@ -83,6 +83,9 @@ class OffloadTier:
         self.entries: dict[int, Entry] = {}
         self.lru = LruOrder()  # their LRU order
         self.used = [0] * len(self.devices)
+        # bytes per device of the evictable entries (ready, in use by nobody): what
+        # every victim walk could free at most, kept as counts move (see room_for)
+        self.evictable = [0] * len(self.devices)
         self.allocators = [SlotAllocator(layer_stride(self.layer_bytes)) for _ in self.devices]
         self.evictions = 0
         self._alt: dict[tuple[bool, ...], tuple[Runs, tuple[int, ...]]] = {}  # per device mask
@@ -134,37 +137,47 @@ class OffloadTier:
         self.lru.touch(entries)
 
     def pin(self, e: Entry) -> None:
-        if e.ref_cnt < READY:
-            raise RuntimeError(f"{self.name}: pinning entry {e.key} that is not ready")
-        e.ref_cnt += 1
+        self.pin_all([e])
 
     def pin_all(self, entries: Sequence[Entry]) -> None:
-        """:meth:`pin` each of ``entries``, in this order (one call for a run)."""
+        """Each of ``entries`` in use once more, in this order (one call for a run)."""
+        ev = self.evictable
         for e in entries:
-            if e.ref_cnt < READY:
+            c = e.ref_cnt
+            if c < READY:
                 raise RuntimeError(f"{self.name}: pinning entry {e.key} that is not ready")
-            e.ref_cnt += 1
+            if c == READY:  # no longer evictable
+                ev[:] = map(sub, ev, e.nbytes)
+            e.ref_cnt = c + 1
 
     def unpin(self, e: Entry) -> None:
-        e.ref_cnt -= 1
+        self.unpin_all([e])
 
     def unpin_all(self, entries: Sequence[Entry]) -> None:
         """A load or copy from ``entries`` ended: each is in use once less."""
+        ev = self.evictable
         for e in entries:
-            e.ref_cnt -= 1
+            c = e.ref_cnt = e.ref_cnt - 1
+            if c == READY:  # evictable again
+                ev[:] = map(add, ev, e.nbytes)
 
     def complete(self, e: Entry) -> None:
-        e.ref_cnt = READY
+        self.complete_all([e])
 
     def complete_all(self, entries: Sequence[Entry]) -> bool:
         """A store into this tier finished: its entries become ready.  Returns
         whether all of them were not ready: they are then all still in this
         tier (an entry leaves a tier only once evicted, and only a ready one
         is)."""
-        fresh = True
+        fresh, ev = True, self.evictable
         for e in entries:
-            fresh = fresh and e.ref_cnt == NOT_READY
-            e.ref_cnt = READY
+            c = e.ref_cnt
+            fresh = fresh and c == NOT_READY
+            if c != READY:
+                if c > READY:  # pragma: no cover - book-keeping bug
+                    raise RuntimeError(f"{self.name}: entry {e.key} completed while in use")
+                ev[:] = map(add, ev, e.nbytes)
+                e.ref_cnt = READY
         return fresh
 
     # ---- placement -------------------------------------------------------------
@@ -224,6 +237,14 @@ class OffloadTier:
         """Bytes per device by which ``need`` more would overflow it (> 0: short)."""
         return [u + n - c for u, n, c in zip(self.used, need, self.capacity, strict=True)]
 
+    def room_for(self, short: Sequence[int]) -> bool:
+        """Whether evicting would cover ``short`` (bytes per device): whether
+        :meth:`victims` would.  The walk takes every evictable entry with bytes
+        on a device while that device is short, so a device it leaves short
+        gave it all its evictable bytes: it covers ``short`` exactly when no
+        device is short by more than its evictable bytes."""
+        return all(map(le, short, self.evictable))
+
     def victims(self, short: list[int]) -> list[Entry]:
         """The LRU victims that would cover ``short`` (:mod:`sim.serving.tiers.lru`),
         taking nothing."""
@@ -259,6 +280,9 @@ class OffloadTier:
             if e.ref_cnt != READY:  # pragma: no cover - book-keeping bug
                 raise RuntimeError(f"{self.name}: entry {e.key} evicted while in use")
         self.evictions += len(victims)
+        ev = self.evictable
+        for e in victims:
+            ev[:] = map(sub, ev, e.nbytes)
         if evict is not None:
             for e in victims:
                 evict(self, e)

@@ -22,6 +22,7 @@ class Tier(Protocol):
     name: str
     capacity: list[int]  # bytes per device
     used: list[int]  # bytes per device
+    evictable: list[int]  # bytes per device of the ready entries in use by nobody
     entries: dict[int, Entry]
     lru: LruOrder  # their LRU order
     allocators: list[SlotAllocator]
