@@ -278,6 +278,23 @@ def _check_version(system: str, framework: str, version: str) -> str:
     return version
 
 
+def system_step(card: ModelCard, system: str, gpu_time: GpuTime) -> MeasuredStep | str:
+    """The measured step of ``card`` on the library's ``system`` (its own tables,
+    nothing derived), or why there is none; an unknown framework version raises
+    :class:`MeasuredError`."""
+    version = _check_version(system, gpu_time.framework, gpu_time.version)
+    hf_id = MODELS.get(card.name)
+    lib = f"{PACKAGE} {library_version()}"
+    if hf_id is None:
+        return f"{card.name} is not in {lib}'s model configs"
+    try:
+        handle = _handle(hf_id, system, gpu_time.framework, version)
+        handle.mixed_step_breakdown(1, 1, 1, 1, 0)  # a shape the tables lack raises here
+    except Exception as exc:  # the library's own errors (PerfDataNotAvailableError, ...)
+        return f"{lib} cannot time {card.name} on {system} ({str(exc).splitlines()[0][:120]})"
+    return MeasuredStep(handle, f"{lib} {gpu_time.framework} {version} {system}")
+
+
 def resolve(
     profile: HardwareProfile, card: ModelCard, gpu_time: GpuTime
 ) -> tuple[MeasuredStep | None, str]:
@@ -288,31 +305,26 @@ def resolve(
         return None, roof
     row = system_of(profile.gpu.model)
     if row is None:
-        return None, f"{roof}: {profile.gpu.model} is not in {PACKAGE} {library_version()}'s systems"
-    version = _check_version(row.system, gpu_time.framework, gpu_time.version)
-    hf_id = MODELS.get(card.name)
-    if hf_id is None:
-        return None, f"{roof}: {card.name} is not in {PACKAGE} {library_version()}'s model configs"
-    try:
-        handle = _handle(hf_id, row.system, gpu_time.framework, version)
-        handle.mixed_step_breakdown(1, 1, 1, 1, 0)  # a shape the tables lack raises here
-    except Exception as exc:  # the library's own errors (PerfDataNotAvailableError, ...)
-        why = str(exc).splitlines()[0][:120]
-        return None, f"{roof}: {PACKAGE} cannot time {card.name} on {row.system} ({why})"
-    source = f"{PACKAGE} {library_version()} {gpu_time.framework} {version} {row.system}"
+        return (
+            None,
+            f"{roof}: {profile.gpu.model} is not in {PACKAGE} {library_version()}'s systems",
+        )
+    step = system_step(card, row.system, gpu_time)
+    if isinstance(step, str):
+        return None, f"{roof}: {step}"
     if not row.derived:
-        return MeasuredStep(handle, source), source
-    spec = _system_spec(row.system)
+        return step, step.source
+    spec = system_spec(row.system)
     peaks = (
         (profile.gpu.bf16_tflops * 1e12, profile.gpu.hbm_gbps * 1e9),
         (float(spec["bfloat16_tc_flops"]), float(spec["mem_bw"])),
     )
-    source += f", {DERIVED} to {profile.gpu.model}"
-    return MeasuredStep(handle, source, peaks), source
+    source = f"{step.source}, {DERIVED} to {profile.gpu.model}"
+    return MeasuredStep(step.handle, source, peaks), source
 
 
 @functools.cache
-def _system_spec(system: str) -> dict:
+def system_spec(system: str) -> dict:
     """The library's datasheet figures of ``system`` (its systems/<system>.yaml gpu block)."""
     with _quiet():
         from aiconfigurator_core.sdk import perf_database  # noqa: PLC0415
