@@ -303,10 +303,13 @@ def _serving_overload(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
         from sim.serving.execute.tp import rank_card, rank_profile
 
         card = rank_card(get_model(p.model), p.tp)
-        from sim.hw.measured import GpuTime
+        from sim.hw.measured import GpuTime, MeasuredError
 
         gpu_time = GpuTime(p.gpu_time, p.framework, p.framework_version)
-        rho = offered_load(table, card, rank_profile(profile, p.tp), p.max_batch, gpu_time)
+        try:
+            rho = offered_load(table, card, rank_profile(profile, p.tp), p.max_batch, gpu_time)
+        except MeasuredError as exc:  # a framework version the tables lack
+            raise ConfigError(f"{cfg.source_file or cfg.name}: variant '{name}': {exc}") from None
         if rho > 1:
             out.append(
                 f"{cfg.source_file or cfg.name}: variant '{name}': the trace offers "
