@@ -132,7 +132,7 @@ class System:
 SYSTEMS = (
     System(r"\bH100\b.*\bSXM", "h100_sxm", False, "systems/h100_sxm.yaml, data"),
     System(r"\bH100\b.*\bPCIe\b", "h100_sxm", True, "H100 SXM's tables, roofline ratio"),
-    System(r"\bH200\b", "h200_sxm", False, "systems/h200_sxm.yaml, data"),
+    System(r"\bH200\b(?!.*\bNVL\b)", "h200_sxm", False, "systems/h200_sxm.yaml, data"),
     System(r"\bA100\b.*\bSXM", "a100_sxm", False, "systems/a100_sxm.yaml, data"),
     System(r"\bA100\b.*\bPCIe\b", "a100_sxm", True, "A100 SXM's tables, roofline ratio"),
     System(r"\bB200\b", "b200_sxm", False, "systems/b200_sxm.yaml, data"),

@@ -26,6 +26,7 @@ from sim.hw.measured import (  # noqa: E402
     _handle,
     default_version,
     resolve,
+    system_of,
 )
 from sim.models import get_model  # noqa: E402
 from sim.serving.build import build_engine  # noqa: E402
@@ -73,6 +74,30 @@ def test_version_nearest_the_seeds() -> None:
     # a100_sxm only 0.14.0: the nearest at or above it
     assert default_version("h100_sxm", "vllm") == "0.24.0"
     assert default_version("a100_sxm", "vllm") == "0.14.0"
+
+
+@pytest.mark.parametrize(
+    "model, system, derived",
+    [
+        ("NVIDIA H100 SXM5 80 GB", "h100_sxm", False),  # dgx-h100
+        ("NVIDIA H100 PCIe 80 GB", "h100_sxm", True),  # h100-2dimm-2ssd
+        ("NVIDIA H200 SXM 141 GB", "h200_sxm", False),
+        ("NVIDIA A100-SXM4-80GB", "a100_sxm", False),
+        ("NVIDIA A100 PCIe 80 GB", "a100_sxm", True),
+        ("NVIDIA B200", "b200_sxm", False),
+        ("NVIDIA GB200", "gb200", False),
+        ("NVIDIA L40S", "l40s", False),
+        ("NVIDIA H200 NVL", None, False),  # a 600 W PCIe card: not the SXM's tables
+        ("NVIDIA H100 NVL", None, False),
+        ("NVIDIA GH200", None, False),
+        ("NVIDIA L40", None, False),
+        ("NVIDIA H20", None, False),
+        ("NVIDIA GB10 (Blackwell GPU, unified LPDDR5X)", None, False),
+    ],
+)
+def test_gpu_models_map_to_the_librarys_systems(model: str, system, derived: bool) -> None:
+    row = system_of(model)
+    assert (row.system, row.derived) == (system, derived) if row else system is None
 
 
 def test_every_mapped_model_has_the_cards_shape_in_the_library() -> None:
