@@ -157,9 +157,15 @@ class ServingParams:
     tp: int = field(
         default=1, metadata={"positive": True}
     )  # tensor parallel GPUs (sim.serving.execute.tp)
+    # GPU step time (sim.hw.measured): roofline, or measured kernel tables of aiconfigurator-core
+    # for `framework` at `framework_version` (auto = the version nearest the seeds')
+    gpu_time: str = "roofline"
+    framework: str = "vllm"
+    framework_version: str = "auto"
 
     def __post_init__(self) -> None:
         _check_instances(self)
+        _check_gpu_time(self)
         _non_negative(self, "requests", "max_inflight", "max_batched_tokens", "gpu_kv_tokens")
         _non_negative(self, "think_s")
         if not 0 < self.gpu_memory_utilization <= 1:
@@ -168,6 +174,24 @@ class ServingParams:
             if name == "matrix":
                 raise ParamError("matrix.matrix", "a matrix cannot vary itself")
             factor_values(type(self), name, values, f"matrix.{name}")
+
+
+GPU_TIMES = ("roofline", "measured")  # sim.hw.measured.GpuTime.mode
+FRAMEWORKS = ("vllm", "sglang", "trtllm")  # aiconfigurator-core's (sdk.common.BackendName)
+
+
+def _check_gpu_time(p: ServingParams) -> None:
+    """``gpu_time`` and ``framework`` known; measured only where it times every op."""
+    if p.gpu_time not in GPU_TIMES:
+        raise ParamError("gpu_time", f"must be one of {GPU_TIMES}, got {p.gpu_time!r}")
+    if p.framework not in FRAMEWORKS:
+        raise ParamError("framework", f"must be one of {FRAMEWORKS}, got {p.framework!r}")
+    if p.gpu_time != "measured":
+        return
+    if p.tp > 1:  # the library's step would carry its own all-reduces beside kvtier's
+        raise ParamError("gpu_time", "measured step times with tp > 1 are not modelled")
+    if any(isinstance(i, dict) and i.get("lsc") for i in p.instances):
+        raise ParamError("gpu_time", "a layer stream cache (lsc) times its own per-layer ops")
 
 
 INSTANCE_KEYS = (

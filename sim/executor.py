@@ -137,14 +137,17 @@ def op_physics(
     flops: float,
     hbm_bytes: float,
     threads: int = 0,
+    gpu_s: float = 0.0,
 ) -> OpPhysics:
-    """How one plan op becomes flows on ``m`` (see the module docstring)."""
+    """How one plan op becomes flows on ``m`` (see the module docstring); a GPU
+    compute op takes ``gpu_s`` seconds where a measured source timed it, else
+    the roofline of its ``flops`` and ``hbm_bytes``."""
     if kind == "compute" and dst == CPU:
         n = min(threads, m.profile.cpu.cores)
         core_s = n * m.cpu_compute_seconds(flops, hbm_bytes, n)
         return OpPhysics(m.cpu_net, ((m.cpu_res, 1.0),), core_s, float(n), 0.0, 0.0)
     if kind == "compute":
-        secs = m.gpu_seconds(dst, flops, hbm_bytes)
+        secs = gpu_s if gpu_s > 0 else m.gpu_seconds(dst, flops, hbm_bytes)
         return OpPhysics(m.gpu_net, ((m.gpu_res[dst], 1.0),), secs, math.inf, 0.0, 0.0)
     path = [(r, 1.0) for r in m.route(src, dst)]
     cap, latency, ssd = math.inf, 0.0, ""
@@ -195,7 +198,8 @@ def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
 
 
 # the plan columns that determine an op's physics (op_physics's arguments)
-_SHAPE = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "flops", "hbm_bytes")
+_SHAPE = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "flops", "hbm_bytes",
+          "gpu_s")  # fmt: skip
 
 
 def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], np.ndarray, np.ndarray]:
@@ -222,9 +226,9 @@ def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], np.ndarray, 
     cpu = np.empty(len(first), dtype=np.float64)
     nflows = np.empty(len(first), dtype=np.int64)
     for g in range(len(first)):
-        kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm = (rows[c][g] for c in _SHAPE)
+        kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm, gpu_s = (rows[c][g] for c in _SHAPE)
         ph = op_physics(
-            m, kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm, rows["threads"][g]
+            m, kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm, rows["threads"][g], gpu_s
         )
         shapes[g] = ph
         cpu[g] = ph.amount if ph.net is m.cpu_net else ph.cpu_s

@@ -303,7 +303,13 @@ def _serving_overload(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
         from sim.serving.execute.tp import rank_card, rank_profile
 
         card = rank_card(get_model(p.model), p.tp)
-        rho = offered_load(table, card, rank_profile(profile, p.tp), p.max_batch)
+        from sim.hw.measured import GpuTime, MeasuredError
+
+        gpu_time = GpuTime(p.gpu_time, p.framework, p.framework_version)
+        try:
+            rho = offered_load(table, card, rank_profile(profile, p.tp), p.max_batch, gpu_time)
+        except MeasuredError as exc:  # a framework version the tables lack
+            raise ConfigError(f"{cfg.source_file or cfg.name}: variant '{name}': {exc}") from None
         if rho > 1:
             out.append(
                 f"{cfg.source_file or cfg.name}: variant '{name}': the trace offers "
@@ -313,20 +319,24 @@ def _serving_overload(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
     return out
 
 
-def offered_load(table: Any, card: Any, profile: HardwareProfile, max_batch: int) -> float:
+def offered_load(
+    table: Any, card: Any, profile: HardwareProfile, max_batch: int, gpu_time: Any = None
+) -> float:
     """Arrival rate x the mean request's service time on one GPU (a lower bound).
 
-    Rate: requests over the span of their arrivals.  Service: the roofline
-    time of the mean request's prefill alone (``sim.serving.policy.costs``, its
-    whole prompt, no cache hits) plus its decodes, each a share
-    ``1 / max_batch`` of an iteration of ``max_batch`` equal decodes at the
-    mean context (the best batching the engine allows).  Cache hits and
+    Rate: requests over the span of their arrivals.  Service: the GPU time
+    (the roofline, or what ``gpu_time`` measures: :mod:`sim.hw.measured`, as
+    the engine times its iterations) of the mean request's prefill alone
+    (``sim.serving.policy.costs``, its whole prompt, no cache hits) plus its
+    decodes, each a share ``1 / max_batch`` of an iteration of ``max_batch``
+    equal decodes at the mean context (the best batching the engine allows).  Cache hits and
     batching of prefills can only lower the work further, so a value above 1
     means the queue cannot drain.  An offline batch (every request arrives
     within one request's service time, e.g. ``paged-ssd``'s 4,096 prompts in
     4 ms) offers no rate: 0.
     """
     from sim.hw.machine import Machine
+    from sim.hw.measured import GpuTime, resolve
     from sim.serving.policy.costs import iteration_cost
 
     arrivals = table.column("arrival_s").to_numpy()
@@ -337,14 +347,15 @@ def offered_load(table: Any, card: Any, profile: HardwareProfile, max_batch: int
     inp = float(table.column("input_tokens").to_numpy().mean())
     outp = float(table.column("output_tokens").to_numpy().mean())
     m, gpu = Machine(profile), profile.gpu_names[0]
+    step, _ = resolve(profile, card, gpu_time or GpuTime())
 
     def seconds(prefills: list, decodes: list, outputs: int) -> float:
         layer, head = iteration_cost(card, prefills, decodes, outputs)
-        return m.gpu_seconds(
-            gpu,
-            layer.flops * card.layers + head.flops,
-            layer.hbm_bytes * card.layers + head.hbm_bytes,
-        )
+        flops = layer.flops * card.layers + head.flops
+        hbm = layer.hbm_bytes * card.layers + head.hbm_bytes
+        if step is not None:
+            return step.seconds(prefills, decodes, flops, hbm)
+        return m.gpu_seconds(gpu, flops, hbm)
 
     prefill = seconds([(max(1, round(inp)), 0)], [], 1)
     ctx = round(inp + outp / 2)

@@ -3,7 +3,8 @@
 ``run(cfg, profile, out_dir) -> ScenarioResult``.  Layout of ``out_dir``::
 
     summary.parquet, summary.csv    one row per variant
-    run.json                        provenance: git SHA, machine, packages, seed
+    run.json                        provenance: git SHA, machine, packages, seed, what
+                                    timed each variant's GPU compute (gpu_time)
     scenario.yaml, profile.yaml     the effective configuration
     variants/<slug>/plan.parquet    the transfer plan (replayable by real/)
     variants/<slug>/{ops,devices,steps}.parquet   records
@@ -31,6 +32,7 @@ from kvtier.contracts.records import Records
 from sim.config import ConfigError, ScenarioConfig, Variant
 from sim.executor import simulate
 from sim.factors import expand_matrix
+from sim.hw.measured import roofline_source
 from sim.perfetto import write_trace
 from sim.registry import WORKLOADS, Unsupported
 
@@ -199,6 +201,12 @@ def write_results(result: ScenarioResult, out: Path, trace: bool) -> None:
         },
         wall_s=result.wall_s,
         skipped=result.skipped,
+        # what timed each variant's GPU compute (a serving run's engine says; the rest
+        # are plans, whose compute ops run on the profile's roofline)
+        gpu_time={
+            v.variant.name: v.records.stats.get("gpu_time", roofline_source(profile))
+            for v in result.variants
+        },
         stats={v.variant.name: v.records.stats for v in result.variants},
     )
     (out / "run.json").write_text(json.dumps(meta, indent=2, default=str))

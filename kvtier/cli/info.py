@@ -11,6 +11,7 @@ from rich.table import Table
 from hwprofiles import list_profiles, load_profile
 from kvtier.contracts.console import make_console
 from sim.hw.figures import path_figures
+from sim.hw.measured import where
 from sim.models import get_model, load_catalog
 
 
@@ -71,6 +72,7 @@ def show_profile(console: Console, name: str) -> None:
         f"  GPUs: {g.count}x {g.model}, {g.hbm_capacity_gib} GiB HBM at "
         f"{g.hbm_gbps:g} GB/s, {g.bf16_tflops:g} TFLOP/s bf16"
     )
+    console.print(f"  GPU step time: {where(p)}")
     console.print(f"  CPU: {p.cpu.model}, {p.cpu.cores} cores")
     for m in p.dram:
         console.print(f"  DRAM {m.name}: {m.capacity_gib:g} GiB at {m.gbps:g} GB/s")

@@ -24,6 +24,7 @@ from kvtier.contracts.validate import InputError
 from real.errors import RealError
 from sim.config import ConfigError
 from sim.hw.machine import RouteError
+from sim.hw.measured import MeasuredError
 from sim.models import ModelError
 from traces.access import AccessTraceError
 from traces.errors import TraceError
@@ -38,6 +39,7 @@ USER_ERRORS = (
     TraceError,
     AccessTraceError,
     InputError,
+    MeasuredError,
 )
 
 Handler = Callable[[argparse.Namespace], int]

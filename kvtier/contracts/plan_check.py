@@ -41,8 +41,10 @@ def validate_plan(
     # string columns stay in Arrow: masks are computed there, values read per checked row
     io = _mask(pc.is_in(kind, value_set=pa.array(["read", "write"])))
     _check_extents(plan, io, nbytes, n_ios)
-    on_cpu = _mask(pc.equal(kind, "compute")) & _mask(pc.equal(plan.column("dst"), CPU))
+    compute = _mask(pc.equal(kind, "compute"))
+    on_cpu = compute & _mask(pc.equal(plan.column("dst"), CPU))
     _check_threads(plan, on_cpu)
+    _check_gpu_s(plan, compute & ~on_cpu)
     for i in _first_of_each_shape(plan, nbytes, n_ios, flops, hbm):
         i = int(i)
         _check_row(
@@ -63,13 +65,14 @@ def validate_plan(
 
 
 def _check_ids_and_numbers(plan: pa.Table) -> None:
-    """``op_id`` is the row number; flops, hbm_bytes and release_s are finite."""
+    """``op_id`` is the row number; flops, hbm_bytes, gpu_s and release_s are finite."""
     n = plan.num_rows
     op_id = plan.column("op_id").to_numpy()
     if not np.array_equal(op_id, np.arange(n)):
         bad = int(np.argmax(op_id != np.arange(n)))
         raise PlanError(f"op row {bad}: op_id must equal the row number, got {op_id[bad]}")
-    for col in ("flops", "hbm_bytes", "release_s"):  # inf would never finish, NaN never order
+    # inf would never finish, NaN never order
+    for col in ("flops", "hbm_bytes", "gpu_s", "release_s"):
         arr = plan.column(col).to_numpy(zero_copy_only=False)
         if len(arr) and not np.isfinite(arr).all():
             i = int(np.argmax(~np.isfinite(arr)))
@@ -84,7 +87,7 @@ def _check_depends_and_signs(plan: pa.Table) -> None:
     if len(bad):
         j = int(bad[0])
         raise PlanError(f"op {owner[j]}: depends_on {values[j]} must name an earlier op")
-    for col in ("queue_depth", "offset", "stride", "release_s", "flops", "hbm_bytes"):
+    for col in ("queue_depth", "offset", "stride", "release_s", "flops", "hbm_bytes", "gpu_s"):
         arr = plan.column(col).to_numpy()
         if len(arr) and (arr < 0).any():
             raise PlanError(f"op {int(np.argmax(arr < 0))}: {col} must be >= 0")
@@ -153,6 +156,15 @@ def _check_threads(plan: pa.Table, on_cpu: np.ndarray) -> None:
         i = int(np.argmax(bad))
         need = ">= 1 on a cpu compute op" if on_cpu[i] else "0 (not a cpu op)"
         raise PlanError(f"op {i}: threads {int(threads[i])} must be {need}")
+
+
+def _check_gpu_s(plan: pa.Table, on_gpu: np.ndarray) -> None:
+    """``gpu_s`` (a measured time) only on a GPU compute op (``on_gpu``)."""
+    gpu_s = plan.column("gpu_s").to_numpy()
+    bad = ~on_gpu & (gpu_s != 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise PlanError(f"op {i}: gpu_s {gpu_s[i]} must be 0 (not a GPU compute op)")
 
 
 def _check_row(

@@ -31,6 +31,9 @@ io_bytes      int64       scattered ops: each range is issued as I/Os of at
 flops         float64     compute op: floating-point operations
 hbm_bytes     float64     compute op: bytes the op moves to/from its device's
                           memory (HBM for a GPU, host DRAM for ``cpu``)
+gpu_s         float64     GPU compute op: its seconds as a measured source
+                          timed them (:mod:`sim.hw.measured`); 0 = the
+                          roofline of ``flops`` and ``hbm_bytes``
 threads       int32       ``cpu`` compute op: host cores it runs on (>= 1);
                           0 for every other op
 release_s     float64     the op may not start before this time (arrivals)
@@ -85,6 +88,7 @@ PLAN_SCHEMA = pa.schema(
         ("io_bytes", pa.int64()),
         ("flops", pa.float64()),
         ("hbm_bytes", pa.float64()),
+        ("gpu_s", pa.float64()),
         ("threads", pa.int32()),
         ("release_s", pa.float64()),
         ("depends_on", pa.list_(pa.int64())),
@@ -112,6 +116,7 @@ COLUMN_DEFAULTS: dict[str, Any] = {
     "io_bytes": 0,
     "flops": 0.0,
     "hbm_bytes": 0.0,
+    "gpu_s": 0.0,
     "threads": 0,
     "release_s": 0.0,
     "tag": "",
@@ -207,6 +212,8 @@ def read_plan(path: str | Path) -> pa.Table:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as exc:
         raise PlanError(f"{path}: cannot read plan: {exc}") from None
+    if "gpu_s" not in table.column_names:  # a plan written before the column existed
+        table = table.append_column("gpu_s", pa.array(np.zeros(table.num_rows)))
     try:
         return table.select([f.name for f in PLAN_SCHEMA]).cast(PLAN_SCHEMA)
     except (KeyError, pa.ArrowInvalid) as exc:

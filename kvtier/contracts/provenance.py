@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-_PACKAGES = ("kvtier", "simpy", "numpy", "pandas", "pyarrow", "pyyaml", "rich")
+_PACKAGES = (
+    "kvtier", "simpy", "numpy", "pandas", "pyarrow", "pyyaml", "rich", "aiconfigurator-core",
+)  # fmt: skip
 
 
 def git_info(repo: Path = REPO) -> dict[str, Any]:

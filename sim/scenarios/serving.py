@@ -41,6 +41,7 @@ import pyarrow as pa
 from hwprofiles import HardwareProfile
 from sim.config import ConfigError, ScenarioConfig, ServingParams, Variant
 from sim.factors import expand_matrix
+from sim.hw.measured import GpuTime, resolve
 from sim.models import get_model
 from sim.serving.build import (
     GIB,
@@ -139,6 +140,8 @@ def engine_config(p: ServingParams, profile: HardwareProfile) -> EngineConfig:
             f"model {card.name} ({card.weight_bytes / GIB:.1f} GiB of weights) leaves no room "
             f"for KV on {profile.name} at gpu_memory_utilization {p.gpu_memory_utilization}"
         )
+    gpu_time = GpuTime(p.gpu_time, p.framework, p.framework_version)
+    resolve(profile, card, gpu_time)  # an unknown framework version fails here, before running
     return EngineConfig(
         gpu_blocks=blocks,
         block_tokens=p.block_tokens,
@@ -148,6 +151,7 @@ def engine_config(p: ServingParams, profile: HardwareProfile) -> EngineConfig:
         max_inflight=p.max_inflight,
         preempt=p.preempt,
         gpu=profile.gpu_names[0],
+        gpu_time=gpu_time,
     )
 
 

@@ -40,9 +40,11 @@ CHUNK_OPS = 1 << 16  # ops per plan chunk, at most
 
 # the plan columns an online op fills, in the order PlanStore.add takes them
 COLUMNS = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "offset",
-           "io_bytes", "flops", "hbm_bytes", "release_s", "step", "layer", "tag")  # fmt: skip
+           "io_bytes", "flops", "hbm_bytes", "gpu_s", "release_s", "step", "layer",
+           "tag")  # fmt: skip
 NUMERIC = {"bytes": "q", "n_ios": "q", "queue_depth": "q", "offset": "q", "io_bytes": "q",
-           "flops": "d", "hbm_bytes": "d", "release_s": "d", "step": "q", "layer": "q"}  # fmt: skip
+           "flops": "d", "hbm_bytes": "d", "gpu_s": "d", "release_s": "d", "step": "q",
+           "layer": "q"}  # fmt: skip
 STRINGS = ("kind", "src", "dst", "io_path", "tag")
 RECORDED = set(OP_IDENTITY)  # the op records'
 _DTYPE = {"q": np.int64, "d": np.float64}

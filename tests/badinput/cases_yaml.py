@@ -217,6 +217,25 @@ YAML: list[tuple[str, str, Files, str]] = [
     ("serve-design", "sim --scenario v.yaml", {"v.yaml": serving("  design: bogus\n")}, "design"),
     ("serve-think", "sim --scenario v.yaml", {"v.yaml": serving("  think_s: -1\n")}, "think_s"),
     (
+        "serve-gpu-time",
+        "sim --scenario v.yaml",
+        {"v.yaml": serving("  gpu_time: exact\n")},
+        "gpu_time",
+    ),
+    ("serve-framework", "sim --scenario v.yaml", {"v.yaml": serving("  framework: tgi\n")}, "tgi"),
+    (
+        "serve-framework-version",
+        "sim --scenario v.yaml --hw dgx-h100",
+        {"v.yaml": serving("  gpu_time: measured\n  framework_version: 0.13.0\n")},
+        "framework_version: vllm 0.13.0",
+    ),
+    (
+        "serve-measured-tp",
+        "sim --scenario v.yaml --hw dgx-h100",
+        {"v.yaml": serving("  gpu_time: measured\n  tp: 2\n")},
+        "gpu_time",
+    ),
+    (
         "serve-steps",
         "sim --scenario v.yaml --steps 2",
         {"v.yaml": serving("  design: gpu-only\n")},

@@ -134,6 +134,14 @@ def test_parquet_round_trip(tmp_path: Path) -> None:
     assert back.schema.equals(PLAN_SCHEMA)
 
 
+def test_a_plan_written_before_gpu_s_reads_with_the_roofline(tmp_path: Path) -> None:
+    plan = small_plan().table()
+    pq.write_table(plan.drop_columns(["gpu_s"]), tmp_path / "old.parquet")
+    back = read_plan(tmp_path / "old.parquet")
+    assert back.equals(plan)  # gpu_s 0 everywhere: every compute op on its roofline
+    assert back.column("gpu_s").to_pylist() == [0.0] * 4
+
+
 def _one_line_plan_error(path: Path) -> str:
     with pytest.raises(PlanError) as exc:
         read_plan(path)
@@ -205,6 +213,10 @@ BAD_ROWS = {
     "negative offset": ({**READ, "offset": -4096}, "offset"),
     "negative stride": ({**READ, "stride": -1}, "stride"),
     "negative release_s": ({**COMPUTE, "release_s": -0.1}, "release_s"),
+    "negative gpu_s": ({**COMPUTE, "gpu_s": -1e-3}, "gpu_s"),
+    "infinite gpu_s": ({**COMPUTE, "gpu_s": float("inf")}, "gpu_s"),
+    "gpu_s on a copy": ({**COPY, "gpu_s": 1e-3}, "gpu_s"),
+    "gpu_s on a cpu op": ({**COMPUTE, "dst": "cpu", "threads": 1, "gpu_s": 1e-3}, "gpu_s"),
 }
 
 

@@ -49,3 +49,30 @@ def test_compute_equals_submit() -> None:
         assert lean.end_s[k] - lean.start_s[k] == pytest.approx(m.gpu_seconds(gpu, flops, hbm))
         if k:
             assert lean.start_s[k] == lean.end_s[k - 1]  # each after the one it waited for
+
+
+def test_a_measured_op_lasts_its_gpu_s_online_and_in_the_replayed_plan() -> None:
+    """An op given ``gpu_s`` lasts exactly that, not its roofline (here 2e12
+    FLOPs would take 2e12 / (756e12 x 0.75) = 3.53 ms); its plan row carries
+    the seconds, so the open-loop replay gives it the same end."""
+    from sim.executor import simulate
+
+    profile = load_profile("h100-2dimm-2ssd")
+    m = Machine(profile)
+    ops = OnlineOps(m)
+    gpu = profile.gpu_names[0]
+
+    def proc():
+        _, ev = ops.compute(gpu, 2e12, 1e9, [], 0, -1, "iteration", gpu_s=0.0125)
+        yield ev
+        _, ev = ops.compute(gpu, 2e12, 1e9, [0], 1, -1, "iteration")  # the roofline
+        yield ev
+
+    m.env.process(proc())
+    m.env.run()
+    roof = 2e12 / (756e12 * 0.75)
+    assert list(ops.end_s) == pytest.approx([0.0125, 0.0125 + roof], rel=1e-12)
+    plan = ops.plan()
+    assert plan.column("gpu_s").to_pylist() == [0.0125, 0.0]
+    again = simulate(plan, profile).ops.column("end_s").to_pylist()
+    assert again == pytest.approx(list(ops.end_s), rel=1e-12)

@@ -84,7 +84,8 @@ def _ops(n: int, rng: np.random.Generator) -> list[tuple[dict, list[int], np.nda
                "bytes": 4096 * k, "n_ios": k, "queue_depth": 8 if k else 0,
                "io_path": "gds" if k else "none", "offset": 0 if ext is None else int(ext[0, 0]),
                "io_bytes": 0, "flops": 0.0 if k else 1e9, "hbm_bytes": 0.0 if k else 2e6,
-               "release_s": 0.5 * i, "step": i // 3, "layer": i % 4 - 1, "tag": "load"}  # fmt: skip
+               "gpu_s": 0.0 if k or i % 2 else 1e-3, "release_s": 0.5 * i, "step": i // 3,
+               "layer": i % 4 - 1, "tag": "load"}  # fmt: skip
         deps = sorted({int(d) for d in rng.integers(0, i, size=2)}) if i else []
         out.append((row, deps, ext))
     return out

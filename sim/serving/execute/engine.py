@@ -45,8 +45,11 @@ and writes every op down as it goes.
   into ops, telling the manager when each transfer ends.
 * **Iteration.**  Decodes first (one token each), then prefill chunks within
   ``max_batched_tokens`` (0 = whole prompts, no chunking).  One compute op
-  of roofline time (:mod:`sim.serving.policy.costs`); with layer-wise loads one op
-  per layer.  The iteration that finishes a prompt emits its first token.
+  of roofline time (:mod:`sim.serving.policy.costs`), or with ``gpu_time:
+  measured`` of the time measured kernel tables give the batch
+  (:mod:`sim.hw.measured`, the op's ``gpu_s``); with layer-wise loads one op
+  per layer (a measured time split evenly over the layers).  The iteration
+  that finishes a prompt emits its first token.
   A SwiftCache master's iterations that reach past its regular cache run
   QKV / attention / FFN ops per layer around the layer stream cache's loads
   and stores (:mod:`sim.serving.execute.streaming`, the ``stream`` hook).
@@ -68,6 +71,7 @@ import simpy
 
 from sim.engine.drain import drain
 from sim.hw.machine import Machine
+from sim.hw.measured import resolve
 from sim.models import ModelCard
 from sim.serving.designs import DesignParams
 from sim.serving.execute.engine_config import EngineConfig  # noqa: F401 (re-exported)
@@ -108,6 +112,8 @@ class Engine:
         self.card, self.design, self.cfg = card, design, cfg
         self.B = cfg.block_tokens
         self.ops = OnlineOps(machine, cfg.keep_plan)
+        # measured iteration times (None: the roofline) and what times them (run.json)
+        self.step_time, self.gpu_time_source = resolve(machine.profile, card, cfg.gpu_time)
         layer_bytes = design.offload_factor(self.B) * self.B * card.kv_bytes_per_token_layer
         mover = Mover(self.ops, design, machine.profile, layer_bytes, bounce, cfg.gpu)
         self._ssds = frozenset(machine.profile.ssd_names)
@@ -330,6 +336,7 @@ class Engine:
                 "iterations": self.iterations,
                 "gpu_blocks": self.mgr.gpu.capacity,
                 "gpu_evictions": self.mgr.gpu.evictions,
+                "gpu_time": self.gpu_time_source,
                 **{f"{t.name}_evictions": t.evictions for t in self.mgr.tiers},
             }
         )
@@ -429,6 +436,10 @@ class Engine:
         decodes = [s.req.input_tokens + s.generated - 1 for s, _ in batch if s.prefill_left == 0]
         outputs = len(decodes) + sum(1 for s, c in batch if 0 < s.prefill_left == c)
         layer, head = iteration_cost(self.card, prefills, decodes, outputs)
+        gpu_s = 0.0  # 0: the roofline of the op's FLOPs and bytes
+        if self.step_time is not None:
+            work = layer * self.card.layers + head
+            gpu_s = self.step_time.seconds(prefills, decodes, work.flops, work.hbm_bytes)
         n_tok = sum(t for t, _ in prefills) + len(decodes)
         loading = [s for s, _ in batch if s.lookup is not None]
         jobs: list[Job] = [self.offload.load(self._load(s)) for s in loading]
@@ -449,7 +460,7 @@ class Engine:
                 deps += [op for j in jobs for op in j.ops()]
             total = layer * n_layers + head
             op, ev = self.ops.compute(
-                gpu, total.flops, total.hbm_bytes, deps, step, -1, "iteration"
+                gpu, total.flops, total.hbm_bytes, deps, step, -1, "iteration", gpu_s
             )
             yield ev
             if self.tp is not None:
@@ -465,7 +476,7 @@ class Engine:
                 cost = layer + head if li == n_layers - 1 else layer
                 deps += [o for j in jobs for o in j.ops(li)]
                 op, ev = self.ops.compute(
-                    gpu, cost.flops, cost.hbm_bytes, deps, step, li, "iteration"
+                    gpu, cost.flops, cost.hbm_bytes, deps, step, li, "iteration", gpu_s / n_layers
                 )
                 yield ev
                 if self.tp is not None:

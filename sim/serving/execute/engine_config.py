@@ -3,7 +3,9 @@ engine's parts can name it without importing the engine."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from sim.hw.measured import GpuTime
 
 
 @dataclass(frozen=True)
@@ -21,3 +23,5 @@ class EngineConfig:
     # HiCache inserts input + output); needs the replies' hashes (load_requests)
     cache_replies: str = "off"
     keep_plan: bool = True  # write the issued plan down (extents, dependencies) for replay
+    # the iterations' GPU time: the roofline, or measured kernel tables (sim.hw.measured)
+    gpu_time: GpuTime = field(default_factory=GpuTime)

@@ -163,13 +163,16 @@ class OnlineOps:
         step: int,
         layer: int,
         tag: str,
+        gpu_s: float = 0.0,
     ) -> tuple[int, simpy.Event]:
         """:meth:`submit` of a GPU compute op (``submit("compute", "", gpu,
         flops=..., hbm_bytes=..., ...)``) without its keyword and extent
-        handling: the engine's per-iteration op."""
+        handling: the engine's per-iteration op.  ``gpu_s``: its seconds as a
+        measured source timed them (0: the roofline of ``flops`` and
+        ``hbm_bytes``; the plan's column of that name)."""
         op, ended = self.issue(
             "compute", "", gpu, 0, 0, sorted(set(depends_on)), None,
-            flops=flops, hbm_bytes=hbm_bytes, step=step, layer=layer, tag=tag,
+            flops=flops, hbm_bytes=hbm_bytes, gpu_s=gpu_s, step=step, layer=layer, tag=tag,
         )  # fmt: skip
         assert ended is not None  # issue without a callback returns its event
         return op, ended
@@ -188,6 +191,7 @@ class OnlineOps:
         io_path: str = "none",
         flops: float = 0.0,
         hbm_bytes: float = 0.0,
+        gpu_s: float = 0.0,
         extents: np.ndarray | None = None,
         io_bytes: int = 0,
         step: int = 0,
@@ -207,14 +211,18 @@ class OnlineOps:
             n_ios = 0
         row = (kind, src, dst, nbytes, n_ios, queue_depth, io_path,
                0 if extents is None else int(extents[0, 0]),
-               io_bytes, float(flops), float(hbm_bytes), now, step, layer, tag)  # fmt: skip
+               io_bytes, float(flops), float(hbm_bytes), float(gpu_s), now, step, layer,
+               tag)  # fmt: skip
         self.store.add(row, deps, extents)  # in planstore.COLUMNS order
         if kind == "compute":
             sig = self._gpu_sig.get(dst)
             if sig is not None:  # op_physics's GPU compute, without its record or interning
-                phys = _Compute(self._gpu_net, sig, self.machine.gpu_seconds(dst, flops, hbm_bytes))
+                secs = gpu_s if gpu_s > 0 else self.machine.gpu_seconds(dst, flops, hbm_bytes)
+                phys = _Compute(self._gpu_net, sig, secs)
             else:
-                phys = op_physics(self.machine, kind, "", dst, 0, 0, 0, "none", flops, hbm_bytes)
+                phys = op_physics(
+                    self.machine, kind, "", dst, 0, 0, 0, "none", flops, hbm_bytes, gpu_s=gpu_s
+                )
                 if phys.net is self.machine.gpu_net:
                     self._gpu_sig[dst] = phys.sig
         else:  # a transfer's physics depends on its shape only: one OpPhysics per shape

@@ -1,0 +1,343 @@
+"""GPU step time from measured kernel tables (aiconfigurator-core), roofline elsewhere.
+
+kvtier's default GPU time is a roofline (:meth:`sim.hw.machine.Machine.gpu_seconds`:
+``max(flops / (peak x tensor efficiency), bytes / (HBM x hbm efficiency))``, the
+efficiencies the profile's assumptions).  ``gpu_time: measured`` (a serving
+scenario's key, :class:`GpuTime`) times each engine iteration from NVIDIA's
+``aiconfigurator-core`` instead: per framework and version, its wheel ships
+kernel tables measured on real GPUs (GEMM, context and generation attention,
+NCCL, MoE) and a compiled per-step estimator, the one NVIDIA Dynamo's mocker
+uses for its step times.
+
+**What the library offers** (aiconfigurator-core 0.12.0, read in its
+site-packages: ``sdk/engine.py``, ``sdk/rust_engine_step.py``,
+``sdk/backends/base_backend.py``, ``sdk/perf_database.py``,
+``systems/query_versions.yaml``):
+
+* ``EngineHandle.compile(hf_id, system, framework, backend_version=None)``
+  builds the model's op lists from its bundled ``model_configs/<org>--<name>_config.json``
+  and binds them to the tables of ``systems/data/<system>/<op>/<framework>/<version>``
+  (1.3 s for Llama-3.1-8B on this machine, 0.01 s for the next model once a
+  system's tables are loaded).  A version must be one of the *queryable slots*
+  of ``query_versions.yaml`` (for h100_sxm, vllm: ``0.24.0`` current and
+  ``0.27.0`` next; for a100_sxm, vllm: ``0.14.0``); any other raises
+  ``ValueError``.  ``systems/h100_pcie.yaml``, ``a100_pcie.yaml``, ``l4.yaml`` and
+  ``a30.yaml`` are estimate-only (no data directory): not measured.
+* Every latency is in milliseconds.  ``predict_prefill_latency(bs, isl,
+  prefix)``: a whole prefill of ``bs`` sequences of ``isl`` tokens, ``prefix``
+  of them cached (``isl`` includes the prefix; ``prefix >= isl`` raises).
+  ``decode_step_latency(bs, isl, osl)``: one decode step of ``bs`` sequences
+  at ``isl + osl // 2 + 1`` keys.
+* ``mixed_step_breakdown(ctx_tokens, gen_tokens, isl, osl, prefix)`` returns
+  (total, shared non-attention, context attention, decode attention) of one
+  continuous-batching step in three passes (the Python
+  ``_get_mix_step_latency`` it mirrors): (1) every non-attention op (GEMMs,
+  norms, activations, the output head) over ``ctx_tokens + gen_tokens`` tokens
+  as one sequence; (2) context attention of ``ceil(ctx_tokens / isl)``
+  sequences of ``isl`` tokens after ``prefix`` cached ones, divided by
+  ``ceil(isl / ctx_tokens)`` (a chunked prefill's attention spread evenly over
+  its chunks; in 0.12.0 the divisor counts the whole ``isl``'s chunks even when
+  ``prefix > 0``, so a 512-token chunk after 130,560 cached tokens gets 1/256
+  of its attention, 0.21 ms of 54 ms); (3) decode attention of ``gen_tokens``
+  sequences at ``isl + osl // 2 + 1`` keys.  ``mixed_step_latency`` is the
+  total (3-15 us a call here).
+* A shape its tables lack raises ``PerfDataNotAvailableError`` (gpt-oss-20b on
+  a100_sxm: no sliding-window attention).  Loading a database logs warnings
+  ("low-fidelity fallback rows") through :mod:`logging`; they are silenced here.
+
+**One kvtier iteration** (:meth:`sim.serving.execute.engine.Engine._iterate`:
+prefill chunks of ``c_i`` new tokens after ``p_i`` cached ones, and ``n``
+decodes after ``k_j`` cached tokens each) is priced from the three components,
+each asked for with arguments that make its pass exactly that part:
+
+* shared: ``mixed_step_breakdown(T, 0, T, 1, 0)[1]``, ``T = sum c_i + n``: every
+  token through the GEMMs once, as one batch (what batching buys);
+* each chunk: ``mixed_step_breakdown(p + c, 0, p + c, 1, p)[2]``: one sequence
+  of ``p + c`` tokens, ``p`` cached, done in one chunk (``ceil((p + c) / (p +
+  c)) = 1``: nothing amortised), i.e. the chunk's ``c`` queries over its ``p +
+  c`` keys.  Each chunk is its own query (vLLM runs one varlen kernel for the
+  whole batch: a kernel floor per extra chunk is an overstatement);
+* decodes: ``mixed_step_breakdown(0, n, k, 1, 0)[3]`` at the batch's mean
+  context ``k = round(sum k_j / n)`` (the tables are per batch and length;
+  decode attention reads every key once, so the mean carries the batch's
+  total): ``k + 1`` keys each, the new token's own included, as kvtier counts.
+
+So a lone prefill is ``predict_prefill_latency(1, p + c, p)`` and a decode-only
+batch ``mixed_step_latency(0, n, k, 1, 0)`` (the tests hold both).
+
+**Which GPUs** (:data:`SYSTEMS`): a profile's ``gpu.model`` is matched against
+one row per GPU the database measured; a PCIe card whose SXM sibling is
+measured derives from it by a stated rule (:data:`DERIVED`): the SXM's
+measured time times the ratio of the two cards' rooflines for the same
+iteration, datasheet peaks on both sides (the profile's ``bf16_tflops`` and
+``hbm_gbps``, the library's ``bfloat16_tc_flops`` and ``mem_bw`` for the SXM)
+and kvtier's FLOPs and HBM bytes of the iteration: a compute-bound prefill on
+an H100 PCIe takes 989 / 756 = 1.31x the SXM's, a memory-bound decode 3350 /
+2000 = 1.68x.  Every other GPU (H20, L20, RTX 4090, GB10) and every model the
+library has no config for stays on the roofline, and the run says so
+(:func:`resolve`'s source, written to ``run.json``).
+
+**Which version** (:func:`default_version`): the framework's queryable version
+nearest at or above the one the seeds ran (seed 004 s V-A: "vLLM v0.13.0";
+h100_sxm and h200_sxm have 0.24.0, a100_sxm 0.14.0); SGLang and TRT-LLM, which
+no seed names, take the system's current slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hwprofiles import HardwareProfile
+from sim.models import ModelCard
+
+PACKAGE = "aiconfigurator-core"
+
+# the framework version each seed ran, which the default version is nearest to
+SEED_VERSIONS = {"vllm": "0.13.0"}  # seed 004 s V-A: "We use vLLM v0.13.0"
+
+
+class MeasuredError(ValueError):
+    """A measured GPU time cannot be had as asked (one line, naming the key)."""
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """Where a run's GPU step time comes from: ``mode`` roofline (the default)
+    or measured (``framework`` at ``version``; ``auto`` = :func:`default_version`)."""
+
+    mode: str = "roofline"
+    framework: str = "vllm"
+    version: str = "auto"
+
+
+@dataclass(frozen=True)
+class System:
+    """An aiconfigurator-core system a kvtier GPU model maps to."""
+
+    pattern: str  # regex searched in the profile's gpu.model
+    system: str  # the library's system name
+    derived: bool  # a sibling card: the system's time times the roofline ratio
+    source: str
+
+
+# kvtier gpu.model -> aiconfigurator-core system; sources are paths in its 0.12.0 wheel, "data":
+# systems/data/<system>/ holds measured gemm and attention tables for vllm, sglang and trtllm
+SYSTEMS = (
+    System(r"\bH100\b.*\bSXM", "h100_sxm", False, "systems/h100_sxm.yaml, data"),
+    System(r"\bH100\b.*\bPCIe\b", "h100_sxm", True, "H100 SXM's tables, roofline ratio"),
+    System(r"\bH200\b(?!.*\bNVL\b)", "h200_sxm", False, "systems/h200_sxm.yaml, data"),
+    System(r"\bA100\b.*\bSXM", "a100_sxm", False, "systems/a100_sxm.yaml, data"),
+    System(r"\bA100\b.*\bPCIe\b", "a100_sxm", True, "A100 SXM's tables, roofline ratio"),
+    System(r"\bB200\b", "b200_sxm", False, "systems/b200_sxm.yaml, data"),
+    System(r"\bGB200\b", "gb200", False, "systems/gb200.yaml, data"),
+    System(r"\bL40S\b", "l40s", False, "systems/l40s.yaml, data"),
+)  # fmt: skip
+DERIVED = "scaled by the roofline ratio of the two cards' datasheet peaks"
+
+# kvtier model card -> Hugging Face id of the library's model_configs/<org>--<name>_config.json
+# (its shapes equal the card's: tests/sim/test_measured_gpu.py)
+MODELS = {
+    "Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B",
+    "Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+    "Qwen3-8B": "Qwen/Qwen3-8B",
+    "Qwen3-32B": "Qwen/Qwen3-32B",
+    "Qwen3-30B-A3B": "Qwen/Qwen3-30B-A3B",
+    "Qwen3-235B-A22B": "Qwen/Qwen3-235B-A22B",
+    "GPT-OSS-20B": "openai/gpt-oss-20b",  # the library models its MXFP4 experts as shipped
+    "GPT-OSS-120B": "openai/gpt-oss-120b",
+}
+
+
+def system_of(gpu_model: str) -> System | None:
+    """The row of :data:`SYSTEMS` matching a profile's ``gpu.model``, or None."""
+    for row in SYSTEMS:
+        if re.search(row.pattern, gpu_model):
+            return row
+    return None
+
+
+def roofline_source(profile: HardwareProfile) -> str:
+    eff = profile.efficiency
+    return f"roofline (tensor efficiency {eff.tensor}, HBM efficiency {eff.hbm})"
+
+
+def library_version() -> str:
+    return importlib.metadata.version(PACKAGE)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The library's load-time warnings (logging) held back."""
+    log = logging.getLogger("aiconfigurator_core")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+@functools.cache
+def version_slots(system: str, framework: str) -> dict[str, str]:
+    """The library's queryable versions of (system, framework): slot (current,
+    previous, next) -> version; empty when it has no tables for them."""
+    with _quiet():
+        from aiconfigurator_core.sdk import perf_database  # noqa: PLC0415 (only when measured)
+
+        return dict(perf_database.get_version_slots(system, framework) or {})
+
+
+def queryable_versions(system: str, framework: str) -> tuple[str, ...]:
+    """The versions the library accepts for (system, framework), oldest first."""
+    from packaging.version import Version  # noqa: PLC0415 (a dependency of the library)
+
+    return tuple(sorted(set(version_slots(system, framework).values()), key=Version))
+
+
+def default_version(system: str, framework: str) -> str:
+    """The queryable version nearest at or above the seeds' (the newest below it
+    when none is above; the current slot for a framework no seed names)."""
+    from packaging.version import Version  # noqa: PLC0415
+
+    versions = queryable_versions(system, framework)
+    if not versions:
+        raise MeasuredError(f"framework: {framework} has no tables for {system}")
+    seed = SEED_VERSIONS.get(framework)
+    if seed is None:
+        return version_slots(system, framework)["current"]
+    above = [v for v in versions if Version(v) >= Version(seed)]
+    return above[0] if above else versions[-1]
+
+
+@functools.cache
+def _handle(hf_id: str, system: str, framework: str, version: str) -> Any:
+    """A compiled step estimator, one per (model, system, framework, version)."""
+    with _quiet():
+        from aiconfigurator_core.sdk.engine import EngineHandle  # noqa: PLC0415
+
+        return EngineHandle.compile(hf_id, system, framework, backend_version=version)
+
+
+class MeasuredStep:
+    """One engine iteration's GPU seconds from a compiled step estimator (the
+    composition in the module docstring), scaled by :data:`DERIVED` for a
+    sibling card (``peaks``: the profile's and the measured card's (FLOP/s,
+    bytes/s), or None)."""
+
+    def __init__(self, handle: Any, source: str, peaks: tuple[tuple, tuple] | None = None):
+        self.handle = handle
+        self.source = source
+        self.peaks = peaks
+
+    def ms(self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]) -> float:
+        """Milliseconds on the measured card: ``prefills`` (new tokens, cached
+        before) and ``decodes`` (cached tokens before the new one)."""
+        step = self.handle.mixed_step_breakdown
+        n = len(decodes)
+        total = sum(c for c, _ in prefills) + n
+        ms = step(total, 0, total, 1, 0)[1]
+        for c, p in prefills:
+            ms += step(p + c, 0, p + c, 1, p)[2]
+        if n:
+            ms += step(0, n, (sum(decodes) + n // 2) // n, 1, 0)[3]
+        return ms
+
+    def seconds(
+        self,
+        prefills: Sequence[tuple[int, int]],
+        decodes: Sequence[int],
+        flops: float,
+        hbm_bytes: float,
+    ) -> float:
+        """Seconds of the iteration on the profile's GPU; ``flops`` and
+        ``hbm_bytes`` (kvtier's count of its work) only weigh a derived card."""
+        secs = self.ms(prefills, decodes) / 1e3
+        if self.peaks is None:
+            return secs
+        (own_f, own_b), (ref_f, ref_b) = self.peaks
+        return secs * max(flops / own_f, hbm_bytes / own_b) / max(flops / ref_f, hbm_bytes / ref_b)
+
+
+def _check_version(system: str, framework: str, version: str) -> str:
+    versions = queryable_versions(system, framework)
+    if version == "auto":
+        return default_version(system, framework)
+    if version not in versions:
+        have = ", ".join(versions) or "none"
+        raise MeasuredError(
+            f"framework_version: {framework} {version} is not in {PACKAGE} "
+            f"{library_version()}'s tables for {system} (it has: {have})"
+        )
+    return version
+
+
+def system_step(card: ModelCard, system: str, gpu_time: GpuTime) -> MeasuredStep | str:
+    """The measured step of ``card`` on the library's ``system`` (its own tables,
+    nothing derived), or why there is none; an unknown framework version raises
+    :class:`MeasuredError`."""
+    version = _check_version(system, gpu_time.framework, gpu_time.version)
+    hf_id = MODELS.get(card.name)
+    lib = f"{PACKAGE} {library_version()}"
+    if hf_id is None:
+        return f"{card.name} is not in {lib}'s model configs"
+    try:
+        handle = _handle(hf_id, system, gpu_time.framework, version)
+        handle.mixed_step_breakdown(1, 1, 1, 1, 0)  # a shape the tables lack raises here
+    except Exception as exc:  # the library's own errors (PerfDataNotAvailableError, ...)
+        return f"{lib} cannot time {card.name} on {system} ({str(exc).splitlines()[0][:120]})"
+    return MeasuredStep(handle, f"{lib} {gpu_time.framework} {version} {system}")
+
+
+def resolve(
+    profile: HardwareProfile, card: ModelCard, gpu_time: GpuTime
+) -> tuple[MeasuredStep | None, str]:
+    """(the measured step time, or None for the roofline; the source that times
+    the run's GPU compute, as ``run.json`` records it)."""
+    roof = roofline_source(profile)
+    if gpu_time.mode == "roofline":
+        return None, roof
+    row = system_of(profile.gpu.model)
+    if row is None:
+        return (
+            None,
+            f"{roof}: {profile.gpu.model} is not in {PACKAGE} {library_version()}'s systems",
+        )
+    step = system_step(card, row.system, gpu_time)
+    if isinstance(step, str):
+        return None, f"{roof}: {step}"
+    if not row.derived:
+        return step, step.source
+    spec = system_spec(row.system)
+    peaks = (
+        (profile.gpu.bf16_tflops * 1e12, profile.gpu.hbm_gbps * 1e9),
+        (float(spec["bfloat16_tc_flops"]), float(spec["mem_bw"])),
+    )
+    source = f"{step.source}, {DERIVED} to {profile.gpu.model}"
+    return MeasuredStep(step.handle, source, peaks), source
+
+
+@functools.cache
+def system_spec(system: str) -> dict:
+    """The library's datasheet figures of ``system`` (its systems/<system>.yaml gpu block)."""
+    with _quiet():
+        from aiconfigurator_core.sdk import perf_database  # noqa: PLC0415
+
+        return dict(perf_database.load_system_spec(system)["gpu"])
+
+
+def where(profile: HardwareProfile) -> str:
+    """Where ``profile``'s GPU step time can come from (``kvtier profiles show``)."""
+    row = system_of(profile.gpu.model)
+    roof = roofline_source(profile)
+    lib = f"{PACKAGE} {library_version()}"
+    if row is None:
+        return f"{roof}: {profile.gpu.model} is not in {lib}'s systems"
+    how = f"{lib}'s {row.system} tables" + (f", {DERIVED}" if row.derived else "")
+    return f"{roof} by default; with gpu_time: measured, {how}"
