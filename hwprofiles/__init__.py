@@ -2,6 +2,7 @@
 
 from hwprofiles.loader import PROFILE_DIR, ProfileError, list_profiles, load_profile
 from hwprofiles.schema import (
+    Assumption,
     CpuSpec,
     DramModule,
     EfficiencySpec,
@@ -14,6 +15,7 @@ from hwprofiles.schema import (
 )
 
 __all__ = [
+    "Assumption",
     "PROFILE_DIR",
     "CpuSpec",
     "DramModule",

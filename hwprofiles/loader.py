@@ -11,7 +11,8 @@ must be non-negative, an efficiency factor (field metadata ``fraction``) lies
 in (0, 1], a figure above its unit's ceiling (:data:`CEILINGS`, e.g. ``gbps`` at
 100,000) is not physical, unknown keys are errors, a link's ``kind`` is one of
 :data:`~hwprofiles.schema.LINK_KINDS`, and every node that a link names must
-exist.
+exist.  An ``assumptions:`` entry names a number of the profile and a range
+around it (:mod:`hwprofiles.assume`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from hwprofiles.assume import check_assumptions
 from hwprofiles.schema import LINK_KINDS, HardwareProfile
 from kvtier.contracts.geometry import BLOCK
 
@@ -260,6 +262,7 @@ def load_profile(source: str | Path) -> HardwareProfile:
     _check_topology(profile, where)
     _check_capacities(profile, where)
     _check_ceilings(profile, where)
+    check_assumptions(profile, where)
     return profile
 
 

@@ -194,6 +194,21 @@ def efficiency_of(eff: EfficiencySpec, kind: str) -> float:
 
 
 @dataclass(frozen=True)
+class Assumption:
+    """A profile number that is an assumption, with the range it could plausibly
+    take: ``field`` is its key path in the profile (``efficiency.tensor``,
+    ``cpu.core_mem_gbps``, ``ssds[0].read_latency_us``), whose value stays where it
+    is written; ``low`` <= that value <= ``high``; ``why`` gives the reason for the
+    range (a source where one exists).  ``kvtier sim --sensitivity`` reruns a
+    scenario with the field at each end (:mod:`sim.sensitivity`)."""
+
+    field: str
+    low: float
+    high: float
+    why: str
+
+
+@dataclass(frozen=True)
 class HardwareProfile:
     name: str
     description: str
@@ -204,6 +219,8 @@ class HardwareProfile:
     software: SoftwareSpec
     topology: Topology
     efficiency: EfficiencySpec = field(default_factory=EfficiencySpec)
+    # ranges of the numbers above that are assumptions: they change no simulated figure
+    assumptions: tuple[Assumption, ...] = field(default=(), compare=False)
     source_file: str = field(default="", compare=False)
 
     # ---- names -------------------------------------------------------------

@@ -106,6 +106,41 @@ YAML: list[tuple[str, str, Files, str]] = [
         "efficiency.pcie",
     ),
     (
+        "prof-assume-low-above-high",
+        "profiles show p.yaml",
+        {
+            "p.yaml": profile(
+                "field: efficiency.tensor, low: 0.6, high: 0.85",
+                "field: efficiency.tensor, low: 0.9, high: 0.6",
+            )
+        },
+        "assumptions[3].low",
+    ),
+    (
+        "prof-assume-unknown-field",
+        "profiles show p.yaml",
+        {"p.yaml": profile("field: efficiency.tensor,", "field: efficiency.tensorr,")},
+        "assumptions[3].field",
+    ),
+    (
+        "prof-assume-not-a-number",
+        "profiles show p.yaml",
+        {"p.yaml": profile("field: efficiency.tensor,", "field: gpu.model,")},
+        "assumptions[3].field",
+    ),
+    (
+        "prof-assume-outside",
+        "profiles show p.yaml",
+        {"p.yaml": profile("low: 8.0, high: 21.3", "low: 12.0, high: 21.3")},
+        "cpu.core_mem_gbps = 10.65",
+    ),
+    (
+        "prof-assume-fraction",
+        "profiles show p.yaml",
+        {"p.yaml": profile("low: 0.85, high: 1.0", "low: 0.85, high: 1.2")},
+        "assumptions[4].high",
+    ),
+    (
         "prof-link-kind",
         "profiles show p.yaml",
         {"p.yaml": profile("kind: membus, duplex", "kind: bogus, duplex")},

@@ -221,12 +221,14 @@ def strip_comment(line: str) -> tuple[str, bool]:
 
 
 def uncited_lines(text: str) -> list[int]:
-    """Lines assigning a numeric literal with no comment on or directly above them."""
+    """Lines assigning a numeric literal with no comment on or directly above them (an
+    assumption's range cites its source in its own ``why``)."""
     bad = []
     previous = ""
     for number, line in enumerate(text.splitlines(), start=1):
         code, has_comment = strip_comment(line)
-        if _NUMERIC_VALUE.search(code) and not has_comment and not previous.startswith("#"):
+        cited = has_comment or previous.startswith("#") or "why: " in code
+        if _NUMERIC_VALUE.search(code) and not cited:
             bad.append(number)
         if line.strip():
             previous = line.strip()
@@ -246,8 +248,10 @@ def test_lint_catches_and_passes_what_it_should() -> None:
         "- {name: x, gbps: 50, kind: y}\n"
         "g: *f\n"
         "h: 1.1e+6 # ok\n"
+        '- {field: x.y, low: 1, high: 2, why: "a source"}\n'
+        "- {field: x.y, low: 1, high: 2}\n"
     )
-    assert uncited_lines(text) == [5, 8, 9]
+    assert uncited_lines(text) == [5, 8, 9, 13]
 
 
 @pytest.mark.parametrize("name", PROFILES)
