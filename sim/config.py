@@ -341,6 +341,8 @@ class ScenarioConfig:
     workload: Workload
     variants: tuple[Variant, ...]
     source_file: str = ""
+    # the summary column its comparison turns on, where not its kind's (sim.registry.Kind)
+    headline: str = ""
 
     def variant_params(self, variant: Variant) -> Workload:
         return dataclasses.replace(self.workload, **dict(variant.overrides))
@@ -404,7 +406,7 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
         names.add(name)
         variants.append(Variant(name, tuple((k, getattr(params, k)) for k in overrides)))
     return ScenarioConfig(
-        head.name, head.description, head.seed, workload, tuple(variants), str(path)
+        head.name, head.description, head.seed, workload, tuple(variants), str(path), head.headline
     )
 
 
@@ -432,6 +434,7 @@ class _Head:
     name: str
     description: str
     seed: int
+    headline: str = ""
 
 
 def list_scenarios() -> list[str]:

@@ -85,7 +85,8 @@ class Kind:
     printer per report name: printing is the CLI's, and the registry cannot import
     it); ``closed_loop``: its variants are driven runs (``serving``), shown as one
     bar over the runs and one per run's simulated time, not a bar per variant's
-    planning and simulation; ``limits``: what its variants need of a profile
+    planning and simulation; ``headline``: the summary column its comparison turns
+    on; ``limits``: what its variants need of a profile
     (:class:`sim.limits.Limits`), checked before anything is simulated; ``caps``:
     the largest value of each workload field at the reduced size the sim-vs-real
     replay of its designs runs (:func:`kvtier.compare.designs.scaled_designs`),
@@ -95,6 +96,23 @@ class Kind:
     limits: Any
     closed_loop: bool = False
     caps: Mapping[str, int] = field(default_factory=dict)
+    # the summary column a comparison of its designs turns on (``kvtier sim
+    # --sensitivity``, :mod:`sim.sensitivity`); a scenario may name another (``headline:``)
+    headline: str = "tokens_per_s"
+
+
+@dataclass(frozen=True)
+class DesignAssumption:
+    """A design parameter whose value is an assumption: ``param`` (a field of the
+    designs' Params) at ``value`` could plausibly lie anywhere in [``low``,
+    ``high``], for the reason ``why``.  The value is the one constant the presets
+    use (a variant that sets the field to another value has made its own choice)."""
+
+    param: str
+    value: float
+    low: float
+    high: float
+    why: str
 
 
 class Registry:
@@ -106,6 +124,21 @@ class Registry:
         self.key = key
         self._entries: dict[str, Entry] = {}
         self._fill: Callable[[], None] | None = None  # imports the modules that register
+        self._assumptions: dict[str, DesignAssumption] = {}
+
+    def assume(self, a: DesignAssumption) -> None:
+        """Record that Params field ``a.param`` holds an assumption at ``a.value``
+        wherever a preset or scenario leaves it there; one entry per field."""
+        if a.param in self._assumptions:
+            raise ValueError(f"{self.what} parameter '{a.param}' has an assumption already")
+        if not a.low <= a.value <= a.high:
+            raise ValueError(f"{a.param}: {a.value} outside its range [{a.low}, {a.high}]")
+        self._assumptions[a.param] = a
+
+    def assumptions(self) -> tuple[DesignAssumption, ...]:
+        """The parameters recorded by :meth:`assume`, every registering module imported."""
+        self._table()
+        return tuple(self._assumptions.values())
 
     def fill_with(self, fill: Callable[[], None]) -> None:
         """Call ``fill`` (it imports every module that registers here) before

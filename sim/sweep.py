@@ -66,10 +66,12 @@ def sweep_points(
     return points(cfg, fixed, passthrough=(HW,))
 
 
-def _point(cfg: ScenarioConfig, hw: str, point: Point) -> pd.DataFrame:
+def _point(cfg: ScenarioConfig, hw: str | HardwareProfile, point: Point) -> pd.DataFrame:
+    """The summary of ``cfg`` on ``hw`` (a profile's name or path, or the profile
+    itself), with a column per ``point`` key and ``hw``."""
     from sim.runner import run
 
-    profile = load_profile(hw)
+    profile = hw if isinstance(hw, HardwareProfile) else load_profile(hw)
     df = run(cfg, profile, None).summary()
     df = df.drop(columns=[c for c in point if c in df.columns])  # the factor's value wins
     if HW not in point:
@@ -95,7 +97,16 @@ def sweep(
         factors = {factors: list(values or [])}
     here = profile.source_file or profile.name  # the file given, not a shipped namesake
     todo = [(c, p.get(HW, here), p) for p, c in sweep_points(cfg, factors)]
-    executor = executor or LocalExecutor(jobs)
+    return run_points(todo, executor or LocalExecutor(jobs), progress)
+
+
+def run_points(
+    todo: Sequence[tuple[ScenarioConfig, str | HardwareProfile, Point]],
+    executor: Executor,
+    progress: Callable[[int, int], None] | None = None,
+) -> pd.DataFrame:
+    """Each (scenario, profile, point) of ``todo`` simulated on ``executor``: one
+    table, the summaries in ``todo``'s order, each row with its point's columns."""
     frames: dict[int, pd.DataFrame] = {}
     for n, (i, frame) in enumerate(executor.run(_point, todo), start=1):
         frames[i] = frame

@@ -182,5 +182,5 @@ WORKLOADS.register(
     ServingParams,
     drive_serving,
     designs=SERVING_DESIGNS,
-    kind=Kind("serving", limits.SERVING, closed_loop=True),
+    kind=Kind("serving", limits.SERVING, closed_loop=True, headline="ttft_mean_s"),
 )

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvtier.contracts.plan import IO_PATHS
-from sim.registry import SERVING_DESIGNS, ParamError
+from sim.registry import SERVING_DESIGNS, DesignAssumption, ParamError
 
 register = SERVING_DESIGNS.register  # register("name", DesignParams, preset={...})
 
@@ -148,6 +148,20 @@ _PAGED: dict[str, Any] = dict(
 # LMCache's per-object retrieval work, measured on this machine (python -m
 # analysis.lmcache_object_cost: lookup 12-15 us, open+read+close of a tmpfs file 24.5 us)
 LMCACHE_OBJECT_US, LMCACHE_FILE_US = 13.6, 24.5
+SERVING_DESIGNS.assume(
+    DesignAssumption(
+        "object_us", LMCACHE_OBJECT_US, 6.8, 27.2,
+        "measured on a Python loop that imitates LMCache's lookup, not on LMCache, on this "
+        "machine's cores: assumption, half (a faster core or a leaner lookup) to twice it",
+    )
+)  # fmt: skip
+SERVING_DESIGNS.assume(
+    DesignAssumption(
+        "file_us", LMCACHE_FILE_US, 12.0, 49.0,
+        "open+read+close of a tmpfs file measured here (24.5 us); on the seed's ext4/XFS "
+        "SSD with a cold dentry cache it costs more: assumption, half to twice it",
+    )
+)  # fmt: skip
 # LMCache keeps KV in chunks of 256 tokens whatever the engine's GPU block (``chunk_size``,
 # default 256: lmcache/v1/config.py; one object, one key, per chunk); seed 004 runs
 # LMCache v0.3.10 and names no chunk size, so its default

@@ -1,0 +1,224 @@
+"""What would flip a verdict: each assumption at its range ends, one at a time.
+
+An *assumption* is a number kvtier sets without a measurement, with the range
+it could plausibly take (:class:`Knob`): a hardware profile's
+(``assumptions:`` in its YAML, :class:`hwprofiles.schema.Assumption`), or a
+design parameter of the scenario's kind that a variant leaves at its assumed
+value (:meth:`sim.registry.Registry.assume`, e.g. LMCache's per-object
+``object_us``).  :func:`sensitivity` runs the scenario once as it is and then
+with each assumption at its low and its high end, every other number as it
+is, each run an independent simulation on a :class:`sim.parallel.Executor`
+(:func:`sim.sweep.run_points`: the local process pool, or Ray).
+
+The comparison turns on one summary column, the *headline*
+(:func:`headline_of`: the scenario's ``headline:``, else its kind's,
+:class:`sim.registry.Kind`: tokens/s for the decode kinds, mean TTFT for
+serving); a column of a rate (``*_per_s``, ``*gbps``, hit rates, recall) is
+better higher, any other (a time) better lower.  A *design* is a variant, its
+points (``design | 8K | ...``, :func:`sim.factors.expand_matrix`) folded into
+one figure: the geometric mean of its headline over its points (every point
+weighs the same, whatever its scale).  Per assumption, :func:`tornado` gives
+each design's figure at low, base and high, the ratio of the base run's top
+design to its second (>= 1 at base, < 1 where the second wins), whether the
+ranking of the designs *flips* (differs from the base run's at either end) and
+whether the ratio *moves* by more than :data:`MOVE`; the rows are sorted by
+effect, the largest change of the log ratio.  An assumption that flips or
+moves is *fragile*.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from hwprofiles import HardwareProfile
+from hwprofiles.assume import with_value
+from sim.config import ConfigError, ScenarioConfig, Variant
+from sim.parallel import Executor
+from sim.registry import WORKLOADS
+from sim.sweep import run_points
+
+# a headline ratio that moves by more than this share at a range end is fragile (kvtier
+# issue 30's threshold: the share beyond which a seed figure is reported as "off")
+MOVE = 0.25
+BASE = "(as given)"  # the assumption column of the run with every number as given
+ENDS = ("low", "base", "high")
+DESIGN_KEY = "design_params"
+_HIGHER = ("_per_s", "gbps", "hit_rate", "recall", "speedup")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One assumption: ``name`` (a profile key path, or ``design_params.P``), its
+    value as given and its plausible range."""
+
+    name: str
+    value: float
+    low: float
+    high: float
+    why: str
+
+
+def knobs(cfg: ScenarioConfig, profile: HardwareProfile, only: Sequence[str] = ()) -> list[Knob]:
+    """The assumptions a sensitivity run of ``cfg`` on ``profile`` varies: the
+    profile's, then the design parameters some variant leaves at their assumed
+    value; only those named in ``only`` if given.  None is a ConfigError."""
+    from hwprofiles.assume import field_value
+
+    out = [
+        Knob(a.field, field_value(profile, a.field), a.low, a.high, a.why)
+        for a in profile.assumptions
+    ]
+    designs = WORKLOADS.entry(cfg.workload.kind).designs
+    for a in designs.assumptions() if designs is not None else ():
+        if _assumed_variants(cfg, a.param, a.value):
+            out.append(Knob(f"{DESIGN_KEY}.{a.param}", a.value, a.low, a.high, a.why))
+    if only:
+        names = [k.name for k in out]
+        for name in only:
+            if name not in names:
+                known = ", ".join(names) or "none"
+                raise ConfigError(f"--assumptions: no assumption '{name}' here (known: {known})")
+        out = [k for k in out if k.name in only]
+    if not out:
+        raise ConfigError(
+            f"--sensitivity: {profile.name} names no assumptions (its assumptions: block) and "
+            f"no design parameter of {cfg.name} is one: nothing to vary"
+        )
+    return out
+
+
+def _assumed_variants(cfg: ScenarioConfig, param: str, value: float) -> list[str]:
+    """The variants whose design leaves ``param`` at ``value``."""
+    designs = WORKLOADS.entry(cfg.workload.kind).designs
+    out = []
+    for v in cfg.variants:
+        p = cfg.variant_params(v)
+        if getattr(designs.params(p.design, p.design_params), param) == value:
+            out.append(v.name)
+    return out
+
+
+def apply(
+    cfg: ScenarioConfig, profile: HardwareProfile, knob: Knob, value: float
+) -> tuple[ScenarioConfig, HardwareProfile]:
+    """The scenario and profile with ``knob`` at ``value``: the profile's number,
+    or the design parameter of every variant that leaves it at its assumed value."""
+    if not knob.name.startswith(f"{DESIGN_KEY}."):
+        return cfg, with_value(profile, knob.name, value)
+    param = knob.name.removeprefix(f"{DESIGN_KEY}.")
+    assumed = set(_assumed_variants(cfg, param, knob.value))
+    variants = []
+    for v in cfg.variants:
+        if v.name in assumed:
+            dp = {**cfg.variant_params(v).design_params, param: value}
+            kept = tuple(o for o in v.overrides if o[0] != DESIGN_KEY)
+            v = Variant(v.name, (*kept, (DESIGN_KEY, dp)))
+        variants.append(v)
+    return dataclasses.replace(cfg, variants=tuple(variants)), profile
+
+
+def headline_of(cfg: ScenarioConfig) -> tuple[str, bool]:
+    """The scenario's headline column and whether higher is better."""
+    column = cfg.headline or WORKLOADS.entry(cfg.workload.kind).kind.headline
+    return column, column.endswith(_HIGHER)
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """The runs (every summary row, with ``assumption``, ``at`` and ``value``
+    columns) and the tornado table (:func:`tornado`) of one scenario."""
+
+    headline: str
+    higher: bool
+    runs: pd.DataFrame
+    table: pd.DataFrame
+
+
+def sensitivity(
+    cfg: ScenarioConfig,
+    profile: HardwareProfile,
+    executor: Executor,
+    only: Sequence[str] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> Sensitivity:
+    """Run ``cfg`` on ``profile`` as given and with each assumption (:func:`knobs`)
+    at each end of its range, on ``executor``; the runs and their tornado table."""
+    ks = knobs(cfg, profile, only)
+    todo = [(cfg, profile, {"assumption": BASE, "at": "base", "value": math.nan})]
+    for k in ks:
+        for end in ("low", "high"):
+            c, p = apply(cfg, profile, k, getattr(k, end))
+            todo.append((c, p, {"assumption": k.name, "at": end, "value": getattr(k, end)}))
+    runs = run_points(todo, executor, progress)
+    column, higher = headline_of(cfg)
+    if column not in runs.columns:
+        where = f"{cfg.source_file}: headline" if cfg.headline else "headline"
+        cols = ", ".join(c for c in runs.columns if c not in ("assumption", "at", "value"))
+        raise ConfigError(f"{where}: no summary column '{column}' (one of: {cols})")
+    return Sensitivity(column, higher, runs, tornado(runs, ks, column, higher))
+
+
+def design_figures(rows: pd.DataFrame, column: str) -> dict[str, float]:
+    """Design (the variant's name before its first `` | ``) -> the geometric mean of
+    ``column`` over its rows (its points); NaN where no row has a positive figure."""
+    design = rows["variant"].str.split(" | ", n=1, regex=False).str[0]
+    out: dict[str, float] = {}
+    for name in dict.fromkeys(design):
+        x = rows.loc[design == name, column].to_numpy(dtype=float)
+        x = x[np.isfinite(x) & (x > 0)]
+        out[name] = float(np.exp(np.log(x).mean())) if len(x) else math.nan
+    return out
+
+
+def ranking(figures: dict[str, float], higher: bool) -> tuple[str, ...]:
+    """Designs best first (NaN last, ties by name)."""
+    sign = -1.0 if higher else 1.0
+    return tuple(sorted(figures, key=lambda d: (math.isnan(figures[d]), sign * figures[d], d)))
+
+
+def tornado(runs: pd.DataFrame, ks: Sequence[Knob], column: str, higher: bool) -> pd.DataFrame:
+    """One row per assumption, sorted by effect (see the module docstring)."""
+    base = design_figures(runs[runs["assumption"] == BASE], column)
+    order = ranking(base, higher)
+    if len(order) < 2:
+        raise ConfigError("--sensitivity: the scenario has one design; nothing to rank")
+    top, second = order[0], order[1]
+
+    def ratio(f: dict[str, float]) -> float:
+        a, b = f.get(top, math.nan), f.get(second, math.nan)
+        return a / b if higher else b / a
+
+    rows = []
+    for k in ks:
+        mine = runs[runs["assumption"] == k.name]
+        at = {e: design_figures(mine[mine["at"] == e], column) for e in ("low", "high")}
+        at["base"] = base
+        r = {e: ratio(at[e]) for e in ENDS}
+        flipped = [e for e in ("low", "high") if ranking(at[e], higher) != order]
+        change = [abs(math.log(r[e] / r["base"])) for e in ("low", "high")]
+        moves = any(abs(r[e] / r["base"] - 1) > MOVE for e in ("low", "high"))
+        row = {
+            "assumption": k.name, "low": k.low, "value": k.value, "high": k.high,
+            "top": top, "second": second,
+            "ratio_low": r["low"], "ratio_base": r["base"], "ratio_high": r["high"],
+            "flips": bool(flipped), "flips_at": "+".join(flipped), "moves": moves,
+            "verdict": "flips" if flipped else "moves" if moves else "holds",
+            "effect": max(change), "why": k.why,
+        }  # fmt: skip
+        for d in order:
+            for e in ENDS:
+                row[f"{d} @{e}"] = at[e].get(d, math.nan)
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    return table.sort_values(["effect", "assumption"], ascending=[False, True], ignore_index=True)
+
+
+def fragile(table: pd.DataFrame) -> pd.DataFrame:
+    """The assumptions that flip the ranking or move the headline ratio > :data:`MOVE`."""
+    return table[table["flips"] | table["moves"]]

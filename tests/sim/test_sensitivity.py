@@ -1,0 +1,124 @@
+"""The sensitivity report on a toy scenario whose flip point is worked out by hand.
+
+The toy machine (``tiny_profile``, tests/sim/conftest.py) with every efficiency
+factor 1 except NVLink's: two designs decode from the same sparse working set,
+one from host memory (``tier: dram``: dram0.bus 50 GB/s, then gpu0.pcie 25 GB/s,
+so 25 GB/s), one from the peer GPU (``tier: peer``: gpu1.nvlink and gpu0.nvlink,
+200 GB/s x ``efficiency.nvlink`` each; gpu1.pcie is narrowed to 5 GB/s here, so
+the copy's other route, over PCIe through rc0, is never the wider one).  Both compute the same layers the same way
+and fetch-bound (a fetch of 3,277 entries x 4 KiB = 13.4 MB per layer takes
+0.54 ms at 25 GB/s, the layer's compute ~0.1 ms), so their step times are equal
+where the two bandwidths are: 200 x e = 25, e = 0.125.  At the toy's e = 0.14 the
+peer design fetches at 28 GB/s and wins; its ratio to the host design is at most
+28 / 25 = 1.12 (the equal compute dilutes it) and above 1.  A range [0.10, 0.20]
+crosses 0.125: at 0.10 the peer fetches at 20 GB/s and loses, so the ranking
+flips at the low end.  A range [0.13, 0.15] stays above it (26-30 GB/s): the
+ranking holds, and the ratio, between 26/25 and 30/25 at most, moves by less
+than 25% from the base run's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pandas as pd
+import pytest
+
+from hwprofiles import Assumption
+from sim.config import ConfigError, load_scenario
+from sim.parallel import LocalExecutor, make_executor
+from sim.sensitivity import BASE, design_figures, knobs, ranking, sensitivity
+
+TOY = """name: toy
+description: host memory vs peer GPU
+seed: 0
+workload:
+  kind: sparse_decode
+  model: Llama-3.1-8B
+  context_tokens: 32768
+  batch: 1
+  sparsity: 0.1
+  steps: 2
+  layers: 2
+  tier: dram
+variants:
+  - {name: host, tier: dram}
+  - {name: peer, tier: peer}
+"""
+
+
+@pytest.fixture
+def toy(tmp_path):
+    path = tmp_path / "toy.yaml"
+    path.write_text(TOY)
+    return load_scenario(path)
+
+
+def _profile(make_profile, low: float, high: float):
+    p = make_profile()
+    links = tuple(
+        dataclasses.replace(link, gbps=5.0) if link.name == "gpu1.pcie" else link
+        for link in p.topology.links
+    )
+    p = dataclasses.replace(
+        p,
+        efficiency=dataclasses.replace(p.efficiency, nvlink=0.14),
+        topology=dataclasses.replace(p.topology, links=links),
+    )
+    return dataclasses.replace(p, assumptions=(Assumption("efficiency.nvlink", low, high, "toy"),))
+
+
+def test_a_range_across_the_flip_point_flips(toy, make_profile) -> None:
+    s = sensitivity(toy, _profile(make_profile, 0.10, 0.20), LocalExecutor(1))
+    assert s.headline == "tokens_per_s" and s.higher
+    (row,) = s.table.to_dict("records")
+    assert (row["top"], row["second"]) == ("peer", "host")
+    assert 1 < row["ratio_base"] <= 28 / 25
+    assert row["ratio_low"] < 1 < row["ratio_high"]  # below e = 0.125 the host design wins
+    assert row["verdict"] == "flips" and row["flips_at"] == "low"
+    # the host design reads no NVLink: its figure is the same at every end
+    assert row["host @low"] == row["host @base"] == row["host @high"]
+    assert row["peer @low"] < row["peer @base"] < row["peer @high"]
+
+
+def test_a_range_on_one_side_holds(toy, make_profile) -> None:
+    s = sensitivity(toy, _profile(make_profile, 0.13, 0.15), LocalExecutor(1))
+    (row,) = s.table.to_dict("records")
+    assert row["verdict"] == "holds" and not row["flips"] and not row["moves"]
+    assert 1 < row["ratio_low"] < row["ratio_base"] < row["ratio_high"] <= 30 / 25
+    assert row["effect"] == pytest.approx(
+        max(abs(math.log(row[f"ratio_{e}"] / row["ratio_base"])) for e in ("low", "high"))
+    )
+
+
+def test_no_assumptions_is_a_config_error(toy, make_profile) -> None:
+    with pytest.raises(ConfigError, match="names no assumptions"):
+        knobs(toy, make_profile())
+    with pytest.raises(ConfigError, match="no assumption 'efficiency.tensor'"):
+        knobs(toy, _profile(make_profile, 0.1, 0.2), only=["efficiency.tensor"])
+
+
+def test_design_figures_fold_points_by_geometric_mean() -> None:
+    rows = pd.DataFrame(
+        {"variant": ["a | 1K", "a | 4K", "b | 1K", "b | 4K"], "t": [1.0, 4.0, 2.0, 2.0]}
+    )
+    figs = design_figures(rows, "t")
+    assert figs == {"a": 2.0, "b": 2.0}  # sqrt(1 x 4) = 2 = sqrt(2 x 2)
+    assert ranking(figs, higher=False) == ("a", "b")  # a tie: by name
+    assert ranking({"a": 1.0, "b": math.nan}, higher=True) == ("a", "b")
+
+
+def test_the_pool_and_ray_give_the_same_report(toy, make_profile) -> None:
+    profile = _profile(make_profile, 0.10, 0.20)
+    one = sensitivity(toy, profile, LocalExecutor(1))
+    pool = sensitivity(toy, profile, LocalExecutor(2))
+    pd.testing.assert_frame_equal(one.table, pool.table)
+    pd.testing.assert_frame_equal(one.runs, pool.runs)
+    assert set(one.runs["assumption"]) == {BASE, "efficiency.nvlink"}
+    ray = pytest.importorskip("ray", reason="the cluster extra (ray) is not installed")
+    try:
+        on_ray = sensitivity(toy, profile, make_executor("ray", jobs=2))
+    finally:
+        ray.shutdown()
+    pd.testing.assert_frame_equal(one.table, on_ray.table)
