@@ -12,6 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Column, Table
 
 from hwprofiles import load_profile
+from kvtier.cli.executor_args import add_executor_args, executor_of
+from kvtier.cli.sensitivity import add_sensitivity_args, chosen
+from kvtier.cli.sensitivity import report as sensitivity_report
 from kvtier.cli.tables import decode_title, print_tables, rows_table
 from kvtier.contracts.console import make_console
 from kvtier.contracts.outdir import claim, run_id
@@ -38,6 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--force", action="store_true", help="overwrite another run's results in the output"
     )
+    add_sensitivity_args(p)
+    add_executor_args(p)
     p.set_defaults(handler=cmd_sim)
 
 
@@ -57,6 +62,16 @@ def cmd_sim(args: argparse.Namespace) -> int:
         if not hasattr(cfg.workload, "steps"):
             raise ConfigError(f"--steps: a {cfg.workload.kind} scenario has no decode steps")
         cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, steps=args.steps))
+    chosen(args, cfg, profile)  # --sensitivity with nothing to vary: refused before the work
+    ran_by = {
+        "--executor": args.executor != "local",
+        "--jobs": args.jobs,
+        "--address": args.address,
+    }
+    for flag, given in ran_by.items():
+        if given and not args.sensitivity:
+            raise ConfigError(f"{flag}: says where --sensitivity's runs go; give it with that")
+    executor = executor_of(args) if args.sensitivity else None
     check_scenario(cfg, profile)  # what the profile cannot hold, refused before simulating
     for line in overload_warnings(cfg, profile):  # what it can hold but not serve in time
         console.print(f"[yellow]warning[/yellow]: {line}")
@@ -64,7 +79,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
     run = run_id(cmd="sim", scenario=cfg.to_dict(), hw=dataclasses.asdict(profile), t=args.trace)
     label = f"sim {cfg.name} on {profile.name}, seed {cfg.seed}"
     with claim(out, force=args.force, run=run, label=label):  # one run per directory
-        return _sim_scenario(console, args, cfg, profile, out)
+        status = _sim_scenario(console, args, cfg, profile, out)
+        if executor is not None:
+            sensitivity_report(console, args, cfg, profile, executor, out)
+        return status
 
 
 def _plan_only(args: argparse.Namespace) -> None:
@@ -72,6 +90,7 @@ def _plan_only(args: argparse.Namespace) -> None:
     with it, not ignored."""
     given = {"--scenario": args.scenario, "--seed": args.seed, "--steps": args.steps}
     given["--trace"] = args.trace or None
+    given["--sensitivity"] = args.sensitivity or None
     for flag, value in given.items():
         if value is not None:
             raise ConfigError(

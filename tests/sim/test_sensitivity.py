@@ -5,9 +5,10 @@ factor 1 except NVLink's: two designs decode from the same sparse working set,
 one from host memory (``tier: dram``: dram0.bus 50 GB/s, then gpu0.pcie 25 GB/s,
 so 25 GB/s), one from the peer GPU (``tier: peer``: gpu1.nvlink and gpu0.nvlink,
 200 GB/s x ``efficiency.nvlink`` each; gpu1.pcie is narrowed to 5 GB/s here, so
-the copy's other route, over PCIe through rc0, is never the wider one).  Both compute the same layers the same way
-and fetch-bound (a fetch of 3,277 entries x 4 KiB = 13.4 MB per layer takes
-0.54 ms at 25 GB/s, the layer's compute ~0.1 ms), so their step times are equal
+the copy's other route, over PCIe through rc0, is never the wider one).  Both
+compute the same layers the same way and fetch-bound (a fetch of 3,277 entries
+x 4 KiB = 13.4 MB per layer takes 0.54 ms at 25 GB/s, the layer's compute ~0.1
+ms), so their step times are equal
 where the two bandwidths are: 200 x e = 25, e = 0.125.  At the toy's e = 0.14 the
 peer design fetches at 28 GB/s and wins; its ratio to the host design is at most
 28 / 25 = 1.12 (the equal compute dilutes it) and above 1.  A range [0.10, 0.20]
