@@ -4,8 +4,8 @@ Reads the table :func:`sim.sensitivity.tornado` makes (``tornado.csv``): one bar
 per assumption, largest effect on top, spanning the headline ratio of the base
 run's top two designs at the assumption's low and high ends; a line at the base
 ratio and one at 1 (left of it the second design wins); fragile assumptions
-(flips, or a move over 25%) in red.  Never runs a simulation; matplotlib runs
-headless (Agg).
+(flips, or a move over 25%) in red; a dot marks the low end, a triangle the
+high.  Never runs a simulation; matplotlib runs headless (Agg).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ def tornado_figure(table: pd.DataFrame, title: str):
         lo, hi = sorted((r.ratio_low, r.ratio_high))
         color = "tab:red" if r.flips or r.moves else "tab:blue"
         ax.barh(y, hi - lo, left=lo, color=color, height=0.6)
+        ax.plot([r.ratio_low], [y], "o", color=color, ms=5)  # the low end: a dot
+        ax.plot([r.ratio_high], [y], ">", color=color, ms=6)  # the high end: a triangle
         ax.text(hi, y, f"  {r.verdict}", va="center", fontsize=8)
     ax.set_yticks(
         range(len(rows)), [f"{r.assumption} [{r.low:g}, {r.high:g}]" for r in rows.itertuples()]
@@ -37,7 +39,7 @@ def tornado_figure(table: pd.DataFrame, title: str):
     top, second = (table["top"].iloc[0], table["second"].iloc[0]) if len(table) else ("", "")
     ax.set_xlabel(f"{top} / {second}, headline ratio (> 1: {top} ahead)")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
 

@@ -336,3 +336,23 @@ def test_python_dash_m_runs_the_command_line(module: str) -> None:
     )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert bad.stderr.startswith("kvtier: error: ") and "nosuchcmd" in bad.stderr
+
+
+def test_sweep_sensitivity_writes_the_tornado(tmp_path: Path, capsys) -> None:
+    """One assumption, so three runs (as given, low, high) of every variant; the base
+    rows are the scenario's plain summary (the same simulations, no assumption moved)."""
+    argv = ["sweep", "--scenario", "tiers", "--steps", "1", "--jobs", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--sensitivity", "--assumptions", "efficiency.ssd"]) == 0
+    out = tmp_path / "tiers" / "h20-8ssd" / "sensitivity"
+    table = pd.read_csv(out / "tornado.csv")
+    assert list(table["assumption"]) == ["efficiency.ssd"]
+    assert (table["low"].item(), table["high"].item()) == (0.85, 1.0)
+    runs = pd.read_csv(out / "sensitivity-runs.csv")
+    n_variants = len(load_scenario("tiers").variants)
+    assert len(runs) == 3 * n_variants
+    # efficiency.ssd's high end is its value as given (1.0): those runs equal the base's
+    base = runs[runs["at"] == "base"].reset_index(drop=True)
+    high = runs[runs["at"] == "high"].reset_index(drop=True)
+    assert list(base["tokens_per_s"]) == list(high["tokens_per_s"])
+    assert (out / "tornado.png").stat().st_size > 0
+    assert "fragile assumptions" in capsys.readouterr().out

@@ -13,6 +13,8 @@ from rich.progress import Progress
 
 from hwprofiles import load_profile
 from kvtier.cli.executor_args import add_executor_args, executor_of
+from kvtier.cli.sensitivity import add_sensitivity_args, chosen
+from kvtier.cli.sensitivity import report as sensitivity_report
 from kvtier.cli.tables import frame_table, print_tables
 from kvtier.contracts.console import make_console
 from kvtier.contracts.outdir import claim, run_id
@@ -52,12 +54,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--factor",
         action="append",
-        required=True,
         help="NAME=V1,V2,... : a workload field (or 'hw') and its values; repeat for more factors",
     )
     p.add_argument("--values", help="comma-separated values of a single --factor NAME")
     p.add_argument("--steps", type=int_arg(1), help="override the number of decode steps")
     add_executor_args(p)
+    add_sensitivity_args(p)
     p.add_argument("--out", default="results/sweeps", help="output directory")
     p.add_argument(
         "--force", action="store_true", help="overwrite another run's results in the output"
@@ -86,6 +88,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if not hasattr(cfg.workload, "steps"):
             raise ConfigError(f"--steps: a {cfg.workload.kind} scenario has no decode steps")
         cfg = dataclasses.replace(cfg, workload=dataclasses.replace(cfg.workload, steps=args.steps))
+    if args.sensitivity:
+        return _sensitivity(console, args, cfg)
+    chosen(args, cfg, None)  # --assumptions without --sensitivity
+    if not args.factor:
+        raise ConfigError("--factor: give at least one NAME=V1,V2,... (or --sensitivity)")
     factors = parse_factors(args.factor, args.values)
     if HW in factors and args.hw is not None:
         raise ConfigError(
@@ -105,6 +112,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     executor = executor_of(args)  # Ray missing or unreachable: refused before the work
     with claim(out, force=args.force, run=run, label=label):  # one run per directory
         return _sweep_into(console, executor, cfg, profile, factors, len(todo), out)
+
+
+def _sensitivity(console, args: argparse.Namespace, cfg) -> int:
+    """``--sensitivity``: the scenario's assumptions at their range ends, no factors."""
+    if args.factor or args.values is not None:
+        raise ConfigError("--factor and --sensitivity: a sensitivity run varies the "
+                          "assumptions, not factors; give one or the other")  # fmt: skip
+    profile = load_profile(args.hw or "h20-8ssd")
+    chosen(args, cfg, profile)  # nothing to vary: refused before the work
+    check_scenario(cfg, profile)
+    out = Path(args.out) / cfg.name / profile.name / "sensitivity"
+    run = run_id(cmd="sweep-sensitivity", scenario=cfg.to_dict(), hw=dataclasses.asdict(profile))
+    executor = executor_of(args)
+    with claim(out, force=args.force, run=run, label=f"sensitivity of {cfg.name}"):
+        sensitivity_report(console, args, cfg, profile, executor, out)
+    return 0
 
 
 def _sweep_into(console, executor, cfg, profile, factors, points: int, out: Path) -> int:

@@ -141,6 +141,23 @@ YAML: list[tuple[str, str, Files, str]] = [
         "assumptions[4].high",
     ),
     (
+        "sens-no-assumptions",
+        "sim --hw p.yaml --sensitivity --out o",
+        {"p.yaml": profile("\nassumptions:", "\nunused_assumptions:").split("\nunused_")[0]},
+        "nothing to vary",
+    ),
+    (
+        "sens-unknown",
+        "sim --sensitivity --assumptions efficiency.tensr --out o",
+        {},
+        "--assumptions",
+    ),
+    ("sens-assume-alone", "sim --assumptions efficiency.tensor --out o", {}, "--assumptions"),
+    ("sens-jobs-alone", "sim --jobs 2 --out o", {}, "--jobs"),
+    ("sens-sweep-factor", "sweep --sensitivity --factor ssds=1 --out o", {}, "--factor"),
+    ("sens-sweep-assume", "sweep --factor ssds=1 --assumptions x --out o", {}, "--assumptions"),
+    ("sens-plan", "sim --plan x.parquet --sensitivity --out o", {}, "--sensitivity"),
+    (
         "prof-link-kind",
         "profiles show p.yaml",
         {"p.yaml": profile("kind: membus, duplex", "kind: bogus, duplex")},
