@@ -182,6 +182,17 @@ def ranking(figures: dict[str, float], higher: bool) -> tuple[str, ...]:
     return tuple(sorted(figures, key=lambda d: (math.isnan(figures[d]), sign * figures[d], d)))
 
 
+def swap(base: Sequence[str], other: Sequence[str]) -> str:
+    """The best-ranked pair of designs whose order ``other`` reverses from ``base``:
+    ``"B ahead of A"`` (A ahead in ``base``), or "" when none is."""
+    at = {d: i for i, d in enumerate(other)}
+    for i, a in enumerate(base):
+        for b in base[i + 1 :]:
+            if at[b] < at[a]:
+                return f"{b} ahead of {a}"
+    return ""
+
+
 def tornado(runs: pd.DataFrame, ks: Sequence[Knob], column: str, higher: bool) -> pd.DataFrame:
     """One row per assumption, sorted by effect (see the module docstring)."""
     base = design_figures(runs[runs["assumption"] == BASE], column)
@@ -200,14 +211,17 @@ def tornado(runs: pd.DataFrame, ks: Sequence[Knob], column: str, higher: bool) -
         at = {e: design_figures(mine[mine["at"] == e], column) for e in ("low", "high")}
         at["base"] = base
         r = {e: ratio(at[e]) for e in ENDS}
-        flipped = [e for e in ("low", "high") if ranking(at[e], higher) != order]
+        ranks = {e: ranking(at[e], higher) for e in ("low", "high")}
+        flipped = [e for e in ("low", "high") if ranks[e] != order]
         change = [abs(math.log(r[e] / r["base"])) for e in ("low", "high")]
         moves = any(abs(r[e] / r["base"] - 1) > MOVE for e in ("low", "high"))
         row = {
             "assumption": k.name, "low": k.low, "value": k.value, "high": k.high,
             "top": top, "second": second,
             "ratio_low": r["low"], "ratio_base": r["base"], "ratio_high": r["high"],
-            "flips": bool(flipped), "flips_at": "+".join(flipped), "moves": moves,
+            "flips": bool(flipped), "flips_at": "+".join(flipped),
+            "swap": "; ".join(f"{e}: {swap(order, ranks[e])}" for e in flipped),
+            "moves": moves,
             "verdict": "flips" if flipped else "moves" if moves else "holds",
             "effect": max(change), "why": k.why,
         }  # fmt: skip

@@ -97,11 +97,7 @@ def fragile_lines(s: Sensitivity) -> list[str]:
         ]
     out = [f"fragile assumptions ({len(f)} of {len(s.table)}):"]
     for r in f.to_dict("records"):
-        what = (
-            f"flips the ranking at {r['flips_at']}"
-            if r["flips"]
-            else f"moves the ratio > {MOVE:.0%}"
-        )
+        what = f"flips the ranking ({r['swap']})" if r["flips"] else f"moves the ratio > {MOVE:.0%}"
         out.append(
             f"  {r['assumption']} in [{r['low']:g}, {r['high']:g}] (as given {r['value']:g}): "
             f"{what}; {r['top']} / {r['second']} = {r['ratio_low']:.2f} / "

@@ -29,7 +29,7 @@ import pytest
 from hwprofiles import Assumption
 from sim.config import ConfigError, load_scenario
 from sim.parallel import LocalExecutor, make_executor
-from sim.sensitivity import BASE, design_figures, knobs, ranking, sensitivity
+from sim.sensitivity import BASE, design_figures, knobs, ranking, sensitivity, swap
 
 TOY = """name: toy
 description: host memory vs peer GPU
@@ -78,6 +78,7 @@ def test_a_range_across_the_flip_point_flips(toy, make_profile) -> None:
     assert 1 < row["ratio_base"] <= 28 / 25
     assert row["ratio_low"] < 1 < row["ratio_high"]  # below e = 0.125 the host design wins
     assert row["verdict"] == "flips" and row["flips_at"] == "low"
+    assert row["swap"] == "low: host ahead of peer"
     # the host design reads no NVLink: its figure is the same at every end
     assert row["host @low"] == row["host @base"] == row["host @high"]
     assert row["peer @low"] < row["peer @base"] < row["peer @high"]
@@ -108,6 +109,9 @@ def test_design_figures_fold_points_by_geometric_mean() -> None:
     assert figs == {"a": 2.0, "b": 2.0}  # sqrt(1 x 4) = 2 = sqrt(2 x 2)
     assert ranking(figs, higher=False) == ("a", "b")  # a tie: by name
     assert ranking({"a": 1.0, "b": math.nan}, higher=True) == ("a", "b")
+    assert swap(("a", "b", "c"), ("a", "c", "b")) == "c ahead of b"
+    assert swap(("a", "b", "c"), ("c", "b", "a")) == "b ahead of a"  # the best-ranked pair
+    assert swap(("a", "b"), ("a", "b")) == ""
 
 
 def test_the_pool_and_ray_give_the_same_report(toy, make_profile) -> None:
