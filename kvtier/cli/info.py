@@ -98,6 +98,9 @@ def show_profile(console: Console, name: str) -> None:
             f"  aggregate SSD read: {read:.1f} GB/s, {iops / 1e6:.2f} M IOPS "
             f"({iops * 4096 / 1e9:.1f} GB/s at 4 KiB)"
         )
+    if p.assumptions:
+        ranges = ", ".join(f"{a.field} {a.low:g}-{a.high:g}" for a in p.assumptions)
+        console.print(f"  assumptions (ranges for --sensitivity): {ranges}")
     table = Table(title="Concurrent transfers (max-min over the topology)")
     for col in ("transfer", "flows", "GB/s", "at capacity"):
         table.add_column(col)
