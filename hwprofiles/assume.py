@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from typing import Any
 
 from hwprofiles.schema import HardwareProfile
@@ -89,12 +90,13 @@ def _replace(node: Any, steps: list[tuple[str, int | None]], value: Any) -> Any:
     return dataclasses.replace(node, **{name: new})
 
 
-def check_assumptions(profile: HardwareProfile, where: Any) -> None:
+def check_assumptions(
+    profile: HardwareProfile, where: Any, check_number: Callable[..., float | int]
+) -> None:
     """Each assumption names a number of the profile once, ``low <= value <= high``,
-    and both ends pass the checks the field's own value passes (a fraction in (0, 1],
-    a bandwidth > 0, an integer count); else one line naming the file, line and key."""
-    from hwprofiles.loader import _check_number  # the loader imports this module
-
+    and both ends pass the checks the field's own value passes (``check_number``, the
+    loader's: a bandwidth > 0, an integer count; and a fraction in (0, 1]); else one
+    line naming the file, line and key (``where``, the loader's line map)."""
     seen: set[str] = set()
     for i, a in enumerate(profile.assumptions):
         key = f"assumptions[{i}]"
@@ -110,7 +112,7 @@ def check_assumptions(profile: HardwareProfile, where: Any) -> None:
         value = getattr(node, f.name)
         kind = int if isinstance(value, int) else float
         for end in ("low", "high"):
-            x = _check_number(where, f"{key}.{end}", f.name, getattr(a, end), kind)
+            x = check_number(where, f"{key}.{end}", f.name, getattr(a, end), kind)
             if f.metadata.get("fraction") and not 0 < x <= 1:
                 raise where.error(f"{key}.{end}", f"{a.field} must be in (0, 1], got {x:g}")
         if not a.low <= value <= a.high:

@@ -262,7 +262,7 @@ def load_profile(source: str | Path) -> HardwareProfile:
     _check_topology(profile, where)
     _check_capacities(profile, where)
     _check_ceilings(profile, where)
-    check_assumptions(profile, where)
+    check_assumptions(profile, where, _check_number)
     return profile
 
 
