@@ -1,9 +1,9 @@
 """Where many independent simulations run: a local process pool or a Ray cluster.
 
 Every command that runs many simulations (``kvtier sweep``'s points,
-``kvtier plan``'s grid points) hands them to one :class:`Executor`, made by
-:func:`make_executor` from the same three flags (``--executor local|ray``,
-``--address``, ``--jobs``).  An executor takes a function and a list of
+``kvtier plan``'s grid points, ``--sensitivity``'s runs) hands them to one
+:class:`Executor`, made by :func:`make_executor` from the same three flags
+(``--executor local|ray``, ``--address``, ``--jobs``).  An executor takes a function and a list of
 argument tuples and yields ``(index, result)`` as each call finishes (not in
 order), so the caller can store every result the moment it exists; the
 results are those of the same calls made in this process (the function and

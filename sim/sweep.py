@@ -9,7 +9,8 @@ hardware profiles instead of a workload field.  Points run on an
 :class:`sim.parallel.Executor` (a local process pool of ``jobs`` workers unless
 one is given: Ray, ``kvtier sweep --executor ray``), with the same results; the
 result is one table, one row per (point, variant), with a column per factor
-(and ``hw``).
+(and ``hw``).  :func:`run_points` runs any list of (scenario, profile, point)
+the same way: the sensitivity runs (:mod:`sim.sensitivity`) are such a list.
 """
 
 from __future__ import annotations
