@@ -69,6 +69,11 @@ from kvtier.contracts.plan import CPU, PlanBuilder
 from sim.models import decode_layer_cost, get_model
 from sim.policies.kvdrive.sync import MEMMAP_IO_BYTES, allocate_pinned
 from sim.policies.kvdrive.windows import allocate_windows
+from sim.scenarios.host_threads import (
+    CPU_SELECT_THREADS,
+    LOOKUP_THREADS,
+    cpu_attention_threads,
+)
 from sim.scenarios.kvdrive_memory import (
     dram_tier_entries,
     dram_tier_fraction,
@@ -196,12 +201,15 @@ def _h2d_bytes(dec, entry_bytes: int) -> float:
     return float(dec.info.get("h2d_entries", len(dec.selected))) * entry_bytes
 
 
-def _stage(b: PlanBuilder, on: str, gpu: str, flops: float, nbytes: float, deps, **kw) -> int:
-    """A compute op on ``on`` (``cpu``: one thread) or -1 when there is no work."""
+def _stage(
+    b: PlanBuilder, on: str, gpu: str, flops: float, nbytes: float, deps, threads: int, **kw
+) -> int:
+    """A compute op on ``on`` (``cpu``: on ``threads`` threads, :mod:`sim.scenarios.host_threads`)
+    or -1 when there is no work."""
     if not (flops or nbytes):
         return -1
     if on == CPU:
-        return b.cpu_compute(flops, nbytes, 1, depends_on=deps, **kw)
+        return b.cpu_compute(flops, nbytes, threads, depends_on=deps, **kw)
     return b.compute(gpu, flops, nbytes, depends_on=deps, **kw)
 
 
@@ -216,12 +224,16 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     flops = sum(d.score_flops for d, _ in decs)
     nbytes = sum(d.score_bytes for d, _ in decs)
     deps = gate + _chain(prev["select"])
-    sel = _stage(b, ctx["on"], gpu, flops, nbytes, deps, tag="select", **kw)
+    sel = _stage(
+        b, ctx["on"], gpu, flops, nbytes, deps, tag="select", threads=CPU_SELECT_THREADS, **kw
+    )
     after = [sel] if sel >= 0 else gate
     n_look = sum(d.info.get("lookup_entries", 0.0) for d, _ in decs)
     blocking = any(d.info.get("blocking_h2d", 0.0) for d, _ in decs)
     deps = after + _chain(prev["lookup"]) + (_chain(prev["h2d"]) if blocking else [])
-    look = _stage(b, CPU, gpu, n_look, n_look * ID_BYTES, deps, tag="lookup", **kw)
+    look = _stage(
+        b, CPU, gpu, n_look, n_look * ID_BYTES, deps, tag="lookup", threads=LOOKUP_THREADS, **kw
+    )
     after = [look] if look >= 0 else after
     t, layer = kw["step"], kw["layer"]
     memmap = any(d.info.get("memmap_reads", 0.0) for d, _ in decs)
@@ -238,7 +250,7 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
         deps = reads or after
         ends.append(
             b.cpu_compute(
-                cpu_flops, n_cpu * entry, ctx["threads"], depends_on=deps, tag="cpu_attn", **kw
+                cpu_flops, n_cpu * entry, ctx["attn_threads"], depends_on=deps, tag="cpu_attn", **kw
             )
         )
     n_h2d = sum(_h2d_bytes(d, entry) for d, _ in decs)
@@ -284,7 +296,7 @@ def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
         "dram": profile.dram_names[0],
         "entry": layout.entry_bytes,
         "ssds": ssds,
-        "threads": profile.cpu.cores,
+        "attn_threads": cpu_attention_threads(profile),
         "dram_hub": dram_hub(profile, profile.dram_names[0]),
         "memmap_ssds": {k: min(v, MEMMAP_IO_BYTES) for k, v in ssds.items()},
         "memmap_p": replace(p, io_path="kernel_fs"),
