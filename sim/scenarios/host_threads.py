@@ -20,12 +20,18 @@ its source, or says it is an assumption and gives its plausible range
   threads in grains of 32,768 elements (``at::internal::GRAIN_SIZE``), and
   the pool defaults to the physical cores (``intraop_default_num_threads`` ->
   ``TaskThreadPoolBase::defaultNumThreads``, c10/core/thread_pool.cpp:
-  ``cpuinfo_get_cores_count()``).  A staged layer at 120K x 4 is ~1,150
-  entries x 2,048 fp16 elements = 2.4M elements, 72 grains: enough for every
-  core of the paper's hosts (32-96).  Measured here with the real library
-  (``analysis/measure_host_copy.py``, ``analysis/host_copy.csv``):
-  ``index_copy_`` at 1,150 x 4,096 B takes 1,265 us on one thread and 636 us
+  ``cpuinfo_get_cores_count()``).  One micro-batch's staging at 120K x 4 is
+  ~954 entries x 2,048 fp16 elements = 1.95M elements, 60 grains: enough for
+  every core of the paper's hosts (32-96).  Measured here with the real
+  library (``analysis/measure_host_copy.py``, ``analysis/host_copy.csv``):
+  ``index_copy_`` of 1,150 x 4,096 B takes 1,265 us on one thread and 636 us
   on two (1.99x).
+* The CUDA driver's staging of a pageable copy (KVDrive's layer-wise and
+  blockwise syncs, :mod:`sim.policies.kvdrive.sync`: "pageable host memory
+  ... is first copied to a pinned staging buffer", CUDA C++ Best Practices
+  Guide): **one thread, an assumption** (the guide gives no count; the call
+  returns once the pageable buffer is staged, so the copy is the calling
+  thread's); plausible 1 to a few.
 * KVDrive's hit/miss lookup ("the CPU evaluating cache hit/miss status",
   §6.1): **one thread, an assumption** (the text gives no count); plausible
   1 to the cores.  It is 0.2% of a layer at 120K x 4 (Fig. 16 row of the
@@ -47,6 +53,7 @@ from __future__ import annotations
 
 from hwprofiles import HardwareProfile
 
+DRIVER_STAGING_THREADS = 1  # assumption, range 1 to a few (module doc)
 LOOKUP_THREADS = 1  # assumption, range 1 to the cores (module doc)
 CPU_SELECT_THREADS = 1  # assumption, range 1 to the cores (module doc)
 

@@ -10,15 +10,19 @@ micro-batch i the plan holds
 * ``select`` i: the design's scoring (``score_flops`` over ``score_bytes``),
   on the GPU (KVDrive scores centroids there) or on the CPU cores;
 * ``lookup`` i: the in-GPU cache's hit/miss evaluation on the CPU, one
-  thread, streaming ``lookup_entries x ID_BYTES`` of cache metadata
-  (``info["lookup_entries"]``; absent for designs without a GPU cache);
+  thread (an assumption, :mod:`sim.scenarios.host_threads`), streaming
+  ``lookup_entries x ID_BYTES`` of cache metadata (``info["lookup_entries"]``;
+  absent for designs without a GPU cache);
 * ``kv_fetch`` i: SSD reads (one op per SSD, the decisions' ranges shifted by
   each lane's region, cut at the device's maximum I/O);
 * ``stage`` i: the extra DRAM copy before the DMA of ``stage_entries``
   (KVDrive's sync strategy, :mod:`sim.policies.kvdrive.sync`: the CUDA
   driver's pageable staging or the memmap -> pinned buffer copy): a memcpy of
   S bytes reads and writes S, so a ``2 S`` copy over the DRAM bus (DRAM -> its
-  switch) and a one-core CPU op over ``2 S`` bytes, concurrently;
+  switch) and, concurrently, a CPU op over ``2 S`` bytes: the memmap -> pinned
+  copy on torch's intra-op threads (``index_copy_``, seed 003 §8: the host's
+  physical cores), the driver's pageable staging on one thread (an
+  assumption); :mod:`sim.scenarios.host_threads`;
 * ``h2d`` i: DRAM -> GPU of the entries the GPU lacks: ``h2d_entries``
   (KVDrive: the cache misses) or, for designs without a GPU cache, every
   selected entry;
@@ -71,8 +75,10 @@ from sim.policies.kvdrive.sync import MEMMAP_IO_BYTES, allocate_pinned
 from sim.policies.kvdrive.windows import allocate_windows
 from sim.scenarios.host_threads import (
     CPU_SELECT_THREADS,
+    DRIVER_STAGING_THREADS,
     LOOKUP_THREADS,
     cpu_attention_threads,
+    torch_intraop_threads,
 )
 from sim.scenarios.kvdrive_memory import (
     dram_tier_entries,
@@ -258,7 +264,7 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     h2d = -1
     if n_h2d:
         fetched = (reads or after) + ahead
-        ready = _staging(b, ctx, n_stage, fetched, kw) or fetched
+        ready = _staging(b, ctx, n_stage, blocking, fetched, kw) or fetched
         deps = ready + _chain(prev["h2d"])
         h2d = b.copy(dram, gpu, n_h2d, depends_on=deps, tag="h2d", **kw)
     ends += [h2d] if h2d >= 0 else (reads or after) + ahead
@@ -266,14 +272,19 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     return ends, {"select": sel, "lookup": look, "h2d": h2d}, int(n_gpu)
 
 
-def _staging(b: PlanBuilder, ctx: dict, entries: float, deps: list[int], kw: dict) -> list[int]:
+def _staging(
+    b: PlanBuilder, ctx: dict, entries: float, pageable: bool, deps: list[int], kw: dict
+) -> list[int]:
     """The extra DRAM copy of ``entries`` before the DMA (module doc, ``stage``):
-    its two ops (bus traffic, CPU memcpy), none when 0."""
+    its two ops (bus traffic, CPU memcpy), none when 0.  The CUDA driver stages
+    a pageable copy (``pageable``) on the calling thread, torch's ``index_copy_``
+    the memmap -> pinned one on its intra-op pool (:mod:`sim.scenarios.host_threads`)."""
     if not entries:
         return []
     s = entries * ctx["entry"]
+    threads = DRIVER_STAGING_THREADS if pageable else ctx["stage_threads"]
     bus = b.copy(ctx["dram"], ctx["dram_hub"], 2 * s, depends_on=deps, tag="stage", **kw)
-    cpu = b.cpu_compute(0.0, 2 * s, 1, depends_on=deps, tag="stage", **kw)
+    cpu = b.cpu_compute(0.0, 2 * s, threads, depends_on=deps, tag="stage", **kw)
     return [bus, cpu]
 
 
@@ -297,6 +308,7 @@ def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
         "entry": layout.entry_bytes,
         "ssds": ssds,
         "attn_threads": cpu_attention_threads(profile),
+        "stage_threads": torch_intraop_threads(profile),
         "dram_hub": dram_hub(profile, profile.dram_names[0]),
         "memmap_ssds": {k: min(v, MEMMAP_IO_BYTES) for k, v in ssds.items()},
         "memmap_p": replace(p, io_path="kernel_fs"),
