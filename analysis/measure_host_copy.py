@@ -23,10 +23,12 @@ Sizes (seed 003 §9.1, Fig. 13; ``docs/kvdrive-vs-paper.md``): one layer's KV
 of 4 sequences at 122,880 tokens, 4,096 B per token (K and V of 8 KV heads x
 128 x 2 B), 2.01 GB, resident in DRAM; fp16.  Rows of 512 B (one KV head of
 one token), 4,096 B (one token, kvtier's entry) and 16,384 B (a chunk of 4
-tokens, KVDrive's default chunk); row counts 1,150 (what kvtier stages per
-layer at 120K x 4, h = 0.70: 0.366 ms x 25.6 GB/s / 2 / 4,096 B), 2,300 (the
-misses: 30% of the selection) and 7,668 (the whole selection: 4 x 1,917 =
-1.56% of 122,880 per sequence).  Ids are distinct, drawn at random and sorted.
+tokens, KVDrive's default chunk); row counts 1,150 and 2,300, which bracket
+what kvtier stages at 120K x 4 (Llama, L20, 16 steps: 125.0 MB of staging
+traffic per step over 8 layers, ``dram_bus_mb_per_step`` less
+``h2d_mb_per_step``, i.e. ~954 entries per micro-batch and ~1,908 per layer),
+and 7,668 (the whole selection: 4 x 1,917 = 1.56% of 122,880 per sequence).
+Ids are distinct, drawn at random and sorted.
 
 What it cannot say: the buffer here is pageable (no CUDA: pinning needs a
 driver), and this is a 2-core VM, so the scaling beyond 2 threads of the
