@@ -21,8 +21,9 @@ its source, or says it is an assumption and gives its plausible range
   the pool defaults to the physical cores (``intraop_default_num_threads`` ->
   ``TaskThreadPoolBase::defaultNumThreads``, c10/core/thread_pool.cpp:
   ``cpuinfo_get_cores_count()``).  One micro-batch's staging at 120K x 4 is
-  ~954 entries x 2,048 fp16 elements = 1.95M elements, 60 grains: enough for
-  every core of the paper's hosts (32-96).  Measured here with the real
+  ~954 entries x 2,048 fp16 elements = 1.95M elements, 60 grains: every thread
+  of the L20 (48) and RTX 4090 (32) hosts gets work, 60 of the H20's 96 (not
+  modelled: DRAM-bound, the op alone takes the same time on 60 or 96).  Measured here with the real
   library (``analysis/measure_host_copy.py``, ``analysis/host_copy.csv``):
   ``index_copy_`` of 1,150 x 4,096 B takes 1,265 us on one thread and 636 us
   on two (1.99x).
