@@ -10,15 +10,19 @@ micro-batch i the plan holds
 * ``select`` i: the design's scoring (``score_flops`` over ``score_bytes``),
   on the GPU (KVDrive scores centroids there) or on the CPU cores;
 * ``lookup`` i: the in-GPU cache's hit/miss evaluation on the CPU, one
-  thread, streaming ``lookup_entries x ID_BYTES`` of cache metadata
-  (``info["lookup_entries"]``; absent for designs without a GPU cache);
+  thread (an assumption, :mod:`sim.scenarios.host_threads`), streaming
+  ``lookup_entries x ID_BYTES`` of cache metadata (``info["lookup_entries"]``;
+  absent for designs without a GPU cache);
 * ``kv_fetch`` i: SSD reads (one op per SSD, the decisions' ranges shifted by
   each lane's region, cut at the device's maximum I/O);
 * ``stage`` i: the extra DRAM copy before the DMA of ``stage_entries``
   (KVDrive's sync strategy, :mod:`sim.policies.kvdrive.sync`: the CUDA
   driver's pageable staging or the memmap -> pinned buffer copy): a memcpy of
   S bytes reads and writes S, so a ``2 S`` copy over the DRAM bus (DRAM -> its
-  switch) and a one-core CPU op over ``2 S`` bytes, concurrently;
+  switch) and, concurrently, a CPU op over ``2 S`` bytes: the memmap -> pinned
+  copy on torch's intra-op threads (``index_copy_``, seed 003 §8: the host's
+  physical cores), the driver's pageable staging on one thread (an
+  assumption); :mod:`sim.scenarios.host_threads`;
 * ``h2d`` i: DRAM -> GPU of the entries the GPU lacks: ``h2d_entries``
   (KVDrive: the cache misses) or, for designs without a GPU cache, every
   selected entry;
@@ -69,6 +73,13 @@ from kvtier.contracts.plan import CPU, PlanBuilder
 from sim.models import decode_layer_cost, get_model
 from sim.policies.kvdrive.sync import MEMMAP_IO_BYTES, allocate_pinned
 from sim.policies.kvdrive.windows import allocate_windows
+from sim.scenarios.host_threads import (
+    CPU_SELECT_THREADS,
+    DRIVER_STAGING_THREADS,
+    LOOKUP_THREADS,
+    cpu_attention_threads,
+    torch_intraop_threads,
+)
 from sim.scenarios.kvdrive_memory import (
     dram_tier_entries,
     dram_tier_fraction,
@@ -196,12 +207,15 @@ def _h2d_bytes(dec, entry_bytes: int) -> float:
     return float(dec.info.get("h2d_entries", len(dec.selected))) * entry_bytes
 
 
-def _stage(b: PlanBuilder, on: str, gpu: str, flops: float, nbytes: float, deps, **kw) -> int:
-    """A compute op on ``on`` (``cpu``: one thread) or -1 when there is no work."""
+def _stage(
+    b: PlanBuilder, on: str, gpu: str, flops: float, nbytes: float, deps, threads: int, **kw
+) -> int:
+    """A compute op on ``on`` (``cpu``: on ``threads`` threads, :mod:`sim.scenarios.host_threads`)
+    or -1 when there is no work."""
     if not (flops or nbytes):
         return -1
     if on == CPU:
-        return b.cpu_compute(flops, nbytes, 1, depends_on=deps, **kw)
+        return b.cpu_compute(flops, nbytes, threads, depends_on=deps, **kw)
     return b.compute(gpu, flops, nbytes, depends_on=deps, **kw)
 
 
@@ -216,12 +230,16 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     flops = sum(d.score_flops for d, _ in decs)
     nbytes = sum(d.score_bytes for d, _ in decs)
     deps = gate + _chain(prev["select"])
-    sel = _stage(b, ctx["on"], gpu, flops, nbytes, deps, tag="select", **kw)
+    sel = _stage(
+        b, ctx["on"], gpu, flops, nbytes, deps, tag="select", threads=CPU_SELECT_THREADS, **kw
+    )
     after = [sel] if sel >= 0 else gate
     n_look = sum(d.info.get("lookup_entries", 0.0) for d, _ in decs)
     blocking = any(d.info.get("blocking_h2d", 0.0) for d, _ in decs)
     deps = after + _chain(prev["lookup"]) + (_chain(prev["h2d"]) if blocking else [])
-    look = _stage(b, CPU, gpu, n_look, n_look * ID_BYTES, deps, tag="lookup", **kw)
+    look = _stage(
+        b, CPU, gpu, n_look, n_look * ID_BYTES, deps, tag="lookup", threads=LOOKUP_THREADS, **kw
+    )
     after = [look] if look >= 0 else after
     t, layer = kw["step"], kw["layer"]
     memmap = any(d.info.get("memmap_reads", 0.0) for d, _ in decs)
@@ -238,7 +256,7 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
         deps = reads or after
         ends.append(
             b.cpu_compute(
-                cpu_flops, n_cpu * entry, ctx["threads"], depends_on=deps, tag="cpu_attn", **kw
+                cpu_flops, n_cpu * entry, ctx["attn_threads"], depends_on=deps, tag="cpu_attn", **kw
             )
         )
     n_h2d = sum(_h2d_bytes(d, entry) for d, _ in decs)
@@ -246,7 +264,7 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     h2d = -1
     if n_h2d:
         fetched = (reads or after) + ahead
-        ready = _staging(b, ctx, n_stage, fetched, kw) or fetched
+        ready = _staging(b, ctx, n_stage, blocking, fetched, kw) or fetched
         deps = ready + _chain(prev["h2d"])
         h2d = b.copy(dram, gpu, n_h2d, depends_on=deps, tag="h2d", **kw)
     ends += [h2d] if h2d >= 0 else (reads or after) + ahead
@@ -254,14 +272,19 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     return ends, {"select": sel, "lookup": look, "h2d": h2d}, int(n_gpu)
 
 
-def _staging(b: PlanBuilder, ctx: dict, entries: float, deps: list[int], kw: dict) -> list[int]:
+def _staging(
+    b: PlanBuilder, ctx: dict, entries: float, pageable: bool, deps: list[int], kw: dict
+) -> list[int]:
     """The extra DRAM copy of ``entries`` before the DMA (module doc, ``stage``):
-    its two ops (bus traffic, CPU memcpy), none when 0."""
+    its two ops (bus traffic, CPU memcpy), none when 0.  The CUDA driver stages
+    a pageable copy (``pageable``) on the calling thread, torch's ``index_copy_``
+    the memmap -> pinned one on its intra-op pool (:mod:`sim.scenarios.host_threads`)."""
     if not entries:
         return []
     s = entries * ctx["entry"]
+    threads = DRIVER_STAGING_THREADS if pageable else ctx["stage_threads"]
     bus = b.copy(ctx["dram"], ctx["dram_hub"], 2 * s, depends_on=deps, tag="stage", **kw)
-    cpu = b.cpu_compute(0.0, 2 * s, 1, depends_on=deps, tag="stage", **kw)
+    cpu = b.cpu_compute(0.0, 2 * s, threads, depends_on=deps, tag="stage", **kw)
     return [bus, cpu]
 
 
@@ -284,7 +307,8 @@ def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
         "dram": profile.dram_names[0],
         "entry": layout.entry_bytes,
         "ssds": ssds,
-        "threads": profile.cpu.cores,
+        "attn_threads": cpu_attention_threads(profile),
+        "stage_threads": torch_intraop_threads(profile),
         "dram_hub": dram_hub(profile, profile.dram_names[0]),
         "memmap_ssds": {k: min(v, MEMMAP_IO_BYTES) for k, v in ssds.items()},
         "memmap_p": replace(p, io_path="kernel_fs"),

@@ -1,0 +1,115 @@
+"""Host threads reach the plan's CPU ops, and the executor times them by hand.
+
+KVDrive's memmap -> pinned staging copy is torch's ``index_copy_`` on the
+intra-op pool (the host's physical cores), the driver's pageable staging and
+the hit/miss lookup one thread each (:mod:`sim.scenarios.host_threads`).  A
+CPU op over B DRAM bytes on n threads takes B / min(n x per-core rate, DRAM
+total) alone, and never holds more than the profile's cores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hwprofiles import load_profile
+from kvtier.contracts.plan import CPU
+from sim.executor import simulate
+from sim.policies import StepDecision
+from sim.scenarios.host_threads import (
+    DRIVER_STAGING_THREADS,
+    LOOKUP_THREADS,
+    swarm_select_threads,
+    torch_intraop_threads,
+)
+from sim.scenarios.kvdrive import assemble
+from sim.scenarios.kvdrive_kind import KVDriveParams
+from sim.scenarios.swarm import LaneResult, layout_for, max_io_bytes
+
+STAGED = 1_000  # entries staged in the one (step, layer)
+LOOKED = 2_000  # entry ids the lookup streams (8 B each)
+
+
+def _plan(profile, pageable: bool):
+    """One step, one layer, one sequence: a GPU selection with no work, a lookup,
+    no SSD read, ``STAGED`` entries staged then copied, attention."""
+    p = KVDriveParams(context_tokens=4096, batch=1, steps=1, layers=1, profile_steps=0)
+    empty = [np.zeros((0, 2), dtype=np.int64) for _ in profile.ssd_names]
+    info = {
+        "stage_entries": float(STAGED),
+        "h2d_entries": float(STAGED),
+        "lookup_entries": float(LOOKED),
+        "blocking_h2d": float(pageable),
+    }
+    dec = StepDecision(np.arange(STAGED), STAGED, empty, info=info)
+    zeros = np.zeros(len(profile.ssd_names), np.int64)
+    lanes = {(0, 0): LaneResult([dec], [dec.selected], 0, 0, zeros, "gpu")}
+    layout = layout_for(p, profile, len(profile.ssd_names), p.context_tokens)
+    ssds = max_io_bytes(profile, tuple(profile.ssd_names))
+    plan = assemble(p, profile, ssds, layout, lanes, {(0, 0): zeros}, p.context_tokens)
+    return plan, layout.entry_bytes
+
+
+def _cpu_op(ops, tag: str):
+    row = ops[(ops["tag"] == tag) & (ops["dst"] == CPU)]
+    assert len(row) == 1
+    return row.iloc[0]
+
+
+@pytest.mark.parametrize(("pageable", "threads"), [(False, 4), (True, 1)])
+def test_the_staging_copy_carries_its_implementations_threads(make_profile, pageable, threads):
+    tiny = make_profile(cores=4, core_mem_gbps=10.0)
+    plan, _ = _plan(tiny, pageable)
+    ops = plan.to_pandas()
+    # memmap -> pinned: torch's pool, the 4 cores; pageable: the driver's one thread
+    assert _cpu_op(ops, "stage")["threads"] == threads
+    assert _cpu_op(ops, "lookup")["threads"] == LOOKUP_THREADS == 1
+    assert torch_intraop_threads(tiny) == 4 and DRIVER_STAGING_THREADS == 1
+
+
+@pytest.mark.parametrize(
+    ("cores", "pageable", "gbps"),
+    [
+        (4, False, 40.0),  # 4 threads x 10 GB/s = 40 < tiny's 50 GB/s DRAM module
+        (8, False, 50.0),  # 8 x 10 = 80 GB/s: the DRAM module's 50 GB/s caps it
+        (4, True, 10.0),  # the driver's one thread: 10 GB/s
+    ],
+)
+def test_staging_time_is_twice_the_bytes_over_threads_times_the_core_rate(
+    make_profile, cores, pageable, gbps
+):
+    tiny = make_profile(cores=cores, core_mem_gbps=10.0)
+    plan, entry = _plan(tiny, pageable)
+    assert entry == 2 * 8 * 128 * 2  # Llama-3-8B: K and V, 8 KV heads x 128 dims x 2 B
+    ops = simulate(plan, tiny).ops.to_pandas()
+    stage = _cpu_op(ops, "stage")
+    # a memcpy of S = 1,000 x 4,096 B reads S and writes S: 8.192 MB of DRAM traffic
+    two_s = 2 * STAGED * 4096
+    assert stage["end_s"] - stage["start_s"] == pytest.approx(two_s / (gbps * 1e9), rel=1e-9)
+    # the h2d copy waits for it (and for the concurrent 2 S on the 50 GB/s DRAM bus)
+    h2d = ops[ops["tag"] == "h2d"].iloc[0]
+    assert h2d["start_s"] == pytest.approx(
+        max(stage["end_s"], stage["start_s"] + two_s / 50e9), rel=1e-9
+    )
+
+
+def test_the_l20_staging_at_120k_by_hand():
+    """l20-server: 48 cores x 25.6 GB/s = 1,228.8 GB/s, capped by its 8 channels of
+    DDR5-4800 (8 x 38.4 = 307.2 GB/s).  At 120K x 4 (Llama, 16 steps) a step stages
+    125,014,016 B of traffic over 8 layers (the sweep's ``dram_bus_mb_per_step``
+    197.746688 less ``h2d_mb_per_step`` 72.732672): 15.63 MB a layer, 50.9 us on
+    every core against 610 us on one."""
+    l20 = load_profile("l20-server")
+    assert torch_intraop_threads(l20) == 48
+    dram = sum(m.gbps for m in l20.dram)
+    assert dram == pytest.approx(8 * 38.4)
+    two_s = 125_014_016 / 8
+    many = two_s / (min(48 * l20.cpu.core_mem_gbps, dram) * 1e9)
+    one = two_s / (l20.cpu.core_mem_gbps * 1e9)
+    assert many == pytest.approx(50.87e-6, rel=1e-3)
+    assert one == pytest.approx(610.4e-6, rel=1e-3)
+
+
+@pytest.mark.parametrize(("batch", "threads"), [(1, 1), (4, 4), (16, 8)])
+def test_swarm_scores_on_one_thread_per_sequence_up_to_the_cores(make_profile, batch, threads):
+    assert swarm_select_threads(batch, make_profile(cores=8)) == threads
