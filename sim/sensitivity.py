@@ -20,8 +20,9 @@ one figure: the geometric mean of its headline over its points (every point
 weighs the same, whatever its scale).  Per assumption, :func:`tornado` gives
 each design's figure at low, base and high, the ratio of the base run's top
 design to its second (>= 1 at base, < 1 where the second wins), whether the
-ranking of the designs *flips* (differs from the base run's at either end) and
-whether the ratio *moves* by more than :data:`MOVE`; the rows are sorted by
+ranking of the designs *flips* (differs from the base run's at either end;
+figures equal to :data:`TIE_DIGITS` significant digits are tied) and whether
+the ratio *moves* by more than :data:`MOVE`; the rows are sorted by
 effect, the largest change of the log ratio.  An assumption that flips or
 moves is *fragile*.
 """
@@ -46,6 +47,9 @@ from sim.sweep import run_points
 # a headline ratio that moves by more than this share at a range end is fragile (kvtier
 # issue 30's threshold: the share beyond which a seed figure is reported as "off")
 MOVE = 0.25
+# figures that agree to this many significant digits rank as equal (an assumption: a
+# simulated time's float noise is ~1e-12 relative, a real difference far above 1e-6)
+TIE_DIGITS = 6
 BASE = "(as given)"  # the assumption column of the run with every number as given
 ENDS = ("low", "base", "high")
 DESIGN_KEY = "design_params"
@@ -177,9 +181,16 @@ def design_figures(rows: pd.DataFrame, column: str) -> dict[str, float]:
 
 
 def ranking(figures: dict[str, float], higher: bool) -> tuple[str, ...]:
-    """Designs best first (NaN last, ties by name)."""
+    """Designs best first (NaN last); figures equal to :data:`TIE_DIGITS` significant
+    digits are tied and ranked by name, so float noise between two designs that do
+    the same work is no flip."""
     sign = -1.0 if higher else 1.0
-    return tuple(sorted(figures, key=lambda d: (math.isnan(figures[d]), sign * figures[d], d)))
+
+    def key(d: str) -> tuple[bool, float, str]:
+        x = figures[d]
+        return math.isnan(x), sign * (x if math.isnan(x) else float(f"{x:.{TIE_DIGITS}g}")), d
+
+    return tuple(sorted(figures, key=key))
 
 
 def swap(base: Sequence[str], other: Sequence[str]) -> str:

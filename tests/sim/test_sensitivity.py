@@ -109,6 +109,9 @@ def test_design_figures_fold_points_by_geometric_mean() -> None:
     assert figs == {"a": 2.0, "b": 2.0}  # sqrt(1 x 4) = 2 = sqrt(2 x 2)
     assert ranking(figs, higher=False) == ("a", "b")  # a tie: by name
     assert ranking({"a": 1.0, "b": math.nan}, higher=True) == ("a", "b")
+    # 1 + 1e-12 and 1 agree to 6 digits: a tie, by name, not b ahead of a
+    assert ranking({"b": 1.0 + 1e-12, "a": 1.0}, higher=True) == ("a", "b")
+    assert ranking({"b": 1.00001, "a": 1.0}, higher=True) == ("b", "a")
     assert swap(("a", "b", "c"), ("a", "c", "b")) == "c ahead of b"
     assert swap(("a", "b", "c"), ("c", "b", "a")) == "b ahead of a"  # the best-ranked pair
     assert swap(("a", "b"), ("a", "b")) == ""
