@@ -21,7 +21,9 @@ same 0.75 and 0.9: the error band a roofline-only GPU (H20, L20, RTX 4090)
 carries is the spread of the ratio over all of them.
 
 It writes every point to ``analysis/roofline_vs_measured.csv`` (beside this
-script) and prints the tables of ``docs/compute-time.md`` (markdown).
+script), draws the ratio against the context in ``analysis/roofline_vs_measured.png``
+(:func:`plot`; ``--plot-only`` redraws it from the CSV) and prints the tables of
+``docs/compute-time.md`` (markdown).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ BATCHES = (1, 2, 4, 8, 16, 32, 64)
 EXTRA_SYSTEMS = ("h200_sxm", "a100_sxm", "b200_sxm", "gb200", "l40s")  # no kvtier profile
 TENSOR_EFF, HBM_EFF = 0.75, 0.9  # every kvtier profile's efficiency.tensor and .hbm
 OUT = Path(__file__).with_suffix(".csv")
+PNG = Path(__file__).with_suffix(".png")
 
 
 def work(card: ModelCard, prefills: list, decodes: list) -> tuple[float, float]:
@@ -146,11 +149,47 @@ def _md(t: pd.DataFrame, index: str, fmt: str = "{:.2f}") -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(df: pd.DataFrame, path: Path) -> None:
+    """Roofline / measured against the context, one line per GPU: prefill at batch 1,
+    decode at batch 1 and 64, one row of panels per model; 1 is agreement."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    models = list(dict.fromkeys(df["model"]))
+    panels = (("prefill", 1), ("decode", 1), ("decode", 64))
+    fig, axes = plt.subplots(len(models), len(panels), figsize=(13, 3.6 * len(models)),
+                             squeeze=False, sharey=True)  # fmt: skip
+    for r, model in enumerate(models):
+        for c, (phase, batch) in enumerate(panels):
+            ax = axes[r][c]
+            sel = df[(df["model"] == model) & (df["phase"] == phase) & (df["batch"] == batch)]
+            for gpu, g in sel.groupby("gpu", sort=False):
+                g = g.sort_values("context")
+                ax.plot(g["context"], g["ratio"], marker="o", ms=3, label=gpu)
+            ax.axhline(1.0, color="black", lw=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{model}: {phase}, batch {batch}", fontsize=10)
+            ax.set_xlabel("context, tokens")
+            if c == 0:
+                ax.set_ylabel("roofline / measured")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plot-only", action="store_true", help="redraw the PNG from the CSV")
+    if ap.parse_args().plot_only:
+        plot(pd.read_csv(OUT), PNG)
+        return
     t0 = time.perf_counter()
     df, source = table()
     df.to_csv(OUT, index=False, float_format="%.6g")
+    plot(df, PNG)
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     when = f"commit {sha.stdout.strip()}, {time.strftime('%Y-%m-%d')}"
     took = f"{time.perf_counter() - t0:.0f} s"
