@@ -176,7 +176,7 @@ class ServingParams:
             factor_values(type(self), name, values, f"matrix.{name}")
 
 
-GPU_TIMES = ("roofline", "measured")  # sim.hw.measured.GpuTime.mode
+GPU_TIMES = ("roofline", "measured", "auto")  # sim.hw.measured.GpuTime.mode
 FRAMEWORKS = ("vllm", "sglang", "trtllm")  # aiconfigurator-core's (sdk.common.BackendName)
 
 
@@ -186,7 +186,7 @@ def _check_gpu_time(p: ServingParams) -> None:
         raise ParamError("gpu_time", f"must be one of {GPU_TIMES}, got {p.gpu_time!r}")
     if p.framework not in FRAMEWORKS:
         raise ParamError("framework", f"must be one of {FRAMEWORKS}, got {p.framework!r}")
-    if p.gpu_time != "measured":
+    if p.gpu_time == "roofline":
         return
     if p.tp > 1:  # the library's step would carry its own all-reduces beside kvtier's
         raise ParamError("gpu_time", "measured step times with tp > 1 are not modelled")

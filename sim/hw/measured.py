@@ -109,8 +109,11 @@ class MeasuredError(ValueError):
 
 @dataclass(frozen=True)
 class GpuTime:
-    """Where a run's GPU step time comes from: ``mode`` roofline (the default)
-    or measured (``framework`` at ``version``; ``auto`` = :func:`default_version`)."""
+    """Where a run's GPU step time comes from: ``mode`` roofline (the default),
+    measured (``framework`` at ``version``, ``auto`` = :func:`default_version`;
+    a GPU or model the tables lack is refused, naming it) or auto (measured
+    where the tables have the GPU and model, else the roofline, and the run
+    records why)."""
 
     mode: str = "roofline"
     framework: str = "vllm"
@@ -304,13 +307,16 @@ def resolve(
     if gpu_time.mode == "roofline":
         return None, roof
     row = system_of(profile.gpu.model)
-    if row is None:
-        return (
-            None,
-            f"{roof}: {profile.gpu.model} is not in {PACKAGE} {library_version()}'s systems",
-        )
-    step = system_step(card, row.system, gpu_time)
-    if isinstance(step, str):
+    step = (
+        f"{profile.gpu.model} is not in {PACKAGE} {library_version()}'s systems"
+        if row is None
+        else system_step(card, row.system, gpu_time)
+    )
+    if isinstance(step, str) or row is None:  # the tables lack the GPU or the model
+        if gpu_time.mode == "measured":  # asked for by name: refused (auto falls back)
+            covered = ", ".join(dict.fromkeys(s.system for s in SYSTEMS))
+            raise MeasuredError(f"gpu_time: measured: {step} (it has {covered}; "
+                                "gpu_time: auto keeps the roofline where it has none)")  # fmt: skip
         return None, f"{roof}: {step}"
     if not row.derived:
         return step, step.source

@@ -282,6 +282,12 @@ YAML: list[tuple[str, str, Files, str]] = [
         "framework_version: vllm 0.13.0",
     ),
     (
+        "serve-measured-uncovered-gpu",
+        "sim --scenario v.yaml --hw h20-8ssd",
+        {"v.yaml": serving("  gpu_time: measured\n")},
+        "gpu_time: measured: NVIDIA H20 is not in aiconfigurator-core 0.12.0's systems",
+    ),
+    (
         "serve-measured-tp",
         "sim --scenario v.yaml --hw dgx-h100",
         {"v.yaml": serving("  gpu_time: measured\n  tp: 2\n")},

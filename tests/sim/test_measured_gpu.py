@@ -37,6 +37,7 @@ from sim.serving.requests import load_requests, request_table  # noqa: E402
 B = 16
 LLAMA = get_model("Llama-3.1-8B")
 MEASURED = GpuTime("measured")  # vllm at the version nearest seed 004's v0.13.0: 0.24.0
+AUTO = GpuTime("auto")  # measured where the tables have the GPU and model, else the roofline
 
 
 def handle():
@@ -171,9 +172,10 @@ def test_the_h100_pcie_derives_from_the_sxm_by_the_roofline_ratio() -> None:
 
 def test_an_uncovered_gpu_keeps_the_roofline_by_hand() -> None:
     """An H20 (148 TFLOP/s, 4000 GB/s, efficiencies 0.75 and 0.9) is not in the
-    library: one 2048-token prefill takes max(F / (148e12 x 0.75), B / (4000e9
-    x 0.9)) for the FLOPs and bytes its plan row carries, and the run says so."""
-    engine, rec = serve("h20-8ssd", rows((2048, 1)), gpu_time=MEASURED)
+    library: under ``auto`` one 2048-token prefill takes max(F / (148e12 x 0.75),
+    B / (4000e9 x 0.9)) for the FLOPs and bytes its plan row carries, and the run
+    says so."""
+    engine, rec = serve("h20-8ssd", rows((2048, 1)), gpu_time=AUTO)
     assert engine.step_time is None
     assert engine.gpu_time_source == (
         "roofline (tensor efficiency 0.75, HBM efficiency 0.9): "
@@ -186,9 +188,23 @@ def test_an_uncovered_gpu_keeps_the_roofline_by_hand() -> None:
     assert secs.tolist() == pytest.approx([max(flops / (148e12 * 0.75), hbm / (4000e9 * 0.9))])
 
 
-def test_a_model_the_library_lacks_keeps_the_roofline() -> None:
-    step, source = resolve(load_profile("dgx-h100"), get_model("Qwen3-14B"), MEASURED)
+def test_a_model_the_library_lacks_keeps_the_roofline_under_auto() -> None:
+    step, source = resolve(load_profile("dgx-h100"), get_model("Qwen3-14B"), AUTO)
     assert step is None and "Qwen3-14B is not in aiconfigurator-core 0.12.0's model" in source
+
+
+def test_measured_by_name_refuses_what_the_tables_lack() -> None:
+    """``gpu_time: measured`` on a GPU or model the tables lack is one line naming
+    it and what the tables have, not a silent roofline."""
+    for hw, model, lacks in (
+        ("h20-8ssd", LLAMA, "NVIDIA H20 is not in aiconfigurator-core 0.12.0's systems"),
+        ("dgx-h100", get_model("Qwen3-14B"), "Qwen3-14B is not in aiconfigurator-core"),
+    ):
+        with pytest.raises(MeasuredError) as exc:
+            resolve(load_profile(hw), model, MEASURED)
+        msg = str(exc.value)
+        assert msg.startswith(f"gpu_time: measured: {lacks}") and "\n" not in msg
+        assert "h100_sxm, h200_sxm, a100_sxm" in msg and "gpu_time: auto" in msg
 
 
 def test_an_unknown_framework_version_is_one_line_naming_it() -> None:
