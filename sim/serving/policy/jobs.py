@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -247,12 +247,8 @@ def store_pieces(
     for k in sorted(parts, key=first_seen.__getitem__):
         ps = parts[k]
         total = sum(len(idx) * c for idx, _r, _off, c in ps)
-        if float(lb).is_integer() and total * lb < 2.0**53:  # _sum_layers' exact case
-            make = partial(_store_ranges, entries, ps, stride, length)
-            out.append(Piece.deferred(k[0], k[1], float(total) * lb, total, length, make))
-        else:
-            ext, count = _store_ranges(entries, ps, stride, length, True)
-            out.append(Piece(k[0], k[1], _sum_layers(count, lb), extents=ext, length=length))
+        make = partial(_store_ranges, entries, ps, stride, length)
+        out.append(Piece.deferred(k[0], k[1], float(total * lb), total, length, make))
     return out
 
 
@@ -261,12 +257,9 @@ def store_pieces(
 _Part = tuple[Sequence[int], int, int, int]
 
 
-def _store_ranges(
-    entries: list[Entry], ps: list[_Part], stride: int, length: int, counts: bool = False
-) -> Any:
+def _store_ranges(entries: list[Entry], ps: list[_Part], stride: int, length: int) -> np.ndarray:
     """The ranges of one store piece's parts ``ps``, entry by entry (layers
-    ascending within an entry), and with ``counts`` (ranges, layers per entry
-    part in that order)."""
+    ascending within an entry)."""
     slots_of: dict[int, np.ndarray] = {}  # per layout pair (its idx list)
     ats, firsts, count_l = [], [], []
     for idx, r, off, c in ps:
@@ -281,8 +274,7 @@ def _store_ranges(
     if len(ps) > 1:  # several parts: back to entry order
         order = np.argsort(np.concatenate(ats), kind="stable")
         first, count = first[order], count[order]
-    ext = _layer_runs(first, count, stride, length)
-    return (ext, count) if counts else ext
+    return _layer_runs(first, count, stride, length)
 
 
 def _layout_pairs(

@@ -178,14 +178,8 @@ def _template(
     return out
 
 
-def sum_layers(count: np.ndarray, layer_bytes: float) -> float:
-    """``0.0 + count[0] * layer_bytes + count[1] * layer_bytes + ...`` in this
-    order, in floats: exactly ``sum(count) * layer_bytes`` when every partial
-    sum is an integer below 2**53, else summed term by term."""
-    total = int(count.sum())
-    if float(layer_bytes).is_integer() and total * layer_bytes < 2.0**53:
-        return float(total) * layer_bytes
-    acc = 0.0
-    for c in count.tolist():
-        acc += c * layer_bytes
-    return acc
+def sum_layers(count: np.ndarray, layer_bytes: int) -> float:
+    """The bytes of ``count[i]`` layers of ``layer_bytes`` each, summed: an offload
+    tier's layer bytes are whole (:class:`sim.serving.tiers.blocks.OffloadTier`),
+    so the sum is exact."""
+    return float(int(count.sum()) * layer_bytes)
