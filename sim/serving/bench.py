@@ -105,6 +105,7 @@ from sim.models import ModelCard, get_model
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import DESIGNS, get_design
 from sim.serving.execute.engine import Engine, EngineConfig
+from sim.serving.metrics import ServingRecords
 from sim.serving.requests import Request, load_requests
 from traces.conversation import (
     ConversationParams,
@@ -282,16 +283,13 @@ def run(
     table = records.requests
     assert table is not None
     span = float(np.nanmax(table.column("finish_s").to_numpy(zero_copy_only=False)))
-    dev = records.devices
-    gpu = [u for t, u in zip(dev.column("type").to_pylist(), dev.column("util_mean").to_pylist(),
-                             strict=True) if t == "gpu"]  # fmt: skip
     total = time.process_time()  # the whole process: interpreter, imports, trace, setup, run
     ops, flows = int(records.stats["ops"]), int(records.stats["flows"])
     return {"requests": len(reqs), **stats, "span_s": span, "wall_s": wall, "cpu_s": cpu,
             "cpu_total_s": total, "speed": _per(span, wall), "speed_cpu": _per(span, cpu),
             "speed_span_total": _per(span, total),
             "speed_trace_total": _per(stats["duration_s"], total),
-            "gpu_util": max(gpu, default=0.0), "peak_rss_mib": _peak_rss_mib(),
+            "gpu_util": gpu_util(records), "peak_rss_mib": _peak_rss_mib(),
             "setup_peak_rss_mib": before, "ops": ops, "flows": flows}  # fmt: skip
 
 
@@ -319,11 +317,15 @@ def capacity(
     lo, hi = int(0.1 * len(finish)), int(0.9 * len(finish))
     if hi - lo < 2 or finish[hi - 1] <= finish[lo]:
         return {"capacity_rps": float("nan"), "capacity_gpu_util": float("nan")}
-    dev = records.devices
-    gpu = [u for k, u in zip(dev.column("type").to_pylist(), dev.column("util_mean").to_pylist(),
-                             strict=True) if k == "gpu"]  # fmt: skip
     return {"capacity_rps": (hi - 1 - lo) / float(finish[hi - 1] - finish[lo]),
-            "capacity_gpu_util": max(gpu, default=0.0)}  # fmt: skip
+            "capacity_gpu_util": gpu_util(records)}  # fmt: skip
+
+
+def gpu_util(records: ServingRecords) -> float:
+    """The busiest GPU's busy share of a run (0 without a GPU)."""
+    dev = records.devices
+    kinds, util = dev.column("type").to_pylist(), dev.column("util_mean").to_pylist()
+    return max((u for k, u in zip(kinds, util, strict=True) if k == "gpu"), default=0.0)
 
 
 def engine_config(hw: str, model: str, block: int, keep_plan: bool = False) -> EngineConfig:
