@@ -54,17 +54,18 @@ def test_drains_plan_ops_move_the_bytes_their_ranges_name(monkeypatch, n, block,
     monkeypatch.setattr(onepiece, "one_entry_pieces", counted)
     requests, ops, plan = _run(n, block, tiers)
     assert calls[0] > 10  # the template made the demotions' pieces
-    assert requests.num_rows == n and ops.num_rows == plan.num_rows > calls[0] // 2
+    assert requests.num_rows == n and ops.num_rows == plan.num_rows
     assert ops.column("op_id").to_pylist() == plan.column("op_id").to_pylist()
     assert ops.column("bytes").to_pylist() == plan.column("bytes").to_pylist()
-    ranged = 0
+    ranges = 0
     for nbytes, ext in zip(plan.column("bytes").to_pylist(), plan.column("extents").to_pylist(),
                            strict=True):  # fmt: skip
         if ext:
-            ranged += 1
+            ranges += len(ext)
             assert sum(r["length"] for r in ext) == nbytes
             assert all(r["offset"] >= 0 and r["length"] > 0 for r in ext)
-    assert ranged > calls[0] // 2  # the demotions among them
+    # every demoted victim's ranges are written by some op (a job's victims share one)
+    assert ranges >= calls[0]
 
 
 @pytest.mark.parametrize("layer_bytes", [8192, 1000])  # a 4 KiB multiple, and not
