@@ -103,7 +103,7 @@ def test_a_victim_is_handed_over_in_its_tier_then_dropped() -> None:
     t = tier(1)
     place_ready(t, [1])
     seen: list[tuple[int, bool]] = []
-    placed = t.place([2], lambda tr, e: seen.append((e.key, tr.lookup(e.key) is e)))
+    placed = t.place([2], lambda tr, es: seen.extend((e.key, tr.lookup(e.key) is e) for e in es))
     assert [e.key for e in placed] == [2] and seen == [(1, True)]
     assert list(t.entries) == [2] and t.lookup(1) is None
     assert t.used == [4] and t.evictions == 1

@@ -17,9 +17,9 @@ def test_victims_of_one_route_are_one_piece_ranges_in_victim_order() -> None:
     cpu, ssd, other = object(), object(), object()  # tiers: only their identity matters
     a, b, c = object(), object(), object()  # the victims' new entries below
     decided = [
-        (cpu, ssd, a, [_piece("cpu0", "ssd0", [0, 8192])]),
-        (cpu, ssd, b, [_piece("cpu0", "ssd0", [16384]), _piece("cpu0", "ssd1", [0])]),
-        (cpu, other, c, [_piece("cpu0", "ssd2", [4096])]),
+        (cpu, ssd, [a], [_piece("cpu0", "ssd0", [0, 8192])]),
+        (cpu, ssd, [b], [_piece("cpu0", "ssd0", [16384]), _piece("cpu0", "ssd1", [0])]),
+        (cpu, other, [c], [_piece("cpu0", "ssd2", [4096])]),
     ]
     jobs = demotion_transfers(decided)  # type: ignore[arg-type]
     assert [(j.src, j.dst) for j in jobs] == [(cpu, ssd), (cpu, other)]
@@ -42,10 +42,10 @@ def test_layers_stay_apart() -> None:
         (
             cpu,
             ssd,
-            object(),
+            [object()],
             [_piece("cpu0", "ssd0", [0], layer=0), _piece("cpu0", "ssd0", [64], layer=1)],
         ),
-        (cpu, ssd, object(), [_piece("cpu0", "ssd0", [128], layer=0)]),
+        (cpu, ssd, [object()], [_piece("cpu0", "ssd0", [128], layer=0)]),
     ]
     (job,) = demotion_transfers(decided)  # type: ignore[arg-type]
     assert [(p.layer, p.extents[:, 0].tolist()) for p in job.pieces] == [(0, [0, 128]), (1, [64])]

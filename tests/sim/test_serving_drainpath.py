@@ -20,7 +20,7 @@ from sim.serving.bench import mooncake_requests
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
 from sim.serving.designs import get_design
 from sim.serving.execute.engine import EngineConfig
-from sim.serving.policy import onepiece
+from sim.serving.policy import manager, onepiece
 from sim.serving.policy.jobs import store_pieces
 from sim.serving.tiers.blocks import OffloadTier
 from sim.serving.tiers.entry import Entry
@@ -44,16 +44,16 @@ SMALL = [(60, 16, {"cpu_gib": 0.2, "ssd_gib": 2.0}), (120, 256, {"cpu_gib": 0.3,
 
 @pytest.mark.parametrize("n, block, tiers", SMALL)
 def test_drains_plan_ops_move_the_bytes_their_ranges_name(monkeypatch, n, block, tiers) -> None:
-    calls = [0]
-    real = onepiece.one_entry_pieces
+    calls = [0]  # victims demoted
+    real = manager.demotion_transfers
 
-    def counted(*args):
-        calls[0] += 1
-        return real(*args)
+    def counted(decided):
+        calls[0] += sum(len(news) for _t, _b, news, _p in decided)
+        return real(decided)
 
-    monkeypatch.setattr(onepiece, "one_entry_pieces", counted)
+    monkeypatch.setattr(manager, "demotion_transfers", counted)
     requests, ops, plan = _run(n, block, tiers)
-    assert calls[0] > 10  # the template made the demotions' pieces
+    assert calls[0] > 10  # victims were demoted
     assert requests.num_rows == n and ops.num_rows == plan.num_rows
     assert ops.column("op_id").to_pylist() == plan.column("op_id").to_pylist()
     assert ops.column("bytes").to_pylist() == plan.column("bytes").to_pylist()

@@ -12,6 +12,8 @@ step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 
@@ -174,8 +176,8 @@ def test_a_full_tier_hands_each_victim_over_then_frees_its_block() -> None:
     slot = {e.key: e.slots for e in old}
     handed: list[tuple[int, bool]] = []
 
-    def demote(t: OffloadTier, e: Entry) -> None:
-        handed.append((e.key, t.entries.get(e.key) is e))
+    def demote(t: OffloadTier, es: Sequence[Entry]) -> None:
+        handed.extend((e.key, t.entries.get(e.key) is e) for e in es)
 
     placed = tier.place([11, 12, 13, 14, 15, 16], demote)
     assert [e.key for e in placed] == [11, 12, 13, 14]
@@ -250,7 +252,7 @@ def test_a_spill_worked_by_hand_in_bytes() -> None:
     assert t.runs_over((True, True, False)) == (((0, 0, 3), (1, 3, 4)), (3000, 1000, 0))
     t.complete_all([a, b])
     seen: list[int] = []
-    (c,) = t.place([3], lambda _t, e: seen.append(e.key))
+    (c,) = t.place([3], lambda _t, es: seen.extend(e.key for e in es))
     assert seen == [1] and c.runs == a.runs
     assert t.used == [2000, 3000, 3000] and lru_keys(t) == [2, 3]
 
@@ -363,9 +365,10 @@ def _drive(
     for step in range(steps):
         keys = [int(k) for k in rng.choice(universe, int(rng.integers(1, most)), replace=False)]
 
-        def tier_evict(tier: OffloadTier, e: Entry) -> None:
-            assert tier.entries[e.key] is e  # handed over while still in the tier
-            victims["tier"].append(e.key)
+        def tier_evict(tier: OffloadTier, es: Sequence[Entry]) -> None:
+            for e in es:
+                assert tier.entries[e.key] is e  # handed over while still in the tier
+                victims["tier"].append(e.key)
 
         def ref_evict(e: RefEntry) -> None:
             victims["ref"].append(e.key)

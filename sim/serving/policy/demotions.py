@@ -1,9 +1,9 @@
 """The demotion job of one store: every victim it evicted, copied down as one transfer.
 
 Placing a store in the first tier may evict victims that are demoted to the
-tier below (:meth:`sim.serving.policy.manager.BlockManager._evict`): each
-victim's copy there is placed at once and its pieces made while the victim
-is still in the first tier.  The store's victims then move as one job per
+tier below (:meth:`sim.serving.policy.manager.BlockManager._evict`): the
+victims of one eviction have their copies placed there at once, in order,
+and their pieces made while they are still in the first tier.  The store's victims then move as one job per
 (tier, tier below), as a step's store does (vLLM's offloading worker runs
 one transfer per request and step: ``OffloadingConnectorWorker.prepare_store_kv``);
 the store that evicted them starts when that job ends
@@ -33,8 +33,8 @@ from sim.serving.policy.jobs import Piece, Transfer
 if TYPE_CHECKING:
     from sim.serving.tiers.blocks import Entry, OffloadTier
 
-# (tier, tier below, the victim's new entry below, the pieces of its copy)
-Decided = tuple["OffloadTier", "OffloadTier", "Entry", list[Piece]]
+# (tier, tier below, the victims' new entries below, the pieces of their copies)
+Decided = tuple["OffloadTier", "OffloadTier", list["Entry"], list[Piece]]
 
 
 def demotion_transfers(decided: list[Decided]) -> list[Transfer]:
@@ -45,12 +45,12 @@ def demotion_transfers(decided: list[Decided]) -> list[Transfer]:
     serves no request)."""
     out: dict[tuple[OffloadTier, OffloadTier], Transfer] = {}
     parts: dict[tuple[OffloadTier, OffloadTier], dict[tuple[str, str, int], list[Piece]]] = {}
-    for tier, below, new, pieces in decided:
+    for tier, below, news, pieces in decided:
         t = out.get((tier, below))
         if t is None:
             t = out[(tier, below)] = Transfer("demote", "dst", -1, [], tier, below)
             parts[(tier, below)] = {}
-        t.entries.append(new)
+        t.entries += news
         by_route = parts[(tier, below)]
         for p in pieces:
             by_route.setdefault((p.src, p.dst, p.layer), []).append(p)

@@ -46,6 +46,7 @@ kept on its :class:`~sim.serving.policy.prefix.Lookup` for :meth:`on_loaded`.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, groupby
 from operator import itemgetter
@@ -359,19 +360,19 @@ class BlockManager:
         drops them, and placement is told so by passing no callback)."""
         return self.design.cpu_to_ssd == "on_evict" and i + 1 < len(self.tiers)
 
-    def _evict(self, tier: OffloadTier, e: Entry) -> None:
-        """An entry leaves ``tier``: its copy is placed in the tier below (if
-        not there already and that tier has room) and the copy's pieces made
-        now, while ``e`` is still in ``tier`` (:func:`store_pieces` reads its
-        layout there); ``tier`` then drops ``e``, its slots given to the keys
-        that evicted it."""
+    def _evict(self, tier: OffloadTier, victims: Sequence[Entry]) -> None:
+        """``victims`` leave ``tier``: their copies are placed in the tier
+        below, in order (those not there already and for which that tier has
+        room), and the copies' pieces made now, while the victims are still
+        in ``tier`` (:func:`store_pieces` reads their layout there); ``tier``
+        then drops them, their slots given to the keys that evicted them."""
         below = self._below.get(tier)
-        if below is None or e.key in below.entries:
+        if below is None:
             return
-        placed = below.place([e.key], None)
+        placed = below.place([e.key for e in victims], None)
         if placed:
             pieces = store_pieces(tier, below, placed, self.gpu_name)
-            self._demotions.append((tier, below, placed[0], pieces))
+            self._demotions.append((tier, below, placed, pieces))
 
     def _demotion_transfers(self) -> list[Transfer]:
         """The demotions :meth:`_evict` decided for one store, one transfer per
@@ -395,12 +396,11 @@ class BlockManager:
             below = self.tiers[1].place([e.key for e in placed], None)
             self.tiers[1].complete_all(below)
 
-    def _evict_now(self, tier: OffloadTier, e: Entry) -> None:
+    def _evict_now(self, tier: OffloadTier, victims: Sequence[Entry]) -> None:
         i = self.tiers.index(tier)
         if self.design.cpu_to_ssd == "on_evict" and i + 1 < len(self.tiers):
             below = self.tiers[i + 1]
-            if e.key not in below.entries:
-                below.complete_all(below.place([e.key], self._evict_now))
+            below.complete_all(below.place([e.key for e in victims], self._evict_now))
 
 
 def _by_tier(

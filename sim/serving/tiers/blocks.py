@@ -271,8 +271,8 @@ class OffloadTier:
             self.lru.remove(e)
 
     def hand_over(self, victims: Sequence[Entry], evict: EvictFn | None) -> None:
-        """Evict ``victims``, in order: each counted and handed to ``evict``
-        (which may copy it to the tier below) while still in the tier.  The
+        """Evict ``victims``, in order: counted and handed to ``evict`` together
+        (which may copy them to the tier below) while still in the tier.  The
         caller frees their bytes and slots (:meth:`free`, or a new entry takes
         them over) and removes them from ``entries`` and ``lru`` (a
         placement does so at its end, :mod:`sim.serving.tiers.lru`)."""
@@ -283,9 +283,8 @@ class OffloadTier:
         ev = self.evictable
         for e in victims:
             ev[:] = map(sub, ev, e.nbytes)
-        if evict is not None:
-            for e in victims:
-                evict(self, e)
+        if evict is not None and victims:
+            evict(self, victims)
 
     def free(self, e: Entry) -> None:
         """Give back the bytes and slots of ``e`` (evicted)."""

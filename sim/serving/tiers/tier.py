@@ -35,5 +35,6 @@ class Tier(Protocol):
     def free(self, e: Entry) -> None: ...
 
 
-# each victim is handed to the callback (to copy it to the tier below) just before it is dropped
-EvictFn = Callable[[Tier, Entry], None]
+# the victims of one eviction are handed to the callback together, in order (to copy
+# them to the tier below), just before they are dropped
+EvictFn = Callable[[Tier, Sequence[Entry]], None]
