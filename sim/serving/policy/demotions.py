@@ -4,9 +4,10 @@ Placing a store in the first tier may evict victims that are demoted to the
 tier below (:meth:`sim.serving.policy.manager.BlockManager._evict`): the
 victims of one eviction have their copies placed there at once, in order,
 and their pieces made while they are still in the first tier.  The store's
-victims then move as one job per (tier, tier below), as a step's store does (vLLM's offloading worker runs
-one transfer per request and step: ``OffloadingConnectorWorker.prepare_store_kv``);
-the store that evicted them starts when that job ends
+victims then move as one job per (tier, tier below), as a step's store does
+(vLLM's offloading worker runs one transfer per request and step:
+``OffloadingConnectorWorker.prepare_store_kv``); the store that evicted them
+starts when that job ends
 (:class:`sim.serving.execute.stores.Offloader`), since it writes the slots
 they leave.
 
