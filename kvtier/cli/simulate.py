@@ -210,11 +210,14 @@ def _variant_bars(bar: Progress, tasks: dict[str, int], n: int):
 
 def _print_seed_figures(console: Console, cfg, summary, title: str) -> None:
     """The seed's figures kept in the scenario YAML, beside kvtier's (if it has any)."""
-    from sim.scenarios.seedref import compare, load_seed_figures, seed_tables
+    from sim.scenarios.seedref import compare, gap_lines, load_seed_figures, seed_tables
 
     figs = load_seed_figures(cfg.source_file, ConfigError) if cfg.source_file else None
     if figs is not None:
-        print_tables(console, seed_tables(figs, compare(figs, summary), title))
+        rows = compare(figs, summary)
+        print_tables(console, seed_tables(figs, rows, title))
+        for line in gap_lines(rows):
+            console.print(line, markup=False)
 
 
 def _headroom_line(w, profile) -> str:

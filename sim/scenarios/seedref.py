@@ -35,6 +35,10 @@ What a figure means:
   when it gives an ordering or a bound ("GPU-only remains the fastest": a
   span ratio ``> 1``; "all under 10 s": ``< 10``).
 
+``gap`` names the mechanism behind a row more than ``tolerance`` away (one
+line; the arithmetic is in the docs the scenario names): ``kvtier sim`` prints
+it under the tables for every row that is off (:func:`gap_lines`).
+
 A row is *off* when kvtier's value is more than ``tolerance`` (default 25%)
 away from the seed's (``|kvtier / seed - 1| > tolerance``), when a stated
 ordering does not hold, or, for a seed value of 0 (no ratio exists), when
@@ -74,6 +78,7 @@ class SeedFigure:
     over: dict[str, Any] = field(default_factory=dict)  # ratio: keys changed for the denominator
     relation: str = "="
     note: str = "-"  # how the seed's words were read into a number
+    gap: str = ""  # the mechanism of a gap over the tolerance, where one is off
 
 
 @dataclass(frozen=True)
@@ -223,6 +228,18 @@ def seed_tables(figs: SeedFigures, rows: list[Row], title: str) -> list[Table]:
         these = [r for r in rows if r.figure.unit == unit]
         name = f"{UNIT_NAMES[unit]}, {unit}"
         out.append(_unit_table(these, unit, head + f"; {name}" if n == 0 else name))
+    return out
+
+
+def gap_lines(rows: list[Row]) -> list[str]:
+    """One line per figure with an off row: its name, where it is off and the
+    mechanism of the gap (its ``gap``, or that none is given)."""
+    out: list[str] = []
+    figures = list({id(r.figure): r.figure for r in rows if r.off}.values())
+    for f in figures:
+        wheres = [r.where for r in rows if r.figure is f and r.off]
+        at = f" ({', '.join(w for w in wheres if w)})" if any(wheres) else ""
+        out.append(f"OFF {f.name}{at}: {f.gap or 'no mechanism given'}")
     return out
 
 

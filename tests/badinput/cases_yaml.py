@@ -466,7 +466,7 @@ YAML: list[tuple[str, str, Files, str]] = [
     *[
         (f"prof-huge-{key}", "profiles show p.yaml", {"p.yaml": profile(old, new)}, needle)
         for key, old, new, needle in (
-            ("gbps", "read_gbps: 14.7", "read_gbps: 1.0e+300", "p.yaml:65: ssds[0].read_gbps"),
+            ("gbps", "read_gbps: 14.7", "read_gbps: 1.0e+300", "p.yaml:79: ssds[0].read_gbps"),
             ("iops", "read_iops: 1850000", "read_iops: 1.0e+300", "ssds[0].read_iops: must be"),
             ("ssd-gib", "capacity_gib: 1862.6", "capacity_gib: 1.0e+300", "ssds[0].capacity_gib"),
             ("hbm", "hbm_gbps: 2000", "hbm_gbps: 1.0e+300", "gpu.hbm_gbps: must be at most"),

@@ -2,7 +2,8 @@
 
 h100-2dimm-2ssd (efficiency: tensor 0.75, hbm 0.90, ssd 1.0, membus 0.80): the GPU's
 achievable tensor rate is 756e12 x 0.75 = 567e12 FLOP/s; the 9100 PRO writes 13.4 GB/s;
-the shared DDR4 channel mc0.ch carries 21.3 x 0.80 = 17.04 GB/s.
+the memory controller's link mc0.ch (two DDR4-2666 channels, one per DIMM) carries
+42.6 x 0.80 = 34.08 GB/s.
 
 The run: one request released at 0 s whose first token comes at 2 s; its prefill is one
 compute op on gpu0 over [0, 2) at the full tensor rate (1134e12 FLOPs).  In the
@@ -70,8 +71,8 @@ def test_window_names_the_compute_that_decides_ttft():
     got = df.set_index(["resource", "measure"])["share"]
     assert got[("gpu0.tensor", "flops")] == pytest.approx(1.0)
     assert got[("ssd0", "bandwidth_s")] == pytest.approx(0.25)
-    # the write's 6.7e9 B in the window cross the shared channel: 6.7e9 / (17.04e9 x 2)
-    assert got[("mc0.ch", "bytes")] == pytest.approx(6.7e9 / (17.04e9 * 2))
+    # the write's 6.7e9 B in the window cross the memory controller: 6.7e9 / (34.08e9 x 2)
+    assert got[("mc0.ch", "bytes")] == pytest.approx(6.7e9 / (34.08e9 * 2))
     b = binding(df)
     assert (b.label, b.share, b.busy) == (
         "gpu0.tensor",

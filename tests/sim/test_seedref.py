@@ -15,6 +15,7 @@ from sim.scenarios.seedref import (
     SeedFigure,
     SeedFigures,
     compare,
+    gap_lines,
     judge,
     load_seed_figures,
     seed_tables,
@@ -116,7 +117,28 @@ def test_table_marks_every_off_row_and_truncates_nothing_when_narrow():
     assert text.count("no run") == 1 and "…" not in text
 
 
+def test_gap_lines_name_each_off_figure_once_with_where_and_mechanism():
+    df = _summary()
+    figs = SeedFigures("t", (
+        # base / pool = 3 at every model: seed 3.0 holds, seed 9.0 is off at both models
+        fig(3.0, at={"design": "base", "context_tokens": 131072}, over={"design": "pool"},
+            gap="never printed"),
+        fig(9.0, at={"design": "base", "context_tokens": 131072}, over={"design": "pool"},
+            gap="the mechanism"),
+        fig(1.0, at={"design": "pool", "model": "M1", "context_tokens": 1024}),  # 0.5 / 1.0
+    ))  # fmt: skip
+    lines = gap_lines(compare(figs, df))
+    assert lines == ["OFF f (M1 128K, M2 128K): the mechanism",
+                     "OFF f (M1 1K): no mechanism given"]  # fmt: skip
+
+
 # ---- the scenario YAMLs ----------------------------------------------------------------
+def test_every_unified_pooling_figure_names_the_mechanism_of_a_gap():
+    figs = load_seed_figures(load_scenario("unified-pooling").source_file)
+    assert figs is not None
+    assert [f.name for f in figs.figures if not f.gap] == []
+
+
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_seed_figure_names_a_section_and_a_run_of_its_scenario(name):
     cfg = load_scenario(name)
