@@ -65,6 +65,18 @@ each asked for with arguments that make its pass exactly that part:
 So a lone prefill is ``predict_prefill_latency(1, p + c, p)`` and a decode-only
 batch ``mixed_step_latency(0, n, k, 1, 0)`` (the tests hold both).
 
+**One sparse-decode layer** (the ``sparse_decode``, ``swarm`` and ``kvdrive``
+kinds: per (step, layer) one GPU op over the batch, each sequence attending its
+selected entries, gathered into HBM, and its new token) is
+:func:`decode_layer_seconds`: the decode-only step of the batch at the entries
+each sequence attends (``k_j`` = its selection; KVDrive's less those MagicPIG
+attends on the CPU), divided by the model's layers.  The library has no call
+for a sparse attention over ``k`` gathered entries; its generation attention
+at ``k`` keys is used (an assumption: the gathered entries are contiguous in
+HBM by the time attention runs, as the designs copy them into a buffer; a
+kernel reading them scattered in place would be slower), and the step's
+GEMMs and output head are spread evenly over the layers.
+
 **Which GPUs** (:data:`SYSTEMS`): a profile's ``gpu.model`` is matched against
 one row per GPU the database measured; a PCIe card whose SXM sibling is
 measured derives from it by a stated rule (:data:`DERIVED`): the SXM's
