@@ -57,10 +57,15 @@ class SparseDecodeParams:
     balance: str = "random"  # random: entries striped at random; even: exact split
     layers: int = 0  # 0 = the model's layer count
     tier: str = "ssd"  # where the KV lives: ssd | dram (host memory) | peer (NVLink GPU)
+    # GPU step time (sim.hw.measured), as ServingParams's
+    gpu_time: str = "roofline"
+    framework: str = "vllm"
+    framework_version: str = "auto"
     kind: str = "sparse_decode"
 
     def __post_init__(self) -> None:
         _check_decode(self)
+        _check_gpu_time(self)
         if self.tier not in ("ssd", "dram", "peer"):
             raise ParamError("tier", f"must be 'ssd', 'dram' or 'peer', got {self.tier!r}")
         if self.balance not in ("random", "even"):
@@ -98,8 +103,13 @@ class SwarmParams:
     # reaching it (sim.scenarios.matched); 0 = no matched-recall run
     match_recall: float = 0.0
     match_step: float = 0.05  # resolution of that search: scales are multiples of it
+    # GPU step time (sim.hw.measured), as ServingParams's
+    gpu_time: str = "roofline"
+    framework: str = "vllm"
+    framework_version: str = "auto"
 
     def __post_init__(self) -> None:
+        _check_gpu_time(self)
         if not 0 <= self.dram_cache < 1:
             raise ParamError("dram_cache", f"must be in [0, 1), got {self.dram_cache}")
         for name in ("budget_scale", "match_step"):
@@ -180,17 +190,18 @@ GPU_TIMES = ("roofline", "measured", "auto")  # sim.hw.measured.GpuTime.mode
 FRAMEWORKS = ("vllm", "sglang", "trtllm")  # aiconfigurator-core's (sdk.common.BackendName)
 
 
-def _check_gpu_time(p: ServingParams) -> None:
-    """``gpu_time`` and ``framework`` known; measured only where it times every op."""
+def _check_gpu_time(p: Any) -> None:
+    """``gpu_time`` and ``framework`` known; measured only where it times every op
+    (a serving run's ``tp`` and ``instances``; the decode kinds have neither)."""
     if p.gpu_time not in GPU_TIMES:
         raise ParamError("gpu_time", f"must be one of {GPU_TIMES}, got {p.gpu_time!r}")
     if p.framework not in FRAMEWORKS:
         raise ParamError("framework", f"must be one of {FRAMEWORKS}, got {p.framework!r}")
     if p.gpu_time == "roofline":
         return
-    if p.tp > 1:  # the library's step would carry its own all-reduces beside kvtier's
+    if getattr(p, "tp", 1) > 1:  # the library's step would carry its own all-reduces
         raise ParamError("gpu_time", "measured step times with tp > 1 are not modelled")
-    if any(isinstance(i, dict) and i.get("lsc") for i in p.instances):
+    if any(isinstance(i, dict) and i.get("lsc") for i in getattr(p, "instances", ())):
         raise ParamError("gpu_time", "a layer stream cache (lsc) times its own per-layer ops")
 
 

@@ -85,6 +85,7 @@ class PlannedVariant:
     summarize: Callable[[Records], dict]
     drive: Callable[..., Records] | None = None  # drive(watch=None): watch(now, done, total)
     also: dict = field(default_factory=dict)  # column prefix -> companion (plan, summarize)
+    gpu_time: str = ""  # what times the plan's GPU compute ("": the engine records it)
 
 
 def plan_variants(
@@ -113,7 +114,7 @@ def plan_variants(
             msg = exc.args[0] if exc.args else str(exc)
             raise ConfigError(f"{cfg.source_file}: variant '{variant.name}': {msg}") from None
         also = {k: (a.plan, a.summarize) for k, a in p.also.items()}
-        planned.append(PlannedVariant(variant, p.plan, p.summarize, p.drive, also))
+        planned.append(PlannedVariant(variant, p.plan, p.summarize, p.drive, also, p.gpu_time))
     if not planned:
         reasons = "; ".join(f"'{k}': {v}" for k, v in skipped.items())
         raise ConfigError(
@@ -140,6 +141,8 @@ def run_variant(
         return VariantResult(planned.variant, records, planned.summarize(records))
     cb = (lambda done, total: progress(name, done, total)) if progress else None
     records = simulate(planned.plan, profile, cb)
+    if planned.gpu_time:
+        records.stats["gpu_time"] = planned.gpu_time
     summary = planned.summarize(records)
     also = {}
     for prefix, (plan, summarize) in planned.also.items():  # e.g. the run at matched recall
@@ -201,8 +204,8 @@ def write_results(result: ScenarioResult, out: Path, trace: bool) -> None:
         },
         wall_s=result.wall_s,
         skipped=result.skipped,
-        # what timed each variant's GPU compute (a serving run's engine says; the rest
-        # are plans, whose compute ops run on the profile's roofline)
+        # what timed each variant's GPU compute (a serving run's engine says; a plan's
+        # workload kind resolves it when planning, sim.hw.measured.resolve)
         gpu_time={
             v.variant.name: v.records.stats.get("gpu_time", roofline_source(profile))
             for v in result.variants

@@ -42,6 +42,17 @@ class Planned:
     # companion runs of the same variant, by column prefix: each is simulated too and
     # its summary joins the variant's row with the prefix (``matched_tokens_per_s``)
     also: dict[str, Planned] = field(default_factory=dict)
+    # what times the plan's GPU compute (sim.hw.measured.resolve's source; run.json's
+    # gpu_time); "" for a closed-loop kind, whose engine records its own
+    gpu_time: str = ""
+
+
+def gpu_source(params: Any, profile: HardwareProfile) -> str:
+    """What times a decode workload's GPU compute (:func:`sim.hw.measured.resolve`)."""
+    from sim.hw.measured import GpuTime, resolve
+    from sim.models import get_model
+
+    return resolve(profile, get_model(params.model), GpuTime.of(params))[1]
 
 
 def plan_sparse_decode(
@@ -74,7 +85,7 @@ def plan_sparse_decode(
             ),
         }
 
-    return Planned(plan, summarize)
+    return Planned(plan, summarize, gpu_time=shape.gpu_source)
 
 
 def plan_swarm(
@@ -95,9 +106,10 @@ def plan_swarm(
         done[0] += 1
         progress(done[0], total)  # type: ignore[misc]
 
+    source = gpu_source(params, profile)
     if not params.match_recall:
         splan = plan(params, profile, seed, tick if progress else None)
-        return Planned(splan.plan, _design_summary(params, profile, splan))
+        return Planned(splan.plan, _design_summary(params, profile, splan), gpu_time=source)
     from sim.scenarios.matched import match_columns, plan_matched
 
     splan, mplan, match = plan_matched(params, profile, seed, tick if progress else None)
@@ -107,6 +119,7 @@ def plan_swarm(
         splan.plan,
         lambda records: {**summarize(records), **match_columns(match)},
         also={"matched_": Planned(mplan.plan, msummarize)},
+        gpu_time=source,
     )
 
 

@@ -20,7 +20,7 @@ from sim.capacity.prices import add_costs, load_prices
 from sim.capacity.search import Space, pareto, search
 from sim.capacity.store import ResultStore
 from sim.capacity.variants import Hardware, base_data, derive, resolve_ssd
-from sim.config import ConfigError
+from sim.config import FRAMEWORKS, GPU_TIMES, ConfigError
 
 # Ceilings of the derived machines (each SSD and DRAM module of a variant is linked like
 # the base's ssd0 / dram0 in one host), refused before any work.  Source: AMD EPYC 9004
@@ -117,6 +117,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=(0,),
         help="GPU counts (tensor parallel over the base's first N GPUs; 0: the base's, one serves)",
     )
+    a(
+        "--gpu-time",
+        choices=GPU_TIMES,
+        default=q.gpu_time,
+        help="GPU step time: the roofline, measured kernel tables (aiconfigurator-core; a GPU "
+        "or model they lack is refused) or auto (measured where they have it)",
+    )
+    a("--framework", choices=FRAMEWORKS, default=q.framework, help="measured: whose tables")
+    a(
+        "--framework-version",
+        default=q.framework_version,
+        help="measured: the framework version (auto: the one nearest the seeds')",
+    )
     a("--prices", action="append", default=[], help="price YAML overriding the shipped entries")
     a("--no-prune", action="store_true", help="evaluate the whole grid")
     add_executor_args(p)
@@ -139,6 +152,8 @@ def question(args: argparse.Namespace) -> Question:
         context_tokens=args.context_tokens, docs=args.docs, requests=args.requests,
         sparsity=args.sparsity, steps=args.steps,
         slo_ttft_p99_s=args.ttft_p99, slo_tpot_p99_s=args.tpot_p99, slo_min_tok_s=args.min_tok_s,
+        gpu_time=args.gpu_time, framework=args.framework,
+        framework_version=args.framework_version,
     )  # fmt: skip
 
 
@@ -157,6 +172,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     have = base_data(q.base)["gpu"]["count"]  # fail fast on a bad base profile
     if max(args.gpus) > have:
         raise ConfigError(f"--gpus: {max(args.gpus)} GPUs asked of {q.base}, which has {have}")
+    _check_gpu_time(q, args.gpus)
     store = ResultStore(Path(args.out) / "points")
     console.print(f"[bold]kvtier plan[/bold]: {q.model}, {q.trace}, {space.size} grid points")
     t0 = time.perf_counter()
@@ -207,6 +223,32 @@ def _check_designs(q: Question, designs: tuple[str, ...]) -> None:
                 get_design(design, {})
             except (ConfigError, KeyError, ValueError) as exc:
                 raise ConfigError(f"--designs: {design!r}: {exc}") from None
+
+
+def _check_gpu_time(q: Question, gpus: tuple[int, ...]) -> None:
+    """``--gpu-time`` measured: the base's GPU and the model in the tables, the framework
+    version among theirs (:func:`sim.hw.measured.resolve`; every point keeps the base's
+    GPU model); not with tensor parallelism (as a serving scenario's ``gpu_time``)."""
+    if q.gpu_time == "roofline":
+        return
+    from hwprofiles import load_profile
+    from sim.hw.measured import GpuTime, MeasuredError, resolve
+    from sim.models import get_model
+
+    if max(gpus) > 1:
+        raise ConfigError(f"--gpu-time {q.gpu_time}: measured step times with --gpus > 1 "
+                          "(tensor parallel) are not modelled")  # fmt: skip
+    setting = GpuTime(q.gpu_time, q.framework, q.framework_version)
+    try:
+        resolve(load_profile(q.base), get_model(q.model), setting)
+    except MeasuredError as exc:
+        msg = str(exc)
+        for key, flag in (
+            ("gpu_time: ", "--gpu-time "),
+            ("framework_version: ", "--framework-version "),
+        ):
+            msg = flag + msg.removeprefix(key) if msg.startswith(key) else msg
+        raise ConfigError(msg) from None
 
 
 def _check_context(q: Question) -> None:

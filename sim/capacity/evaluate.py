@@ -67,6 +67,11 @@ class Question:
     slo_ttft_p99_s: float = 10.0  # 0 = no limit
     slo_tpot_p99_s: float = 0.0  # 0 = no limit
     slo_min_tok_s: float = 0.0  # 0 = no floor
+    # GPU step time of every point (sim.hw.measured): roofline | measured | auto, as a
+    # scenario's gpu_time, framework and framework_version
+    gpu_time: str = "roofline"
+    framework: str = "vllm"
+    framework_version: str = "auto"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,6 +105,9 @@ def point_key(q: Question, p: Point) -> str:
     from hwprofiles.loader import PROFILE_DIR, resolve_yaml
 
     run = {k: v for k, v in q.to_dict().items() if not k.startswith("slo_")}
+    if q.gpu_time == "roofline":  # the key of a point stored before GPU time was a setting
+        for k in ("gpu_time", "framework", "framework_version"):
+            run.pop(k)
     base = resolve_yaml(q.base, PROFILE_DIR, "hardware profile")
     blob = json.dumps({"q": run, "p": p.flat(), "base": file_digest(base)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
@@ -127,7 +135,7 @@ def scenario(q: Question, design: str, profile: HardwareProfile, tp: int = 1) ->
         model=q.model, design=design, design_params=params, trace=q.trace,
         requests=q.requests, context_tokens=q.context_tokens, docs=q.docs,
         output_tokens=q.output_tokens, block_tokens=q.block_tokens,
-        gpu_prefix_cache=q.trace != "long_doc", tp=tp,
+        gpu_prefix_cache=q.trace != "long_doc", tp=tp, **gpu_time(q),
     )  # fmt: skip
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
 
@@ -139,9 +147,15 @@ def sparse_scenario(q: Question, design: str) -> ScenarioConfig:
     tier = sparse_tier(design)
     w = SparseDecodeParams(
         model=q.model, context_tokens=q.context_tokens, batch=q.docs, sparsity=q.sparsity,
-        steps=q.steps, tier=tier,
+        steps=q.steps, tier=tier, **gpu_time(q),
     )  # fmt: skip
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
+
+
+def gpu_time(q: Question) -> dict[str, str]:
+    """The question's GPU step time as a workload's keys."""
+    return {"gpu_time": q.gpu_time, "framework": q.framework,
+            "framework_version": q.framework_version}  # fmt: skip
 
 
 def sparse_tier(design: str) -> str:
@@ -207,6 +221,7 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
         "bottleneck_busy": ttft_bound.busy, **run_bound.columns("bottleneck_run"),
         "busiest": device, "busiest_util": util,
         "hit_rate_ssd": float(v.summary.get("hit_rate_ssd", 0.0)), "sim_wall_s": result.wall_s,
+        "gpu_time": str(v.records.stats.get("gpu_time", "")),
     }  # fmt: skip
 
 

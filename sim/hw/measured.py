@@ -65,6 +65,18 @@ each asked for with arguments that make its pass exactly that part:
 So a lone prefill is ``predict_prefill_latency(1, p + c, p)`` and a decode-only
 batch ``mixed_step_latency(0, n, k, 1, 0)`` (the tests hold both).
 
+**One sparse-decode layer** (the ``sparse_decode``, ``swarm`` and ``kvdrive``
+kinds: per (step, layer) one GPU op over the batch, each sequence attending its
+selected entries, gathered into HBM, and its new token) is
+:func:`decode_layer_seconds`: the decode-only step of the batch at the entries
+each sequence attends (``k_j`` = its selection; KVDrive's less those MagicPIG
+attends on the CPU), divided by the model's layers.  The library has no call
+for a sparse attention over ``k`` gathered entries; its generation attention
+at ``k`` keys is used (an assumption: the gathered entries are contiguous in
+HBM by the time attention runs, as the designs copy them into a buffer; a
+kernel reading them scattered in place would be slower), and the step's
+GEMMs and output head are spread evenly over the layers.
+
 **Which GPUs** (:data:`SYSTEMS`): a profile's ``gpu.model`` is matched against
 one row per GPU the database measured; a PCIe card whose SXM sibling is
 measured derives from it by a stated rule (:data:`DERIVED`): the SXM's
@@ -119,6 +131,12 @@ class GpuTime:
     framework: str = "vllm"
     version: str = "auto"
 
+    @classmethod
+    def of(cls, params: Any) -> GpuTime:
+        """The setting of a workload's params (``gpu_time``, ``framework``,
+        ``framework_version``: serving, sparse_decode, swarm, kvdrive)."""
+        return cls(params.gpu_time, params.framework, params.framework_version)
+
 
 @dataclass(frozen=True)
 class System:
@@ -148,6 +166,10 @@ DERIVED = "scaled by the roofline ratio of the two cards' datasheet peaks"
 # (its shapes equal the card's: tests/sim/test_measured_gpu.py)
 MODELS = {
     "Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B",
+    # seed 003's model: Llama-3-8B's shapes (equal to 3.1-8B's in every field the estimator
+    # reads: tests/sim/test_measured_decode.py) with a larger RoPE theta, which no kernel's
+    # time depends on; the library has no config of its own for it
+    "Llama-3-8B-1048K": "meta-llama/Meta-Llama-3.1-8B",
     "Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
     "Qwen3-8B": "Qwen/Qwen3-8B",
     "Qwen3-32B": "Qwen/Qwen3-32B",
@@ -266,6 +288,20 @@ class MeasuredStep:
             return secs
         (own_f, own_b), (ref_f, ref_b) = self.peaks
         return secs * max(flops / own_f, hbm_bytes / own_b) / max(flops / ref_f, hbm_bytes / ref_b)
+
+
+def decode_layer_seconds(
+    step: MeasuredStep | None, decodes: Sequence[int], flops: float, hbm_bytes: float, layers: int
+) -> float:
+    """One layer's GPU seconds of a decode step of ``len(decodes)`` sequences, the
+    ``i``-th attending ``decodes[i]`` cached entries and its new token, as a plan's
+    ``gpu_s``: the measured step (every layer and the output head) split evenly over
+    the model's ``layers``, as the serving engine splits a layer-wise iteration; 0
+    (the op's roofline) when ``step`` is None.  ``flops`` and ``hbm_bytes`` are one
+    layer's (kvtier's count), weighing a derived card only."""
+    if step is None:
+        return 0.0
+    return step.seconds((), decodes, flops * layers, hbm_bytes * layers) / layers
 
 
 def _check_version(system: str, framework: str, version: str) -> str:

@@ -28,7 +28,10 @@ micro-batch i the plan holds
   selected entry;
 
 and one ``attn`` compute for the whole batch (attention over the selected
-fraction and the layer's FFN, :func:`sim.models.decode_layer_cost`).
+fraction and the layer's FFN, :func:`sim.models.decode_layer_cost`; with
+``gpu_time`` measured/auto its ``gpu_s`` is the layer's share of the measured
+decode step at each sequence's GPU-attended entries,
+:func:`sim.hw.measured.decode_layer_seconds`; a GPU ``select`` keeps its roofline).
 
 Dependencies (SFC disaggregation, §6.1: "the GPU performs selection for the
 current micro-batch concurrently with the CPU evaluating cache hit/miss
@@ -70,6 +73,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvtier.contracts.plan import CPU, PlanBuilder
+from sim.hw.measured import GpuTime, decode_layer_seconds, resolve
 from sim.models import decode_layer_cost, get_model
 from sim.policies.kvdrive.sync import MEMMAP_IO_BYTES, allocate_pinned
 from sim.policies.kvdrive.windows import allocate_windows
@@ -272,6 +276,12 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     return ends, {"select": sel, "lookup": look, "h2d": h2d}, int(n_gpu)
 
 
+def _gpu_attended(dec) -> int:
+    """Entries one sequence's GPU attention covers: its selection less those
+    attended on the CPU (MagicPIG's ``cpu_attn_entries``)."""
+    return round(len(dec.selected) - dec.info.get("cpu_attn_entries", 0.0))
+
+
 def _staging(
     b: PlanBuilder, ctx: dict, entries: float, pageable: bool, deps: list[int], kw: dict
 ) -> list[int]:
@@ -314,6 +324,7 @@ def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
         "memmap_p": replace(p, io_path="kernel_fs"),
     }
     mbs = [m for m in np.array_split(np.arange(p.batch), p.micro_batches) if len(m)]
+    step_time, _ = resolve(profile, card, GpuTime.of(p))  # None: the roofline
     b = PlanBuilder()
     comps: list[int] = []  # every layer's compute, in order
     prev = {"select": -1, "lookup": -1, "h2d": -1}
@@ -334,8 +345,20 @@ def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
                 n_sel += n
             visible = prefix + t + 1
             cost = decode_layer_cost(card, p.batch, visible, min(1.0, n_sel / (p.batch * visible)))
+            attended = [_gpu_attended(lanes[k].decisions[t]) for k in keys]
+            gpu_s = decode_layer_seconds(
+                step_time, attended, cost.flops, cost.hbm_bytes, card.layers
+            )
             deps = sorted(set(ends + comps[-1:]))
             comps.append(
-                b.compute(ctx["gpu"], cost.flops, cost.hbm_bytes, depends_on=deps, tag="attn", **kw)
+                b.compute(
+                    ctx["gpu"],
+                    cost.flops,
+                    cost.hbm_bytes,
+                    depends_on=deps,
+                    tag="attn",
+                    gpu_s=gpu_s,
+                    **kw,
+                )  # fmt: skip
             )
     return b.table()

@@ -88,7 +88,7 @@ class KVDriveParams(SwarmParams):
 def plan_kvdrive(params: KVDriveParams, profile, seed: int, name: str, progress) -> Any:
     """Plan one variant (:func:`sim.scenarios.kvdrive.plan_kvdrive`) with its summary."""
     from sim.scenarios.kvdrive import plan_kvdrive as plan
-    from sim.workloads import Planned
+    from sim.workloads import Planned, gpu_source
 
     total = params.batch * params.layers_modeled * params.steps
     done = [0]
@@ -104,7 +104,8 @@ def plan_kvdrive(params: KVDriveParams, profile, seed: int, name: str, progress)
         params, info = calibrated(params, profile, seed)
     splan = plan(params, profile, seed, tick if progress else None)
     splan.info.update(info)
-    return Planned(splan.plan, summarize_kvdrive(params, splan, profile))
+    source = gpu_source(params, profile)
+    return Planned(splan.plan, summarize_kvdrive(params, splan, profile), gpu_time=source)
 
 
 def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], dict]:

@@ -34,6 +34,11 @@ Pipeline (per step s, layer l = group g; double-buffered):
 * the bounce copy of g (SSD tier without GPUDirect) waits for g's reads;
 * the compute of g waits for g's data on the GPU and for the compute of g-1.
 
+Compute: a layer's decode at the selected entries (``decode_layer_cost`` at
+``sparsity``), on the roofline or, with ``gpu_time`` measured/auto, as a share
+of the measured decode step of ``batch`` sequences at the selected length
+(:func:`sim.hw.measured.decode_layer_seconds`, the plan's ``gpu_s``).
+
 So fetching layer l+1 overlaps computing layer l, as offloading systems do.
 """
 
@@ -47,6 +52,7 @@ import pyarrow as pa
 from hwprofiles import HardwareProfile
 from kvtier.contracts.plan import BLOCK, plan_from_columns
 from sim.config import SparseDecodeParams
+from sim.hw.measured import GpuTime, decode_layer_seconds, resolve
 from sim.models import decode_layer_cost, get_model
 from sim.registry import Unsupported
 
@@ -71,6 +77,8 @@ class SparseDecodeShape:
     tier: str = "ssd"  # where the KV lives: ssd | dram | peer
     peer: str = ""  # the peer GPU holding the KV (tier 'peer')
     region_entries: int = 0  # entries of one layer on one SSD (0: just those fetched)
+    gpu_s_per_layer: float = 0.0  # a layer's measured seconds (0: its roofline)
+    gpu_source: str = ""  # what times the compute (sim.hw.measured.resolve), for run.json
 
 
 def split_even(total: int, parts: int) -> np.ndarray:
@@ -162,6 +170,8 @@ def build_plan(shape: SparseDecodeShape, counts: np.ndarray | None = None) -> pa
     hbm = np.zeros(n)
     flops[comp] = shape.flops_per_layer
     hbm[comp] = shape.hbm_bytes_per_layer
+    gpu_s = np.zeros(n)
+    gpu_s[comp] = shape.gpu_s_per_layer
 
     op, dep = _dependency_pairs(fetch, copy if bounce else None, comp)
     keep = (kind != "read") | (nbytes > 0)
@@ -186,6 +196,7 @@ def build_plan(shape: SparseDecodeShape, counts: np.ndarray | None = None) -> pa
         "io_path": io_path,
         "flops": flops,
         "hbm_bytes": hbm,
+        "gpu_s": gpu_s,
         "offset": offset,
         "stride": stride,
         "tag": tag,
@@ -262,6 +273,9 @@ def plan_for(
     layers = params.layers or card.layers
     selected = max(1, round(params.context_tokens * params.sparsity))
     cost = decode_layer_cost(card, params.batch, params.context_tokens, params.sparsity)
+    step, source = resolve(profile, card, GpuTime.of(params))
+    gpu_s = decode_layer_seconds(step, [selected] * params.batch, cost.flops, cost.hbm_bytes,
+                                 card.layers)  # fmt: skip
     shape = SparseDecodeShape(
         steps=params.steps,
         layers=layers,
@@ -279,6 +293,8 @@ def plan_for(
         tier=params.tier,
         peer=profile.gpu_names[1] if profile.gpu.count > 1 else "",
         region_entries=-(-params.context_tokens * params.batch // max(len(ssds), 1)),
+        gpu_s_per_layer=gpu_s,
+        gpu_source=source,
     )
     rng = np.random.default_rng(seed)
     counts = entry_counts(shape, params.balance, rng) if params.tier == "ssd" else None

@@ -25,7 +25,10 @@ Per (step, layer) group the plan holds, in pipeline order:
   at most the SSD's maximum transfer size (``io_bytes`` = the profile's
   ``max_io_kib``);
 * ``copy`` DRAM -> GPU of every selected entry;
-* ``compute``: the layer's decode at the selected KV fraction (roofline).
+* ``compute``: the layer's decode at the selected KV fraction (roofline; with
+  ``gpu_time`` measured/auto, its ``gpu_s`` is the layer's share of the measured
+  decode step at each sequence's selected entries,
+  :func:`sim.hw.measured.decode_layer_seconds`).
 
 Geometry.  Every read op carries its extents (``PlanBuilder.read(...,
 extents=)``): the batch's lanes in order, each lane's extents in its
@@ -60,6 +63,7 @@ from kvtier.contracts.plan import BLOCK, CPU, PlanBuilder
 from kvtier.contracts.units import KiB
 from sim.config import SwarmParams
 from sim.hw.machine import Machine
+from sim.hw.measured import GpuTime, decode_layer_seconds, resolve
 from sim.models import decode_layer_cost, get_model
 from sim.policies import KVDesign, Layout, StepDecision, get_design
 from sim.policies.swarm.cluster import ClusterParams, cluster
@@ -263,6 +267,7 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
     layers = p.layers or card.layers
     gpu, dram = profile.gpu_names[0], profile.dram_names[0]
     threads = swarm_select_threads(p.batch, profile)  # an assumption: host_threads
+    step_time, _ = resolve(profile, card, GpuTime.of(p))  # None: the roofline
     b = PlanBuilder()
     prev_reads: list[int] = []
     prev_prefetch: list[int] = []
@@ -300,6 +305,10 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
             visible = prefix + t + 1
             frac = min(1.0, n_sel / (p.batch * visible))
             cost = decode_layer_cost(card, p.batch, visible, frac)
+            attended = [len(d.selected) for d, _ in decs]
+            gpu_s = decode_layer_seconds(
+                step_time, attended, cost.flops, cost.hbm_bytes, card.layers
+            )
             deps = [copy] + ([computes[-1]] if computes else [])
             computes.append(
                 b.compute(
@@ -310,6 +319,7 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
                     step=t,
                     layer=layer,
                     tag="attn",
+                    gpu_s=gpu_s,
                 )
             )
             prev_reads, prev_prefetch = reads or prev_reads, prefetch or prev_prefetch

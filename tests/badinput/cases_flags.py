@@ -142,6 +142,20 @@ FLAGS: list[tuple[str, str, Files, str]] = [
         "--blocks 1073741824",
     ),
     (
+        "plan-measured-uncovered-gpu",
+        "plan --base h20-8ssd --gpu-time measured",
+        {},
+        "--gpu-time measured: NVIDIA H20 is not in aiconfigurator-core 0.12.0's systems",
+    ),
+    (
+        "plan-framework-version",
+        "plan --base dgx-h100 --gpu-time measured --framework-version 0.13.0",
+        {},
+        "--framework-version vllm 0.13.0 is not in",
+    ),
+    ("plan-measured-tp", "plan --base dgx-h100 --gpu-time auto --gpus 1,2", {}, "--gpus > 1"),
+    ("plan-gpu-time-choice", "plan --gpu-time exact", {}, "--gpu-time"),
+    (
         "plan-context-over-model",
         "plan --base h100-2dimm-2ssd --trace long_doc --context-tokens 1000000000000 --no-prune",
         {},

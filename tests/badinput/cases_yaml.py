@@ -288,6 +288,25 @@ YAML: list[tuple[str, str, Files, str]] = [
         "gpu_time: measured: NVIDIA H20 is not in aiconfigurator-core 0.12.0's systems",
     ),
     (
+        "sparse-measured-uncovered-gpu",
+        "sim --scenario v.yaml --hw h20-8ssd",
+        {"v.yaml": sparse() + "  gpu_time: measured\n"},
+        "gpu_time: measured: NVIDIA H20 is not in aiconfigurator-core 0.12.0's systems",
+    ),
+    (
+        "swarm-framework-version",
+        "sim --scenario v.yaml --hw dgx-h100",
+        {"v.yaml": swarm("  gpu_time: measured\n  framework_version: 0.13.0\n")},
+        "framework_version: vllm 0.13.0",
+    ),
+    (
+        "kvdrive-measured-uncovered-gpu",
+        "sim --scenario v.yaml --hw h20-8ssd",
+        {"v.yaml": kvdrive("  gpu_time: measured\n")},
+        "gpu_time: measured: NVIDIA H20 is not in aiconfigurator-core 0.12.0's systems",
+    ),
+    ("swarm-gpu-time", "sim --scenario v.yaml", {"v.yaml": swarm("  gpu_time: exact\n")}, "exact"),
+    (
         "serve-measured-tp",
         "sim --scenario v.yaml --hw dgx-h100",
         {"v.yaml": serving("  gpu_time: measured\n  tp: 2\n")},
