@@ -305,7 +305,7 @@ def _serving_overload(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
         card = rank_card(get_model(p.model), p.tp)
         from sim.hw.measured import GpuTime, MeasuredError
 
-        gpu_time = GpuTime(p.gpu_time, p.framework, p.framework_version)
+        gpu_time = GpuTime.of(p)
         try:
             rho = offered_load(table, card, rank_profile(profile, p.tp), p.max_batch, gpu_time)
         except MeasuredError as exc:  # a framework version the tables lack

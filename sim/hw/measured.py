@@ -130,12 +130,29 @@ class GpuTime:
     mode: str = "roofline"
     framework: str = "vllm"
     version: str = "auto"
+    why: str = ""  # why ``auto`` keeps the roofline for the whole run (a setting it cannot time)
 
     @classmethod
     def of(cls, params: Any) -> GpuTime:
         """The setting of a workload's params (``gpu_time``, ``framework``,
-        ``framework_version``: serving, sparse_decode, swarm, kvdrive)."""
+        ``framework_version``: serving, sparse_decode, swarm, kvdrive); ``auto``
+        on a run the tables cannot time as a whole (:func:`unmeasurable`) is the
+        roofline, saying why (``measured`` there is refused by the params' check)."""
+        why = unmeasurable(params)
+        if params.gpu_time == "auto" and why:
+            return cls("roofline", params.framework, params.framework_version, why)
         return cls(params.gpu_time, params.framework, params.framework_version)
+
+
+def unmeasurable(params: Any) -> str:
+    """Why a run's step cannot come from the tables whatever its GPU and model
+    ("" when it can): tensor parallelism (the library's step would carry its own
+    all-reduces) or a layer stream cache (it times its own per-layer ops)."""
+    if getattr(params, "tp", 1) > 1:
+        return "measured step times with tp > 1 are not modelled"
+    if any(isinstance(i, dict) and i.get("lsc") for i in getattr(params, "instances", ())):
+        return "a layer stream cache (lsc) times its own per-layer ops"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -341,7 +358,7 @@ def resolve(
     the run's GPU compute, as ``run.json`` records it)."""
     roof = roofline_source(profile)
     if gpu_time.mode == "roofline":
-        return None, roof
+        return None, f"{roof}: {gpu_time.why}" if gpu_time.why else roof
     row = system_of(profile.gpu.model)
     step = (
         f"{profile.gpu.model} is not in {PACKAGE} {library_version()}'s systems"

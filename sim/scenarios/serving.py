@@ -140,7 +140,7 @@ def engine_config(p: ServingParams, profile: HardwareProfile) -> EngineConfig:
             f"model {card.name} ({card.weight_bytes / GIB:.1f} GiB of weights) leaves no room "
             f"for KV on {profile.name} at gpu_memory_utilization {p.gpu_memory_utilization}"
         )
-    gpu_time = GpuTime(p.gpu_time, p.framework, p.framework_version)
+    gpu_time = GpuTime.of(p)
     resolve(profile, card, gpu_time)  # an unknown framework version fails here, before running
     return EngineConfig(
         gpu_blocks=blocks,
