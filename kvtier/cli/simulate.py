@@ -162,14 +162,14 @@ def _serving_report(console: Console, cfg, profile, summary: pd.DataFrame, out: 
     print_tables(console, serving_tables(summary, f"{cfg.name} on {profile.name}"))
     _print_seed_figures(console, cfg, summary, f"{cfg.name} on {profile.name}")
     if cfg.workload.instances and "gpu1" in profile.gpu_names:
-        swift = [_reload_table(profile), *_swift_tables(cfg, summary)]
+        swift = [_reload_table(profile), *_swift_tables(cfg, summary, profile)]
         print_tables(console, [*swift, *_lsc_tables(cfg, profile)])
     plots = write_serving_plots(out)
     if cfg.workload.instances and "gpu1" in profile.gpu_names:
         from analysis.swift_plots import write_swift_outputs
+        from sim.scenarios.swiftcache import FIG9_WORKER_SHARE
 
-        share = _worker_share(cfg)
-        plots += [p for p in write_swift_outputs(out, share) if p.suffix == ".png"]
+        plots += [p for p in write_swift_outputs(out, FIG9_WORKER_SHARE) if p.suffix == ".png"]
     console.print(f"plots: {', '.join(p.name for p in plots)}")
 
 
@@ -391,15 +391,20 @@ def _worker_share(cfg) -> float:
                 for i in cfg.workload.instances), default=0.0)  # fmt: skip
 
 
-def _swift_tables(cfg, summary) -> list:
+def _swift_tables(cfg, summary, profile) -> list:
     """Seed 002's outputs: prefill breakdown, worker interference, Fig. 9's
-    maximum context per GPU size (at the scenario's largest lend share)."""
+    maximum context per GPU size (workers giving their whole KV memory, Eq. 2)."""
     import pyarrow as pa
 
-    from sim.scenarios.swiftcache import max_context_table, prefill_breakdown, worker_interference
+    from sim.scenarios.swiftcache import (
+        FIG9_WORKER_SHARE,
+        max_context_table,
+        prefill_breakdown,
+        worker_interference,
+    )
 
     summ = pa.Table.from_pandas(summary, preserve_index=False)
-    share = _worker_share(cfg)
+    share = FIG9_WORKER_SHARE
     out = []
     t = Table(title="the master's mean TTFT, broken down (ms)")
     for col in ("design", "TTFT", "queueing", "blocked load", "execution", "stored GB",
@@ -410,19 +415,25 @@ def _swift_tables(cfg, summary) -> list:
         t.add_row(r["design"], *ms, f"{r['store_gb']:.1f}", f"{r['rc_blocks']:,}",
                   f"{r['lsc_blocks']:,}", f"{r['streamed_gb']:.1f}")  # fmt: skip
     out.append(t)
-    inter = worker_interference(summ).to_pylist()
+    gpus = {i["name"]: i["gpu"] for i in cfg.workload.instances}
+    hbm = profile.gpu.hbm_gbps * profile.efficiency.hbm
+    inter = worker_interference(summ, gpus, hbm).to_pylist()
     if inter:
-        t = Table(title="worker interference: mean TTFT / TPOT alone vs lending (seed 002 Fig. 8)")
+        t = Table(
+            title="worker interference: mean TTFT / TPOT alone vs lending (seed 002 Fig. 8);"
+            " NVLink copy bytes through the worker's HBM, and their share of its HBM time"
+        )
         for col in ("design", "worker", "TTFT ms alone", "lending ms", "+ %", "TPOT ms alone",
-                    "lending ms", "+ %"):  # fmt: skip
+                    "lending ms", "+ %", "HBM GB copied", "HBM share %"):  # fmt: skip
             t.add_column(col, justify="left" if col in ("design", "worker") else "right")
         for r in inter:
             t.add_row(r["design"], r["worker"], *(
                 v for m in ("ttft", "tpot") for v in (
                     f"{r[f'{m}_alone_s'] * 1e3:.1f}", f"{r[f'{m}_lending_s'] * 1e3:.1f}",
-                    f"{100 * r[f'{m}_increase']:+.1f}")))  # fmt: skip
+                    f"{100 * r[f'{m}_increase']:+.1f}")),
+                f"{r['peer_hbm_gb']:,.1f}", f"{100 * r['hbm_share']:.2f}")  # fmt: skip
         out.append(t)
-    t = Table(title=f"maximum context, tokens (Fig. 9; workers lend {share:.0%} of their KV)")
+    t = Table(title=f"maximum context, tokens (Fig. 9; workers give {share:.0%} of their KV)")
     for col in ("master", "GPU GB", "vLLM", "chunk 32K", "chunk 8K", "SwiftCache", "vs 8K x"):
         t.add_column(col, justify="left" if col == "master" else "right")
     for r in max_context_table(share).to_pylist():
@@ -437,7 +448,7 @@ def _swift_tables(cfg, summary) -> list:
 def _lsc_tables(cfg, profile) -> list:
     """The layer stream cache at run time: the longest context served per GPU
     size, and long requests' TTFT/TPOT with and without it."""
-    from sim.scenarios.swiftcache import FIG9_MASTERS, GPU_SIZES_GB, fig9_workers
+    from sim.scenarios.swiftcache import FIG9_MASTERS, FIG9_WORKER_SHARE, GPU_SIZES_GB, fig9_workers
     from sim.scenarios.swiftcache_lsc import long_context_table, runtime_max_context
 
     share = _worker_share(cfg)
@@ -448,7 +459,8 @@ def _lsc_tables(cfg, profile) -> list:
     for col in ("master", "GPU GB", "arithmetic", "served, LSC", "served, no LSC", "8K chunks",
                 "TTFT of longest s"):  # fmt: skip
         t.add_column(col, justify="left" if col == "master" else "right")
-    for r in runtime_max_context(profile, masters, GPU_SIZES_GB, fig9_workers, share).to_pylist():
+    fig9 = runtime_max_context(profile, masters, GPU_SIZES_GB, fig9_workers, FIG9_WORKER_SHARE)
+    for r in fig9.to_pylist():
         ttft = r["ttft_longest_s"]
         t.add_row(r["model"], f"{r['gpu_gb']:g}", *(f"{r[k]:,}" if r[k] else "-" for k in (
             "swiftcache_arith", "served_lsc", "served_no_lsc", "vllm_chunk_8k")),
