@@ -162,7 +162,11 @@ def _serving_report(console: Console, cfg, profile, summary: pd.DataFrame, out: 
     print_tables(console, serving_tables(summary, f"{cfg.name} on {profile.name}"))
     _print_seed_figures(console, cfg, summary, f"{cfg.name} on {profile.name}")
     if cfg.workload.instances and "gpu1" in profile.gpu_names:
-        swift = [_reload_table(profile), *_swift_tables(cfg, summary, profile)]
+        from sim.scenarios.swiftcache import reload_shares
+
+        reload = reload_shares(profile)
+        swift = [_reload_table(profile, reload), *_swift_tables(cfg, summary, profile)]
+        swift.append(_swift_paper_table(cfg, summary, profile, reload))
         print_tables(console, [*swift, *_lsc_tables(cfg, profile)])
     plots = write_serving_plots(out)
     if cfg.workload.instances and "gpu1" in profile.gpu_names:
@@ -369,14 +373,12 @@ def device_table(dev: pd.DataFrame, title: str) -> Table:
     return table
 
 
-def _reload_table(profile):
+def _reload_table(profile, reload):
     """Seed 002 Fig. 1's mechanism: reload share of TTFT vs history, PCIe vs NVLink."""
-    from sim.scenarios.swiftcache import reload_shares
-
     table = Table(title=f"reload share of TTFT, LWM-Text-1M on {profile.name} (seed 002 Fig. 1)")
     for col in ("history tokens", "path", "TTFT ms", "reload ms", "reload share %"):
         table.add_column(col, justify="left" if col == "path" else "right")
-    for r in reload_shares(profile).to_pylist():
+    for r in reload.to_pylist():
         table.add_row(
             f"{r['history_tokens']:,}", r["path"], f"{r['ttft_s'] * 1e3:.1f}",
             f"{r['reload_s'] * 1e3:.1f}", f"{100 * r['reload_share']:.0f}",
@@ -443,6 +445,43 @@ def _swift_tables(cfg, summary, profile) -> list:
         t.add_row(r["model"], f"{r['gpu_gb']:g}", *cells, gain)
     out.append(t)
     return out
+
+
+def _swift_paper_table(cfg, summary, profile, reload):
+    """Seed 002's comparable figures: paper, kvtier, ratio, mechanism of a gap over 25%."""
+    import pyarrow as pa
+
+    from sim.scenarios.swift_paper import kvtier_values, paper_table
+    from sim.scenarios.swiftcache import max_context_table, worker_interference
+
+    summ = pa.Table.from_pandas(summary, preserve_index=False)
+    gpus = {i["name"]: i["gpu"] for i in cfg.workload.instances}
+    inter = worker_interference(summ, gpus, profile.gpu.hbm_gbps * profile.efficiency.hbm)
+    values = kvtier_values(summ, reload, max_context_table(), inter)
+    t = Table(title="seed 002 against kvtier (ratio = kvtier / paper; mechanism of gaps over 25%)")
+    for col in ("figure", "paper", "kvtier", "ratio", "gap"):
+        t.add_column(col, justify="left" if col == "figure" else "right", no_wrap=True)
+    notes: list[str] = []
+    for r in paper_table(values).to_pylist():
+        ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.2f}"
+        cells = [_paper_cell(r[k], r["unit"]) for k in ("paper", "kvtier")]
+        if r["mechanism"] and r["mechanism"] not in notes:
+            notes.append(r["mechanism"])
+        gap = f"[{notes.index(r['mechanism']) + 1}]" if r["mechanism"] else ""
+        t.add_row(r["figure"], *cells, ratio, gap)
+    t.caption = "\n".join(f"[{i}] {n}" for i, n in enumerate(notes, start=1))
+    t.caption_justify = "left"
+    return t
+
+
+def _paper_cell(v: float, unit: str) -> str:
+    if v != v:
+        return "-"
+    if unit in ("share", "change"):
+        return f"{100 * v:+.1f}%" if unit == "change" else f"{100 * v:.1f}%"
+    if unit == "tokens":
+        return f"{v:,.0f}"
+    return f"{v:.2f}" if unit in ("x", "ratio") else f"{v:.1f}"
 
 
 def _lsc_tables(cfg, profile) -> list:
