@@ -43,7 +43,7 @@ def test_swiftcache_notebook_on_a_tiny_run(run_notebook, tmp_path: Path) -> None
     inter = got["tables"]["interference"].set_index("worker")
     lend = summary[summary["lent_gb"] > 0].iloc[0]
     idle = summary[summary["lent_gb"] == 0].iloc[0]
-    for w in ("w8b", "w14b"):
+    for w in ("wlwm", "w14b"):
         assert inter.loc[w, "ttft_alone_s"] == pytest.approx(idle[f"{w}_ttft_mean_s"])
         assert inter.loc[w, "tpot_lending_s"] == pytest.approx(lend[f"{w}_tpot_mean_s"])
     # 3 masters x 4 GPU sizes, and the files
