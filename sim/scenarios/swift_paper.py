@@ -21,7 +21,7 @@ import pyarrow as pa
 GAP = 0.25  # a ratio outside [1 - GAP, 1 + GAP] carries its mechanism
 
 Q32_BASELINE = (
-    "Qwen3-32B: 65.5 GB of weights leave its 8K-chunk baseline 73K tokens (96 GB) and 18K "
+    "Qwen3-32B: 65.6 GB of weights leave its 8K-chunk baseline 73K tokens (96 GB) and 18K "
     "(80 GB), while 100% of two workers' KV streams beside it"
 )
 HICACHE_ORDER = (
@@ -29,7 +29,7 @@ HICACHE_ORDER = (
     "LMCache; no source gives a mechanism for the paper's slower HiCache"
 )
 HBM_SHARE = (
-    "the NVLink copies through a worker's HBM are 0.01-0.6% of its HBM time in these "
+    "the NVLink copies through a worker's HBM are 0.01-1.5% of its HBM time in these "
     "workloads; both directions saturated would take 2 x 170 / 3,600 = 9.4%"
 )
 
@@ -43,7 +43,8 @@ PAPER = (
      "same link; prefill of 256 tokens by roofline"),
     ("p99_vs_lmcache", "Fig.7 P99 TTFT vs LMCache", -0.54, "change",
      "LMCache recomputes up to 255 tokens a request (256-token chunks) and blocks on its "
-     "loads; the LSC admits requests that queue for KV room in the baselines"),
+     "loads; the LSC admits at once the requests that queue 0.4-1.9 s for KV room in the "
+     "baselines"),
     ("p99_vs_hicache", "Fig.7 P99 TTFT vs HiCache", -0.67, "change",
      HICACHE_ORDER),
     ("hicache_over_lmcache", "Fig.7 HiCache/LMCache P99", 1.394,
@@ -67,7 +68,7 @@ PAPER = (
      "and residual tensors"),
     ("load_share", "Fig.10 load/prefill, 32B", 0.014, "share",
      "the paper's execution is 'hundreds of milliseconds to several seconds' per request; "
-     "kvtier's new turns compute ~37-token prompts over cached replies (85 ms mean)"),
+     "kvtier's new turns compute ~37-token prompts over cached replies (79 ms mean)"),
 )  # fmt: skip
 
 
