@@ -459,8 +459,9 @@ def _swift_paper_table(cfg, summary, profile, reload):
     inter = worker_interference(summ, gpus, profile.gpu.hbm_gbps * profile.efficiency.hbm)
     values = kvtier_values(summ, reload, max_context_table(), inter)
     t = Table(title="seed 002 against kvtier (ratio = kvtier / paper; mechanism of gaps over 25%)")
-    for col in ("figure", "paper", "kvtier", "ratio", "gap"):
-        t.add_column(col, justify="left" if col == "figure" else "right", no_wrap=True)
+    for col in ("figure", "unit", "paper", "kvtier", "ratio", "gap"):
+        right = col in ("paper", "kvtier", "ratio")
+        t.add_column(col, justify="right" if right else "left", no_wrap=True)
     notes: list[str] = []
     for r in paper_table(values).to_pylist():
         ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.2f}"
@@ -468,17 +469,22 @@ def _swift_paper_table(cfg, summary, profile, reload):
         if r["mechanism"] and r["mechanism"] not in notes:
             notes.append(r["mechanism"])
         gap = f"[{notes.index(r['mechanism']) + 1}]" if r["mechanism"] else ""
-        t.add_row(r["figure"], *cells, ratio, gap)
+        t.add_row(r["figure"], PAPER_UNITS[r["unit"]], *cells, ratio, gap)
     t.caption = "\n".join(f"[{i}] {n}" for i, n in enumerate(notes, start=1))
     t.caption_justify = "left"
     return t
+
+
+# how a paper row's unit prints: shares and changes as percent numbers
+PAPER_UNITS = {"ms": "ms", "share": "%", "change": "% change", "ratio": "ratio", "x": "x",
+               "tokens": "tokens"}  # fmt: skip
 
 
 def _paper_cell(v: float, unit: str) -> str:
     if v != v:
         return "-"
     if unit in ("share", "change"):
-        return f"{100 * v:+.1f}%" if unit == "change" else f"{100 * v:.1f}%"
+        return f"{100 * v:.1f}"
     if unit == "tokens":
         return f"{v:,.0f}"
     return f"{v:.2f}" if unit in ("x", "ratio") else f"{v:.1f}"
