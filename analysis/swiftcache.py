@@ -42,15 +42,17 @@ from IPython.display import display
 
 from analysis.results import newest_run
 from analysis.swift_plots import swift_tables, write_swift_outputs
+from sim.scenarios.swiftcache import FIG9_WORKER_SHARE
 
 # %% tags=["parameters"]
 # one run folder of the swiftcache scenario (the tests inject a tiny one)
 RESULTS = os.environ.get("KVTIER_RESULTS", "../results/swiftcache/h20-4gpu-nvlink")
 
 # %% [markdown]
-# The workers' share sizes Fig. 9's SwiftCache column: the largest share of
-# its KV a worker of the run's scenario makes available to the master
-# (`lend_share`, lent to its prefix cache, plus `stream_share`, its streamed blocks).
+# The workers' share sizes Fig. 9's SwiftCache column: Eq. 2 sizes the layer stream
+# cache by each worker's whole KV memory ("the KV cache size of the i-th worker
+# model"), so Fig. 9 uses a share of 1 whatever the run's own split
+# (`FIG9_WORKER_SHARE`, `sim/scenarios/swiftcache.py`).
 
 
 # %%
@@ -68,9 +70,7 @@ summary = pd.read_parquet(RESULTS / "summary.parquet")
 scenario = yaml.safe_load((RESULTS / "scenario.yaml").read_text())
 specs = [i for v in [scenario["workload"], *scenario.get("variants", [])]
          for i in v.get("instances", [])]  # fmt: skip
-lend_share = max(
-    (i.get("lend_share", 0.0) + i.get("stream_share", 0.0) for i in specs), default=0.0
-)
+lend_share = FIG9_WORKER_SHARE if specs else 0.0
 tables = swift_tables(summary, lend_share)
 display(summary[["design", "ttft_mean_s", "ttft_p99_s", "tpot_mean_s", "queue_mean_s"]])
 

@@ -247,8 +247,8 @@ def _check_instances(p: ServingParams) -> None:
             raise ParamError(
                 f"instances[{i}].stream_share", "must be >= 0 with lend_share + stream_share < 1"
             )
-        if inst.get("lsc", False) not in (True, False):
-            raise ParamError(f"instances[{i}].lsc", "must be true or false")
+        if inst.get("lsc", False) not in (True, False, "shared"):
+            raise ParamError(f"instances[{i}].lsc", "must be true, false or shared")
         _check_elastic(inst.get("elastic"), f"instances[{i}].elastic")
         if inst.get("cache_replies", "off") not in CACHE_REPLIES:
             raise ParamError(f"instances[{i}].cache_replies", f"must be one of {CACHE_REPLIES}")

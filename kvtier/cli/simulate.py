@@ -162,14 +162,18 @@ def _serving_report(console: Console, cfg, profile, summary: pd.DataFrame, out: 
     print_tables(console, serving_tables(summary, f"{cfg.name} on {profile.name}"))
     _print_seed_figures(console, cfg, summary, f"{cfg.name} on {profile.name}")
     if cfg.workload.instances and "gpu1" in profile.gpu_names:
-        swift = [_reload_table(profile), *_swift_tables(cfg, summary)]
+        from sim.scenarios.swiftcache import reload_shares
+
+        reload = reload_shares(profile)
+        swift = [_reload_table(profile, reload), *_swift_tables(cfg, summary, profile)]
+        swift.append(_swift_paper_table(cfg, summary, profile, reload))
         print_tables(console, [*swift, *_lsc_tables(cfg, profile)])
     plots = write_serving_plots(out)
     if cfg.workload.instances and "gpu1" in profile.gpu_names:
         from analysis.swift_plots import write_swift_outputs
+        from sim.scenarios.swiftcache import FIG9_WORKER_SHARE
 
-        share = _worker_share(cfg)
-        plots += [p for p in write_swift_outputs(out, share) if p.suffix == ".png"]
+        plots += [p for p in write_swift_outputs(out, FIG9_WORKER_SHARE) if p.suffix == ".png"]
     console.print(f"plots: {', '.join(p.name for p in plots)}")
 
 
@@ -372,14 +376,12 @@ def device_table(dev: pd.DataFrame, title: str) -> Table:
     return table
 
 
-def _reload_table(profile):
+def _reload_table(profile, reload):
     """Seed 002 Fig. 1's mechanism: reload share of TTFT vs history, PCIe vs NVLink."""
-    from sim.scenarios.swiftcache import reload_shares
-
     table = Table(title=f"reload share of TTFT, LWM-Text-1M on {profile.name} (seed 002 Fig. 1)")
     for col in ("history tokens", "path", "TTFT ms", "reload ms", "reload share %"):
         table.add_column(col, justify="left" if col == "path" else "right")
-    for r in reload_shares(profile).to_pylist():
+    for r in reload.to_pylist():
         table.add_row(
             f"{r['history_tokens']:,}", r["path"], f"{r['ttft_s'] * 1e3:.1f}",
             f"{r['reload_s'] * 1e3:.1f}", f"{100 * r['reload_share']:.0f}",
@@ -394,15 +396,20 @@ def _worker_share(cfg) -> float:
                 for i in cfg.workload.instances), default=0.0)  # fmt: skip
 
 
-def _swift_tables(cfg, summary) -> list:
+def _swift_tables(cfg, summary, profile) -> list:
     """Seed 002's outputs: prefill breakdown, worker interference, Fig. 9's
-    maximum context per GPU size (at the scenario's largest lend share)."""
+    maximum context per GPU size (workers giving their whole KV memory, Eq. 2)."""
     import pyarrow as pa
 
-    from sim.scenarios.swiftcache import max_context_table, prefill_breakdown, worker_interference
+    from sim.scenarios.swiftcache import (
+        FIG9_WORKER_SHARE,
+        max_context_table,
+        prefill_breakdown,
+        worker_interference,
+    )
 
     summ = pa.Table.from_pandas(summary, preserve_index=False)
-    share = _worker_share(cfg)
+    share = FIG9_WORKER_SHARE
     out = []
     t = Table(title="the master's mean TTFT, broken down (ms)")
     for col in ("design", "TTFT", "queueing", "blocked load", "execution", "stored GB",
@@ -413,19 +420,25 @@ def _swift_tables(cfg, summary) -> list:
         t.add_row(r["design"], *ms, f"{r['store_gb']:.1f}", f"{r['rc_blocks']:,}",
                   f"{r['lsc_blocks']:,}", f"{r['streamed_gb']:.1f}")  # fmt: skip
     out.append(t)
-    inter = worker_interference(summ).to_pylist()
+    gpus = {i["name"]: i["gpu"] for i in cfg.workload.instances}
+    hbm = profile.gpu.hbm_gbps * profile.efficiency.hbm
+    inter = worker_interference(summ, gpus, hbm).to_pylist()
     if inter:
-        t = Table(title="worker interference: mean TTFT / TPOT alone vs lending (seed 002 Fig. 8)")
+        t = Table(
+            title="worker interference: mean TTFT / TPOT alone vs lending (seed 002 Fig. 8);"
+            " NVLink copy bytes through the worker's HBM, and their share of its HBM time"
+        )
         for col in ("design", "worker", "TTFT ms alone", "lending ms", "+ %", "TPOT ms alone",
-                    "lending ms", "+ %"):  # fmt: skip
+                    "lending ms", "+ %", "HBM GB copied", "HBM share %"):  # fmt: skip
             t.add_column(col, justify="left" if col in ("design", "worker") else "right")
         for r in inter:
             t.add_row(r["design"], r["worker"], *(
                 v for m in ("ttft", "tpot") for v in (
                     f"{r[f'{m}_alone_s'] * 1e3:.1f}", f"{r[f'{m}_lending_s'] * 1e3:.1f}",
-                    f"{100 * r[f'{m}_increase']:+.1f}")))  # fmt: skip
+                    f"{100 * r[f'{m}_increase']:+.1f}")),
+                f"{r['peer_hbm_gb']:,.1f}", f"{100 * r['hbm_share']:.2f}")  # fmt: skip
         out.append(t)
-    t = Table(title=f"maximum context, tokens (Fig. 9; workers lend {share:.0%} of their KV)")
+    t = Table(title=f"maximum context, tokens (Fig. 9; workers give {share:.0%} of their KV)")
     for col in ("master", "GPU GB", "vLLM", "chunk 32K", "chunk 8K", "SwiftCache", "vs 8K x"):
         t.add_column(col, justify="left" if col == "master" else "right")
     for r in max_context_table(share).to_pylist():
@@ -437,10 +450,53 @@ def _swift_tables(cfg, summary) -> list:
     return out
 
 
+def _swift_paper_table(cfg, summary, profile, reload):
+    """Seed 002's comparable figures: paper, kvtier, ratio, mechanism of a gap over 25%."""
+    import pyarrow as pa
+
+    from sim.scenarios.swift_paper import kvtier_values, paper_table
+    from sim.scenarios.swiftcache import max_context_table, worker_interference
+
+    summ = pa.Table.from_pandas(summary, preserve_index=False)
+    gpus = {i["name"]: i["gpu"] for i in cfg.workload.instances}
+    inter = worker_interference(summ, gpus, profile.gpu.hbm_gbps * profile.efficiency.hbm)
+    values = kvtier_values(summ, reload, max_context_table(), inter)
+    t = Table(title="seed 002 against kvtier (ratio = kvtier / paper; mechanism of gaps over 25%)")
+    for col in ("figure", "unit", "paper", "kvtier", "ratio", "gap"):
+        right = col in ("paper", "kvtier", "ratio")
+        t.add_column(col, justify="right" if right else "left", no_wrap=True)
+    notes: list[str] = []
+    for r in paper_table(values).to_pylist():
+        ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.2f}"
+        cells = [_paper_cell(r[k], r["unit"]) for k in ("paper", "kvtier")]
+        if r["mechanism"] and r["mechanism"] not in notes:
+            notes.append(r["mechanism"])
+        gap = f"[{notes.index(r['mechanism']) + 1}]" if r["mechanism"] else ""
+        t.add_row(r["figure"], PAPER_UNITS[r["unit"]], *cells, ratio, gap)
+    t.caption = "\n".join(f"[{i}] {n}" for i, n in enumerate(notes, start=1))
+    t.caption_justify = "left"
+    return t
+
+
+# how a paper row's unit prints: shares and changes as percent numbers
+PAPER_UNITS = {"ms": "ms", "share": "%", "change": "% change", "ratio": "ratio", "x": "x",
+               "tokens": "tokens"}  # fmt: skip
+
+
+def _paper_cell(v: float, unit: str) -> str:
+    if v != v:
+        return "-"
+    if unit in ("share", "change"):
+        return f"{100 * v:.1f}"
+    if unit == "tokens":
+        return f"{v:,.0f}"
+    return f"{v:.2f}" if unit in ("x", "ratio") else f"{v:.1f}"
+
+
 def _lsc_tables(cfg, profile) -> list:
     """The layer stream cache at run time: the longest context served per GPU
     size, and long requests' TTFT/TPOT with and without it."""
-    from sim.scenarios.swiftcache import FIG9_MASTERS, GPU_SIZES_GB, fig9_workers
+    from sim.scenarios.swiftcache import FIG9_MASTERS, FIG9_WORKER_SHARE, GPU_SIZES_GB, fig9_workers
     from sim.scenarios.swiftcache_lsc import long_context_table, runtime_max_context
 
     share = _worker_share(cfg)
@@ -451,7 +507,8 @@ def _lsc_tables(cfg, profile) -> list:
     for col in ("master", "GPU GB", "arithmetic", "served, LSC", "served, no LSC", "8K chunks",
                 "TTFT of longest s"):  # fmt: skip
         t.add_column(col, justify="left" if col == "master" else "right")
-    for r in runtime_max_context(profile, masters, GPU_SIZES_GB, fig9_workers, share).to_pylist():
+    fig9 = runtime_max_context(profile, masters, GPU_SIZES_GB, fig9_workers, FIG9_WORKER_SHARE)
+    for r in fig9.to_pylist():
         ttft = r["ttft_longest_s"]
         t.add_row(r["model"], f"{r['gpu_gb']:g}", *(f"{r[k]:,}" if r[k] else "-" for k in (
             "swiftcache_arith", "served_lsc", "served_no_lsc", "vllm_chunk_8k")),

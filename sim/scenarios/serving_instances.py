@@ -78,9 +78,10 @@ def make_instances(
                   spec=spec, role=role, lend=lend, el=el, stream=stream) -> Instance:  # fmt: skip
             reqs = load_requests(table, ip.block_tokens, cfg.cache_replies != "off")
             pre: list[Request] = load_requests(warm, ip.block_tokens) if warm is not None else []
-            lsc = role == "master" and spec.get("lsc", False)
+            lsc = role == "master" and spec.get("lsc", False) in (True, "shared")
+            shared = lsc and spec.get("lsc") == "shared"
             return Instance(spec["name"], card, design, cfg, reqs, pre, role, lend, el,
-                            stream_bytes=stream, lsc=lsc)  # fmt: skip
+                            stream_bytes=stream, lsc=lsc, lsc_shared=shared)  # fmt: skip
 
         out.append(build)
     return out

@@ -80,6 +80,12 @@ def reload_shares(
 # ---- the scenario's report tables (printed by `kvtier sim`, written by analysis/) ----------
 GPU_SIZES_GB = (96, 80, 32, 24)  # §5.3: H20, A100, V100, L4
 FIG9_MASTERS = ("LWM-Text-1M", "Qwen3-14B", "Qwen3-32B")
+# Fig. 9's workers give the master their whole KV memory: Eq. 2 sizes the LSC by
+# C_worker, "the KV cache size of the i-th worker model", and §3.2 says the LSC's
+# capacity "is determined by the total KV cache size of all worker models" (§5.3
+# runs no worker load beside it).  A serving run's share (lend_share +
+# stream_share) is that run's own choice and does not size Fig. 9.
+FIG9_WORKER_SHARE = 1.0
 
 
 def fig9_workers(gpu_gb: float):
@@ -88,7 +94,7 @@ def fig9_workers(gpu_gb: float):
     return [get_model(n) for n in names]
 
 
-def max_context_table(lend_share: float, block_tokens: int = 16) -> pa.Table:
+def max_context_table(lend_share: float = FIG9_WORKER_SHARE, block_tokens: int = 16) -> pa.Table:
     """Fig. 9: the longest context per master and GPU size (0 = does not fit)."""
     from sim.serving.swift.maxctx import max_context_rows
 
@@ -99,10 +105,19 @@ def max_context_table(lend_share: float, block_tokens: int = 16) -> pa.Table:
     )
 
 
-def worker_interference(summary: pa.Table) -> pa.Table:
+def worker_interference(
+    summary: pa.Table, gpus: dict[str, str] | None = None, hbm_gbps: float = 0.0
+) -> pa.Table:
     """Each worker's mean TTFT and TPOT in the variants where workers lend
     (``lent_gb > 0``) against the mean over the variants where none does,
-    and the relative increase (seed 002 §5.2, Fig. 8)."""
+    and the relative increase (seed 002 §5.2, Fig. 8).
+
+    With ``gpus`` (worker name -> its GPU), each row also carries the bytes
+    the master's NVLink copies read from and wrote to that worker's HBM
+    (``peer_hbm_gb``, the summary's ``peer_hbm_gb_<gpu>``: :class:`PeerHbm`'s
+    charges) and, with the GPU's achievable ``hbm_gbps``, the share of the
+    worker's HBM time they took over the master's span (``hbm_share``): the
+    slowdown an always-busy, HBM-bound worker would see from them."""
     rows = summary.to_pylist()
     workers = sorted({k[: -len("_ttft_mean_s")] for k in summary.schema.names
                       if k.endswith("_ttft_mean_s") and k != "ttft_mean_s"})  # fmt: skip
@@ -115,6 +130,11 @@ def worker_interference(summary: pa.Table) -> pa.Table:
                 base = sum(x[f"{w}_{m}_mean_s"] for x in idle) / len(idle) if idle else math.nan
                 row[f"{m}_alone_s"], row[f"{m}_lending_s"] = base, r[f"{w}_{m}_mean_s"]
                 row[f"{m}_increase"] = r[f"{w}_{m}_mean_s"] / base - 1 if base else math.nan
+            if gpus is not None:
+                gb = _num(r, f"peer_hbm_gb_{gpus[w]}")
+                span = _num(r, "duration_s")
+                row["peer_hbm_gb"] = gb
+                row["hbm_share"] = gb / (span * hbm_gbps) if span and hbm_gbps else math.nan
             out.append(row)
     return pa.Table.from_pylist(out)
 

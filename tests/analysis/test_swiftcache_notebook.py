@@ -31,7 +31,7 @@ def test_swiftcache_notebook_on_a_tiny_run(run_notebook, tmp_path: Path) -> None
     out = _tiny_run(tmp_path)
     probes = {"tables": "tables", "written": "[p.name for p in written]", "share": "lend_share"}
     _, got = run_notebook("swiftcache", {"RESULTS": str(out)}, probes)
-    assert got["share"] == 0.5  # the scenario's workers lend half of their KV
+    assert got["share"] == 1.0  # Fig. 9: Eq. 2's C_worker, each worker's whole KV memory
     summary = pd.read_parquet(out / "summary.parquet")
     br = got["tables"]["breakdown"]
     assert br["design"].tolist() == summary["design"].tolist()
@@ -43,7 +43,7 @@ def test_swiftcache_notebook_on_a_tiny_run(run_notebook, tmp_path: Path) -> None
     inter = got["tables"]["interference"].set_index("worker")
     lend = summary[summary["lent_gb"] > 0].iloc[0]
     idle = summary[summary["lent_gb"] == 0].iloc[0]
-    for w in ("w8b", "w14b"):
+    for w in ("wlwm", "w14b"):
         assert inter.loc[w, "ttft_alone_s"] == pytest.approx(idle[f"{w}_ttft_mean_s"])
         assert inter.loc[w, "tpot_lending_s"] == pytest.approx(lend[f"{w}_tpot_mean_s"])
     # 3 masters x 4 GPU sizes, and the files

@@ -9,6 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from rich.console import Console
 from rich.table import Table
@@ -16,7 +17,13 @@ from rich.text import Text
 
 from hwprofiles import load_profile
 from kvtier.cli.kvdrive_tables import kvdrive_tables
-from kvtier.cli.simulate import _reload_table, design_tables, device_table, summary_table
+from kvtier.cli.simulate import (
+    _reload_table,
+    _swift_paper_table,
+    design_tables,
+    device_table,
+    summary_table,
+)
 from kvtier.cli.tables import fit, frame_table
 from sim.config import load_scenario
 from sim.scenarios.kvdrive_kind import BREAKDOWN
@@ -82,6 +89,34 @@ def _devices() -> Table:
     return device_table(dev, "plan.parquet on h20-8ssd: makespan 1234.567891 s")
 
 
+_RELOAD = pa.Table.from_pylist([
+    {"history_tokens": h, "path": path, "ttft_s": 0.5, "reload_s": 0.25, "reload_share": 0.5}
+    for h in (5_000, 50_000) for path in ("pcie", "nvlink")
+])  # fmt: skip
+
+
+def _swift_paper() -> Table:
+    """Seed 002's paper-vs-kvtier rows over a hand-made swiftcache summary."""
+    row = {
+        "ttft_mean_s": 0.3,
+        "blocked_io_mean_s": 0.05,
+        "duration_s": 200.0,
+        "wlwm_ttft_mean_s": 0.065,
+        "wlwm_tpot_mean_s": 0.004,
+        "w14b_ttft_mean_s": 0.12,
+        "w14b_tpot_mean_s": 0.008,
+        "peer_hbm_gb_gpu1": 100.0,
+        "peer_hbm_gb_gpu2": 50.0,
+    }
+    summary = pd.DataFrame([
+        {**row, "design": "vLLM+LMCache", "ttft_p99_s": 1.8, "lent_gb": 0.0},
+        {**row, "design": "SGLang HiCache", "ttft_p99_s": 1.3, "lent_gb": 0.0},
+        {**row, "design": "SwiftCache", "ttft_p99_s": 0.4, "lent_gb": 60.0},
+    ])  # fmt: skip
+    prof = load_profile("h20-4gpu-nvlink")
+    return _swift_paper_table(load_scenario("swiftcache"), summary, prof, _RELOAD)
+
+
 BUILDERS = {
     "serving": lambda: [design_table(_frame(SERVING), "paged-ssd on dgx-spark")],
     "unified-pooling": lambda: [_context()],
@@ -90,7 +125,8 @@ BUILDERS = {
     "sparse decode": lambda: [summary_table(_frame(DECODE), 8)],
     "swarm": lambda: design_tables(_frame(DECODE), WORKLOAD),
     "kvdrive": lambda: kvdrive_tables(_frame(DECODE), WORKLOAD),
-    "swiftcache reload": lambda: [_reload_table(load_profile("h20-4gpu-nvlink"))],
+    "swiftcache reload": lambda: [_reload_table(load_profile("h20-4gpu-nvlink"), _RELOAD)],
+    "swiftcache paper": lambda: [_swift_paper()],
     "sweep": lambda: [
         frame_table(
             _frame(DECODE)[

@@ -34,6 +34,18 @@ def test_interference_against_the_mean_of_the_idle_variants():
     assert r["tpot_alone_s"] == pytest.approx(0.03) and r["tpot_increase"] == pytest.approx(0.10)
 
 
+def test_interference_carries_the_copies_through_each_workers_hbm():
+    s = _summary().to_pylist()
+    s[2].update(peer_hbm_gb_gpu1=72.0, duration_s=100.0)
+    s[0].update(peer_hbm_gb_gpu1=None, duration_s=100.0)
+    s[1].update(peer_hbm_gb_gpu1=None, duration_s=100.0)
+    (r,) = worker_interference(pa.Table.from_pylist(s), {"w": "gpu1"}, 3600.0).to_pylist()
+    # 72 GB through an HBM of 3,600 GB/s is 20 ms of its time over a 100 s run: 0.02%
+    assert r["peer_hbm_gb"] == 72.0
+    assert r["hbm_share"] == pytest.approx(72.0 / (100.0 * 3600.0))
+    assert r["hbm_share"] == pytest.approx(0.0002)
+
+
 def test_breakdown_parts_add_up_to_ttft():
     rows = prefill_breakdown(_summary()).to_pylist()
     assert rows[0]["execution_s"] == pytest.approx(0.5 - 0.1 - 0.25)

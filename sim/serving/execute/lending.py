@@ -98,6 +98,7 @@ class Lending:
         table.register(self.gpu, total * block_bytes(worker.card, wb), self.master_block_bytes)
         table.apply(self.coord.initial(0.0))
         tier.capacity[self.dev] = table.slots(self.gpu) * self.master_block_bytes  # whole bytes
+        self.region = None  # the master's PeerRegion when its LSC streams from this region
         self.copied_bytes = 0
         self.resizes: list[tuple[float, int, int]] = []  # (s, worker blocks +/-, copied bytes)
         worker.on_release.append(self._on_release)
@@ -171,6 +172,9 @@ class Lending:
 
     def _sync_tier(self, shrink: bool) -> None:
         cap = self.table.slots(self.gpu) * self.master_block_bytes  # whole bytes
+        if self.region is not None:  # the stream's share of the region stays out of the tier
+            self.region.set_lent(self.gpu, cap)
+            return
         self.tier.capacity[self.dev] = cap
         if shrink and self.tier.used[self.dev] > cap:
             need = [0] * len(self.tier.devices)

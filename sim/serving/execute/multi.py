@@ -57,7 +57,7 @@ from sim.serving.execute.engine import Engine, EngineConfig
 from sim.serving.execute.gcpolicy import relaxed_gc
 from sim.serving.execute.lending import ElasticSpec, Lending
 from sim.serving.execute.online import OnlineOps
-from sim.serving.execute.streaming import LayerStream
+from sim.serving.execute.streaming import LayerStream, PeerRegion
 from sim.serving.metrics import ServingRecords
 from sim.serving.requests import Request
 from sim.serving.swift.coordinator import MasterBlockTable
@@ -89,6 +89,11 @@ class Instance:
         lsc_slots: the master's KV memory in single-layer slots (Eq. 3's
             ``K_master``, not always a multiple of the layers); 0 takes
             ``cfg.gpu_blocks`` full-layer blocks.
+        lsc_shared: a master whose LSC streams from the blocks the workers lend
+            (seed 002's one elastic region per worker): Eq. 2's ``C_worker``
+            is each worker's lent bytes, and the running batch's streamed KV
+            takes its room from the peer tier (:class:`~sim.serving.execute.streaming.PeerRegion`);
+            False keeps a separate ``stream_bytes`` area.
         elastic: a worker's Algorithm 1 at run time (:mod:`sim.serving.execute.lending`);
             None keeps ``lend_bytes`` lent for the whole run.
     """
@@ -107,6 +112,7 @@ class Instance:
         False  # a master streams through a layer stream cache (sim.serving.execute.streaming)
     )
     lsc_slots: int = 0  # a master's own single-layer slots, Eq. 3; 0 = cfg.gpu_blocks x layers
+    lsc_shared: bool = False  # the LSC streams from the workers' lent region (one per worker)
 
 
 def check_instances(instances: Sequence[Instance]) -> None:
@@ -159,6 +165,8 @@ def build_instances(profile: HardwareProfile, instances: Sequence[Instance]) -> 
             gpus = [w for w in k if k[w]]
             e.stream = LayerStream(e, sizing.n_rc, sizing.n_lsc, gpus,
                                    [k[w] / sum(k.values()) for w in gpus])  # fmt: skip
+            if inst.lsc_shared and above:
+                e.stream.region = PeerRegion(above[0])
         engines.append(e)
     return engines
 
@@ -170,7 +178,11 @@ def stream_sizing(
     (full-layer master blocks in its ``stream_bytes``)."""
     card, b = master.card, master.cfg.block_tokens
     full = layer_block_bytes(card, b) * card.layers
-    k = {i.cfg.gpu: int(i.stream_bytes // full) for i in instances if i.role == "worker"}
+    workers = [i for i in instances if i.role == "worker"]
+    if master.lsc_shared:  # C_worker: the elastic region the worker lends at the start
+        k = {i.cfg.gpu: int(lent_bytes(i, master) // full) for i in workers}
+    else:
+        k = {i.cfg.gpu: int(i.stream_bytes // full) for i in workers}
     if master.lsc_slots:
         return size_from_blocks(master.lsc_slots, list(k.values()), card.layers), k
     return master_sizing(master.cfg.gpu_blocks, card.layers, list(k.values())), k
@@ -190,8 +202,12 @@ def start_lending(instances: Sequence[Instance], engines: list[Engine]) -> dict[
     for inst, e in zip(instances, engines, strict=True):
         if inst.role == "worker" and inst.elastic is not None and inst.lend_bytes > 0:
             lent = gpu_blocks(inst.lend_bytes, inst.card, inst.cfg.block_tokens)
-            out[inst.name] = Lending(e, master, peer[0], table, inst.elastic, lent, engines)
-            out[inst.name].start()
+            out[inst.name] = lend = Lending(e, master, peer[0], table, inst.elastic, lent, engines)
+            region = master.stream.region if master.stream is not None else None
+            if region is not None:  # the region starts from the MEU-rounded lend
+                lend.region = region
+                region.set_lent(inst.cfg.gpu, peer[0].capacity[lend.dev])
+            lend.start()
     return out
 
 

@@ -37,6 +37,40 @@ from sim.models import LayerCost, ModelCard
 from sim.serving.swift.stream import StreamIO, split_layer, stream_io
 
 
+class PeerRegion:
+    """One elastic region per worker (seed 002 §3.1, §3.4): the blocks a worker
+    lends hold the master's prefix cache (the ``peer`` tier) *and* the KV its
+    layer stream cache streams, so the peer tier's capacity on each worker is
+    what the worker lends (``lent``, set by its Algorithm 1) less the bytes the
+    running batch streams from it (``streamed``, set every iteration).  When the
+    stream grows, the tier drops its LRU blocks that no longer fit, as a
+    reclaim does (:meth:`sim.serving.execute.lending.Lending._sync_tier`)."""
+
+    def __init__(self, tier):
+        self.tier = tier
+        self.lent = list(tier.capacity)
+        self.streamed = [0] * len(tier.devices)
+
+    def set_lent(self, gpu: str, nbytes: int) -> None:
+        i = self.tier.devices.index(gpu)
+        self.lent[i] = nbytes
+        self._apply(i)
+
+    def set_streamed(self, by_gpu: dict[str, int]) -> None:
+        for i, gpu in enumerate(self.tier.devices):
+            n = by_gpu.get(gpu, 0)
+            if n != self.streamed[i]:
+                self.streamed[i] = n
+                self._apply(i)
+
+    def _apply(self, i: int) -> None:
+        cap = max(self.lent[i] - self.streamed[i], 0)
+        shrink = cap < self.tier.capacity[i]
+        self.tier.capacity[i] = cap
+        if shrink and self.tier.used[i] > cap:
+            self.tier.make_room([0] * len(self.tier.devices), None)  # LRU blocks dropped
+
+
 class LayerStream:
     """Streams the master's borrowed KV layer by layer (module docstring).
 
@@ -46,6 +80,9 @@ class LayerStream:
         workers: the worker GPUs holding the streamed blocks.
         ratios: each worker's share of a layer's bytes (sums to 1).
         loaded, stored: bytes moved so far, for the run's stats.
+        region: the workers' one elastic region (:class:`PeerRegion`), when the
+            streamed blocks live in the blocks lent to the peer tier; None
+            when they have an area of their own (``stream_bytes``).
     """
 
     def __init__(
@@ -57,12 +94,18 @@ class LayerStream:
         self.workers, self.ratios = list(workers), list(ratios)
         self.loaded = self.stored = 0.0
         self.iterations = 0
+        self.region: PeerRegion | None = None
 
     def io(self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]) -> StreamIO:
         """What each layer of this batch streams (falsy: nothing, the plain path)."""
         before = sum(c for _, c in prefills) + sum(decodes)
         new = sum(t for t, _ in prefills) + len(decodes)
-        return stream_io(self.card, self.e.B, self.n_rc, before, new)
+        io = stream_io(self.card, self.e.B, self.n_rc, before, new)
+        if self.region is not None:  # the batch's streamed KV, all layers, holds region room
+            held = (io.load_bytes + io.store_bytes) * self.card.layers if io else 0
+            pairs = zip(self.workers, self.ratios, strict=True)
+            self.region.set_streamed({w: int(round(held * r)) for w, r in pairs})
+        return io
 
     def _copies(self, src_is_worker: bool, nbytes: int, deps: list[int], layer: int):
         """One copy per worker of its share of ``nbytes``; (op ids, their events)."""

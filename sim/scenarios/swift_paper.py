@@ -1,0 +1,127 @@
+"""Seed 002's comparable figures beside kvtier's: one row per figure.
+
+Each row names the paper's figure and value, kvtier's value from the run at
+hand (or from the arithmetic the run's tables already print), their ratio
+(kvtier / paper), and, where they differ by more than 25%, the mechanism
+behind the gap.  ``kvtier sim`` prints these rows after a SwiftCache run and
+``docs/swiftcache-design.md`` holds the same table with the values measured
+at a commit.  Paper values are from the seed's text (Fig. 1 and §1, §5.1-5.4);
+a figure given only as a plot is not listed.
+
+The gap notes are the design note's findings, kept short; a note only ever
+explains a gap, it never moves a number.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+
+GAP = 0.25  # a ratio outside [1 - GAP, 1 + GAP] carries its mechanism
+
+Q32_BASELINE = (
+    "Qwen3-32B: 65.6 GB of weights leave its 8K-chunk baseline 73K tokens (96 GB) and 18K "
+    "(80 GB), while 100% of two workers' KV streams beside it"
+)
+HICACHE_ORDER = (
+    "kvtier's HiCache overlaps its loads layer by layer (SGLang's design note), so it beats "
+    "LMCache; no source gives a mechanism for the paper's slower HiCache"
+)
+HBM_SHARE = (
+    "the NVLink copies through a worker's HBM are 0.01-1.5% of its HBM time in these "
+    "workloads; both directions saturated would take 2 x 170 / 3,600 = 9.4%"
+)
+
+# (key, figure, paper value, unit, mechanism of a gap)
+PAPER = (
+    ("reload_5k_pcie_ms", "Fig.1 LWM 5K reload, PCIe", 75.0, "ms",
+     "the profile's x16 link at 0.88 efficiency (27.7 GB/s) vs the paper's 32 GB/s peak"),
+    ("reload_share_5k", "Fig.1 reload/TTFT, 5K", 0.732, "share",
+     "same link; prefill of 256 tokens by roofline"),
+    ("reload_share_50k", "Fig.1 reload/TTFT, 50K", 0.862, "share",
+     "same link; prefill of 256 tokens by roofline"),
+    ("p99_vs_lmcache", "Fig.7 P99 TTFT vs LMCache", -0.54, "change",
+     "LMCache recomputes up to 255 tokens a request (256-token chunks) and blocks on its "
+     "loads; the LSC admits at once the requests that queue 0.4-1.9 s for KV room in the "
+     "baselines"),
+    ("p99_vs_hicache", "Fig.7 P99 TTFT vs HiCache", -0.67, "change",
+     HICACHE_ORDER),
+    ("hicache_over_lmcache", "Fig.7 HiCache/LMCache P99", 1.394,
+     "ratio", HICACHE_ORDER),
+    ("worker_ttft", "Fig.8 worker TTFT, max", 0.097, "change",
+     HBM_SHARE),
+    ("worker_tpot", "Fig.8 worker TPOT, max", 0.065, "change",
+     HBM_SHARE),
+    ("fig9_8k_min", "Fig.9 vs vLLM 8K, lowest", 1.58, "x",
+     "LWM on 32 GB; the activation model is kvtier's (MLP + residual tensors)"),
+    ("fig9_8k_max", "Fig.9 vs vLLM 8K, highest", 3.98, "x",
+     Q32_BASELINE),
+    ("fig9_other_min", "Fig.9 vs no-chunk/32K, lowest", 1.81, "x",
+     Q32_BASELINE),
+    ("fig9_other_max", "Fig.9 vs no-chunk/32K, highest", 6.66, "x",
+     Q32_BASELINE),
+    ("lwm_h20_tokens", "§1 LWM max ctx, H20 96 GB", 160_000, "tokens",
+     "kvtier's activation model and 0.9 utilisation"),
+    ("lwm_v100_tokens", "§1 LWM max ctx, V100 32 GB", 18_000, "tokens",
+     "vLLM also reserves CUDA graphs, sampler and logits buffers; kvtier counts only the MLP "
+     "and residual tensors"),
+    ("load_share", "Fig.10 load/prefill, 32B", 0.014, "share",
+     "the paper's execution is 'hundreds of milliseconds to several seconds' per request; "
+     "kvtier's new turns compute ~37-token prompts over cached replies (79 ms mean)"),
+)  # fmt: skip
+
+
+def _get(rows: list[dict], design: str, key: str) -> float:
+    for r in rows:
+        if r["design"] == design:
+            return float(r[key])
+    return math.nan
+
+
+def kvtier_values(
+    summary: pa.Table, reload: pa.Table, maxctx: pa.Table, interference: pa.Table
+) -> dict[str, float]:
+    """kvtier's value for each key of :data:`PAPER` that the tables give (NaN otherwise)."""
+    s = summary.to_pylist()
+    rel = {(r["history_tokens"], r["path"]): r for r in reload.to_pylist()}
+    out: dict[str, float] = {k: math.nan for k, *_ in PAPER}
+    if (5_000, "pcie") in rel:
+        out["reload_5k_pcie_ms"] = rel[(5_000, "pcie")]["reload_s"] * 1e3
+        out["reload_share_5k"] = rel[(5_000, "pcie")]["reload_share"]
+    if (50_000, "pcie") in rel:
+        out["reload_share_50k"] = rel[(50_000, "pcie")]["reload_share"]
+    swift = _get(s, "SwiftCache", "ttft_p99_s")
+    lmc, hic = _get(s, "vLLM+LMCache", "ttft_p99_s"), _get(s, "SGLang HiCache", "ttft_p99_s")
+    out["p99_vs_lmcache"] = swift / lmc - 1
+    out["p99_vs_hicache"] = swift / hic - 1
+    out["hicache_over_lmcache"] = hic / lmc
+    inter = interference.to_pylist()
+    main = [r for r in inter if r["design"] == "SwiftCache"] or inter
+    if main:
+        out["worker_ttft"] = max(r["ttft_increase"] for r in main)
+        out["worker_tpot"] = max(r["tpot_increase"] for r in main)
+    fit = [r for r in maxctx.to_pylist() if r["vllm_chunk_8k"]]
+    if fit:
+        g8 = [r["swiftcache"] / r["vllm_chunk_8k"] for r in fit]
+        other = [r["swiftcache"] / r[k] for r in fit for k in ("vllm", "vllm_chunk_32k")]
+        out["fig9_8k_min"], out["fig9_8k_max"] = min(g8), max(g8)
+        out["fig9_other_min"], out["fig9_other_max"] = min(other), max(other)
+        for key, gb in (("lwm_h20_tokens", 96), ("lwm_v100_tokens", 32)):
+            row = [r for r in fit if r["model"] == "LWM-Text-1M" and r["gpu_gb"] == gb]
+            out[key] = float(row[0]["vllm_chunk_8k"]) if row else math.nan
+    ttft = _get(s, "SwiftCache", "ttft_mean_s")
+    out["load_share"] = _get(s, "SwiftCache", "blocked_io_mean_s") / ttft if ttft else math.nan
+    return out
+
+
+def paper_table(values: dict[str, float]) -> pa.Table:
+    """The rows: figure, paper, kvtier, ratio, and the mechanism of a gap over 25%."""
+    rows = []
+    for key, figure, paper, unit, why in PAPER:
+        got = values.get(key, math.nan)
+        ratio = got / paper if paper and got == got else math.nan
+        gap = ratio != ratio or abs(ratio - 1) > GAP
+        rows.append({"key": key, "figure": figure, "unit": unit, "paper": paper, "kvtier": got,
+                     "ratio": ratio, "mechanism": why if gap else ""})  # fmt: skip
+    return pa.Table.from_pylist(rows)
