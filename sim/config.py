@@ -98,6 +98,9 @@ class SwarmParams:
     # reaching it (sim.scenarios.matched); 0 = no matched-recall run
     match_recall: float = 0.0
     match_step: float = 0.05  # resolution of that search: scales are multiples of it
+    # host threads of a CPU-scoring design's selection; 0 = one per sequence, at most
+    # the cores (an assumption with its range: sim.scenarios.host_threads)
+    select_threads: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.dram_cache < 1:
@@ -107,7 +110,9 @@ class SwarmParams:
                 raise ParamError(name, f"must be > 0, got {getattr(self, name)}")
         if not 0 <= self.match_recall <= 1:
             raise ParamError("match_recall", f"must be in (0, 1] (0: off), got {self.match_recall}")
-        _non_negative(self, "ssds", "queue_depth", "layers", "local_window", "sink_tokens")
+        _non_negative(
+            self, "ssds", "queue_depth", "layers", "local_window", "sink_tokens", "select_threads"
+        )
         _int32(self, "queue_depth")
         _check_decode(self)
         _check_window(self)

@@ -1,5 +1,14 @@
 """How many host threads each CPU-side op of the sparse-decode pipelines runs on.
 
+Each count is a workload parameter (:class:`sim.config.SwarmParams`,
+:class:`sim.scenarios.kvdrive_kind.KVDriveParams`; 0 where a rule below picks
+it from the batch or the host), so a scenario or ``--factor`` may set it, and
+each that is an assumption is registered with its plausible range on its kind
+(:data:`SWARM`, :data:`KVDRIVE`, :class:`sim.registry.WorkloadAssumption`):
+``kvtier sim ... --sensitivity`` runs it at both ends (``workload.<param>``,
+:mod:`sim.sensitivity`).  A range's high end "the cores" is the profile's
+``cpu.cores``, the most a host op can use.
+
 A plan's ``cpu`` compute op carries its threads
 (:meth:`kvtier.contracts.plan.PlanBuilder.cpu_compute`); the executor runs it
 on that many of the profile's cores at most, sharing them by max-min with
@@ -52,25 +61,81 @@ its source, or says it is an assumption and gives its plausible range
 
 from __future__ import annotations
 
+from typing import Any
+
 from hwprofiles import HardwareProfile
-
-DRIVER_STAGING_THREADS = 1  # assumption, range 1 to a few (module doc)
-LOOKUP_THREADS = 1  # assumption, range 1 to the cores (module doc)
-CPU_SELECT_THREADS = 1  # assumption, range 1 to the cores (module doc)
+from sim.registry import WorkloadAssumption
 
 
-def torch_intraop_threads(profile: HardwareProfile) -> int:
-    """torch's default intra-op pool on ``profile``'s host: its physical cores
-    (module doc); KVDrive's staging copy runs on it."""
-    return profile.cpu.cores
+def select_threads(p: Any, profile: HardwareProfile) -> int:
+    """A CPU-scoring design's selection: ``p.select_threads``, or one thread per
+    sequence at most the cores where it is 0 (Swarm's default; KVDrive's is 1)."""
+    return p.select_threads or min(p.batch, profile.cpu.cores)
 
 
-def cpu_attention_threads(profile: HardwareProfile) -> int:
-    """MagicPIG's CPU attention: every core (an assumption, module doc)."""
-    return profile.cpu.cores
+def lookup_threads(p: Any, profile: HardwareProfile) -> int:
+    """KVDrive's hit/miss lookup: ``p.lookup_threads`` (1, an assumption)."""
+    return p.lookup_threads
 
 
-def swarm_select_threads(batch: int, profile: HardwareProfile) -> int:
-    """Swarm's medoid scoring: one thread per sequence, at most the cores (an
-    assumption, module doc)."""
-    return min(batch, profile.cpu.cores)
+def driver_staging_threads(p: Any, profile: HardwareProfile) -> int:
+    """The CUDA driver's pageable staging: ``p.driver_staging_threads`` (1, an assumption)."""
+    return p.driver_staging_threads
+
+
+def stage_threads(p: Any, profile: HardwareProfile) -> int:
+    """KVDrive's memmap -> pinned ``index_copy_``: ``p.stage_threads``, or torch's
+    default intra-op pool, the physical cores, where it is 0 (module doc)."""
+    return p.stage_threads or profile.cpu.cores
+
+
+def attn_threads(p: Any, profile: HardwareProfile) -> int:
+    """MagicPIG's CPU attention: ``p.attn_threads``, or every core where it is 0."""
+    return p.attn_threads or profile.cpu.cores
+
+
+_SELECT = WorkloadAssumption(
+    "select_threads",
+    1,
+    None,
+    "assumption: seeds 000 and 003 give no thread count for a CPU design's selection; "
+    "1 (one scorer for the batch) to the cores (a multi-threaded matmul over the index)",
+    select_threads,
+)
+SWARM = (_SELECT,)
+"""The swarm kind's host-thread assumptions."""
+
+KVDRIVE = (
+    _SELECT,
+    WorkloadAssumption(
+        "lookup_threads",
+        1,
+        None,
+        "assumption: seed 003 §6.1 gives no count for the hit/miss lookup; 1 to the cores",
+        lookup_threads,
+    ),
+    WorkloadAssumption(
+        "driver_staging_threads",
+        1,
+        4,
+        "assumption: the CUDA guide gives no count for a pageable copy's staging; the "
+        "calling thread (1) to a few (4)",
+        driver_staging_threads,
+    ),
+    WorkloadAssumption(
+        "stage_threads",
+        1,
+        None,
+        "torch's default intra-op pool is the physical cores (c10/core/thread_pool.cpp); "
+        "1 if the paper's run was single-threaded or deterministic (seed 003 gives no count)",
+        stage_threads,
+    ),
+    WorkloadAssumption(
+        "attn_threads",
+        1,
+        None,
+        "assumption: seed 003 gives no count for MagicPIG's CPU attention; 1 to the cores",
+        attn_threads,
+    ),
+)
+"""The kvdrive kind's host-thread assumptions."""

@@ -66,7 +66,7 @@ from sim.policies.swarm.cluster import ClusterParams, cluster
 from sim.policies.swarm.design import SwarmDesign
 from sim.policies.swarm.types import Clustering
 from sim.registry import Unsupported
-from sim.scenarios.host_threads import swarm_select_threads
+from sim.scenarios.host_threads import select_threads
 from sim.scenarios.swarm_report import clustering_report
 from sim.scenarios.swarm_traces import (
     LaneData,
@@ -262,7 +262,7 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
     card = get_model(p.model)
     layers = p.layers or card.layers
     gpu, dram = profile.gpu_names[0], profile.dram_names[0]
-    threads = swarm_select_threads(p.batch, profile)  # an assumption: host_threads
+    threads = select_threads(p, profile)  # an assumption: host_threads
     b = PlanBuilder()
     prev_reads: list[int] = []
     prev_prefetch: list[int] = []

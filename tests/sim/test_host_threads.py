@@ -14,14 +14,10 @@ import pytest
 
 from hwprofiles import load_profile
 from kvtier.contracts.plan import CPU
+from sim.config import SwarmParams
 from sim.executor import simulate
 from sim.policies import StepDecision
-from sim.scenarios.host_threads import (
-    DRIVER_STAGING_THREADS,
-    LOOKUP_THREADS,
-    swarm_select_threads,
-    torch_intraop_threads,
-)
+from sim.scenarios.host_threads import select_threads, stage_threads
 from sim.scenarios.kvdrive import assemble
 from sim.scenarios.kvdrive_kind import KVDriveParams
 from sim.scenarios.swarm import LaneResult, layout_for, max_io_bytes
@@ -63,8 +59,9 @@ def test_the_staging_copy_carries_its_implementations_threads(make_profile, page
     ops = plan.to_pandas()
     # memmap -> pinned: torch's pool, the 4 cores; pageable: the driver's one thread
     assert _cpu_op(ops, "stage")["threads"] == threads
-    assert _cpu_op(ops, "lookup")["threads"] == LOOKUP_THREADS == 1
-    assert torch_intraop_threads(tiny) == 4 and DRIVER_STAGING_THREADS == 1
+    assert _cpu_op(ops, "lookup")["threads"] == KVDriveParams().lookup_threads == 1
+    assert stage_threads(KVDriveParams(), tiny) == 4
+    assert KVDriveParams().driver_staging_threads == 1
 
 
 @pytest.mark.parametrize(
@@ -100,7 +97,7 @@ def test_the_l20_staging_at_120k_by_hand():
     197.746688 less ``h2d_mb_per_step`` 72.732672): 15.63 MB a layer, 50.9 us on
     every core against 610 us on one."""
     l20 = load_profile("l20-server")
-    assert torch_intraop_threads(l20) == 48
+    assert stage_threads(KVDriveParams(), l20) == 48
     dram = sum(m.gbps for m in l20.dram)
     assert dram == pytest.approx(8 * 38.4)
     two_s = 125_014_016 / 8
@@ -112,4 +109,8 @@ def test_the_l20_staging_at_120k_by_hand():
 
 @pytest.mark.parametrize(("batch", "threads"), [(1, 1), (4, 4), (16, 8)])
 def test_swarm_scores_on_one_thread_per_sequence_up_to_the_cores(make_profile, batch, threads):
-    assert swarm_select_threads(batch, make_profile(cores=8)) == threads
+    p = SwarmParams(batch=batch)
+    assert select_threads(p, make_profile(cores=8)) == threads
+    # a scenario's own count wins; KVDrive's CPU selection defaults to one thread
+    assert select_threads(SwarmParams(batch=batch, select_threads=3), make_profile()) == 3
+    assert select_threads(KVDriveParams(batch=batch), make_profile(cores=8)) == 1
