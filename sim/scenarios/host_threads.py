@@ -35,7 +35,9 @@ its source, or says it is an assumption and gives its plausible range
   modelled: DRAM-bound, the op alone takes the same time on 60 or 96).  Measured here with the real
   library (``analysis/measure_host_copy.py``, ``analysis/host_copy.csv``):
   ``index_copy_`` of 1,150 x 4,096 B takes 1,265 us on one thread and 636 us
-  on two (1.99x).
+  on two (1.99x): 7.45 GB/s of DRAM traffic per thread (:data:`INDEX_COPY_GBPS`),
+  which the staging op carries as its per-thread rate (the plan's
+  ``core_gbps``; KVDrive's ``stage_gbps``).
 * The CUDA driver's staging of a pageable copy (KVDrive's layer-wise and
   blockwise syncs, :mod:`sim.policies.kvdrive.sync`: "pageable host memory
   ... is first copied to a pinned staging buffer", CUDA C++ Best Practices
@@ -65,6 +67,15 @@ from typing import Any
 
 from hwprofiles import HardwareProfile
 from sim.registry import WorkloadAssumption
+
+# index_copy_'s DRAM traffic per thread, GB/s, measured with torch by
+# analysis/measure_host_copy.py (analysis/host_copy.csv, 2026-12-02): op "scatter"
+# (dst.index_copy_), 1,150 rows x 4,096 B (about one micro-batch's staging at 120K x 4),
+# 1 thread, traffic_gbps_min.  The staging copy moves at most this per thread
+# (the plan's core_gbps); its range: the 2,300-row figure (7.35) to a contiguous
+# copy_'s at 2,300 x 4,096 B on one thread (27.09), what a per-row memcpy could reach
+INDEX_COPY_GBPS = 7.45
+INDEX_COPY_RANGE_GBPS = (7.35, 27.09)
 
 
 def select_threads(p: Any, profile: HardwareProfile) -> int:
@@ -129,6 +140,14 @@ KVDRIVE = (
         "torch's default intra-op pool is the physical cores (c10/core/thread_pool.cpp); "
         "1 if the paper's run was single-threaded or deterministic (seed 003 gives no count)",
         stage_threads,
+    ),
+    WorkloadAssumption(
+        "stage_gbps",
+        INDEX_COPY_RANGE_GBPS[0],
+        INDEX_COPY_RANGE_GBPS[1],
+        "index_copy_ measured with torch on a 2-core VM (analysis/host_copy.csv); on the "
+        "paper's Xeon per thread between that and a contiguous copy_'s rate (same file)",
+        lambda p, profile: p.stage_gbps,
     ),
     WorkloadAssumption(
         "attn_threads",

@@ -290,9 +290,12 @@ def _staging(
     if not entries:
         return []
     s = entries * ctx["entry"]
-    threads = ctx["driver_staging_threads"] if pageable else ctx["stage_threads"]
+    if pageable:  # the driver's memcpy: the profile's per-core rate
+        threads, rate = ctx["driver_staging_threads"], 0.0
+    else:  # index_copy_: its measured per-thread rate
+        threads, rate = ctx["stage_threads"], ctx["p"].stage_gbps
     bus = b.copy(ctx["dram"], ctx["dram_hub"], 2 * s, depends_on=deps, tag="stage", **kw)
-    cpu = b.cpu_compute(0.0, 2 * s, threads, depends_on=deps, tag="stage", **kw)
+    cpu = b.cpu_compute(0.0, 2 * s, threads, depends_on=deps, tag="stage", core_gbps=rate, **kw)
     return [bus, cpu]
 
 

@@ -82,12 +82,17 @@ class KVDriveParams(SwarmParams):
     driver_staging_threads: int = 1
     stage_threads: int = 0
     attn_threads: int = 0
+    # the memmap -> pinned index_copy_'s DRAM traffic per thread, GB/s (measured:
+    # sim.scenarios.host_threads.INDEX_COPY_GBPS, analysis/host_copy.csv)
+    stage_gbps: float = host_threads.INDEX_COPY_GBPS
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("lookup_threads", "driver_staging_threads"):
             if getattr(self, name) < 1:
                 raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
+        if not self.stage_gbps > 0:
+            raise ParamError("stage_gbps", f"must be > 0, got {self.stage_gbps}")
         for name in ("stage_threads", "attn_threads"):
             if getattr(self, name) < 0:
                 raise ParamError(name, f"must be >= 0 (0: the cores), got {getattr(self, name)}")

@@ -9,7 +9,10 @@ total) alone, and never holds more than the profile's cores.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from hwprofiles import load_profile
@@ -17,7 +20,12 @@ from kvtier.contracts.plan import CPU
 from sim.config import SwarmParams
 from sim.executor import simulate
 from sim.policies import StepDecision
-from sim.scenarios.host_threads import select_threads, stage_threads
+from sim.scenarios.host_threads import (
+    INDEX_COPY_GBPS,
+    INDEX_COPY_RANGE_GBPS,
+    select_threads,
+    stage_threads,
+)
 from sim.scenarios.kvdrive import assemble
 from sim.scenarios.kvdrive_kind import KVDriveParams
 from sim.scenarios.swarm import LaneResult, layout_for, max_io_bytes
@@ -67,9 +75,10 @@ def test_the_staging_copy_carries_its_implementations_threads(make_profile, page
 @pytest.mark.parametrize(
     ("cores", "pageable", "gbps"),
     [
-        (4, False, 40.0),  # 4 threads x 10 GB/s = 40 < tiny's 50 GB/s DRAM module
-        (8, False, 50.0),  # 8 x 10 = 80 GB/s: the DRAM module's 50 GB/s caps it
-        (4, True, 10.0),  # the driver's one thread: 10 GB/s
+        # index_copy_ at its measured 7.45 GB/s per thread (below the core's 10):
+        (4, False, 4 * 7.45),  # 4 threads x 7.45 = 29.8 GB/s < tiny's 50 GB/s DRAM module
+        (8, False, 50.0),  # 8 x 7.45 = 59.6 GB/s: the DRAM module's 50 GB/s caps it
+        (4, True, 10.0),  # the driver's memcpy on one thread: the core's 10 GB/s
     ],
 )
 def test_staging_time_is_twice_the_bytes_over_threads_times_the_core_rate(
@@ -98,6 +107,8 @@ def test_the_l20_staging_at_120k_by_hand():
     every core against 610 us on one."""
     l20 = load_profile("l20-server")
     assert stage_threads(KVDriveParams(), l20) == 48
+    # index_copy_'s 7.45 GB/s per thread x 48 = 357.6 GB/s: the DRAM still caps it
+    assert 48 * min(INDEX_COPY_GBPS, l20.cpu.core_mem_gbps) > 8 * 38.4
     dram = sum(m.gbps for m in l20.dram)
     assert dram == pytest.approx(8 * 38.4)
     two_s = 125_014_016 / 8
@@ -114,3 +125,26 @@ def test_swarm_scores_on_one_thread_per_sequence_up_to_the_cores(make_profile, b
     # a scenario's own count wins; KVDrive's CPU selection defaults to one thread
     assert select_threads(SwarmParams(batch=batch, select_threads=3), make_profile()) == 3
     assert select_threads(KVDriveParams(batch=batch), make_profile(cores=8)) == 1
+
+
+def _host_copy(op: str, rows: int, threads: int = 1) -> float:
+    """analysis/host_copy.csv's traffic_gbps_min of ``op`` at ``rows`` x 4,096 B."""
+    table = pd.read_csv(Path(__file__).parents[2] / "analysis" / "host_copy.csv")
+    hit = table[
+        (table["op"] == op)
+        & (table["row_bytes"] == 4096)
+        & (table["rows"] == rows)
+        & (table["threads"] == threads)
+    ]
+    (gbps,) = hit["traffic_gbps_min"]
+    return float(gbps)
+
+
+def test_the_staging_rate_is_the_measured_index_copy():
+    """The model's per-thread index_copy_ rate and its range are the CSV's numbers
+    (analysis/measure_host_copy.py): scatter at 1,150 and 2,300 rows, copy at 2,300."""
+    assert INDEX_COPY_GBPS == _host_copy("scatter", 1150)
+    assert INDEX_COPY_RANGE_GBPS == (_host_copy("scatter", 2300), _host_copy("copy", 2300))
+    assert KVDriveParams().stage_gbps == INDEX_COPY_GBPS
+    # and 1 -> 2 threads scales it (intra-op parallel): 1.9-2.0x at 1,150 rows
+    assert 1.8 < _host_copy("scatter", 1150, 2) / INDEX_COPY_GBPS <= 2.0
