@@ -101,6 +101,9 @@ class SwarmParams:
     # host threads of a CPU-scoring design's selection; 0 = one per sequence, at most
     # the cores (an assumption with its range: sim.scenarios.host_threads)
     select_threads: int = 0
+    # a CPU selection's DRAM bytes per thread per second, GB/s; 0 = the profile's
+    # cpu.core_mem_gbps (an assumption with its range: sim.scenarios.host_threads)
+    select_gbps_per_thread: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.dram_cache < 1:
@@ -113,6 +116,11 @@ class SwarmParams:
         _non_negative(
             self, "ssds", "queue_depth", "layers", "local_window", "sink_tokens", "select_threads"
         )
+        if self.select_gbps_per_thread < 0:
+            raise ParamError(
+                "select_gbps_per_thread",
+                f"must be >= 0 (0: the core's), got {self.select_gbps_per_thread}",
+            )
         _int32(self, "queue_depth")
         _check_decode(self)
         _check_window(self)

@@ -80,18 +80,19 @@ class Entry:
 class WorkloadAssumption:
     """A workload parameter whose value is an assumption: ``param`` (a field of the
     kind's Params; at its default the run uses ``value(params, profile)``) could
-    plausibly lie anywhere in [``low``, ``high``] (``high`` None: the profile's
-    cores, the most threads a host op can use), for the reason ``why``."""
+    plausibly lie anywhere in [``low``, ``high``] (``high`` a number, or a function
+    of the profile: its cores, the most threads a host op can use), for the
+    reason ``why``."""
 
     param: str
     low: float
-    high: float | None
+    high: float | Callable[[Any], float]
     why: str
     value: Callable[[Any, Any], float]
 
-    def range_on(self, cores: int) -> tuple[float, float]:
-        """(low, high) on a host of ``cores`` cores."""
-        return self.low, float(cores) if self.high is None else self.high
+    def range_on(self, profile: Any) -> tuple[float, float]:
+        """(low, high) on ``profile``."""
+        return self.low, float(self.high(profile) if callable(self.high) else self.high)
 
 
 @dataclass(frozen=True)

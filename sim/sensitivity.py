@@ -85,7 +85,7 @@ def knobs(cfg: ScenarioConfig, profile: HardwareProfile, only: Sequence[str] = (
     entry = WORKLOADS.entry(cfg.workload.kind)
     for w in entry.kind.assumptions if entry.kind is not None else ():
         if _workload_assumed(cfg, w.param):
-            low, high = w.range_on(profile.cpu.cores)
+            low, high = w.range_on(profile)
             value = float(w.value(cfg.workload, profile))
             out.append(Knob(f"{WORKLOAD_KEY}.{w.param}", value, low, high, w.why))
     designs = entry.designs

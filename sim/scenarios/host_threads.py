@@ -58,7 +58,11 @@ its source, or says it is an assumption and gives its plausible range
   predicting the KV clusters ... by comparing the layer embedding with the
   cluster medoids"): **one thread per sequence, an assumption** (the text
   gives no count); plausible 1 (one scorer for the batch) to the cores (a
-  multi-threaded matmul over the medoids).
+  multi-threaded matmul over the medoids).  Its rate per thread: the
+  profile's per-core rate as given; a torch bf16 scan of DRAM-resident keys
+  measured here streams 3.61 GB/s per thread (:data:`SCAN_BF16_GBPS`,
+  ``analysis/index_scan.csv`` by ``analysis/measure_index_scan.py``), the low
+  end of its range (``select_gbps_per_thread``).
 """
 
 from __future__ import annotations
@@ -76,6 +80,23 @@ from sim.registry import WorkloadAssumption
 # copy_'s at 2,300 x 4,096 B on one thread (27.09), what a per-row memcpy could reach
 INDEX_COPY_GBPS = 7.45
 INDEX_COPY_RANGE_GBPS = (7.35, 27.09)
+
+
+# a torch scan of DRAM-resident keys on one thread, GB/s: Qwen3-32B's keys (bf16,
+# 2,048 B each) at 128K by the 64 query heads, gbps_min of analysis/index_scan.csv
+# (analysis/measure_index_scan.py, 2026-12-02): the low end of a CPU selection's rate
+SCAN_BF16_GBPS = 3.61
+
+
+def cores(profile: HardwareProfile) -> float:
+    """The profile's cores: the high end of a thread count's range."""
+    return float(profile.cpu.cores)
+
+
+def select_gbps(p: Any, profile: HardwareProfile) -> float:
+    """A CPU selection's DRAM bytes per thread per second: ``p.select_gbps_per_thread``, or the
+    profile's per-core rate where it is 0 (the plan's ``core_gbps``)."""
+    return p.select_gbps_per_thread or profile.cpu.core_mem_gbps
 
 
 def select_threads(p: Any, profile: HardwareProfile) -> int:
@@ -105,23 +126,32 @@ def attn_threads(p: Any, profile: HardwareProfile) -> int:
     return p.attn_threads or profile.cpu.cores
 
 
+_SELECT_GBPS = WorkloadAssumption(
+    "select_gbps_per_thread",
+    SCAN_BF16_GBPS,
+    lambda profile: profile.cpu.core_mem_gbps,
+    "a torch bf16 scan of DRAM-resident keys runs 3.61 GB/s per thread on a shared 2-core "
+    "VM (analysis/index_scan.csv); the profile's per-core rate (a memcpy's) is the high end",
+    select_gbps,
+)
 _SELECT = WorkloadAssumption(
     "select_threads",
     1,
-    None,
+    cores,
     "assumption: seeds 000 and 003 give no thread count for a CPU design's selection; "
     "1 (one scorer for the batch) to the cores (a multi-threaded matmul over the index)",
     select_threads,
 )
-SWARM = (_SELECT,)
-"""The swarm kind's host-thread assumptions."""
+SWARM = (_SELECT, _SELECT_GBPS)
+"""The swarm kind's host-work assumptions: the selection's threads and rate."""
 
 KVDRIVE = (
     _SELECT,
+    _SELECT_GBPS,
     WorkloadAssumption(
         "lookup_threads",
         1,
-        None,
+        cores,
         "assumption: seed 003 §6.1 gives no count for the hit/miss lookup; 1 to the cores",
         lookup_threads,
     ),
@@ -136,7 +166,7 @@ KVDRIVE = (
     WorkloadAssumption(
         "stage_threads",
         1,
-        None,
+        cores,
         "torch's default intra-op pool is the physical cores (c10/core/thread_pool.cpp); "
         "1 if the paper's run was single-threaded or deterministic (seed 003 gives no count)",
         stage_threads,
@@ -152,7 +182,7 @@ KVDRIVE = (
     WorkloadAssumption(
         "attn_threads",
         1,
-        None,
+        cores,
         "assumption: seed 003 gives no count for MagicPIG's CPU attention; 1 to the cores",
         attn_threads,
     ),

@@ -208,14 +208,22 @@ def _h2d_bytes(dec, entry_bytes: int) -> float:
 
 
 def _stage(
-    b: PlanBuilder, on: str, gpu: str, flops: float, nbytes: float, deps, threads: int, **kw
+    b: PlanBuilder,
+    on: str,
+    gpu: str,
+    flops: float,
+    nbytes: float,
+    deps,
+    threads: int,
+    rate: float = 0.0,
+    **kw,
 ) -> int:
-    """A compute op on ``on`` (``cpu``: on ``threads`` threads, :mod:`sim.scenarios.host_threads`)
-    or -1 when there is no work."""
+    """A compute op on ``on`` (``cpu``: on ``threads`` threads, :mod:`sim.scenarios.host_threads`,
+    at most ``rate`` GB/s per thread, 0: the core's) or -1 when there is no work."""
     if not (flops or nbytes):
         return -1
     if on == CPU:
-        return b.cpu_compute(flops, nbytes, threads, depends_on=deps, **kw)
+        return b.cpu_compute(flops, nbytes, threads, depends_on=deps, core_gbps=rate, **kw)
     return b.compute(gpu, flops, nbytes, depends_on=deps, **kw)
 
 
@@ -231,7 +239,16 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     nbytes = sum(d.score_bytes for d, _ in decs)
     deps = gate + _chain(prev["select"])
     sel = _stage(
-        b, ctx["on"], gpu, flops, nbytes, deps, tag="select", threads=ctx["select_threads"], **kw
+        b,
+        ctx["on"],
+        gpu,
+        flops,
+        nbytes,
+        deps,
+        tag="select",
+        threads=ctx["select_threads"],
+        rate=p.select_gbps_per_thread,
+        **kw,
     )
     after = [sel] if sel >= 0 else gate
     n_look = sum(d.info.get("lookup_entries", 0.0) for d, _ in decs)

@@ -263,6 +263,7 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
     layers = p.layers or card.layers
     gpu, dram = profile.gpu_names[0], profile.dram_names[0]
     threads = select_threads(p, profile)  # an assumption: host_threads
+    rate = p.select_gbps_per_thread  # 0: the profile's per-core rate
     b = PlanBuilder()
     prev_reads: list[int] = []
     prev_prefetch: list[int] = []
@@ -282,7 +283,7 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
             sbytes = sum(d.score_bytes for d, _ in decs)
             after = prefetch + token + ([prev_select] if prev_select >= 0 else [])
             on = lanes[keys[0]].score_device
-            select = _select(b, on, gpu, flops, sbytes, threads, after, t, layer)
+            select = _select(b, on, gpu, flops, sbytes, threads, after, t, layer, rate)
             gate = [select] if select >= 0 else after
             reads = _reads(
                 b, decs, ssds, dram, p, t, layer, "ssd", prev_reads + back2 + gate, "kv_fetch"
@@ -327,13 +328,15 @@ def _select(
     deps: list[int],
     t: int,
     layer: int,
+    rate: float = 0.0,
 ) -> int:
-    """The group's selection op on ``on`` (``cpu`` or ``gpu``); -1 when it has no work."""
+    """The group's selection op on ``on`` (``cpu`` or ``gpu``); -1 when it has no work.
+    On ``cpu`` it moves at most ``rate`` GB/s per thread (0: the profile's core rate)."""
     if not (flops or sbytes):
         return -1
     kw = {"depends_on": deps, "step": t, "layer": layer, "tag": "select"}
     if on == CPU:
-        return b.cpu_compute(flops, sbytes, threads, **kw)
+        return b.cpu_compute(flops, sbytes, threads, core_gbps=rate, **kw)
     return b.compute(gpu, flops, sbytes, **kw)
 
 

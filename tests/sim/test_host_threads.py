@@ -23,12 +23,15 @@ from sim.policies import StepDecision
 from sim.scenarios.host_threads import (
     INDEX_COPY_GBPS,
     INDEX_COPY_RANGE_GBPS,
+    SCAN_BF16_GBPS,
+    SWARM,
     select_threads,
     stage_threads,
 )
 from sim.scenarios.kvdrive import assemble
 from sim.scenarios.kvdrive_kind import KVDriveParams
 from sim.scenarios.swarm import LaneResult, layout_for, max_io_bytes
+from sim.scenarios.swarm import _assemble as swarm_assemble
 
 STAGED = 1_000  # entries staged in the one (step, layer)
 LOOKED = 2_000  # entry ids the lookup streams (8 B each)
@@ -143,8 +146,44 @@ def _host_copy(op: str, rows: int, threads: int = 1) -> float:
 def test_the_staging_rate_is_the_measured_index_copy():
     """The model's per-thread index_copy_ rate and its range are the CSV's numbers
     (analysis/measure_host_copy.py): scatter at 1,150 and 2,300 rows, copy at 2,300."""
-    assert INDEX_COPY_GBPS == _host_copy("scatter", 1150)
-    assert INDEX_COPY_RANGE_GBPS == (_host_copy("scatter", 2300), _host_copy("copy", 2300))
+    assert _host_copy("scatter", 1150) == INDEX_COPY_GBPS
+    assert (_host_copy("scatter", 2300), _host_copy("copy", 2300)) == INDEX_COPY_RANGE_GBPS
     assert KVDriveParams().stage_gbps == INDEX_COPY_GBPS
     # and 1 -> 2 threads scales it (intra-op parallel): 1.9-2.0x at 1,150 rows
     assert 1.8 < _host_copy("scatter", 1150, 2) / INDEX_COPY_GBPS <= 2.0
+
+
+def test_the_selection_rate_range_starts_at_the_measured_scan():
+    """A CPU selection's per-thread rate ranges from a torch bf16 scan of 128K
+    DRAM-resident keys on one thread (analysis/index_scan.csv, measured by
+    analysis/measure_index_scan.py) to the profile's per-core rate, its value as given."""
+    table = pd.read_csv(Path(__file__).parents[2] / "analysis" / "index_scan.csv")
+    one = table[(table["dtype"] == "bf16") & (table["keys"] == 131072) & (table["threads"] == 1)]
+    (gbps,) = one["gbps_min"]
+    assert gbps == SCAN_BF16_GBPS
+    (a,) = [a for a in SWARM if a.param == "select_gbps_per_thread"]
+    h20 = load_profile("h20-8ssd")
+    assert a.range_on(h20) == (gbps, h20.cpu.core_mem_gbps)
+    assert a.value(SwarmParams(), h20) == h20.cpu.core_mem_gbps  # 0: the core's rate
+
+
+def test_a_selection_rate_reaches_the_select_op(make_profile):
+    """One layer, batch 2: the select op carries select_gbps_per_thread as its core_gbps, and
+    its 2 GFLOP over 200 MB on 2 threads of 4 GB/s take max(10 ms, 25 ms) = 25 ms."""
+    tiny = make_profile(cores=4, core_gflops=100.0, core_mem_gbps=10.0)
+    p = SwarmParams(
+        context_tokens=1000, batch=2, steps=1, profile_steps=0, layers=1, select_gbps_per_thread=4.0
+    )
+    empty = [np.zeros((0, 2), dtype=np.int64) for _ in tiny.ssd_names]
+    dec = StepDecision(np.arange(300), 300, empty, score_flops=1e9, score_bytes=1e8)
+    zeros = np.zeros(len(tiny.ssd_names), np.int64)
+    lane = LaneResult([dec], [], 0, 0, zeros, score_device=CPU)
+    lanes = {(0, 0): lane, (1, 0): lane}
+    layout = layout_for(p, tiny, len(tiny.ssd_names), p.context_tokens)
+    plan = swarm_assemble(p, tiny, max_io_bytes(tiny, tuple(tiny.ssd_names)), layout, lanes,
+                          {k: zeros for k in lanes}, p.context_tokens)  # fmt: skip
+    ops = simulate(plan, tiny).ops.to_pandas()
+    sel = plan.to_pandas().query("tag == 'select'")
+    assert list(sel["core_gbps"]) == [4.0] and list(sel["threads"]) == [2]
+    row = ops[ops["tag"] == "select"].iloc[0]
+    assert row["end_s"] - row["start_s"] == pytest.approx(max(2e9 / 200e9, 2e8 / 8e9), rel=1e-9)
