@@ -17,7 +17,11 @@ the bytes (which kvtier charges on the data path):
   read syscall on a tmpfs file.
 
 Not measured (no GPU here): the per-object ``to_gpu`` kernel launch.  The
-numbers go, with this script named, into ``sim.serving.policy.objcost``.
+file figure goes, with this script named, into ``sim.serving.designs``
+(``file_us``); the lookup here is an imitation, kept for comparison: the
+model's ``object_us`` is LMCache's own lookup, timed by
+``analysis/measure_lmcache_object.py`` (6.81 us here against LMCache's 4.59 on
+the same VM, 2026-12-02).
 """
 
 from __future__ import annotations

@@ -107,6 +107,12 @@ class SwarmParams:
     gpu_time: str = "roofline"
     framework: str = "vllm"
     framework_version: str = "auto"
+    # host threads of a CPU-scoring design's selection; 0 = one per sequence, at most
+    # the cores (an assumption with its range: sim.scenarios.host_threads)
+    select_threads: int = 0
+    # a CPU selection's DRAM bytes per thread per second, GB/s; 0 = the profile's
+    # cpu.core_mem_gbps (an assumption with its range: sim.scenarios.host_threads)
+    select_gbps_per_thread: float = 0.0
 
     def __post_init__(self) -> None:
         _check_gpu_time(self)
@@ -117,7 +123,14 @@ class SwarmParams:
                 raise ParamError(name, f"must be > 0, got {getattr(self, name)}")
         if not 0 <= self.match_recall <= 1:
             raise ParamError("match_recall", f"must be in (0, 1] (0: off), got {self.match_recall}")
-        _non_negative(self, "ssds", "queue_depth", "layers", "local_window", "sink_tokens")
+        _non_negative(
+            self, "ssds", "queue_depth", "layers", "local_window", "sink_tokens", "select_threads"
+        )
+        if self.select_gbps_per_thread < 0:
+            raise ParamError(
+                "select_gbps_per_thread",
+                f"must be >= 0 (0: the core's), got {self.select_gbps_per_thread}",
+            )
         _int32(self, "queue_depth")
         _check_decode(self)
         _check_window(self)

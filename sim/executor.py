@@ -138,13 +138,14 @@ def op_physics(
     hbm_bytes: float,
     threads: int = 0,
     gpu_s: float = 0.0,
+    core_gbps: float = 0.0,
 ) -> OpPhysics:
     """How one plan op becomes flows on ``m`` (see the module docstring); a GPU
     compute op takes ``gpu_s`` seconds where a measured source timed it, else
     the roofline of its ``flops`` and ``hbm_bytes``."""
     if kind == "compute" and dst == CPU:
         n = min(threads, m.profile.cpu.cores)
-        core_s = n * m.cpu_compute_seconds(flops, hbm_bytes, n)
+        core_s = n * m.cpu_compute_seconds(flops, hbm_bytes, n, core_gbps)
         return OpPhysics(m.cpu_net, ((m.cpu_res, 1.0),), core_s, float(n), 0.0, 0.0)
     if kind == "compute":
         secs = gpu_s if gpu_s > 0 else m.gpu_seconds(dst, flops, hbm_bytes)
@@ -199,7 +200,7 @@ def launch(m: Machine, phys: OpPhysics, done: Callable[[], None]) -> int:
 
 # the plan columns that determine an op's physics (op_physics's arguments)
 _SHAPE = ("kind", "src", "dst", "bytes", "n_ios", "queue_depth", "io_path", "flops", "hbm_bytes",
-          "gpu_s")  # fmt: skip
+          "gpu_s", "core_gbps")  # fmt: skip
 
 
 def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], np.ndarray, np.ndarray]:
@@ -226,10 +227,13 @@ def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], np.ndarray, 
     cpu = np.empty(len(first), dtype=np.float64)
     nflows = np.empty(len(first), dtype=np.int64)
     for g in range(len(first)):
-        kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm, gpu_s = (rows[c][g] for c in _SHAPE)
-        ph = op_physics(
-            m, kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm, rows["threads"][g], gpu_s
+        kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm, gpu_s, rate = (
+            rows[c][g] for c in _SHAPE
         )
+        ph = op_physics(
+            m, kind, src, dst, nbytes, n_ios, qd, io_path, flops, hbm, rows["threads"][g], gpu_s,
+            rate,
+        )  # fmt: skip
         shapes[g] = ph
         cpu[g] = ph.amount if ph.net is m.cpu_net else ph.cpu_s
         nflows[g] = 1 + (ph.cpu_s > 0)

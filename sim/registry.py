@@ -77,6 +77,25 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class WorkloadAssumption:
+    """A workload parameter whose value is an assumption: ``param`` (a field of the
+    kind's Params; at its default the run uses ``value(params, profile)``) could
+    plausibly lie anywhere in [``low``, ``high``] (``high`` a number, or a function
+    of the profile: its cores, the most threads a host op can use), for the
+    reason ``why``."""
+
+    param: str
+    low: float
+    high: float | Callable[[Any], float]
+    why: str
+    value: Callable[[Any, Any], float]
+
+    def range_on(self, profile: Any) -> tuple[float, float]:
+        """(low, high) on ``profile``."""
+        return self.low, float(self.high(profile) if callable(self.high) else self.high)
+
+
+@dataclass(frozen=True)
 class Kind:
     """What a workload kind does besides planning a variant, so that a new kind is
     one ``register`` line and no ``if kind ==`` elsewhere.
@@ -99,6 +118,14 @@ class Kind:
     # the summary column a comparison of its designs turns on (``kvtier sim
     # --sensitivity``, :mod:`sim.sensitivity`); a scenario may name another (``headline:``)
     headline: str = "tokens_per_s"
+    # its workload parameters that hold an assumption (host thread counts,
+    # :mod:`sim.scenarios.host_threads`), which a sensitivity run varies
+    assumptions: tuple[WorkloadAssumption, ...] = ()
+    # its workload fields that are a design's choices (how it serves: I/O path, tiers,
+    # instances, pipeline), not what the workload asks; variants that differ in any
+    # other field ran different workloads, and a comparison ranks only designs that
+    # ran the same ones (sim.sensitivity.workload_groups)
+    design_keys: tuple[str, ...] = ("design", "design_params")
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,12 @@
 
 An *assumption* is a number kvtier sets without a measurement, with the range
 it could plausibly take (:class:`Knob`): a hardware profile's
-(``assumptions:`` in its YAML, :class:`hwprofiles.schema.Assumption`), or a
-design parameter of the scenario's kind that a variant leaves at its assumed
-value (:meth:`sim.registry.Registry.assume`, e.g. LMCache's per-object
+(``assumptions:`` in its YAML, :class:`hwprofiles.schema.Assumption`), a
+workload parameter of the scenario's kind that the scenario leaves at its
+default (:class:`sim.registry.WorkloadAssumption`, the host thread counts of
+:mod:`sim.scenarios.host_threads`: ``workload.select_threads``), or a design
+parameter of the scenario's kind that a variant leaves at its assumed value
+(:meth:`sim.registry.Registry.assume`, e.g. LMCache's per-object
 ``object_us``).  :func:`sensitivity` runs the scenario once as it is and then
 with each assumption at its low and its high end, every other number as it
 is, each run an independent simulation on a :class:`sim.parallel.Executor`
@@ -53,6 +56,7 @@ TIE_DIGITS = 6
 BASE = "(as given)"  # the assumption column of the run with every number as given
 ENDS = ("low", "base", "high")
 DESIGN_KEY = "design_params"
+WORKLOAD_KEY = "workload"  # a kind's workload parameter (Kind.assumptions): workload.P
 _HIGHER = ("_per_s", "gbps", "hit_rate", "recall", "speedup")
 
 
@@ -78,7 +82,13 @@ def knobs(cfg: ScenarioConfig, profile: HardwareProfile, only: Sequence[str] = (
         Knob(a.field, field_value(profile, a.field), a.low, a.high, a.why)
         for a in profile.assumptions
     ]
-    designs = WORKLOADS.entry(cfg.workload.kind).designs
+    entry = WORKLOADS.entry(cfg.workload.kind)
+    for w in entry.kind.assumptions if entry.kind is not None else ():
+        if _workload_assumed(cfg, w.param):
+            low, high = w.range_on(profile)
+            value = float(w.value(cfg.workload, profile))
+            out.append(Knob(f"{WORKLOAD_KEY}.{w.param}", value, low, high, w.why))
+    designs = entry.designs
     for a in designs.assumptions() if designs is not None else ():
         if _assumed_variants(cfg, a.param, a.value):
             out.append(Knob(f"{DESIGN_KEY}.{a.param}", a.value, a.low, a.high, a.why))
@@ -97,6 +107,15 @@ def knobs(cfg: ScenarioConfig, profile: HardwareProfile, only: Sequence[str] = (
     return out
 
 
+def _workload_assumed(cfg: ScenarioConfig, param: str) -> bool:
+    """The scenario leaves workload field ``param`` at its Params default (a scenario
+    that sets it has made its own choice) and some variant does not override it."""
+    default = type(cfg.workload)()
+    if getattr(cfg.workload, param) != getattr(default, param):
+        return False
+    return any(param not in dict(v.overrides) for v in cfg.variants)
+
+
 def _assumed_variants(cfg: ScenarioConfig, param: str, value: float) -> list[str]:
     """The variants whose design leaves ``param`` at ``value``."""
     designs = WORKLOADS.entry(cfg.workload.kind).designs
@@ -112,7 +131,14 @@ def apply(
     cfg: ScenarioConfig, profile: HardwareProfile, knob: Knob, value: float
 ) -> tuple[ScenarioConfig, HardwareProfile]:
     """The scenario and profile with ``knob`` at ``value``: the profile's number,
-    or the design parameter of every variant that leaves it at its assumed value."""
+    the scenario's workload parameter (every variant that does not override it), or
+    the design parameter of every variant that leaves it at its assumed value."""
+    if knob.name.startswith(f"{WORKLOAD_KEY}."):
+        field = knob.name.removeprefix(f"{WORKLOAD_KEY}.")
+        typed = int(value) if isinstance(getattr(cfg.workload, field), int) else value
+        return dataclasses.replace(
+            cfg, workload=dataclasses.replace(cfg.workload, **{field: typed})
+        ), profile
     if not knob.name.startswith(f"{DESIGN_KEY}."):
         return cfg, with_value(profile, knob.name, value)
     param = knob.name.removeprefix(f"{DESIGN_KEY}.")
@@ -165,7 +191,9 @@ def sensitivity(
         where = f"{cfg.source_file}: headline" if cfg.headline else "headline"
         cols = ", ".join(c for c in runs.columns if c not in ("assumption", "at", "value"))
         raise ConfigError(f"{where}: no summary column '{column}' (one of: {cols})")
-    return Sensitivity(column, higher, runs, tornado(runs, ks, column, higher))
+    return Sensitivity(
+        column, higher, runs, tornado(runs, ks, column, higher, workload_groups(cfg))
+    )
 
 
 def design_figures(rows: pd.DataFrame, column: str) -> dict[str, float]:
@@ -204,13 +232,58 @@ def swap(base: Sequence[str], other: Sequence[str]) -> str:
     return ""
 
 
-def tornado(runs: pd.DataFrame, ks: Sequence[Knob], column: str, higher: bool) -> pd.DataFrame:
-    """One row per assumption, sorted by effect (see the module docstring)."""
-    base = design_figures(runs[runs["assumption"] == BASE], column)
-    order = ranking(base, higher)
-    if len(order) < 2:
-        raise ConfigError("--sensitivity: the scenario has one design; nothing to rank")
-    top, second = order[0], order[1]
+def workload_groups(cfg: ScenarioConfig) -> list[tuple[str, ...]]:
+    """The scenario's designs grouped by the workloads they ran, largest group first
+    (then in the scenario's order): a design's workloads are its points' workload
+    fields, every field but its kind's design choices (:attr:`sim.registry.Kind.design_keys`)
+    and host-thread assumptions; two designs rank against each other only when they
+    ran the same set (a multi-turn variant is not ranked against single-turn ones)."""
+    from sim.factors import expand_matrix
+
+    kind = WORKLOADS.entry(cfg.workload.kind).kind
+    skip = {"name", "kind", "matrix", "points"}
+    if kind is not None:
+        skip |= {*kind.design_keys, *(a.param for a in kind.assumptions)}
+    ran: dict[str, set[str]] = {}
+    for v in expand_matrix(cfg):
+        p = cfg.variant_params(v)
+        key = repr(
+            [(f.name, getattr(p, f.name)) for f in dataclasses.fields(p) if f.name not in skip]
+        )
+        ran.setdefault(v.name.split(" | ", 1)[0], set()).add(key)
+    groups: dict[frozenset[str], list[str]] = {}
+    for design, keys in ran.items():
+        groups.setdefault(frozenset(keys), []).append(design)
+    return sorted((tuple(g) for g in groups.values()), key=len, reverse=True)
+
+
+def tornado(
+    runs: pd.DataFrame,
+    ks: Sequence[Knob],
+    column: str,
+    higher: bool,
+    groups: Sequence[Sequence[str]] | None = None,
+) -> pd.DataFrame:
+    """One row per assumption, sorted by effect (see the module docstring): the top
+    two designs of the largest group of ``groups`` (:func:`workload_groups`; default:
+    one group of every design) and their ratio; a flip in any group of two or more."""
+    base_all = design_figures(runs[runs["assumption"] == BASE], column)
+    groups = [tuple(g) for g in groups] if groups is not None else [tuple(base_all)]
+    ranked = [g for g in groups if len(g) >= 2]
+    if not ranked:
+        raise ConfigError(
+            "--sensitivity: no two designs of the scenario ran the same workload; nothing to rank"
+        )
+
+    def ranks(f: dict[str, float]) -> list[tuple[str, ...]]:
+        return [ranking({d: f.get(d, math.nan) for d in g}, higher) for g in ranked]
+
+    base_ranks = ranks(base_all)
+    top, second = base_ranks[0][0], base_ranks[0][1]
+    order = tuple(d for g in base_ranks for d in g) + tuple(
+        d for g in groups if len(g) < 2 for d in g
+    )
+    base = base_all
 
     def ratio(f: dict[str, float]) -> float:
         a, b = f.get(top, math.nan), f.get(second, math.nan)
@@ -222,8 +295,11 @@ def tornado(runs: pd.DataFrame, ks: Sequence[Knob], column: str, higher: bool) -
         at = {e: design_figures(mine[mine["at"] == e], column) for e in ("low", "high")}
         at["base"] = base
         r = {e: ratio(at[e]) for e in ENDS}
-        ranks = {e: ranking(at[e], higher) for e in ("low", "high")}
-        flipped = [e for e in ("low", "high") if ranks[e] != order]
+        swaps = {}
+        for e in ("low", "high"):
+            now = ranks(at[e])
+            swaps[e] = "; ".join(swap(b, n) for b, n in zip(base_ranks, now, strict=True) if b != n)
+        flipped = [e for e in ("low", "high") if swaps[e]]
         change = [abs(math.log(r[e] / r["base"])) for e in ("low", "high")]
         moves = any(abs(r[e] / r["base"] - 1) > MOVE for e in ("low", "high"))
         row = {
@@ -231,7 +307,7 @@ def tornado(runs: pd.DataFrame, ks: Sequence[Knob], column: str, higher: bool) -
             "top": top, "second": second,
             "ratio_low": r["low"], "ratio_base": r["base"], "ratio_high": r["high"],
             "flips": bool(flipped), "flips_at": "+".join(flipped),
-            "swap": "; ".join(f"{e}: {swap(order, ranks[e])}" for e in flipped),
+            "swap": "; ".join(f"{e}: {swaps[e]}" for e in flipped),
             "moves": moves,
             "verdict": "flips" if flipped else "moves" if moves else "holds",
             "effect": max(change), "why": k.why,

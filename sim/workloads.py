@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sim import limits
 from sim.config import ServingParams, SparseDecodeParams, SwarmParams
 from sim.registry import KV_DESIGNS, SERVING_DESIGNS, WORKLOADS, Kind
+from sim.scenarios import host_threads
 from sim.scenarios.sparse_decode import plan_for
 
 if TYPE_CHECKING:  # the heavy modules load when a variant is planned, not on `import sim`
@@ -180,20 +181,44 @@ def drive_serving(
 # scenario already smaller keeps its own values (these are caps).
 REPLAY_CAPS = {"context_tokens": 4096, "batch": 2, "layers": 4, "steps": 6, "profile_steps": 256}
 
+# the workload fields of each kind that are a design's choices (Kind.design_keys): where
+# the KV lives and how it moves, not what is asked
+DECODE_DESIGN_KEYS = ("design", "design_params", "ssds", "queue_depth", "io_path", "gds", "tier")
+SWARM_DESIGN_KEYS = (
+    "design", "design_params", "ssds", "io_path", "queue_depth", "dram_cache",
+    "budget_scale", "match_recall", "match_step", "local_window", "sink_tokens",
+)  # fmt: skip
+SERVING_DESIGN_KEYS = ("design", "design_params", "instances")
+
 WORKLOADS.register(
-    "sparse_decode", SparseDecodeParams, plan_sparse_decode, kind=Kind("decode", limits.DECODE)
+    "sparse_decode",
+    SparseDecodeParams,
+    plan_sparse_decode,
+    kind=Kind("decode", limits.DECODE, design_keys=DECODE_DESIGN_KEYS),
 )
 WORKLOADS.register(
     "swarm",
     SwarmParams,
     plan_swarm,
     designs=KV_DESIGNS,
-    kind=Kind("swarm", limits.DECODE, caps=REPLAY_CAPS),
+    kind=Kind(
+        "swarm",
+        limits.DECODE,
+        caps=REPLAY_CAPS,
+        assumptions=host_threads.SWARM,
+        design_keys=SWARM_DESIGN_KEYS,
+    ),
 )
 WORKLOADS.register(
     "serving",
     ServingParams,
     drive_serving,
     designs=SERVING_DESIGNS,
-    kind=Kind("serving", limits.SERVING, closed_loop=True, headline="ttft_mean_s"),
+    kind=Kind(
+        "serving",
+        limits.SERVING,
+        closed_loop=True,
+        headline="ttft_mean_s",
+        design_keys=SERVING_DESIGN_KEYS,
+    ),
 )

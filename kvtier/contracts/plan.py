@@ -143,7 +143,8 @@ class PlanBuilder:
         return self.add("compute", gpu, flops=flops, hbm_bytes=hbm_bytes, **kw)
 
     def cpu_compute(self, flops: float, dram_bytes: float, threads: int, **kw: Any) -> int:
-        """Work on ``threads`` host cores: ``flops`` over ``dram_bytes`` read from DRAM."""
+        """Work on ``threads`` host cores: ``flops`` over ``dram_bytes`` read from DRAM
+        (``core_gbps=``: its kernel's measured per-thread rate, where one is known)."""
         return self.add("compute", CPU, flops=flops, hbm_bytes=dram_bytes, threads=threads, **kw)
 
     def table(self) -> pa.Table:

@@ -45,6 +45,7 @@ def validate_plan(
     on_cpu = compute & _mask(pc.equal(plan.column("dst"), CPU))
     _check_threads(plan, on_cpu)
     _check_gpu_s(plan, compute & ~on_cpu)
+    _check_core_gbps(plan, on_cpu)
     for i in _first_of_each_shape(plan, nbytes, n_ios, flops, hbm):
         i = int(i)
         _check_row(
@@ -65,14 +66,14 @@ def validate_plan(
 
 
 def _check_ids_and_numbers(plan: pa.Table) -> None:
-    """``op_id`` is the row number; flops, hbm_bytes, gpu_s and release_s are finite."""
+    """``op_id`` is the row number; flops, hbm_bytes, gpu_s, core_gbps and release_s are finite."""
     n = plan.num_rows
     op_id = plan.column("op_id").to_numpy()
     if not np.array_equal(op_id, np.arange(n)):
         bad = int(np.argmax(op_id != np.arange(n)))
         raise PlanError(f"op row {bad}: op_id must equal the row number, got {op_id[bad]}")
     # inf would never finish, NaN never order
-    for col in ("flops", "hbm_bytes", "gpu_s", "release_s"):
+    for col in ("flops", "hbm_bytes", "gpu_s", "core_gbps", "release_s"):
         arr = plan.column(col).to_numpy(zero_copy_only=False)
         if len(arr) and not np.isfinite(arr).all():
             i = int(np.argmax(~np.isfinite(arr)))
@@ -87,7 +88,8 @@ def _check_depends_and_signs(plan: pa.Table) -> None:
     if len(bad):
         j = int(bad[0])
         raise PlanError(f"op {owner[j]}: depends_on {values[j]} must name an earlier op")
-    for col in ("queue_depth", "offset", "stride", "release_s", "flops", "hbm_bytes", "gpu_s"):
+    cols = ("queue_depth", "offset", "stride", "release_s", "flops", "hbm_bytes", "gpu_s")
+    for col in (*cols, "core_gbps"):
         arr = plan.column(col).to_numpy()
         if len(arr) and (arr < 0).any():
             raise PlanError(f"op {int(np.argmax(arr < 0))}: {col} must be >= 0")
@@ -156,6 +158,15 @@ def _check_threads(plan: pa.Table, on_cpu: np.ndarray) -> None:
         i = int(np.argmax(bad))
         need = ">= 1 on a cpu compute op" if on_cpu[i] else "0 (not a cpu op)"
         raise PlanError(f"op {i}: threads {int(threads[i])} must be {need}")
+
+
+def _check_core_gbps(plan: pa.Table, on_cpu: np.ndarray) -> None:
+    """``core_gbps`` (a kernel's measured per-thread rate) only on a ``cpu`` compute op."""
+    rate = plan.column("core_gbps").to_numpy()
+    bad = ~on_cpu & (rate != 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise PlanError(f"op {i}: core_gbps {rate[i]} must be 0 (not a cpu compute op)")
 
 
 def _check_gpu_s(plan: pa.Table, on_gpu: np.ndarray) -> None:

@@ -36,6 +36,11 @@ gpu_s         float64     GPU compute op: its seconds as a measured source
                           roofline of ``flops`` and ``hbm_bytes``
 threads       int32       ``cpu`` compute op: host cores it runs on (>= 1);
                           0 for every other op
+core_gbps     float64     ``cpu`` compute op: the DRAM bytes one thread of its
+                          kernel moves per second where a measurement gives
+                          it (``index_copy_``: ``analysis/host_copy.csv``),
+                          at most the profile's ``cpu.core_mem_gbps``; 0 =
+                          that per-core rate
 release_s     float64     the op may not start before this time (arrivals)
 depends_on    list<int64> ops that must finish before this one starts
 tag           string      free label for reports (``kv_fetch``, ``attn``)
@@ -90,6 +95,7 @@ PLAN_SCHEMA = pa.schema(
         ("hbm_bytes", pa.float64()),
         ("gpu_s", pa.float64()),
         ("threads", pa.int32()),
+        ("core_gbps", pa.float64()),
         ("release_s", pa.float64()),
         ("depends_on", pa.list_(pa.int64())),
         ("tag", pa.string()),
@@ -118,6 +124,7 @@ COLUMN_DEFAULTS: dict[str, Any] = {
     "hbm_bytes": 0.0,
     "gpu_s": 0.0,
     "threads": 0,
+    "core_gbps": 0.0,
     "release_s": 0.0,
     "tag": "",
 }
@@ -212,8 +219,9 @@ def read_plan(path: str | Path) -> pa.Table:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as exc:
         raise PlanError(f"{path}: cannot read plan: {exc}") from None
-    if "gpu_s" not in table.column_names:  # a plan written before the column existed
-        table = table.append_column("gpu_s", pa.array(np.zeros(table.num_rows)))
+    for col in ("gpu_s", "core_gbps"):  # a plan written before the column existed
+        if col not in table.column_names:
+            table = table.append_column(col, pa.array(np.zeros(table.num_rows)))
     try:
         return table.select([f.name for f in PLAN_SCHEMA]).cast(PLAN_SCHEMA)
     except (KeyError, pa.ArrowInvalid) as exc:

@@ -260,18 +260,23 @@ class Machine:
             return us(n_ios * (sw.kernel_fs_per_io_us + sw.syscall_us + sw.gds_per_io_us))
         raise ValueError(f"unknown io_path '{io_path}'")
 
-    def cpu_compute_seconds(self, flops: float, dram_bytes: float, threads: int) -> float:
+    def cpu_compute_seconds(
+        self, flops: float, dram_bytes: float, threads: int, core_gbps: float = 0.0
+    ) -> float:
         """Wall time of a ``cpu`` compute op alone on ``threads`` cores.
 
         max(flops / (threads x core FLOP/s), bytes / min(threads x per-core
         memory bandwidth, DRAM total)): the cores' vector units or their
         outstanding cache misses bound it, and no thread count reads faster
-        than the DRAM modules together (:class:`hwprofiles.CpuSpec`).
+        than the DRAM modules together (:class:`hwprofiles.CpuSpec`).  A kernel
+        with a measured per-thread rate (``core_gbps`` > 0, the plan's column)
+        moves at most that per thread, and never more than the profile's core.
         """
         c = self.profile.cpu
         n = min(threads, c.cores)
         dram = sum(gbps(m.gbps) for m in self.profile.dram)
-        mem = min(n * gbps(c.core_mem_gbps), dram)
+        per = min(core_gbps, c.core_mem_gbps) if core_gbps > 0 else c.core_mem_gbps
+        mem = min(n * gbps(per), dram)
         return max(flops / (n * c.core_gflops * 1e9), dram_bytes / mem)
 
     def gpu_seconds(self, gpu: str, flops: float, hbm_bytes: float) -> float:

@@ -78,11 +78,11 @@ from sim.models import decode_layer_cost, get_model
 from sim.policies.kvdrive.sync import MEMMAP_IO_BYTES, allocate_pinned
 from sim.policies.kvdrive.windows import allocate_windows
 from sim.scenarios.host_threads import (
-    CPU_SELECT_THREADS,
-    DRIVER_STAGING_THREADS,
-    LOOKUP_THREADS,
-    cpu_attention_threads,
-    torch_intraop_threads,
+    attn_threads,
+    driver_staging_threads,
+    lookup_threads,
+    select_threads,
+    stage_threads,
 )
 from sim.scenarios.kvdrive_memory import (
     dram_tier_entries,
@@ -212,14 +212,22 @@ def _h2d_bytes(dec, entry_bytes: int) -> float:
 
 
 def _stage(
-    b: PlanBuilder, on: str, gpu: str, flops: float, nbytes: float, deps, threads: int, **kw
+    b: PlanBuilder,
+    on: str,
+    gpu: str,
+    flops: float,
+    nbytes: float,
+    deps,
+    threads: int,
+    rate: float = 0.0,
+    **kw,
 ) -> int:
-    """A compute op on ``on`` (``cpu``: on ``threads`` threads, :mod:`sim.scenarios.host_threads`)
-    or -1 when there is no work."""
+    """A compute op on ``on`` (``cpu``: on ``threads`` threads, :mod:`sim.scenarios.host_threads`,
+    at most ``rate`` GB/s per thread, 0: the core's) or -1 when there is no work."""
     if not (flops or nbytes):
         return -1
     if on == CPU:
-        return b.cpu_compute(flops, nbytes, threads, depends_on=deps, **kw)
+        return b.cpu_compute(flops, nbytes, threads, depends_on=deps, core_gbps=rate, **kw)
     return b.compute(gpu, flops, nbytes, depends_on=deps, **kw)
 
 
@@ -235,14 +243,31 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
     nbytes = sum(d.score_bytes for d, _ in decs)
     deps = gate + _chain(prev["select"])
     sel = _stage(
-        b, ctx["on"], gpu, flops, nbytes, deps, tag="select", threads=CPU_SELECT_THREADS, **kw
+        b,
+        ctx["on"],
+        gpu,
+        flops,
+        nbytes,
+        deps,
+        tag="select",
+        threads=ctx["select_threads"],
+        rate=p.select_gbps_per_thread,
+        **kw,
     )
     after = [sel] if sel >= 0 else gate
     n_look = sum(d.info.get("lookup_entries", 0.0) for d, _ in decs)
     blocking = any(d.info.get("blocking_h2d", 0.0) for d, _ in decs)
     deps = after + _chain(prev["lookup"]) + (_chain(prev["h2d"]) if blocking else [])
     look = _stage(
-        b, CPU, gpu, n_look, n_look * ID_BYTES, deps, tag="lookup", threads=LOOKUP_THREADS, **kw
+        b,
+        CPU,
+        gpu,
+        n_look,
+        n_look * ID_BYTES,
+        deps,
+        tag="lookup",
+        threads=ctx["lookup_threads"],
+        **kw,
     )
     after = [look] if look >= 0 else after
     t, layer = kw["step"], kw["layer"]
@@ -292,9 +317,12 @@ def _staging(
     if not entries:
         return []
     s = entries * ctx["entry"]
-    threads = DRIVER_STAGING_THREADS if pageable else ctx["stage_threads"]
+    if pageable:  # the driver's memcpy: the profile's per-core rate
+        threads, rate = ctx["driver_staging_threads"], 0.0
+    else:  # index_copy_: its measured per-thread rate
+        threads, rate = ctx["stage_threads"], ctx["p"].stage_gbps
     bus = b.copy(ctx["dram"], ctx["dram_hub"], 2 * s, depends_on=deps, tag="stage", **kw)
-    cpu = b.cpu_compute(0.0, 2 * s, threads, depends_on=deps, tag="stage", **kw)
+    cpu = b.cpu_compute(0.0, 2 * s, threads, depends_on=deps, tag="stage", core_gbps=rate, **kw)
     return [bus, cpu]
 
 
@@ -317,8 +345,11 @@ def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
         "dram": profile.dram_names[0],
         "entry": layout.entry_bytes,
         "ssds": ssds,
-        "attn_threads": cpu_attention_threads(profile),
-        "stage_threads": torch_intraop_threads(profile),
+        "attn_threads": attn_threads(p, profile),
+        "stage_threads": stage_threads(p, profile),
+        "select_threads": select_threads(p, profile),
+        "lookup_threads": lookup_threads(p, profile),
+        "driver_staging_threads": driver_staging_threads(p, profile),
         "dram_hub": dram_hub(profile, profile.dram_names[0]),
         "memmap_ssds": {k: min(v, MEMMAP_IO_BYTES) for k, v in ssds.items()},
         "memmap_p": replace(p, io_path="kernel_fs"),

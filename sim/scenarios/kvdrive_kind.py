@@ -20,7 +20,8 @@ from sim import limits
 from sim.config import SwarmParams
 from sim.factors import check_points
 from sim.registry import KV_DESIGNS, WORKLOADS, Kind, ParamError
-from sim.workloads import REPLAY_CAPS
+from sim.scenarios import host_threads
+from sim.workloads import REPLAY_CAPS, SWARM_DESIGN_KEYS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,9 +73,29 @@ class KVDriveParams(SwarmParams):
     # (context_tokens, batch) pairs): variant "name | 60K | 8" per point; a variant's
     # own points replace these, [] runs it once at the fields above (sim.factors)
     points: tuple[dict, ...] = ()
+    # host threads of the CPU ops (sim.scenarios.host_threads, each an assumption with
+    # its range): a CPU design's selection (0 = one per sequence), the hit/miss lookup,
+    # the driver's pageable staging, the memmap -> pinned index_copy_ (0 = torch's
+    # default pool, the cores), MagicPIG's CPU attention (0 = every core)
+    select_threads: int = 1
+    lookup_threads: int = 1
+    driver_staging_threads: int = 1
+    stage_threads: int = 0
+    attn_threads: int = 0
+    # the memmap -> pinned index_copy_'s DRAM traffic per thread, GB/s (measured:
+    # sim.scenarios.host_threads.INDEX_COPY_GBPS, analysis/host_copy.csv)
+    stage_gbps: float = host_threads.INDEX_COPY_GBPS
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for name in ("lookup_threads", "driver_staging_threads"):
+            if getattr(self, name) < 1:
+                raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
+        if not self.stage_gbps > 0:
+            raise ParamError("stage_gbps", f"must be > 0, got {self.stage_gbps}")
+        for name in ("stage_threads", "attn_threads"):
+            if getattr(self, name) < 0:
+                raise ParamError(name, f"must be >= 0 (0: the cores), got {getattr(self, name)}")
         check_points(self)
         if self.calibrate_tokens < 1:
             raise ParamError("calibrate_tokens", f"must be >= 1, got {self.calibrate_tokens}")
@@ -209,10 +230,24 @@ def stage_busy_s(ops: pd.DataFrame) -> pd.Series:
     return pd.Series(added, index=o.index).groupby(o["tag"]).sum()
 
 
+# KVDrive's pipeline and memory choices (Kind.design_keys); host_mem_gb is the machine's
+# budget, the same for every design, so a variant that sets it ran another workload
+KVDRIVE_DESIGN_KEYS = (
+    "micro_batches", "gpu_cache_mb", "prefetch", "calibrate", "calibrate_tokens",
+    "dram_fill", "pinned_mb",
+)  # fmt: skip
+
 WORKLOADS.register(
     "kvdrive",
     KVDriveParams,
     plan_kvdrive,
     designs=KV_DESIGNS,
-    kind=Kind("kvdrive", limits.KVDRIVE, caps=REPLAY_CAPS),  # replayed as swarm's designs
+    # replayed as swarm's designs
+    kind=Kind(
+        "kvdrive",
+        limits.KVDRIVE,
+        caps=REPLAY_CAPS,
+        assumptions=host_threads.KVDRIVE,
+        design_keys=(*SWARM_DESIGN_KEYS, *KVDRIVE_DESIGN_KEYS),
+    ),
 )

@@ -70,7 +70,7 @@ from sim.policies.swarm.cluster import ClusterParams, cluster
 from sim.policies.swarm.design import SwarmDesign
 from sim.policies.swarm.types import Clustering
 from sim.registry import Unsupported
-from sim.scenarios.host_threads import swarm_select_threads
+from sim.scenarios.host_threads import select_threads
 from sim.scenarios.swarm_report import clustering_report
 from sim.scenarios.swarm_traces import (
     LaneData,
@@ -266,8 +266,9 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
     card = get_model(p.model)
     layers = p.layers or card.layers
     gpu, dram = profile.gpu_names[0], profile.dram_names[0]
-    threads = swarm_select_threads(p.batch, profile)  # an assumption: host_threads
     step_time, _ = resolve(profile, card, GpuTime.of(p))  # None: the roofline
+    threads = select_threads(p, profile)  # an assumption: host_threads
+    rate = p.select_gbps_per_thread  # 0: the profile's per-core rate
     b = PlanBuilder()
     prev_reads: list[int] = []
     prev_prefetch: list[int] = []
@@ -287,7 +288,7 @@ def _assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
             sbytes = sum(d.score_bytes for d, _ in decs)
             after = prefetch + token + ([prev_select] if prev_select >= 0 else [])
             on = lanes[keys[0]].score_device
-            select = _select(b, on, gpu, flops, sbytes, threads, after, t, layer)
+            select = _select(b, on, gpu, flops, sbytes, threads, after, t, layer, rate)
             gate = [select] if select >= 0 else after
             reads = _reads(
                 b, decs, ssds, dram, p, t, layer, "ssd", prev_reads + back2 + gate, "kv_fetch"
@@ -337,13 +338,15 @@ def _select(
     deps: list[int],
     t: int,
     layer: int,
+    rate: float = 0.0,
 ) -> int:
-    """The group's selection op on ``on`` (``cpu`` or ``gpu``); -1 when it has no work."""
+    """The group's selection op on ``on`` (``cpu`` or ``gpu``); -1 when it has no work.
+    On ``cpu`` it moves at most ``rate`` GB/s per thread (0: the profile's core rate)."""
     if not (flops or sbytes):
         return -1
     kw = {"depends_on": deps, "step": t, "layer": layer, "tag": "select"}
     if on == CPU:
-        return b.cpu_compute(flops, sbytes, threads, **kw)
+        return b.cpu_compute(flops, sbytes, threads, core_gbps=rate, **kw)
     return b.compute(gpu, flops, sbytes, **kw)
 
 

@@ -145,14 +145,17 @@ class DesignParams:
 _PAGED: dict[str, Any] = dict(
     async_load="schedule", io_path="gds", gds=True, block_factor=4, stores="step"
 )
-# LMCache's per-object retrieval work, measured on this machine (python -m
-# analysis.lmcache_object_cost: lookup 12-15 us, open+read+close of a tmpfs file 24.5 us)
-LMCACHE_OBJECT_US, LMCACHE_FILE_US = 13.6, 24.5
+# LMCache's per-object retrieval work.  object_us: LMCache 0.5.6's own LocalCPUBackend
+# calls per object (contains + pin, get_blocking, ref count down, unpin, the request's
+# touch_cache), the min_us of analysis/lmcache_object.csv's lookup row (python -m
+# analysis.measure_lmcache_object, 2026-12-02).  file_us: open+read+close of a tmpfs
+# file (python -m analysis.lmcache_object_cost)
+LMCACHE_OBJECT_US, LMCACHE_FILE_US = 4.59, 24.5
 SERVING_DESIGNS.assume(
     DesignAssumption(
-        "object_us", LMCACHE_OBJECT_US, 6.8, 27.2,
-        "measured on a Python loop that imitates LMCache's lookup, not on LMCache, on this "
-        "machine's cores: assumption, half (a faster core or a leaner lookup) to twice it",
+        "object_us", LMCACHE_OBJECT_US, LMCACHE_OBJECT_US / 2, 2 * LMCACHE_OBJECT_US,
+        "LMCache 0.5.6's lookup measured on a shared 2-core VM (analysis/lmcache_object.csv); "
+        "the seed ran v0.3.10 on its own Xeon: assumption, half to twice it",
     )
 )  # fmt: skip
 SERVING_DESIGNS.assume(

@@ -141,9 +141,12 @@ YAML: list[tuple[str, str, Files, str]] = [
         "assumptions[4].high",
     ),
     (
-        "sens-no-assumptions",
-        "sim --hw p.yaml --sensitivity --out o",
-        {"p.yaml": profile("\nassumptions:", "\nunused_assumptions:").split("\nunused_")[0]},
+        "sens-no-assumptions",  # a sparse-decode scenario: no workload assumptions either
+        "sim --hw p.yaml --scenario s.yaml --sensitivity --out o",
+        {
+            "p.yaml": profile("\nassumptions:", "\nunused_assumptions:").split("\nunused_")[0],
+            "s.yaml": sparse(),
+        },
         "nothing to vary",
     ),
     (
@@ -368,6 +371,31 @@ YAML: list[tuple[str, str, Files, str]] = [
         "sim --scenario v.yaml",
         {"v.yaml": serving("  gpu_memory_utilization: 0\n")},
         "gpu_memory_utilization",
+    ),
+    # --- host threads and rates (sim.scenarios.host_threads)
+    (
+        "swarm-select-threads-negative",
+        "sim --scenario w.yaml",
+        {"w.yaml": swarm("  select_threads: -1\n")},
+        "w.yaml:6: workload.select_threads: must be >= 0",
+    ),
+    (
+        "swarm-select-rate-negative",
+        "sim --scenario w.yaml",
+        {"w.yaml": swarm("  select_gbps_per_thread: -2.0\n")},
+        "workload.select_gbps_per_thread: must be >= 0",
+    ),
+    (
+        "kvd-lookup-threads-zero",
+        "sim --scenario k.yaml",
+        {"k.yaml": kvdrive("  lookup_threads: 0\n")},
+        "workload.lookup_threads: must be >= 1",
+    ),
+    (
+        "kvd-stage-gbps-zero",
+        "sim --scenario k.yaml",
+        {"k.yaml": kvdrive("  stage_gbps: 0\n")},
+        "workload.stage_gbps: must be > 0",
     ),
     # --- kvdrive points (a list of workload-field points every variant runs at)
     (

@@ -161,3 +161,34 @@ def test_nocluster_full_scan_at_table4_prefixes_by_hand(prefix):
     hand = max(flops / 134.4e9, nbytes / 25.6e9)  # h20-8ssd.yaml cpu: figures
     assert hand == pytest.approx(prefix * 2048 / 25.6e9)  # memory-bound at every prefix
     assert _makespan(_one_op(flops, nbytes, 1), h20) == pytest.approx(hand, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("core_gbps", "seconds"),
+    [
+        (4.0, 4e8 / (2 * 4e9)),  # a kernel measured at 4 GB/s per thread: 2 x 4 = 8 GB/s
+        (20.0, 4e8 / (2 * 10e9)),  # above the core's 10 GB/s: the core's rate
+        (0.0, 4e8 / (2 * 10e9)),  # none given: the core's rate
+    ],
+)
+def test_a_kernels_measured_rate_per_thread_bounds_the_op(make_profile, core_gbps, seconds):
+    tiny = make_profile(cores=4, core_gflops=100.0, core_mem_gbps=10.0)
+    b = PlanBuilder()
+    b.cpu_compute(0.0, 4e8, 2, tag="stage", core_gbps=core_gbps)
+    assert _makespan(b, tiny) == pytest.approx(seconds, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("dst", "threads", "rate", "message"),
+    [
+        ("gpu0", 0, 4.0, "op 0: core_gbps 4.0 must be 0 (not a cpu compute op)"),
+        (CPU, 1, -1.0, "op 0: core_gbps must be >= 0"),
+        (CPU, 1, float("nan"), "op 0: core_gbps must be a finite number, got nan"),
+    ],
+)
+def test_validation_rejects_a_rate_off_a_cpu_op(dst, threads, rate, message, make_profile):
+    b = PlanBuilder()
+    b.add("compute", dst, flops=1e9, threads=threads, core_gbps=rate)
+    tiny = make_profile(cores=4)
+    with pytest.raises(PlanError, match=re.escape(message)):
+        validate_plan(b.table(), tiny.node_names, tiny.ssd_names, tiny.gpu_names)

@@ -29,7 +29,17 @@ import pytest
 from hwprofiles import Assumption
 from sim.config import ConfigError, load_scenario
 from sim.parallel import LocalExecutor, make_executor
-from sim.sensitivity import BASE, design_figures, knobs, ranking, sensitivity, swap
+from sim.sensitivity import (
+    BASE,
+    Knob,
+    design_figures,
+    knobs,
+    ranking,
+    sensitivity,
+    swap,
+    tornado,
+    workload_groups,
+)
 
 TOY = """name: toy
 description: host memory vs peer GPU
@@ -130,3 +140,43 @@ def test_the_pool_and_ray_give_the_same_report(toy, make_profile) -> None:
     finally:
         ray.shutdown()
     pd.testing.assert_frame_equal(one.table, on_ray.table)
+
+
+def test_designs_rank_only_against_those_run_on_the_same_workload() -> None:
+    """paged-ssd's multi-turn variants (sessions, turns, session_rate, think_s
+    overridden) ran another workload than its single-turn ones; kvdrive's variants
+    with their own points (120K x 4 only; 360K x 2 with a 64 GB host) ran other
+    workloads than those at the scenario's eight points."""
+    groups = workload_groups(load_scenario("paged-ssd"))
+    assert [len(g) for g in groups] == [6, 2]
+    assert set(groups[1]) == {"multi-turn: GPU only", "multi-turn: +CPU (minimal) +SSD"}
+    kvd = workload_groups(load_scenario("kvdrive"))
+    assert {"KVDrive (SFC)", "ShadowKV"} <= set(kvd[0])
+    assert {"KVDrive (64 GB host)", "ShadowKV (64 GB host)"} < set(kvd[2])
+    assert ("KVDrive (DRAM only)",) in kvd  # alone at 360K x 2 on the whole host: unranked
+    # a design's points are one workload set: every design of default runs one workload
+    assert workload_groups(load_scenario("default")) == [("Swarm", "No Cluster", "InfLLM")]
+
+
+def test_a_flip_within_a_smaller_workload_group_is_a_flip() -> None:
+    """Single-turn a (4 tokens/s) ahead of b (2); multi-turn m1 (10) ahead of m2 (9),
+    and at the low end m2 (11) ahead of m1.  Ranked together, m1 and m2 would be
+    the top two and a, b never compared with them is what the groups prevent."""
+    ks = [Knob("x", 1.0, 0.5, 2.0, "toy")]
+    rows = []
+    for at, figs in (
+        ("base", {"a": 4.0, "b": 2.0, "m1": 10.0, "m2": 9.0}),
+        ("low", {"a": 4.0, "b": 2.0, "m1": 10.0, "m2": 11.0}),
+        ("high", {"a": 4.0, "b": 3.0, "m1": 10.0, "m2": 9.0}),
+    ):
+        name = BASE if at == "base" else "x"
+        rows += [{"assumption": name, "at": at, "variant": d, "t": f} for d, f in figs.items()]
+    runs = pd.DataFrame(rows)
+    (row,) = tornado(runs, ks, "t", True, [("a", "b"), ("m1", "m2")]).to_dict("records")
+    assert (row["top"], row["second"]) == ("a", "b")
+    assert [row[f"ratio_{e}"] for e in ("low", "base", "high")] == pytest.approx([2, 2, 4 / 3])
+    assert row["verdict"] == "flips" and row["swap"] == "low: m2 ahead of m1"
+    (mixed,) = tornado(runs, ks, "t", True).to_dict("records")  # one group: all four
+    assert (mixed["top"], mixed["second"]) == ("m1", "m2")
+    with pytest.raises(ConfigError, match="no two designs of the scenario ran the same workload"):
+        tornado(runs, ks, "t", True, [("a",), ("m1",)])

@@ -113,3 +113,22 @@ def test_one_layout_sum_equals_the_hit_by_hit_loop_to_the_bit(name: str) -> None
             want = _reference(d, lowers, 12, {"ssd0", "ssd1"})
             assert retrieval_cpu_s(d, lowers, 12, {"ssd0", "ssd1"}) == want
             assert any(want)
+
+
+def test_lmcaches_object_cost_is_the_measured_lookup() -> None:
+    """The preset's per-object cost is LMCache's own lookup as measured
+    (analysis/measure_lmcache_object.py -> analysis/lmcache_object.csv, min_us of
+    the lookup row), and its assumption range is half to twice it."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from sim.registry import SERVING_DESIGNS
+    from sim.serving.designs import LMCACHE_OBJECT_US
+
+    csv = pd.read_csv(Path(__file__).parents[2] / "analysis" / "lmcache_object.csv")
+    (measured,) = csv.loc[csv["part"] == "lookup", "min_us"]
+    assert measured == LMCACHE_OBJECT_US
+    (a,) = [a for a in SERVING_DESIGNS.assumptions() if a.param == "object_us"]
+    assert (a.low, a.value, a.high) == pytest.approx((measured / 2, measured, 2 * measured))
+    assert SERVING_DESIGNS.params("lmcache", {}).object_us == measured

@@ -17,8 +17,9 @@ thread besides moving the bytes (LMCache v0.3.x,
   (:meth:`sim.hw.machine.Machine.cpu_seconds`).  SPDK passthrough (the pool,
   seed 004 §IV-B) opens no file.
 
-Both figures are measured on this machine by
-``python -m analysis.lmcache_object_cost`` (the loop LMCache runs, timed);
+The lookup is measured with LMCache itself (0.5.6, CPU-only import) by
+``python -m analysis.measure_lmcache_object`` (``analysis/lmcache_object.csv``),
+the file open/read/close by ``python -m analysis.lmcache_object_cost``;
 the designs built on LMCache's retrieval code (its baselines, the pool and
 the ablations, seed 004 §IV) carry them, the paged designs (vLLM's own
 connector) none.  The work is serial on the one retrieval thread, so it adds
