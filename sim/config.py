@@ -87,6 +87,10 @@ class SwarmParams:
     local_window: int = 256  # Swarm §5.2: "a local window (e.g., 256 tokens)"
     sink_tokens: int = 4
     dram_cache: float = 0.05  # DRAM for cached clusters/blocks, as a fraction of the prefix
+    # > 0: host DRAM per lane for index *plus* cache, as a fraction of the prefix's KV
+    # bytes: every design's cache gets what its own index leaves (Layout.cache_entries);
+    # 0: a cache of dram_cache with the index on top (each design's index differs)
+    dram_budget: float = 0.0
     design: str = "swarm"  # a registered KV design (sim.registry.KV_DESIGNS)
     design_params: dict = field(default_factory=dict)
     ssds: int = 0  # SSDs used, the first N of the profile; 0 = all
@@ -102,6 +106,12 @@ class SwarmParams:
     def __post_init__(self) -> None:
         if not 0 <= self.dram_cache < 1:
             raise ParamError("dram_cache", f"must be in [0, 1), got {self.dram_cache}")
+        if not 0 <= self.dram_budget < 1:
+            raise ParamError("dram_budget", f"must be in [0, 1), got {self.dram_budget}")
+        if self.dram_budget > 0 and self.dram_cache > 0:
+            raise ParamError(
+                "dram_cache", "must be 0 with dram_budget (the budget holds index and cache)"
+            )
         for name in ("budget_scale", "match_step"):
             if not getattr(self, name) > 0:
                 raise ParamError(name, f"must be > 0, got {getattr(self, name)}")

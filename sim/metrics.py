@@ -132,6 +132,7 @@ def design_summary(
             if need > 0:
                 amplification.append(dec.read_bytes / (need * entry_bytes))
     index = sum(lane.index_bytes for lane in lanes.values())
+    host = sum(lane.host_bytes for lane in lanes.values())
     layers_modeled = len({k[1] for k in lanes})
     return {
         "steps": steps,
@@ -151,5 +152,6 @@ def design_summary(
         if len(select)
         else 0.0,
         "index_mb_per_layer": index / layers_modeled / batch / 1e6 if lanes else 0.0,
+        "dram_mb_per_layer": host / layers_modeled / batch / 1e6 if lanes else 0.0,
         "makespan_s": makespan,
     }

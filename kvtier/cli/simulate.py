@@ -142,6 +142,7 @@ def _decode_report(console: Console, cfg, profile, summary: pd.DataFrame, out: P
 
 def _swarm_report(console: Console, cfg, profile, summary: pd.DataFrame, out: Path) -> None:
     print_tables(console, design_tables(summary, cfg))
+    _print_seed_figures(console, cfg, summary, f"{cfg.name} on {profile.name}")
     console.print(_headroom_line(cfg.workload, profile))
 
 
@@ -287,6 +288,8 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
         ("recall", "recall", lambda v: f"{v:.3f}"),
         ("select ms", "select_ms", lambda v: f"{v:.3f}"),
         ("index MB", "index_mb_per_layer", lambda v: f"{v:.2f}"),
+        # index + cache room (KVDesign.host_bytes): equal with dram_budget
+        ("DRAM MB", "dram_mb_per_layer", lambda v: f"{v:.2f}"),
         # Swarm's clustering (sim.scenarios.swarm_report, Table 4): SSD/KV bytes,
         # index keys / all keys, full-scan keys / index keys
         ("replication x", "replication", lambda v: f"{v:.2f}"),

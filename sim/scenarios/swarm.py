@@ -88,6 +88,7 @@ class LaneResult:
     ssd_bytes: np.ndarray  # per SSD: what the design placed there (its footprint)
     score_device: str = "gpu"  # where the design's selection runs (KVDesign.score_device)
     clustering: dict[str, float] = field(default_factory=dict)  # swarm_report, Swarm only
+    host_bytes: int = 0  # DRAM the design holds beyond sinks and window (KVDesign.host_bytes)
 
 
 @dataclass
@@ -115,6 +116,7 @@ def layout_for(p: SwarmParams, profile: HardwareProfile, n_ssd: int, prefix: int
         local_window=p.local_window,
         sink_tokens=p.sink_tokens,
         dram_cache_entries=int(p.dram_cache * prefix),
+        dram_bytes=int(p.dram_budget * prefix * entry),
         ssd_latency_us=spec.read_latency_us,
         ssd_entry_us=entry / (spec.read_gbps * 1e3),
         ssd_io_us=ssd_io_us(p, profile),
@@ -186,9 +188,9 @@ def replay_lane(built: BuiltLane, p: SwarmParams, layout: Layout, progress=None)
             progress()
     always = min(p.sink_tokens, prefix) + p.local_window
     footprint = np.asarray(design.ssd_bytes(), dtype=np.int64)
-    index = design.index_bytes()
+    index, host = design.index_bytes(), design.host_bytes()
     return LaneResult(
-        decisions, list(data.oracle), always, index, footprint, design.score_device, report
+        decisions, list(data.oracle), always, index, footprint, design.score_device, report, host
     )
 
 
