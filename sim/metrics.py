@@ -133,6 +133,12 @@ def design_summary(
                 amplification.append(dec.read_bytes / (need * entry_bytes))
     index = sum(lane.index_bytes for lane in lanes.values())
     host = sum(lane.host_bytes for lane in lanes.values())
+    # Swarm's online maintenance (§6.2): tokens leaving the window join clusters or open one
+    maint = {
+        k: sum(d.info.get(k, 0.0) for lane in lanes.values() for d in lane.decisions)
+        / max(1, len(lanes))
+        for k in ("joins", "new_clusters")
+    }
     layers_modeled = len({k[1] for k in lanes})
     return {
         "steps": steps,
@@ -154,4 +160,6 @@ def design_summary(
         "index_mb_per_layer": index / layers_modeled / batch / 1e6 if lanes else 0.0,
         "dram_mb_per_layer": host / layers_modeled / batch / 1e6 if lanes else 0.0,
         "makespan_s": makespan,
+        "joins_per_lane": maint["joins"],
+        "new_clusters_per_lane": maint["new_clusters"],
     }

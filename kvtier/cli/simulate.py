@@ -297,6 +297,11 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
         ("select x", "select_speedup", lambda v: f"{v:.1f}"),
     ]
     caption = None
+    if df.get("new_clusters_per_lane", pd.Series(dtype=float)).sum() > 0:
+        quality += [  # maintenance ran (§6.2): tokens that left the window were placed
+            ("joins/lane", "joins_per_lane", lambda v: f"{v:,.0f}"),
+            ("new clusters/lane", "new_clusters_per_lane", lambda v: f"{v:,.0f}"),
+        ]
     if "match_scale" in df:  # with match_recall: each design at the budget reaching it
         quality += [
             ("scale@R", "match_scale", lambda v: f"{v:.2f}"),
