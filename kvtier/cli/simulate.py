@@ -281,6 +281,8 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
         ("SSD GB/s", "ssd_gbps", lambda v: f"{v:.2f}"),
         ("of SSD BW %", "ssd_share_of_aggregate", lambda v: f"{100 * v:.0f}"),
         ("DRAM hit %", "dram_hit_rate", lambda v: f"{100 * v:.1f}"),
+        # of the clusters / blocks chosen, those found in DRAM (Eq. 6 saves one per hit)
+        ("unit hit %", "unit_hit_rate", lambda v: "-" if v != v else f"{100 * v:.1f}"),
         ("recall", "recall", lambda v: f"{v:.3f}"),
     ]
     quality = [
