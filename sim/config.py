@@ -84,6 +84,11 @@ class SwarmParams:
     layers_modeled: int = field(default=1, metadata={"positive": True})  # distinct layer traces
     layers: int = 0  # model layers simulated (cycling the modeled ones); 0 = the model's
     trace: str = "default"  # access-trace generator preset (traces.generator.PRESETS)
+    # "own": the design is profiled on this sequence's own first profile_steps queries;
+    # a preset or capture: on another sequence's (seed 000 §5.1 profiles "on a
+    # task-agnostic dataset"): a preset's independently drawn sequence, a capture of
+    # another text at the same (layer, KV head)
+    profile_trace: str = "own"
     local_window: int = 256  # Swarm §5.2: "a local window (e.g., 256 tokens)"
     sink_tokens: int = 4
     dram_cache: float = 0.05  # DRAM for cached clusters/blocks, as a fraction of the prefix

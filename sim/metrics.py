@@ -182,4 +182,3 @@ def _unit_hits(lanes: dict) -> tuple[float, float]:
             hit += next((d.info[k] for k in _UNIT_HITS if k in d.info), 0.0)
             chosen += next((d.info[k] for k in _UNITS if k in d.info), 0.0)
     return hit, chosen
-

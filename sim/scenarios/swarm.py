@@ -69,10 +69,13 @@ from sim.registry import Unsupported
 from sim.scenarios.host_threads import swarm_select_threads
 from sim.scenarios.swarm_report import clustering_report
 from sim.scenarios.swarm_traces import (
+    OWN,
     LaneData,
     _load_capture,
     is_capture,
     lane_data,
+    profile_seed,
+    profiled_on,
 )
 from traces.generator import PRESETS
 
@@ -164,6 +167,16 @@ def build_lane(p: SwarmParams, layout: Layout, seed: int) -> BuiltLane:
         p.sink_tokens,
         seed,
     )
+    if p.profile_trace != OWN:  # the paper's way: another sequence's queries profile the design
+        args = (p.model, p.context_tokens, p.profile_steps, p.steps, p.sparsity)
+        other = lane_data(
+            p.profile_trace,
+            *args,
+            p.local_window,
+            p.sink_tokens,
+            profile_seed(p.profile_trace, seed),
+        )
+        data = profiled_on(data, other)
     prefix = p.context_tokens + p.profile_steps
     design: KVDesign = get_design(p.design, **p.design_params)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
@@ -222,6 +235,12 @@ def build_lanes(
         heads = m.layers * m.kv_heads
     elif p.trace not in PRESETS:
         raise ValueError(f"trace: unknown preset '{p.trace}' (known: {', '.join(PRESETS)})")
+    if p.profile_trace != OWN and is_capture(p.profile_trace):
+        _load_capture(p.profile_trace)  # a missing or malformed file fails here
+    elif p.profile_trace not in (OWN, *PRESETS):
+        raise ValueError(
+            f"profile_trace: unknown preset '{p.profile_trace}' (known: {', '.join(PRESETS)})"
+        )
     ssds = profile.ssd_names[:n_ssd]
     prefix = p.context_tokens + p.profile_steps
     layout = layout_for(p, profile, n_ssd, prefix)
