@@ -89,9 +89,18 @@ class SwarmParams:
     layers_modeled: int = field(default=1, metadata={"positive": True})  # distinct layer traces
     layers: int = 0  # model layers simulated (cycling the modeled ones); 0 = the model's
     trace: str = "default"  # access-trace generator preset (traces.generator.PRESETS)
+    # "own": the design is profiled on this sequence's own first profile_steps queries;
+    # a preset or capture: on another sequence's (seed 000 §5.1 profiles "on a
+    # task-agnostic dataset"): a preset's independently drawn sequence, a capture of
+    # another text at the same (layer, KV head)
+    profile_trace: str = "own"
     local_window: int = 256  # Swarm §5.2: "a local window (e.g., 256 tokens)"
     sink_tokens: int = 4
     dram_cache: float = 0.05  # DRAM for cached clusters/blocks, as a fraction of the prefix
+    # > 0: host DRAM per lane for index *plus* cache, as a fraction of the prefix's KV
+    # bytes: every design's cache gets what its own index leaves (Layout.cache_entries);
+    # 0: a cache of dram_cache with the index on top (each design's index differs)
+    dram_budget: float = 0.0
     design: str = "swarm"  # a registered KV design (sim.registry.KV_DESIGNS)
     design_params: dict = field(default_factory=dict)
     ssds: int = 0  # SSDs used, the first N of the profile; 0 = all
@@ -118,6 +127,12 @@ class SwarmParams:
         _check_gpu_time(self)
         if not 0 <= self.dram_cache < 1:
             raise ParamError("dram_cache", f"must be in [0, 1), got {self.dram_cache}")
+        if not 0 <= self.dram_budget < 1:
+            raise ParamError("dram_budget", f"must be in [0, 1), got {self.dram_budget}")
+        if self.dram_budget > 0 and self.dram_cache > 0:
+            raise ParamError(
+                "dram_cache", "must be 0 with dram_budget (the budget holds index and cache)"
+            )
         for name in ("budget_scale", "match_step"):
             if not getattr(self, name) > 0:
                 raise ParamError(name, f"must be > 0, got {getattr(self, name)}")

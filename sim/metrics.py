@@ -132,6 +132,14 @@ def design_summary(
             if need > 0:
                 amplification.append(dec.read_bytes / (need * entry_bytes))
     index = sum(lane.index_bytes for lane in lanes.values())
+    host = sum(lane.host_bytes for lane in lanes.values())
+    # Swarm's online maintenance (§6.2): tokens leaving the window join clusters or open one
+    maint = {
+        k: sum(d.info.get(k, 0.0) for lane in lanes.values() for d in lane.decisions)
+        / max(1, len(lanes))
+        for k in ("joins", "new_clusters")
+    }
+    unit_hits, units = _unit_hits(lanes)
     layers_modeled = len({k[1] for k in lanes})
     return {
         "steps": steps,
@@ -145,11 +153,32 @@ def design_summary(
         "ssd_share_of_aggregate": bw / agg_bw if agg_bw else np.nan,
         "ssd_share_of_bottleneck": bw / (bottleneck_gbps * GB) if bottleneck_gbps else np.nan,
         "dram_hit_rate": hits / (hits + misses) if hits + misses else 0.0,
+        # per retrieval unit (cluster, block) chosen: the I/O-avoidance view of Eq. 6
+        "unit_hit_rate": unit_hits / units if units else np.nan,
         "recall": float(np.mean(recall)) if recall else np.nan,
         "read_amplification": float(np.mean(amplification)) if amplification else 1.0,
         "select_ms": 1e3 * float((select["end_s"] - select["start_s"]).mean())
         if len(select)
         else 0.0,
         "index_mb_per_layer": index / layers_modeled / batch / 1e6 if lanes else 0.0,
+        "dram_mb_per_layer": host / layers_modeled / batch / 1e6 if lanes else 0.0,
         "makespan_s": makespan,
+        "joins_per_lane": maint["joins"],
+        "new_clusters_per_lane": maint["new_clusters"],
     }
+
+
+# a design's counters (StepDecision.info) of units chosen and units found in its cache
+_UNIT_HITS = ("cache_hit_clusters", "cache_hits")  # Swarm; PQCache and InfLLM
+_UNITS = ("chosen_clusters", "clusters_chosen", "blocks_chosen")
+
+
+def _unit_hits(lanes: dict) -> tuple[float, float]:
+    """(units found in the DRAM cache, units chosen) summed over every lane and
+    step, from the decisions' counters (0, 0 for a design without units)."""
+    hit = chosen = 0.0
+    for lane in lanes.values():
+        for d in lane.decisions:
+            hit += next((d.info[k] for k in _UNIT_HITS if k in d.info), 0.0)
+            chosen += next((d.info[k] for k in _UNITS if k in d.info), 0.0)
+    return hit, chosen

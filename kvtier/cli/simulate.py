@@ -142,6 +142,7 @@ def _decode_report(console: Console, cfg, profile, summary: pd.DataFrame, out: P
 
 def _swarm_report(console: Console, cfg, profile, summary: pd.DataFrame, out: Path) -> None:
     print_tables(console, design_tables(summary, cfg))
+    _print_seed_figures(console, cfg, summary, f"{cfg.name} on {profile.name}")
     console.print(_headroom_line(cfg.workload, profile))
 
 
@@ -287,6 +288,8 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
         ("SSD GB/s", "ssd_gbps", lambda v: f"{v:.2f}"),
         ("of SSD BW %", "ssd_share_of_aggregate", lambda v: f"{100 * v:.0f}"),
         ("DRAM hit %", "dram_hit_rate", lambda v: f"{100 * v:.1f}"),
+        # of the clusters / blocks chosen, those found in DRAM (Eq. 6 saves one per hit)
+        ("unit hit %", "unit_hit_rate", lambda v: "-" if v != v else f"{100 * v:.1f}"),
         ("recall", "recall", lambda v: f"{v:.3f}"),
     ]
     quality = [
@@ -294,6 +297,8 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
         ("recall", "recall", lambda v: f"{v:.3f}"),
         ("select ms", "select_ms", lambda v: f"{v:.3f}"),
         ("index MB", "index_mb_per_layer", lambda v: f"{v:.2f}"),
+        # index + cache room (KVDesign.host_bytes): equal with dram_budget
+        ("DRAM MB", "dram_mb_per_layer", lambda v: f"{v:.2f}"),
         # Swarm's clustering (sim.scenarios.swarm_report, Table 4): SSD/KV bytes,
         # index keys / all keys, full-scan keys / index keys
         ("replication x", "replication", lambda v: f"{v:.2f}"),
@@ -301,6 +306,11 @@ def design_tables(df: pd.DataFrame, cfg) -> list[Table]:
         ("select x", "select_speedup", lambda v: f"{v:.1f}"),
     ]
     caption = None
+    if df.get("new_clusters_per_lane", pd.Series(dtype=float)).sum() > 0:
+        quality += [  # maintenance ran (§6.2): tokens that left the window were placed
+            ("joins/lane", "joins_per_lane", lambda v: f"{v:,.0f}"),
+            ("new clusters/lane", "new_clusters_per_lane", lambda v: f"{v:,.0f}"),
+        ]
     if "match_scale" in df:  # with match_recall: each design at the budget reaching it
         quality += [
             ("scale@R", "match_scale", lambda v: f"{v:.2f}"),

@@ -108,7 +108,7 @@ from sim.runner import plan_variants, slug
 # themselves would be decided by noise.  ``--design-variants all`` replays every one.
 KEY_DESIGNS = (
     "Swarm",
-    "No Cluster",
+    "No Cluster (scoring included)",  # its paper accounting reads a subset: not replayed
     "InfLLM",
     "PQCache",
     "Swarm: medoid only",

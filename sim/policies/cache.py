@@ -55,6 +55,14 @@ class LRUCache:
             self._order[u] = None
             self.used += size
 
+    def set_capacity(self, entries: int) -> None:
+        """The room changed (an index grew into a shared DRAM budget): evict
+        the least recently used units while over it."""
+        self.capacity = int(entries)
+        while self.used > self.capacity:
+            gone, _ = self._order.popitem(last=False)
+            self.used -= self.sizes[gone]
+
     def resize(self, unit: int, size: int) -> None:
         """``unit`` grew (or is new): keep ``used`` exact; evict the least
         recently used units (possibly ``unit`` itself) while over capacity."""
@@ -139,6 +147,15 @@ class ScoreCache:
             return
         self.used += size - old
         self._push(unit)
+        while self.used > self.capacity:
+            _, w = self._min()
+            self._in.discard(w)
+            self.used -= self.sizes[w]
+
+    def set_capacity(self, entries: int) -> None:
+        """The room changed (an index grew into a shared DRAM budget): evict
+        the lowest-scoring units while over it."""
+        self.capacity = int(entries)
         while self.used > self.capacity:
             _, w = self._min()
             self._in.discard(w)

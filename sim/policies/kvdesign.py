@@ -47,6 +47,9 @@ class Layout:
     ssd_io_us: float = 0.0
     max_io_bytes: int = 0  # largest single I/O (the driver cuts ranges there); 0 = no limit
     budget_scale: float = 1.0  # the design's budget / the oracle's (matched recall raises it)
+    # > 0: host DRAM for index *plus* cache, in bytes (cache_entries); 0: a cache of
+    # dram_cache_entries with the index on top of it
+    dram_bytes: int = 0
 
     def step_budget(self, visible: int) -> int:
         """The selection budget when entries ``0..visible-1`` are visible: how many
@@ -68,6 +71,20 @@ class Layout:
         if self.budget_scale != 1.0:
             base = max(1, round(self.budget_scale * base))
         return min(visible, base)
+
+    def cache_entries(self, index_bytes: int) -> int:
+        """The DRAM cache's room in entries beside an index of ``index_bytes``:
+        the one rule every design with a cache sizes it by.
+
+        With ``dram_bytes`` set, index and cache share that budget: the cache
+        gets what the index leaves, whole entries, never below 0 (an index
+        larger than the budget leaves no cache and is over budget: the design
+        reports its DRAM, :meth:`KVDesign.host_bytes`).  Without it, the cache
+        is ``dram_cache_entries`` whatever the index holds.
+        """
+        if self.dram_bytes <= 0:
+            return self.dram_cache_entries
+        return max(0, (self.dram_bytes - int(index_bytes)) // self.entry_bytes)
 
 
 @dataclass
@@ -132,6 +149,11 @@ class KVDesign(Protocol):
     def index_bytes(self) -> int:
         """DRAM held by the design's index (medoids, centroids, block
         representatives), excluding the window and cached data."""
+        ...
+
+    def host_bytes(self) -> int:
+        """Host DRAM the design holds for this layer beyond sinks and window:
+        its index (when selection scans it on the host) and its cache's room."""
         ...
 
     def ssd_bytes(self) -> np.ndarray:

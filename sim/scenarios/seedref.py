@@ -24,7 +24,8 @@ them beside what kvtier computed and the ratio of the two::
 What a figure means:
 
 * ``at`` selects summary rows by their key columns (``design``, ``model``,
-  ``context_tokens``); kvtier's value is ``metric`` there.  A key ``at``
+  ``context_tokens``, or ``variant``: the variant's name, for two variants of
+  one design); kvtier's value is ``metric`` there.  A key ``at``
   leaves out expands the figure: one table row per value of it (the seed's
   ablation names no model, so each model gets a row).
 * ``over`` makes the figure a ratio: ``metric`` at ``at`` divided by ``metric``
@@ -61,6 +62,9 @@ if TYPE_CHECKING:  # a scenario loads without pandas (the summary it compares is
     import pandas as pd
 
 KEYS = ("design", "model", "context_tokens")  # summary columns a figure may select on
+# also selectable, never carried into a ratio's denominator: the variant's name (two
+# variants of one design, e.g. No Cluster under two accountings, differ only in it)
+SELECT_KEYS = (*KEYS, "variant")
 RELATIONS = ("=", ">", "<")
 UNITS = {"s": 1.0, "ms": 1e3, "x": 1.0, "%": 100.0}  # display scale of a metric value
 
@@ -104,7 +108,7 @@ class Row:
 def parse_seed_figures(raw: Any, where: Any, key: str = "seed_figures") -> SeedFigures:
     """The ``seed_figures`` block at ``key`` of a scenario YAML, checked: every
     figure names a section, a known unit and relation, and keys of ``at`` and
-    ``over`` among :data:`KEYS`; errors are ``where.error`` (file:line: key)."""
+    ``over`` among :data:`SELECT_KEYS`; errors are ``where.error`` (file:line: key)."""
     figs = build_dataclass(SeedFigures, raw, where, key)
     if not figs.figures:
         raise where.error(f"{key}.figures", "must list at least one figure")
@@ -115,9 +119,11 @@ def parse_seed_figures(raw: Any, where: Any, key: str = "seed_figures") -> SeedF
         if f.relation not in RELATIONS:
             raise where.error(f"{k}.relation", f"must be one of {', '.join(RELATIONS)}")
         for part in ("at", "over"):
-            bad = sorted(set(getattr(f, part)) - set(KEYS))
+            bad = sorted(set(getattr(f, part)) - set(SELECT_KEYS))
             if bad:
-                raise where.error(f"{k}.{part}.{bad[0]}", f"must be one of {', '.join(KEYS)}")
+                raise where.error(
+                    f"{k}.{part}.{bad[0]}", f"must be one of {', '.join(SELECT_KEYS)}"
+                )
     if not figs.tolerance > 0:
         raise where.error(f"{key}.tolerance", "must be > 0")
     return figs

@@ -73,10 +73,13 @@ from sim.registry import Unsupported
 from sim.scenarios.host_threads import select_threads
 from sim.scenarios.swarm_report import clustering_report
 from sim.scenarios.swarm_traces import (
+    OWN,
     LaneData,
     _load_capture,
     is_capture,
     lane_data,
+    profile_seed,
+    profiled_on,
 )
 from traces.generator import PRESETS
 
@@ -92,6 +95,7 @@ class LaneResult:
     ssd_bytes: np.ndarray  # per SSD: what the design placed there (its footprint)
     score_device: str = "gpu"  # where the design's selection runs (KVDesign.score_device)
     clustering: dict[str, float] = field(default_factory=dict)  # swarm_report, Swarm only
+    host_bytes: int = 0  # DRAM the design holds beyond sinks and window (KVDesign.host_bytes)
 
 
 @dataclass
@@ -119,6 +123,7 @@ def layout_for(p: SwarmParams, profile: HardwareProfile, n_ssd: int, prefix: int
         local_window=p.local_window,
         sink_tokens=p.sink_tokens,
         dram_cache_entries=int(p.dram_cache * prefix),
+        dram_bytes=int(p.dram_budget * prefix * entry),
         ssd_latency_us=spec.read_latency_us,
         ssd_entry_us=entry / (spec.read_gbps * 1e3),
         ssd_io_us=ssd_io_us(p, profile),
@@ -166,6 +171,16 @@ def build_lane(p: SwarmParams, layout: Layout, seed: int) -> BuiltLane:
         p.sink_tokens,
         seed,
     )
+    if p.profile_trace != OWN:  # the paper's way: another sequence's queries profile the design
+        args = (p.model, p.context_tokens, p.profile_steps, p.steps, p.sparsity)
+        other = lane_data(
+            p.profile_trace,
+            *args,
+            p.local_window,
+            p.sink_tokens,
+            profile_seed(p.profile_trace, seed),
+        )
+        data = profiled_on(data, other)
     prefix = p.context_tokens + p.profile_steps
     design: KVDesign = get_design(p.design, **p.design_params)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
@@ -190,9 +205,9 @@ def replay_lane(built: BuiltLane, p: SwarmParams, layout: Layout, progress=None)
             progress()
     always = min(p.sink_tokens, prefix) + p.local_window
     footprint = np.asarray(design.ssd_bytes(), dtype=np.int64)
-    index = design.index_bytes()
+    index, host = design.index_bytes(), design.host_bytes()
     return LaneResult(
-        decisions, list(data.oracle), always, index, footprint, design.score_device, report
+        decisions, list(data.oracle), always, index, footprint, design.score_device, report, host
     )
 
 
@@ -224,6 +239,12 @@ def build_lanes(
         heads = m.layers * m.kv_heads
     elif p.trace not in PRESETS:
         raise ValueError(f"trace: unknown preset '{p.trace}' (known: {', '.join(PRESETS)})")
+    if p.profile_trace != OWN and is_capture(p.profile_trace):
+        _load_capture(p.profile_trace)  # a missing or malformed file fails here
+    elif p.profile_trace not in (OWN, *PRESETS):
+        raise ValueError(
+            f"profile_trace: unknown preset '{p.profile_trace}' (known: {', '.join(PRESETS)})"
+        )
     ssds = profile.ssd_names[:n_ssd]
     prefix = p.context_tokens + p.profile_steps
     layout = layout_for(p, profile, n_ssd, prefix)

@@ -8,6 +8,7 @@ sees the very same keys, queries, profiling activations and oracle.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -16,7 +17,18 @@ import scipy.sparse as sp
 
 from traces.generator import PRESETS, AccessGenerator
 
-__all__ = ["LaneData", "captured_lane_data", "is_capture", "lane_data"]
+__all__ = [
+    "OWN",
+    "LaneData",
+    "captured_lane_data",
+    "is_capture",
+    "lane_data",
+    "profiled_on",
+    "profile_seed",
+]
+
+
+OWN = "own"  # profile_trace: the sequence's own first queries profile the design
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,6 +75,29 @@ def lane_data(
     act = tr.activations(steps=slice(0, profile_steps), scored_only=True)[:, :prefix].tocsr()
     oracle = tuple(tr.selection(profile_steps + t).astype(np.int64) for t in range(steps))
     return LaneData(gen.keys(), gen.queries(), act, oracle)
+
+
+@functools.lru_cache(maxsize=32)
+def profiled_on(data: LaneData, other: LaneData) -> LaneData:
+    """``data`` with the profiling activations of ``other``: another sequence's
+    queries profile the design (seed 000 §5.1: "Profiling is performed on a
+    task-agnostic dataset"); keys, decode queries and oracle stay ``data``'s.
+    Cached, so variants sharing a lane share one object (and one clustering)."""
+    if other.activations.shape != data.activations.shape:
+        raise ValueError(
+            f"profile_trace: its profile covers {other.activations.shape[1]} entries over "
+            f"{other.activations.shape[0]} queries, the lane needs {data.activations.shape}"
+        )
+    return dataclasses.replace(data, activations=other.activations)
+
+
+def profile_seed(trace: str, seed: int) -> int:
+    """The lane seed of the other sequence that profiles lane ``seed``: for a
+    generator preset a sequence drawn independently of the lane's own; for a
+    capture (another text) the same (layer, KV head)."""
+    if is_capture(trace):
+        return seed
+    return int(np.random.SeedSequence([seed, 31]).generate_state(1)[0])
 
 
 def is_capture(trace: str) -> bool:

@@ -49,7 +49,7 @@ workload:
   design: swarm
 variants:
   - {name: Swarm, design: swarm}
-  - {name: No Cluster, design: nocluster}
+  - {name: "No Cluster (scoring included)", design: nocluster}
   - {name: InfLLM, design: infllm}
   - {name: Swarm twin, design: swarm}
 """
@@ -158,7 +158,7 @@ def test_caps_only_shrink_and_names_are_checked(tiny: Path):
     # no key design is missing from the tiny scenario but its twin: it is left out
     assert [v.name for v in scaled_designs(str(tiny), 2).variants] == [
         "Swarm",
-        "No Cluster",
+        "No Cluster (scoring included)",
         "InfLLM",
     ]
     with pytest.raises(ConfigError, match="no variant 'PQCache'"):
@@ -171,7 +171,7 @@ def test_each_design_reads_its_plans_bytes_per_step(tiny: Path):
 
     cfg = scaled_designs(str(tiny), 2, "all")
     plans, skipped = plan_designs(cfg, load_profile("h20-8ssd"))
-    assert list(plans) == ["Swarm", "No Cluster", "InfLLM"]
+    assert list(plans) == ["Swarm", "No Cluster (scoring included)", "InfLLM"]
     assert skipped == {"Swarm twin": "same I/O as Swarm"}
     for name, plan in plans.items():
         p = plan.to_pandas()
@@ -199,7 +199,7 @@ def test_designs_end_to_end_on_paced_files(tiny: Path, direct_dir: Path, tmp_pat
     )  # fmt: skip
     assert rc == 0
     table, report = _designs_report(out)
-    assert table["design"].tolist() == ["Swarm", "No Cluster", "InfLLM"]
+    assert table["design"].tolist() == ["Swarm", "No Cluster (scoring included)", "InfLLM"]
     assert report["skipped"] == {"Swarm twin": "same I/O as Swarm"}
     # each backend counted its own bytes: the replayer's reads equal the simulator's
     assert (table["real_bytes_read"] == table["sim_bytes_read"]).all()

@@ -61,6 +61,9 @@ class Interleaved:
     def index_bytes(self) -> int:
         return 0
 
+    def host_bytes(self) -> int:
+        return 0
+
     def ssd_bytes(self) -> np.ndarray:
         return np.zeros(1, dtype=np.int64)
 

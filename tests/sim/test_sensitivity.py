@@ -155,7 +155,9 @@ def test_designs_rank_only_against_those_run_on_the_same_workload() -> None:
     assert {"KVDrive (64 GB host)", "ShadowKV (64 GB host)"} < set(kvd[2])
     assert ("KVDrive (DRAM only)",) in kvd  # alone at 360K x 2 on the whole host: unranked
     # a design's points are one workload set: every design of default runs one workload
-    assert workload_groups(load_scenario("default")) == [("Swarm", "No Cluster", "InfLLM")]
+    assert workload_groups(load_scenario("default")) == [
+        ("Swarm", "No Cluster (scoring included)", "No Cluster (paper: scoring excluded)", "InfLLM")
+    ]
 
 
 def test_a_flip_within_a_smaller_workload_group_is_a_flip() -> None:

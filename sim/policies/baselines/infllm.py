@@ -26,7 +26,8 @@ during inference."  Our reading, after InfLLM (Xiao et al. 2024):
   extent); blocks are never merged with their neighbours;
 * DRAM: sinks, the local window, tokens that left the window while their
   block is not complete yet (at most B - 1, kept in DRAM and always selected),
-  and an LRU cache of blocks (``layout.dram_cache_entries``).
+  and an LRU cache of blocks (:meth:`Layout.cache_entries`: ``dram_cache_entries``,
+  or what the index leaves of a shared ``dram_bytes``).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class InfLLM(DesignBase):
             self._add_block(start, counts[start : start + self.params.block_tokens])
         self.next_start = n  # first decode token not yet in a block
         self.received = np.zeros(0)  # attention received by tokens next_start..visible-1
-        self.cache = LRUCache(layout.dram_cache_entries, self.sizes)
+        self.cache = LRUCache(layout.cache_entries(self.index_bytes()), self.sizes)
 
     def _add_block(self, start: int, weight: np.ndarray) -> None:
         size, r = len(weight), self.params.representatives
@@ -115,8 +116,8 @@ class InfLLM(DesignBase):
         return self.n_blocks * self.params.representatives * self.layout.key_bytes
 
     def host_bytes(self) -> int:
-        """The index and the DRAM cache (``layout.dram_cache_entries`` entries)."""
-        return self.index_bytes() + self.layout.dram_cache_entries * self.layout.entry_bytes
+        """The index and the DRAM cache's room (:meth:`Layout.cache_entries`)."""
+        return self.index_bytes() + self.cache.capacity * self.layout.entry_bytes
 
     def ssd_bytes(self) -> np.ndarray:
         """Whole blocks reserved per disk (a short last block still reserves B slots)."""
@@ -134,6 +135,7 @@ class InfLLM(DesignBase):
             self._add_block(self.next_start, self.received[:bt])
             self.received = self.received[bt:]
             self.next_start += bt
+        self.cache.set_capacity(lay.cache_entries(self.index_bytes()))  # new blocks' keys
         s = self.keys.rows(self.next_start) @ np.asarray(query, dtype=np.float32)
         p = np.exp(s - s.max())
         self.received += p / p.sum()

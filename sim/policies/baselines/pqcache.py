@@ -21,7 +21,8 @@ paper describes it as centroid retrieval, and that is what we model):
   scattered over positions, so the selected entries are read one extent per
   entry (never merged);
 * DRAM: sinks, local window, an LRU cache of clusters
-  (``layout.dram_cache_entries``);
+  (:meth:`Layout.cache_entries`: ``dram_cache_entries``, or what the index
+  leaves of a shared ``dram_bytes``);
 * decode: a token that leaves the local window joins its nearest centroid
   (Euclidean; centroids are not updated) and takes its stripe slot.  If that
   cluster is cached, the token joins the cached copy (it is in DRAM already)
@@ -162,7 +163,7 @@ class PQCache(DesignBase):
         bounds = np.searchsorted(labels[order], np.arange(len(self.centroids) + 1))
         self.members = [order[bounds[c] : bounds[c + 1]] for c in range(len(self.centroids))]
         self.sizes = [len(m) for m in self.members]  # live list: the cache reads it
-        self.cache = LRUCache(layout.dram_cache_entries, self.sizes)
+        self.cache = LRUCache(layout.cache_entries(self.index_bytes()), self.sizes)
         self.placed = n
 
     @property
@@ -177,8 +178,8 @@ class PQCache(DesignBase):
         return self.n_clusters * self.layout.key_bytes
 
     def host_bytes(self) -> int:
-        """The index and the DRAM cache (``layout.dram_cache_entries`` entries)."""
-        return self.index_bytes() + self.layout.dram_cache_entries * self.layout.entry_bytes
+        """The index and the DRAM cache's room (:meth:`Layout.cache_entries`)."""
+        return self.index_bytes() + self.cache.capacity * self.layout.entry_bytes
 
     def ssd_bytes(self) -> np.ndarray:
         return self.slots_used * self.layout.entry_bytes
@@ -197,6 +198,7 @@ class PQCache(DesignBase):
         for pos in range(self.placed, visible - lay.local_window):
             self._join(pos)
         self.placed = max(self.placed, visible - lay.local_window)
+        self.cache.set_capacity(lay.cache_entries(self.index_bytes()))  # joins grew cached ones
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         scores = self.centroids @ np.asarray(query, dtype=np.float32)
         budget = lay.step_budget(visible)

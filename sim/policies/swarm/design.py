@@ -174,15 +174,19 @@ class SwarmDesign:
         self._keys = np.array(keys, dtype=np.float64)
         medoids = self.clustering.medoids
         self._mkeys = self._keys[medoids].copy()
+        # route records = replicas of the medoids; only new tokens gain replicas later,
+        # and a new token is either a singleton's medoid (1 replica) or no medoid at all
+        self._routes = int(self.placement.replication()[medoids].sum())
+        room = layout.cache_entries(self.index_bytes())  # what the index leaves
         sizes = dict(enumerate(self.clustering.sizes.tolist()))
         if p.cache == "score":
             freq = np.bincount(x.indices, minlength=n)[medoids].astype(float).tolist()
             self.cache: ScoreCache | LRUCache = ScoreCache(
-                layout.dram_cache_entries, sizes, freq, layout.ssd_latency_us, layout.ssd_entry_us
+                room, sizes, freq, layout.ssd_latency_us, layout.ssd_entry_us
             )
             self.cache.fill(range(len(sizes)))
         else:
-            self.cache = LRUCache(layout.dram_cache_entries, sizes)
+            self.cache = LRUCache(room, sizes)
         self.r_join = (
             p.join_radius if p.join_radius is not None else join_radius(clustering.radius, x)
         )
@@ -191,13 +195,14 @@ class SwarmDesign:
         self._final = n  # next new token to leave the window
         self._window: dict[int, tuple[int, Counter[int]]] = {}  # token -> (n active, co-active)
         self.totals = {"joins": 0, "new_clusters": 0}
-        # route records = replicas of the medoids; only new tokens gain replicas later,
-        # and a new token is either a singleton's medoid (1 replica) or no medoid at all
-        self._routes = int(self.placement.replication()[medoids].sum())
 
     def index_bytes(self) -> int:
         k = len(self.clustering.members)
         return int(k * self.layout.key_bytes + ROUTE_BYTES * self._routes)
+
+    def host_bytes(self) -> int:
+        """The index (scored on the host) and the cache's room, in bytes."""
+        return self.index_bytes() + self.cache.capacity * self.layout.entry_bytes
 
     def ssd_bytes(self) -> np.ndarray:
         """Slots the placement allocated per disk (replicas included) x entry bytes."""
@@ -214,6 +219,7 @@ class SwarmDesign:
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         win_start = max(visible - lay.local_window, 0)
         joins, new = self._finalize(win_start)
+        self.cache.set_capacity(lay.cache_entries(self.index_bytes()))  # new medoids' keys
         members = self.clustering.members
         k, d = len(members), self._mkeys.shape[1]
         scores = self._mkeys[:k] @ query
