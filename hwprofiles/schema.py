@@ -98,6 +98,10 @@ class SoftwareSpec:
     the issuing thread spends once per io_uring op, beside its I/Os and batches
     (optional, 0 in the shipped profiles, which cite no such figure; the real
     backend's model of its own replay loop sets it: :func:`real.validate.engine_costs`).
+    ``cuda_copy_per_call_us``: what one CUDA host-to-device copy call (a
+    ``cudaMemcpyAsync`` or a gather kernel's launch) costs before and beside its
+    DMA, paid per call by plan copies with ``io_path: cuda_copy`` (optional, 0 in
+    profiles that cite no figure; no other op uses it).
     """
 
     kernel_fs_per_io_us: float
@@ -107,6 +111,7 @@ class SoftwareSpec:
     gds_per_io_us: float
     gpudirect: bool
     io_uring_per_op_us: float = 0.0
+    cuda_copy_per_call_us: float = 0.0
 
 
 @dataclass(frozen=True)

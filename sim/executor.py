@@ -7,7 +7,11 @@ before ``release_s``) -> parts -> *end* (all parts finished).  The parts are
   latency, i.e. the pipeline fill before the first I/O completes) followed by
   a data flow over the SSD (time-shared, see :mod:`sim.hw.machine`) and every
   link of the route, capped by the op's own queue-depth bound (below);
-* copy: a data flow over the links of the route;
+* copy: a data flow over the links of the route; a copy issued as CUDA
+  copy calls (``io_path: cuda_copy``, ``n_ios`` calls) starts its flow one
+  call's cost (``cuda_copy_per_call_us``) late, the first call's submission
+  before its DMA, while the issuing thread spends ``n_ios`` calls' cost
+  beside it (the CPU flow below): alone it takes ``max(c + B / rate, n x c)``;
 * compute on a GPU: a flow of roofline GPU-seconds on its compute engine;
 * compute on ``cpu``: a flow of ``threads x`` its solo time core-seconds on
   the host cores (``Machine.cpu_compute_seconds``), capped at ``threads``
@@ -159,6 +163,8 @@ def op_physics(
         access, rates = m.ssd_access(ssd, kind == "write", nbytes / n_ios, qd)
         path.insert(0 if kind == "read" else len(path), access)
         cap, latency = rates.op_cap(n_ios), rates.latency_s
+    elif kind == "copy" and io_path == "cuda_copy" and n_ios > 0:
+        latency = m.cpu_seconds(io_path, 1, 1)  # the first call, before its DMA
     cpu_s = m.cpu_seconds(io_path, n_ios, queue_depth or n_ios, nbytes)
     cpu_sig = m.cpu_net.intern(((m.cpu_res, 1.0),), 1.0)
     return OpPhysics(

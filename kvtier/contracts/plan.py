@@ -54,6 +54,7 @@ from kvtier.contracts.geometry import (  # re-exported: the plan's geometry is p
 from kvtier.contracts.plan_check import validate_plan
 from kvtier.contracts.plan_schema import (
     COLUMN_DEFAULTS,
+    COPY_IO_PATHS,
     CPU,
     EXTENT,
     IO_PATHS,
@@ -68,6 +69,7 @@ from kvtier.contracts.plan_schema import (
 
 __all__ = [
     "BLOCK",
+    "COPY_IO_PATHS",
     "CPU",
     "EXTENT",
     "IO_PATHS",

@@ -18,7 +18,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvtier.contracts.geometry import extents_columns, extents_csr
-from kvtier.contracts.plan_schema import CPU, IO_PATHS, KINDS, PLAN_SCHEMA, PlanError, depends_csr
+from kvtier.contracts.plan_schema import (
+    COPY_IO_PATHS,
+    CPU,
+    IO_PATHS,
+    KINDS,
+    PLAN_SCHEMA,
+    PlanError,
+    depends_csr,
+)
 
 
 def validate_plan(
@@ -194,8 +202,12 @@ def _check_row(
 ) -> None:
     if kind not in KINDS:
         raise PlanError(f"op {i}: kind must be one of {KINDS}, got {kind!r}")
-    if io_path not in IO_PATHS:
-        raise PlanError(f"op {i}: io_path must be one of {IO_PATHS}, got {io_path!r}")
+    if io_path not in IO_PATHS + COPY_IO_PATHS:
+        raise PlanError(
+            f"op {i}: io_path must be one of {IO_PATHS + COPY_IO_PATHS}, got {io_path!r}"
+        )
+    if io_path in COPY_IO_PATHS and kind != "copy":
+        raise PlanError(f"op {i}: io_path {io_path!r} is for copy ops, not {kind!r}")
     if kind == "compute":
         if dst not in gpus and dst != CPU:
             raise PlanError(

@@ -72,6 +72,8 @@ from kvtier.contracts.geometry import NO_EXTENTS
 KINDS = ("read", "write", "copy", "compute")
 CPU = "cpu"  # the ``dst`` of a compute op that runs on the host CPU
 IO_PATHS = ("kernel_fs", "io_uring", "passthrough", "gds", "none")
+# a host-to-device copy issued as ``n_ios`` CUDA copy calls (copy ops only)
+COPY_IO_PATHS = ("cuda_copy",)
 
 EXTENT = pa.struct([("offset", pa.int64()), ("length", pa.int64())])
 

@@ -240,6 +240,9 @@ class Machine:
         per batch of ``queue_depth``, and ``io_uring_per_op_us`` once;
         passthrough: user-space driver cost per I/O, no syscall; gds: cuFile
         cost on top of the kernel path per I/O;
+        cuda_copy: a host-to-device copy of ``n_ios`` CUDA copy calls, each
+        ``cuda_copy_per_call_us`` on the issuing thread (the executor also
+        delays the DMA by one call: :func:`sim.executor.op_physics`);
         none: DMA copies and compute, no CPU.  The executor runs this on one
         core per op, which the drivers make one core (one ring) per SSD (see
         :mod:`sim.executor`, "Who issues I/O").
@@ -256,6 +259,8 @@ class Machine:
             return us(n_ios * sw.io_uring_per_io_us + batches * sw.syscall_us + per_op)
         if io_path == "passthrough":
             return us(n_ios * sw.passthrough_per_io_us)
+        if io_path == "cuda_copy":
+            return us(n_ios * sw.cuda_copy_per_call_us)
         if io_path == "gds":
             return us(n_ios * (sw.kernel_fs_per_io_us + sw.syscall_us + sw.gds_per_io_us))
         raise ValueError(f"unknown io_path '{io_path}'")

@@ -25,7 +25,9 @@ micro-batch i the plan holds
   assumption); :mod:`sim.scenarios.host_threads`;
 * ``h2d`` i: DRAM -> GPU of the entries the GPU lacks: ``h2d_entries``
   (KVDrive: the cache misses) or, for designs without a GPU cache, every
-  selected entry;
+  selected entry; issued as CUDA copy calls (``io_path="cuda_copy"``,
+  ``n_ios`` calls: :func:`_copy_calls`), each paying the profile's
+  ``cuda_copy_per_call_us`` (:meth:`sim.hw.machine.Machine.cpu_seconds`);
 
 and one ``attn`` compute for the whole batch (attention over the selected
 fraction and the layer's FFN, :func:`sim.models.decode_layer_cost`; with
@@ -211,6 +213,15 @@ def _h2d_bytes(dec, entry_bytes: int) -> float:
     return float(dec.info.get("h2d_entries", len(dec.selected))) * entry_bytes
 
 
+def _copy_calls(decs) -> int:
+    """CUDA copy calls of one micro-batch's H2D op: one gather for the micro-batch
+    (ShadowKV's ``gather_copy_with_offsets``, which KVDrive's copies derive from,
+    seed 003 §8), plus one call per run of consecutive entries of each lane whose
+    design copies run by run (``info["h2d_per_run"]``, ``info["h2d_runs"]``)."""
+    runs = sum(int(d.info.get("h2d_runs", 0)) for d, _ in decs if d.info.get("h2d_per_run"))
+    return runs or 1
+
+
 def _stage(
     b: PlanBuilder,
     on: str,
@@ -295,7 +306,10 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
         fetched = (reads or after) + ahead
         ready = _staging(b, ctx, n_stage, blocking, fetched, kw) or fetched
         deps = ready + _chain(prev["h2d"])
-        h2d = b.copy(dram, gpu, n_h2d, depends_on=deps, tag="h2d", **kw)
+        calls = _copy_calls(decs)
+        h2d = b.copy(
+            dram, gpu, n_h2d, n_ios=calls, io_path="cuda_copy", depends_on=deps, tag="h2d", **kw
+        )
     ends += [h2d] if h2d >= 0 else (reads or after) + ahead
     n_gpu = sum(len(d.selected) - d.info.get("cpu_attn_entries", 0.0) for d, _ in decs)
     return ends, {"select": sel, "lookup": look, "h2d": h2d}, int(n_gpu)

@@ -24,14 +24,16 @@ them beside what kvtier computed and the ratio of the two::
 What a figure means:
 
 * ``at`` selects summary rows by their key columns (``design``, ``model``,
-  ``context_tokens``, or ``variant``: the variant's name, for two variants of
-  one design); kvtier's value is ``metric`` there.  A key ``at``
+  ``context_tokens``, ``batch``, ``variant``, ``hw``: the profile, where the
+  report adds it); kvtier's value is ``metric`` there.  A key ``at``
   leaves out expands the figure: one table row per value of it (the seed's
   ablation names no model, so each model gets a row).
 * ``over`` makes the figure a ratio: ``metric`` at ``at`` divided by ``metric``
   at ``at`` with ``over``'s keys replaced (same model and context unless
   ``over`` names them), e.g. "LMCache's TTFT / the pool's", or "TTFT at 128K /
   TTFT at 1K" (``over: {context_tokens: 1024}``).
+* ``reduce: max`` (or ``min``) keeps one row of the expansion, the largest
+  (smallest) value: the seed's "up to 1.70x over its pairs".
 * ``relation``: ``=`` (default) when the seed gives a value; ``>`` or ``<``
   when it gives an ordering or a bound ("GPU-only remains the fastest": a
   span ratio ``> 1``; "all under 10 s": ``< 10``).
@@ -61,12 +63,15 @@ from hwprofiles.loader import build_dataclass, read_yaml
 if TYPE_CHECKING:  # a scenario loads without pandas (the summary it compares is one)
     import pandas as pd
 
-KEYS = ("design", "model", "context_tokens")  # summary columns a figure may select on
-# also selectable, never carried into a ratio's denominator: the variant's name (two
-# variants of one design, e.g. No Cluster under two accountings, differ only in it)
-SELECT_KEYS = (*KEYS, "variant")
+# summary columns a figure may select on; a ratio's denominator is the numerator's row
+# with ``over``'s keys replaced, so it shares the numerator's SHARED keys (a variant's
+# name is its own: ``over`` names the denominator's where it matters)
+KEYS = ("design", "model", "context_tokens", "batch", "variant", "hw")
+SHARED = ("design", "model", "context_tokens", "batch", "hw")
+SHOWN = ("model", "context_tokens", "batch")  # a row's "where", when they vary
+REDUCES = ("", "max", "min")
 RELATIONS = ("=", ">", "<")
-UNITS = {"s": 1.0, "ms": 1e3, "x": 1.0, "%": 100.0}  # display scale of a metric value
+UNITS = {"s": 1.0, "ms": 1e3, "x": 1.0, "%": 100.0, "tok/s": 1.0}  # display scale of a value
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,9 @@ class SeedFigure:
     relation: str = "="
     note: str = "-"  # how the seed's words were read into a number
     gap: str = ""  # the mechanism of a gap over the tolerance, where one is off
+    # "max" / "min": one row, the largest / smallest value over the selection's
+    # expansion (the seed's "up to 1.70x" is a maximum over its pairs)
+    reduce: str = ""
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,7 @@ class Row:
 def parse_seed_figures(raw: Any, where: Any, key: str = "seed_figures") -> SeedFigures:
     """The ``seed_figures`` block at ``key`` of a scenario YAML, checked: every
     figure names a section, a known unit and relation, and keys of ``at`` and
-    ``over`` among :data:`SELECT_KEYS`; errors are ``where.error`` (file:line: key)."""
+    ``over`` among :data:`KEYS`; errors are ``where.error`` (file:line: key)."""
     figs = build_dataclass(SeedFigures, raw, where, key)
     if not figs.figures:
         raise where.error(f"{key}.figures", "must list at least one figure")
@@ -118,12 +126,12 @@ def parse_seed_figures(raw: Any, where: Any, key: str = "seed_figures") -> SeedF
             raise where.error(f"{k}.unit", f"must be one of {', '.join(UNITS)}, got {f.unit!r}")
         if f.relation not in RELATIONS:
             raise where.error(f"{k}.relation", f"must be one of {', '.join(RELATIONS)}")
+        if f.reduce not in REDUCES:
+            raise where.error(f"{k}.reduce", "must be max or min")
         for part in ("at", "over"):
-            bad = sorted(set(getattr(f, part)) - set(SELECT_KEYS))
+            bad = sorted(set(getattr(f, part)) - set(KEYS))
             if bad:
-                raise where.error(
-                    f"{k}.{part}.{bad[0]}", f"must be one of {', '.join(SELECT_KEYS)}"
-                )
+                raise where.error(f"{k}.{part}.{bad[0]}", f"must be one of {', '.join(KEYS)}")
     if not figs.tolerance > 0:
         raise where.error(f"{key}.tolerance", "must be > 0")
     return figs
@@ -156,21 +164,37 @@ def compare(figs: SeedFigures, df: pd.DataFrame) -> list[Row]:
         if num.empty or f.metric not in df.columns:
             rows.append(Row(f, "", None, None, False))
             continue
-        shown = [k for k in KEYS[1:] if k in df.columns and df[k].nunique() > 1]
+        shown = [k for k in SHOWN if k in df.columns and df[k].nunique() > 1]
+        these = []
         for _, r in num.iterrows():
             label = " ".join(_key_cell(k, r[k]) for k in shown)
             value: float | None = float(r[f.metric])
             if f.over:
-                den = _select(df, {**{k: r[k] for k in KEYS if k in df.columns}, **f.over})
+                den = _select(df, {**{k: r[k] for k in SHARED if k in df.columns}, **f.over})
                 value = _ratio(value, float(den[f.metric].iloc[0])) if len(den) == 1 else None
-            rows.append(judge(f, label, value, figs.tolerance))
+            these.append((label, value))
+        if f.reduce:
+            these = _reduced(these, f.reduce)
+        rows += [judge(f, label, value, figs.tolerance) for label, value in these]
     return rows
+
+
+def _reduced(rows: list[tuple[str, float | None]], how: str) -> list[tuple[str, float | None]]:
+    """The one row of the largest (``max``) or smallest (``min``) value, labelled with
+    its own "where" and the count it was chosen from; rows without a value skipped."""
+    known = [(w, v) for w, v in rows if v is not None and not math.isnan(v)]
+    if not known:
+        return rows[:1]
+    pick = (max if how == "max" else min)(known, key=lambda wv: wv[1])
+    return [(f"{how} of {len(known)}: {pick[0]}".rstrip(": "), pick[1])]
 
 
 def _key_cell(key: str, value: Any) -> str:
     """A selection value as shown: context lengths in K tokens."""
     if key == "context_tokens" and int(value) % 1024 == 0:
         return f"{int(value) // 1024}K"
+    if key == "batch":
+        return f"x {int(value)}"
     return str(value)
 
 
@@ -206,7 +230,7 @@ def _num(v: float, unit: str) -> str:
     return f"{x:,.{max(0, 2 - math.floor(math.log10(abs(x))))}f}" if x else "0"
 
 
-UNIT_NAMES = {"s": "times", "ms": "times", "x": "ratios", "%": "rates"}
+UNIT_NAMES = {"s": "times", "ms": "times", "x": "ratios", "%": "rates", "tok/s": "throughputs"}
 
 
 def seed_cell(f: SeedFigure) -> str:

@@ -21,7 +21,7 @@ from sim.scenarios.seedref import (
     seed_tables,
 )
 
-SCENARIOS = ("unified-pooling", "paged-ssd")
+SCENARIOS = ("unified-pooling", "paged-ssd", "kvdrive")
 
 
 def fig(seed: float, relation: str = "=", **kw) -> SeedFigure:
@@ -88,6 +88,30 @@ def test_a_key_left_out_expands_one_row_per_value():
     assert [r.off for r in rows] == [False, True]  # 1.0 and 2.0 times the seed
 
 
+def _pairs() -> pd.DataFrame:
+    """Two variants of one design and a baseline at three (context, batch) pairs."""
+    rows = []
+    for ctx, batch, a, b, base in ((61440, 8, 8.0, 9.0, 8.0), (122880, 4, 4.0, 5.0, 4.0),
+                                   (368640, 2, 1.0, 1.3, 1.0)):  # fmt: skip
+        for variant, design, v in (("K (fixed)", "k", a), ("K (tuned)", "k", b),
+                                   ("S", "s", base)):  # fmt: skip
+            rows.append({"design": design, "variant": variant, "context_tokens": ctx,
+                         "batch": batch, "ttft_mean_s": v})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_a_ratio_to_another_variant_keeps_the_pair_and_max_keeps_one_row():
+    over = {"design": "s", "variant": "S"}
+    each = fig(1.7, at={"variant": "K (tuned)"}, over=over)
+    top = fig(1.7, at={"variant": "K (tuned)"}, over=over, reduce="max")
+    rows = compare(SeedFigures("t", (each, top)), _pairs())
+    # 9/8, 5/4, 1.3/1: the variant is not carried into the denominator, the pair is
+    assert [r.kvtier for r in rows[:3]] == pytest.approx([1.125, 1.25, 1.3])
+    assert [r.where for r in rows[:3]] == ["60K x 8", "120K x 4", "360K x 2"]
+    assert rows[3].kvtier == pytest.approx(1.3) and rows[3].where == "max of 3: 360K x 2"
+    assert rows[3].ratio == pytest.approx(1.3 / 1.7) and not rows[3].off  # 0.76: 24% away
+
+
 def test_no_run_and_a_zero_denominator():
     figs = SeedFigures("t", (
         fig(1.0, at={"design": "absent"}),
@@ -145,11 +169,14 @@ def test_every_seed_figure_names_a_section_and_a_run_of_its_scenario(name):
     figs = load_seed_figures(cfg.source_file)
     assert figs is not None and figs.figures
     designs = {v.name for v in cfg.variants}
+    # a kvdrive summary's design column is the registry's design, not the variant's name
+    kinds = {dict(v.overrides).get("design", cfg.workload.design) for v in cfg.variants}
     matrix = getattr(cfg.workload, "matrix", None) or {}
     for f in figs.figures:
         assert f.section.startswith(("§", "Abstract")), f.name
         for sel in (f.at, {**f.at, **f.over}):
-            assert sel.get("design", next(iter(designs))) in designs, (f.name, sel)
+            assert sel.get("design", next(iter(designs))) in designs | kinds, (f.name, sel)
+            assert sel.get("variant", next(iter(designs))) in designs, (f.name, sel)
             for key in ("model", "context_tokens"):
                 if key in sel and key in matrix:
                     assert sel[key] in matrix[key], (f.name, key)

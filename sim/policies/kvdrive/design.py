@@ -32,8 +32,10 @@ as hierarchical).
 Decisions beyond :class:`StepDecision`'s fields, for the KVDrive driver
 (:mod:`sim.scenarios.kvdrive`), are in ``info``: ``gpu_hits``,
 ``gpu_misses``, ``dram_hits``, ``ssd_entries``, ``h2d_entries`` (misses
-copied to the GPU) and ``stage_entries`` (copied once more inside DRAM before the
-DMA: pageable staging or memmap -> pinned), ``memmap_reads`` (1: SSD reads
+copied to the GPU), ``h2d_runs`` (the runs of consecutive ids among them),
+``h2d_per_run`` (1: one copy call per run, ``Params.h2d_copy``) and
+``stage_entries`` (copied once more inside DRAM before the DMA: pageable
+staging or memmap -> pinned), ``memmap_reads`` (1: SSD reads
 are memmap page faults), ``blocking_h2d`` (1: pageable, synchronous copies),
 ``lookup_entries`` (ids the CPU's hit/miss
 evaluation scans: the selection and the cache's resident set, a sorted
@@ -66,6 +68,14 @@ from sim.policies.kvdrive.sync import (
 from sim.policies.selection import always_selected, take_units
 from sim.registry import ParamError
 
+H2D_COPIES = ("gather", "per_run")  # Params.h2d_copy
+
+
+def count_runs(ids: np.ndarray) -> int:
+    """Runs of consecutive ids in ``ids`` (distinct): [1, 2, 3, 7, 9, 10] has 3."""
+    ids = np.sort(np.asarray(ids, dtype=np.int64))
+    return int(len(ids) > 0) + int(np.count_nonzero(np.diff(ids) != 1))
+
 
 @dataclass(frozen=True)
 class Params:
@@ -83,6 +93,11 @@ class Params:
     # §7.3 (c) read-ahead, as a multiple of the step budget beyond it: the entries the
     # previous step's query ranks next (sync.py); 0 = none
     readahead: float = 0.0
+    # how the misses reach the GPU (:data:`H2D_COPIES`): "gather", one copy call per
+    # micro-batch (seed 003 §8: "the data movement primitives for gather and copy are
+    # derived from ShadowKV", whose gather_copy_with_offsets moves a layer's selected
+    # chunks in one launch), or "per_run", one call per run of consecutive entries
+    h2d_copy: str = "gather"
 
     def __post_init__(self) -> None:
         for name in ("chunk_size", "chunks_per_centroid"):
@@ -103,6 +118,8 @@ class Params:
             raise ParamError("readahead", f"needs sync in {AHEAD_SYNCS}, got {self.sync!r}")
         if self.eviction not in POLICIES:
             raise ParamError("eviction", f"must be one of {POLICIES}, got {self.eviction!r}")
+        if self.h2d_copy not in H2D_COPIES:
+            raise ParamError("h2d_copy", f"must be one of {H2D_COPIES}, got {self.h2d_copy!r}")
 
 
 class KVDrive(DesignBase):
@@ -257,6 +274,8 @@ class KVDrive(DesignBase):
                 "dram_hits": float(f.dram_hits),
                 "ssd_entries": float(len(f.from_ssd)),
                 "h2d_entries": float(f.h2d),
+                "h2d_runs": float(count_runs(miss) if sync != "layerwise" else 1),
+                "h2d_per_run": float(self.params.h2d_copy == "per_run"),
                 "stage_entries": float(f.staged),
                 "memmap_reads": float(memmap_reads(sync, self.params.ssd_io)),
                 "read_ahead": float(self.params.readahead),
