@@ -150,10 +150,17 @@ def test_designs_rank_only_against_those_run_on_the_same_workload() -> None:
     groups = workload_groups(load_scenario("paged-ssd"))
     assert [len(g) for g in groups] == [6, 2]
     assert set(groups[1]) == {"multi-turn: GPU only", "multi-turn: +CPU (minimal) +SSD"}
-    kvd = workload_groups(load_scenario("kvdrive"))
-    assert {"KVDrive (SFC)", "ShadowKV"} <= set(kvd[0])
-    assert {"KVDrive (64 GB host)", "ShadowKV (64 GB host)"} < set(kvd[2])
-    assert ("KVDrive (DRAM only)",) in kvd  # alone at 360K x 2 on the whole host: unranked
+    kvd = [set(g) for g in workload_groups(load_scenario("kvdrive"))]
+    eight = next(g for g in kvd if "KVDrive (SFC)" in g)  # the scenario's eight points
+    assert {"ShadowKV", "KVDrive (calibrated)"} < eight and "Quest" not in eight
+    assert {"KVDrive (64 GB host)", "ShadowKV (64 GB host)"} < next(  # 360K x 2, 64 GB host
+        g for g in kvd if "ShadowKV (64 GB host)" in g
+    )
+    assert {"KVDrive (SFC, 100e9 B host)", "ShadowKV (100e9 B host)"} < next(
+        g for g in kvd if "ShadowKV (100e9 B host)" in g
+    )
+    # 360K x 2 on the whole host, no SSD: ranked only against each other
+    assert {"KVDrive (DRAM only)", "KVDrive (SFC+prefetch, DRAM only)"} in kvd
     # a design's points are one workload set: every design of default runs one workload
     assert workload_groups(load_scenario("default")) == [
         ("Swarm", "No Cluster (scoring included)", "No Cluster (paper: scoring excluded)", "InfLLM")
