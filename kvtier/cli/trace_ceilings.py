@@ -65,7 +65,7 @@ def ceilings_command(args: argparse.Namespace) -> int:
     console = make_console()
     console.print(
         f"{args.file}: {len(reqs):,} requests, {len(acc.ids):,} block lookups of {block} tokens, "
-        f"{acc.distinct:,} distinct blocks (every cache that holds them all is infinite)"
+        f"{acc.distinct:,} distinct blocks (a cache of as many reaches the infinite ceiling)"
     )
     out = Table(title="hit-rate ceilings (hit tokens / prompt tokens, %)")
     for col in ("capacity blocks", "GiB", "infinite", "Belady", "LRU"):
