@@ -2,8 +2,8 @@
 
 A scenario whose variants span several context lengths (``unified-pooling``)
 gets seed 004's two figures as tables, one row per (model, design) and one
-column per context length: mean TTFT, and mean blocked I/O time, and a third
-of each design's hit rate beside its Belady ceiling.  Any other serving
+column per context length: mean TTFT, and mean blocked I/O time, then each
+design's hit rate and the trace's Belady ceiling at its cache blocks.  Any other serving
 scenario gets one row per design with the serving metrics and the trace's
 hit-rate ceilings at the design's cache capacity (:mod:`sim.serving.oracle`:
 an infinite cache, Belady's MIN and LRU at GPU + offload tiers' blocks).
@@ -38,12 +38,16 @@ def hit_rate(df: pd.DataFrame) -> pd.Series:
 
 
 def _ceiling_context(df: pd.DataFrame, title: str) -> list[Table]:
+    """Each design's hit rate over all tiers, and the trace's Belady ceiling at
+    the design's cache blocks, per context length."""
     if "hit_ceiling_belady" not in df.columns:
         return []
-    pairs = zip(hit_rate(df), df["hit_ceiling_belady"], strict=True)
-    cell = df.assign(hit_vs_ceiling=[f"{_pct(h)} / {_pct(b)}" for h, b in pairs])
-    name = f"{title}: hit rate % / Belady ceiling % at the design's cache blocks"
-    return [context_table(cell, "hit_vs_ceiling", name, str)]
+    pct = df.assign(hit_pct=100 * hit_rate(df), belady_pct=100 * df["hit_ceiling_belady"])
+    one = lambda v: f"{v:.1f}"  # noqa: E731
+    return [
+        context_table(pct, "hit_pct", f"{title}: hit rate (%)", one),
+        context_table(pct, "belady_pct", f"{title}: Belady ceiling at the design's cache (%)", one),
+    ]
 
 
 def context_table(df: pd.DataFrame, metric: str, title: str, fmt=lambda v: f"{v:.3f}") -> Table:
