@@ -22,7 +22,9 @@ tail first, so the tail is evicted first (vLLM's
 ``LRUOffloadingManager.touch``: ``for block_hash in reversed(...):
 move_to_end``; kvtier's ``BlockManager._touch``); Belady's next use of a
 block is later than its predecessor's.  So per prefix and per block count
-the same there.  Each request looks up once, as it does in kvtier without
+the same there (tests/sim/test_serving_oracle.py holds LRU's prefix hits to
+a per-block count, and Belady's to an exhaustive search of every offline
+choice of cache contents, on small chained traces).  Each request looks up once, as it does in kvtier without
 preemption; a request re-admitted after preemption looks up again and may
 find its own blocks, and kvtier logs that last lookup, so a design that
 preempts can pass these ceilings (they bound first lookups only).  The

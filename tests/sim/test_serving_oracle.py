@@ -167,3 +167,54 @@ def test_a_conversation_run_stays_under_its_ceilings() -> None:
         hit = sum(r[f"hit_rate_{t}"] for t in ("gpu", "cpu", "ssd", "pool"))
         assert r["hit_ceiling_infinite"] >= r["hit_ceiling_belady"] >= r["hit_ceiling_lru"]
         assert 0 < hit <= r["hit_ceiling_belady"] + 1e-12
+
+
+def _best_offline(rows, cap: int) -> int:
+    """The most prefix hits any offline choice of cache contents gets: after each
+    request, keep any set of at most ``cap`` blocks out of what was held and what
+    the request brought (every eviction and bypass), best hits per set kept."""
+    from itertools import combinations
+
+    best = {frozenset(): 0}
+    for d, n in rows:
+        blocks = [d * 100 + j for j in range(n)]
+        nxt: dict[frozenset, int] = {}
+        for held, hits in best.items():
+            k = 0
+            while k < n and blocks[k] in held:
+                k += 1
+            pool = sorted(held | set(blocks))
+            for size in range(min(cap, len(pool)) + 1):
+                for keep in combinations(pool, size):
+                    s = frozenset(keep)
+                    nxt[s] = max(nxt.get(s, -1), hits + k)
+        best = nxt
+    return max(best.values())
+
+
+small = st.lists(st.tuples(st.integers(0, 2), st.integers(1, 3)), min_size=1, max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(small, st.integers(0, 4))
+def test_no_offline_choice_beats_belady(rows, cap) -> None:
+    # prompts of 16 n + 1 tokens: every block may hit, so hits are the whole prefix
+    assert belady(chained(rows), cap) == _best_offline(rows, cap)
+
+
+@settings(max_examples=100, deadline=None)
+@given(trace, st.integers(0, 20))
+def test_lru_holds_prefixes_so_counting_blocks_gives_the_same(rows, cap) -> None:
+    # a list, most recent last; a request's blocks touched tail first; every held
+    # block among a request's counted blocks hits, prefix or not
+    order: list[int] = []
+    per_block = 0
+    for d, n in rows:
+        blocks = [d * 100 + j for j in range(n)]
+        per_block += sum(b in order for b in blocks)
+        for b in reversed(blocks):
+            if b in order:
+                order.remove(b)
+            order.append(b)
+        del order[: max(len(order) - cap, 0)]
+    assert lru(chained(rows), cap) == per_block
