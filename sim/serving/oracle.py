@@ -24,12 +24,14 @@ move_to_end``; kvtier's ``BlockManager._touch``); Belady's next use of a
 block is later than its predecessor's.  So per prefix and per block count
 the same there (tests/sim/test_serving_oracle.py holds LRU's prefix hits to
 a per-block count, and Belady's to an exhaustive search of every offline
-choice of cache contents, on small chained traces).  Each request looks up once, as it does in kvtier without
-preemption; a request re-admitted after preemption looks up again and may
-find its own blocks, and kvtier logs that last lookup, so a design that
-preempts can pass these ceilings (they bound first lookups only).  The
-ceilings ignore time, too: a block is in the cache from its request's
-arrival, not from the end of its prefill.
+choice of cache contents, on small chained traces).
+
+Each request looks up once, as it does in kvtier without preemption; a
+request re-admitted after preemption looks up again and may find its own
+blocks, and kvtier logs that last lookup, so a design that preempts can
+pass these ceilings (they bound first lookups only).  The ceilings ignore
+time, too: a block is in the cache from its request's arrival, not from the
+end of its prefill.
 
 * **infinite**: a block hits if an earlier request held its hash
   (no capacity, no eviction: the trace's reuse, the ceiling of ceilings).
