@@ -1,7 +1,8 @@
 """``kvtier trace ...``: request-trace statistics, access-trace capture and fitting.
 
 The commands' flags and printing: ``stats``, ``convert``, ``gen-conversations``
-in :mod:`kvtier.cli.trace_requests`, ``capture`` and ``fit`` in
+in :mod:`kvtier.cli.trace_requests`, ``ceilings`` in :mod:`kvtier.cli.trace_ceilings`,
+``capture`` and ``fit`` in
 :mod:`kvtier.cli.trace_access`; what they run is in :mod:`traces`.
 """
 
@@ -9,10 +10,15 @@ from __future__ import annotations
 
 import argparse
 
-from kvtier.cli import trace_access, trace_requests
+from kvtier.cli import trace_access, trace_ceilings, trace_requests
 
 # in the order `kvtier trace --help` lists them
-COMMANDS = (trace_requests.add_parsers, trace_access.add_capture, trace_access.add_fit)
+COMMANDS = (
+    trace_requests.add_parsers,
+    trace_ceilings.add_parser,
+    trace_access.add_capture,
+    trace_access.add_fit,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

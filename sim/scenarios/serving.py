@@ -49,12 +49,14 @@ from sim.serving.build import (
     default_gpu_kv_bytes,
     design_devices,
     gpu_blocks,
+    make_tiers,
 )
 from sim.serving.designs import get_design
 from sim.serving.execute.engine import EngineConfig
 from sim.serving.execute.engine import Progress as EngineProgress
 from sim.serving.execute.tp import TensorParallel, rank_card, rank_params, rank_profile
 from sim.serving.metrics import ServingRecords, serving_summary
+from sim.serving.oracle import accesses, ceilings
 from sim.serving.requests import Request, load_requests, request_table
 
 
@@ -185,6 +187,30 @@ def prepare(
         head: dict[str, Any] = {"design": design_label(name), "model": full.name, "tp": p.tp}
         if p.trace == "long_doc":
             head["context_tokens"] = p.context_tokens
-        return {**head, "gpu_kv_blocks": cfg.gpu_blocks, **serving_summary(records, p.block_tokens)}
+        out = {**head, "gpu_kv_blocks": cfg.gpu_blocks, **serving_summary(records, p.block_tokens)}
+        cap = cache_blocks(design, profile, card, cfg)
+        return {**out, **ceiling_columns(table, warm, p.block_tokens, cap)}
 
     return drive, summarize
+
+
+def cache_blocks(design, profile: HardwareProfile, card, cfg: EngineConfig) -> int:
+    """GPU blocks a design can hold cached: the GPU's (where its prefix cache is
+    on) plus each offload tier's bytes in whole offload blocks (``make_tiers``'
+    capacities; a tier's copy of a GPU block counts again, so this is at least
+    the distinct blocks the design can hold)."""
+    tiers, _ = make_tiers(design, profile, card, cfg.block_tokens)
+    factor = design.offload_factor(cfg.block_tokens)
+    held = sum(int(sum(t.capacity) // (t.layers * t.layer_bytes)) * factor for t in tiers)
+    return held + (cfg.gpu_blocks if cfg.prefix_cache else 0)
+
+
+def ceiling_columns(table: pa.Table, warm: pa.Table | None, block: int, cap: int) -> dict:
+    """The trace's hit-rate ceilings at ``cap`` blocks (:mod:`sim.serving.oracle`;
+    a warm-up pass fills the cache first and is not counted)."""
+    reqs = (load_requests(warm, block) if warm is not None else []) + load_requests(table, block)
+    n_warm = warm.num_rows if warm is not None else 0
+    acc = accesses([r.hashes for r in reqs], [r.input_tokens for r in reqs], block, n_warm)
+    c = ceilings(acc, cap)
+    return {"cache_blocks": cap, "hit_ceiling_infinite": c.infinite,
+            "hit_ceiling_belady": c.belady, "hit_ceiling_lru": c.lru}  # fmt: skip

@@ -2,8 +2,11 @@
 
 A scenario whose variants span several context lengths (``unified-pooling``)
 gets seed 004's two figures as tables, one row per (model, design) and one
-column per context length: mean TTFT, and mean blocked I/O time.  Any other
-serving scenario gets one row per design with the serving metrics.
+column per context length: mean TTFT, and mean blocked I/O time, then each
+design's hit rate and the trace's Belady ceiling at its cache blocks.  Any other serving
+scenario gets one row per design with the serving metrics and the trace's
+hit-rate ceilings at the design's cache capacity (:mod:`sim.serving.oracle`:
+an infinite cache, Belady's MIN and LRU at GPU + offload tiers' blocks).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ def serving_tables(df: pd.DataFrame, title: str) -> list[Table]:
         return [
             context_table(df, "ttft_mean_s", f"{title}: mean TTFT (s)"),
             context_table(df, "blocked_io_mean_s", f"{title}: mean blocked I/O time (s)"),
+            *_ceiling_context(df, title),
         ]
     return [design_table(df, title)]
 
@@ -25,7 +29,28 @@ def _ctx(n: int) -> str:
     return f"{n // 1024}K" if n % 1024 == 0 else str(n)
 
 
-def context_table(df: pd.DataFrame, metric: str, title: str) -> Table:
+HIT_TIERS = ("gpu", "cpu", "ssd", "pool")
+
+
+def hit_rate(df: pd.DataFrame) -> pd.Series:
+    """A design's hit rate over all its tiers (each tier's rate shares one denominator)."""
+    return sum(df[f"hit_rate_{t}"] for t in HIT_TIERS)
+
+
+def _ceiling_context(df: pd.DataFrame, title: str) -> list[Table]:
+    """Each design's hit rate over all tiers, and the trace's Belady ceiling at
+    the design's cache blocks, per context length."""
+    if "hit_ceiling_belady" not in df.columns:
+        return []
+    pct = df.assign(hit_pct=100 * hit_rate(df), belady_pct=100 * df["hit_ceiling_belady"])
+    one = lambda v: f"{v:.1f}"  # noqa: E731
+    return [
+        context_table(pct, "hit_pct", f"{title}: hit rate (%)", one),
+        context_table(pct, "belady_pct", f"{title}: Belady ceiling at the design's cache (%)", one),
+    ]
+
+
+def context_table(df: pd.DataFrame, metric: str, title: str, fmt=lambda v: f"{v:.3f}") -> Table:
     """Rows (model, design) in scenario order, columns context lengths."""
     contexts = sorted(df["context_tokens"].unique())
     table = Table(title=title)
@@ -39,7 +64,7 @@ def context_table(df: pd.DataFrame, metric: str, title: str) -> Table:
         sub = df[(df["model"] == model) & (df["design"] == design)].set_index("context_tokens")
         if sub.empty:
             continue
-        cells = [f"{sub.at[c, metric]:.3f}" if c in sub.index else "-" for c in contexts]
+        cells = [fmt(sub.at[c, metric]) if c in sub.index else "-" for c in contexts]
         table.add_row(model, design, *cells)
     return table
 
@@ -47,6 +72,10 @@ def context_table(df: pd.DataFrame, metric: str, title: str) -> Table:
 def _pct(v: float) -> str:
     """A fraction as a percentage, its unit in the column header."""
     return f"{100 * v:.1f}"
+
+
+def _int(v: float) -> str:
+    return f"{int(v):,}"
 
 
 def design_table(df: pd.DataFrame, title: str) -> Table:
@@ -64,10 +93,20 @@ def design_table(df: pd.DataFrame, title: str) -> Table:
         ("tok/s", "throughput_tok_s", lambda v: f"{v:,.0f}"),
         ("queue s", "queue_mean_s", lambda v: f"{v:.2f}"),
     ]
-    for tier in ("gpu", "cpu", "ssd", "pool"):
+    for tier in HIT_TIERS:
         if df[f"hit_rate_{tier}"].any():
             name = tier.upper() if tier != "pool" else tier
             cols.append((f"hit {name} %", f"hit_rate_{tier}", _pct))
+    if "hit_ceiling_belady" in df.columns:  # the trace's ceilings at the design's capacity
+        df = df.assign(hit_rate_all=hit_rate(df))
+        opt = lambda f: lambda v: "-" if pd.isna(v) else f(v)  # noqa: E731  (several instances: none)
+        cols += [
+            ("hit %", "hit_rate_all", _pct),
+            ("cache blocks", "cache_blocks", opt(_int)),
+            ("ceiling inf %", "hit_ceiling_infinite", opt(_pct)),
+            ("Belady %", "hit_ceiling_belady", opt(_pct)),
+            ("LRU %", "hit_ceiling_lru", opt(_pct)),
+        ]
     cols += [
         ("blocked I/O s", "blocked_io_s", lambda v: f"{v:.3f}"),
         ("SSD util %", "ssd_util", _pct),

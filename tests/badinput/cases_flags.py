@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from tests.badinput.builders import CONV, GEN, VALIDATE, VIDUR, Files, plan
 
+CEIL = "trace ceilings t.csv"
+ONE_ROW: Files = {"t.csv": VIDUR + "1,2,3\n"}
+MOONCAKE_ROW: Files = {
+    "m.jsonl": '{"timestamp": 0, "input_length": 1024, "output_length": 1, "hash_ids": [1, 2]}\n'
+}
+
 FLAGS: list[tuple[str, str, Files, str]] = [
     # --- flag values: negative, zero, non-finite, fractional, not a number, unknown choice
     *[
@@ -46,6 +52,21 @@ FLAGS: list[tuple[str, str, Files, str]] = [
     ("sim-unknown-flag", "sim --bogus", {}, "--bogus"),
     ("sweep-no-factor", "sweep", {}, "--factor"),
     ("conv-no-out", "trace convert t.csv", {}, "--out"),
+    # --- trace ceilings: capacities, the engine block, the model a GiB capacity needs
+    ("ceilings-no-capacity", CEIL, ONE_ROW, "--capacity-blocks"),
+    ("ceilings-gib-no-model", f"{CEIL} --capacity-gib 1", ONE_ROW, "--model"),
+    *[
+        (f"ceilings-blocks-{v}", f"{CEIL} --capacity-blocks {v}", {}, "--capacity-blocks")
+        for v in ("-1", "1.5", "x")
+    ],
+    ("ceilings-gib-nan", f"{CEIL} --capacity-gib nan --model m", {}, "--capacity-gib"),
+    ("ceilings-block-0", f"{CEIL} --block 0 --capacity-blocks 1", {}, "--block"),
+    (
+        "ceilings-block-nest",
+        "trace ceilings m.jsonl --block 48 --capacity-blocks 1",
+        MOONCAKE_ROW,
+        "--block",
+    ),  # fmt: skip
     # --- real validate (parsed before any I/O)
     *[
         (f"validate-{flag[2:]}-{v}", f"{VALIDATE} {flag} {v}", {}, flag)

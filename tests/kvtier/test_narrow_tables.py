@@ -28,7 +28,7 @@ from kvtier.cli.tables import fit, frame_table
 from sim.config import load_scenario
 from sim.scenarios.kvdrive_kind import BREAKDOWN
 from sim.scenarios.seedref import judge, load_seed_figures, seed_tables
-from sim.serving.report import context_table, design_table
+from sim.serving.report import context_table, design_table, serving_tables
 
 WIDTHS = (60, 80)
 NAMES = ["GPU only", "+CPU (minimal) +SSD", "multi-turn: +CPU (minimal) +SSD", "Unified KV pooling"]
@@ -48,7 +48,8 @@ def _frame(keys: list[str], value: float = 12345.678) -> pd.DataFrame:
 
 SERVING = ["ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s",
            "throughput_tok_s", "queue_mean_s", "hit_rate_gpu", "hit_rate_cpu", "hit_rate_ssd",
-           "hit_rate_pool", "blocked_io_s", "ssd_util", "duration_s"]  # fmt: skip
+           "hit_rate_pool", "blocked_io_s", "ssd_util", "duration_s", "cache_blocks",
+           "hit_ceiling_infinite", "hit_ceiling_belady", "hit_ceiling_lru"]  # fmt: skip
 DECODE = ["step_ms", "tokens_per_s", "fetch_ms_per_step", "fetch_gbps", "ssd_share_of_aggregate",
           "cpu_cores_busy", "fetch_bytes_per_step", "io_ms_per_step", "read_bytes_per_step",
           "ios_per_step", "ssd_gbps", "dram_hit_rate", "recall", "select_ms", "index_mb_per_layer",
@@ -72,12 +73,18 @@ def _seed(name: str) -> list[Table]:
     return seed_tables(figs, rows, f"{name} on a machine")
 
 
-def _context() -> Table:
-    df = pd.DataFrame(
-        [{"model": m, "design": d, "context_tokens": c, "ttft_mean_s": 123.456 * c / 1024}
+def _context_frame() -> pd.DataFrame:
+    return pd.DataFrame(
+        [{"model": m, "design": d, "context_tokens": c, "ttft_mean_s": 123.456 * c / 1024,
+          "blocked_io_mean_s": 1.5, **{f"hit_rate_{t}": 0.2 for t in ("gpu", "cpu", "ssd", "pool")},
+          "hit_ceiling_belady": 0.999}
          for m in ("Llama-3.1-8B", "GPT-OSS-20B") for d in NAMES
          for c in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)]
     )  # fmt: skip
+
+
+def _context() -> Table:
+    df = _context_frame()
     return context_table(df, "ttft_mean_s", "unified-pooling on h100-2dimm-2ssd: mean TTFT (s)")
 
 
@@ -120,6 +127,7 @@ def _swift_paper() -> Table:
 BUILDERS = {
     "serving": lambda: [design_table(_frame(SERVING), "paged-ssd on dgx-spark")],
     "unified-pooling": lambda: [_context()],
+    "unified-pooling, all": lambda: serving_tables(_context_frame(), "unified-pooling on a box"),
     "seed unified-pooling": lambda: _seed("unified-pooling"),
     "seed paged-ssd": lambda: _seed("paged-ssd"),
     "sparse decode": lambda: [summary_table(_frame(DECODE), 8)],
