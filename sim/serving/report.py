@@ -3,7 +3,9 @@
 A scenario whose variants span several context lengths (``unified-pooling``)
 gets seed 004's two figures as tables, one row per (model, design) and one
 column per context length: mean TTFT, and mean blocked I/O time.  Any other
-serving scenario gets one row per design with the serving metrics.
+serving scenario gets one row per design with the serving metrics, and a
+routed one (``router``) a second table: TPOT percentiles, the GPU hit rate,
+turn affinity and each instance's requests and GPU hit rate.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ def serving_tables(df: pd.DataFrame, title: str) -> list[Table]:
             context_table(df, "ttft_mean_s", f"{title}: mean TTFT (s)"),
             context_table(df, "blocked_io_mean_s", f"{title}: mean blocked I/O time (s)"),
         ]
-    return [design_table(df, title)]
+    tables = [design_table(df, title)]
+    if "router" in df.columns:
+        tables.append(router_table(df, f"{title}: routing"))
+    return tables
 
 
 def _ctx(n: int) -> str:
@@ -78,4 +83,21 @@ def design_table(df: pd.DataFrame, title: str) -> Table:
         table.add_column(header, justify="left" if left else "right", no_wrap=left)
     for _, row in df.iterrows():
         table.add_row(*[fmt(row[key]) for _, key, fmt in cols])
+    return table
+
+
+def router_table(df: pd.DataFrame, title: str) -> Table:
+    """One row per routed variant: its router, TPOT percentiles, GPU hits, the
+    share of later turns sent where the session's previous turn ran, and each
+    instance's requests / GPU hit rate."""
+    names = [c.removesuffix("_requests") for c in df.columns if c.endswith("_requests")]
+    table = Table(title=title)
+    heads = ["variant", "router", "TPOT p50 ms", "p99 ms", "hit GPU %", "turn affinity %"]
+    for h in [*heads, *(f"{n} req / hit %" for n in names)]:
+        table.add_column(h, justify="left" if h in ("variant", "router") else "right")
+    for _, row in df.iterrows():
+        per = [f"{row[f'{n}_requests']:.0f} / {_pct(row[f'{n}_hit_rate_gpu'])}" for n in names]
+        table.add_row(str(row["variant"]), str(row["router"]), f"{1e3 * row['tpot_p50_s']:.1f}",
+                      f"{1e3 * row['tpot_p99_s']:.1f}", _pct(row["hit_rate_gpu"]),
+                      _pct(row["turn_affinity"]), *per)  # fmt: skip
     return table

@@ -212,6 +212,27 @@ class Engine:
             self._release(s)
             prev = s
 
+    # ---- requests a router hands over (sim.serving.execute.routed) --------------------
+    def hold_open(self) -> None:
+        """Keep the iteration loop alive while a router may still send requests."""
+        self.remaining += 1
+
+    def close(self) -> None:
+        """The router has sent its last request (undoes :meth:`hold_open`)."""
+        self.remaining -= 1
+        self._kick()
+
+    def accept(self, req: Request) -> Seq:
+        """Release ``req`` now: a request routed here on arrival, not in the list
+        the engine was built with (its log must have a row free for it)."""
+        s = Seq(req, math.ceil((req.input_tokens + req.output_tokens) / self.B))
+        self.row[s] = len(self.seqs)
+        self.seqs.append(s)
+        self.finished[s] = self.env.event()
+        self.remaining += 1
+        self._release(s)
+        return s
+
     def _release(self, s: Seq) -> None:
         i = self.row[s]
         self.log.release_s[i] = self.env.now
