@@ -79,7 +79,9 @@ def prepare_routed(
     for i, spec in enumerate(specs):
         if spec["gpu"] not in profile.gpu_names:
             raise ConfigError(f"instances[{i}].gpu: {profile.name} has no GPU {spec['gpu']!r}")
-    solo = dataclasses.replace(p, instances=(), replicas=0, route_to=(), router="none")
+    solo = dataclasses.replace(
+        p, instances=(), replicas=0, route_to=(), router="none", router_params={}
+    )
     card, design = get_model(p.model), get_design(p.design, p.design_params)
     design_devices(design, profile)
     cfg = engine_config(solo, profile)

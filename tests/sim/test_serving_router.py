@@ -196,3 +196,16 @@ def test_serving_params_check_the_router_fields() -> None:
         ServingParams(router="prefix", instances=({"name": "a", "gpu": "gpu0", "model": "x"},))
     ok = ServingParams(router="least_kv", replicas=3)
     assert dataclasses.replace(ok, router="round_robin").replicas == 3
+
+
+def test_a_routed_variant_runs_through_the_scenario_driver() -> None:
+    """router_params reach the policy (weight 0), the summary splits the requests by
+    instance and they add up to the run's."""
+    from sim.scenarios.serving import prepare
+
+    p = dataclasses.replace(P, sessions=4, router="prefix", replicas=2,
+                            router_params={"overlap_weight": 0.0})  # fmt: skip
+    drive, summarize = prepare(p, PROFILE, 0, "prefix w0")
+    row = summarize(drive())
+    assert row["router"] == "prefix" and row["instances"] == 2
+    assert row["r0_requests"] + row["r1_requests"] == row["requests"] > 0
