@@ -150,6 +150,9 @@ class Engine:
         # called with each request as it is released, before the fit check (a lending
         # worker's ScaleUp, sim.serving.execute.lending)
         self.on_release: list[Callable[[Seq], None]] = []
+        # called with each request as it finishes or is rejected (a router's bookkeeping,
+        # sim.serving.execute.routed)
+        self.on_finish: list[Callable[[Seq], None]] = []
 
     # ---- lifecycle ------------------------------------------------------------------
     def run(self, progress: Progress | None = None) -> ServingRecords:
@@ -263,6 +266,8 @@ class Engine:
         if self.inflight is not None:
             self.inflight.release(self._slots.pop(s.req.rid))
         self.remaining -= 1
+        for hook in self.on_finish:
+            hook(s)
         self.finished[s].succeed()
 
     # ---- admission -------------------------------------------------------------------

@@ -59,14 +59,15 @@ class Router:
         self.engines, self.policy, self.requests = list(engines), policy, requests
         self.env = self.engines[0].env
         self.left = len(requests)  # not yet sent
-        self.active: list[dict[int, Seq]] = [{} for _ in self.engines]  # rid -> Seq, unfinished
-        self.prefilled: set[int] = set()  # rids told to the policy as prefilled
+        self.prefilling: dict[int, tuple[int, Seq]] = {}  # rid -> (instance, Seq): no token yet
+        self.done: list[tuple[int, int]] = []  # (instance, rid) finished since the last decision
         self.routed: dict[int, int] = {}  # rid -> instance index
 
     def start(self) -> None:
         """Register one client per session and hold every engine open."""
-        for e in self.engines:
+        for i, e in enumerate(self.engines):
             e.hold_open()
+            e.on_finish.append(lambda s, i=i: self.done.append((i, s.req.rid)))
         by_session = sorted(self.requests, key=lambda r: (_session_key(r), r.turn))
         for _, group in groupby(by_session, key=_session_key):
             self.env.process(self._client(list(group)))
@@ -90,24 +91,25 @@ class Router:
         i = self.policy.choose(r, [instance_state(e) for e in self.engines])
         self.routed[r.rid] = i
         s = self.engines[i].accept(r)
-        self.active[i][r.rid] = s
+        if not self.engines[i].finished[s].triggered:  # not rejected on release
+            self.prefilling[r.rid] = (i, s)
         self.left -= 1
         if not self.left:
             self._close()
         return i, s
 
     def _sync(self) -> None:
-        """Tell the policy what its routed requests did since the last decision."""
-        for i, (e, act) in enumerate(zip(self.engines, self.active, strict=True)):
-            done = [rid for rid, s in act.items() if e.finished[s].triggered]
-            for rid, s in act.items():
-                if s.generated and rid not in self.prefilled:
-                    self.prefilled.add(rid)
-                    self.policy.prefilled(i, rid)
-            for rid in done:
-                self.policy.finished(i, rid)
-                self.prefilled.discard(rid)
-                del act[rid]
+        """Tell the policy what its routed requests did since the last decision:
+        first tokens (looked up among those still in prefill), then finishes
+        (collected as the engines finish them, :attr:`Engine.on_finish`)."""
+        first = [rid for rid, (_, s) in self.prefilling.items() if s.generated]
+        for rid in first:
+            i, _ = self.prefilling.pop(rid)
+            self.policy.prefilled(i, rid)
+        done, self.done = self.done, []
+        for i, rid in done:
+            self.prefilling.pop(rid, None)  # a rejected request never prefilled
+            self.policy.finished(i, rid)
 
     def _close(self) -> None:
         for e in self.engines:
