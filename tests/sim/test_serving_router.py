@@ -209,3 +209,17 @@ def test_a_routed_variant_runs_through_the_scenario_driver() -> None:
     row = summarize(drive())
     assert row["router"] == "prefix" and row["instances"] == 2
     assert row["r0_requests"] + row["r1_requests"] == row["requests"] > 0
+
+
+def test_route_to_spreads_over_the_named_instances_beside_one_with_its_own_trace() -> None:
+    from sim.scenarios.serving import prepare
+
+    insts = ({"name": "a", "gpu": "gpu0"}, {"name": "b", "gpu": "gpu2"},
+             {"name": "own", "gpu": "gpu1", "sessions": 2})  # fmt: skip
+    p = dataclasses.replace(P, sessions=4, router="round_robin", instances=insts,
+                            route_to=("a", "b"))  # fmt: skip
+    drive, summarize = prepare(p, PROFILE, 0, "rr")
+    row = summarize(drive())
+    assert row["instances"] == 2 and row["a_requests"] + row["b_requests"] == row["requests"]
+    assert abs(row["a_requests"] - row["b_requests"]) <= 1  # round-robin alternates
+    assert row["own_ttft_mean_s"] > 0  # served its own trace beside them
