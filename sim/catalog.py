@@ -15,9 +15,15 @@ the modules named below; a module registers in one registry only
 import importlib
 import pkgutil
 
-from sim.registry import KV_DESIGNS, SERVING_DESIGNS, SPARSE_DECODE_DESIGNS, WORKLOADS
+from sim.registry import (
+    KV_DESIGNS,
+    ROUTERS,
+    SERVING_DESIGNS,
+    SPARSE_DECODE_DESIGNS,
+    WORKLOADS,
+)
 
-REGISTRIES = (KV_DESIGNS, SERVING_DESIGNS, WORKLOADS, SPARSE_DECODE_DESIGNS)
+REGISTRIES = (KV_DESIGNS, SERVING_DESIGNS, WORKLOADS, SPARSE_DECODE_DESIGNS, ROUTERS)
 
 
 def kv_designs() -> None:
@@ -42,7 +48,12 @@ def sparse_decode_designs() -> None:
     import sim.capacity.sparse  # noqa: F401, PLC0415  capacity-plan designs of sparse_decode
 
 
+def routers() -> None:
+    import sim.serving.router  # noqa: F401, PLC0415  round-robin, least-loaded, prefix-aware
+
+
 KV_DESIGNS.fill_with(kv_designs)
 SERVING_DESIGNS.fill_with(serving_designs)
 WORKLOADS.fill_with(workload_kinds)
 SPARSE_DECODE_DESIGNS.fill_with(sparse_decode_designs)
+ROUTERS.fill_with(routers)

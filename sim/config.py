@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hwprofiles.loader import build_dataclass, read_yaml, resolve_yaml
-from sim.registry import WORKLOADS, Entry, ParamError, RegistryError, checked
+from sim.registry import ROUTERS, WORKLOADS, Entry, ParamError, RegistryError, checked
 from sim.scenarios.seedref import parse_seed_figures
 from sim.scenarios.trace_path import resolve_trace
 
@@ -191,6 +191,14 @@ class ServingParams:
     # lsc (a master with a layer stream cache) and any field above it overrides;
     # empty = one instance of the fields above
     instances: tuple[dict, ...] = ()
+    # a router (sim.serving.router: round_robin | least_queue | least_kv | prefix; or none)
+    # assigns each request of the trace, on arrival, to one of `replicas` identical instances
+    # of the fields above on the profile's first GPUs, or to the `instances` named in
+    # `route_to` (all of them when empty); router_params: the policy's Params
+    router: str = "none"
+    router_params: dict = field(default_factory=dict)
+    replicas: int = 0
+    route_to: tuple[str, ...] = ()
     preempt: bool = False  # vLLM v1: prompt blocks at admission, preempt (recompute) on shortage
     tp: int = field(
         default=1, metadata={"positive": True}
@@ -203,6 +211,7 @@ class ServingParams:
 
     def __post_init__(self) -> None:
         _check_instances(self)
+        _check_router(self)
         _check_gpu_time(self)
         _non_negative(self, "requests", "max_inflight", "max_batched_tokens", "gpu_kv_tokens")
         _non_negative(self, "think_s")
@@ -212,6 +221,11 @@ class ServingParams:
             if name == "matrix":
                 raise ParamError("matrix.matrix", "a matrix cannot vary itself")
             factor_values(type(self), name, values, f"matrix.{name}")
+
+    @property
+    def routed(self) -> bool:
+        """A router assigns the trace's requests to instances (``router`` is not none)."""
+        return self.router != "none"
 
 
 GPU_TIMES = ("roofline", "measured", "auto")  # sim.hw.measured.GpuTime.mode
@@ -280,6 +294,39 @@ def _check_instances(p: ServingParams) -> None:
         _check_elastic(inst.get("elastic"), f"instances[{i}].elastic")
         if inst.get("cache_replies", "off") not in CACHE_REPLIES:
             raise ParamError(f"instances[{i}].cache_replies", f"must be one of {CACHE_REPLIES}")
+
+
+def _check_router(p: ServingParams) -> None:
+    """A known router with valid params over at least one instance that exists."""
+    if not p.routed:
+        for key in ("replicas", "route_to", "router_params"):
+            if getattr(p, key):
+                raise ParamError(key, "needs a router (round_robin, least_queue, least_kv, prefix)")
+        return
+    ROUTERS.params(p.router, p.router_params, "router_params")  # RegistryError names the key
+    if not isinstance(p.replicas, int) or isinstance(p.replicas, bool):
+        raise ParamError("replicas", f"must be an integer, got {p.replicas!r}")
+    if p.instances:
+        if p.replicas:
+            raise ParamError("replicas", "a router spreads over replicas or instances, not both")
+        names = [inst["name"] for inst in p.instances]
+        for k, name in enumerate(p.route_to):
+            if name not in names:
+                raise ParamError(f"route_to[{k}]", f"no instance named {name!r} (instances: "
+                                 f"{', '.join(map(str, names))})")  # fmt: skip
+        if len(set(p.route_to)) != len(p.route_to):
+            raise ParamError("route_to", "names an instance twice")
+        for i, inst in enumerate(p.instances):
+            if not p.route_to or inst["name"] in p.route_to:
+                extra = sorted(set(inst) - {"name", "gpu"})
+                if extra:
+                    why = "a routed instance is a replica: only its name and gpu are its own"
+                    raise ParamError(f"instances[{i}].{extra[0]}", why)
+        return
+    if p.route_to:
+        raise ParamError("route_to", "names instances, but the workload declares none")
+    if p.replicas < 1:
+        raise ParamError("replicas", f"must be >= 1 with a router, got {p.replicas}")
 
 
 def _check_elastic(el: Any, where: str) -> None:

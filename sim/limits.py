@@ -284,19 +284,23 @@ def overload_warnings(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
     return warnings(cfg, profile) if warnings is not None else []
 
 
+CHOICES = ("design", "router")  # fields that do not change what a trace offers
+
+
 def _serving_overload(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str]:
     """One line per serving variant whose open-loop trace offers more work than
     the GPU can do: offered load = arrival rate x the mean request's service
     time > 1.  Closed-loop workloads (``max_inflight``, ``long_doc``) cannot
     overload; no constant enters (see :func:`offered_load`).  Several instances
-    (``instances``: each its own trace and GPU) are not checked here."""
+    (``instances``: each its own trace and GPU) are not checked here; a routed
+    trace is checked against its instances together (its load over their number)."""
     from sim.models import get_model
     from sim.scenarios.serving import trace_tables
 
     out, seen = [], set()
     for name, p in _variants(cfg):
-        key = repr(sorted((k, v) for k, v in vars(p).items() if not k.startswith("design")))
-        if p.max_inflight or p.trace == "long_doc" or p.instances or key in seen:
+        key = repr(sorted((k, v) for k, v in vars(p).items() if not k.startswith(CHOICES)))
+        if p.max_inflight or p.trace == "long_doc" or (p.instances and not p.routed) or key in seen:
             continue
         seen.add(key)
         table, _ = trace_tables(p, cfg.seed)
@@ -308,12 +312,15 @@ def _serving_overload(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
         gpu_time = GpuTime.of(p)
         try:
             rho = offered_load(table, card, rank_profile(profile, p.tp), p.max_batch, gpu_time)
+            n = (p.replicas or len(p.route_to or p.instances)) if p.routed else 1
+            rho /= n
         except MeasuredError as exc:  # a framework version the tables lack
             raise ConfigError(f"{cfg.source_file or cfg.name}: variant '{name}': {exc}") from None
         if rho > 1:
             out.append(
                 f"{cfg.source_file or cfg.name}: variant '{name}': the trace offers "
-                f"{rho:.2f}x what {profile.name} can serve with {p.model} (arrival rate x "
+                f"{rho:.2f}x what {f'{n} instances on ' if n > 1 else ''}{profile.name} "
+                f"can serve with {p.model} (arrival rate x "
                 f"mean prefill + decode time): queues grow for the whole run"
             )
     return out

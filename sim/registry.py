@@ -274,3 +274,5 @@ SERVING_DESIGNS = Registry("serving design", "design")
 WORKLOADS = Registry("workload kind", "kind")
 # the designs a capacity plan compares on sparse decoding: where the KV lives
 SPARSE_DECODE_DESIGNS = Registry("sparse-decode design", "design")
+# request routers over a serving scenario's instances (sim.serving.router)
+ROUTERS = Registry("router", "router")

@@ -188,7 +188,7 @@ SWARM_DESIGN_KEYS = (
     "design", "design_params", "ssds", "io_path", "queue_depth", "dram_cache",
     "budget_scale", "match_recall", "match_step", "local_window", "sink_tokens",
 )  # fmt: skip
-SERVING_DESIGN_KEYS = ("design", "design_params", "instances")
+SERVING_DESIGN_KEYS = ("design", "design_params", "instances", "router", "router_params")
 
 WORKLOADS.register(
     "sparse_decode",

@@ -168,7 +168,7 @@ def _serving_report(console: Console, cfg, profile, summary: pd.DataFrame, out: 
 
     print_tables(console, serving_tables(summary, f"{cfg.name} on {profile.name}"))
     _print_seed_figures(console, cfg, summary, f"{cfg.name} on {profile.name}")
-    if cfg.workload.instances and "gpu1" in profile.gpu_names:
+    if cfg.workload.instances and not cfg.workload.routed and "gpu1" in profile.gpu_names:
         from sim.scenarios.swiftcache import reload_shares
 
         reload = reload_shares(profile)
@@ -176,7 +176,7 @@ def _serving_report(console: Console, cfg, profile, summary: pd.DataFrame, out: 
         swift.append(_swift_paper_table(cfg, summary, profile, reload))
         print_tables(console, [*swift, *_lsc_tables(cfg, profile)])
     plots = write_serving_plots(out)
-    if cfg.workload.instances and "gpu1" in profile.gpu_names:
+    if cfg.workload.instances and not cfg.workload.routed and "gpu1" in profile.gpu_names:
         from analysis.swift_plots import write_swift_outputs
         from sim.scenarios.swiftcache import FIG9_WORKER_SHARE
 

@@ -162,7 +162,12 @@ def prepare(
 ) -> tuple[Callable[[], ServingRecords], Callable[[Any], dict]]:
     """(drive, summarize) of one variant; raises early if it cannot run.  A
     workload declaring ``instances`` runs them all on one machine
-    (:mod:`sim.scenarios.serving_instances`)."""
+    (:mod:`sim.scenarios.serving_instances`); one with a ``router`` sends each
+    request to one of its instances on arrival (:mod:`sim.scenarios.serving_routed`)."""
+    if p.routed:
+        from sim.scenarios.serving_routed import prepare_routed
+
+        return prepare_routed(p, profile, seed, name, engine_config, trace_tables)
     if p.instances:
         from sim.scenarios.serving_instances import prepare_instances
 

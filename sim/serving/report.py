@@ -6,7 +6,9 @@ column per context length: mean TTFT, and mean blocked I/O time, then each
 design's hit rate and the trace's Belady ceiling at its cache blocks.  Any other serving
 scenario gets one row per design with the serving metrics and the trace's
 hit-rate ceilings at the design's cache capacity (:mod:`sim.serving.oracle`:
-an infinite cache, Belady's MIN and LRU at GPU + offload tiers' blocks).
+an infinite cache, Belady's MIN and LRU at GPU + offload tiers' blocks), and a
+routed one (``router``) a second table: TPOT percentiles, the GPU hit rate,
+turn affinity and each instance's requests and GPU hit rate.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ def serving_tables(df: pd.DataFrame, title: str) -> list[Table]:
             context_table(df, "blocked_io_mean_s", f"{title}: mean blocked I/O time (s)"),
             *_ceiling_context(df, title),
         ]
-    return [design_table(df, title)]
+    tables = [design_table(df, title)]
+    if "router" in df.columns:
+        tables.append(router_table(df, f"{title}: routing"))
+    return tables
 
 
 def _ctx(n: int) -> str:
@@ -117,4 +122,21 @@ def design_table(df: pd.DataFrame, title: str) -> Table:
         table.add_column(header, justify="left" if left else "right", no_wrap=left)
     for _, row in df.iterrows():
         table.add_row(*[fmt(row[key]) for _, key, fmt in cols])
+    return table
+
+
+def router_table(df: pd.DataFrame, title: str) -> Table:
+    """One row per routed variant: its router, TPOT percentiles, GPU hits, the
+    share of later turns sent where the session's previous turn ran, and each
+    instance's requests / GPU hit rate."""
+    names = [c.removesuffix("_requests") for c in df.columns if c.endswith("_requests")]
+    table = Table(title=title)
+    heads = ["variant", "router", "TPOT p50 ms", "p99 ms", "hit GPU %", "turn affinity %"]
+    for h in [*heads, *(f"{n} req / hit %" for n in names)]:
+        table.add_column(h, justify="left" if h in ("variant", "router") else "right")
+    for _, row in df.iterrows():
+        per = [f"{row[f'{n}_requests']:.0f} / {_pct(row[f'{n}_hit_rate_gpu'])}" for n in names]
+        table.add_row(str(row["variant"]), str(row["router"]), f"{1e3 * row['tpot_p50_s']:.1f}",
+                      f"{1e3 * row['tpot_p99_s']:.1f}", _pct(row["hit_rate_gpu"]),
+                      _pct(row["turn_affinity"]), *per)  # fmt: skip
     return table

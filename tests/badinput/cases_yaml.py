@@ -367,6 +367,41 @@ YAML: list[tuple[str, str, Files, str]] = [
         "cache_replies",
     ),
     (
+        "serve-router-unknown",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  router: fastest\n  replicas: 2\n")},
+        "unknown router 'fastest'",
+    ),
+    (
+        "serve-router-replicas",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  router: round_robin\n  replicas: 0\n")},
+        "replicas: must be >= 1",
+    ),
+    (
+        "serve-router-too-many-replicas",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  router: prefix\n  replicas: 5\n")},
+        "fewer than 5 replicas",
+    ),
+    (
+        "serve-router-no-such-instance",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {
+            "v.yaml": serving(
+                "  router: least_queue\n  route_to: [a, c]\n"
+                "  instances:\n    - {name: a, gpu: gpu0}\n    - {name: b, gpu: gpu1}\n"
+            )
+        },  # fmt: skip
+        "no instance named 'c'",
+    ),
+    (
+        "serve-router-param",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  router: prefix\n  replicas: 2\n  router_params: {weight: 1}\n")},
+        "router_params.weight",
+    ),
+    (
         "serve-gpu-util",
         "sim --scenario v.yaml",
         {"v.yaml": serving("  gpu_memory_utilization: 0\n")},

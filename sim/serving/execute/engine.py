@@ -150,6 +150,9 @@ class Engine:
         # called with each request as it is released, before the fit check (a lending
         # worker's ScaleUp, sim.serving.execute.lending)
         self.on_release: list[Callable[[Seq], None]] = []
+        # called with each request as it finishes or is rejected (a router's bookkeeping,
+        # sim.serving.execute.routed)
+        self.on_finish: list[Callable[[Seq], None]] = []
 
     # ---- lifecycle ------------------------------------------------------------------
     def run(self, progress: Progress | None = None) -> ServingRecords:
@@ -212,6 +215,27 @@ class Engine:
             self._release(s)
             prev = s
 
+    # ---- requests a router hands over (sim.serving.execute.routed) --------------------
+    def hold_open(self) -> None:
+        """Keep the iteration loop alive while a router may still send requests."""
+        self.remaining += 1
+
+    def close(self) -> None:
+        """The router has sent its last request (undoes :meth:`hold_open`)."""
+        self.remaining -= 1
+        self._kick()
+
+    def accept(self, req: Request) -> Seq:
+        """Release ``req`` now: a request routed here on arrival, not in the list
+        the engine was built with (its log must have a row free for it)."""
+        s = Seq(req, math.ceil((req.input_tokens + req.output_tokens) / self.B))
+        self.row[s] = len(self.seqs)
+        self.seqs.append(s)
+        self.finished[s] = self.env.event()
+        self.remaining += 1
+        self._release(s)
+        return s
+
     def _release(self, s: Seq) -> None:
         i = self.row[s]
         self.log.release_s[i] = self.env.now
@@ -242,6 +266,8 @@ class Engine:
         if self.inflight is not None:
             self.inflight.release(self._slots.pop(s.req.rid))
         self.remaining -= 1
+        for hook in self.on_finish:
+            hook(s)
         self.finished[s].succeed()
 
     # ---- admission -------------------------------------------------------------------

@@ -1,0 +1,215 @@
+"""Identical serving instances behind a router, on one machine.
+
+The instances are engines of :mod:`sim.serving.execute.multi` (one per GPU,
+one flow network), built with no requests of their own.  A :class:`Router`
+owns the clients instead: one per session, as an engine's own client does
+(a request is sent at its ``arrival_s``; a session's turn t+1 only after
+reply t has finished, wherever it was served), and when a request is sent
+the routing policy (:mod:`sim.serving.router`, no clock) picks the instance
+from what each one shows at that moment (:func:`instance_state`), and the
+request is released into that engine (:meth:`Engine.accept`).  Before each
+decision the router is told which of the requests it routed have emitted
+their first token or finished since the last one (Dynamo's
+``mark_prefill_completed`` and ``free``), so a policy that tracks its own
+view of the load sees it as of that moment.
+
+Each engine keeps its own records; :func:`fleet_records` joins them into
+one run's: the requests of every instance, their ops and plans (op ids
+renumbered, instance after instance), the machine's devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import groupby
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hwprofiles import HardwareProfile
+from sim.serving.execute.engine import Engine, _session_key
+from sim.serving.execute.gcpolicy import relaxed_gc
+from sim.serving.execute.multi import Instance, build_instances
+from sim.serving.metrics import RequestLog, ServingRecords
+from sim.serving.policy.seq import Seq
+from sim.serving.requests import Request
+from sim.serving.router import InstanceState, RouterPolicy
+
+_NOTHING: frozenset[int] = frozenset()
+
+
+def instance_state(e: Engine) -> InstanceState:
+    """What a router sees of engine ``e`` now (:class:`InstanceState`)."""
+    gpu = e.mgr.gpu
+    return InstanceState(
+        queued=len(e.waiting) + len(e.parked),
+        running=len(e.running),
+        kv_used=gpu.used - gpu.n_evictable,
+        kv_blocks=gpu.capacity,
+        cached=gpu.cached.keys() if gpu.prefix_cache else _NOTHING,
+    )
+
+
+class Router:
+    """The clients of a routed run: each request to the instance the policy picks."""
+
+    def __init__(self, engines: Sequence[Engine], policy: RouterPolicy, requests: list[Request]):
+        self.engines, self.policy, self.requests = list(engines), policy, requests
+        self.env = self.engines[0].env
+        self.left = len(requests)  # not yet sent
+        self.prefilling: dict[int, tuple[int, Seq]] = {}  # rid -> (instance, Seq): no token yet
+        self.done: list[tuple[int, int]] = []  # (instance, rid) finished since the last decision
+        self.routed: dict[int, int] = {}  # rid -> instance index
+
+    def start(self) -> None:
+        """Register one client per session and hold every engine open."""
+        for i, e in enumerate(self.engines):
+            e.hold_open()
+            e.on_finish.append(lambda s, i=i: self.done.append((i, s.req.rid)))
+        by_session = sorted(self.requests, key=lambda r: (_session_key(r), r.turn))
+        for _, group in groupby(by_session, key=_session_key):
+            self.env.process(self._client(list(group)))
+        if not self.requests:
+            self._close()
+
+    def _client(self, reqs: list[Request]):
+        prev = None
+        for r in reqs:
+            wait = r.arrival_s - self.env.now
+            if wait > 0:
+                yield self.env.timeout(wait)
+            if prev is not None:
+                yield prev
+            i, s = self.route(r)
+            prev = self.engines[i].finished[s]
+
+    def route(self, r: Request) -> tuple[int, Seq]:
+        """Send ``r`` now to the instance the policy picks."""
+        self._sync()
+        i = self.policy.choose(r, [instance_state(e) for e in self.engines])
+        self.routed[r.rid] = i
+        s = self.engines[i].accept(r)
+        if not self.engines[i].finished[s].triggered:  # not rejected on release
+            self.prefilling[r.rid] = (i, s)
+        self.left -= 1
+        if not self.left:
+            self._close()
+        return i, s
+
+    def _sync(self) -> None:
+        """Tell the policy what its routed requests did since the last decision:
+        first tokens (looked up among those still in prefill), then finishes
+        (collected as the engines finish them, :attr:`Engine.on_finish`)."""
+        first = [rid for rid, (_, s) in self.prefilling.items() if s.generated]
+        for rid in first:
+            i, _ = self.prefilling.pop(rid)
+            self.policy.prefilled(i, rid)
+        done, self.done = self.done, []
+        for i, rid in done:
+            self.prefilling.pop(rid, None)  # a rejected request never prefilled
+            self.policy.finished(i, rid)
+
+    def _close(self) -> None:
+        for e in self.engines:
+            e.close()
+
+
+def run_routed(
+    profile: HardwareProfile,
+    instances: Sequence[Instance],
+    requests: list[Request],
+    policy: RouterPolicy,
+    n_routed: int | None = None,
+) -> tuple[dict[str, ServingRecords], dict[int, int]]:
+    """Serve ``requests`` behind ``policy`` on the first ``n_routed`` of
+    ``instances`` (all when None: solo, built without requests of their own);
+    the others serve their own requests beside them.  Each instance's records
+    by name, and each routed request's instance index by request id."""
+    n = len(instances) if n_routed is None else n_routed
+    if any(i.requests or i.preload or i.role != "solo" for i in instances[:n]):
+        raise ValueError("routed instances are solo and get their requests from the router")
+    engines = build_instances(profile, instances)
+    for e in engines[:n]:
+        if e.cfg.max_inflight:
+            raise ValueError("max_inflight: a routed run's client is open loop")
+        e.log = RequestLog(len(requests))  # rows for whatever the router sends it
+    router = Router(engines[:n], policy, requests)
+    router.start()
+    for e in engines:
+        e.start()
+    with relaxed_gc():
+        engines[0].env.run()
+    out = {}
+    for inst, e in zip(instances, engines, strict=True):
+        _trim(e.log, len(e.seqs))
+        out[inst.name] = e.collect()
+    return out, router.routed
+
+
+def _trim(log: RequestLog, n: int) -> None:
+    """Keep the first ``n`` rows of each of ``log``'s columns."""
+    for name, col in vars(log).items():
+        setattr(log, name, col[..., :n])
+
+
+# ---- one run's records from the instances' ------------------------------------------
+class FleetPlan:
+    """The instances' plans as one: instance after instance, op ids (and the ids
+    their dependencies name) shifted past the instances before."""
+
+    def __init__(self, stores: Sequence[Any]):
+        self.stores = list(stores)
+
+    def chunks(self):
+        base = 0
+        for store in self.stores:
+            for t in store.chunks():
+                yield _shift_ids(t, base, deps=True)
+            base += len(store)
+
+    def table(self) -> pa.Table:
+        return pa.concat_tables(list(self.chunks())).combine_chunks()
+
+
+def _shift_ids(t: pa.Table, base: int, deps: bool = False) -> pa.Table:
+    if not base:
+        return t
+    i = t.schema.get_field_index("op_id")
+    t = t.set_column(i, "op_id", pc.add(t.column("op_id"), base))
+    if deps:
+        j = t.schema.get_field_index("depends_on")
+        d = t.column("depends_on").combine_chunks()
+        shifted = pa.ListArray.from_arrays(d.offsets, pc.add(d.flatten(), base))
+        t = t.set_column(j, t.schema.field(j), shifted.cast(t.schema.field(j).type))
+    return t
+
+
+def fleet_records(records: Sequence[ServingRecords]) -> ServingRecords:
+    """One run's records from each instance's (all on one machine): every
+    request and op (op ids renumbered instance after instance), the devices
+    as the instance that ran longest measured them (they are the machine's),
+    no timeline (each instance's is its own)."""
+    sizes = [len(r.ops) for r in records]
+    bases = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
+    ops = pa.concat_tables([_shift_ids(r.ops, int(b)) for r, b in zip(records, bases, strict=True)])
+    reqs = pa.concat_tables([r.requests for r in records if r.requests is not None])
+    reqs = reqs.take(pc.sort_indices(reqs, [("request_id", "ascending")]))
+    last = max(records, key=lambda r: r.stats.get("makespan_s", 0.0))
+    stores = [r.plan_store for r in records]
+    stats = {
+        "makespan_s": last.stats.get("makespan_s", 0.0),
+        "ops": int(sum(sizes)),
+        "iterations": int(sum(r.stats.get("iterations", 0) for r in records)),
+        "gpu_evictions": int(sum(r.stats.get("gpu_evictions", 0) for r in records)),
+    }
+    return ServingRecords(
+        ops=ops,
+        devices=last.devices,
+        stats=stats,
+        plan_store=FleetPlan(stores) if all(s is not None for s in stores) else None,  # type: ignore[arg-type]
+        requests=reqs,
+        timeline=None,
+        gpus=tuple(g for r in records for g in r.gpus),
+    )

@@ -1,0 +1,124 @@
+"""Prefix- and KV-aware routing, as Dynamo's KV router scores workers.
+
+Source: ai-dynamo/dynamo, ``lib/llm/src/kv_router/scheduler.rs``
+(``DefaultWorkerSelector::select_worker``) with the per-worker bookkeeping
+of ``lib/llm/src/kv_router/sequence.rs`` (``ActiveSequences``).  For a
+request of ``isl`` prompt tokens whose full blocks hash to ``seq``, on each
+worker ``w``::
+
+    overlap_w        = blocks of seq, from the first, in w's cache (KvIndexer)
+    prefill_tokens_w = (isl - overlap_w * block_size) + active_tokens_w
+    decode_blocks_w  = |blocks of seq not among w's active blocks| + active_blocks_w
+    logit_w          = overlap_score_weight * prefill_tokens_w / block_size
+                       + decode_blocks_w
+
+and the lowest logit wins (``router_temperature`` 0, the default: the
+lowest, ties uniformly at random; a temperature above 0 samples a softmax
+and is not modelled).  ``active_tokens_w`` sums the new (uncached) prompt
+tokens of the requests routed to ``w`` whose prefill has not completed
+(``add_request`` adds ``isl - overlap * block_size``,
+``mark_prefill_completed`` removes it); ``active_blocks_w`` counts the
+distinct prompt blocks of the requests routed to ``w`` and not yet freed
+(``touch_block`` / ``free``).  ``overlap_score_weight`` is
+``--kv-overlap-score-weight``, 1.0 by default (docs/router: "Defaults to 1").
+
+The cache ``overlap_w`` is matched against is the instance's GPU prefix
+cache as it stands (Dynamo's indexer is fed the engine's KV stored/removed
+events; here they arrive without delay).  The output blocks a later
+``sequence.rs`` adds with ``add_output_block`` are not counted: the active
+blocks are the prompt's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.registry import ROUTERS, ParamError
+from sim.serving.requests import Request
+from sim.serving.router.base import InstanceState, argmin_tie_random, cached_prefix
+
+
+@dataclass(frozen=True)
+class Params:
+    """``overlap_weight``: Dynamo's ``overlap_score_weight`` (prefill blocks vs
+    decode blocks); 0 ignores the caches (pure load balance)."""
+
+    overlap_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.overlap_weight >= 0:
+            raise ParamError("overlap_weight", f"must be >= 0, got {self.overlap_weight}")
+
+
+class ActiveSequences:
+    """One worker's requests as the router tracks them (Dynamo's ``ActiveSequences``)."""
+
+    def __init__(self) -> None:
+        self.seqs: dict[int, tuple[Sequence[int], int]] = {}  # rid -> (blocks, prefill tokens)
+        self.refs: dict[int, int] = {}  # block hash -> active requests holding it
+        self.active_tokens = 0
+
+    def new_blocks(self, seq: Sequence[int]) -> int:
+        refs = self.refs
+        return sum(1 for h in seq if h not in refs)
+
+    def add(self, rid: int, seq: Sequence[int], prefill_tokens: int) -> None:
+        self.seqs[rid] = (seq, prefill_tokens)
+        self.active_tokens += prefill_tokens
+        for h in seq:
+            self.refs[h] = self.refs.get(h, 0) + 1
+
+    def prefilled(self, rid: int) -> None:
+        seq, tokens = self.seqs[rid]
+        self.active_tokens -= tokens
+        self.seqs[rid] = (seq, 0)
+
+    def free(self, rid: int) -> None:
+        self.prefilled(rid)
+        seq, _ = self.seqs.pop(rid)
+        refs = self.refs
+        for h in seq:
+            left = refs[h] - 1
+            if left:
+                refs[h] = left
+            else:
+                del refs[h]
+
+
+class PrefixAware:
+    """Dynamo's KV router: the lowest ``logit_w`` (module docstring)."""
+
+    def __init__(self, params: Params, n: int, block_tokens: int, rng: np.random.Generator):
+        self.w, self.B, self.rng = params.overlap_weight, block_tokens, rng
+        self.workers = [ActiveSequences() for _ in range(n)]
+
+    def logits(self, req: Request, states: Sequence[InstanceState]) -> list[tuple[float, int]]:
+        """(logit, overlap blocks) of each instance for ``req``."""
+        isl, B = req.input_tokens, self.B
+        seq = req.hashes[: isl // B]  # the prompt's full blocks (not a reply's)
+        out = []
+        for st, w in zip(states, self.workers, strict=True):
+            overlap = cached_prefix(st.cached, seq)
+            prefill = max(isl - overlap * B, 0) + w.active_tokens
+            decode = w.new_blocks(seq) + len(w.refs)
+            out.append((self.w * prefill / B + decode, overlap))
+        return out
+
+    def choose(self, req: Request, states: Sequence[InstanceState]) -> int:
+        scored = self.logits(req, states)
+        i = argmin_tie_random([lg for lg, _ in scored], self.rng)
+        isl, B = req.input_tokens, self.B
+        self.workers[i].add(req.rid, req.hashes[: isl // B], max(isl - scored[i][1] * B, 0))
+        return i
+
+    def prefilled(self, i: int, rid: int) -> None:
+        self.workers[i].prefilled(rid)
+
+    def finished(self, i: int, rid: int) -> None:
+        self.workers[i].free(rid)
+
+
+ROUTERS.register("prefix", Params, PrefixAware)
