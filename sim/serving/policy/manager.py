@@ -243,7 +243,7 @@ class BlockManager:
         reverse, so the first block ends most recent (``for block_hash in
         reversed(...): move_to_end``)."""
         held, k = tier.entries, self.k
-        got = [held[key] for key in reversed(ints(hs, k - 1, n * k, k)) if key in held]
+        got = list(filter(None, map(held.get, reversed(ints(hs, k - 1, n * k, k)))))
         if got:
             tier.touch_all(got)
 

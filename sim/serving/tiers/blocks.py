@@ -169,15 +169,18 @@ class OffloadTier:
         whether all of them were not ready: they are then all still in this
         tier (an entry leaves a tier only once evicted, and only a ready one
         is)."""
-        fresh, ev = True, self.evictable
+        fresh, gained = True, []
         for e in entries:
             c = e.ref_cnt
             fresh = fresh and c == NOT_READY
             if c != READY:
                 if c > READY:  # pragma: no cover - book-keeping bug
                     raise RuntimeError(f"{self.name}: entry {e.key} completed while in use")
-                ev[:] = map(add, ev, e.nbytes)
+                gained.append(e.nbytes)
                 e.ref_cnt = READY
+        if gained:  # whole bytes: one sum per device is the entries' sum one by one
+            ev = self.evictable
+            ev[:] = map(sum, zip(ev, *gained, strict=True))
         return fresh
 
     # ---- placement -------------------------------------------------------------
@@ -280,9 +283,9 @@ class OffloadTier:
             if e.ref_cnt != READY:  # pragma: no cover - book-keeping bug
                 raise RuntimeError(f"{self.name}: entry {e.key} evicted while in use")
         self.evictions += len(victims)
-        ev = self.evictable
-        for e in victims:
-            ev[:] = map(sub, ev, e.nbytes)
+        if victims:  # whole bytes: one sum per device
+            ev = self.evictable
+            ev[:] = map(sub, ev, map(sum, zip(*[e.nbytes for e in victims], strict=True)))
         if evict is not None and victims:
             evict(self, victims)
 
