@@ -82,13 +82,16 @@ class WorkloadAssumption:
     kind's Params; at its default the run uses ``value(params, profile)``) could
     plausibly lie anywhere in [``low``, ``high``] (``high`` a number, or a function
     of the profile: its cores, the most threads a host op can use), for the
-    reason ``why``."""
+    reason ``why``.  ``at``: the value a scenario sets to take the assumption, where
+    that is not the Params default (Swarm's ``dram_budget``: 0 selects the other
+    accounting, 0.2 is the assumed budget); None: the default."""
 
     param: str
     low: float
     high: float | Callable[[Any], float]
     why: str
     value: Callable[[Any, Any], float]
+    at: float | None = None
 
     def range_on(self, profile: Any) -> tuple[float, float]:
         """(low, high) on ``profile``."""

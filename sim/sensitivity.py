@@ -4,8 +4,10 @@ An *assumption* is a number kvtier sets without a measurement, with the range
 it could plausibly take (:class:`Knob`): a hardware profile's
 (``assumptions:`` in its YAML, :class:`hwprofiles.schema.Assumption`), a
 workload parameter of the scenario's kind that the scenario leaves at its
-default (:class:`sim.registry.WorkloadAssumption`, the host thread counts of
-:mod:`sim.scenarios.host_threads`: ``workload.select_threads``), or a design
+default or sets to the assumed value (:class:`sim.registry.WorkloadAssumption`,
+the host thread counts of :mod:`sim.scenarios.host_threads`:
+``workload.select_threads``; Swarm's ``workload.dram_budget``,
+:mod:`sim.scenarios.swarm_budget`), or a design
 parameter of the scenario's kind that a variant leaves at its assumed value
 (:meth:`sim.registry.Registry.assume`, e.g. LMCache's per-object
 ``object_us``).  :func:`sensitivity` runs the scenario once as it is and then
@@ -44,7 +46,7 @@ from hwprofiles import HardwareProfile
 from hwprofiles.assume import with_value
 from sim.config import ConfigError, ScenarioConfig, Variant
 from sim.parallel import Executor
-from sim.registry import WORKLOADS
+from sim.registry import WORKLOADS, WorkloadAssumption
 from sim.sweep import run_points
 
 # a headline ratio that moves by more than this share at a range end is fragile (kvtier
@@ -84,7 +86,7 @@ def knobs(cfg: ScenarioConfig, profile: HardwareProfile, only: Sequence[str] = (
     ]
     entry = WORKLOADS.entry(cfg.workload.kind)
     for w in entry.kind.assumptions if entry.kind is not None else ():
-        if _workload_assumed(cfg, w.param):
+        if _workload_assumed(cfg, w):
             low, high = w.range_on(profile)
             value = float(w.value(cfg.workload, profile))
             out.append(Knob(f"{WORKLOAD_KEY}.{w.param}", value, low, high, w.why))
@@ -107,13 +109,14 @@ def knobs(cfg: ScenarioConfig, profile: HardwareProfile, only: Sequence[str] = (
     return out
 
 
-def _workload_assumed(cfg: ScenarioConfig, param: str) -> bool:
-    """The scenario leaves workload field ``param`` at its Params default (a scenario
-    that sets it has made its own choice) and some variant does not override it."""
-    default = type(cfg.workload)()
-    if getattr(cfg.workload, param) != getattr(default, param):
+def _workload_assumed(cfg: ScenarioConfig, w: WorkloadAssumption) -> bool:
+    """The scenario leaves workload field ``w.param`` at its Params default, or sets
+    it to the assumed value ``w.at`` where one is given (a scenario that sets another
+    value has made its own choice), and some variant does not override it."""
+    assumed = w.at if w.at is not None else getattr(type(cfg.workload)(), w.param)
+    if getattr(cfg.workload, w.param) != assumed:
         return False
-    return any(param not in dict(v.overrides) for v in cfg.variants)
+    return any(w.param not in dict(v.overrides) for v in cfg.variants)
 
 
 def _assumed_variants(cfg: ScenarioConfig, param: str, value: float) -> list[str]:

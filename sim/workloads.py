@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sim import limits
 from sim.config import ServingParams, SparseDecodeParams, SwarmParams
 from sim.registry import KV_DESIGNS, SERVING_DESIGNS, WORKLOADS, Kind
-from sim.scenarios import host_threads
+from sim.scenarios import host_threads, swarm_budget
 from sim.scenarios.sparse_decode import plan_for
 
 if TYPE_CHECKING:  # the heavy modules load when a variant is planned, not on `import sim`
@@ -205,7 +205,7 @@ WORKLOADS.register(
         "swarm",
         limits.DECODE,
         caps=REPLAY_CAPS,
-        assumptions=host_threads.SWARM,
+        assumptions=(*host_threads.SWARM, swarm_budget.DRAM_BUDGET_ASSUMPTION),
         design_keys=SWARM_DESIGN_KEYS,
     ),
 )
