@@ -106,6 +106,8 @@ def check_args(args: argparse.Namespace) -> None:
         ("--scale", args.scale, scale_ok, "in (0, 1]"),
         ("--seed", args.seed, args.seed >= 0, ">= 0"),
     ]
+    repeats = getattr(args, "design_repeats", 1)
+    bad.append(("--design-repeats", repeats, isinstance(repeats, int) and repeats >= 1, ">= 1"))
     for flag, value, ok, want in bad:
         if not ok:
             raise RealError(f"{flag} must be {want}, got {value}")

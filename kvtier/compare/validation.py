@@ -57,13 +57,15 @@ def validate(
     engine_costs_measured: bool,
     designs: str,
     design_variants: str,
+    design_repeats: int = 3,
     log: Callable[[str], object] = print,
 ) -> Validation:
     """Validate on the devices of :func:`kvtier.compare.devices.devices` (``emulate``,
     ``pace`` or ``hw``; ``n``, ``where``, ``scale``): the regime plan
     (:func:`kvtier.compare.regimes.run_regimes`; fio replays its bandwidth steps into
     ``out/fio`` when ``fio``), then the designs of scenarios ``designs`` (``none``
-    skips them; ``design_variants``: :func:`kvtier.compare.designs.scaled_designs`).
+    skips them; ``design_variants``: :func:`kvtier.compare.designs.scaled_designs`;
+    each replayed ``design_repeats`` times, interleaved).
     ``engine_costs_measured``: the model takes the replayer's measured latencies and
     CPU costs; else the profile's own."""
     t0 = time.perf_counter()
@@ -89,7 +91,7 @@ def validate(
         t1 = time.perf_counter()
         if run is not None:
             run.table, run.records, run.costs = run_designs(
-                dev, run.plans, seed=seed, engine=engine, costs=costs
+                dev, run.plans, seed=seed, engine=engine, costs=costs, repeats=design_repeats
             )
         designs_s = time.perf_counter() - t1
         profile = dev.profile

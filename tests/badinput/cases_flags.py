@@ -56,6 +56,7 @@ FLAGS: list[tuple[str, str, Files, str]] = [
             ("--scale", ("0", "nan", "2")),
             ("--seed", ("-1",)),
             ("--regimes", ("bogus", ",")),
+            ("--design-repeats", ("0", "1.5")),
         )
         for v in values
     ],
