@@ -36,6 +36,7 @@ from kvtier.cli.validate_args import add_run_args, check_args
 from kvtier.compare.designs import DESIGN_REPEATS, DesignRun, write_design_run
 from kvtier.compare.metrics import WARMUP_STEPS
 from kvtier.compare.regimes import verdict, write_regimes
+from kvtier.compare.serving import ServingReplay, ServingResult, write_serving
 from kvtier.compare.validation import Validation, validate
 from kvtier.contracts.console import make_console
 from kvtier.contracts.validate import int_arg
@@ -100,6 +101,20 @@ def add_validate(group: argparse._SubParsersAction) -> None:
         help=f"replays of each design, interleaved (default {DESIGN_REPEATS}): the median "
         "and the noise that decides which designs are tied",
     )
+    p.add_argument(
+        "--serving",
+        default="none",
+        metavar="DESIGN",
+        help="also replay the SSD I/O of a short serving run of this serving design "
+        "(e.g. pool; ~20 s more; default none)",
+    )
+    p.add_argument(
+        "--serving-requests",
+        type=int_arg(1),
+        default=ServingReplay.requests,
+        metavar="N",
+        help=f"requests of the serving run (default {ServingReplay.requests})",
+    )
     p.set_defaults(handler=cmd_validate)
 
 
@@ -143,6 +158,7 @@ def _validate(args: argparse.Namespace) -> int:
         designs=args.designs,
         design_variants=args.design_variants,
         design_repeats=args.design_repeats,
+        serving=serving_spec(args),
         log=console.print,
     )
     note = load_note(max(run.load[0], run.load[1]), os.cpu_count() or 1)
@@ -152,7 +168,52 @@ def _validate(args: argparse.Namespace) -> int:
     if run.designs is not None:
         wall_s = run.designs_s + run.designs.plan_s
         ok &= report_designs(run.designs, args, run.profile, run.size, wall_s, console)
+    if run.serving is not None:
+        ok &= report_serving(run.serving, args, console)
     return 0 if ok else 1
+
+
+def serving_spec(args: argparse.Namespace) -> ServingReplay | None:
+    """The serving run ``--serving`` and ``--serving-requests`` name (None: none)."""
+    if args.serving == "none":
+        return None
+    return ServingReplay(design=args.serving, requests=args.serving_requests)
+
+
+def report_serving(run: ServingResult, args: argparse.Namespace, console) -> bool:
+    """Write and print the serving replay; True when every device's bytes and I/Os match."""
+    out = Path(args.out) / "serving"
+    report = write_serving(run, out, {"devices": device_flags(args), "seed": args.seed})
+    sp = run.spec
+    t = Table(
+        title=f"Serving run's I/O, simulated vs real: {sp.design}, {sp.requests} requests "
+        f"(arrivals in {sp.window_s:g} s), {sp.block}-token blocks, {sp.model}, "
+        f"{sp.ssd_gib:g} GiB over the SSDs; per-op time error by op kind"
+    )
+    for c in ("op kind", "ops", "MB", "I/Os", "sim s", "real s", "median |err|", "p90", "bias"):
+        t.add_column(c, justify="left" if c == "op kind" else "right")
+    for kind, k in report["by_kind"].items():
+        t.add_row(
+            kind,
+            str(k["ops"]),
+            f"{k['bytes'] / 1e6:,.1f}",
+            f"{k['n_ios']:,}",
+            f"{k['sim_s']:.3f}",
+            f"{k['real_s']:.3f}",
+            f"{k['median']:.1%}",
+            f"{k['p90']:.1%}",
+            f"{k['bias']:+.1%}",
+        )
+    console.print(t)
+    b = run.result["bytes"]
+    for _, row in b.iterrows():
+        console.print(
+            f"  {row['device']}: read {row['bytes_read_real']:,} B, written "
+            f"{row['bytes_written_real']:,} B, {row['n_ios_real']:,} I/Os; sim = real: "
+            + ("yes" if row["match"] else "[red]NO[/]")
+        )
+    console.print(f"serving report: {out}/serving.json, ops.parquet")
+    return bool(report["bytes_match"])
 
 
 def device_flags(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from hwprofiles import HardwareProfile
 from kvtier.compare.designs import DesignRun, footprint, plan_design_run, run_designs
 from kvtier.compare.devices import REGIME_DEVICE_BYTES, Devices, devices
 from kvtier.compare.regimes import run_regimes
+from kvtier.compare.serving import ServingReplay, ServingResult, run_serving
 from kvtier.contracts.records import Records
 from real.validate import engine_costs, with_engine_costs
 
@@ -33,6 +34,7 @@ class Validation:
     profile: HardwareProfile
     costs: dict | None
     designs: DesignRun | None
+    serving: ServingResult | None
     size: int
     wall_s: float
     designs_s: float
@@ -58,6 +60,7 @@ def validate(
     designs: str,
     design_variants: str,
     design_repeats: int = 3,
+    serving: ServingReplay | None = None,
     log: Callable[[str], object] = print,
 ) -> Validation:
     """Validate on the devices of :func:`kvtier.compare.devices.devices` (``emulate``,
@@ -65,12 +68,15 @@ def validate(
     (:func:`kvtier.compare.regimes.run_regimes`; fio replays its bandwidth steps into
     ``out/fio`` when ``fio``), then the designs of scenarios ``designs`` (``none``
     skips them; ``design_variants``: :func:`kvtier.compare.designs.scaled_designs`;
-    each replayed ``design_repeats`` times, interleaved).
+    each replayed ``design_repeats`` times, interleaved), then the I/O of the serving
+    run ``serving`` (None: skipped; :mod:`kvtier.compare.serving`).
     ``engine_costs_measured``: the model takes the replayer's measured latencies and
     CPU costs; else the profile's own."""
     t0 = time.perf_counter()
     load0 = os.getloadavg()
     run, size = _plan(designs, n, design_variants, emulate or pace or hw, log)
+    if serving is not None:
+        size = max(size, serving.device_bytes(n))
     meter = "fio" if fio else "replayer"  # what measures the devices' rates
     where_devices = dict(emulate=emulate, pace=pace, hw=hw, n=n, where=where, out=out)
     with devices(**where_devices, scale=scale, meter=meter, size=size, log=log) as dev:
@@ -94,10 +100,26 @@ def validate(
                 dev, run.plans, seed=seed, engine=engine, costs=costs, repeats=design_repeats
             )
         designs_s = time.perf_counter() - t1
+        served = None
+        if serving is not None:
+            model = _serving_model(dev, run, engine, costs)
+            served = run_serving(dev, serving, seed=seed, engine=engine, model=model)
         profile = dev.profile
     wall_s = time.perf_counter() - t0
     load = (load0, os.getloadavg())
-    return Validation(result, sim, real, profile, costs, run, size, wall_s, designs_s, load)
+    return Validation(result, sim, real, profile, costs, run, served, size, wall_s, designs_s, load)
+
+
+def _serving_model(
+    dev: Devices, run: DesignRun | None, engine: str, costs: dict | None
+) -> tuple[HardwareProfile, dict | None]:
+    """The profile the serving replay is simulated on: the designs' (the paced replayer,
+    :func:`kvtier.compare.replayer.design_profile`), measured now if they did not run."""
+    from kvtier.compare.replayer import design_profile
+
+    if run is not None and run.costs is not None:
+        return with_engine_costs(dev.profile, run.costs), run.costs
+    return design_profile(dev, engine, costs)
 
 
 def _plan(
