@@ -18,7 +18,7 @@ from kvtier.compare.devices import REGIME_DEVICE_BYTES, Devices, devices
 from kvtier.compare.regimes import run_regimes
 from kvtier.compare.serving import ServingReplay, ServingResult, run_serving
 from kvtier.contracts.records import Records
-from real.validate import engine_costs, with_engine_costs
+from real.validate import engine_costs, pooled_costs, with_engine_costs
 
 
 @dataclass
@@ -80,9 +80,11 @@ def validate(
     meter = "fio" if fio else "replayer"  # what measures the devices' rates
     where_devices = dict(emulate=emulate, pace=pace, hw=hw, n=n, where=where, out=out)
     with devices(**where_devices, scale=scale, meter=meter, size=size, log=log) as dev:
-        costs = None
+        costs, remodel = None, None
         if engine_costs_measured:
             dev, costs = _with_replayer_costs(dev, engine, n, log)
+            bracket = _Bracket(dev, costs, engine, n, log)
+            remodel = bracket.after
         result, sim, real = run_regimes(
             dev,
             regimes=regimes,
@@ -92,8 +94,11 @@ def validate(
             seed=seed,
             engine=engine,
             fio_out=Path(out) / "fio" if fio else None,
+            remodel=remodel,
             log=log,
         )
+        if remodel is not None:
+            dev, costs = bracket.dev, bracket.costs
         t1 = time.perf_counter()
         if run is not None:
             run.table, run.records, run.costs = run_designs(
@@ -137,6 +142,32 @@ def _plan(
         f"layers, {w.steps} steps), planned in {run.plan_s:.1f} s"
     )
     return run, max(REGIME_DEVICE_BYTES, -(-footprint(run.plans) // (1 << 20)) << 20)
+
+
+class _Bracket:
+    """The replayer's costs measured again after the regime replay and pooled with the
+    first measurement (:func:`real.validate.pooled_costs`): the model the regimes are
+    simulated on, and the designs after them, holds the median over both."""
+
+    def __init__(self, dev: Devices, costs: dict, engine: str, n: int, log) -> None:
+        self.dev, self.costs, self.engine, self.n, self.log = dev, costs, engine, n, log
+
+    def after(self) -> HardwareProfile:
+        later = engine_costs(self.dev, self.engine, self.n)
+        self.costs = pooled_costs(self.costs, later)
+        self.dev = dataclasses.replace(
+            self.dev, profile=with_engine_costs(self.dev.profile, self.costs)
+        )
+        c = self.costs
+        lo, hi = c["read_latency_us_range"]
+        plo, phi = c["per_io_us_range"]
+        self.log(
+            f"replayer again after the regimes, pooled ({len(c['samples'])} replays): QD1 "
+            f"4 KiB read {c['read_latency_us']:.1f} us ({lo:.0f}-{hi:.0f}), "
+            f"{c['per_io_us']:.1f} us/I/O at QD64 ({plo:.1f}-{phi:.1f}), "
+            f"{c['round_us']:.0f} us a round"
+        )
+        return self.dev.profile
 
 
 def _with_replayer_costs(
