@@ -26,7 +26,8 @@ class Validation:
     """What a validation measured: the regime comparison and both backends' records,
     the profile that modelled the devices (with the replayer's ``costs``, None when
     not measured), the designs (None when skipped), each device's ``size`` in bytes,
-    wall times and the 1/5/15-minute ``load`` averages at the start and the end."""
+    wall times, the 1/5/15-minute ``load`` averages at the start and the end, and the
+    serving replay (None when skipped)."""
 
     result: dict[str, Any]
     sim: Records
@@ -34,11 +35,11 @@ class Validation:
     profile: HardwareProfile
     costs: dict | None
     designs: DesignRun | None
-    serving: ServingResult | None
     size: int
     wall_s: float
     designs_s: float
     load: tuple[tuple[float, ...], tuple[float, ...]]
+    serving: ServingResult | None = None
 
 
 def validate(
@@ -112,7 +113,9 @@ def validate(
         profile = dev.profile
     wall_s = time.perf_counter() - t0
     load = (load0, os.getloadavg())
-    return Validation(result, sim, real, profile, costs, run, served, size, wall_s, designs_s, load)
+    return Validation(
+        result, sim, real, profile, costs, run, size, wall_s, designs_s, load, serving=served
+    )
 
 
 def _serving_model(
