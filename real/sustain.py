@@ -14,8 +14,8 @@ overhead, not the model's.
 :func:`sustainable_iops` measures the replayer's own ceiling on this machine
 (a verified random-read replay at the queue depth validation uses), and
 :func:`replayer_scale` lowers the emulation scale so the devices' aggregate
-IOPS stay below ``headroom`` times it -- the same headroom rule ``scale_for``
-applies to the backing store.  Bandwidth is left alone: large I/Os cost the
+IOPS stay below :data:`LOOP_HEADROOM` times it, as ``scale_for`` keeps them
+``headroom`` below the backing store.  Bandwidth is left alone: large I/Os cost the
 replayer per I/O, not per byte (a 1 MiB read is one SQE and one vectorised
 check), so the store's bandwidth, not the replayer, bounds that regime.
 """
@@ -40,6 +40,15 @@ from real.targets import Target
 
 FILE_BYTES = 64 << 20  # the measured file: large enough that reads are random, small to fill
 ROUND_IOS = 20_000  # I/Os per replay; replays repeat until ``seconds`` have passed
+# The share of its measured ceiling the replayer is asked for (the devices' aggregate
+# 4 KiB IOPS over it).  Assumption, plausible range 0.4-0.8: the replay loop is one
+# thread, and the model charges its per-I/O cost on one core, so at a share h the
+# loop is busy h of its core in the IOPS steps and binds them once it gets less than h
+# of that core.  One other runnable process on the loop's core halves its share (CFS),
+# so 0.5 keeps the throttle binding through that; 0.8 (until 2026-12-02) left 25%,
+# and the IOPS regime's median step error swung 5.5-27.3% between consecutive runs on
+# a quiet 2-core machine (issue 32), the simulator always faster.
+LOOP_HEADROOM = 0.5
 
 
 def random_read_plan(
@@ -120,9 +129,11 @@ def replayer_scale(
     sustainable: Rates,
     replayer_iops: float,
     headroom: float = 0.8,
+    loop_headroom: float = LOOP_HEADROOM,
 ) -> float:
-    """The emulation scale: :func:`real.capacity.scale_for`'s, lowered so that the ``n``
-    devices' aggregate read and write IOPS stay below ``headroom * replayer_iops``.
+    """The emulation scale: :func:`real.capacity.scale_for`'s (``headroom`` below the
+    backing store), lowered so that the ``n`` devices' aggregate read and write IOPS
+    stay below ``loop_headroom * replayer_iops`` (:data:`LOOP_HEADROOM`).
 
     ``source`` is the hardware profile (its ``ssd(name)`` groups give each
     device's ``read_iops``/``write_iops``), ``sustainable`` the backing store's
@@ -136,7 +147,7 @@ def replayer_scale(
     groups = [source.ssd(f"ssd{i}") for i in range(n)]
     for demand in (sum(g.read_iops for g in groups), sum(g.write_iops for g in groups)):
         if demand > 0:
-            scale = min(scale, headroom * replayer_iops / demand)
+            scale = min(scale, loop_headroom * replayer_iops / demand)
     return scale
 
 

@@ -384,18 +384,53 @@ def engine_costs(
                     span[3] / layers,
                 )
             )
-    read, write, per_io, layer = np.median(np.array(runs), axis=0) * 1e6
-    s, net = round_cost(layer, per_io, n_ssd, ROUND_IOS, 1.0 / many)
-    out = {} if paced else {"read_latency_us": float(read), "write_latency_us": float(write)}
-    return out | {
-        "per_io_us": float(per_io),
-        "round_us": s,
-        "per_io_net_us": net,
-        "round_layer_us": float(layer),
-        "paced": paced,
+    rounds = {"n_ssd": n_ssd, "rounds_per_io": 1.0 / many}
+    return costs_from_samples(np.array(runs) * 1e6, rounds, paced) | {
         "paced_devices": list(rec.stats.get("paced", [])),  # the nodes the pacer ran on
         "engine": rec.stats.get("engine_note", ""),
     }
+
+
+SAMPLED = ("read_latency_us", "write_latency_us", "per_io_us", "round_layer_us")
+
+
+def costs_from_samples(samples: np.ndarray, rounds: dict, paced: bool) -> dict:
+    """The model's replayer costs from replays of the engine-cost plan: ``samples``
+    holds one row per replay (QD1 read and write us per I/O, the stream's us per I/O,
+    us per round layer; :data:`SAMPLED`); each cost is the rows' median, and each
+    quantity's rows are kept (``samples``) with their range (``<name>_range``) so that
+    two measurements can be pooled (:func:`pooled_costs`).  ``rounds``: the devices
+    and the stream's rounds per I/O (:func:`round_cost`)."""
+    read, write, per_io, layer = np.median(samples, axis=0)
+    s, net = round_cost(layer, per_io, rounds["n_ssd"], ROUND_IOS, rounds["rounds_per_io"])
+    out = {} if paced else {"read_latency_us": float(read), "write_latency_us": float(write)}
+    ranges = {
+        f"{k}_range": [float(np.nanmin(samples[:, i])), float(np.nanmax(samples[:, i]))]
+        for i, k in enumerate(SAMPLED)
+        if not (paced and k.endswith("latency_us"))
+    }
+    return (
+        out
+        | {
+            "per_io_us": float(per_io),
+            "round_us": s,
+            "per_io_net_us": net,
+            "round_layer_us": float(layer),
+            "paced": paced,
+        }
+        | ranges
+        | {"samples": samples.tolist(), "rounds": rounds}
+    )
+
+
+def pooled_costs(before: dict, after: dict) -> dict:
+    """The costs of two measurements (:func:`engine_costs` on the same devices, e.g.
+    before and after the regime replay) as one: every cost the median of both's
+    replays together (:func:`costs_from_samples`), so the model holds what the
+    replayer cost over the run, not at one moment of it."""
+    samples = np.array(before["samples"] + after["samples"])
+    pooled = costs_from_samples(samples, before["rounds"], before["paced"])
+    return before | pooled
 
 
 def _span(ops: pd.DataFrame, step: int) -> float:

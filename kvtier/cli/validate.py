@@ -22,6 +22,7 @@ Devices, in order of preference:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -32,11 +33,13 @@ from rich.table import Table
 
 from hwprofiles import HardwareProfile
 from kvtier.cli.validate_args import add_run_args, check_args
-from kvtier.compare.designs import DesignRun, write_design_run
+from kvtier.compare.designs import DESIGN_REPEATS, DesignRun, write_design_run
 from kvtier.compare.metrics import WARMUP_STEPS
 from kvtier.compare.regimes import verdict, write_regimes
+from kvtier.compare.serving import ServingReplay, ServingResult, write_serving
 from kvtier.compare.validation import Validation, validate
 from kvtier.contracts.console import make_console
+from kvtier.contracts.validate import int_arg
 from real.crosscheck import describe
 from real.engine import REPLAY_ENGINES
 
@@ -90,6 +93,28 @@ def add_validate(group: argparse._SubParsersAction) -> None:
         metavar="NAMES",
         help="comma-separated variants of --designs, or 'all' (default: the key designs)",
     )
+    p.add_argument(
+        "--design-repeats",
+        type=int_arg(1),
+        default=DESIGN_REPEATS,
+        metavar="R",
+        help=f"replays of each design, interleaved (default {DESIGN_REPEATS}): the median "
+        "and the noise that decides which designs are tied",
+    )
+    p.add_argument(
+        "--serving",
+        default="none",
+        metavar="DESIGN",
+        help="also replay the SSD I/O of a short serving run of this serving design "
+        "(e.g. pool; ~20 s more; default none)",
+    )
+    p.add_argument(
+        "--serving-requests",
+        type=int_arg(1),
+        default=ServingReplay.requests,
+        metavar="N",
+        help=f"requests of the serving run (default {ServingReplay.requests})",
+    )
     p.set_defaults(handler=cmd_validate)
 
 
@@ -132,6 +157,8 @@ def _validate(args: argparse.Namespace) -> int:
         engine_costs_measured=not args.no_engine_costs,
         designs=args.designs,
         design_variants=args.design_variants,
+        design_repeats=args.design_repeats,
+        serving=serving_spec(args),
         log=console.print,
     )
     note = load_note(max(run.load[0], run.load[1]), os.cpu_count() or 1)
@@ -141,7 +168,52 @@ def _validate(args: argparse.Namespace) -> int:
     if run.designs is not None:
         wall_s = run.designs_s + run.designs.plan_s
         ok &= report_designs(run.designs, args, run.profile, run.size, wall_s, console)
+    if run.serving is not None:
+        ok &= report_serving(run.serving, args, console)
     return 0 if ok else 1
+
+
+def serving_spec(args: argparse.Namespace) -> ServingReplay | None:
+    """The serving run ``--serving`` and ``--serving-requests`` name (None: none)."""
+    if args.serving == "none":
+        return None
+    return ServingReplay(design=args.serving, requests=args.serving_requests)
+
+
+def report_serving(run: ServingResult, args: argparse.Namespace, console) -> bool:
+    """Write and print the serving replay; True when every device's bytes and I/Os match."""
+    out = Path(args.out) / "serving"
+    report = write_serving(run, out, {"devices": device_flags(args), "seed": args.seed})
+    sp = run.spec
+    t = Table(
+        title=f"Serving run's I/O, simulated vs real: {sp.design}, {sp.requests} requests "
+        f"(arrivals in {sp.window_s:g} s), {sp.block}-token blocks, {sp.model}, "
+        f"{sp.ssd_gib:g} GiB over the SSDs; per-op time error by op kind"
+    )
+    for c in ("op kind", "ops", "MB", "I/Os", "sim s", "real s", "median |err|", "p90", "bias"):
+        t.add_column(c, justify="left" if c == "op kind" else "right")
+    for kind, k in report["by_kind"].items():
+        t.add_row(
+            kind,
+            str(k["ops"]),
+            f"{k['bytes'] / 1e6:,.1f}",
+            f"{k['n_ios']:,}",
+            f"{k['sim_s']:.3f}",
+            f"{k['real_s']:.3f}",
+            f"{k['median']:.1%}",
+            f"{k['p90']:.1%}",
+            f"{k['bias']:+.1%}",
+        )
+    console.print(t)
+    b = run.result["bytes"]
+    for _, row in b.iterrows():
+        console.print(
+            f"  {row['device']}: read {row['bytes_read_real']:,} B, written "
+            f"{row['bytes_written_real']:,} B, {row['n_ios_real']:,} I/Os; sim = real: "
+            + ("yes" if row["match"] else "[red]NO[/]")
+        )
+    console.print(f"serving report: {out}/serving.json, ops.parquet")
+    return bool(report["bytes_match"])
 
 
 def device_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -224,7 +296,8 @@ def report_designs(
     )
     title = (
         f"Designs, simulated vs real ({profile.name}): {w.model}, {w.context_tokens:,}-token "
-        f"prefix, batch {w.batch}, {w.layers} layers, {w.steps - WARMUP_STEPS} measured steps"
+        f"prefix, batch {w.batch}, {w.layers} layers, {w.steps - WARMUP_STEPS} measured "
+        f"steps; real: the median of {args.design_repeats} interleaved replays"
     )
     if run.costs is not None:
         c = run.costs
@@ -250,6 +323,7 @@ def designs_table(table: pd.DataFrame, title: str) -> Table:
         ("design", "design", str),
         ("sim ms/step", "sim_step_ms", lambda v: f"{v:,.1f}"),
         ("real ms/step", "real_step_ms", lambda v: f"{v:,.1f}"),
+        ("noise +-", "noise", lambda v: f"{v:.1%}"),
         ("err", "step_error", lambda v: f"{v:+.1%}"),
         ("sim GB/s", "sim_read_gbps", lambda v: f"{v:.3f}"),
         ("real GB/s", "real_read_gbps", lambda v: f"{v:.3f}"),
@@ -266,10 +340,19 @@ def designs_table(table: pd.DataFrame, title: str) -> Table:
 
 
 def ranking_lines(rank: dict[str, Any]) -> list[str]:
-    """Both orders, fastest first, and Kendall's tau."""
+    """Both orders, fastest first (``~``: tied within the measured noise), Kendall's
+    tau over every pair and over the pairs the noise can separate, and the band."""
+    band = rank.get("noise_band", 0.0)
+    sep = rank.get("separable_pairs", 0)
+    n_pairs = sep + len(rank.get("tied", []))
+    tau_sep = rank.get("kendall_tau_separable", math.nan)
     return [
-        "by simulated step time: " + " < ".join(rank["sim_order"]),
+        "by simulated step time: " + rank.get("sim_order_ties", " < ".join(rank["sim_order"])),
         "by measured step time:  " + " < ".join(rank["real_order"]),
-        f"Kendall's tau {rank['kendall_tau']:.3f}; same order: "
-        + ("yes" if rank["same_order"] else "no"),
+        f"noise band (largest design's +- half-range over its repeats): {band:.1%}; "
+        f"tied in the model within it: {n_pairs - sep} of {n_pairs} pairs",
+        f"Kendall's tau over the {sep} separable pairs {tau_sep:.3f} "
+        f"({rank.get('discordant', 0)} swapped; same order: "
+        + ("yes" if rank.get("separable_same_order", rank["same_order"]) else "no")
+        + f"); over all pairs {rank['kendall_tau']:.3f}",
     ]

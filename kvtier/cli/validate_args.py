@@ -90,6 +90,18 @@ def _check_plan_size(args: argparse.Namespace) -> None:
     check_plan_ops(ops, what)
 
 
+def _check_serving(args: argparse.Namespace) -> None:
+    """``--serving`` names a registered serving design (or ``none``)."""
+    name = getattr(args, "serving", "none")
+    if name == "none":
+        return
+    from sim.serving.designs import DESIGNS
+
+    if name not in DESIGNS:
+        have = ", ".join(DESIGNS.names())
+        raise RealError(f"--serving {name}: no such serving design (have: {have})")
+
+
 def check_args(args: argparse.Namespace) -> None:
     """Refuse, in one line, values built without the parser (library callers) and
     make sure fio is there when the run uses it (``--install-fio`` installs it).
@@ -106,9 +118,12 @@ def check_args(args: argparse.Namespace) -> None:
         ("--scale", args.scale, scale_ok, "in (0, 1]"),
         ("--seed", args.seed, args.seed >= 0, ">= 0"),
     ]
+    repeats = getattr(args, "design_repeats", 1)
+    bad.append(("--design-repeats", repeats, isinstance(repeats, int) and repeats >= 1, ">= 1"))
     for flag, value, ok, want in bad:
         if not ok:
             raise RealError(f"{flag} must be {want}, got {value}")
+    _check_serving(args)
     _check_dir(args)
     if isinstance(args.regimes, str):
         try:

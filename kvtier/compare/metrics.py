@@ -55,42 +55,106 @@ def design_metrics(records: Records, warmup: int = WARMUP_STEPS) -> dict[str, fl
     }
 
 
-def design_table(sim: dict[str, dict], real: dict[str, dict]) -> pd.DataFrame:
-    """One row per design: both backends' metrics and the errors relative to real."""
+def design_table(sim: dict[str, dict], real: dict[str, list[dict]]) -> pd.DataFrame:
+    """One row per design: both backends' metrics and the errors relative to real.
+
+    ``real[name]`` holds one metrics dict per repeat of the replay; the row takes the
+    median repeat's step time and bandwidth (:func:`repeat_stats`), the repeats' range
+    and the design's noise (``noise``, the relative half-range), and matches the bytes
+    and I/Os only when every repeat read what the simulator did."""
     rows = []
     for name in sim:
-        s, r = sim[name], real[name]
+        s, reps = sim[name], real[name]
+        step = repeat_stats([r["step_ms"] for r in reps])
+        gbps = float(np.median([r["read_gbps"] for r in reps]))
+        r = reps[0]
         rows.append(
             {
                 "design": name,
                 "sim_step_ms": s["step_ms"],
-                "real_step_ms": r["step_ms"],
-                "step_error": (s["step_ms"] - r["step_ms"]) / r["step_ms"],
+                "real_step_ms": step["median"],
+                "real_step_ms_min": step["min"],
+                "real_step_ms_max": step["max"],
+                "noise": step["noise"],
+                "repeats": len(reps),
+                "step_error": (s["step_ms"] - step["median"]) / step["median"],
                 "sim_read_gbps": s["read_gbps"],
-                "real_read_gbps": r["read_gbps"],
-                "gbps_error": (s["read_gbps"] - r["read_gbps"]) / r["read_gbps"]
-                if r["read_gbps"] > 0
-                else math.nan,
+                "real_read_gbps": gbps,
+                "gbps_error": (s["read_gbps"] - gbps) / gbps if gbps > 0 else math.nan,
                 "sim_bytes_read": s["bytes_read"],
                 "real_bytes_read": r["bytes_read"],
                 "sim_n_ios": s["n_ios"],
                 "real_n_ios": r["n_ios"],
-                "bytes_match": s["bytes_read"] == r["bytes_read"] and s["n_ios"] == r["n_ios"],
+                "bytes_match": all(
+                    x["bytes_read"] == s["bytes_read"] and x["n_ios"] == s["n_ios"] for x in reps
+                ),
             }
         )
     return pd.DataFrame(rows)
 
 
+def repeat_stats(values: list[float]) -> dict[str, float]:
+    """A design's repeated real step times: their median, range, and its *noise*, the
+    half-range relative to the median, ``(max - min) / (2 median)``: the median
+    repeat lies within ``median x (1 +- noise)`` of every repeat.  One repeat measures
+    no noise (0)."""
+    v = np.asarray(values, float)
+    med = float(np.median(v))
+    lo, hi = float(v.min()), float(v.max())
+    return {"median": med, "min": lo, "max": hi, "noise": (hi - lo) / (2 * med) if med else 0.0}
+
+
+def tied(s_a: float, noise_a: float, s_b: float, noise_b: float) -> bool:
+    """Whether two designs' simulated step times lie within the measured noise of each
+    other: their bands ``s x (1 +- noise)`` overlap, ``|s_a - s_b| <= noise_a s_a +
+    noise_b s_b``.  A tied pair's order is one the replay's noise can swap."""
+    return abs(s_a - s_b) <= noise_a * s_a + noise_b * s_b
+
+
 def ranking(table: pd.DataFrame) -> dict[str, Any]:
-    """Designs fastest first by simulated and by real step time, and Kendall's tau."""
+    """Designs fastest first by simulated and by real step time, Kendall's tau over
+    every pair, and the check on what the noise can separate.
+
+    Pairs whose simulated times are :func:`tied` (by each design's ``noise`` column,
+    0 where absent) are left out; over the others, *separable*, ``C`` keep their order
+    for real and ``D`` swap it (a real tie counts as neither, and stays in the
+    denominator): ``kendall_tau_separable = (C - D) / separable``, NaN when no pair is
+    separable, and ``separable_same_order`` holds when ``D = 0``.  ``noise_band`` is the
+    largest design noise, ``sim_order_ties`` the simulated order with ``~`` between
+    neighbours that are tied."""
     sim_order = table.sort_values("sim_step_ms", kind="stable")["design"].tolist()
     real_order = table.sort_values("real_step_ms", kind="stable")["design"].tolist()
     tau = math.nan
     if len(table) > 1:
         tau = float(kendalltau(table["sim_step_ms"], table["real_step_ms"]).statistic)
+    by = table.set_index("design")
+    sim, real = by["sim_step_ms"], by["real_step_ms"]
+    noise = by["noise"] if "noise" in by else pd.Series(0.0, index=by.index)
+    names = list(by.index)
+    ties, conc, disc, sep = [], 0, 0, 0
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if tied(sim[a], noise[a], sim[b], noise[b]):
+                ties.append([a, b])
+                continue
+            sep += 1
+            d = np.sign(sim[a] - sim[b]) * np.sign(real[a] - real[b])
+            conc, disc = conc + int(d > 0), disc + int(d < 0)
+    chain = sim_order[:1]
+    for a, b in zip(sim_order, sim_order[1:], strict=False):
+        near = tied(sim[a], noise[a], sim[b], noise[b])
+        chain += [" ~ " if near else " < ", b]
     return {
         "sim_order": sim_order,
         "real_order": real_order,
         "same_order": sim_order == real_order,
         "kendall_tau": tau,
+        "noise_band": float(noise.max()) if len(noise) else 0.0,
+        "tied": ties,
+        "separable_pairs": sep,
+        "concordant": conc,
+        "discordant": disc,
+        "kendall_tau_separable": (conc - disc) / sep if sep else math.nan,
+        "separable_same_order": disc == 0,
+        "sim_order_ties": "".join(chain),
     }

@@ -36,12 +36,15 @@ def run_regimes(
     seed: int,
     engine: str,
     fio_out: Path | None,
+    remodel: Callable[[], HardwareProfile] | None = None,
     log: Callable[[str], object] = print,
 ) -> tuple[dict[str, Any], Records, Records]:
     """Simulate and replay the regime plan on ``dev``: ``steps`` steps of ``step_s``
     modelled seconds per regime on ``n_ssd`` devices; fio replays the bandwidth steps
-    too into ``fio_out`` (None: skipped).  Returns the comparison (with the plan and
-    the fio cross-check) and both backends' records."""
+    too into ``fio_out`` (None: skipped).  The plan is sized on ``dev.profile`` and
+    simulated after the replay on ``remodel()``'s profile (None: ``dev.profile``), so
+    a model measured around the replay can hold the run's period.  Returns the
+    comparison (with the plan and the fio cross-check) and both backends' records."""
     from real.replay import replay, sigterm_as_interrupt
 
     plan, plan_steps = regime_plan(
@@ -53,13 +56,13 @@ def run_regimes(
         max_bytes_per_device=256 * (1 << 20),
         iops_step_s=THROTTLE_IOPS_STEP_S if dev.kernel_throttled else 0.0,
     )
-    sim = simulate(plan, dev.profile)
     with sigterm_as_interrupt(), dev.prepared(plan, seed, log) as targets, dev.throttled():
         phase("replay")
         real = replay(plan, targets, seed=seed, engine=engine)
         fio: dict[str, Any] = {"skipped": "--no-fio"}
         if fio_out is not None:
             fio = fio_cross_check(plan, plan_steps, real, targets, fio_out)
+    sim = simulate(plan, remodel() if remodel is not None else dev.profile)
     return compare(sim, real, plan_steps) | {"plan": plan, "fio": fio}, sim, real
 
 

@@ -77,12 +77,15 @@ FLAGS: list[tuple[str, str, Files, str]] = [
             ("--scale", ("0", "nan", "2")),
             ("--seed", ("-1",)),
             ("--regimes", ("bogus", ",")),
+            ("--design-repeats", ("0", "1.5")),
+            ("--serving-requests", ("0", "-2")),
         )
         for v in values
     ],
     ("replay-seed-neg", "real replay --plan p --targets-dir t --out o --seed -1", {}, "--seed"),
     ("replay-engine", "real replay --plan p --targets-dir t --out o --engine x", {}, "--engine"),
     ("validate-engine", f"{VALIDATE} --engine bogus", {}, "--engine"),
+    ("validate-serving", f"{VALIDATE} --serving bogus", {}, "--serving bogus: no such serving"),
     ("replay-qd-zero", "real replay --plan p --targets-dir t --out o --qd 0", {}, "--qd"),
     # --- sweep factors, typed per factor
     ("factor-ssds-neg", "sweep --factor ssds --values -1", {}, "ssds"),

@@ -9,7 +9,7 @@ import pytest
 from real import _rawring
 from real.capacity import Rates
 from real.errors import RealError
-from real.sustain import replayer_scale, sustainable_iops
+from real.sustain import LOOP_HEADROOM, replayer_scale, sustainable_iops
 
 RAW_OK, RAW_WHY = _rawring.available()
 
@@ -38,25 +38,28 @@ STORE = Rates(read_bps=20e9, write_bps=10e9, read_iops=2e6, write_iops=1e6)
 
 def test_scale_is_held_below_the_replayer_by_hand():
     """4 SSDs demand 28 GB/s, 20 GB/s, 4M and 2M IOPS.  The store alone allows
-    0.8 x min(20/28, 10/20, 2/4, 1/2) = 0.4; a replayer of 200K IOPS allows
-    0.8 x 200K / 4M = 0.04 for reads (0.08 for writes): 0.04 wins."""
+    0.8 x min(20/28, 10/20, 2/4, 1/2) = 0.4; a replayer of 200K IOPS, asked for half
+    of it (LOOP_HEADROOM), allows 0.5 x 200K / 4M = 0.025 for reads (0.05 for
+    writes): 0.025 wins; asked for 0.8 of it, 0.04."""
+    assert LOOP_HEADROOM == 0.5
     scale = replayer_scale(SRC, 4, STORE, 200e3)
-    assert scale == pytest.approx(0.04)
-    # the scaled devices' aggregate read IOPS sit exactly at the headroom
-    assert scale * 4 * SRC.group.read_iops == pytest.approx(0.8 * 200e3)
+    assert scale == pytest.approx(0.025)
+    # the scaled devices' aggregate read IOPS sit exactly at the loop's headroom
+    assert scale * 4 * SRC.group.read_iops == pytest.approx(0.5 * 200e3)
+    assert replayer_scale(SRC, 4, STORE, 200e3, loop_headroom=0.8) == pytest.approx(0.04)
 
 
 def test_a_fast_replayer_leaves_the_store_scale():
-    """10M IOPS: 0.8 x 10M / 4M = 2 > 0.4, so the store's 0.4 stands; headroom 0.5
-    gives 0.5 x min(...) = 0.25 from the store and 0.5 x 10M / 4M = 1.25 from the replayer."""
+    """10M IOPS: 0.5 x 10M / 4M = 1.25 > 0.4, so the store's 0.4 stands; headroom 0.5
+    gives 0.5 x min(...) = 0.25 from the store and 1.25 from the replayer."""
     assert replayer_scale(SRC, 4, STORE, 10e6) == pytest.approx(0.4)
     assert replayer_scale(SRC, 4, STORE, 10e6, headroom=0.5) == pytest.approx(0.25)
 
 
 def test_write_iops_can_bind():
-    """Writes demand 4 x 1M = 4M, reads 4 x 0.1M = 0.4M: 0.8 x 100K / 4M = 0.02."""
+    """Writes demand 4 x 1M = 4M, reads 4 x 0.1M = 0.4M: 0.5 x 100K / 4M = 0.0125."""
     src = Source(Group(read_gbps=7.0, write_gbps=5.0, read_iops=1e5, write_iops=1e6))
-    assert replayer_scale(src, 4, STORE, 100e3) == pytest.approx(0.02)
+    assert replayer_scale(src, 4, STORE, 100e3) == pytest.approx(0.0125)
 
 
 @pytest.mark.parametrize("bad", [0.0, -5.0, float("nan")])
@@ -115,7 +118,7 @@ def test_sustainable_iops_rejects_bad_arguments(tmp_path, kw):
 
 def test_emulation_scale_by_meter(monkeypatch, tmp_path):
     """fio's rates say nothing of the replayer: its ceiling is measured and binds
-    (0.04 as above); the replayer meter's rates already include it (store's 0.4)."""
+    (0.025 as above); the replayer meter's rates already include it (store's 0.4)."""
     from real import sustain
 
     calls = []
@@ -125,7 +128,7 @@ def test_emulation_scale_by_meter(monkeypatch, tmp_path):
         lambda d, qd, seconds, n_dev, targets: calls.append((d, qd, n_dev)) or 200e3,
     )
     scale, ceiling = sustain.emulation_scale(SRC, 4, STORE, 0.8, tmp_path, "fio")
-    assert (scale, ceiling) == (pytest.approx(0.04), 200e3)
+    assert (scale, ceiling) == (pytest.approx(0.025), 200e3)
     # measured where the devices live, at validation's QD, over its 4 devices at once
     assert calls == [(tmp_path, 32, 4)]
     scale, ceiling = sustain.emulation_scale(SRC, 4, STORE, 0.8, tmp_path, "replayer")

@@ -9,6 +9,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
@@ -230,3 +231,35 @@ def test_validation_notebook_renders_the_report(direct_dir: Path, tmp_path: Path
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert any("bytes match: True" in o.get("text", "") for o in outputs)
+
+
+def test_costs_pooled_before_and_after_by_hand():
+    """Three replays before the regimes and three after (QD1 read, QD1 write, stream
+    per-I/O us, round layer us).  Pooled, each cost is the median of six: read
+    (300 + 400) / 2 = 350 (range 100-600), write (60 + 65) / 2 = 62.5, per I/O
+    (10 + 11) / 2 = 10.5, layer (700 + 750) / 2 = 725; the round, on 2 devices with a
+    stream of 8,000 I/Os a round each (1 / 8000 rounds per I/O), 16 I/Os a layer:
+    s = (725 / 2 - 16 x 10.5) / (1 - 16 / 8000) = 194.5 / 0.998, c' = 10.5 - s / 8000."""
+    from real.validate import costs_from_samples, pooled_costs
+
+    rounds = {"n_ssd": 2, "rounds_per_io": 1 / 8000}
+    before = costs_from_samples(
+        np.array([[100, 50, 8, 600], [300, 60, 9, 700], [200, 55, 10, 650]], float), rounds, False
+    )
+    assert before["read_latency_us"] == 200 and before["read_latency_us_range"] == [100, 300]
+    after = costs_from_samples(
+        np.array([[500, 70, 12, 800], [400, 65, 11, 750], [600, 80, 13, 900]], float), rounds, False
+    )
+    c = pooled_costs(before | {"engine": "x"}, after)
+    assert c["read_latency_us"] == 350 and c["read_latency_us_range"] == [100, 600]
+    assert c["write_latency_us"] == 62.5 and c["per_io_us"] == 10.5
+    assert c["round_layer_us"] == 725 and c["engine"] == "x"
+    s = 194.5 / 0.998
+    assert c["round_us"] == pytest.approx(s)
+    assert c["per_io_net_us"] == pytest.approx(10.5 - s / 8000)
+    assert len(c["samples"]) == 6
+    # one stalled replay (a read of 2,600 us instead of 600) moves the median not at
+    # all, where the mean would move by 2000 / 6 = 333 us
+    stalled = after["samples"][:2] + [[2600, 80, 13, 900]]
+    c2 = pooled_costs(before, after | {"samples": stalled})
+    assert c2["read_latency_us"] == 350 and c2["read_latency_us_range"] == [100, 2600]

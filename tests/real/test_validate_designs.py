@@ -5,6 +5,7 @@ throttled loop devices (root)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -114,7 +115,7 @@ def _m(step_ms: float, gbps: float, nbytes: int = 100) -> dict:
 def test_design_table_errors_and_ranking_with_one_swap():
     sim = {"A": _m(10, 1.2), "B": _m(20, 0.5), "C": _m(30, 0.4)}
     real = {"A": _m(10, 1.0), "B": _m(35, 0.5), "C": _m(30, 0.5, nbytes=99)}
-    t = design_table(sim, real).set_index("design")
+    t = design_table(sim, {k: [v] for k, v in real.items()}).set_index("design")
     assert t.loc["A", "step_error"] == pytest.approx(0.0)
     assert t.loc["B", "step_error"] == pytest.approx((20 - 35) / 35)
     assert t.loc["A", "gbps_error"] == pytest.approx(0.2)
@@ -125,8 +126,68 @@ def test_design_table_errors_and_ranking_with_one_swap():
     assert r["same_order"] is False
     # pairs AB, AC concordant, BC discordant: tau = (2 - 1) / 3
     assert r["kendall_tau"] == pytest.approx(1 / 3)
-    same = ranking(design_table(sim, sim))
+    same = ranking(design_table(sim, {k: [v] for k, v in sim.items()}))
     assert same["same_order"] is True and same["kendall_tau"] == pytest.approx(1.0)
+
+
+def test_repeats_give_the_median_and_the_noise_by_hand():
+    # A: 12, 10, 11 ms -> median 11, range 10-12, noise (12 - 10) / (2 x 11) = 1/11;
+    # B's three repeats read 100 bytes; one of C's read 99: no match for C
+    sim = {"A": _m(10, 1.0), "B": _m(20, 1.0), "C": _m(30, 1.0)}
+    real = {
+        "A": [_m(12, 0.9), _m(10, 1.1), _m(11, 1.0)],
+        "B": [_m(20, 1.0)] * 3,
+        "C": [_m(30, 1.0), _m(30, 1.0, nbytes=99), _m(30, 1.0)],
+    }
+    t = design_table(sim, real).set_index("design")
+    assert t.loc["A", "real_step_ms"] == 11 and t.loc["A", "real_read_gbps"] == 1.0
+    assert (t.loc["A", "real_step_ms_min"], t.loc["A", "real_step_ms_max"]) == (10, 12)
+    assert t.loc["A", "noise"] == pytest.approx(1 / 11)
+    assert t.loc["A", "step_error"] == pytest.approx((10 - 11) / 11)
+    assert t.loc["B", "noise"] == 0.0 and t.loc["B", "repeats"] == 3
+    assert t["bytes_match"].tolist() == [True, True, False]
+
+
+def _ranked(rows: list[tuple[str, float, float, float]]) -> dict:
+    cols = ["design", "sim_step_ms", "real_step_ms", "noise"]
+    return ranking(pd.DataFrame(rows, columns=cols))
+
+
+def test_tied_designs_are_left_out_of_the_ranking_check():
+    # A and B: 10 +- 5% = [9.5, 10.5] and 10.4 +- 5% = [9.88, 10.92] overlap: tied,
+    # and their real order (B first) is no swap.  C = 12 +- 0 lies 1.08 above B's
+    # band: separable.  D = 20 +- 10% = [18, 22].  Separable pairs AC AD BC BD CD,
+    # all in the same order for real: tau over them 1; over all six (AB discordant)
+    # (5 - 1) / 6.
+    rows = [("A", 10, 11, 0.05), ("B", 10.4, 10.5, 0.05), ("C", 12, 13, 0.0), ("D", 20, 19, 0.1)]
+    r = _ranked(rows)
+    assert r["tied"] == [["A", "B"]] and r["separable_pairs"] == 5
+    assert (r["concordant"], r["discordant"]) == (5, 0)
+    assert r["kendall_tau_separable"] == 1.0 and r["separable_same_order"] is True
+    assert r["kendall_tau"] == pytest.approx(4 / 6) and r["same_order"] is False
+    assert r["noise_band"] == 0.1
+    assert r["sim_order_ties"] == "A ~ B < C < D"
+    # D measured at 12.5, below C's 13: the separable pair CD swaps: (4 - 1) / 5
+    rows[3] = ("D", 20, 12.5, 0.1)
+    r = _ranked(rows)
+    assert (r["concordant"], r["discordant"]) == (4, 1)
+    assert r["kendall_tau_separable"] == pytest.approx(0.6)
+    assert r["separable_same_order"] is False
+
+
+def test_noise_as_wide_as_the_gaps_ties_every_pair():
+    # 10, 11, 12 at +-5%: 10.5 vs 10.45 (AB) and 11.55 vs 11.4 (BC) overlap, and AC's
+    # 2 ms gap exceeds 0.5 + 0.6 = 1.1: A ~ B ~ C, one separable pair (AC), swapped
+    r = _ranked([("A", 10, 12, 0.05), ("B", 11, 11, 0.05), ("C", 12, 10, 0.05)])
+    assert r["tied"] == [["A", "B"], ["B", "C"]] and r["separable_pairs"] == 1
+    assert r["kendall_tau_separable"] == -1.0 and r["sim_order_ties"] == "A ~ B ~ C"
+    # no noise measured (one repeat): every pair is compared
+    r = _ranked([("A", 10, 12, 0.0), ("B", 11, 11, 0.0)])
+    assert r["separable_pairs"] == 1 and r["kendall_tau_separable"] == -1.0
+    # nothing separable: NaN, and no swap
+    r = _ranked([("A", 10, 12, 0.2), ("B", 11, 11, 0.2)])
+    assert r["separable_pairs"] == 0 and math.isnan(r["kendall_tau_separable"])
+    assert r["separable_same_order"] is True
 
 
 def test_scaled_default_config_is_the_claimed_one():
