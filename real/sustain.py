@@ -47,7 +47,7 @@ ROUND_IOS = 20_000  # I/Os per replay; replays repeat until ``seconds`` have pas
 # of that core.  One other runnable process on the loop's core halves its share (CFS),
 # so 0.5 keeps the throttle binding through that; 0.8 (until 2026-12-02) left 25%,
 # and the IOPS regime's median step error swung 5.5-27.3% between consecutive runs on
-# a quiet 2-core machine (issue 32), the simulator always faster.
+# a quiet 2-core machine, the simulator always faster.
 LOOP_HEADROOM = 0.5
 
 

@@ -50,7 +50,7 @@ from sim.registry import WORKLOADS, WorkloadAssumption
 from sim.sweep import run_points
 
 # a headline ratio that moves by more than this share at a range end is fragile (kvtier
-# issue 30's threshold: the share beyond which a seed figure is reported as "off")
+# the threshold: the share beyond which a seed figure is reported as "off")
 MOVE = 0.25
 # figures that agree to this many significant digits rank as equal (an assumption: a
 # simulated time's float noise is ~1e-12 relative, a real difference far above 1e-6)

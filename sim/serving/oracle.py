@@ -1,5 +1,5 @@
 """Hit-rate ceilings of a request trace: an infinite cache, Belady's optimal
-eviction and LRU at a given capacity (issue 33, point 5).
+eviction and LRU at a given capacity.
 
 Clock-free: the ceilings ask only which blocks a trace requests in which
 order, not when.  Every request looks up its prompt's block hashes (the

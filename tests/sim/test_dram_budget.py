@@ -1,4 +1,4 @@
-"""Issue 31: every design of the Swarm comparison held to the same read, DRAM and
+"""Every design of the Swarm comparison held to the same read, DRAM and
 GPU budgets, each counted from what the design holds or moves, not from the
 budget variable.
 

@@ -1,4 +1,4 @@
-"""Issue 31 point 7: the design profiled on another sequence (seed 000 §5.1:
+"""The design profiled on another sequence (seed 000 §5.1:
 "Profiling is performed on a task-agnostic dataset") instead of the sequence's
 own first queries; keys, decode queries and oracle stay the sequence's."""
 

@@ -1,4 +1,4 @@
-"""Issue 31 point 5: online cluster maintenance (§6.2) runs once decode outlasts
+"""Online cluster maintenance (§6.2) runs once decode outlasts
 the local window, and changes what is read.
 
 A token generated at step t leaves the window when ``visible - window`` passes

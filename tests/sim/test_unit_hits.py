@@ -1,4 +1,4 @@
-"""The cache hit rate per retrieval unit (issue 31 point 4): of the clusters or
+"""The cache hit rate per retrieval unit: of the clusters or
 blocks a design chose, the share found in its DRAM cache, summed over lanes and
 steps from the decisions' own counters."""
 
