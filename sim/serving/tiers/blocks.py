@@ -268,8 +268,8 @@ class OffloadTier:
         """Evict ``victims`` now (:meth:`hand_over`), their bytes and slots
         freed, gone from the tier."""
         self.hand_over(victims, evict)
+        self.free(victims)
         for e in victims:
-            self.free(e)
             del self.entries[e.key]
             self.lru.remove(e)
 
@@ -289,12 +289,17 @@ class OffloadTier:
         if evict is not None and victims:
             evict(self, victims)
 
-    def free(self, e: Entry) -> None:
-        """Give back the bytes and slots of ``e`` (evicted)."""
+    def free(self, victims: Sequence[Entry]) -> None:
+        """Give back the bytes and slots of ``victims`` (evicted): the slots one
+        by one in order (the allocator reuses the last freed first), the bytes
+        as one sum per device (whole bytes: the same)."""
+        if not victims:
+            return
         alloc = self.allocators
-        self.used[:] = map(sub, self.used, e.nbytes)
-        for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):
-            alloc[d].free(slot, l1 - l0)
+        self.used[:] = map(sub, self.used, map(sum, zip(*[e.nbytes for e in victims], strict=True)))
+        for e in victims:
+            for (d, l0, l1), slot in zip(e.runs, e.slots, strict=True):
+                alloc[d].free(slot, l1 - l0)
 
 
 def _holds(

@@ -97,8 +97,7 @@ def place(
             if pool or used[0] > caps[0]:  # key i: its victims, then placed if it fits
                 victims = walk.victims(tier.short(need))
                 tier.hand_over(victims, evict)
-                for e in victims:
-                    tier.free(e)
+                tier.free(victims)
                 if fitting(used, need, caps):
                     made += _put(tier, new[i : i + 1], plan, need)
                 i += 1
