@@ -64,6 +64,8 @@ class Question:
     ssd_gib: float = 372.53  # SSD KV capacity of a design that uses SSDs (400 GB)
     host_reserve_gib: float = 16.0  # DRAM not available to the KV tier
     seed: int = 0
+    # the trace's arrival rate times this (a request trace; sim.capacity.load probes it)
+    arrival_scale: float = 1.0
     slo_ttft_p99_s: float = 10.0  # 0 = no limit
     slo_tpot_p99_s: float = 0.0  # 0 = no limit
     slo_min_tok_s: float = 0.0  # 0 = no floor
@@ -108,6 +110,8 @@ def point_key(q: Question, p: Point) -> str:
     if q.gpu_time == "roofline":  # the key of a point stored before GPU time was a setting
         for k in ("gpu_time", "framework", "framework_version"):
             run.pop(k)
+    if q.arrival_scale == 1.0:  # the key of a point stored before the load was a setting
+        run.pop("arrival_scale")
     base = resolve_yaml(q.base, PROFILE_DIR, "hardware profile")
     blob = json.dumps({"q": run, "p": p.flat(), "base": file_digest(base)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
@@ -135,7 +139,7 @@ def scenario(q: Question, design: str, profile: HardwareProfile, tp: int = 1) ->
         model=q.model, design=design, design_params=params, trace=q.trace,
         requests=q.requests, context_tokens=q.context_tokens, docs=q.docs,
         output_tokens=q.output_tokens, block_tokens=q.block_tokens,
-        gpu_prefix_cache=q.trace != "long_doc", tp=tp, **gpu_time(q),
+        arrival_scale=q.arrival_scale, gpu_prefix_cache=q.trace != "long_doc", tp=tp, **gpu_time(q),
     )  # fmt: skip
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
 

@@ -191,6 +191,12 @@ FLAGS: list[tuple[str, str, Files, str]] = [
         {},
         "--docs 1000000000000",
     ),
+    ("plan-load-low-high", "plan --trace conversation --max-load --load-low 2 --load-high 1", {},
+     "--load-low 2.0: must be below --load-high 1.0"),
+    ("plan-load-tol-0", "plan --trace conversation --max-load --load-tol 0", {}, "--load-tol"),
+    ("plan-load-probes-1", "plan --trace conversation --max-load --load-probes 1", {},
+     "--load-probes"),
+    ("plan-load-long-doc", "plan --max-load", {}, "--max-load: --trace long_doc"),
     ("validate-n-over-profile", f"{VALIDATE} --n 16", {}, "--n 16: --hw h20-8ssd has 8 SSDs"),
     # 4 regimes x (1 warm-up + 10^12 steps) x 4 SSDs = 16,000,000,000,016 ops
     ("validate-steps-huge", f"{VALIDATE} --steps 1e12", {}, "plan of 16,000,000,000,016 ops"),
