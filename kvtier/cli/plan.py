@@ -38,7 +38,8 @@ SIZES = (("ssd_counts", MAX_SSDS, "SSDs: 160 PCIe 5.0 lanes of a 2-socket server
          ("dram_gib", MAX_DRAM_GIB, "GiB: 2 sockets x 6 TB of DDR5"))  # fmt: skip
 
 SHOWN = ("design", "gpus", "ssd_model", "ssds", "dram_modules", "cost_usd", "ttft_p99_s",
-         "tpot_p99_s", "throughput_tok_s", "bottleneck", "bottleneck_share", "busiest")  # fmt: skip
+         "tpot_p99_s", "throughput_tok_s", "bottleneck", "bottleneck_share", "bottleneck_tpot",
+         "busiest")  # fmt: skip
 
 
 def _list(cast):

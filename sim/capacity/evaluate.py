@@ -15,7 +15,9 @@ Bottleneck (:mod:`sim.capacity.binding`: bytes, I/Os, core-seconds or FLOPs
 over capacity x time): ``bottleneck`` is what binds the TTFT, the resource
 with the largest used share inside the P99-TTFT request's window (release to
 first token; the whole run where there are no requests: sparse decoding), with
-that share and its busy share; ``bottleneck_run`` is the largest used share
+that share and its busy share; ``bottleneck_tpot`` binds the TPOT, the same over
+the P99-TPOT request's decode (first token to last; empty where no request
+decoded: sparse decoding, one-token outputs); ``bottleneck_run`` is the largest used share
 over the whole run (what a longer or busier run would saturate first: the
 search's saturation rules read its ``bottleneck_run_ssd_only`` and
 ``bottleneck_run_gpu_relieved``, :class:`sim.capacity.binding.Binding`); each
@@ -215,6 +217,7 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
             return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
         v = result.variants[0]
         ttft_bound = binding(of_run(v.records, profile, window=True, plan=v.plan))
+        tpot_bound = binding(of_run(v.records, profile, True, v.plan, metric="tpot"))
         run_bound = binding(of_run(v.records, profile, plan=v.plan))
     metrics = metrics_of(q, v.summary)
     if q.trace != "sparse_decode" and not metrics["throughput_tok_s"] > 0:
@@ -222,7 +225,8 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
     device, util = busiest(v.records.devices)
     return {
         **row, "status": "ok", **metrics, **ttft_bound.columns("bottleneck"),
-        "bottleneck_busy": ttft_bound.busy, **run_bound.columns("bottleneck_run"),
+        "bottleneck_busy": ttft_bound.busy, **tpot_bound.columns("bottleneck_tpot"),
+        "bottleneck_tpot_busy": tpot_bound.busy, **run_bound.columns("bottleneck_run"),
         "busiest": device, "busiest_util": util,
         "hit_rate_ssd": float(v.summary.get("hit_rate_ssd", 0.0)), "sim_wall_s": result.wall_s,
         "gpu_time": str(v.records.stats.get("gpu_time", "")),
