@@ -37,7 +37,7 @@ SIZES = (("ssd_counts", MAX_SSDS, "SSDs: 160 PCIe 5.0 lanes of a 2-socket server
          ("dram_modules", MAX_DRAM_MODULES, "DIMMs: 2 sockets x 12 channels x 2 a channel"),
          ("dram_gib", MAX_DRAM_GIB, "GiB: 2 sockets x 6 TB of DDR5"))  # fmt: skip
 
-SHOWN = ("design", "gpus", "ssd_model", "ssds", "dram_modules", "cost_usd", "ttft_p99_s",
+SHOWN = ("design", "gpus", "replicas", "router", "ssd_model", "ssds", "dram_modules", "cost_usd", "ttft_p99_s",
          "tpot_p99_s", "throughput_tok_s", "bottleneck", "bottleneck_share", "bottleneck_tpot",
          "busiest")  # fmt: skip
 
@@ -120,6 +120,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="GPU counts (tensor parallel over the base's first N GPUs; 0: the base's, one serves)",
     )
     a(
+        "--replicas",
+        type=_list(int_arg(1)),
+        default=(0,),
+        help="one-GPU instances behind --router (the machine keeps that many GPUs; a request "
+        "trace; not with --gpus)",
+    )
+    a("--router", default="round_robin", help="--replicas: the router (round_robin, least_queue, "
+      "least_kv, prefix)")  # fmt: skip
+    a(
         "--gpu-time",
         choices=GPU_TIMES,
         default=q.gpu_time,
@@ -179,13 +188,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _check_context(q)
     prices = load_prices(*args.prices)  # fail fast on a bad table
     models = tuple(resolve_ssd(m) for m in args.ssd_models)
+    _check_replicas(q, args)
     space = Space(args.designs, models, args.ssd_counts, args.dram_modules, args.dram_gib,
-                  args.gpus)  # fmt: skip
+                  args.gpus, args.replicas, args.router)  # fmt: skip
     executor = executor_of(args)  # Ray missing or unreachable: refused before the work
     Path(args.out).mkdir(parents=True, exist_ok=True)
     have = base_data(q.base)["gpu"]["count"]  # fail fast on a bad base profile
-    if max(args.gpus) > have:
-        raise ConfigError(f"--gpus: {max(args.gpus)} GPUs asked of {q.base}, which has {have}")
+    for flag, n in (("--gpus", max(args.gpus)), ("--replicas", max(args.replicas))):
+        if n > have:
+            raise ConfigError(f"{flag}: {n} GPUs asked of {q.base}, which has {have}")
     _check_gpu_time(q, args.gpus)
     rules = _load_rules(q, args)
     store = ResultStore(Path(args.out) / "points")
@@ -203,6 +214,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     write_figures(df, Path(args.out))
     _report(console, q, df, res, time.perf_counter() - t0, prices, Path(args.out))
     return 0
+
+
+def _check_replicas(q: Question, args: argparse.Namespace) -> None:
+    """``--replicas``: a registered ``--router``, a request trace (long_doc's warm-up sits
+    in one instance), no tensor parallelism beside it (a routed replica is one GPU)."""
+    if args.replicas == (0,):
+        return
+    from sim.registry import ROUTERS
+
+    if args.router not in ROUTERS:
+        raise ConfigError(f"--router {args.router}: one of {', '.join(ROUTERS.names())}")
+    if q.trace in ("long_doc", "sparse_decode"):
+        raise ConfigError(f"--replicas: --trace {q.trace} is not routed (conversation or a "
+                          "request trace file)")  # fmt: skip
+    if args.gpus != (0,):
+        raise ConfigError("--replicas: one GPU an instance; with --gpus (tensor parallel) "
+                          "not modelled")  # fmt: skip
 
 
 def _load_rules(q: Question, args: argparse.Namespace) -> LoadSearch | None:
@@ -355,7 +383,7 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
     )
 
 
-LOAD_SHOWN = ("design", "gpus", "ssd_model", "ssds", "dram_modules", "cost_usd",
+LOAD_SHOWN = ("design", "gpus", "replicas", "router", "ssd_model", "ssds", "dram_modules", "cost_usd",
               "max_load_scale", "max_load_req_s", "max_load_tok_s", "max_load_bound",
               "max_load_probes", "usd_per_req_s", "usd_per_tok_s")  # fmt: skip
 

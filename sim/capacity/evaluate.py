@@ -94,13 +94,19 @@ class Question:
 
 @dataclass(frozen=True)
 class Point:
-    """One design on one hardware variant."""
+    """One design on one hardware variant; with ``replicas`` > 0, that many one-GPU
+    instances of it (the machine's GPUs, ``hw.gpus`` = ``replicas``) behind the
+    registered ``router`` (:mod:`sim.serving.router`), each request routed on arrival."""
 
     design: str
     hw: Hardware
+    replicas: int = 0
+    router: str = ""
 
     def flat(self) -> dict[str, Any]:
-        return {"design": self.design, **asdict(self.hw)}
+        # no replicas: the keys of a point stored before replicas were a dimension
+        fleet = {"replicas": self.replicas, "router": self.router} if self.replicas else {}
+        return {"design": self.design, **asdict(self.hw), **fleet}
 
 
 def point_key(q: Question, p: Point) -> str:
@@ -119,10 +125,13 @@ def point_key(q: Question, p: Point) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def scenario(q: Question, design: str, profile: HardwareProfile, tp: int = 1) -> ScenarioConfig:
+def scenario(
+    q: Question, design: str, profile: HardwareProfile, tp: int = 1, replicas: int = 0,
+    router: str = "none",
+) -> ScenarioConfig:  # fmt: skip
     """The scenario of ``design`` on ``profile`` for question ``q``: serving (tensor
-    parallel over ``tp`` GPUs), or sparse decoding (``trace: sparse_decode``) of
-    ``docs`` concurrent sessions."""
+    parallel over ``tp`` GPUs, or ``replicas`` one-GPU instances behind ``router``), or
+    sparse decoding (``trace: sparse_decode``) of ``docs`` concurrent sessions."""
     if q.trace == "sparse_decode":
         return sparse_scenario(q, design)
     from sim.serving.designs import get_design
@@ -141,7 +150,9 @@ def scenario(q: Question, design: str, profile: HardwareProfile, tp: int = 1) ->
         model=q.model, design=design, design_params=params, trace=q.trace,
         requests=q.requests, context_tokens=q.context_tokens, docs=q.docs,
         output_tokens=q.output_tokens, block_tokens=q.block_tokens,
-        arrival_scale=q.arrival_scale, gpu_prefix_cache=q.trace != "long_doc", tp=tp, **gpu_time(q),
+        arrival_scale=q.arrival_scale, gpu_prefix_cache=q.trace != "long_doc", tp=tp,
+        **gpu_time(q),
+        **({"router": router, "replicas": replicas} if replicas else {}),
     )  # fmt: skip
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
 
@@ -209,8 +220,9 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kvtier-plan-") as tmp:
         profile = derive(q.base, p.hw, tmp)
         try:
-            tp = profile.gpu.count if p.hw.gpus else 1
-            result = run(scenario(q, p.design, profile, tp), profile, None)
+            tp = profile.gpu.count if p.hw.gpus and not p.replicas else 1
+            cfg = scenario(q, p.design, profile, tp, p.replicas, p.router or "none")
+            result = run(cfg, profile, None)
         except (ConfigError, Unsupported, ValueError) as exc:
             return {**row, "status": f"cannot run: {' '.join(str(exc).split())}"}
         if not result.variants:
@@ -233,12 +245,15 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def unfit(q: Question, hw: Hardware) -> str:
+def unfit(q: Question, hw: Hardware, replicas: int = 0) -> str:
     """Why ``hw``'s GPUs cannot serve ``q.model`` at all, by arithmetic (no simulation):
-    a rank's weights over the engine's 0.9 of HBM, a TP degree the heads do not allow,
-    or TP asked of the sparse-decode workload (one GPU); "" when they can."""
+    a rank's weights over the engine's 0.9 of HBM (a replica's: all of them), a TP
+    degree the heads do not allow, or TP asked of the sparse-decode workload (one
+    GPU); "" when they can."""
     if not hw.gpus:
         return ""
+    if replicas:
+        hw = dataclasses.replace(hw, gpus=1)
     from hwprofiles import load_profile
     from sim.models import get_model
     from sim.serving.execute.tp import rank_card

@@ -146,7 +146,10 @@ def check_question(q: Question) -> None:
 def point_of(row: dict[str, Any]) -> Point:
     hw = Hardware(str(row["ssd_model"]), int(row["ssds"]), int(row["dram_modules"]),
                   float(row["dram_gib"]), int(row.get("gpus", 0) or 0))  # fmt: skip
-    return Point(str(row["design"]), hw)
+    replicas = row.get("replicas", 0)
+    if replicas != replicas or not replicas:  # NaN in a table mixing both kinds
+        return Point(str(row["design"]), hw)
+    return Point(str(row["design"]), hw, int(replicas), str(row["router"]))
 
 
 def search_loads(
