@@ -197,6 +197,13 @@ FLAGS: list[tuple[str, str, Files, str]] = [
     ("plan-load-probes-1", "plan --trace conversation --max-load --load-probes 1", {},
      "--load-probes"),
     ("plan-load-long-doc", "plan --max-load", {}, "--max-load: --trace long_doc"),
+    ("plan-replicas-tp", "plan --trace conversation --base h20-8ssd --replicas 2 --gpus 1,2", {},
+     "--replicas: one GPU an instance"),
+    ("plan-replicas-long-doc", "plan --base h20-8ssd --replicas 2", {},
+     "--replicas: --trace long_doc"),
+    ("plan-router-unknown", "plan --trace conversation --replicas 1 --router fastest", {},
+     "--router fastest"),
+    ("plan-replicas-over-gpus", "plan --trace conversation --replicas 2", {}, "--replicas: 2 GPUs"),
     ("validate-n-over-profile", f"{VALIDATE} --n 16", {}, "--n 16: --hw h20-8ssd has 8 SSDs"),
     # 4 regimes x (1 warm-up + 10^12 steps) x 4 SSDs = 16,000,000,000,016 ops
     ("validate-steps-huge", f"{VALIDATE} --steps 1e12", {}, "plan of 16,000,000,000,016 ops"),

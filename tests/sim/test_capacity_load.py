@@ -99,3 +99,22 @@ def test_a_trace_without_a_rate_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="no arrival rate"):
         trace_rate(Question(trace=str(path)))
+
+
+def test_two_round_robin_replicas_move_the_boundary_as_worked_out(trace: str) -> None:
+    """Two one-GPU replicas behind round_robin: each gets every other request, 2/s apart,
+    so replica r's k-th request (k = 0..9) has TTFT T + k (T - 2/s), the same on both.
+    Sorted, the 20 TTFTs come in equal pairs; numpy's P99 (index 18.81) lies inside the
+    last pair: P99 = T + 9 (T - 2/s), and P99 <= T + d holds up to 2/s* = T - d/9."""
+    ssd = resolve_ssd("9100 PRO")
+    lone = evaluate(Question(base="h20-8ssd", trace=trace, arrival_scale=0.01),
+                    Point("gpu-only", Hardware(ssd, 1, 1, 64.0, 1)))  # fmt: skip
+    t, d = lone["ttft_p99_s"], 0.05
+    s_star = 2 / (t - d / 9)
+    q = Question(base="h20-8ssd", trace=trace, slo_ttft_p99_s=t + d)
+    pair = Point("gpu-only", Hardware(ssd, 1, 1, 64.0, 2), replicas=2, router="round_robin")
+    row = evaluate(q, pair)
+    assert (row["status"], row["replicas"], row["router"]) == ("ok", 2, "round_robin")
+    got = search_loads(q, pd.DataFrame([row]), LoadSearch(0.5, 4 * s_star, 0.01, 16)).iloc[0]
+    assert got["max_load_bound"] == "tol"
+    assert got["max_load_scale"] <= s_star < got["max_load_fail_scale"]
