@@ -219,7 +219,9 @@ class ServingParams:
         _non_negative(self, "requests", "max_inflight", "max_batched_tokens", "gpu_kv_tokens")
         _non_negative(self, "think_s")
         if self.arrival_scale != 1.0 and self.trace == "long_doc":
-            raise ParamError("arrival_scale", "long_doc's requests all arrive at 0: no rate to scale")
+            raise ParamError(
+                "arrival_scale", "long_doc's requests all arrive at 0: no rate to scale"
+            )
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ParamError("gpu_memory_utilization", "must be in (0, 1]")
         for name, values in self.matrix.items():

@@ -37,9 +37,9 @@ SIZES = (("ssd_counts", MAX_SSDS, "SSDs: 160 PCIe 5.0 lanes of a 2-socket server
          ("dram_modules", MAX_DRAM_MODULES, "DIMMs: 2 sockets x 12 channels x 2 a channel"),
          ("dram_gib", MAX_DRAM_GIB, "GiB: 2 sockets x 6 TB of DDR5"))  # fmt: skip
 
-SHOWN = ("design", "gpus", "replicas", "router", "ssd_model", "ssds", "dram_modules", "cost_usd", "ttft_p99_s",
-         "tpot_p99_s", "throughput_tok_s", "bottleneck", "bottleneck_share", "bottleneck_tpot",
-         "busiest")  # fmt: skip
+SHOWN = ("design", "gpus", "replicas", "router", "ssd_model", "ssds", "dram_modules", "cost_usd",
+         "ttft_p99_s", "tpot_p99_s", "throughput_tok_s", "bottleneck", "bottleneck_share",
+         "bottleneck_tpot", "busiest")  # fmt: skip
 
 
 def _list(cast):
@@ -383,7 +383,7 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
     )
 
 
-LOAD_SHOWN = ("design", "gpus", "replicas", "router", "ssd_model", "ssds", "dram_modules", "cost_usd",
+LOAD_SHOWN = ("design", "gpus", "replicas", "ssd_model", "ssds", "dram_modules", "cost_usd",
               "max_load_scale", "max_load_req_s", "max_load_tok_s", "max_load_bound",
               "max_load_probes", "usd_per_req_s", "usd_per_tok_s")  # fmt: skip
 
@@ -392,8 +392,10 @@ def _report_loads(console, df: pd.DataFrame) -> None:
     """The largest load each candidate serves within the SLOs, cheapest per request/s first."""
     done = df[df["status"] == "ok"].sort_values(["usd_per_req_s", "cost_usd"], na_position="last")
     cols = [c for c in LOAD_SHOWN if c in done.columns]
-    console.print("[bold]largest load meeting the SLOs[/bold] (arrival-rate scale of the trace, "
-                  "bisected; bound: tol, probes, high = at least, none = not even the lowest):")
+    console.print(
+        "[bold]largest load meeting the SLOs[/bold] (arrival-rate scale of the trace, "
+        "bisected; bound: tol, probes, high = at least, none = not even the lowest):"
+    )
     console.print(done[cols].to_string(index=False, float_format=lambda v: f"{v:,.3f}"),
                   soft_wrap=True)  # fmt: skip
 
