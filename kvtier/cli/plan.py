@@ -203,16 +203,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console.print(f"[bold]kvtier plan[/bold]: {q.model}, {q.trace}, {space.size} grid points")
     t0 = time.perf_counter()
     res = search(q, space, executor, store, prune=not args.no_prune)
+    search_s = time.perf_counter() - t0
     _check_ran(res.rows)
     df = add_costs(res.rows, q.base, prices)
     df = _judge(q, df)
     if rules is not None:
+        t1 = time.perf_counter()
         loads = search_loads(q, df, rules, executor, store)
         df = add_unit_costs(df.merge(loads, on="key", how="left"))
+        n = int(loads["max_load_probes"].sum())
+        console.print(f"load search: {n} probes ({len(loads)} candidates) in "
+                      f"{time.perf_counter() - t1:.1f} s")  # fmt: skip
     df.to_parquet(Path(args.out) / "plan.parquet", index=False)
     _provenance(Path(args.out) / "plan.json", q, space, executor, res)
     write_figures(df, Path(args.out))
-    _report(console, q, df, res, time.perf_counter() - t0, prices, Path(args.out))
+    _report(console, q, df, res, search_s, prices, Path(args.out))
     return 0
 
 
