@@ -118,3 +118,23 @@ def test_two_round_robin_replicas_move_the_boundary_as_worked_out(trace: str) ->
     got = search_loads(q, pd.DataFrame([row]), LoadSearch(0.5, 4 * s_star, 0.01, 16)).iloc[0]
     assert got["max_load_bound"] == "tol"
     assert got["max_load_scale"] <= s_star < got["max_load_fail_scale"]
+
+
+def test_probes_in_a_process_pool_give_the_search_of_this_process(trace: str) -> None:
+    """The probes of two candidates run on a two-worker pool (sim.parallel, the plan's
+    default executor) and in this process: the same brackets, probe for probe."""
+    from sim.parallel import LocalExecutor
+
+    ssd = resolve_ssd("9100 PRO")
+    q = Question(base="h20-8ssd", trace=trace, slo_ttft_p99_s=1.5)
+    points = [
+        Point("gpu-only", Hardware(ssd, 1, 1, 64.0, 1)),
+        Point("gpu-only", Hardware(ssd, 1, 1, 64.0, 2), replicas=2, router="round_robin"),
+    ]
+    rows = pd.DataFrame([evaluate(q, p) for p in points])
+    rules = LoadSearch(0.5, 4.0, 0.1, 6)
+    here = search_loads(q, rows, rules, LocalExecutor(1))
+    pool = search_loads(q, rows, rules, LocalExecutor(2))
+    pd.testing.assert_frame_equal(here, pool)
+    one, two = here["max_load_scale"]
+    assert two > one  # two replicas take more load than one of their GPUs alone
