@@ -138,3 +138,15 @@ def test_probes_in_a_process_pool_give_the_search_of_this_process(trace: str) ->
     pd.testing.assert_frame_equal(here, pool)
     one, two = here["max_load_scale"]
     assert two > one  # two replicas take more load than one of their GPUs alone
+
+
+def test_arrival_scale_divides_the_arrival_times(trace: str) -> None:
+    from sim.config import ServingParams
+    from sim.registry import ParamError
+    from sim.scenarios.serving import trace_tables
+
+    table, _ = trace_tables(ServingParams(trace=trace, arrival_scale=4.0), 0)
+    assert table.column("arrival_s").to_pylist() == [k / 4 for k in range(N)]
+    assert table.column("input_tokens").to_pylist() == [8192] * N
+    with pytest.raises(ParamError, match="arrival_scale"):
+        ServingParams(trace="long_doc", arrival_scale=2.0)
