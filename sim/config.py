@@ -166,6 +166,9 @@ class ServingParams:
     trace: str = "conversation"  # conversation | long_doc | a request-table Parquet file
     requests: int = 0  # use the first N requests of the trace; 0 = all
     max_inflight: int = 0  # client: outstanding requests at most; 0 = open loop
+    # the trace's arrival rate times this (every arrival time divided by it): the load
+    # axis of `kvtier plan --max-load` (sim.capacity.load); long_doc's arrivals are all 0
+    arrival_scale: float = field(default=1.0, metadata={"positive": True})
     # long_doc: seed 004's Long Doc QA, each document warmed up, then queried
     context_tokens: int = field(default=8192, metadata={"positive": True})
     docs: int = field(default=2, metadata={"positive": True})
@@ -215,6 +218,10 @@ class ServingParams:
         _check_gpu_time(self)
         _non_negative(self, "requests", "max_inflight", "max_batched_tokens", "gpu_kv_tokens")
         _non_negative(self, "think_s")
+        if self.arrival_scale != 1.0 and self.trace == "long_doc":
+            raise ParamError(
+                "arrival_scale", "long_doc's requests all arrive at 0: no rate to scale"
+            )
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ParamError("gpu_memory_utilization", "must be in (0, 1]")
         for name, values in self.matrix.items():

@@ -16,6 +16,7 @@ from kvtier.contracts.console import make_console
 from kvtier.contracts.provenance import provenance
 from kvtier.contracts.validate import check_out_dir, float_arg, int_arg
 from sim.capacity.evaluate import Point, Question
+from sim.capacity.load import LoadSearch, add_unit_costs, check_question, search_loads, trace_rate
 from sim.capacity.prices import add_costs, load_prices
 from sim.capacity.search import Space, pareto, search
 from sim.capacity.store import ResultStore
@@ -36,8 +37,9 @@ SIZES = (("ssd_counts", MAX_SSDS, "SSDs: 160 PCIe 5.0 lanes of a 2-socket server
          ("dram_modules", MAX_DRAM_MODULES, "DIMMs: 2 sockets x 12 channels x 2 a channel"),
          ("dram_gib", MAX_DRAM_GIB, "GiB: 2 sockets x 6 TB of DDR5"))  # fmt: skip
 
-SHOWN = ("design", "gpus", "ssd_model", "ssds", "dram_modules", "cost_usd", "ttft_p99_s",
-         "tpot_p99_s", "throughput_tok_s", "bottleneck", "bottleneck_share", "busiest")  # fmt: skip
+SHOWN = ("design", "gpus", "replicas", "router", "ssd_model", "ssds", "dram_modules", "cost_usd",
+         "ttft_p99_s", "tpot_p99_s", "throughput_tok_s", "bottleneck", "bottleneck_share",
+         "bottleneck_tpot", "busiest")  # fmt: skip
 
 
 def _list(cast):
@@ -118,6 +120,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="GPU counts (tensor parallel over the base's first N GPUs; 0: the base's, one serves)",
     )
     a(
+        "--replicas",
+        type=_list(int_arg(1)),
+        default=(0,),
+        help="one-GPU instances behind --router (the machine keeps that many GPUs; a request "
+        "trace; not with --gpus)",
+    )
+    a("--router", default="round_robin", help="--replicas: the router (round_robin, least_queue, "
+      "least_kv, prefix)")  # fmt: skip
+    a(
         "--gpu-time",
         choices=GPU_TIMES,
         default=q.gpu_time,
@@ -130,6 +141,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=q.framework_version,
         help="measured: the framework version (auto: the one nearest the seeds')",
     )
+    a(
+        "--max-load",
+        action="store_true",
+        help="per candidate, bisect the trace's arrival-rate scale for the largest load meeting "
+        "the SLOs (a request trace); adds max_load_* and usd_per_req_s / usd_per_tok_s",
+    )
+    rules = LoadSearch()
+    a("--load-low", type=float_arg(), default=rules.low, help="--max-load: lowest scale probed")
+    a("--load-high", type=float_arg(), default=rules.high, help="--max-load: highest scale")
+    a("--load-tol", type=float_arg(), default=rules.tol, help="--max-load: bracket width to stop")
+    a("--load-probes", type=int_arg(0), default=rules.probes,
+      help="--max-load: simulations per candidate at most (both ends included)")  # fmt: skip
     a("--prices", action="append", default=[], help="price YAML overriding the shipped entries")
     a("--no-prune", action="store_true", help="evaluate the whole grid")
     add_executor_args(p)
@@ -165,26 +188,64 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _check_context(q)
     prices = load_prices(*args.prices)  # fail fast on a bad table
     models = tuple(resolve_ssd(m) for m in args.ssd_models)
+    _check_replicas(q, args)
     space = Space(args.designs, models, args.ssd_counts, args.dram_modules, args.dram_gib,
-                  args.gpus)  # fmt: skip
+                  args.gpus, args.replicas, args.router)  # fmt: skip
     executor = executor_of(args)  # Ray missing or unreachable: refused before the work
     Path(args.out).mkdir(parents=True, exist_ok=True)
     have = base_data(q.base)["gpu"]["count"]  # fail fast on a bad base profile
-    if max(args.gpus) > have:
-        raise ConfigError(f"--gpus: {max(args.gpus)} GPUs asked of {q.base}, which has {have}")
+    for flag, n in (("--gpus", max(args.gpus)), ("--replicas", max(args.replicas))):
+        if n > have:
+            raise ConfigError(f"{flag}: {n} GPUs asked of {q.base}, which has {have}")
     _check_gpu_time(q, args.gpus)
+    rules = _load_rules(q, args)
     store = ResultStore(Path(args.out) / "points")
     console.print(f"[bold]kvtier plan[/bold]: {q.model}, {q.trace}, {space.size} grid points")
     t0 = time.perf_counter()
     res = search(q, space, executor, store, prune=not args.no_prune)
+    search_s = time.perf_counter() - t0
     _check_ran(res.rows)
     df = add_costs(res.rows, q.base, prices)
     df = _judge(q, df)
+    if rules is not None:
+        t1 = time.perf_counter()
+        loads = search_loads(q, df, rules, executor, store)
+        df = add_unit_costs(df.merge(loads, on="key", how="left"))
+        n = int(loads["max_load_probes"].sum())
+        console.print(f"load search: {n} probes ({len(loads)} candidates) in "
+                      f"{time.perf_counter() - t1:.1f} s")  # fmt: skip
     df.to_parquet(Path(args.out) / "plan.parquet", index=False)
     _provenance(Path(args.out) / "plan.json", q, space, executor, res)
     write_figures(df, Path(args.out))
-    _report(console, q, df, res, time.perf_counter() - t0, prices, Path(args.out))
+    _report(console, q, df, res, search_s, prices, Path(args.out))
     return 0
+
+
+def _check_replicas(q: Question, args: argparse.Namespace) -> None:
+    """``--replicas``: a registered ``--router``, a request trace (long_doc's warm-up sits
+    in one instance), no tensor parallelism beside it (a routed replica is one GPU)."""
+    if args.replicas == (0,):
+        return
+    from sim.registry import ROUTERS
+
+    if args.router not in ROUTERS:
+        raise ConfigError(f"--router {args.router}: one of {', '.join(ROUTERS.names())}")
+    if q.trace in ("long_doc", "sparse_decode"):
+        raise ConfigError(f"--replicas: --trace {q.trace} is not routed (conversation or a "
+                          "request trace file)")  # fmt: skip
+    if args.gpus != (0,):
+        raise ConfigError("--replicas: one GPU an instance; with --gpus (tensor parallel) "
+                          "not modelled")  # fmt: skip
+
+
+def _load_rules(q: Question, args: argparse.Namespace) -> LoadSearch | None:
+    """The ``--max-load`` search's rules, checked before any work (None: not asked)."""
+    if not args.max_load:
+        return None
+    check_question(q)
+    rules = LoadSearch(args.load_low, args.load_high, args.load_tol, args.load_probes)
+    trace_rate(q)  # a trace without a rate is refused here
+    return rules
 
 
 def _provenance(path: Path, q: Question, space: Space, executor, res) -> None:
@@ -306,6 +367,8 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
             continue  # not modelled by this workload (sparse_decode: TTFT)
         console.print(f"[bold]Pareto front, cost vs {metric}[/bold]:")
         console.print(_fmt(pareto(df, "cost_usd", metric)), soft_wrap=True)
+    if "max_load_scale" in df:
+        _report_loads(console, df)
     done = df[df["status"] == "ok"]
     by = ["design", "gpus", "bottleneck"] if "gpus" in done else ["design", "bottleneck"]
     counts = done.groupby(by).size().rename("points").reset_index()
@@ -323,6 +386,23 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
         f"{out}/pareto.png, {out}/bottlenecks.png, "
         f"{out}/points/ (resumable)"
     )
+
+
+LOAD_SHOWN = ("design", "gpus", "replicas", "ssd_model", "ssds", "dram_modules", "cost_usd",
+              "max_load_scale", "max_load_req_s", "max_load_tok_s", "max_load_bound",
+              "max_load_probes", "usd_per_req_s", "usd_per_tok_s")  # fmt: skip
+
+
+def _report_loads(console, df: pd.DataFrame) -> None:
+    """The largest load each candidate serves within the SLOs, cheapest per request/s first."""
+    done = df[df["status"] == "ok"].sort_values(["usd_per_req_s", "cost_usd"], na_position="last")
+    cols = [c for c in LOAD_SHOWN if c in done.columns]
+    console.print(
+        "[bold]largest load meeting the SLOs[/bold] (arrival-rate scale of the trace, "
+        "bisected; bound: tol, probes, high = at least, none = not even the lowest):"
+    )
+    console.print(done[cols].to_string(index=False, float_format=lambda v: f"{v:,.3f}"),
+                  soft_wrap=True)  # fmt: skip
 
 
 def _assumed_share(row: pd.Series, q: Question, prices, out: Path) -> float:

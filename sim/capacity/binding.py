@@ -180,18 +180,23 @@ def _plan_weights(plan: pd.DataFrame, ops: pd.DataFrame, w: pd.Series) -> Any:
     return w.to_numpy()
 
 
-def p99_window(requests: pd.DataFrame) -> tuple[float, float] | None:
-    """(release, first token) of the P99-TTFT request: the finished request of the
-    smallest TTFT at or above the 99th percentile (``np.percentile``, linear), or
-    None when no request finished."""
+def p99_window(requests: pd.DataFrame, metric: str = "ttft") -> tuple[float, float] | None:
+    """The window of the P99 request of ``metric``: the finished request of the smallest
+    ``<metric>_s`` at or above the 99th percentile (``np.percentile``, linear); for
+    ``ttft`` its (release, first token), for ``tpot`` its (first token, last token), the
+    decode steps its TPOT averages.  None when no request has the metric (a TPOT needs
+    two output tokens)."""
     import numpy as np
 
+    col = f"{metric}_s"
     done = requests[~requests["rejected"]] if "rejected" in requests else requests
-    done = done[done["ttft_s"].notna()]
+    done = done[done[col].notna()]
     if not len(done):
         return None
-    p99 = float(np.percentile(done["ttft_s"], 99))
-    row = done[done["ttft_s"] >= p99 * (1 - 1e-12)].sort_values("ttft_s").iloc[0]
+    p99 = float(np.percentile(done[col], 99))
+    row = done[done[col] >= p99 * (1 - 1e-12)].sort_values(col).iloc[0]
+    if metric == "tpot":
+        return float(row["first_token_s"]), float(row["finish_s"])
     t0 = float(row["release_s"])
     return t0, t0 + float(row["ttft_s"])
 
@@ -289,12 +294,14 @@ def resource_class(name: str) -> str:
 
 
 def of_run(
-    records: Any, profile: HardwareProfile, window: bool = False, plan: pa.Table | None = None
-) -> pd.DataFrame:
+    records: Any, profile: HardwareProfile, window: bool = False, plan: pa.Table | None = None,
+    metric: str = "ttft",
+) -> pd.DataFrame:  # fmt: skip
     """:func:`shares` of a run's records; its ``plan`` (the one simulated, else the one a
     closed-loop run's records hold, when they hold one) gives FLOPs.  With ``window``,
-    :func:`window_shares` over the P99-TTFT request's window when the records carry
-    requests (else the whole run)."""
+    :func:`window_shares` over the P99 request's window of ``metric`` (ttft, tpot) when
+    the records carry requests (else the whole run for ttft; no rows for tpot: no
+    request decoded, nothing bound a TPOT)."""
     if plan is None:
         plan = getattr(records, "plan", None)
     pcols = ["op_id", "kind", "dst", "flops", "hbm_bytes"]
@@ -303,9 +310,11 @@ def of_run(
     ops = records.ops.select(cols).to_pandas()
     devices = records.devices.to_pandas()
     reqs = getattr(records, "requests", None)
-    span = p99_window(reqs.to_pandas()) if window and reqs is not None else None
+    span = p99_window(reqs.to_pandas(), metric) if window and reqs is not None else None
     if span is not None and span[1] > span[0]:
         return window_shares(devices, ops, plan_df, profile, span)
+    if metric == "tpot":
+        return _frame([], 0.0, devices)
     return shares(devices, ops, plan_df, profile)
 
 

@@ -15,7 +15,9 @@ Bottleneck (:mod:`sim.capacity.binding`: bytes, I/Os, core-seconds or FLOPs
 over capacity x time): ``bottleneck`` is what binds the TTFT, the resource
 with the largest used share inside the P99-TTFT request's window (release to
 first token; the whole run where there are no requests: sparse decoding), with
-that share and its busy share; ``bottleneck_run`` is the largest used share
+that share and its busy share; ``bottleneck_tpot`` binds the TPOT, the same over
+the P99-TPOT request's decode (first token to last; empty where no request
+decoded: sparse decoding, one-token outputs); ``bottleneck_run`` is the largest used share
 over the whole run (what a longer or busier run would saturate first: the
 search's saturation rules read its ``bottleneck_run_ssd_only`` and
 ``bottleneck_run_gpu_relieved``, :class:`sim.capacity.binding.Binding`); each
@@ -64,6 +66,8 @@ class Question:
     ssd_gib: float = 372.53  # SSD KV capacity of a design that uses SSDs (400 GB)
     host_reserve_gib: float = 16.0  # DRAM not available to the KV tier
     seed: int = 0
+    # the trace's arrival rate times this (a request trace; sim.capacity.load probes it)
+    arrival_scale: float = 1.0
     slo_ttft_p99_s: float = 10.0  # 0 = no limit
     slo_tpot_p99_s: float = 0.0  # 0 = no limit
     slo_min_tok_s: float = 0.0  # 0 = no floor
@@ -90,13 +94,19 @@ class Question:
 
 @dataclass(frozen=True)
 class Point:
-    """One design on one hardware variant."""
+    """One design on one hardware variant; with ``replicas`` > 0, that many one-GPU
+    instances of it (the machine's GPUs, ``hw.gpus`` = ``replicas``) behind the
+    registered ``router`` (:mod:`sim.serving.router`), each request routed on arrival."""
 
     design: str
     hw: Hardware
+    replicas: int = 0
+    router: str = ""
 
     def flat(self) -> dict[str, Any]:
-        return {"design": self.design, **asdict(self.hw)}
+        # no replicas: the keys of a point stored before replicas were a dimension
+        fleet = {"replicas": self.replicas, "router": self.router} if self.replicas else {}
+        return {"design": self.design, **asdict(self.hw), **fleet}
 
 
 def point_key(q: Question, p: Point) -> str:
@@ -108,15 +118,20 @@ def point_key(q: Question, p: Point) -> str:
     if q.gpu_time == "roofline":  # the key of a point stored before GPU time was a setting
         for k in ("gpu_time", "framework", "framework_version"):
             run.pop(k)
+    if q.arrival_scale == 1.0:  # the key of a point stored before the load was a setting
+        run.pop("arrival_scale")
     base = resolve_yaml(q.base, PROFILE_DIR, "hardware profile")
     blob = json.dumps({"q": run, "p": p.flat(), "base": file_digest(base)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def scenario(q: Question, design: str, profile: HardwareProfile, tp: int = 1) -> ScenarioConfig:
+def scenario(
+    q: Question, design: str, profile: HardwareProfile, tp: int = 1, replicas: int = 0,
+    router: str = "none",
+) -> ScenarioConfig:  # fmt: skip
     """The scenario of ``design`` on ``profile`` for question ``q``: serving (tensor
-    parallel over ``tp`` GPUs), or sparse decoding (``trace: sparse_decode``) of
-    ``docs`` concurrent sessions."""
+    parallel over ``tp`` GPUs, or ``replicas`` one-GPU instances behind ``router``), or
+    sparse decoding (``trace: sparse_decode``) of ``docs`` concurrent sessions."""
     if q.trace == "sparse_decode":
         return sparse_scenario(q, design)
     from sim.serving.designs import get_design
@@ -135,7 +150,9 @@ def scenario(q: Question, design: str, profile: HardwareProfile, tp: int = 1) ->
         model=q.model, design=design, design_params=params, trace=q.trace,
         requests=q.requests, context_tokens=q.context_tokens, docs=q.docs,
         output_tokens=q.output_tokens, block_tokens=q.block_tokens,
-        gpu_prefix_cache=q.trace != "long_doc", tp=tp, **gpu_time(q),
+        arrival_scale=q.arrival_scale, gpu_prefix_cache=q.trace != "long_doc", tp=tp,
+        **gpu_time(q),
+        **({"router": router, "replicas": replicas} if replicas else {}),
     )  # fmt: skip
     return ScenarioConfig("plan", f"kvtier plan: {design}", q.seed, w, (Variant(design),))
 
@@ -203,14 +220,16 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="kvtier-plan-") as tmp:
         profile = derive(q.base, p.hw, tmp)
         try:
-            tp = profile.gpu.count if p.hw.gpus else 1
-            result = run(scenario(q, p.design, profile, tp), profile, None)
+            tp = profile.gpu.count if p.hw.gpus and not p.replicas else 1
+            cfg = scenario(q, p.design, profile, tp, p.replicas, p.router or "none")
+            result = run(cfg, profile, None)
         except (ConfigError, Unsupported, ValueError) as exc:
             return {**row, "status": f"cannot run: {' '.join(str(exc).split())}"}
         if not result.variants:
             return {**row, "status": f"cannot run: {'; '.join(result.skipped.values())}"}
         v = result.variants[0]
         ttft_bound = binding(of_run(v.records, profile, window=True, plan=v.plan))
+        tpot_bound = binding(of_run(v.records, profile, True, v.plan, metric="tpot"))
         run_bound = binding(of_run(v.records, profile, plan=v.plan))
     metrics = metrics_of(q, v.summary)
     if q.trace != "sparse_decode" and not metrics["throughput_tok_s"] > 0:
@@ -218,19 +237,23 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
     device, util = busiest(v.records.devices)
     return {
         **row, "status": "ok", **metrics, **ttft_bound.columns("bottleneck"),
-        "bottleneck_busy": ttft_bound.busy, **run_bound.columns("bottleneck_run"),
+        "bottleneck_busy": ttft_bound.busy, **tpot_bound.columns("bottleneck_tpot"),
+        "bottleneck_tpot_busy": tpot_bound.busy, **run_bound.columns("bottleneck_run"),
         "busiest": device, "busiest_util": util,
         "hit_rate_ssd": float(v.summary.get("hit_rate_ssd", 0.0)), "sim_wall_s": result.wall_s,
         "gpu_time": str(v.records.stats.get("gpu_time", "")),
     }  # fmt: skip
 
 
-def unfit(q: Question, hw: Hardware) -> str:
+def unfit(q: Question, hw: Hardware, replicas: int = 0) -> str:
     """Why ``hw``'s GPUs cannot serve ``q.model`` at all, by arithmetic (no simulation):
-    a rank's weights over the engine's 0.9 of HBM, a TP degree the heads do not allow,
-    or TP asked of the sparse-decode workload (one GPU); "" when they can."""
+    a rank's weights over the engine's 0.9 of HBM (a replica's: all of them), a TP
+    degree the heads do not allow, or TP asked of the sparse-decode workload (one
+    GPU); "" when they can."""
     if not hw.gpus:
         return ""
+    if replicas:
+        hw = dataclasses.replace(hw, gpus=1)
     from hwprofiles import load_profile
     from sim.models import get_model
     from sim.serving.execute.tp import rank_card

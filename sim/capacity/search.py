@@ -70,15 +70,21 @@ class Space:
     dram_modules: tuple[int, ...]
     dram_gib: tuple[float, ...]
     gpu_counts: tuple[int, ...] = (0,)  # GPUs (tensor parallel); 0 = the base's, serving on one
+    # one-GPU instances behind `router` (a machine of that many GPUs); 0 = no router.
+    # Replicas take the GPU walk's place (``gpus`` = replicas): the CLI refuses both
+    replicas: tuple[int, ...] = (0,)
+    router: str = "round_robin"
 
     def chains(self) -> list[list[Point]]:
         """Points grouped by everything but the SSD count, counts ascending."""
         counts = sorted(set(self.ssd_counts))
         out = []
-        for d, m, k, g, n_gpu in itertools.product(
-            self.designs, self.ssd_models, self.dram_modules, self.dram_gib, self.gpu_counts
-        ):
-            out.append([Point(d, Hardware(m, n, k, g, n_gpu)) for n in counts])
+        for d, m, k, g, n_gpu, r in itertools.product(
+            self.designs, self.ssd_models, self.dram_modules, self.dram_gib, self.gpu_counts,
+            self.replicas,
+        ):  # fmt: skip
+            gpus, router = (r, self.router) if r else (n_gpu, "")
+            out.append([Point(d, Hardware(m, n, k, g, gpus), r, router) for n in counts])
         return out
 
     @property
@@ -198,7 +204,7 @@ def search(
     points = {k: p for c, ks in zip(chains, keys, strict=True) for p, k in zip(c, ks, strict=True)}
     rows = {k: store.get(k) for k in points if k in store}
     simulated, skipped = 0, {}
-    unfits = [unfit(q, c[0].hw) for c in chains]
+    unfits = [unfit(q, c[0].hw, c[0].replicas) for c in chains]
     groups = _gpu_groups(chains) if prune else []
     while True:
         todo: list[str] = []

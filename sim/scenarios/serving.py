@@ -115,6 +115,10 @@ def trace_tables(p: ServingParams, seed: int) -> tuple[pa.Table, pa.Table | None
     if p.requests:
         order = np.argsort(table.column("arrival_s").to_numpy(), kind="stable")[: p.requests]
         table = table.take(pa.array(np.sort(order)))
+    if p.arrival_scale != 1.0:  # the same requests, arriving arrival_scale times as fast
+        i = table.schema.get_field_index("arrival_s")
+        scaled = pa.array(table.column(i).to_numpy() / p.arrival_scale)
+        table = table.set_column(i, table.schema.field(i), scaled)
     return table, None
 
 
