@@ -23,8 +23,9 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
-from sim.scenarios.seedref import compare, load_seed_figures, verdict
+from sim.scenarios.seedref import by_design_name, compare, load_seed_figures, verdict
 
 BASE = "(as given)"
 
@@ -36,6 +37,8 @@ def ranges(scenario: str | Path, runs: pd.DataFrame) -> pd.DataFrame:
         raise SystemExit(f"{scenario}: no seed_figures block")
     if "assumption" not in runs.columns:
         runs = runs.assign(assumption=BASE, at="base")
+    if _kind(scenario) == "kvdrive":  # as kvtier sim names a kvdrive run's rows
+        runs = by_design_name(runs)
     per_run: dict[str, list] = {}
     for (assumption, at), df in runs.groupby(["assumption", "at"], sort=False):
         label = BASE if at == "base" else f"{assumption} {at}"
@@ -66,6 +69,12 @@ def ranges(scenario: str | Path, runs: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(out)
+
+
+def _kind(scenario: str | Path) -> str:
+    """The scenario's workload kind (its YAML's ``workload.kind``)."""
+    raw = yaml.safe_load(Path(scenario).read_text())
+    return str((raw.get("workload") or {}).get("kind", ""))
 
 
 def main() -> None:

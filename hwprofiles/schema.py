@@ -102,6 +102,10 @@ class SoftwareSpec:
     ``cudaMemcpyAsync`` or a gather kernel's launch) costs before and beside its
     DMA, paid per call by plan copies with ``io_path: cuda_copy`` (optional, 0 in
     profiles that cite no figure; no other op uses it).
+    ``io_submit_cores``: the threads, one core each, that submit and reap one SSD
+    read or write op's I/Os; the executor caps the op's software-path CPU flow at
+    this many cores (optional, 1: one io_uring ring per SSD driven by one thread,
+    :mod:`sim.executor`, "Who issues I/O"; an assumption where a profile ranges it).
     """
 
     kernel_fs_per_io_us: float
@@ -112,6 +116,7 @@ class SoftwareSpec:
     gpudirect: bool
     io_uring_per_op_us: float = 0.0
     cuda_copy_per_call_us: float = 0.0
+    io_submit_cores: int = 1
 
 
 @dataclass(frozen=True)

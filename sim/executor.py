@@ -18,7 +18,7 @@ before ``release_s``) -> parts -> *end* (all parts finished).  The parts are
   cores, so it shares the cores with the I/O paths' CPU flows by max-min;
 * and, concurrently with the data part, a CPU flow of the software path's
   cost (``sim.hw.machine.Machine.cpu_seconds``) on the host cores, one core at
-  most per op.
+  most per op (``software.io_submit_cores`` per SSD op, below).
 
 Who issues I/O.  Seed 000 (§7, "Asynchronous I/O") says only that a C++
 backend issues concurrent non-blocking reads through io_uring into pinned
@@ -30,6 +30,12 @@ core per op is one core per SSD: 1.5 us per I/O caps a ring at 667K I/Os/s,
 4 KiB reads at 2.73 GB/s per SSD; large coalesced I/Os (the plan's
 ``io_bytes``) make that ceiling irrelevant.  Polled or multi-ring setups are
 a lower ``io_uring_per_io_us`` (the 0.39 us polled floor cited in the profiles).
+The one core per op is the profile's ``software.io_submit_cores`` (1 unless a
+profile says otherwise) on the queue-driven paths (io_uring, passthrough;
+:meth:`sim.hw.machine.Machine.submit_cores`): an SSD op's CPU flow runs on at
+most that many cores, so an op of ``n`` I/Os at ``c`` core-seconds each takes at
+least ``n c / k`` on ``k`` cores.  The synchronous paths (kernel_fs, gds) and a
+CUDA copy's calls stay on their one calling thread.
 
 Queue depth.  An op of ``n`` I/Os keeps ``qd = min(queue_depth, n)`` in
 flight; closed-loop, that completes ``qd`` I/Os per access latency ``L``
@@ -166,7 +172,8 @@ def op_physics(
     elif kind == "copy" and io_path == "cuda_copy" and n_ios > 0:
         latency = m.cpu_seconds(io_path, 1, 1)  # the first call, before its DMA
     cpu_s = m.cpu_seconds(io_path, n_ios, queue_depth or n_ios, nbytes)
-    cpu_sig = m.cpu_net.intern(((m.cpu_res, 1.0),), 1.0)
+    cores = float(m.submit_cores(io_path)) if ssd else 1.0
+    cpu_sig = m.cpu_net.intern(((m.cpu_res, 1.0),), cores)
     return OpPhysics(
         m.net,
         tuple(path),

@@ -89,7 +89,8 @@ def show_profile(console: Console, name: str) -> None:
         f"{sw.io_uring_per_io_us:g}, passthrough {sw.passthrough_per_io_us:g}, "
         f"GDS +{sw.gds_per_io_us:g}; syscall {sw.syscall_us:g}; "
         + (f"io_uring per op {sw.io_uring_per_op_us:g}; " if sw.io_uring_per_op_us else "")
-        + f"GPUDirect {'yes' if sw.gpudirect else 'no'}"
+        + f"GPUDirect {'yes' if sw.gpudirect else 'no'}; "
+        + f"cores per SSD op {sw.io_submit_cores}"
     )
     if p.ssd_names:
         read = sum(p.ssd(s).read_gbps for s in p.ssd_names)

@@ -154,9 +154,9 @@ def _kvdrive_report(console: Console, cfg, profile, summary: pd.DataFrame, out: 
     console.print(_headroom_line(cfg.workload, profile))
     # the seed's figures select variants by name (a run over pairs names them "name |
     # 60K | 8") and by the profile (the L20's Fig. 13 against the H20's Fig. 14)
-    named = summary.assign(
-        variant=summary["variant"].str.split(" | ", n=1, regex=False).str[0], hw=profile.name
-    )
+    from sim.scenarios.seedref import by_design_name
+
+    named = by_design_name(summary).assign(hw=profile.name)
     _print_seed_figures(console, cfg, named, f"{cfg.name} on {profile.name}")
 
 

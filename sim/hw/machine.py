@@ -265,6 +265,16 @@ class Machine:
             return us(n_ios * (sw.kernel_fs_per_io_us + sw.syscall_us + sw.gds_per_io_us))
         raise ValueError(f"unknown io_path '{io_path}'")
 
+    def submit_cores(self, io_path: str) -> int:
+        """Cores that drive one SSD op's I/Os on ``io_path``: the profile's
+        ``software.io_submit_cores`` for the queue-driven paths (io_uring rings,
+        passthrough queue pairs), whose I/Os any of the op's threads may submit and
+        reap; 1 for the synchronous ones (kernel_fs, gds), where the calling thread
+        pays each call, and for memmap faults, taken on the thread that touches the page."""
+        if io_path in ("io_uring", "passthrough"):
+            return self.profile.software.io_submit_cores
+        return 1
+
     def cpu_compute_seconds(
         self, flops: float, dram_bytes: float, threads: int, core_gbps: float = 0.0
     ) -> float:

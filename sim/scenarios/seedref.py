@@ -145,6 +145,12 @@ def load_seed_figures(path: str | Path, error: type[ValueError] = ValueError) ->
     return parse_seed_figures(data["seed_figures"], where)
 
 
+def by_design_name(summary: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` with each variant named without its point: a kvdrive run over pairs
+    names its rows "name | 60K | 8", and the seed's figures select variants by name."""
+    return summary.assign(variant=summary["variant"].str.split(" | ", n=1, regex=False).str[0])
+
+
 def _select(df: pd.DataFrame, sel: dict[str, Any]) -> pd.DataFrame:
     import pandas as pd  # noqa: PLC0415
 

@@ -135,10 +135,12 @@ def ssd_io_us(p: SwarmParams, profile: HardwareProfile) -> float:
     """One read I/O's time on the first SSD (what Swarm's routing weighs a
     range against its bytes with): the device's ``1 / read_iops`` or the io
     path's CPU cost per I/O (:meth:`Machine.cpu_seconds` over one batch of
-    the queue depth, as the executor charges it), whichever is larger."""
+    the queue depth, over the op's submission cores, as the executor charges
+    it), whichever is larger."""
     spec = profile.ssd(profile.ssd_names[0])
     qd = max(1, p.queue_depth or spec.max_queue_depth)
-    cpu_us = Machine(profile).cpu_seconds(p.io_path, qd, qd) / qd * 1e6
+    m = Machine(profile)
+    cpu_us = m.cpu_seconds(p.io_path, qd, qd) / qd / m.submit_cores(p.io_path) * 1e6
     return max(1e6 / spec.read_iops, cpu_us)
 
 

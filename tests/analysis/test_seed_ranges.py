@@ -69,3 +69,35 @@ def test_a_plain_summary_is_one_run(tmp_path):
     t = ranges(path, base).set_index("figure")
     assert t.loc["a over b", "kvtier"] == pytest.approx(1.2)
     assert t.loc["a over b", "low_at"] == "(as given)"
+
+
+KVD_YAML = """name: toy-pairs
+description: d
+seed: 0
+workload: {kind: kvdrive}
+variants: [{name: a}, {name: b}]
+seed_figures:
+  seed: toy
+  figures:
+    - {name: a over b, section: s, metric: tokens_per_s, unit: x, relation: ">", seed: 1.0,
+       at: {variant: a}, over: {variant: b}}
+"""
+
+
+def test_a_kvdrive_run_over_pairs_is_read_by_design_name(tmp_path):
+    # kvtier sim names a kvdrive run's rows "a | 60K | 8"; the figures select "a".
+    # Two pairs: a / b = 12 / 10 = 1.2 at 60K x 8 and 6 / 8 = 0.75 at 120K x 4 (OFF)
+    path = tmp_path / "toy.yaml"
+    path.write_text(KVD_YAML)
+    rows = [
+        {"variant": f"{v} | {pair}", "context_tokens": n, "batch": b, "tokens_per_s": t}
+        for v, pair, n, b, t in [
+            ("a", "60K | 8", 61440, 8, 12.0),
+            ("b", "60K | 8", 61440, 8, 10.0),
+            ("a", "120K | 4", 122880, 4, 6.0),
+            ("b", "120K | 4", 122880, 4, 8.0),
+        ]
+    ]
+    t = ranges(path, pd.DataFrame(rows))
+    assert t["kvtier"].tolist() == [pytest.approx(1.2), pytest.approx(0.75)]
+    assert t["verdict"].tolist() == ["ok", "OFF"]

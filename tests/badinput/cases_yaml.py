@@ -40,6 +40,18 @@ YAML: list[tuple[str, str, Files, str]] = [
         "read_gbps",
     ),
     (
+        "prof-zero-submit-cores",
+        "profiles show p.yaml",
+        {"p.yaml": profile("  io_submit_cores: 1 ", "  io_submit_cores: 0 ")},
+        "io_submit_cores",
+    ),
+    (
+        "prof-fractional-submit-cores",
+        "profiles show p.yaml",
+        {"p.yaml": profile("  io_submit_cores: 1 ", "  io_submit_cores: 1.5 ")},
+        "io_submit_cores",
+    ),
+    (
         "prof-neg-gbps",
         "profiles show p.yaml",
         {"p.yaml": profile("read_gbps: 14.7", "read_gbps: -1")},
