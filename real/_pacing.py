@@ -19,21 +19,25 @@ could use the whole device, and max-min gives each ``1 / h`` of it while ``h``
 ops have work left), as the simulator's flows share a device's rate.  When the
 op's cost has been served it has its *paced finish* ``F``; it ends at::
 
-    end = max(F + L, last completion)       L = its first completion - its start
+    end = max(F - late + L, last completion)
 
-``L`` is the device's access latency as the op saw it, the simulator's latency
-phase (:mod:`sim.executor`: the unloaded access latency before the data flow).
-The fluid's finish times are worked out in closed form (:meth:`Pacer.advance`),
-so the loop wakes once per op end, not once per I/O its tokens cover.
+``L`` (its first completion less when the loop issued it) is the device's access
+latency as the op saw it, the simulator's latency phase (:mod:`sim.executor`:
+the access latency before the data flow).  ``late`` is how long after the op
+could start (its dependencies ended, its release came) the loop noticed and
+started it: on the device's clock the op starts when it could, as a copy or
+compute op does on its GPU's (:mod:`real.scheduler`), so the loop's lateness
+costs the op nothing unless its I/Os themselves end later.  The fluid's finish
+times are worked out in closed form (:meth:`Pacer.advance`), so the loop wakes
+once per op end, not once per I/O its tokens cover.
 
 Why.  The token bucket this replaced (2026-11-25 to 2026-12-02) admitted each
 I/O when its credit covered it, so an IOPS-bound op was admitted a few I/Os per
 loop pass: Swarm's 96 I/O ops took 422 device rounds over 126 passes, and the
 loop's CPU (86-98 ms for a 73 ms replay against 26 ms modelled) bound the
-replay, 16-21% slower than the model (:mod:`kvtier.compare.replayer`).  An I/O
-ends when the loop reaps it, so a loop that wakes late still stretches an op;
-its paced finish does not wait for the loop.  Idle time banks nothing: a device
-with no started op does nothing, and the next op's share starts when it starts.
+replay, 16-21% slower than the model (:mod:`kvtier.compare.replayer`).  Idle
+time banks nothing: a device with no started op does nothing, and the next op's
+share starts when the loop starts it.
 """
 
 from __future__ import annotations

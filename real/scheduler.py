@@ -147,6 +147,7 @@ class Replayer(BatchIO):
         self.dep_end = [0.0] * n  # the latest end among each op's dependencies so far
         self.next_io = [0] * n  # I/Os issued per op
         self.op_cap = [0] * n
+        self.issue_s = [np.nan] * n  # paced ops: when the loop started them
         self.first_reap = [np.nan] * n  # paced ops: their first completion
         self.io_end = [np.nan] * n  # paced ops: when their last I/O was reaped
         self.done = self.inflight = self.passes = 0
@@ -248,7 +249,9 @@ class Replayer(BatchIO):
         d = self.dev_of[j]
         if d >= 0:
             dev = self.devs[d]
-            if dev.pacer is not None:
+            if dev.pacer is not None:  # on the device's clock it starts when it could
+                self.issue_s[j], on_dev = t, max(self.dep_end[j], self.release[j])
+                self.start_s[j], self.ready_s[j] = on_dev, min(self.ready_s[j], on_dev)
                 self._paced(dev.pacer.start(j, float(self.op_cost[j]), t))
             dev.active.append(j)
             return False
@@ -305,10 +308,15 @@ class Replayer(BatchIO):
 
     def _hold(self, j: int) -> None:
         """End paced op ``j`` at ``max(F + L, last completion)`` (:mod:`real._pacing`):
-        a timer on the device's clock, which fires at once when that time has passed."""
+        a timer on the device's clock, which fires at once when that time has passed.
+        ``F`` counts from when the op could start (its :attr:`start_s`), not from when
+        the loop noticed it could (``issue_s``): the device's time shifted back by the
+        loop's lateness, as a copy or compute op's is."""
         fin = self.devs[self.dev_of[j]].pacer.finish.pop(j)
-        lat = self.first_reap[j] - self.start_s[j]
-        self._timer(max(fin + (lat if lat == lat else 0.0), self.io_end[j]), _HELD, j)
+        late = self.issue_s[j] - self.start_s[j]
+        lat = self.first_reap[j] - self.issue_s[j]
+        at = fin - late + (lat if lat == lat else 0.0)
+        self._timer(max(at, self.io_end[j]), _HELD, j)
 
     def _timer(self, at: float, what: int, j: int) -> None:
         self._seq += 1

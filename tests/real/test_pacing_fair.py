@@ -187,3 +187,27 @@ def test_a_paced_op_wakes_the_loop_for_its_end_not_for_each_io(direct_dir):
     assert ops["end_s"][0] - ops["start_s"][0] >= 128 * 0.5e-3
     assert rec.stats["ios"] == 128
     assert rec.stats["loop_passes"] <= 128 / 4
+
+
+def test_a_paced_op_starts_on_its_device_when_its_dependency_ends(direct_dir):
+    """A GPU compute of 5 ms (on its own clock: ends at exactly 5 ms) -> 16 x 4 KiB at
+    2,000 IOPS (8 ms of device time) -> a second such read.  The loop notices the
+    compute's end up to a pass late, but on the device's clock each read starts when
+    the op before it ended (start_s = that end, exactly) and is held to its device
+    time from there: ends >= 5 + 8 = 13 ms and >= 13 + 8 = 21 ms; each is served
+    alone, so neither ends before its own 8 ms."""
+    b, io = PlanBuilder(), {"io_path": "io_uring"}
+    c = b.compute("gpu0", 1e9, 1e6)
+    r0 = b.read("ssd0", "dram0", 16 * 4 * KIB, 16, depends_on=[c], **io)
+    r1 = b.read("ssd0", "dram0", 16 * 4 * KIB, 16, offset=MIB, depends_on=[r0], **io)
+    plan = b.table()
+    with prepare_targets(
+        plan, direct_dir / "t", limits={"ssd0": Limits(read_iops=2000)}, pacing=True
+    ) as files:
+        rec = replay(plan, files, engine="auto", nonio_s={c: 0.005})
+    ops = rec.ops.to_pandas()
+    start, end = ops["start_s"].to_numpy(), ops["end_s"].to_numpy()
+    assert end[c] == pytest.approx(0.005, abs=1e-12)
+    assert start[r0] == end[c] and start[r1] == end[r0]
+    assert end[r0] >= 0.005 + 16 * 0.5e-3 and end[r1] >= end[r0] + 16 * 0.5e-3
+    assert (ops["ready_s"] <= ops["start_s"]).all()
