@@ -19,10 +19,11 @@ Swarm      3,016  168  313      154       123      31        51 (42)
 So the model charged the paced path's own per-I/O cost (:func:`real.validate.engine_costs`
 with ``paced=True``: the calibration plan's QD64 step, every device through the pacer
 at limits that never bind; :func:`paced_costs`, :func:`design_profile`).  Now a paced
-round is one batch too (then ``Pacer.admit``: the device's bucket of
-device time handed out max-min between its ops, each op's I/Os covered by its credit
-queued together; since 2026-12-02 the pacer holds an op's end instead): the engine-cost plan's QD64 step (4 devices x 4,000 4 KiB reads on
-/dev/shm files, limits that never bind, medians of 3, load 5) went from **118 us** per
+round is one batch too (then ``Pacer.admit``: the device's bucket of device time
+handed out max-min between its ops, each op's I/Os covered by its credit queued
+together; since 2026-12-02 the pacer holds an op's end instead): the engine-cost
+plan's QD64 step (4 devices x 4,000 4 KiB reads on /dev/shm files, limits that
+never bind, medians of 3, load 5) went from **118 us** per
 I/O paced (109-128; unpaced 4.2) to **13 us** (8-20; unpaced 4.3).  The paced
 measurement stays: where it is no dearer than the batched one :func:`paced_costs`
 adds nothing.  The hardware profiles users simulate are not touched.
