@@ -21,9 +21,10 @@ op's cost has been served it has its *paced finish* ``F``; it ends at::
 
     end = max(F - late + L, last completion)
 
-``L`` (its first completion less when the loop issued it) is the device's access
-latency as the op saw it, the simulator's latency phase (:mod:`sim.executor`:
-the access latency before the data flow).  ``late`` is how long after the op
+``L`` is the device's unloaded access latency, the simulator's latency phase
+(:mod:`sim.executor`): the least time from an op's issue to its first completion
+over the device's ops so far in the replay (an op's own first completion also
+counts the other ops' I/Os queued ahead of it on the device).  ``late`` is how long after the op
 could start (its dependencies ended, its release came) the loop noticed and
 started it: on the device's clock the op starts when it could, as a copy or
 compute op does on its GPU's (:mod:`real.scheduler`), so the loop's lateness

@@ -148,6 +148,7 @@ class Replayer(BatchIO):
         self.next_io = [0] * n  # I/Os issued per op
         self.op_cap = [0] * n
         self.issue_s = [np.nan] * n  # paced ops: when the loop started them
+        self.dev_lat = [np.inf] * len(layout.nodes)  # paced: least first-completion time
         self.first_reap = [np.nan] * n  # paced ops: their first completion
         self.io_end = [np.nan] * n  # paced ops: when their last I/O was reaped
         self.done = self.inflight = self.passes = 0
@@ -307,15 +308,18 @@ class Replayer(BatchIO):
             self._hold(j)
 
     def _hold(self, j: int) -> None:
-        """End paced op ``j`` at ``max(F + L, last completion)`` (:mod:`real._pacing`):
+        """End paced op ``j`` at ``max(F - late + L, last completion)`` (:mod:`real._pacing`):
         a timer on the device's clock, which fires at once when that time has passed.
         ``F`` counts from when the op could start (its :attr:`start_s`), not from when
         the loop noticed it could (``issue_s``): the device's time shifted back by the
         loop's lateness, as a copy or compute op's is."""
-        fin = self.devs[self.dev_of[j]].pacer.finish.pop(j)
+        k = self.dev_of[j]
+        fin = self.devs[k].pacer.finish.pop(j)
         late = self.issue_s[j] - self.start_s[j]
         lat = self.first_reap[j] - self.issue_s[j]
-        at = fin - late + (lat if lat == lat else 0.0)
+        if lat == lat:  # the device's unloaded latency: the least any of its ops saw
+            self.dev_lat[k] = min(self.dev_lat[k], lat)
+        at = fin - late + (self.dev_lat[k] if self.dev_lat[k] < np.inf else 0.0)
         self._timer(max(at, self.io_end[j]), _HELD, j)
 
     def _timer(self, at: float, what: int, j: int) -> None:
