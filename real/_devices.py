@@ -43,7 +43,6 @@ class Device:
     flags: int = 0  # engine flags for every I/O (IOSQE_ASYNC on kernel-throttled devices)
     active: deque = field(default_factory=deque)  # started ops with I/Os left to issue
     inflight: int = 0
-    wake: float = 0.0  # paced: nothing more is issued before this time
     bytes_read: int = 0
     bytes_written: int = 0
     n_ios: int = 0
@@ -104,7 +103,7 @@ def open_device(
         fd,
         BlockFormat(name, seed),
         qd,
-        Pacer(target.limits, slot) if paced else None,
+        Pacer(target.limits) if paced else None,
         [view[i * slot : (i + 1) * slot] for i in range(qd)],
         list(range(qd)),
         np.frombuffer(arena, dtype=np.uint64).reshape(qd, slot // 8),

@@ -20,13 +20,13 @@ are handed out in closed form: each op may take ``avail = min(I/Os left, its
 queue depth - its in-flight)``; when the device's free slots ``room`` fall
 short of their sum, every op gets ``min(avail, level)`` with ``level`` the
 largest water level that fits, and the ``room - sum`` left over go one each
-to the first ops, in turn order, that could take more.  A paced device's round
-is the same batch, its counts set by the device's token bucket shared max-min
-between its ops (:meth:`real._pacing.Pacer.admit`).
+to the first ops, in turn order, that could take more.  A paced device issues
+the same way: its pacer holds back an op's end, not its I/Os (:mod:`real._pacing`).
 
 An op ends when its last I/O has completed: an op whose I/Os have all been
 issued is *closing* on its device, and ends in the first round after which no
-slot of the device holds one of its I/Os.
+slot of the device holds one of its I/Os -- on a paced device, not before its
+paced end (:meth:`real.scheduler.Replayer._io_done`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import numpy as np
 from real._blocks import BLOCK
 from real._checks import io_error, mismatch
 from real._devices import Device
-from real._pacing import plan_costs
+from real._pacing import op_costs
 from real._rrstream import RoundRobin, water_fill
 from real.engine import GDS
 
@@ -71,7 +71,8 @@ class BatchIO:
         self._all_blocks = bool((self.io_len == BLOCK).all())
         self._slotted = False
         pacers = [d.pacer for d in self.devs]
-        self.io_cum = plan_costs(pacers, self.first_np, dev_of, self._write_np, self.io_len)
+        self.op_cost = op_costs(pacers, self.first_np, dev_of, self._write_np, self.io_len)
+        self.dev_paced = [p is not None for p in pacers]
 
     def _prime_engine(self) -> None:
         """Fix the raw ring's SQE of every slot (after the devices' flags are final)."""
@@ -99,14 +100,11 @@ class BatchIO:
         """Fill every device's free slots from its started ops; the number of I/Os queued."""
         issued = 0
         for k, d in enumerate(self.devs):
-            if not d.active or d.inflight >= d.qd or d.wake > now:
+            if not d.active or d.inflight >= d.qd:
                 continue
-            if d.pacer is not None:
-                count = self._issue_paced(k, d, now)
-            else:
-                count = self.rr[k].issue(d.qd - d.inflight)
-                if count < 0:  # an op's own queue depth binds: the general path
-                    count = self._issue_batch(k, d, d.qd - d.inflight)
+            count = self.rr[k].issue(d.qd - d.inflight)
+            if count < 0:  # an op's own queue depth binds: the general path
+                count = self._issue_batch(k, d, d.qd - d.inflight)
             if count:
                 d.issued(now, count)
                 issued += count
@@ -126,28 +124,6 @@ class BatchIO:
             return {}
         ops, cnt = np.unique(self.op_of(live), return_counts=True)
         return dict(zip(ops.tolist(), cnt.tolist(), strict=True))
-
-    def _issue_paced(self, k: int, d: Device, now: float) -> int:
-        """Queue what the device's bucket allows, shared max-min by the ops that can
-        issue (under their queue depth), each at most the device's free slots
-        (:meth:`real._pacing.Pacer.admit`)."""
-        room = d.qd - d.inflight
-        # an op capped at the device's slots never binds before ``room`` does (its
-        # in-flight I/Os are among the device's): count per op only where one is lower
-        capped = any(self.op_cap[j] < d.qd for j in d.active)
-        infl = self._op_inflight(k) if capped else {}
-        ops = [j for j in d.active if infl.get(j, 0) < self.op_cap[j]]
-        if not ops:
-            return 0
-        nxt = self.next_io
-        start = np.fromiter((self.first[j] + nxt[j] for j in ops), np.int64, len(ops))
-        avail = np.fromiter(
-            (min(self.n_ios[j] - nxt[j], self.op_cap[j] - infl.get(j, 0), room) for j in ops),
-            np.int64,
-            len(ops),
-        )
-        take, d.wake = d.pacer.admit(ops, start, avail, self.io_cum, room, now)
-        return self._queue_takes(k, d, ops, take.tolist())
 
     def _issue_batch(self, k: int, d: Device, room: int, infl: dict | None = None) -> int:
         """Queue up to ``room`` I/Os of device ``d`` (index ``k``) in turn order (water fill);
@@ -179,8 +155,6 @@ class BatchIO:
             if nxt[j] == self.n_ios[j]:
                 active.remove(j)
                 self.closing[k].append(j)
-                if d.pacer is not None:
-                    d.pacer.release(j)
         if active and len(ops) > 1:
             active.rotate(-(served % len(active)))
         return n
@@ -233,6 +207,8 @@ class BatchIO:
         one = len(self.devs) == 1
         devs = None if one else self.slot_dev[g]
         hit = [0] if one else np.flatnonzero(np.bincount(devs, minlength=len(self.devs))).tolist()
+        if self.op_cost is not None:
+            self._first_reaps(g, devs, t)
         for k in hit:
             gk = g if one else g[devs == k]
             top = self._base[k] + self.nfree[k]
@@ -254,6 +230,16 @@ class BatchIO:
         for k in hit:
             if self.closing[k]:
                 self._close(k, t)
+
+    def _first_reaps(self, g: np.ndarray, devs: np.ndarray | None, t: float) -> None:
+        """Note ``t`` as the first completion of each paced op with one among ``g``."""
+        paced = np.asarray(self.dev_paced)[self.slot_dev[g] if devs is None else devs]
+        if not paced.any():
+            return
+        first = self.first_reap
+        for j in np.unique(self.op_of(self.slot_io[g[paced]])).tolist():
+            if first[j] != first[j]:  # NaN: none yet
+                first[j] = t
 
     def _count(self, hit, n, lens, devs, write) -> None:
         """Bytes and I/Os per device, once verified."""
@@ -279,7 +265,10 @@ class BatchIO:
         if ends:
             self.closing[k] = [j for j in self.closing[k] if j in busy]
             for j in ends:
-                self._end(j, t)
+                if self.dev_paced[k]:
+                    self._io_done(j, t)
+                else:
+                    self._end(j, t)
 
     def _verify(self, g, offs, lens, devs, write) -> None:
         """Check the reads of a round: a device's reads of up to :data:`FEW_BLOCKS`

@@ -1,4 +1,4 @@
-"""User-space pacing: a device's time as a token bucket, shared max-min by its ops.
+"""User-space pacing: a device's time, shared by its started ops, on its own clock.
 
 Where the kernel offers no block throttling (or the user is not root) the
 replayer itself holds each device to its :class:`~real.targets.Limits`.  As in
@@ -9,45 +9,47 @@ runs at ``min(bandwidth, IOPS x size)`` of a device whose capacity is 1), an I/O
     cost = max(size / bps, 1 / iops)      (a rate of 0 is no limit: its term is 0)
 
 with the read or write figures by direction, and reads and writes draw on the
-same time.  The bucket refills at one second per second *while the device has
-work waiting* (a started op with I/Os not yet issued), starts empty and holds
-at most ``burst``: :data:`BURST_S`, but never less than the costliest single
-I/O, so large I/Os are not starved.  Over I/Os of total cost ``C`` issued from
-an idle device the last is therefore issued at ``T >= C`` after the first op
-started -- the lower bound the tests check.
+same time.  An op's cost is the sum over its I/Os.
 
-Idle time banks nothing (:meth:`Pacer.resume`).  A device's time that no I/O
-asked for is lost, in the simulator (a fluid device serves at its rate from
-when work arrives) as on a real SSD.  So a device that runs out of I/Os to issue
-starts its next work empty: what its bucket held then was time no waiting I/O
-took (the loop woke late, an op's credit came back), and its I/Os in flight had
-their device time before they were issued (the simulator charges their latency
-apart).  Until 2026-11-25 the bucket also filled while the device was idle and
-started full, so an op arriving after a pause ran its first ``burst`` (5 ms) of
-device time at the backing store's speed: PQCache's 33 x 4 KiB fetch, 1.27 ms
-at the device's 25,962 IOPS, measured 0.63-1.03 ms, and the design steps came
-out 9-46% faster than the model (:mod:`kvtier.compare.replayer`).
+Pacing at completion (since 2026-12-02).  A paced op's I/Os are issued as an
+unpaced op's are (as many as the slots allow, one batch a round); what the pacer
+holds back is the op's *end*.  The device's time is a fluid shared equally by
+its started ops (processor sharing: each op has all its I/Os queued, so each
+could use the whole device, and max-min gives each ``1 / h`` of it while ``h``
+ops have work left), as the simulator's flows share a device's rate.  When the
+op's cost has been served it has its *paced finish* ``F``; it ends at::
 
-Sharing (:meth:`Pacer.share`).  Each round the bucket's tokens are handed to the
-device's ops that can issue (started, under their queue depth) by max-min: an
-op asks for the cost of the I/Os it could issue now, less the *credit* it
-holds; the ops asking least get all they ask, the rest an equal share.  What an
-op gets is its credit, spent I/O by I/O in plan order (an I/O is issued when the
-credit covers it) and kept across rounds.  So an op waiting for a large I/O
-accrues its share while the small I/Os of the others go on at theirs -- the
-simulator's max-min sharing of the device -- instead of holding them behind it.
+    end = max(F - late + L, last completion)
+
+``L`` is the device's unloaded access latency, the simulator's latency phase
+(:mod:`sim.executor`): the least time from an op's issue to its first completion
+over the device's ops so far in the replay (an op's own first completion also
+counts the other ops' I/Os queued ahead of it on the device).  ``late`` is how long after the op
+could start (its dependencies ended, its release came) the loop noticed and
+started it: on the device's clock the op starts when it could, as a copy or
+compute op does on its GPU's (:mod:`real.scheduler`), so the loop's lateness
+costs the op nothing unless its I/Os themselves end later.  The fluid's finish
+times are worked out in closed form (:meth:`Pacer.advance`), so the loop wakes
+once per op end, not once per I/O its tokens cover.
+
+Why.  The token bucket this replaced (2026-11-25 to 2026-12-02) admitted each
+I/O when its credit covered it, so an IOPS-bound op was admitted a few I/Os per
+loop pass: Swarm's 96 I/O ops took 422 device rounds over 126 passes, and the
+loop's CPU (86-98 ms for a 73 ms replay against 26 ms modelled) bound the
+replay, 16-21% slower than the model (:mod:`kvtier.compare.replayer`).  Idle
+time banks nothing: a device with no started op does nothing, and the next op's
+share starts when the loop starts it.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from real._rrstream import water_fill
 from real.targets import Limits
 
-BURST_S = 0.005
-TOL_S = 1e-9  # credit short of an I/O's cost by this little (rounding) still covers it
-MIN_WAKE_S = 1e-6
+TOL_S = 1e-12  # work left below this (rounding) is done
 
 
 def io_costs(limits: Limits, write: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -64,111 +66,67 @@ def io_costs(limits: Limits, write: np.ndarray, size: np.ndarray) -> np.ndarray:
     return out
 
 
-def max_min(demand: np.ndarray, pool: float) -> np.ndarray:
-    """``pool`` split by max-min over ``demand``: all of it where it fits, else the
-    largest level ``L`` with ``sum(min(demand, L)) = pool``."""
-    total = float(demand.sum())
-    if total <= pool:
-        return demand.copy()
-    if len(demand) == 1:  # one op asking more than there is: all of it
-        return np.array([pool])
-    s = np.sort(demand)
-    m = len(s)
-    below = np.concatenate(([0.0], np.cumsum(s)[:-1]))  # what the smaller demands take
-    filled = below + s * (m - np.arange(m))  # taken when the level reaches s[i]
-    i = int(np.searchsorted(filled, pool))
-    level = (pool - below[i]) / (m - i)
-    return np.minimum(demand, level)
-
-
-def plan_costs(
+def op_costs(
     pacers: list, first: np.ndarray, dev_of: np.ndarray, write: np.ndarray, size: np.ndarray
 ) -> np.ndarray | None:
-    """Prefix sums of a plan's I/O costs (entry ``i``: the device seconds of I/Os
-    ``0 .. i - 1``; I/Os of unpaced devices cost 0), or None when no device is paced.
-    ``pacers[k]``: device ``k``'s :class:`Pacer` or None; op ``j`` (of device
-    ``dev_of[j]``, writing where ``write[j]``) issues I/Os ``first[j]:first[j + 1]``
-    of ``size`` bytes."""
+    """Device seconds of each op's I/Os (0 for ops of unpaced devices and copy or
+    compute ops), or None when no device is paced.  ``pacers[k]``: device ``k``'s
+    :class:`Pacer` or None; op ``j`` (of device ``dev_of[j]``, writing where
+    ``write[j]``) issues I/Os ``first[j]:first[j + 1]`` of ``size`` bytes."""
     paced = [k for k, p in enumerate(pacers) if p is not None]
     if not paced:
         return None
-    io_op = np.repeat(np.arange(len(first) - 1), np.diff(first))
+    n_ios = np.diff(first)
+    io_op = np.repeat(np.arange(len(n_ios)), n_ios)
     io_dev, io_write = dev_of[io_op], write[io_op]
     cost = np.zeros(len(io_op))
     for k in paced:
         mine = io_dev == k
         cost[mine] = io_costs(pacers[k].limits, io_write[mine], size[mine])
-    return np.concatenate(([0.0], np.cumsum(cost)))
+    return np.bincount(io_op, weights=cost, minlength=len(n_ios))
 
 
 class Pacer:
-    """The bucket of one device (``limits``; ``max_io``: its largest I/O in bytes)."""
+    """One device's time shared equally by its started ops (``limits``: its rates)."""
 
-    def __init__(self, limits: Limits, max_io: int) -> None:
+    def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        big = io_costs(limits, np.array([False, True]), np.array([max_io, max_io], float))
-        self.burst = max(BURST_S, float(big.max()))
-        self.tokens = 0.0  # an idle device holds no banked time (see the module doc)
-        self.t = 0.0
-        self.credit: dict[int, float] = {}  # op -> device seconds it holds
+        self.left: dict[int, float] = {}  # started op -> device seconds it still needs
+        self.t = 0.0  # the fluid's time: ``left`` is as of then
+        self.finish: dict[int, float] = {}  # op -> its paced finish, once served
 
-    def refill(self, now: float) -> float:
-        """The tokens (device seconds) in the bucket at ``now``."""
-        self.tokens = min(self.burst, self.tokens + (now - self.t))
-        self.t = now
-        return self.tokens
+    def start(self, j: int, cost: float, now: float) -> list[int]:
+        """Op ``j``, needing ``cost`` device seconds, starts at ``now``; the ops served
+        by then (:meth:`advance`: ``j`` itself when it needs nothing)."""
+        done = self.advance(now)
+        self.left[j] = cost
+        return done + self.advance(now) if cost <= TOL_S else done
 
-    def resume(self, now: float) -> None:
-        """Work arrives at ``now`` on a device that had none waiting since its last
-        round (the round that issued its last I/O): it starts empty, as at the
-        start.  What the bucket held then was device time no waiting I/O took (the
-        loop woke late, an op's credit came back), and the time since fills nothing."""
-        self.tokens = min(self.tokens, 0.0)
-        self.t = max(self.t, now)
+    def next_finish(self) -> float:
+        """When the next started op's work is served (inf: none started): the op
+        needing least, at ``h`` times its need with ``h`` ops sharing."""
+        if not self.left:
+            return math.inf
+        return self.t + len(self.left) * min(self.left.values())
 
-    def delay(self, write: bool, size: int, now: float) -> float:
-        """Seconds until one I/O of ``size`` bytes may be issued; takes its tokens if 0."""
-        cost = float(io_costs(self.limits, np.array([write]), np.array([size], float))[0])
-        have = self.refill(now)
-        if have >= cost:
-            self.tokens -= cost
-            return 0.0
-        return cost - have
-
-    def share(self, demand: np.ndarray, now: float) -> np.ndarray:
-        """Hand the bucket out by max-min over ``demand`` (device seconds each op could
-        spend now, beyond its credit); returns what each op gets."""
-        give = max_min(demand, self.refill(now))
-        self.tokens -= float(give.sum())
-        return give
-
-    def admit(
-        self, ops: list[int], start, avail, cum: np.ndarray, room: int, now: float
-    ) -> tuple[np.ndarray, float]:
-        """One round: how many I/Os each of ``ops`` issues, and when the device next
-        wakes (0: when an I/O completes or an op starts).
-
-        Op ``ops[i]``'s next I/O is plan I/O ``start[i]``; it may issue ``avail[i]``
-        now, which cost ``cum[start + avail] - cum[start]`` (``cum``:
-        :func:`plan_costs`).  Each asks that beyond its credit (:meth:`share`) and
-        takes the I/Os its credit then covers; the device's ``room`` free slots go
-        round robin (:func:`~real._rrstream.water_fill`).  When ops are left waiting
-        for tokens, the ``h`` of them each get at least ``1 / h`` of the refill, so
-        the first is served ``h x`` its shortfall later."""
-        held = np.fromiter((self.credit.get(j, 0.0) for j in ops), float, len(ops))
-        credit = held + self.share(np.maximum(cum[start + avail] - cum[start] - held, 0.0), now)
-        covered = np.searchsorted(cum, cum[start] + credit + TOL_S, "right") - 1 - start
-        afford = np.minimum(covered, avail)
-        take = np.asarray(water_fill(afford.tolist(), room), np.int64)
-        credit -= cum[start + take] - cum[start]
-        self.credit.update(zip(ops, credit.tolist(), strict=True))
-        hungry = (afford == take) & (take < avail)
-        if not hungry.any():
-            return take, 0.0
-        nxt = (start + take)[hungry]
-        need = float((cum[nxt + 1] - cum[nxt] - credit[hungry]).min())
-        return take, now + int(hungry.sum()) * max(need, MIN_WAKE_S)
-
-    def release(self, j: int) -> None:
-        """Op ``j`` issued its last I/O: what credit it has left goes back to the bucket."""
-        self.tokens = min(self.burst, self.tokens + max(0.0, self.credit.pop(j, 0.0)))
+    def advance(self, now: float) -> list[int]:
+        """Run the fluid to ``now``; the ops served by then (their :attr:`finish` set),
+        in finishing order."""
+        now, done = max(now, self.t), []
+        while self.left:
+            t_next = self.next_finish()
+            if t_next > now:
+                share = (now - self.t) / len(self.left)
+                for j in self.left:
+                    self.left[j] -= share
+                break
+            served = min(self.left.values())
+            for j in list(self.left):  # start order: ties finish in it
+                self.left[j] -= served
+                if self.left[j] <= TOL_S:
+                    del self.left[j]
+                    self.finish[j] = t_next
+                    done.append(j)
+            self.t = t_next
+        self.t = max(self.t, now)  # an idle device banks nothing
+        return done

@@ -30,9 +30,10 @@ takes a fast one's: a device keeps at most its queue depth in flight
 (``Target.queue_depth``, else the larger of the replay's ``qd`` and its ops'
 ``queue_depth``), an op at most its own ``queue_depth`` (0 = the device's).
 Within a device, started ops take turns one I/O at a time (round robin), like
-the simulator's fair sharing.  A paced device
-(:mod:`real._pacing`) issues what its token bucket of device time allows, shared
-between its ops by max-min, as one batch per round.
+the simulator's fair sharing.  A paced device (:mod:`real._pacing`) issues the
+same way; its pacer shares the device's time between its started ops and holds
+each op's end until its share has served it (:meth:`Replayer._io_done`), on the
+device's own clock: the loop wakes for an op's paced end, not for each I/O.
 
 Every I/O has its own slot of a page-aligned per-device ``mmap`` arena (O_DIRECT
 needs aligned memory); a write renders the blocks it stores, a read is checked
@@ -73,7 +74,7 @@ from real.targets import Target
 DEFAULT_QD = 32
 ARENA_LIMIT = 4 << 30
 DRAIN_S = 30.0  # give up waiting for in-flight I/Os after an error
-_START, _END = 0, 1
+_START, _END, _HELD = 0, 1, 2  # _HELD: a paced op's end, on its device's clock
 
 
 class Replayer(BatchIO):
@@ -146,7 +147,11 @@ class Replayer(BatchIO):
         self.dep_end = [0.0] * n  # the latest end among each op's dependencies so far
         self.next_io = [0] * n  # I/Os issued per op
         self.op_cap = [0] * n
-        self.done = self.inflight = 0
+        self.issue_s = [np.nan] * n  # paced ops: when the loop started them
+        self.dev_lat = [np.inf] * len(layout.nodes)  # paced: least first-completion time
+        self.first_reap = [np.nan] * n  # paced ops: their first completion
+        self.io_end = [np.nan] * n  # paced ops: when their last I/O was reaped
+        self.done = self.inflight = self.passes = 0
         self.timers: list[tuple[float, int, int, int]] = []
         self._reaped: np.ndarray | None = None  # reaped, not yet handed to _complete
         self._seq = 0
@@ -206,6 +211,8 @@ class Replayer(BatchIO):
             engine = self.engine
             while self.done < self.n:
                 now = clock()
+                self.passes += 1
+                self._pace(now)
                 self._fire(now)
                 if self._issue(now):
                     engine.submit()
@@ -243,10 +250,11 @@ class Replayer(BatchIO):
         d = self.dev_of[j]
         if d >= 0:
             dev = self.devs[d]
-            if dev.pacer is not None and not dev.active:
-                dev.pacer.resume(t)  # time with nothing to issue banks nothing (real._pacing)
+            if dev.pacer is not None:  # on the device's clock it starts when it could
+                self.issue_s[j], on_dev = t, max(self.dep_end[j], self.release[j])
+                self.start_s[j], self.ready_s[j] = on_dev, min(self.ready_s[j], on_dev)
+                self._paced(dev.pacer.start(j, float(self.op_cost[j]), t))
             dev.active.append(j)
-            dev.wake = 0.0  # paced: the newcomer takes its share from now (real._pacing)
             return False
         if self.nonio[j] > 0:
             self._timer(t + self.nonio[j], _END, j)
@@ -281,6 +289,39 @@ class Replayer(BatchIO):
                     elif self._begin(k, tk):
                         stack.append((k, tk))
 
+    def _pace(self, now: float) -> None:
+        """Run every paced device's time to ``now``."""
+        for d in self.devs:
+            if d.pacer is not None and d.pacer.left:
+                self._paced(d.pacer.advance(now))
+
+    def _paced(self, served: list[int]) -> None:
+        """The ops ``served`` had their share of their device's time."""
+        for j in served:
+            if self.io_end[j] == self.io_end[j]:  # its I/Os are all done too
+                self._hold(j)
+
+    def _io_done(self, j: int, t: float) -> None:
+        """Paced op ``j``'s last I/O was reaped at ``t``."""
+        self.io_end[j] = t
+        if j in self.devs[self.dev_of[j]].pacer.finish:
+            self._hold(j)
+
+    def _hold(self, j: int) -> None:
+        """End paced op ``j`` at ``max(F - late + L, last completion)`` (:mod:`real._pacing`):
+        a timer on the device's clock, which fires at once when that time has passed.
+        ``F`` counts from when the op could start (its :attr:`start_s`), not from when
+        the loop noticed it could (``issue_s``): the device's time shifted back by the
+        loop's lateness, as a copy or compute op's is."""
+        k = self.dev_of[j]
+        fin = self.devs[k].pacer.finish.pop(j)
+        late = self.issue_s[j] - self.start_s[j]
+        lat = self.first_reap[j] - self.issue_s[j]
+        if lat == lat:  # the device's unloaded latency: the least any of its ops saw
+            self.dev_lat[k] = min(self.dev_lat[k], lat)
+        at = fin - late + (self.dev_lat[k] if self.dev_lat[k] < np.inf else 0.0)
+        self._timer(max(at, self.io_end[j]), _HELD, j)
+
     def _timer(self, at: float, what: int, j: int) -> None:
         self._seq += 1
         heapq.heappush(self.timers, (at, self._seq, what, j))
@@ -288,15 +329,16 @@ class Replayer(BatchIO):
     def _fire(self, now: float) -> None:
         while self.timers and self.timers[0][0] <= now:
             at, _, what, j = heapq.heappop(self.timers)
-            t = at if self.dev_of[j] < 0 else now  # a copy or compute ends on time
-            if what == _END or self._begin(j, t):
+            # a copy or compute, or a paced op's held end, ends on time
+            t = at if self.dev_of[j] < 0 or what == _HELD else now
+            if what != _START or self._begin(j, t):
                 self._end(j, t, now)
 
     def _deadline(self) -> float:
         deadline = self.timers[0][0] if self.timers else np.inf
         for d in self.devs:
-            if d.active and d.wake > 0 and d.inflight < d.qd:
-                deadline = min(deadline, d.wake)
+            if d.pacer is not None and d.pacer.left:
+                deadline = min(deadline, d.pacer.next_finish())
         return deadline
 
     # ---- results ----------------------------------------------------------------------------
@@ -317,6 +359,7 @@ class Replayer(BatchIO):
             "verified": self.verify,
             "queue_depth": {d.name: d.qd for d in self.devs},
             "paced": [d.name for d in self.devs if d.pacer is not None],
+            "loop_passes": self.passes,
             "cpu_s_method": "process CPU time of the replay loop, shared over I/O ops by I/O count",
             **inflight,
             "notes": self.notes,

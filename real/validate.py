@@ -290,8 +290,8 @@ def plot_report(result: dict[str, Any], out: Path) -> None:
 
 
 REPEATS = 3  # replays of the engine-cost plan; the model takes each quantity's median
-# Limits so high that a paced device's token buckets never hold an I/O back: the pacer's
-# bookkeeping runs for every I/O (what a paced replay pays) but never delays one.
+# Limits so high that a paced device's time never holds an op back: the pacer's
+# bookkeeping runs for every op (what a paced replay pays) but never delays one.
 NO_BIND = Limits(read_bps=1 << 50, write_bps=1 << 50, read_iops=1 << 40, write_iops=1 << 40)
 
 
@@ -343,8 +343,9 @@ def engine_costs(
 
     ``paced``: only the per-I/O and round times, with every device going through the
     user-space pacer at :data:`NO_BIND` limits, the path of paced replays (the design
-    replays, :func:`kvtier.compare.replayer.paced`): each I/O pays the pacer's
-    bookkeeping and is issued in the pacer's batches, yet never waits for tokens.  (Its
+    replays, :func:`kvtier.compare.replayer.paced`): each op pays the pacer's
+    bookkeeping and its held end (one more pass of the loop), yet never waits for the
+    device's time.  (Its
     QD1 times follow from the unpaced ones:
     :func:`kvtier.compare.replayer.paced_costs`.)
 

@@ -19,10 +19,11 @@ Swarm      3,016  168  313      154       123      31        51 (42)
 So the model charged the paced path's own per-I/O cost (:func:`real.validate.engine_costs`
 with ``paced=True``: the calibration plan's QD64 step, every device through the pacer
 at limits that never bind; :func:`paced_costs`, :func:`design_profile`).  Now a paced
-round is one batch too (:meth:`real._pacing.Pacer.admit`: the device's bucket of
-device time handed out max-min between its ops, each op's I/Os covered by its credit
-queued together): the engine-cost plan's QD64 step (4 devices x 4,000 4 KiB reads on
-/dev/shm files, limits that never bind, medians of 3, load 5) went from **118 us** per
+round is one batch too (then ``Pacer.admit``: the device's bucket of device time
+handed out max-min between its ops, each op's I/Os covered by its credit queued
+together; since 2026-12-02 the pacer holds an op's end instead): the engine-cost
+plan's QD64 step (4 devices x 4,000 4 KiB reads on /dev/shm files, limits that
+never bind, medians of 3, load 5) went from **118 us** per
 I/O paced (109-128; unpaced 4.2) to **13 us** (8-20; unpaced 4.3).  The paced
 measurement stays: where it is no dearer than the batched one :func:`paced_costs`
 adds nothing.  The hardware profiles users simulate are not touched.
@@ -102,7 +103,10 @@ What is left (see :mod:`kvtier.compare.designs` for the runs):
   io_uring's workers copying the data), where the model charges the loop 26 ms.
   Pacing at completion instead of issue (every I/O of an op issued at once, each
   completion held until its paced time) would give the loop one round per op, as
-  the model and a real SSD's queue have it; not built.
+  the model and a real SSD's queue have it.  Built 2026-12-02 (:mod:`real._pacing`:
+  an op's I/Os go out as an unpaced op's, its end is held to its share of the
+  device's time, counted from when it could start); measurements in
+  ``docs/real-backend.md``, "Pacing at completion".
 
 * No Cluster's fetches (fixed 2026-11-25).  It reads 8 MB prefetches in 1 MiB I/Os
   beside its 4 KiB fetches on the same devices; the old pacer took a device's ops in
@@ -128,8 +132,9 @@ from hwprofiles import HardwareProfile
 # -- InfLLM reads ~1.8 MB per device per step, then computes -- stays under the average
 # and its bursts run at the backing store's speed (measured: 1.3-1.8 GB/s over 4 devices
 # throttled to 1.1 GB/s, step errors of +180-300%).  A real SSD has no such credit, so the
-# design replays are also paced I/O by I/O in user space (real._pacing: token buckets of
-# at most 5 ms that bank no idle time) at the same limits, inside the throttle.
+# design replays are also paced in user space (real._pacing: each op's end held to its
+# share of the device's time, which banks no idle time) at the same limits, inside the
+# throttle.  (Until 2026-12-02 the pacer held each I/O back with token buckets of 5 ms.)
 def paced(targets: dict) -> dict:
     """``targets`` held to their own limits by the replayer too (where they have any)."""
     return {

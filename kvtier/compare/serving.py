@@ -198,7 +198,8 @@ def run_serving(
     if plan.num_rows == 0:
         raise ValueError(f"the serving run of {spec.design} issued no SSD I/O")
     sim = simulate(plan, profile)
-    with dev.prepared(plan, seed, None) as targets, dev.throttled():
+    # paced (real._pacing): outside the kernel throttle, a FIFO behind the pacer
+    with dev.prepared(plan, seed, None) as targets:
         real = replay(plan, paced(targets), seed=seed, engine=engine)
     return ServingResult(spec, plan, sim, real, compare_serving(sim, real), costs)
 
