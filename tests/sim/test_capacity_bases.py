@@ -1,5 +1,6 @@
 """A plan over several base profiles (GPU models): the answer priced by hand, the fronts
-across bases against the per-base plans, the walks kept within a base, Ray."""
+across bases against the per-base plans, the walks kept within a base, the KV cache
+arithmetic against the engine (a two-base plan on Ray: tests/sim/test_parallel.py)."""
 
 from __future__ import annotations
 
@@ -101,27 +102,6 @@ def test_front_across_bases_is_the_front_of_the_per_base_plans() -> None:
     # the cost-vs-TTFT front spans GPU models: the cheapest machine is the L20's
     front = pareto(j, "cost_usd", "ttft_p99_s")
     assert front.iloc[0]["gpu_model"] == "NVIDIA L20" and front["gpu_model"].nunique() >= 2
-
-
-def test_ray_runs_real_simulations_of_a_two_base_plan() -> None:
-    """The plan's points as Ray tasks (the real point function: sim.capacity.evaluate), on
-    two bases: the rows a local pool gives, point for point."""
-    ray = pytest.importorskip("ray", reason="the cluster extra (ray) is not installed")
-    from sim.parallel import RayExecutor
-
-    q = Question(docs=2, context_tokens=4096)
-    space = Space(("pool",), (PM9A3,), (1,), (1,), (64.0,), (1,), bases=("h20-server", "dgx-h100"))
-    ex = RayExecutor("local", num_cpus=1)
-    try:
-        got = search(q, space, executor=ex, store=ResultStore())
-    finally:
-        ray.shutdown()
-    ref = search(q, space, executor=LocalExecutor(1), store=ResultStore())
-    assert got.simulated == ref.simulated == 2
-    drop = ["sim_wall_s"]  # the simulator's own wall time
-    pd.testing.assert_frame_equal(got.rows.drop(columns=drop), ref.rows.drop(columns=drop))
-    assert list(got.rows["status"]) == ["ok", "ok"] and got.rows["ttft_p99_s"].gt(0).all()
-    assert list(got.rows["gpu_model"]) == ["NVIDIA H20", "NVIDIA H100 SXM5 80 GB"]
 
 
 def test_the_plans_kv_arithmetic_is_the_engines_rejection(tmp_path) -> None:
