@@ -249,10 +249,11 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
 def unfit(q: Question, hw: Hardware, replicas: int = 0) -> str:
     """Why ``hw``'s GPUs cannot serve ``q.model`` at all, by arithmetic (no simulation):
     more GPUs (or replicas) than the base has, a rank's weights over the engine's 0.9 of
-    HBM (a replica's: all of them), a TP degree the heads do not allow or without an
-    NVLink ring (:func:`sim.serving.execute.tp.rank_profile`), TP asked of the
-    sparse-decode workload (one GPU), or a request of the trace that no instance's KV
-    cache holds (:func:`request_unfit`); "" when they can."""
+    HBM (a replica's: all of them; with ``gpus`` 0, the base's GPUs, left to the
+    simulator as before: the sparse-decode workload runs there), a TP degree the heads
+    do not allow or without an NVLink ring (:func:`sim.serving.execute.tp.rank_profile`),
+    TP asked of the sparse-decode workload (one GPU), or a request of the trace that no
+    instance's KV cache holds (:func:`request_unfit`); "" when they can."""
     from hwprofiles import load_profile
     from sim.models import get_model
     from sim.serving.execute.tp import rank_card, rank_profile
@@ -270,7 +271,7 @@ def unfit(q: Question, hw: Hardware, replicas: int = 0) -> str:
     except Unsupported as exc:
         return str(exc)
     hbm = 0.9 * profile.gpu.hbm_capacity_gib * 2**30
-    if card.weight_bytes >= hbm:
+    if want and card.weight_bytes >= hbm:  # --gpus 0: the base's, left to the simulator
         return (
             f"weights do not fit: {card.weight_bytes / 2**30:.1f} GiB a GPU over {hbm / 2**30:.1f}"
         )

@@ -130,3 +130,16 @@ def test_the_plans_kv_arithmetic_is_the_engines_rejection(tmp_path) -> None:
     assert v.records.requests.column("rejected").to_pylist() == [False, True]
     assert unfit(Question(base="h20-server", trace=str(path), requests=1), hw) == ""
     assert unfit(q, hw).startswith(f"request 1 holds {cap + 1:,} tokens of KV")
+
+
+def test_gpu_time_auto_falls_back_per_base() -> None:
+    """--gpu-time auto on an H100 PCIe base (the tables' H100 SXM, scaled by the datasheet
+    peaks) and an H20 base (not in the tables: the roofline), in one search: each row
+    names what timed it."""
+    q = Question(docs=2, context_tokens=4096, gpu_time="auto")
+    space = Space(("pool",), (PM9A3,), (1,), (1,), (64.0,), bases=("h100-2dimm-2ssd", "h20-server"))
+    rows = search(q, space, LocalExecutor(1), ResultStore()).rows.set_index("base")
+    assert rows.loc["h100-2dimm-2ssd", "gpu_time"].startswith("aiconfigurator-core")
+    assert "scaled by the roofline ratio" in rows.loc["h100-2dimm-2ssd", "gpu_time"]
+    assert rows.loc["h20-server", "gpu_time"].startswith("roofline")
+    assert "NVIDIA H20 is not in" in rows.loc["h20-server", "gpu_time"]
