@@ -9,6 +9,9 @@
   adding GPUs moves the bottleneck), a grid of SSD count (x) by DRAM
   configuration (y, ``modules x GiB``), each cell coloured by its binding
   resource's class; cells the search skipped (dominated) are left blank.
+
+A plan over several base profiles (``base``: GPU models) marks each base's points
+with its own marker on the Pareto figure and gives each base its own map panels.
 """
 
 from __future__ import annotations
@@ -46,9 +49,14 @@ def pareto_figure(df: pd.DataFrame):
     axes = np.atleast_1d(axes)
     ok = df[df["status"] == "ok"].assign(cls=classes(df))
     colours = _palette(list(ok["cls"].unique()))
+    bases = sorted(ok["base"].unique()) if "base" in ok and ok["base"].nunique() > 1 else []
+    marker = {b: "osD^vP*X"[i % 8] for i, b in enumerate(bases)}
     for ax, metric in zip(axes, metrics, strict=False):
-        for cls, g in ok.groupby("cls"):
-            ax.scatter(g["cost_usd"], g[metric], color=colours[cls], label=cls, s=24, zorder=2)
+        for key, g in ok.groupby(["cls", "base"] if bases else ["cls"]):
+            cls, label = key[0], " | ".join(key)
+            m = marker[key[1]] if bases else "o"
+            ax.scatter(g["cost_usd"], g[metric], color=colours[cls], marker=m, label=label, s=24,
+                       zorder=2)  # fmt: skip
         front = pareto(df, "cost_usd", metric)
         ax.plot(front["cost_usd"], front[metric], "k-", lw=1.2, label="Pareto front", zorder=3)
         ax.set_title(f"cost vs {LABELS[metric]}")
@@ -70,7 +78,9 @@ def bottleneck_map(df: pd.DataFrame):
         cls=classes(df),
         dram=[f"{m}x{g:g}" for m, g in zip(df["dram_modules"], df["dram_gib"], strict=True)],
     )
-    facets = ["design", "ssd_model"] + (["gpus"] if gpu_facets(df) else [])
+    several = "base" in df and df["base"].nunique() > 1
+    facets = (["base"] if several else []) + ["design", "ssd_model"]
+    facets += ["gpus"] if gpu_facets(df) else []
     panels = list(df.groupby(facets, sort=True))
     names = sorted(c for c in df["cls"].unique() if c)
     colours = _palette(names)
@@ -86,8 +96,11 @@ def bottleneck_map(df: pd.DataFrame):
         ax.set_yticks(range(len(grid.index)), list(grid.index))
         ax.set_xlabel("SSDs")
         ax.set_ylabel("DRAM modules x GiB")
-        gpus = f", {key[2]} GPU{'s' if key[2] != 1 else ''} (TP)" if len(key) > 2 else ""
-        ax.set_title(f"{key[0]}{gpus}\n{key[1]}", fontsize=8)
+        f = dict(zip(facets, key, strict=True))
+        n = f.get("gpus")
+        gpus = f", {n} GPU{'s' if n != 1 else ''} (TP)" if n is not None else ""
+        base = f"{f['base']}: " if "base" in f else ""
+        ax.set_title(f"{base}{f['design']}{gpus}\n{f['ssd_model']}", fontsize=8)
     fig.legend(handles=[Patch(color=colours[n], label=n) for n in names], loc="lower center",
                ncol=min(len(names), 5), fontsize=7)  # fmt: skip
     fig.tight_layout(rect=(0, 0.1, 1, 1))

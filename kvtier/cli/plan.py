@@ -17,8 +17,8 @@ from kvtier.contracts.provenance import provenance
 from kvtier.contracts.validate import check_out_dir, float_arg, int_arg
 from sim.capacity.evaluate import Point, Question
 from sim.capacity.load import LoadSearch, add_unit_costs, check_question, search_loads, trace_rate
-from sim.capacity.prices import add_costs, load_prices
-from sim.capacity.search import Space, pareto, search
+from sim.capacity.prices import AMORTISE_YEARS, add_costs, add_hourly, load_prices
+from sim.capacity.search import Space, check_fit, pareto, search
 from sim.capacity.store import ResultStore
 from sim.capacity.variants import Hardware, base_data, derive, resolve_ssd
 from sim.config import FRAMEWORKS, GPU_TIMES, ConfigError
@@ -37,9 +37,9 @@ SIZES = (("ssd_counts", MAX_SSDS, "SSDs: 160 PCIe 5.0 lanes of a 2-socket server
          ("dram_modules", MAX_DRAM_MODULES, "DIMMs: 2 sockets x 12 channels x 2 a channel"),
          ("dram_gib", MAX_DRAM_GIB, "GiB: 2 sockets x 6 TB of DDR5"))  # fmt: skip
 
-SHOWN = ("design", "gpus", "replicas", "router", "ssd_model", "ssds", "dram_modules", "cost_usd",
-         "ttft_p99_s", "tpot_p99_s", "throughput_tok_s", "bottleneck", "bottleneck_share",
-         "bottleneck_tpot", "busiest")  # fmt: skip
+SHOWN = ("base", "design", "gpus", "replicas", "router", "ssd_model", "ssds", "dram_modules",
+         "cost_usd", "ttft_p99_s", "tpot_p99_s", "throughput_tok_s", "bottleneck",
+         "bottleneck_share", "bottleneck_tpot", "busiest")  # fmt: skip
 
 
 def _list(cast):
@@ -67,7 +67,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "prints the cheapest meeting the SLOs, the Pareto fronts and every point's bottleneck.",
     )
     a = p.add_argument
-    a("--base", default=q.base, help="base hardware profile")
+    a(
+        "--base",
+        type=_list(str),
+        default=q.base,
+        help="base hardware profiles, comma-separated (each a machine kind: its GPU model, "
+        "links, platform); the answer and the fronts span them all",
+    )
     a("--model", default=q.model)
     a("--trace", default=q.trace, help="long_doc, a request trace file, or sparse_decode")
     a("--context-tokens", type=int_arg(1), default=q.context_tokens)
@@ -154,6 +160,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     a("--load-probes", type=int_arg(0), default=rules.probes,
       help="--max-load: simulations per candidate at most (both ends included)")  # fmt: skip
     a("--prices", action="append", default=[], help="price YAML overriding the shipped entries")
+    a(
+        "--amortise-years",
+        type=float_arg(0.0, strict=True),
+        default=AMORTISE_YEARS,
+        help="usd_per_hour: the purchase price over this many years (an assumption, plausible "
+        "3-5; no power or hosting term)",
+    )
     a("--no-prune", action="store_true", help="evaluate the whole grid")
     add_executor_args(p)
     a("--out", default="results/plan", help="output directory (results resume from it)")
@@ -171,7 +184,7 @@ def question(args: argparse.Namespace) -> Question:
             flag = f"--{name.replace('_', '-')} {max(getattr(args, name))}"
             raise ConfigError(f"{flag}: at most {ceiling:,} ({what}; kvtier plan derives one host)")
     return dataclasses.replace(
-        Question(), base=args.base, model=args.model, trace=args.trace,
+        Question(), base=args.base[0], model=args.model, trace=args.trace,
         context_tokens=args.context_tokens, docs=args.docs, requests=args.requests,
         sparsity=args.sparsity, steps=args.steps,
         slo_ttft_p99_s=args.ttft_p99, slo_tpot_p99_s=args.tpot_p99, slo_min_tok_s=args.min_tok_s,
@@ -189,23 +202,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
     prices = load_prices(*args.prices)  # fail fast on a bad table
     models = tuple(resolve_ssd(m) for m in args.ssd_models)
     _check_replicas(q, args)
+    have = _check_bases(args.base)  # fail fast on a bad base profile
     space = Space(args.designs, models, args.ssd_counts, args.dram_modules, args.dram_gib,
-                  args.gpus, args.replicas, args.router)  # fmt: skip
+                  args.gpus, args.replicas, args.router, args.base)  # fmt: skip
     executor = executor_of(args)  # Ray missing or unreachable: refused before the work
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    have = base_data(q.base)["gpu"]["count"]  # fail fast on a bad base profile
     for flag, n in (("--gpus", max(args.gpus)), ("--replicas", max(args.replicas))):
-        if n > have:
-            raise ConfigError(f"{flag}: {n} GPUs asked of {q.base}, which has {have}")
-    _check_gpu_time(q, args.gpus)
+        if n > max(have.values()):  # above some bases' only: those bases' points are unfit
+            which = "has" if len(have) == 1 else "have at most"
+            raise ConfigError(f"{flag}: {n} GPUs asked of {', '.join(have)}, which {which} "
+                              f"{max(have.values())}")  # fmt: skip
+    for base in args.base:
+        _check_gpu_time(dataclasses.replace(q, base=base), args.gpus)
     rules = _load_rules(q, args)
+    check_fit(q, space)  # a grid of which no point can run: refused before any simulation
     store = ResultStore(Path(args.out) / "points")
     console.print(f"[bold]kvtier plan[/bold]: {q.model}, {q.trace}, {space.size} grid points")
     t0 = time.perf_counter()
     res = search(q, space, executor, store, prune=not args.no_prune)
     search_s = time.perf_counter() - t0
     _check_ran(res.rows)
-    df = add_costs(res.rows, q.base, prices)
+    df = add_hourly(add_costs(res.rows, q.base, prices), args.amortise_years)
     df = _judge(q, df)
     if rules is not None:
         t1 = time.perf_counter()
@@ -219,6 +236,25 @@ def cmd_plan(args: argparse.Namespace) -> int:
     write_figures(df, Path(args.out))
     _report(console, q, df, res, search_s, prices, Path(args.out))
     return 0
+
+
+def _check_bases(bases: tuple[str, ...]) -> dict[str, int]:
+    """Base profile -> its GPU count; an unknown or malformed profile, or one named twice
+    (by name or by a path to the same file), is refused naming ``--base``."""
+    from hwprofiles.loader import PROFILE_DIR, resolve_yaml
+
+    have, seen = {}, {}
+    for base in bases:
+        try:
+            path = resolve_yaml(base, PROFILE_DIR, "hardware profile").resolve()
+            have[base] = int(base_data(base)["gpu"]["count"])
+        except ValueError as exc:  # ProfileError, ConfigError: the profile's own line
+            raise ConfigError(f"--base {base}: {' '.join(str(exc).split())}") from None
+        if path in seen:
+            raise ConfigError(f"--base: {base} and {seen[path]} are the same profile "
+                              f"({path.name}); name each base once")  # fmt: skip
+        seen[path] = base
+    return have
 
 
 def _check_replicas(q: Question, args: argparse.Namespace) -> None:
@@ -360,7 +396,7 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
         console.print(_fmt(ok.head(1)), soft_wrap=True)
         hw = Hardware(best.ssd_model, int(best.ssds), int(best.dram_modules),
                       float(best.dram_gib), int(best.get("gpus", 0) or 0))  # fmt: skip
-        prof = derive(q.base, hw, out / "profiles")
+        prof = derive(best.base, hw, out / "profiles")
         console.print(f"its profile: {prof.source_file}; design {Point(best.design, hw).design}")
     for metric in ("ttft_p99_s", "throughput_tok_s"):
         if df[metric].isna().all():
@@ -370,7 +406,7 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
     if "max_load_scale" in df:
         _report_loads(console, df)
     done = df[df["status"] == "ok"]
-    by = ["design", "gpus", "bottleneck"] if "gpus" in done else ["design", "bottleneck"]
+    by = ["base", "design", "gpus", "bottleneck"]
     counts = done.groupby(by).size().rename("points").reset_index()
     console.print("[bold]bottlenecks[/bold] (highest used share of capacity, each point):")
     console.print(counts.to_string(index=False))
@@ -388,9 +424,9 @@ def _report(console, q, df, res, wall_s, prices, out: Path) -> None:
     )
 
 
-LOAD_SHOWN = ("design", "gpus", "replicas", "ssd_model", "ssds", "dram_modules", "cost_usd",
-              "max_load_scale", "max_load_req_s", "max_load_tok_s", "max_load_bound",
-              "max_load_probes", "usd_per_req_s", "usd_per_tok_s")  # fmt: skip
+LOAD_SHOWN = ("base", "design", "gpus", "replicas", "ssd_model", "ssds", "dram_modules",
+              "cost_usd", "max_load_scale", "max_load_req_s", "max_load_tok_s", "max_load_bound",
+              "max_load_probes", "usd_per_req_s", "usd_per_tok_s", "usd_per_mtok")  # fmt: skip
 
 
 def _report_loads(console, df: pd.DataFrame) -> None:
@@ -403,6 +439,14 @@ def _report_loads(console, df: pd.DataFrame) -> None:
     )
     console.print(done[cols].to_string(index=False, float_format=lambda v: f"{v:,.3f}"),
                   soft_wrap=True)  # fmt: skip
+    for col, unit in (("usd_per_req_s", "$ per request/s"), ("usd_per_tok_s", "$ per tok/s")):
+        best = done.dropna(subset=[col]).sort_values([col, "cost_usd"])
+        if len(best):
+            r = best.iloc[0]
+            gpus = int(r.get("gpus", 0) or 0)
+            console.print(f"cheapest per unit of throughput ({unit} at its largest load): "
+                          f"{r['base']} ({r['gpu_model']}{f' x {gpus}' if gpus else ''}), "
+                          f"{r['design']}: {r[col]:,.2f}")  # fmt: skip
 
 
 def _assumed_share(row: pd.Series, q: Question, prices, out: Path) -> float:
@@ -411,7 +455,7 @@ def _assumed_share(row: pd.Series, q: Question, prices, out: Path) -> float:
 
     hw = Hardware(row.ssd_model, int(row.ssds), int(row.dram_modules), float(row.dram_gib),
                   int(row.get("gpus", 0) or 0))  # fmt: skip
-    parts = bill(derive(q.base, hw, out / "profiles"), prices)
+    parts = bill(derive(row.get("base") or q.base, hw, out / "profiles"), prices)
     keys = set(row["assumed_prices"].split(","))
     part_of = {"platform": "platform", "ssd_slot": "ssd_slot", "dram_per_gib": "dram"}
     assumed = sum(

@@ -31,6 +31,7 @@ Headroom to an SLO limit ``L`` on a metric ``m`` is ``L / m - 1``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import tempfile
@@ -247,29 +248,99 @@ def evaluate(q: Question, p: Point) -> dict[str, Any]:
 
 def unfit(q: Question, hw: Hardware, replicas: int = 0) -> str:
     """Why ``hw``'s GPUs cannot serve ``q.model`` at all, by arithmetic (no simulation):
-    a rank's weights over the engine's 0.9 of HBM (a replica's: all of them), a TP
-    degree the heads do not allow, or TP asked of the sparse-decode workload (one
-    GPU); "" when they can."""
-    if not hw.gpus:
-        return ""
-    if replicas:
-        hw = dataclasses.replace(hw, gpus=1)
+    more GPUs (or replicas) than the base has, a rank's weights over the engine's 0.9 of
+    HBM (a replica's: all of them; with ``gpus`` 0, the base's GPUs, left to the
+    simulator as before: the sparse-decode workload runs there), a TP degree the heads
+    do not allow or without an NVLink ring (:func:`sim.serving.execute.tp.rank_profile`),
+    TP asked of the sparse-decode workload (one GPU), or a request of the trace that no
+    instance's KV cache holds (:func:`request_unfit`); "" when they can."""
     from hwprofiles import load_profile
     from sim.models import get_model
-    from sim.serving.execute.tp import rank_card
+    from sim.serving.execute.tp import rank_card, rank_profile
 
-    if q.trace == "sparse_decode" and hw.gpus > 1:
+    profile = load_profile(q.base)
+    want = replicas or hw.gpus
+    if want > profile.gpu.count:
+        return f"{q.base} has {profile.gpu.count} GPU(s), {want} asked"
+    tp = hw.gpus if hw.gpus and not replicas else 1
+    if q.trace == "sparse_decode" and tp > 1:
         return "sparse_decode runs on one GPU"
     try:
-        card = rank_card(get_model(q.model), hw.gpus)
+        card = rank_card(get_model(q.model), tp)
+        rank = rank_profile(profile, tp)
     except Unsupported as exc:
         return str(exc)
-    hbm = 0.9 * load_profile(q.base).gpu.hbm_capacity_gib * 2**30
-    if card.weight_bytes >= hbm:
+    hbm = 0.9 * profile.gpu.hbm_capacity_gib * 2**30
+    if want and card.weight_bytes >= hbm:  # --gpus 0: the base's, left to the simulator
         return (
             f"weights do not fit: {card.weight_bytes / 2**30:.1f} GiB a GPU over {hbm / 2**30:.1f}"
         )
+    return request_unfit(q, rank, card)
+
+
+def kv_tokens(q: Question, hw: Hardware, replicas: int = 0) -> int:
+    """Tokens of KV one instance (one rank of ``hw.gpus``, or one replica) of ``hw`` on
+    ``q.base`` holds in its GPU cache (:func:`gpu_kv_tokens`)."""
+    from hwprofiles import load_profile
+    from sim.models import get_model
+    from sim.serving.execute.tp import rank_card, rank_profile
+
+    tp = hw.gpus if hw.gpus and not replicas else 1
+    profile = load_profile(q.base)
+    return gpu_kv_tokens(q, rank_profile(profile, tp), rank_card(get_model(q.model), tp))
+
+
+def gpu_kv_tokens(q: Question, profile: HardwareProfile, card: Any) -> int:
+    """Tokens of KV one instance's (one rank's) GPU cache holds: vLLM's default share of
+    HBM minus the weights, in whole blocks (:func:`sim.scenarios.serving.engine_config`)."""
+    from sim.serving.build import default_gpu_kv_bytes, gpu_blocks
+
+    share = ServingParams().gpu_memory_utilization
+    kv = max(default_gpu_kv_bytes(profile, card, share), 0.0)
+    return gpu_blocks(kv, card, q.block_tokens) * q.block_tokens
+
+
+def request_unfit(q: Question, profile: HardwareProfile, card: Any) -> str:
+    """Why one instance on ``profile`` (a rank's, with the rank's ``card``) cannot hold
+    the longest request of ``q``'s request trace, or "".  The engine reserves a
+    request's whole context (prompt plus output) in GPU blocks and rejects one larger
+    than the cache (:mod:`sim.serving.execute.engine`, ``_release``): the run would go
+    on without it and its P99s would not count it, so such a point is not simulated.
+    ``long_doc`` and ``sparse_decode`` are checked by :mod:`sim.limits` as they run."""
+    if q.trace in ("long_doc", "sparse_decode"):
+        return ""
+    rid, tokens = longest_request(q)
+    have = gpu_kv_tokens(q, profile, card)
+    if -(-tokens // q.block_tokens) * q.block_tokens > have:
+        return (
+            f"request {rid} holds {tokens:,} tokens of KV (prompt + output), over the GPU KV "
+            f"cache of {have:,} tokens ({card.name} on {profile.name})"
+        )
     return ""
+
+
+def longest_request(q: Question) -> tuple[int, int]:
+    """(request_id, prompt + output tokens) of the longest request of ``q``'s request
+    trace (its first ``requests``); read once per trace file version."""
+    path = Path(q.trace)
+    stamp = (path.stat().st_mtime_ns, path.stat().st_size) if path.is_file() else None
+    return _longest(q.trace, stamp, q.requests, q.model, q.block_tokens, q.seed)
+
+
+@functools.lru_cache(maxsize=16)
+def _longest(trace: str, stamp: Any, requests: int, model: str, block_tokens: int,
+             seed: int) -> tuple[int, int]:  # fmt: skip
+    import numpy as np
+
+    from sim.scenarios.serving import trace_tables
+
+    w = ServingParams(model=model, trace=trace, requests=requests, block_tokens=block_tokens)
+    table = trace_tables(w, seed)[0]
+    if not len(table):
+        raise ConfigError(f"--trace {trace}: no requests")
+    tokens = table.column("input_tokens").to_numpy() + table.column("output_tokens").to_numpy()
+    i = int(np.argmax(tokens))
+    return int(table.column("request_id")[i].as_py()), int(tokens[i])
 
 
 def with_slos(q: Question, row: dict[str, Any]) -> dict[str, Any]:

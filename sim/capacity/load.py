@@ -152,6 +152,12 @@ def point_of(row: dict[str, Any]) -> Point:
     return Point(str(row["design"]), hw, int(replicas), str(row["router"]))
 
 
+def question_of(q: Question, row: dict[str, Any]) -> Question:
+    """``q`` on the row's base profile (a plan over several bases names it in ``base``)."""
+    base = row.get("base")
+    return replace(q, base=str(base)) if isinstance(base, str) and base else q
+
+
 def search_loads(
     q: Question,
     rows: pd.DataFrame,
@@ -163,7 +169,9 @@ def search_loads(
     """``max_load_*`` columns, one row per ``key`` of the ``ok`` rows of ``rows``."""
     executor = executor or LocalExecutor(1)
     store = store if store is not None else ResultStore()
-    cands = {r["key"]: point_of(r) for r in rows.to_dict("records") if r.get("status") == "ok"}
+    ok = [r for r in rows.to_dict("records") if r.get("status") == "ok"]
+    cands = {r["key"]: point_of(r) for r in ok}
+    bases = {r["key"]: question_of(q, r) for r in ok}  # each candidate on its base
     brackets = {k: Bracket(rules) for k in cands}
     probes: dict[tuple[str, float], dict[str, Any]] = {}
     while True:
@@ -172,7 +180,7 @@ def search_loads(
             break
         calls, where = [], []
         for k, s in todo:
-            qs = replace(q, arrival_scale=s)
+            qs = replace(bases[k], arrival_scale=s)
             row = store.get(point_key(qs, cands[k]))
             if row is None:
                 calls.append((qs, cands[k]))
@@ -204,8 +212,12 @@ COLUMNS = ("key", "max_load_scale", "max_load_req_s", "max_load_tok_s", "max_loa
 def add_unit_costs(df: pd.DataFrame) -> pd.DataFrame:
     """``usd_per_req_s`` and ``usd_per_tok_s``: the machine's price (``cost_usd``, a
     purchase price: the price table holds no hourly prices) over the requests/s and
-    output tokens/s it serves at its largest load within the SLOs."""
+    output tokens/s it serves at its largest load within the SLOs; with ``usd_per_hour``
+    (:func:`sim.capacity.prices.add_hourly`) also ``usd_per_mtok``: the amortised price
+    of a million output tokens served at that load."""
     out = df.copy()
     out["usd_per_req_s"] = out["cost_usd"] / out["max_load_req_s"]
     out["usd_per_tok_s"] = out["cost_usd"] / out["max_load_tok_s"]
+    if "usd_per_hour" in out:
+        out["usd_per_mtok"] = out["usd_per_hour"] / (out["max_load_tok_s"] * 3600) * 1e6
     return out

@@ -148,19 +148,41 @@ def used_keys(profile: HardwareProfile) -> list[str]:
     return keys + [f"ssd/{canonical(g.model)}" for g in profile.ssds]
 
 
+HOURS_A_YEAR = 365 * 24
+# The machine's purchase price spread evenly (straight line) over this many years of
+# service: an assumption, plausible 3-5 (``kvtier plan --amortise-years``).  No power,
+# cooling or hosting term: the price table cites no $/kWh or colocation price.
+AMORTISE_YEARS = 3.0
+
+
+def add_hourly(df: Any, years: float = AMORTISE_YEARS) -> Any:
+    """``df`` with ``usd_per_hour``: ``cost_usd`` over ``years`` x 8,760 hours (the
+    purchase price alone, amortised; see :data:`AMORTISE_YEARS`)."""
+    if not years > 0:
+        raise ConfigError(f"--amortise-years: must be > 0, got {years}")
+    return df.assign(usd_per_hour=df["cost_usd"] / (years * HOURS_A_YEAR))
+
+
 def add_costs(df: Any, base: str | Path, prices: Prices) -> Any:
-    """``df`` (one row per point: ssd_model, ssds, dram_modules, dram_gib) with
-    ``cost_usd`` and ``assumed_prices`` (the assumed entries its bill used)."""
+    """``df`` (one row per point: ssd_model, ssds, dram_modules, dram_gib, and ``base``
+    where a plan spans several base profiles; ``base`` otherwise) with ``cost_usd`` and
+    ``assumed_prices`` (the assumed entries its bill used)."""
     import tempfile
 
-    from sim.capacity.variants import Hardware, derive
+    from sim.capacity.variants import Hardware, base_data, derive
 
     costs, assumed = [], []
     with tempfile.TemporaryDirectory(prefix="kvtier-bill-") as tmp:
         for r in df.itertuples():
             gpus = int(getattr(r, "gpus", 0) or 0)
             hw = Hardware(r.ssd_model, int(r.ssds), int(r.dram_modules), float(r.dram_gib), gpus)
-            profile = derive(base, hw, tmp)
+            kind = getattr(r, "base", None)
+            kind = kind if isinstance(kind, str) and kind else base
+            if max(gpus, int(getattr(r, "replicas", 0) or 0)) > base_data(kind)["gpu"]["count"]:
+                costs.append(math.nan)  # more GPUs than the base has: no such machine (unfit)
+                assumed.append("")
+                continue
+            profile = derive(kind, hw, tmp)
             parts = bill(profile, prices)
             if not math.isfinite(sum(parts.values())):  # finite prices, an overflowing product
                 raise PriceError(

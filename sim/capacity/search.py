@@ -1,19 +1,23 @@
 """The search: the grid of points, the Pareto fronts, and a pruned walk over SSD counts.
 
-A :class:`Space` is a grid: designs x SSD models x SSD counts x DRAM
-modules x GiB per module.  Points that differ only in the SSD count form a
-*chain*, ordered by count (cost grows with it).  :func:`search` walks each
-chain by bisection, lowest open interval first, in rounds (every chain's
-next point runs together with the other chains' on the executor), and skips
-points it can show are dominated:
+A :class:`Space` is a grid: base profiles x designs x SSD models x SSD
+counts x DRAM modules x GiB per module (x GPU counts or replicas).  Each base
+profile is a machine kind (its GPU model, links, platform); every point of a
+base is simulated under the question with that ``base``, and the walks below
+never cross bases: a chain and a GPU group are each within one base.  Points
+that differ only in the SSD count form a *chain*, ordered by count (cost grows
+with it).  :func:`search` walks each chain by bisection, lowest open interval
+first, in rounds (every chain's next point, of every base, runs together with
+the other chains' on the executor), and skips points it can show are dominated:
 
 * **plateau**: two evaluated counts of a chain with equal objectives (to
   :data:`DIGITS` significant digits): under "more SSDs never slow a
   read-bound design down" every count between them is equal too, and a
   cheaper equal point dominates them;
-* **unfit**: a chain whose GPUs cannot hold the model (a rank's weights over
-  the engine's share of HBM, or a TP degree the heads do not divide) is
-  skipped whole by arithmetic, never simulated;
+* **unfit**: a chain whose GPUs cannot hold the model (more GPUs than its
+  base has, a rank's weights over the engine's share of HBM, a TP degree the
+  heads do not divide or without NVLink, a trace request over the GPU KV
+  cache) is skipped whole by arithmetic, never simulated;
 * **saturation**: count ``n_{k+1}`` improved no objective over ``n_k`` and
   its whole-run bottleneck is not an SSD or an SSD's own link (a shared link,
   the CPU, the GPU): the added SSD met a saturated resource more SSDs do not
@@ -49,9 +53,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.capacity.evaluate import OBJECTIVES, Point, Question, evaluate, point_key, unfit
+from sim.capacity.evaluate import (
+    OBJECTIVES,
+    Point,
+    Question,
+    evaluate,
+    kv_tokens,
+    longest_request,
+    point_key,
+    replace,
+    unfit,
+)
 from sim.capacity.store import FACTS, ResultStore
-from sim.capacity.variants import Hardware
+from sim.capacity.variants import Hardware, gpu_model
+from sim.config import ConfigError
 from sim.parallel import Executor, LocalExecutor
 
 # objectives compared at 3 significant digits (0.05-0.5%): below what the simulator is
@@ -74,9 +89,11 @@ class Space:
     # Replicas take the GPU walk's place (``gpus`` = replicas): the CLI refuses both
     replicas: tuple[int, ...] = (0,)
     router: str = "round_robin"
+    # base profiles (names or paths), each a machine kind; () = the question's ``base``
+    bases: tuple[str, ...] = ()
 
     def chains(self) -> list[list[Point]]:
-        """Points grouped by everything but the SSD count, counts ascending."""
+        """Points of one base grouped by everything but the SSD count, counts ascending."""
         counts = sorted(set(self.ssd_counts))
         out = []
         for d, m, k, g, n_gpu, r in itertools.product(
@@ -87,9 +104,13 @@ class Space:
             out.append([Point(d, Hardware(m, n, k, g, gpus), r, router) for n in counts])
         return out
 
+    def based_chains(self, q: Question) -> list[tuple[Question, list[Point]]]:
+        """(the question on one base, a chain of :meth:`chains`) for every base, in order."""
+        return [(replace(q, base=b), c) for b in self.bases or (q.base,) for c in self.chains()]
+
     @property
     def size(self) -> int:
-        return sum(len(c) for c in self.chains())
+        return max(len(self.bases), 1) * sum(len(c) for c in self.chains())
 
 
 @dataclass
@@ -154,15 +175,15 @@ def _gpu_stuck(a: list[str], b: list[str], rows: dict[str, dict]) -> str:
     return f"saturated: {rows[b[-1]]['bottleneck_run']} binds, more GPUs did not help"
 
 
-def _gpu_groups(chains: list[list[Point]]) -> list[list[int]]:
-    """Indices of chains equal but for a GPU count > 0, grouped, counts ascending."""
+def _gpu_groups(chains: list[tuple[Question, list[Point]]]) -> list[list[int]]:
+    """Indices of chains equal but for a GPU count > 0 (one base), grouped, counts ascending."""
     groups: dict[tuple, list[int]] = {}
-    for i, c in enumerate(chains):
+    for i, (q, c) in enumerate(chains):
         hw = c[0].hw
         if hw.gpus:
-            key = (c[0].design, hw.ssd_model, hw.dram_modules, hw.dram_gib)
+            key = (q.base, c[0].design, hw.ssd_model, hw.dram_modules, hw.dram_gib)
             groups.setdefault(key, []).append(i)
-    return [sorted(g, key=lambda i: chains[i][0].hw.gpus) for g in groups.values()]
+    return [sorted(g, key=lambda i: chains[i][1][0].hw.gpus) for g in groups.values()]
 
 
 def _gpu_walk(groups, keys, rows, unfits) -> tuple[set[int], dict[str, str]]:
@@ -196,15 +217,20 @@ def search(
     fn: Callable[[Question, Point], dict[str, Any]] = evaluate,
     progress: Callable[[int], None] | None = None,
 ) -> SearchResult:
-    """Evaluate ``space`` for ``q`` (pruned unless ``prune`` is False)."""
+    """Evaluate ``space`` for ``q`` (pruned unless ``prune`` is False), on each of
+    ``space.bases`` (the question's ``base`` where none): every round runs the next
+    points of every base's chains together."""
     executor = executor or LocalExecutor(1)
     store = store if store is not None else ResultStore()
-    chains = space.chains()
-    keys = [[point_key(q, p) for p in c] for c in chains]
-    points = {k: p for c, ks in zip(chains, keys, strict=True) for p, k in zip(c, ks, strict=True)}
+    chains = space.based_chains(q)
+    keys = [[point_key(qb, p) for p in c] for qb, c in chains]
+    points = {
+        k: (qb, p) for (qb, c), ks in zip(chains, keys, strict=True)
+        for p, k in zip(c, ks, strict=True)
+    }  # fmt: skip
     rows = {k: store.get(k) for k in points if k in store}
     simulated, skipped = 0, {}
-    unfits = [unfit(q, c[0].hw, c[0].replicas) for c in chains]
+    unfits = [unfit(qb, c[0].hw, c[0].replicas) for qb, c in chains]
     groups = _gpu_groups(chains) if prune else []
     while True:
         todo: list[str] = []
@@ -223,7 +249,7 @@ def search(
         todo = list(dict.fromkeys(todo))
         if not todo:
             break
-        for i, row in executor.run(fn, [(q, points[k]) for k in todo]):
+        for i, row in executor.run(fn, [points[k] for k in todo]):
             store.put(row)
             rows[todo[i]] = row
             simulated += 1
@@ -233,12 +259,37 @@ def search(
     return SearchResult(table, simulated, len(rows), space.size, skipped)
 
 
+def check_fit(q: Question, space: Space) -> None:
+    """At least one chain of ``space`` can run (:func:`sim.capacity.evaluate.unfit`), else a
+    one-line :class:`ConfigError` before any simulation: a trace request no candidate's GPU
+    KV cache holds names the request and the largest cache; otherwise each base's reasons."""
+    chains = space.based_chains(q)
+    why = [unfit(qb, c[0].hw, c[0].replicas) for qb, c in chains]
+    if not all(why):
+        return
+    held = [(kv_tokens(qb, c[0].hw, c[0].replicas), qb, c[0]) for (qb, c), w in
+            zip(chains, why, strict=True) if w.startswith("request ")]  # fmt: skip
+    if held:
+        cap, qb, p = max(held, key=lambda h: h[0])
+        rid, tokens = longest_request(q)
+        n = p.replicas or p.hw.gpus or 1
+        raise ConfigError(
+            f"--trace {q.trace}: request {rid} holds {tokens:,} tokens of KV (prompt + output), "
+            f"more than any candidate's GPU KV cache (the largest: {cap:,} tokens, "
+            f"{gpu_model(qb.base)} on {qb.base}, {n} GPU(s)): no candidate can serve it"
+        )
+    reasons = dict.fromkeys(f"{qb.base}: {w}" for (qb, _), w in zip(chains, why, strict=True))
+    raise ConfigError(f"kvtier plan: no candidate of the grid can run: {'; '.join(reasons)}")
+
+
 def _table(chains, keys, rows, skipped) -> pd.DataFrame:
+    """One row per grid point, each naming its base profile and that base's GPU model."""
     out = []
-    for c, ks in zip(chains, keys, strict=True):
+    for (qb, c), ks in zip(chains, keys, strict=True):
+        kind = {"base": str(qb.base), "gpu_model": gpu_model(qb.base)}
         for p, k in zip(c, ks, strict=True):
             row = rows.get(k) or {"key": k, **p.flat(), "status": f"skipped: {skipped.get(k)}"}
-            out.append({**row, "evaluated": k in rows})
+            out.append({**row, **kind, "evaluated": k in rows})
     return pd.DataFrame(out)
 
 

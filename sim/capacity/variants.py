@@ -108,6 +108,12 @@ def variant_data(base: dict[str, Any], hw: Hardware) -> dict[str, Any]:
     links = data["topology"]["links"]
     links = _relink(links, old_ssds, "ssd0", [f"ssd{i}" for i in range(hw.ssds)])
     data["topology"]["links"] = _relink(links, old_dram, dram0["name"], drams)
+    # an assumption about an item of a list the variant rebuilt (the base's DRAM module
+    # size, a link by its index) no longer names what it did: the buyer chose those
+    rebuilt = ("dram[", "ssds[", "topology.links[", "gpu.count")
+    kept = [a for a in data.get("assumptions", []) if not str(a["field"]).startswith(rebuilt)]
+    if "assumptions" in data:
+        data["assumptions"] = kept
     slug = "".join(c if c.isalnum() else "-" for c in hw.ssd_model.lower()).strip("-")
     if hw.gpus:
         data["topology"]["links"] = _keep_gpus(data, hw.gpus)
@@ -135,6 +141,11 @@ def base_data(base: str | Path) -> dict[str, Any]:
     load_profile(base)
     data, _ = read_yaml(resolve_yaml(base, PROFILE_DIR, "hardware profile"))
     return data
+
+
+def gpu_model(base: str | Path) -> str:
+    """The GPU model of a base profile (every variant of it keeps that model)."""
+    return str(base_data(base)["gpu"]["model"])
 
 
 def derive(base: str | Path, hw: Hardware, out_dir: str | Path) -> HardwareProfile:

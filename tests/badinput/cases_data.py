@@ -80,6 +80,15 @@ DATA: list[tuple[str, str, Files, str]] = [
         {"a.csv": VIDUR + "nan,1,1\n"},
         "a.csv",
     ),
+    # --- a request no candidate's GPU KV cache holds (it would be rejected, unseen in the
+    # P99s): refused before simulating; one H20 holds 585,216 tokens of Llama-3.1-8B's KV
+    (
+        "plan-request-over-kv",
+        "plan --base h20-8ssd,rtx4090-ws --trace t.csv --gpus 1",
+        {"t.csv": VIDUR + "0,1000,1\n1,900000,1\n2,1000,1\n"},
+        "request 1 holds 900,001 tokens of KV (prompt + output), more than any candidate's "
+        "GPU KV cache (the largest: 585,216 tokens, NVIDIA H20 on h20-8ssd",
+    ),
     # --- transfer plans
     (
         "plan-release-inf",

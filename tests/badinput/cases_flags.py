@@ -224,6 +224,24 @@ FLAGS: list[tuple[str, str, Files, str]] = [
         "--router fastest",
     ),
     ("plan-replicas-over-gpus", "plan --trace conversation --replicas 2", {}, "--replicas: 2 GPUs"),
+    # --- a plan over several bases (machine kinds): each named once, each known, and a grid
+    # of which some point can run (each refused before any simulation)
+    ("plan-base-unknown", "plan --base h20-8ssd,h21-8ssd", {}, "--base h21-8ssd: unknown"),
+    ("plan-base-twice", "plan --base h20-8ssd,l20-server,h20-8ssd", {}, "--base: h20-8ssd and"),
+    ("plan-base-empty", "plan --base ,", {}, "--base: empty list"),
+    ("plan-gpus-empty", "plan --gpus ,", {}, "--gpus: empty list"),
+    (
+        "plan-no-candidate",  # 70B's 131.4 GiB of weights on one RTX 4090 or one L20
+        "plan --base rtx4090-ws,l20-server --model Llama-3.1-70B --gpus 1",
+        {},
+        "no candidate of the grid can run: rtx4090-ws: weights do not fit",
+    ),
+    (
+        "plan-gpus-over-every-base",
+        "plan --base rtx4090-ws,l20-server --gpus 1,2",
+        {},
+        "--gpus: 2 GPUs asked of rtx4090-ws, l20-server, which have at most 1",
+    ),
     ("validate-n-over-profile", f"{VALIDATE} --n 16", {}, "--n 16: --hw h20-8ssd has 8 SSDs"),
     # 4 regimes x (1 warm-up + 10^12 steps) x 4 SSDs = 16,000,000,000,016 ops
     ("validate-steps-huge", f"{VALIDATE} --steps 1e12", {}, "plan of 16,000,000,000,016 ops"),

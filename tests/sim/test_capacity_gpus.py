@@ -30,6 +30,13 @@ def test_unfit_by_weights_and_heads():
     assert unfit(q, Hardware(pm, 1, 1, 512.0, 2)) == ""
     assert "does not divide" in unfit(q, Hardware(pm, 1, 1, 512.0, 3))
     assert unfit(q, Hardware(pm, 1, 1, 512.0, 0)) == ""  # the base's GPUs, as before
+    # more GPUs than the base has: that base's point is unfit (another base may have them)
+    small = Question(base="h20-server", model="Llama-3.1-8B")
+    assert unfit(small, Hardware(pm, 1, 1, 64.0, 2)) == "h20-server has 1 GPU(s), 2 asked"
+    assert unfit(small, Hardware(pm, 1, 1, 64.0, 2), replicas=2) == unfit(
+        small, Hardware(pm, 1, 1, 64.0, 2)
+    )
+    assert unfit(small, Hardware(pm, 1, 1, 64.0, 1)) == ""
 
 
 def test_search_never_simulates_unfit_chains():

@@ -1,6 +1,6 @@
 """One executor for many runs (:mod:`sim.parallel`): real simulations (two sweeps and
-a plan's grid) sent through a local Ray instance give the local process pool's
-results, field by field."""
+a plan's grid over two base profiles) sent through a local Ray instance give the local
+process pool's results, field by field."""
 
 from __future__ import annotations
 
@@ -38,9 +38,11 @@ SWEEPS = [  # (scenario, profile, factors, rows: points x variants worked out by
 ]
 
 
-# kvtier plan's grid: Llama-3.1-8B, 2 documents of 16K tokens, pool design, 1 or 2 PM9A3s
+# kvtier plan's grid: Llama-3.1-8B, 2 documents of 16K tokens, pool design, 1 or 2 PM9A3s,
+# on two bases (GPU models): H20s and H100 SXMs
 PLAN = (Question(base="h20-8ssd", docs=2, context_tokens=16384),
-        Space(("pool",), ("Samsung PM9A3 3.84 TB U.2",), (1, 2), (1,), (32.0,)))  # fmt: skip
+        Space(("pool",), ("Samsung PM9A3 3.84 TB U.2",), (1, 2), (1,), (32.0,),
+              bases=("h20-8ssd", "dgx-h100")))  # fmt: skip
 
 
 def _sweeps(executor) -> list[pd.DataFrame]:
@@ -69,7 +71,12 @@ def test_sweeps_and_a_plan_on_ray_equal_the_local_pool() -> None:
             assert sorted(set(want[name])) == values
     for got, want in zip(on_ray, pool, strict=True):
         pd.testing.assert_frame_equal(got, want, check_exact=True)
-    assert pool[-1]["ssds"].tolist() == [1, 2]  # the plan's two grid points
+    plan = pool[-1]  # the plan's four grid points, each simulated on its base's GPU
+    assert list(zip(plan["base"], plan["ssds"], strict=True)) == [
+        ("h20-8ssd", 1), ("h20-8ssd", 2), ("dgx-h100", 1), ("dgx-h100", 2)
+    ]  # fmt: skip
+    assert plan["gpu_model"].tolist() == ["NVIDIA H20"] * 2 + ["NVIDIA H100 SXM5 80 GB"] * 2
+    assert plan["ttft_p99_s"].nunique() > 1
 
 
 def test_an_address_is_checked_by_a_tcp_connect() -> None:
