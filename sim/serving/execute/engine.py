@@ -225,10 +225,13 @@ class Engine:
         self.remaining -= 1
         self._kick()
 
-    def accept(self, req: Request) -> Seq:
+    def accept(self, req: Request, remote: str | None = None) -> Seq:
         """Release ``req`` now: a request routed here on arrival, not in the list
-        the engine was built with (its log must have a row free for it)."""
+        the engine was built with (its log must have a row free for it).  With
+        ``remote`` (a GPU) its prompt was prefilled there: at admission the
+        prompt's KV that no tier here holds is fetched from it (:meth:`_fetch`)."""
         s = Seq(req, math.ceil((req.input_tokens + req.output_tokens) / self.B))
+        s.remote = remote
         self.row[s] = len(self.seqs)
         self.seqs.append(s)
         self.finished[s] = self.env.event()
@@ -281,12 +284,15 @@ class Engine:
                 hit = self.mgr.lookup(s)
                 if not self.mgr.acquire(s, hit, self._target(s) - len(hit.gpu)):
                     return
-                if s.lookup is not None and self.design.async_load != "off":
+                if s.remote is not None:
+                    self._fetch(s)
+                elif s.lookup is not None and self.design.async_load != "off":
                     self._start_async(s)
             self.waiting.popleft()
             if not s.req.preemptions:  # the first admission; a preempted one is re-admitted
                 self.log.admit_s[self.row[s]] = self.env.now
-            (self.parked if s.load is not None else self.running).append(s)
+            parked = s.load is not None or s.remote is not None
+            (self.parked if parked else self.running).append(s)
 
     # ---- iterations -----------------------------------------------------------------
     def _loop(self):
@@ -417,6 +423,34 @@ class Engine:
             job.done.callbacks.append(lambda _e: self.env.timeout(cpu).callbacks.append(landed))
         else:
             job.done.callbacks.append(landed)
+
+    def _fetch(self, s: Seq) -> None:
+        """Disaggregated decode (:mod:`sim.serving.execute.disagg`): the prompt's
+        KV beyond what this instance's tiers hit, whole blocks, is copied from
+        the prefill GPU ``s.remote`` as one transfer (vLLM's NixlConnector reads
+        the blocks after the prefill ends; Dynamo: NIXL, VRAM to VRAM), issued
+        at admission, when the blocks it lands in are allocated; the request is
+        parked until it ends (WAITING_FOR_REMOTE_KVS), then joins the running
+        ones with its prompt done and the prefill's token counted
+        (``generated`` 1), and the prompt's blocks are hashed here."""
+        assert s.remote is not None
+        blocks = math.ceil(s.req.input_tokens / self.B) - s.cached_tokens // self.B
+        nbytes = blocks * self.B * self.card.kv_bytes_per_token_layer * self.card.layers
+        src = s.remote  # kept until the KV is in: the request stays parked
+
+        def landed(_op: int) -> None:
+            s.remote = None
+            s.prefilled = s.req.input_tokens - s.cached_tokens
+            s.generated = 1
+            self.log.first_token_s[self.row[s]] = self.env.now  # the decode side's start
+            self.offload.after_step(s)
+            if s in self.parked:
+                self.parked.remove(s)
+                self.running.append(s)
+            self._kick()
+
+        self.ops.issue("copy", src, self.cfg.gpu, int(nbytes), blocks, [], landed,
+                       step=s.req.rid, tag="kv_transfer")  # fmt: skip
 
     def _joined(self, s: Seq) -> None:
         """``s``'s load is done: its blocks ready, it joins the running requests."""
