@@ -107,7 +107,8 @@ def prepare_routed(
         disaggregation={},
     )  # fmt: skip
     card, design = get_model(p.model), get_design(p.design, p.design_params)
-    if any(design_devices(design, profile)) and profile.fleet and profile.fleet.nodes > 1:
+    tiered = any(design_devices(design, profile))
+    if tiered and profile.fleet and profile.fleet.nodes > 1:
         raise ConfigError(f"design: {p.design}'s offload tiers on a fleet are not modelled "
                           f"(its devices would be node 0's for every instance)")  # fmt: skip
     cfg = engine_config(solo, profile)
@@ -117,7 +118,7 @@ def prepare_routed(
     own = make_instances(dataclasses.replace(solo, instances=tuple(others)), profile, seed + 1,
                          engine_config, trace_tables)  # fmt: skip
     if p.disaggregation:
-        if design.async_load != "off":
+        if tiered and design.async_load != "off":
             raise ConfigError(f"disaggregation: {p.design} loads asynchronously "
                               f"(async_load {design.async_load}); with a KV fetch not modelled")  # fmt: skip
         return _disagg(p, profile, seed, label, specs, card, design, cfg, table)
