@@ -88,14 +88,20 @@ def expand(ff: FleetFile, node: HardwareProfile, where: Any, path: Path) -> Hard
     if f.nodes < 1:
         raise where.error("fleet.nodes", f"must be >= 1, got {f.nodes}")
     if f.network.nodes_per_leaf < 1:
-        raise where.error("fleet.network.nodes_per_leaf", f"must be >= 1, got {f.network.nodes_per_leaf}")  # fmt: skip
+        raise where.error(
+            "fleet.network.nodes_per_leaf", f"must be >= 1, got {f.network.nodes_per_leaf}"
+        )
     if f.network.uplink_oversubscription < 1:
-        raise where.error("fleet.network.uplink_oversubscription",
-                          f"must be >= 1 (1 = non-blocking), got {f.network.uplink_oversubscription:g}")  # fmt: skip
+        raise where.error(
+            "fleet.network.uplink_oversubscription",
+            f"must be >= 1 (1 = non-blocking), got {f.network.uplink_oversubscription:g}",
+        )
     known = {x.name for x in dataclasses.fields(EfficiencySpec)}
     for key, value in ff.efficiency.items():
         if key not in known:
-            raise where.error(f"efficiency.{key}", f"unknown factor (one of: {', '.join(sorted(known))})")  # fmt: skip
+            raise where.error(
+                f"efficiency.{key}", f"unknown factor (one of: {', '.join(sorted(known))})"
+            )
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
             raise where.error(f"efficiency.{key}", f"must be in (0, 1], got {value!r}")
     G, S = node.gpu.count, len(node.ssd_names)
@@ -103,8 +109,10 @@ def expand(ff: FleetFile, node: HardwareProfile, where: Any, path: Path) -> Hard
     for k in range(G):
         sw = _nic_switch(node, k)
         if sw is None:
-            raise where.error("fleet.node_profile",
-                              f"gpu{k} of '{node.name}' has no PCIe link to a switch for its NIC")  # fmt: skip
+            raise where.error(
+                "fleet.node_profile",
+                f"gpu{k} of '{node.name}' has no PCIe link to a switch for its NIC",
+            )
         sw_of[k] = sw
     switches: list[str] = []
     links: list[LinkSpec] = []
@@ -146,7 +154,9 @@ def expand(ff: FleetFile, node: HardwareProfile, where: Any, path: Path) -> Hard
         ssds=node.ssds * f.nodes,
         software=node.software,
         topology=Topology(tuple(switches), tuple(links)),
-        efficiency=dataclasses.replace(node.efficiency, **{k: float(v) for k, v in ff.efficiency.items()}),
+        efficiency=dataclasses.replace(
+            node.efficiency, **{k: float(v) for k, v in ff.efficiency.items()}
+        ),
         fleet=dataclasses.replace(f, gpus_per_node=G),
         assumptions=node.assumptions + ff.assumptions,
         source_file=str(path),

@@ -359,7 +359,9 @@ def _check_disagg(p: ServingParams) -> None:
         raise ParamError("replicas", "disaggregation sets the instances (prefill + decode)")
     for key in d:
         if key not in DISAGG_KEYS:
-            raise ParamError(f"disaggregation.{key}", f"unknown key (one of: {', '.join(DISAGG_KEYS)})")  # fmt: skip
+            raise ParamError(
+                f"disaggregation.{key}", f"unknown key (one of: {', '.join(DISAGG_KEYS)})"
+            )
     for key in ("prefill", "decode"):
         n = d.get(key)
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:

@@ -47,7 +47,9 @@ def place(profile: HardwareProfile, n: int, tp: int = 1, what: str = "replicas")
     ``n x tp`` exceeds the GPUs or ``tp`` does not divide a node's GPUs."""
     per_node = profile.fleet.gpus_per_node if profile.fleet else profile.gpu.count
     if per_node % tp:
-        raise ConfigError(f"tp: {tp} does not divide the {per_node} GPUs of a node of {profile.name}")  # fmt: skip
+        raise ConfigError(
+            f"tp: {tp} does not divide the {per_node} GPUs of a node of {profile.name}"
+        )
     if n * tp > profile.gpu.count:
         noun = "replicas" if what == "replicas" else "instances"
         raise ConfigError(f"{what}: {profile.name} has {profile.gpu.count} GPUs, fewer than "
@@ -119,8 +121,10 @@ def prepare_routed(
                          engine_config, trace_tables)  # fmt: skip
     if p.disaggregation:
         if tiered and design.async_load != "off":
-            raise ConfigError(f"disaggregation: {p.design} loads asynchronously "
-                              f"(async_load {design.async_load}); with a KV fetch not modelled")  # fmt: skip
+            raise ConfigError(
+                f"disaggregation: {p.design} loads asynchronously "
+                f"(async_load {design.async_load}); with a KV fetch not modelled"
+            )
         return _disagg(p, profile, seed, label, specs, card, design, cfg, table)
     names = [s["name"] for s in specs]
     head: dict[str, Any] = {}
@@ -168,9 +172,11 @@ def network_summary(records: ServingRecords, profile: HardwareProfile) -> dict[s
     rate = gbps(profile.fleet.nic.gbps) * profile.efficiency.rdma
     port = dev[dev["device"].str.contains(r"\.nic\d+\.port")]
     up = dev[dev["device"].str.startswith("leaf")]
-    out = {"net_gb": float(port.loc[port["device"].str.endswith(">"), "bytes_read"].sum()) / 1e9,
-           "nic_busy_max": float(port["util_mean"].max()) if len(port) else 0.0,
-           "nic_load_max": float(port["bytes_read"].max()) / (rate * span) if span > 0 else 0.0}  # fmt: skip
+    out = {
+        "net_gb": float(port.loc[port["device"].str.endswith(">"), "bytes_read"].sum()) / 1e9,
+        "nic_busy_max": float(port["util_mean"].max()) if len(port) else 0.0,
+        "nic_load_max": float(port["bytes_read"].max()) / (rate * span) if span > 0 else 0.0,
+    }
     caps = {ln.name: gbps(ln.gbps) * profile.efficiency.rdma for ln in profile.topology.links}
     loads = [b / (caps[d[:-1]] * span) for d, b in zip(up["device"], up["bytes_read"], strict=True)
              if span > 0]  # fmt: skip

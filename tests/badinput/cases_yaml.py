@@ -450,8 +450,12 @@ YAML: list[tuple[str, str, Files, str]] = [
     (
         "serve-disagg-decode-router",
         "sim --scenario v.yaml --hw h20-4gpu-nvlink",
-        {"v.yaml": serving("  router: prefix\n  disaggregation: {prefill: 1, decode: 1, "
-                           "decode_router: fastest}\n")},  # fmt: skip
+        {
+            "v.yaml": serving(
+                "  router: prefix\n  disaggregation: {prefill: 1, decode: 1, "
+                "decode_router: fastest}\n"
+            )
+        },  # fmt: skip
         "unknown router 'fastest'",
     ),
     (

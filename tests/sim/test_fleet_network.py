@@ -20,8 +20,15 @@ MB = 10**6
 PORT = 50e9 * 0.99  # NIC port x rdma efficiency, bytes/s
 
 
-def fleet_file(tmp_path: Path, nodes: int = 2, per_leaf: int = 2, oversub: float = 1.0,
-               nic_gbps: float = 50.0, node: str = "dgx-h100", extra: str = "") -> Path:  # fmt: skip
+def fleet_file(
+    tmp_path: Path,
+    nodes: int = 2,
+    per_leaf: int = 2,
+    oversub: float = 1.0,
+    nic_gbps: float = 50.0,
+    node: str = "dgx-h100",
+    extra: str = "",
+) -> Path:
     text = f"""\
 name: f
 description: "test fleet"
@@ -29,7 +36,10 @@ fleet:
   node_profile: {node}
   nodes: {nodes}
   nic: {{model: N, gbps: {nic_gbps}, pcie_gbps: 63.0, latency_us: 2.0}}
-  network: {{nodes_per_leaf: {per_leaf}, uplink_oversubscription: {oversub}, switch_latency_us: 0.5}}
+  network:
+    nodes_per_leaf: {per_leaf}
+    uplink_oversubscription: {oversub}
+    switch_latency_us: 0.5
 efficiency: {{rdma: 0.99}}
 {extra}"""
     p = tmp_path / "f.yaml"

@@ -42,7 +42,9 @@ def _req() -> Request:
 
 
 def _inst(name: str, gpu: str) -> Instance:
-    return Instance(name, CARD, get_design("gpu-only", {}), EngineConfig(gpu_blocks=4000, gpu=gpu), [])
+    return Instance(
+        name, CARD, get_design("gpu-only", {}), EngineConfig(gpu_blocks=4000, gpu=gpu), []
+    )
 
 
 def _router(n: int):
@@ -157,5 +159,7 @@ def test_decode_router_defaults_to_dynamos_decode_stage():
 
     p = ServingParams(router="round_robin", disaggregation={"prefill": 1, "decode": 1})
     assert disagg_decode_router(p) == ("prefix", {"overlap_weight": 0.0})
-    q = dataclasses.replace(p, disaggregation={"prefill": 1, "decode": 1, "decode_router": "least_kv"})
+    q = dataclasses.replace(
+        p, disaggregation={"prefill": 1, "decode": 1, "decode_router": "least_kv"}
+    )
     assert disagg_decode_router(q) == ("least_kv", {})

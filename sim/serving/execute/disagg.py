@@ -159,7 +159,9 @@ def disagg_records(
     p.loc[both, "rejected"] = p.loc[both, "rejected"] | d.loc[both, "rejected"]
     p.loc[both, "blocked_io_s"] = p.loc[both, "blocked_io_s"] + d.loc[both, "blocked_io_s"]
     n = p["output_tokens"]
-    p["tpot_s"] = np.where(n > 1, (p["finish_s"] - p["first_token_s"]) / np.maximum(n - 1, 1), np.nan)
+    p["tpot_s"] = np.where(
+        n > 1, (p["finish_s"] - p["first_token_s"]) / np.maximum(n - 1, 1), np.nan
+    )
     p = p.reset_index()
     table = pa.Table.from_arrays(
         [pa.array(p[f.name].to_numpy(), type=f.type) for f in REQUEST_RECORD_SCHEMA],
