@@ -205,6 +205,7 @@ def _disagg(
         pre = [records[s["name"]] for s in specs[:n_p]]
         dec = [records[s["name"]] for s in specs[n_p:]]
         h = handoffs(dec, router)
+        head["turn_affinity"] = turn_affinity(router.routed, reqs)  # of the prefill picks
         wait = h["decode_admit_s"] - h["prefill_end_s"]
         kv = h["kv_end_s"] - h["kv_start_s"]
         head.update(router=p.router, decode_router=d_name, prefill_instances=n_p,

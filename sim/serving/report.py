@@ -9,7 +9,7 @@ hit-rate ceilings at the design's cache capacity (:mod:`sim.serving.oracle`:
 an infinite cache, Belady's MIN and LRU at GPU + offload tiers' blocks), and a
 routed one (``router``) a second table: TPOT percentiles, the GPU hit rate,
 turn affinity and each instance's requests and GPU hit rate; on a fleet
-(``net_gb``) instead the TTFT and TPOT percentiles, the decode side of a
+(``net_gb``) or with disaggregation (``prefill_instances``) instead the TTFT and TPOT percentiles, the decode side of a
 disaggregated variant (its TPOT, its wait for a decode slot, the KV transfer)
 and the network's load.
 """
@@ -28,7 +28,7 @@ def serving_tables(df: pd.DataFrame, title: str) -> list[Table]:
             *_ceiling_context(df, title),
         ]
     tables = [design_table(df, title)]
-    if "net_gb" in df.columns:  # a fleet: its network and any disaggregation
+    if "net_gb" in df.columns or "prefill_instances" in df.columns:  # a fleet, or P/D
         tables.append(fleet_table(df, f"{title}: fleet"))
     elif "router" in df.columns:
         tables.append(router_table(df, f"{title}: routing"))
@@ -172,6 +172,6 @@ def fleet_table(df: pd.DataFrame, title: str) -> Table:
             inst = f"{row['prefill_instances']:.0f}P+{row['decode_instances']:.0f}D"
         else:
             inst = f"{row['instances']:.0f}" if pd.notna(row.get("instances")) else "1"
-        vals = [fmt(row[key]) if key in row.index else "-" for _, key, fmt in cols]
+        vals = [fmt(row[key]) if pd.notna(row.get(key)) else "-" for _, key, fmt in cols]
         table.add_row(str(row["variant"]), inst, *vals)
     return table

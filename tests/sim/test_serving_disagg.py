@@ -163,3 +163,25 @@ def test_decode_router_defaults_to_dynamos_decode_stage():
         p, disaggregation={"prefill": 1, "decode": 1, "decode_router": "least_kv"}
     )
     assert disagg_decode_router(q) == ("least_kv", {})
+
+
+def test_the_report_shows_a_disaggregated_run_on_one_machine():
+    """No fleet, so no network columns: the fleet table shows them as '-'."""
+    import pandas as pd
+    from rich.console import Console
+
+    from sim.serving.report import serving_tables
+
+    row = {"design": "gpu-only", "variant": "pd", "router": "prefix", "prefill_instances": 1,
+           "decode_instances": 1, "kv_transfer_mean_s": 0.002, "kv_transfer_p99_s": 0.003}  # fmt: skip
+    for key in ("ttft", "tpot"):
+        row.update({f"{key}_{q}_s": 0.01 for q in ("mean", "p50", "p90", "p99")})
+    row.update(dict.fromkeys(["throughput_tok_s", "queue_mean_s", "blocked_io_s", "duration_s",
+                              "ssd_util", *(f"hit_rate_{t}" for t in ("gpu", "cpu", "ssd", "pool"))],
+                             0.0))  # fmt: skip
+    tables = serving_tables(pd.DataFrame([row]), "t")
+    assert [t.title for t in tables][-1] == "t: fleet"
+    console = Console(width=400, record=True)
+    console.print(tables[-1])
+    text = console.export_text()
+    assert "1P+1D" in text and "2.0" in text and "3.0" in text  # the KV transfer, ms
