@@ -9,8 +9,8 @@ hit-rate ceilings at the design's cache capacity (:mod:`sim.serving.oracle`:
 an infinite cache, Belady's MIN and LRU at GPU + offload tiers' blocks), and a
 routed one (``router``) a second table: TPOT percentiles, the GPU hit rate,
 turn affinity and each instance's requests and GPU hit rate; on a fleet
-(``net_gb``) or with disaggregation (``prefill_instances``) instead the TTFT and TPOT percentiles, the decode side of a
-disaggregated variant (its TPOT, its wait for a decode slot, the KV transfer)
+(``net_gb``) or with disaggregation (``prefill_instances``) instead the TTFT
+and TPOT percentiles, the decode side of a disaggregated variant (its TPOT, its wait for a decode slot, the KV transfer)
 and the network's load.
 """
 

@@ -172,13 +172,13 @@ def test_the_report_shows_a_disaggregated_run_on_one_machine():
 
     from sim.serving.report import serving_tables
 
-    row = {"design": "gpu-only", "variant": "pd", "router": "prefix", "prefill_instances": 1,
-           "decode_instances": 1, "kv_transfer_mean_s": 0.002, "kv_transfer_p99_s": 0.003}  # fmt: skip
+    row = {"design": "gpu-only", "variant": "pd", "router": "prefix", "prefill_instances": 1}
+    row.update(decode_instances=1, kv_transfer_mean_s=0.002, kv_transfer_p99_s=0.003)
     for key in ("ttft", "tpot"):
         row.update({f"{key}_{q}_s": 0.01 for q in ("mean", "p50", "p90", "p99")})
-    row.update(dict.fromkeys(["throughput_tok_s", "queue_mean_s", "blocked_io_s", "duration_s",
-                              "ssd_util", *(f"hit_rate_{t}" for t in ("gpu", "cpu", "ssd", "pool"))],
-                             0.0))  # fmt: skip
+    zero = ["throughput_tok_s", "queue_mean_s", "blocked_io_s", "duration_s", "ssd_util"]
+    zero += [f"hit_rate_{t}" for t in ("gpu", "cpu", "ssd", "pool")]
+    row.update(dict.fromkeys(zero, 0.0))
     tables = serving_tables(pd.DataFrame([row]), "t")
     assert [t.title for t in tables][-1] == "t: fleet"
     console = Console(width=400, record=True)
