@@ -10,8 +10,8 @@ an infinite cache, Belady's MIN and LRU at GPU + offload tiers' blocks), and a
 routed one (``router``) a second table: TPOT percentiles, the GPU hit rate,
 turn affinity and each instance's requests and GPU hit rate; on a fleet
 (``net_gb``) or with disaggregation (``prefill_instances``) instead the TTFT
-and TPOT percentiles, the decode side of a disaggregated variant (its TPOT, its wait for a decode slot, the KV transfer)
-and the network's load.
+and TPOT percentiles, the decode side of a disaggregated variant (its TPOT,
+its wait for a decode slot, the KV transfer) and the network's load.
 """
 
 from __future__ import annotations
