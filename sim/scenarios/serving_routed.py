@@ -120,11 +120,9 @@ def prepare_routed(
     own = make_instances(dataclasses.replace(solo, instances=tuple(others)), profile, seed + 1,
                          engine_config, trace_tables)  # fmt: skip
     if p.disaggregation:
-        if tiered and design.async_load != "off":
-            raise ConfigError(
-                f"disaggregation: {p.design} loads asynchronously "
-                f"(async_load {design.async_load}); with a KV fetch not modelled"
-            )
+        if tiered:  # its tiers' hits would load beside the KV fetch: not modelled
+            why = "are not modelled (gpu-only, or a design without tier budgets)"
+            raise ConfigError(f"disaggregation: {p.design}'s offload tiers with a KV fetch {why}")
         return _disagg(p, profile, seed, label, specs, card, design, cfg, table)
     names = [s["name"] for s in specs]
     head: dict[str, Any] = {}

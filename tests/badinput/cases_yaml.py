@@ -459,6 +459,16 @@ YAML: list[tuple[str, str, Files, str]] = [
         "unknown router 'fastest'",
     ),
     (
+        "serve-disagg-tiers",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {
+            "v.yaml": serving(
+                "  design: paged-cpu\n  router: prefix\n  disaggregation: {prefill: 1, decode: 1}\n"
+            )
+        },  # fmt: skip
+        "offload tiers with a KV fetch",
+    ),
+    (
         "fleet-zero-nodes",
         "profiles show f.yaml",
         {"f.yaml": FLEET.replace("nodes: 2", "nodes: 0")},

@@ -426,7 +426,8 @@ class Engine:
 
     def _fetch(self, s: Seq) -> None:
         """Disaggregated decode (:mod:`sim.serving.execute.disagg`): the prompt's
-        KV beyond what this instance's tiers hit, whole blocks, is copied from
+        KV beyond what this instance's GPU prefix cache holds (the scenario
+        refuses designs with offload tiers), whole blocks, is copied from
         the prefill GPU ``s.remote`` as one transfer (vLLM's NixlConnector reads
         the blocks after the prefill ends; Dynamo: NIXL, VRAM to VRAM), issued
         at admission, when the blocks it lands in are allocated; the request is
