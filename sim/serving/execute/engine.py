@@ -33,6 +33,10 @@ and writes every op down as it goes.
   whole load is done at arrival); a
   prefetch never takes GPU blocks that the requests queued ahead of it will
   need, so it cannot block them.
+* **Prefilled elsewhere.**  A request accepted with ``remote`` (a GPU: a
+  disaggregated decode instance, :mod:`sim.serving.execute.disagg`) fetches
+  its prompt's KV from that GPU at admission, one copy on the machine's
+  network, and is parked until it is in (:meth:`Engine._fetch`).
 * **Step boundaries.**  The top of the iteration loop is vLLM's scheduler step
   boundary: with ``stores: step`` (:mod:`sim.serving.execute.stores`) the
   stores and loads that ended during the step are seen there, each request
