@@ -210,3 +210,24 @@ def test_a_disaggregated_variant_on_two_nodes_sends_every_prompt_over_the_networ
     assert len(kv) == (req["output_tokens"] > 1).sum()  # one transfer per decoded request
     assert all(FLEET.fleet.node_of(s) == 0 for s in kv["src"])
     assert all(FLEET.fleet.node_of(d) == 1 for d in kv["dst"])
+
+
+def test_the_prefill_keeps_its_blocks_until_the_decode_side_has_read_them():
+    """Two 1,000-token prompts (63 blocks each with their one token) on a prefill GPU
+    of 100 blocks: the second waits for room.  The first's blocks are held after
+    its prefill until gpu8 has fetched them (2.671 ms later), so the second is
+    admitted exactly when that fetch lands, not when the first prefill ends."""
+    a = Request(0, 0.0, -1, 0, 1000, 5, tuple(range(1, 63)))
+    b = Request(1, 0.0, -1, 0, 1000, 5, tuple(range(101, 163)))
+    small = Instance("p0", CARD, get_design("gpu-only", {}), EngineConfig(gpu_blocks=100), [])
+    records, router = run_disagg(FLEET, [small], [_inst("d0", "gpu8")], [a, b],
+                                 _router(1), _router(1))  # fmt: skip
+    h = handoffs([records["d0"]], router).set_index("request_id")
+    p = records["p0"].requests.to_pandas().set_index("request_id")
+    assert h.loc[0, "kv_end_s"] - h.loc[0, "prefill_end_s"] == pytest.approx(
+        2e-6 + KV_BYTES / (50e9 * 0.99), rel=1e-9
+    )
+    assert p.loc[1, "admit_s"] == h.loc[0, "kv_end_s"] > p.loc[0, "finish_s"]
+    # every held block was let go once read
+    assert router.source == {}
+    assert all(not e.held for e in [*router.engines, *router.decoder.engines])

@@ -31,10 +31,13 @@ prompt's KV; the router then picks a decode worker, which fetches that KV
   the decode instance's records (``tag`` ``kv_transfer``, ``step`` = the
   request id).  The request waits parked meanwhile, then decodes its
   remaining ``output_tokens - 1`` tokens.
-* **Not modelled**: the prefill engine keeping its blocks until the decode
-  side has read them (vLLM's NixlConnector delays their free; here they are
-  freed, and stay in its prefix cache, when the prefill ends); Dynamo's
-  conditional local prefill on the decode worker; the control messages.
+* **The prefill's blocks** stay taken after its finish until the decode
+  instance's fetch has landed (vLLM's NixlConnector ``request_finished``
+  returns ``delay_free_blocks``: "It will be read from D upon completion"),
+  then are freed into the prefill instance's prefix cache
+  (:meth:`Engine.release_held`): a slow network holds prefill memory longer.
+* **Not modelled**: Dynamo's conditional local prefill on the decode worker;
+  the NixlConnector's lease timeout; the control messages.
 
 :func:`disagg_records` joins the instances' records into one row per request:
 the prefill's release, admission and first token, the decode's finish, the
@@ -79,29 +82,44 @@ class Disaggregated(Router):
         # its ``left``: hand-offs still to come (one per request, made or skipped)
         self.decoder = Router(decode, decode_policy, requests)
         self.prefill_end: dict[int, float] = {}  # rid -> when its prefill finished
+        self.source: dict[int, Engine] = {}  # rid -> the prefill engine holding its blocks
 
     def start(self) -> None:
         self.decoder.watch()
+        for e in self.decoder.engines:
+            e.on_fetched.append(lambda s: self._read(s.req.rid))
         super().start()
         if not self.requests:
             self.decoder._close()
 
     def send(self, r: Request) -> simpy.Event:
         """Prefill ``r`` now; the event fires when its last token is out."""
-        i, s = self.route(dataclasses.replace(r, output_tokens=1))
+        i, s = self.route(dataclasses.replace(r, output_tokens=1), hold=True)
         engine, done = self.engines[i], self.env.event()
 
         def prefilled(_e) -> None:
             self.prefill_end[r.rid] = self.env.now
             if engine.log.rejected[engine.row[s]] or r.output_tokens <= 1:
+                if r.rid in engine.held:  # nothing will read them
+                    engine.release_held(r.rid)
                 self._skip()
                 done.succeed()
                 return
+            self.source[r.rid] = engine
             j, ds = self.decoder.route(r, remote=engine.cfg.gpu)
-            self.decoder.engines[j].finished[ds].callbacks.append(lambda _e: done.succeed())
+            ended = self.decoder.engines[j].finished[ds]
+            if ended.triggered:  # rejected on release: nothing will read them
+                self._read(r.rid)
+            ended.callbacks.append(lambda _e: done.succeed())
 
         engine.finished[s].callbacks.append(prefilled)
         return done
+
+    def _read(self, rid: int) -> None:
+        """``rid``'s KV has been read (or never will be): its prefill blocks go."""
+        engine = self.source.pop(rid, None)
+        if engine is not None:
+            engine.release_held(rid)
 
     def _skip(self) -> None:
         """A request that needs no decode instance (rejected, or one token)."""

@@ -36,7 +36,9 @@ and writes every op down as it goes.
 * **Prefilled elsewhere.**  A request accepted with ``remote`` (a GPU: a
   disaggregated decode instance, :mod:`sim.serving.execute.disagg`) fetches
   its prompt's KV from that GPU at admission, one copy on the machine's
-  network, and is parked until it is in (:meth:`Engine._fetch`).
+  network, and is parked until it is in (:meth:`Engine._fetch`); one accepted
+  with ``hold`` keeps its blocks after it finishes until they have been read
+  (:meth:`Engine.release_held`).
 * **Step boundaries.**  The top of the iteration loop is vLLM's scheduler step
   boundary: with ``stores: step`` (:mod:`sim.serving.execute.stores`) the
   stores and loads that ended during the step are seen there, each request
@@ -157,6 +159,12 @@ class Engine:
         # called with each request as it finishes or is rejected (a router's bookkeeping,
         # sim.serving.execute.routed)
         self.on_finish: list[Callable[[Seq], None]] = []
+        # disaggregation (sim.serving.execute.disagg): prefilled requests whose blocks are
+        # kept at their finish until a decode instance has read them (vLLM NixlConnector's
+        # delay_free_blocks), by request id, and the hooks told when a fetch here lands
+        self.holding: set[int] = set()
+        self.held: dict[int, Seq] = {}
+        self.on_fetched: list[Callable[[Seq], None]] = []
 
     # ---- lifecycle ------------------------------------------------------------------
     def run(self, progress: Progress | None = None) -> ServingRecords:
@@ -229,13 +237,17 @@ class Engine:
         self.remaining -= 1
         self._kick()
 
-    def accept(self, req: Request, remote: str | None = None) -> Seq:
+    def accept(self, req: Request, remote: str | None = None, hold: bool = False) -> Seq:
         """Release ``req`` now: a request routed here on arrival, not in the list
         the engine was built with (its log must have a row free for it).  With
         ``remote`` (a GPU) its prompt was prefilled there: at admission the
-        prompt's KV that no tier here holds is fetched from it (:meth:`_fetch`)."""
+        prompt's KV that no tier here holds is fetched from it (:meth:`_fetch`).
+        With ``hold`` its blocks stay taken after it finishes, until
+        :meth:`release_held` (a decode instance has read them)."""
         s = Seq(req, math.ceil((req.input_tokens + req.output_tokens) / self.B))
         s.remote = remote
+        if hold:
+            self.holding.add(req.rid)
         self.row[s] = len(self.seqs)
         self.seqs.append(s)
         self.finished[s] = self.env.event()
@@ -265,17 +277,26 @@ class Engine:
             if self.cfg.cache_replies != "off":  # KV exists for all but the last token
                 kv = s.req.input_tokens + s.generated - 1
                 self.offload.after_step(s, kv, self.cfg.cache_replies == "store")
-            if self.offload.step:  # vLLM's delay_free_blocks (sim.serving.execute.stores)
+            if s.req.rid in self.holding:  # read later by a decode instance
+                self.held[s.req.rid] = s
+            elif self.offload.step:  # vLLM's delay_free_blocks (sim.serving.execute.stores)
                 self.offload.release_after(s.req.rid, lambda: self.mgr.release(s))
             else:
                 self.mgr.release(s)
             self.running.remove(s)
+        self.holding.discard(s.req.rid)
         if self.inflight is not None:
             self.inflight.release(self._slots.pop(s.req.rid))
         self.remaining -= 1
         for hook in self.on_finish:
             hook(s)
         self.finished[s].succeed()
+
+    def release_held(self, rid: int) -> None:
+        """Free the blocks of held request ``rid`` (:meth:`accept`'s ``hold``): its
+        KV has been read; a waiting request may fit now."""
+        self.mgr.release(self.held.pop(rid))
+        self._released()
 
     # ---- admission -------------------------------------------------------------------
     def _admit(self) -> None:
@@ -452,6 +473,8 @@ class Engine:
             if s in self.parked:
                 self.parked.remove(s)
                 self.running.append(s)
+            for hook in self.on_fetched:
+                hook(s)
             self._kick()
 
         self.ops.issue("copy", src, self.cfg.gpu, int(nbytes), blocks, [], landed,

@@ -94,13 +94,14 @@ class Router:
                 yield prev
             prev = self.send(r)
 
-    def route(self, r: Request, remote: str | None = None) -> tuple[int, Seq]:
+    def route(self, r: Request, remote: str | None = None, hold: bool = False) -> tuple[int, Seq]:
         """Send ``r`` now to the instance the policy picks (``remote``: the GPU
-        its prompt was prefilled on, :meth:`Engine.accept`)."""
+        its prompt was prefilled on; ``hold``: keep its blocks after it finishes;
+        :meth:`Engine.accept`)."""
         self._sync()
         i = self.policy.choose(r, [instance_state(e) for e in self.engines])
         self.routed[r.rid] = i
-        s = self.engines[i].accept(r, remote)
+        s = self.engines[i].accept(r, remote, hold)
         if not self.engines[i].finished[s].triggered:  # not rejected on release
             self.prefilling[r.rid] = (i, s)
         self.left -= 1
