@@ -255,8 +255,11 @@ def load_profile(source: str | Path) -> HardwareProfile:
     """Load a profile by name (``h20-8ssd``) or by path to a YAML file."""
     path = resolve_yaml(source, PROFILE_DIR, "hardware profile")
     data, where = read_yaml(path)
-    profile = build_dataclass(HardwareProfile, data, where)
-    profile = dataclasses.replace(profile, source_file=str(path))
+    if isinstance(data, dict) and "fleet" in data:
+        profile = _load_fleet(data, where, path)
+    else:
+        profile = build_dataclass(HardwareProfile, data, where)
+        profile = dataclasses.replace(profile, source_file=str(path))
     if path.stem != profile.name and path.parent == PROFILE_DIR:
         raise where.error("name", f"'{profile.name}' differs from the file name '{path.stem}'")
     _check_topology(profile, where)
@@ -264,6 +267,20 @@ def load_profile(source: str | Path) -> HardwareProfile:
     _check_ceilings(profile, where)
     check_assumptions(profile, where, _check_number)
     return profile
+
+
+def _load_fleet(data: dict, where: _Where, path: Path) -> HardwareProfile:
+    """A fleet file (:mod:`hwprofiles.fleet`): its nodes expanded into one profile."""
+    from hwprofiles.fleet import FleetFile, expand  # noqa: PLC0415 (fleet imports the schema only)
+
+    if isinstance(data.get("fleet"), dict) and "gpus_per_node" in data["fleet"]:
+        raise where.error("fleet.gpus_per_node", "set from the node profile, not written")
+    ff = build_dataclass(FleetFile, data, where)
+    try:
+        node = load_profile(ff.fleet.node_profile)
+    except ProfileError as exc:
+        raise where.error("fleet.node_profile", str(exc)) from None
+    return expand(ff, node, where, path)
 
 
 def _check_ceilings(node: Any, where: _Where, key: str = "") -> None:

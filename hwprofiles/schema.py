@@ -124,9 +124,12 @@ class LinkSpec:
     """A link between two nodes.
 
     ``gbps`` is the capacity per direction for ``duplex: full`` links (PCIe,
-    NVLink) and the shared capacity of both directions for ``duplex: half``
-    (a memory bus).  ``kind`` is one of :data:`LINK_KINDS`; it picks the
-    link's achievable-efficiency factor in :class:`EfficiencySpec`.
+    NVLink, a network port) and the shared capacity of both directions for
+    ``duplex: half`` (a memory bus).  ``kind`` is one of :data:`LINK_KINDS`; it
+    picks the link's achievable-efficiency factor in :class:`EfficiencySpec`.
+    ``latency_us``: the time a copy's first byte takes to cross the link (a NIC
+    port, a switch hop); a copy waits the sum over its route before its bytes
+    flow (0 for the links inside a machine, whose latency no profile cites).
     """
 
     name: str
@@ -134,6 +137,7 @@ class LinkSpec:
     gbps: float
     kind: str
     duplex: str = "full"
+    latency_us: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,13 @@ class EfficiencySpec:
       HBM-bound, so this factor matters only where the roofline is compute-bound.
     * ``ssd`` 1.0: the datasheet sequential and random figures are already
       measured (at high queue depth), i.e. achievable, not signalling peaks.
+    * ``rdma`` 0.99 (links of kind ``rdma``: a NIC port, a leaf uplink): the
+      InfiniBand packet overhead of an RDMA write at the 4,096 B MTU is a
+      26 B LRH + BTH + ICRC + VCRC per packet (8 + 12 + 4 + 2 B, InfiniBand
+      Architecture Specification vol. 1, ch. 5-7), 4096 / 4122 = 0.994; the
+      NDR "400 Gb/s" is already the data rate after encoding.  An upper bound:
+      flow control and the 16 B RETH of each message's first packet take a
+      little more (assumption; range in the fleet profiles).
     """
 
     pcie: float = _fraction(0.88)
@@ -191,11 +202,12 @@ class EfficiencySpec:
     hbm: float = _fraction(0.90)
     tensor: float = _fraction(0.75)
     ssd: float = _fraction(1.0)
+    rdma: float = _fraction(0.99)
 
 
 # link kinds a profile may use: each has its factor in EfficiencySpec, the field
 # named like the kind with '-' as '_' (see efficiency_of)
-LINK_KINDS = ("pcie", "nvlink", "nvlink-c2c", "membus")
+LINK_KINDS = ("pcie", "nvlink", "nvlink-c2c", "membus", "rdma")
 
 
 def efficiency_of(eff: EfficiencySpec, kind: str) -> float:
@@ -219,6 +231,54 @@ class Assumption:
 
 
 @dataclass(frozen=True)
+class NicSpec:
+    """The RDMA NIC each GPU of a fleet node has (GPUDirect RDMA: its PCIe link
+    hangs off the GPU's own PCIe switch).  ``gbps``: the port's data rate per
+    direction; ``pcie_gbps``: its host link per direction; ``latency_us``: one
+    NIC-to-NIC crossing through one leaf switch (half on each NIC's port link)."""
+
+    model: str
+    gbps: float
+    pcie_gbps: float
+    latency_us: float
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """The fabric between a fleet's nodes: every NIC to its node's leaf switch
+    (``nodes_per_leaf`` nodes a leaf); with more than one leaf, each leaf's uplink
+    to one spine carries its NICs' total rate over ``uplink_oversubscription``
+    (1 = non-blocking); ``switch_latency_us`` is added per uplink crossed."""
+
+    nodes_per_leaf: int
+    uplink_oversubscription: float = field(default=1.0, metadata={"positive": True})
+    switch_latency_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """``nodes`` machines of the profile ``node_profile``, one network.  The
+    loader expands them into one profile (:mod:`hwprofiles.fleet`): node ``n``'s
+    GPUs are ``gpu{n*G}..gpu{n*G+G-1}`` (G = ``gpus_per_node``), its SSDs
+    likewise, its switches, DRAM modules and links prefixed ``n{n}.``."""
+
+    node_profile: str
+    nodes: int
+    nic: NicSpec
+    network: NetworkSpec
+    gpus_per_node: int = 0  # the node profile's GPUs (set by the loader)
+
+    def node_of(self, gpu: str) -> int:
+        """The node GPU ``gpuK`` sits in."""
+        return int(gpu.removeprefix("gpu")) // self.gpus_per_node
+
+    def nic_of(self, gpu: str) -> str:
+        """The NIC GPU ``gpuK`` sends and receives through: its own (``n{n}.nic{k}``)."""
+        k = int(gpu.removeprefix("gpu"))
+        return f"n{k // self.gpus_per_node}.nic{k % self.gpus_per_node}"
+
+
+@dataclass(frozen=True)
 class HardwareProfile:
     name: str
     description: str
@@ -229,6 +289,8 @@ class HardwareProfile:
     software: SoftwareSpec
     topology: Topology
     efficiency: EfficiencySpec = field(default_factory=EfficiencySpec)
+    # a fleet of nodes on one network (None: one machine); set by hwprofiles.fleet
+    fleet: FleetSpec | None = None
     # ranges of the numbers above that are assumptions: they change no simulated figure
     assumptions: tuple[Assumption, ...] = field(default=(), compare=False)
     source_file: str = field(default="", compare=False)

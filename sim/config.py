@@ -202,6 +202,11 @@ class ServingParams:
     router_params: dict = field(default_factory=dict)
     replicas: int = 0
     route_to: tuple[str, ...] = ()
+    # prefill/decode disaggregation (sim.serving.execute.disagg): {prefill: P, decode: D}
+    # instances (P on the profile's first GPUs, D on the next ones), the router over the
+    # prefill ones; decode_router / decode_router_params pick the decode instance (default:
+    # prefix with overlap_weight 0, Dynamo's decode stage); empty = colocated
+    disaggregation: dict = field(default_factory=dict)
     preempt: bool = False  # vLLM v1: prompt blocks at admission, preempt (recompute) on shortage
     tp: int = field(
         default=1, metadata={"positive": True}
@@ -306,7 +311,7 @@ def _check_instances(p: ServingParams) -> None:
 def _check_router(p: ServingParams) -> None:
     """A known router with valid params over at least one instance that exists."""
     if not p.routed:
-        for key in ("replicas", "route_to", "router_params"):
+        for key in ("replicas", "route_to", "router_params", "disaggregation"):
             if getattr(p, key):
                 raise ParamError(key, "needs a router (round_robin, least_queue, least_kv, prefix)")
         return
@@ -314,6 +319,8 @@ def _check_router(p: ServingParams) -> None:
     if not isinstance(p.replicas, int) or isinstance(p.replicas, bool):
         raise ParamError("replicas", f"must be an integer, got {p.replicas!r}")
     if p.instances:
+        if p.disaggregation:
+            raise ParamError("disaggregation", "places its own instances; not with instances")
         if p.replicas:
             raise ParamError("replicas", "a router spreads over replicas or instances, not both")
         names = [inst["name"] for inst in p.instances]
@@ -332,8 +339,49 @@ def _check_router(p: ServingParams) -> None:
         return
     if p.route_to:
         raise ParamError("route_to", "names instances, but the workload declares none")
+    if p.disaggregation:
+        _check_disagg(p)
+        return
     if p.replicas < 1:
         raise ParamError("replicas", f"must be >= 1 with a router, got {p.replicas}")
+
+
+DISAGG_KEYS = ("prefill", "decode", "decode_router", "decode_router_params")
+
+
+def _check_disagg(p: ServingParams) -> None:
+    """``disaggregation``: P >= 1 prefill and D >= 1 decode instances, a known decode
+    router with valid params, no ``replicas`` beside it."""
+    d = p.disaggregation
+    if not isinstance(d, dict):
+        raise ParamError("disaggregation", f"must be a mapping of {', '.join(DISAGG_KEYS)}")
+    if p.replicas:
+        raise ParamError("replicas", "disaggregation sets the instances (prefill + decode)")
+    for key in d:
+        if key not in DISAGG_KEYS:
+            raise ParamError(
+                f"disaggregation.{key}", f"unknown key (one of: {', '.join(DISAGG_KEYS)})"
+            )
+    for key in ("prefill", "decode"):
+        n = d.get(key)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ParamError(f"disaggregation.{key}", f"must be an integer >= 1, got {n!r}")
+    name, params = disagg_decode_router(p)
+    if not isinstance(name, str):
+        raise ParamError("disaggregation.decode_router", f"must be a router name, got {name!r}")
+    if not isinstance(params, dict):
+        raise ParamError("disaggregation.decode_router_params", "must be a mapping")
+    ROUTERS.params(name, params, "disaggregation.decode_router_params")
+
+
+def disagg_decode_router(p: ServingParams) -> tuple[str, dict]:
+    """The decode stage's router and params: by default Dynamo's KV router with the
+    overlap term off (Dynamo's disaggregated decode routing: ``overlap_score_weight``
+    0, "decode routing should not chase prefix reuse")."""
+    d = p.disaggregation
+    name = d.get("decode_router", "prefix")
+    default = {"overlap_weight": 0.0} if name == "prefix" else {}
+    return name, d.get("decode_router_params", default)
 
 
 def _check_elastic(el: Any, where: str) -> None:

@@ -171,6 +171,8 @@ def op_physics(
         cap, latency = rates.op_cap(n_ios), rates.latency_s
     elif kind == "copy" and io_path == "cuda_copy" and n_ios > 0:
         latency = m.cpu_seconds(io_path, 1, 1)  # the first call, before its DMA
+    if kind == "copy":  # the route's own latency (network hops of a fleet; else 0)
+        latency += m.route_latency_s(src, dst)
     cpu_s = m.cpu_seconds(io_path, n_ios, queue_depth or n_ios, nbytes)
     cores = float(m.submit_cores(io_path)) if ssd else 1.0
     cpu_sig = m.cpu_net.intern(((m.cpu_res, 1.0),), cores)

@@ -312,7 +312,9 @@ def _serving_overload(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
         gpu_time = GpuTime.of(p)
         try:
             rho = offered_load(table, card, rank_profile(profile, p.tp), p.max_batch, gpu_time)
-            n = (p.replicas or len(p.route_to or p.instances)) if p.routed else 1
+            d = p.disaggregation
+            n = (p.replicas or len(p.route_to or p.instances) or d["prefill"] + d["decode"]
+                 ) if p.routed else 1  # fmt: skip
             rho /= n
         except MeasuredError as exc:  # a framework version the tables lack
             raise ConfigError(f"{cfg.source_file or cfg.name}: variant '{name}': {exc}") from None

@@ -18,6 +18,13 @@ Resources (all shared by max-min fairness in :class:`FlowNetwork`):
 * every GPU's compute engine (network ``gpu_net``): capacity 1 GPU-second
   per second, so concurrent kernels share the GPU.
 
+A fleet profile (:mod:`hwprofiles.fleet`) is one machine to this module: its
+nodes' PCIe and NVLink links and the network's NIC ports and switch uplinks are
+resources of the same flow network.  A copy between GPUs of two nodes is routed
+through each GPU's own NIC (:meth:`Machine.route`), and waits the ``latency_us``
+of the links it crosses before its bytes flow (:meth:`Machine.route_latency_s`;
+0 inside a machine).
+
 The third SSD regime, the queue-depth bound ``qd * s / latency`` (Little's
 law: ``qd`` I/Os in flight, each in flight for ``latency``), is per flow: it is
 a property of how many I/Os *that* stream keeps in flight, so it becomes the
@@ -125,6 +132,7 @@ class Machine:
         names: list[str] = []
         caps: list[float] = []
         self._link_res: dict[tuple[str, str], tuple[str, int]] = {}
+        lat: list[float] = []  # seconds a copy waits to cross each link resource
         self._adj: dict[str, list] = {n: [] for n in profile.node_names}
         eff = profile.efficiency
         self.link_caps = {ln.name: link_capacity(profile, ln) for ln in profile.topology.links}
@@ -139,12 +147,14 @@ class Machine:
                 idx = len(names)
                 names.append(link.name)
                 caps.append(cap)
+                lat.append(us(link.latency_us))
                 self._link_res[(a, b)] = self._link_res[(b, a)] = (link.name, idx)
             else:
                 for (x, y), arrow in (((a, b), ">"), ((b, a), "<")):
                     self._link_res[(x, y)] = (link.name, len(names))
                     names.append(link.name + arrow)
                     caps.append(cap)
+                    lat.append(us(link.latency_us))
             self._adj[a].append((-cap, b))
             self._adj[b].append((-cap, a))
         adjacency = {n: [m for _, m in sorted(adj)] for n, adj in self._adj.items()}
@@ -154,6 +164,8 @@ class Machine:
             self.ssd_res[ssd] = len(names)
             names.append(ssd)
             caps.append(1.0)
+            lat.append(0.0)
+        self.link_latency_s = lat
         self.net = FlowNetwork(self.env, names, caps)
         self.meters = {ssd: IoMeter() for ssd in profile.ssd_names}  # what each SSD moved
         # CPU and GPU work never shares a resource with data movement, so they
@@ -186,6 +198,13 @@ class Machine:
         key = (src, dst)
         if key in self._routes:
             return self._routes[key]
+        fleet = self.profile.fleet
+        if (fleet is not None and src in self.gpu_res and dst in self.gpu_res
+                and fleet.node_of(src) != fleet.node_of(dst)):  # fmt: skip
+            # between nodes: each GPU through its own NIC (GPUDirect RDMA)
+            a, b = fleet.nic_of(src), fleet.nic_of(dst)
+            self._routes[key] = self.route(src, a) + self.route(a, b) + self.route(b, dst)
+            return self._routes[key]
         for node in (src, dst):
             if node not in self._adj:
                 raise RouteError(f"unknown node '{node}' (profile {self.profile.name})")
@@ -213,6 +232,12 @@ class Machine:
             node = prev[node]
         self._routes[key] = tuple(reversed(hops))
         return self._routes[key]
+
+    def route_latency_s(self, src: str, dst: str) -> float:
+        """Seconds a copy's first byte takes from ``src`` to ``dst``: the links'
+        ``latency_us`` summed over the route (0 inside a machine: no profile cites
+        a PCIe or NVLink latency; the NIC ports and switch uplinks of a fleet)."""
+        return sum(self.link_latency_s[r] for r in self.route(src, dst))
 
     def route_names(self, src: str, dst: str) -> list[str]:
         return [self.net.names[r] for r in self.route(src, dst)]

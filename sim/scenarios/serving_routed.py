@@ -23,11 +23,13 @@ from typing import Any
 import numpy as np
 
 from hwprofiles import HardwareProfile
-from sim.config import ConfigError, ServingParams
+from kvtier.contracts.units import gbps
+from sim.config import ConfigError, ServingParams, disagg_decode_router
 from sim.models import get_model
 from sim.scenarios.serving_instances import make_instances
 from sim.serving.build import design_devices
 from sim.serving.designs import get_design
+from sim.serving.execute.disagg import disagg_records, handoffs, run_disagg
 from sim.serving.execute.multi import Instance
 from sim.serving.execute.routed import fleet_records, run_routed
 from sim.serving.metrics import ServingRecords, serving_summary
@@ -37,14 +39,37 @@ from sim.serving.router import make_router
 ROUTER_SALT = 0x5017E  # the router's tie-breaking stream of the scenario's seed
 
 
+def place(profile: HardwareProfile, n: int, tp: int = 1, what: str = "replicas") -> list[str]:
+    """The first GPU of each of ``n`` instances of ``tp`` GPUs: instance ``i`` on
+    node ``i // (G / tp)`` of a fleet of G-GPU nodes (one node of all the GPUs
+    otherwise), on that node's GPUs ``(i mod G/tp) x tp`` onwards, so a tensor-
+    parallel group never spans two nodes.  Raises ConfigError (key ``what``) when
+    ``n x tp`` exceeds the GPUs or ``tp`` does not divide a node's GPUs."""
+    per_node = profile.fleet.gpus_per_node if profile.fleet else profile.gpu.count
+    if per_node % tp:
+        raise ConfigError(
+            f"tp: {tp} does not divide the {per_node} GPUs of a node of {profile.name}"
+        )
+    if n * tp > profile.gpu.count:
+        noun = "replicas" if what == "replicas" else "instances"
+        raise ConfigError(f"{what}: {profile.name} has {profile.gpu.count} GPUs, fewer than "
+                          f"{n} {noun} x tp {tp} (one instance per {tp} GPU(s))")  # fmt: skip
+    slots = per_node // tp
+    return [f"gpu{(i // slots) * per_node + (i % slots) * tp}" for i in range(n)]
+
+
 def routed_specs(p: ServingParams, profile: HardwareProfile) -> tuple[list[dict], list[dict]]:
-    """(routed instance specs, other instance specs) of the workload."""
+    """(routed instance specs, other instance specs) of the workload; with
+    ``disaggregation`` the prefill instances ``p0``... then the decode ones
+    ``d0``..., placed in that order."""
+    if p.disaggregation:
+        n_p, n_d = p.disaggregation["prefill"], p.disaggregation["decode"]
+        gpus = place(profile, n_p + n_d, p.tp, "disaggregation")
+        names = [f"p{k}" for k in range(n_p)] + [f"d{k}" for k in range(n_d)]
+        return [{"name": n, "gpu": g} for n, g in zip(names, gpus, strict=True)], []
     if p.replicas:
-        gpus = profile.gpu_names
-        if p.replicas > len(gpus):
-            raise ConfigError(f"replicas: {profile.name} has {len(gpus)} GPUs, fewer than "
-                              f"{p.replicas} replicas (one instance per GPU)")  # fmt: skip
-        return [{"name": f"r{k}", "gpu": g} for k, g in enumerate(gpus[: p.replicas])], []
+        gpus = place(profile, p.replicas, p.tp)
+        return [{"name": f"r{k}", "gpu": g} for k, g in enumerate(gpus)], []
     to = set(p.route_to) or {inst["name"] for inst in p.instances}
     routed = [i for i in p.instances if i["name"] in to]
     return routed, [i for i in p.instances if i["name"] not in to]
@@ -80,16 +105,25 @@ def prepare_routed(
         if spec["gpu"] not in profile.gpu_names:
             raise ConfigError(f"instances[{i}].gpu: {profile.name} has no GPU {spec['gpu']!r}")
     solo = dataclasses.replace(
-        p, instances=(), replicas=0, route_to=(), router="none", router_params={}
-    )
+        p, instances=(), replicas=0, route_to=(), router="none", router_params={},
+        disaggregation={},
+    )  # fmt: skip
     card, design = get_model(p.model), get_design(p.design, p.design_params)
-    design_devices(design, profile)
+    tiered = any(design_devices(design, profile))
+    if tiered and profile.fleet and profile.fleet.nodes > 1:
+        raise ConfigError(f"design: {p.design}'s offload tiers on a fleet are not modelled "
+                          f"(its devices would be node 0's for every instance)")  # fmt: skip
     cfg = engine_config(solo, profile)
     table, warm = trace_tables(solo, seed)
     if warm is not None:
         raise ConfigError(f"trace: {p.trace}'s warm-up is placed in one instance; not routed")
     own = make_instances(dataclasses.replace(solo, instances=tuple(others)), profile, seed + 1,
                          engine_config, trace_tables)  # fmt: skip
+    if p.disaggregation:
+        if tiered:  # its tiers' hits would load beside the KV fetch: not modelled
+            why = "are not modelled (gpu-only, or a design without tier budgets)"
+            raise ConfigError(f"disaggregation: {p.design}'s offload tiers with a KV fetch {why}")
+        return _disagg(p, profile, seed, label, specs, card, design, cfg, table)
     names = [s["name"] for s in specs]
     head: dict[str, Any] = {}
 
@@ -117,6 +151,82 @@ def prepare_routed(
     def summarize(records: ServingRecords) -> dict:
         row: dict[str, Any] = {"design": label.split(" | ")[0], **head}
         row.update(serving_summary(records, p.block_tokens))
+        row.update(network_summary(records, profile))
         return row
 
     return drive, summarize
+
+
+def network_summary(records: ServingRecords, profile: HardwareProfile) -> dict[str, float]:
+    """A fleet's network as the run used it (nothing on one machine): ``net_gb`` the
+    bytes the NIC ports sent, ``nic_busy_max`` the largest share of the run a NIC
+    port (one direction) carried a flow, ``nic_load_max`` its bytes over its
+    achievable rate x the run, ``uplink_load_max`` the same for leaf uplinks."""
+    if profile.fleet is None:
+        return {}
+    dev = records.devices.to_pandas()
+    dev = dev[dev["type"] == "link"]
+    span = float(records.stats.get("makespan_s", 0.0))
+    rate = gbps(profile.fleet.nic.gbps) * profile.efficiency.rdma
+    port = dev[dev["device"].str.contains(r"\.nic\d+\.port")]
+    up = dev[dev["device"].str.startswith("leaf")]
+    out = {
+        "net_gb": float(port.loc[port["device"].str.endswith(">"), "bytes_read"].sum()) / 1e9,
+        "nic_busy_max": float(port["util_mean"].max()) if len(port) else 0.0,
+        "nic_load_max": float(port["bytes_read"].max()) / (rate * span) if span > 0 else 0.0,
+    }
+    caps = {ln.name: gbps(ln.gbps) * profile.efficiency.rdma for ln in profile.topology.links}
+    loads = [b / (caps[d[:-1]] * span) for d, b in zip(up["device"], up["bytes_read"], strict=True)
+             if span > 0]  # fmt: skip
+    out["uplink_load_max"] = max(loads) if loads else 0.0
+    return out
+
+
+def _disagg(
+    p: ServingParams, profile: HardwareProfile, seed: int, label: str, specs: list[dict],
+    card: Any, design: Any, cfg: Any, table: Any,
+) -> tuple[Callable[..., ServingRecords], Callable[[Any], dict]]:  # fmt: skip
+    """(drive, summarize) of a disaggregated variant (:mod:`sim.serving.execute.disagg`)."""
+    n_p = p.disaggregation["prefill"]
+    d_name, d_params = disagg_decode_router(p)
+    head: dict[str, Any] = {}
+
+    def drive(watch: Any = None) -> ServingRecords:
+        reqs = load_requests(table, p.block_tokens)
+        inst = [Instance(s["name"], card, design, dataclasses.replace(cfg, gpu=s["gpu"]), [])
+                for s in specs]  # fmt: skip
+        root = np.random.SeedSequence([seed, ROUTER_SALT])
+        rng_p, rng_d = (np.random.default_rng(x) for x in root.spawn(2))
+        pol_p = make_router(p.router, p.router_params, n_p, p.block_tokens, rng_p)
+        pol_d = make_router(d_name, d_params, len(inst) - n_p, p.block_tokens, rng_d)
+        records, router = run_disagg(profile, inst[:n_p], inst[n_p:], reqs, pol_p, pol_d)
+        pre = [records[s["name"]] for s in specs[:n_p]]
+        dec = [records[s["name"]] for s in specs[n_p:]]
+        h = handoffs(dec, router)
+        head["turn_affinity"] = turn_affinity(router.routed, reqs)  # of the prefill picks
+        wait = h["decode_admit_s"] - h["prefill_end_s"]
+        kv = h["kv_end_s"] - h["kv_start_s"]
+        head.update(router=p.router, decode_router=d_name, prefill_instances=n_p,
+                    decode_instances=len(inst) - n_p, model=card.name,
+                    gpu_kv_blocks=cfg.gpu_blocks)  # fmt: skip
+        head.update(kv_transfer_mean_s=float(kv.mean()), kv_transfer_p50_s=_pct(kv, 50),
+                    kv_transfer_p99_s=_pct(kv, 99), kv_transfer_gb=float(h["kv_bytes"].sum()) / 1e9,
+                    decode_wait_mean_s=float(wait.mean()), decode_wait_p99_s=_pct(wait, 99),
+                    decode_tpot_mean_s=float(h["decode_tpot_s"].mean()),
+                    decode_tpot_p50_s=_pct(h["decode_tpot_s"], 50),
+                    decode_tpot_p99_s=_pct(h["decode_tpot_s"], 99))  # fmt: skip
+        return disagg_records(pre, dec, reqs)
+
+    def summarize(records: ServingRecords) -> dict:
+        row: dict[str, Any] = {"design": label.split(" | ")[0], **head}
+        row.update(serving_summary(records, p.block_tokens))
+        row.update(network_summary(records, profile))
+        return row
+
+    return drive, summarize
+
+
+def _pct(x: Any, q: float) -> float:
+    x = np.asarray(x, dtype=float)
+    x = x[~np.isnan(x)]
+    return float(np.percentile(x, q)) if len(x) else float("nan")

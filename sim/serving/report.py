@@ -8,7 +8,10 @@ scenario gets one row per design with the serving metrics and the trace's
 hit-rate ceilings at the design's cache capacity (:mod:`sim.serving.oracle`:
 an infinite cache, Belady's MIN and LRU at GPU + offload tiers' blocks), and a
 routed one (``router``) a second table: TPOT percentiles, the GPU hit rate,
-turn affinity and each instance's requests and GPU hit rate.
+turn affinity and each instance's requests and GPU hit rate; on a fleet
+(``net_gb``) or with disaggregation (``prefill_instances``) instead the TTFT
+and TPOT percentiles, the decode side of a disaggregated variant (its TPOT,
+its wait for a decode slot, the KV transfer) and the network's load.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ def serving_tables(df: pd.DataFrame, title: str) -> list[Table]:
             *_ceiling_context(df, title),
         ]
     tables = [design_table(df, title)]
-    if "router" in df.columns:
+    if "net_gb" in df.columns or "prefill_instances" in df.columns:  # a fleet, or P/D
+        tables.append(fleet_table(df, f"{title}: fleet"))
+    elif "router" in df.columns:
         tables.append(router_table(df, f"{title}: routing"))
     return tables
 
@@ -139,4 +144,34 @@ def router_table(df: pd.DataFrame, title: str) -> Table:
         table.add_row(str(row["variant"]), str(row["router"]), f"{1e3 * row['tpot_p50_s']:.1f}",
                       f"{1e3 * row['tpot_p99_s']:.1f}", _pct(row["hit_rate_gpu"]),
                       _pct(row["turn_affinity"]), *per)  # fmt: skip
+    return table
+
+
+def fleet_table(df: pd.DataFrame, title: str) -> Table:
+    """One row per variant on a fleet: instances, TTFT and (client) TPOT
+    percentiles, a disaggregated variant's decode-side TPOT, hand-off wait and KV
+    transfer, the bytes its NICs sent and the busiest NIC port's and leaf
+    uplink's load (bytes over achievable rate x the run) and busy share."""
+    table = Table(title=title)
+    ms = lambda v: "-" if pd.isna(v) else f"{1e3 * v:,.1f}"  # noqa: E731
+    cols = [
+        ("TTFT mean ms", "ttft_mean_s", ms), ("p50", "ttft_p50_s", ms), ("p90", "ttft_p90_s", ms),
+        ("p99", "ttft_p99_s", ms), ("TPOT mean ms", "tpot_mean_s", ms), ("p50", "tpot_p50_s", ms),
+        ("p99", "tpot_p99_s", ms), ("decode TPOT p50 ms", "decode_tpot_p50_s", ms),
+        ("p99", "decode_tpot_p99_s", ms), ("decode wait mean ms", "decode_wait_mean_s", ms),
+        ("KV xfer mean ms", "kv_transfer_mean_s", ms), ("p99", "kv_transfer_p99_s", ms),
+        ("net GB", "net_gb", lambda v: f"{v:,.1f}"), ("NIC load max %", "nic_load_max", _pct),
+        ("NIC busy max %", "nic_busy_max", _pct), ("uplink load %", "uplink_load_max", _pct),
+    ]  # fmt: skip
+    table.add_column("variant", justify="left")
+    table.add_column("instances", justify="right")
+    for header, _, _ in cols:
+        table.add_column(header, justify="right")
+    for _, row in df.iterrows():
+        if pd.notna(row.get("prefill_instances")):
+            inst = f"{row['prefill_instances']:.0f}P+{row['decode_instances']:.0f}D"
+        else:
+            inst = f"{row['instances']:.0f}" if pd.notna(row.get("instances")) else "1"
+        vals = [fmt(row[key]) if pd.notna(row.get(key)) else "-" for _, key, fmt in cols]
+        table.add_row(str(row["variant"]), inst, *vals)
     return table

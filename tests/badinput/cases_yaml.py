@@ -15,6 +15,16 @@ from tests.badinput.builders import (
     swarm,
 )
 
+# a fleet of two shipped 8-GPU nodes (hwprofiles/fleet.py)
+FLEET = """name: f
+description: x
+fleet:
+  node_profile: dgx-h100
+  nodes: 2
+  nic: {model: N, gbps: 50.0, pcie_gbps: 63.0, latency_us: 2.0}
+  network: {nodes_per_leaf: 2}
+"""
+
 YAML: list[tuple[str, str, Files, str]] = [
     # --- profile YAML (read by `profiles show FILE`, `sim --hw FILE`, `sweep --hw FILE`)
     ("yaml-latin1", "profiles show p.yaml", {"p.yaml": PROFILE.encode() + b"# caf\xe9\n"}, "UTF-8"),
@@ -412,6 +422,75 @@ YAML: list[tuple[str, str, Files, str]] = [
         "sim --scenario v.yaml --hw h20-4gpu-nvlink",
         {"v.yaml": serving("  router: prefix\n  replicas: 2\n  router_params: {weight: 1}\n")},
         "router_params.weight",
+    ),
+    (
+        "serve-disagg-too-many",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  router: prefix\n  disaggregation: {prefill: 3, decode: 2}\n")},
+        "fewer than 5 instances",
+    ),
+    (
+        "serve-disagg-key",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  router: prefix\n  disaggregation: {prefill: 1, decode: 1, p: 1}\n")},
+        "disaggregation.p",
+    ),
+    (
+        "serve-disagg-zero",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  router: prefix\n  disaggregation: {prefill: 0, decode: 1}\n")},
+        "disaggregation.prefill",
+    ),
+    (
+        "serve-disagg-no-router",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {"v.yaml": serving("  disaggregation: {prefill: 1, decode: 1}\n")},
+        "disaggregation: needs a router",
+    ),
+    (
+        "serve-disagg-decode-router",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {
+            "v.yaml": serving(
+                "  router: prefix\n  disaggregation: {prefill: 1, decode: 1, "
+                "decode_router: fastest}\n"
+            )
+        },  # fmt: skip
+        "unknown router 'fastest'",
+    ),
+    (
+        "serve-disagg-tiers",
+        "sim --scenario v.yaml --hw h20-4gpu-nvlink",
+        {
+            "v.yaml": serving(
+                "  design: paged-cpu\n  router: prefix\n  disaggregation: {prefill: 1, decode: 1}\n"
+            )
+        },  # fmt: skip
+        "offload tiers with a KV fetch",
+    ),
+    (
+        "fleet-zero-nodes",
+        "profiles show f.yaml",
+        {"f.yaml": FLEET.replace("nodes: 2", "nodes: 0")},
+        "fleet.nodes",
+    ),
+    (
+        "fleet-zero-nic",
+        "profiles show f.yaml",
+        {"f.yaml": FLEET.replace("gbps: 50.0", "gbps: 0")},
+        "fleet.nic.gbps",
+    ),
+    (
+        "fleet-unknown-node",
+        "profiles show f.yaml",
+        {"f.yaml": FLEET.replace("dgx-h100", "dgx-h1000")},
+        "unknown hardware profile 'dgx-h1000'",
+    ),
+    (
+        "fleet-sim-too-many-replicas",
+        "sim --scenario v.yaml --hw f.yaml",
+        {"f.yaml": FLEET, "v.yaml": serving("  router: prefix\n  replicas: 17\n")},
+        "fewer than 17 replicas",
     ),
     (
         "serve-gpu-util",

@@ -37,8 +37,12 @@ def test_default_pcie_factor_is_below_the_tlp_packet_bound():
 def test_shipped_profiles_state_every_factor_in_0_1(name: str):
     p = load_profile(name)
     text = Path(p.source_file).read_text()
-    section = text[text.index("\nefficiency:") : text.index("\ntopology:")]
     kinds = {ln.kind.replace("-", "_") for ln in p.topology.links}
+    if p.fleet is not None:  # the network's factor here, the node's in its own file
+        section = text[text.index("\nefficiency:") : text.index("\nassumptions:")]
+        assert "\n  rdma: " in section, name
+        return
+    section = text[text.index("\nefficiency:") : text.index("\ntopology:")]
     for factor in ("pcie", "membus", "hbm", "tensor", "ssd", *kinds):
         assert f"\n  {factor}: " in section, (name, factor)  # explicit, with its source
     for factor in FACTORS:

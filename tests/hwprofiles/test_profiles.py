@@ -43,6 +43,9 @@ EXPECTED = {
     # DGX BasePOD RA: 8 x H100 80 GB, 112 cores, 2 TB DDR5 (32 x 64 GB at 2 DPC: 16 channels x
     # 4400 MT/s x 8 B = 563.2 GB/s), 8 x 3.84 TB U.2 (modelled as PM1733: 6.4 GB/s read each)
     "dgx-h100": Expect(8, 80, 8, 8 * 6.4, 1, 2048, 563.2, 112),
+    # two dgx-h100 nodes (hwprofiles/fleet.py): every figure twice, the host CPUs pooled
+    "fleet-2x-dgx-h100": Expect(16, 80, 16, 16 * 6.4, 2, 2 * 2048, 2 * 563.2, 2 * 112),
+    "fleet-2x-dgx-h100-8to1": Expect(16, 80, 16, 16 * 6.4, 2, 2 * 2048, 2 * 563.2, 2 * 112),
     # seed 001 §3.1.1: 128 GB unified LPDDR5X, 20 cores; 273 GB/s (NVIDIA datasheet)
     "dgx-spark": Expect(1, 112, 1, 5.0, 1, 16, 273.0, 20),
 }

@@ -33,6 +33,12 @@ and writes every op down as it goes.
   whole load is done at arrival); a
   prefetch never takes GPU blocks that the requests queued ahead of it will
   need, so it cannot block them.
+* **Prefilled elsewhere.**  A request accepted with ``remote`` (a GPU: a
+  disaggregated decode instance, :mod:`sim.serving.execute.disagg`) fetches
+  its prompt's KV from that GPU at admission, one copy on the machine's
+  network, and is parked until it is in (:meth:`Engine._fetch`); one accepted
+  with ``hold`` keeps its blocks after it finishes until they have been read
+  (:meth:`Engine.release_held`).
 * **Step boundaries.**  The top of the iteration loop is vLLM's scheduler step
   boundary: with ``stores: step`` (:mod:`sim.serving.execute.stores`) the
   stores and loads that ended during the step are seen there, each request
@@ -153,6 +159,12 @@ class Engine:
         # called with each request as it finishes or is rejected (a router's bookkeeping,
         # sim.serving.execute.routed)
         self.on_finish: list[Callable[[Seq], None]] = []
+        # disaggregation (sim.serving.execute.disagg): prefilled requests whose blocks are
+        # kept at their finish until a decode instance has read them (vLLM NixlConnector's
+        # delay_free_blocks), by request id, and the hooks told when a fetch here lands
+        self.holding: set[int] = set()
+        self.held: dict[int, Seq] = {}
+        self.on_fetched: list[Callable[[Seq], None]] = []
 
     # ---- lifecycle ------------------------------------------------------------------
     def run(self, progress: Progress | None = None) -> ServingRecords:
@@ -225,10 +237,17 @@ class Engine:
         self.remaining -= 1
         self._kick()
 
-    def accept(self, req: Request) -> Seq:
+    def accept(self, req: Request, remote: str | None = None, hold: bool = False) -> Seq:
         """Release ``req`` now: a request routed here on arrival, not in the list
-        the engine was built with (its log must have a row free for it)."""
+        the engine was built with (its log must have a row free for it).  With
+        ``remote`` (a GPU) its prompt was prefilled there: at admission the
+        prompt's KV that no tier here holds is fetched from it (:meth:`_fetch`).
+        With ``hold`` its blocks stay taken after it finishes, until
+        :meth:`release_held` (a decode instance has read them)."""
         s = Seq(req, math.ceil((req.input_tokens + req.output_tokens) / self.B))
+        s.remote = remote
+        if hold:
+            self.holding.add(req.rid)
         self.row[s] = len(self.seqs)
         self.seqs.append(s)
         self.finished[s] = self.env.event()
@@ -258,17 +277,26 @@ class Engine:
             if self.cfg.cache_replies != "off":  # KV exists for all but the last token
                 kv = s.req.input_tokens + s.generated - 1
                 self.offload.after_step(s, kv, self.cfg.cache_replies == "store")
-            if self.offload.step:  # vLLM's delay_free_blocks (sim.serving.execute.stores)
+            if s.req.rid in self.holding:  # read later by a decode instance
+                self.held[s.req.rid] = s
+            elif self.offload.step:  # vLLM's delay_free_blocks (sim.serving.execute.stores)
                 self.offload.release_after(s.req.rid, lambda: self.mgr.release(s))
             else:
                 self.mgr.release(s)
             self.running.remove(s)
+        self.holding.discard(s.req.rid)
         if self.inflight is not None:
             self.inflight.release(self._slots.pop(s.req.rid))
         self.remaining -= 1
         for hook in self.on_finish:
             hook(s)
         self.finished[s].succeed()
+
+    def release_held(self, rid: int) -> None:
+        """Free the blocks of held request ``rid`` (:meth:`accept`'s ``hold``): its
+        KV has been read; a waiting request may fit now."""
+        self.mgr.release(self.held.pop(rid))
+        self._released()
 
     # ---- admission -------------------------------------------------------------------
     def _admit(self) -> None:
@@ -281,12 +309,15 @@ class Engine:
                 hit = self.mgr.lookup(s)
                 if not self.mgr.acquire(s, hit, self._target(s) - len(hit.gpu)):
                     return
-                if s.lookup is not None and self.design.async_load != "off":
+                if s.remote is not None:
+                    self._fetch(s)
+                elif s.lookup is not None and self.design.async_load != "off":
                     self._start_async(s)
             self.waiting.popleft()
             if not s.req.preemptions:  # the first admission; a preempted one is re-admitted
                 self.log.admit_s[self.row[s]] = self.env.now
-            (self.parked if s.load is not None else self.running).append(s)
+            parked = s.load is not None or s.remote is not None
+            (self.parked if parked else self.running).append(s)
 
     # ---- iterations -----------------------------------------------------------------
     def _loop(self):
@@ -417,6 +448,37 @@ class Engine:
             job.done.callbacks.append(lambda _e: self.env.timeout(cpu).callbacks.append(landed))
         else:
             job.done.callbacks.append(landed)
+
+    def _fetch(self, s: Seq) -> None:
+        """Disaggregated decode (:mod:`sim.serving.execute.disagg`): the prompt's
+        KV beyond what this instance's GPU prefix cache holds (the scenario
+        refuses designs with offload tiers), whole blocks, is copied from
+        the prefill GPU ``s.remote`` as one transfer (vLLM's NixlConnector reads
+        the blocks after the prefill ends; Dynamo: NIXL, VRAM to VRAM), issued
+        at admission, when the blocks it lands in are allocated; the request is
+        parked until it ends (WAITING_FOR_REMOTE_KVS), then joins the running
+        ones with its prompt done and the prefill's token counted
+        (``generated`` 1), and the prompt's blocks are hashed here."""
+        assert s.remote is not None
+        blocks = math.ceil(s.req.input_tokens / self.B) - s.cached_tokens // self.B
+        nbytes = blocks * self.B * self.card.kv_bytes_per_token_layer * self.card.layers
+        src = s.remote  # kept until the KV is in: the request stays parked
+
+        def landed(_op: int) -> None:
+            s.remote = None
+            s.prefilled = s.req.input_tokens - s.cached_tokens
+            s.generated = 1
+            self.log.first_token_s[self.row[s]] = self.env.now  # the decode side's start
+            self.offload.after_step(s)
+            if s in self.parked:
+                self.parked.remove(s)
+                self.running.append(s)
+            for hook in self.on_fetched:
+                hook(s)
+            self._kick()
+
+        self.ops.issue("copy", src, self.cfg.gpu, int(nbytes), blocks, [], landed,
+                       step=s.req.rid, tag="kv_transfer")  # fmt: skip
 
     def _joined(self, s: Seq) -> None:
         """``s``'s load is done: its blocks ready, it joins the running requests."""

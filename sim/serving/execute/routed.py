@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import simpy
 
 from hwprofiles import HardwareProfile
 from sim.serving.execute.engine import Engine, _session_key
@@ -65,14 +66,23 @@ class Router:
 
     def start(self) -> None:
         """Register one client per session and hold every engine open."""
-        for i, e in enumerate(self.engines):
-            e.hold_open()
-            e.on_finish.append(lambda s, i=i: self.done.append((i, s.req.rid)))
+        self.watch()
         by_session = sorted(self.requests, key=lambda r: (_session_key(r), r.turn))
         for _, group in groupby(by_session, key=_session_key):
             self.env.process(self._client(list(group)))
         if not self.requests:
             self._close()
+
+    def watch(self) -> None:
+        """Hold every engine open and hear of each request it finishes."""
+        for i, e in enumerate(self.engines):
+            e.hold_open()
+            e.on_finish.append(lambda s, i=i: self.done.append((i, s.req.rid)))
+
+    def send(self, r: Request) -> simpy.Event:
+        """Route ``r`` now; the event that fires when its reply has finished."""
+        i, s = self.route(r)
+        return self.engines[i].finished[s]
 
     def _client(self, reqs: list[Request]):
         prev = None
@@ -82,15 +92,16 @@ class Router:
                 yield self.env.timeout(wait)
             if prev is not None:
                 yield prev
-            i, s = self.route(r)
-            prev = self.engines[i].finished[s]
+            prev = self.send(r)
 
-    def route(self, r: Request) -> tuple[int, Seq]:
-        """Send ``r`` now to the instance the policy picks."""
+    def route(self, r: Request, remote: str | None = None, hold: bool = False) -> tuple[int, Seq]:
+        """Send ``r`` now to the instance the policy picks (``remote``: the GPU
+        its prompt was prefilled on; ``hold``: keep its blocks after it finishes;
+        :meth:`Engine.accept`)."""
         self._sync()
         i = self.policy.choose(r, [instance_state(e) for e in self.engines])
         self.routed[r.rid] = i
-        s = self.engines[i].accept(r)
+        s = self.engines[i].accept(r, remote, hold)
         if not self.engines[i].finished[s].triggered:  # not rejected on release
             self.prefilling[r.rid] = (i, s)
         self.left -= 1

@@ -19,7 +19,7 @@ class Seq:
 
     __slots__ = ("req", "total_blocks", "blocks", "private", "_cached", "_prefilled",
                  "prefill_left", "generated", "stored_groups", "unstored", "lookup",
-                 "load")  # fmt: skip
+                 "load", "remote")  # fmt: skip
 
     def __init__(self, req: Request, total_blocks: int):
         self.req = req
@@ -33,6 +33,9 @@ class Seq:
         self.unstored = False  # its last store was not prepared: tried again next step
         self.lookup: Lookup | None = None  # hits still to load
         self.load: Transfer | None = None  # their load, once started
+        # prefilled elsewhere: the GPU its prompt's KV is fetched from at admission
+        # (a disaggregated decode instance, sim.serving.execute.disagg); None once in
+        self.remote: str | None = None
 
     @property
     def cached_tokens(self) -> int:

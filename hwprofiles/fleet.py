@@ -1,0 +1,163 @@
+"""A fleet of identical nodes on one network, expanded into one profile.
+
+A fleet file names a node profile (an existing machine), how many nodes, the
+RDMA NIC every GPU has and the network between them::
+
+    name: fleet-2x-dgx-h100
+    description: ...
+    fleet:
+      node_profile: dgx-h100
+      nodes: 2
+      nic: {model: ..., gbps: 50.0, pcie_gbps: 63.0, latency_us: 2.0}
+      network: {nodes_per_leaf: 1, uplink_oversubscription: 1.0, switch_latency_us: 0.5}
+
+:func:`expand` turns it into one :class:`~hwprofiles.schema.HardwareProfile`
+whose topology holds every node's links and the network's, so the simulator
+builds ONE flow network (:class:`sim.hw.machine.Machine`) in which PCIe, NVLink
+and network links are shared by the same max-min fairness:
+
+* node ``n``'s GPUs are ``gpu{n*G+k}`` (G GPUs a node), its SSDs ``ssd{n*S+j}``;
+  its switches, DRAM modules and links keep their names under ``n{n}.``
+  (``n1.sw0``, ``n1.dram0``, ``n1.gpu0.pcie`` is the link of node 1's first GPU,
+  ``gpu8``);
+* NIC ``n{n}.nic{k}`` (GPUDirect RDMA: one per GPU, on the PCIe switch its GPU
+  hangs off, as NCCL pairs a GPU with its nearest NIC) has a PCIe link
+  ``n{n}.nic{k}.pcie`` to that switch (kind ``pcie``) and a port link
+  ``n{n}.nic{k}.port`` to its node's leaf switch (kind ``rdma``, half the NIC's
+  latency each);
+* leaf ``leaf{l}`` takes ``nodes_per_leaf`` consecutive nodes; with more than
+  one leaf each has an uplink ``leaf{l}.up`` to ``spine`` of the leaf's NIC
+  rates over ``uplink_oversubscription`` (kind ``rdma``, ``switch_latency_us``);
+* the nodes' host CPUs are pooled as one resource of all their cores (a
+  limitation: host-side I/O work is not placed per node), and the profile's
+  software costs and efficiency factors are the node's, but for those the fleet
+  file's ``efficiency:`` names (its network's ``rdma``).
+
+Bad input is one line naming the file, line and key (:class:`ProfileError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hwprofiles.schema import (
+    Assumption,
+    CpuSpec,
+    DramModule,
+    EfficiencySpec,
+    FleetSpec,
+    GpuSpec,
+    HardwareProfile,
+    LinkSpec,
+    Topology,
+)
+
+
+@dataclass(frozen=True)
+class FleetFile:
+    """What a fleet file holds (the loader checks it like a profile)."""
+
+    name: str
+    description: str
+    fleet: FleetSpec
+    # factors that differ from the node profile's (the network's ``rdma``, ...)
+    efficiency: dict = dataclasses.field(default_factory=dict)
+    assumptions: tuple[Assumption, ...] = ()
+
+
+def _nic_switch(node: HardwareProfile, k: int) -> str | None:
+    """The switch that GPU ``gpu{k}`` of ``node`` reaches over its PCIe link."""
+    gpu = f"gpu{k}"
+    for link in node.topology.links:
+        if link.kind == "pcie" and gpu in link.between:
+            other = link.between[1] if link.between[0] == gpu else link.between[0]
+            if other in node.topology.switches:
+                return other
+    return None
+
+
+def expand(ff: FleetFile, node: HardwareProfile, where: Any, path: Path) -> HardwareProfile:
+    """The fleet ``ff`` of nodes ``node`` as one profile (module docstring)."""
+    f = ff.fleet
+    if node.fleet is not None:
+        raise where.error("fleet.node_profile", f"'{f.node_profile}' is a fleet, not a node")
+    if f.nodes < 1:
+        raise where.error("fleet.nodes", f"must be >= 1, got {f.nodes}")
+    if f.network.nodes_per_leaf < 1:
+        raise where.error(
+            "fleet.network.nodes_per_leaf", f"must be >= 1, got {f.network.nodes_per_leaf}"
+        )
+    if f.network.uplink_oversubscription < 1:
+        raise where.error(
+            "fleet.network.uplink_oversubscription",
+            f"must be >= 1 (1 = non-blocking), got {f.network.uplink_oversubscription:g}",
+        )
+    known = {x.name for x in dataclasses.fields(EfficiencySpec)}
+    for key, value in ff.efficiency.items():
+        if key not in known:
+            raise where.error(
+                f"efficiency.{key}", f"unknown factor (one of: {', '.join(sorted(known))})"
+            )
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+            raise where.error(f"efficiency.{key}", f"must be in (0, 1], got {value!r}")
+    G, S = node.gpu.count, len(node.ssd_names)
+    sw_of = {}
+    for k in range(G):
+        sw = _nic_switch(node, k)
+        if sw is None:
+            raise where.error(
+                "fleet.node_profile",
+                f"gpu{k} of '{node.name}' has no PCIe link to a switch for its NIC",
+            )
+        sw_of[k] = sw
+    switches: list[str] = []
+    links: list[LinkSpec] = []
+    drams: list[DramModule] = []
+    leaves = math.ceil(f.nodes / f.network.nodes_per_leaf)
+    for n in range(f.nodes):
+        local = {f"gpu{k}": f"gpu{n * G + k}" for k in range(G)}
+        local.update({f"ssd{j}": f"ssd{n * S + j}" for j in range(S)})
+        local.update({x: f"n{n}.{x}" for x in (*node.dram_names, *node.topology.switches)})
+        switches += [f"n{n}.{s}" for s in node.topology.switches]
+        drams += [dataclasses.replace(m, name=f"n{n}.{m.name}") for m in node.dram]
+        for link in node.topology.links:
+            a, b = link.between
+            links.append(dataclasses.replace(link, name=f"n{n}.{link.name}",
+                                             between=(local[a], local[b])))  # fmt: skip
+        leaf = f"leaf{n // f.network.nodes_per_leaf}"
+        for k in range(G):
+            nic = f"n{n}.nic{k}"
+            switches.append(nic)
+            links.append(LinkSpec(f"{nic}.pcie", (nic, local[sw_of[k]]), f.nic.pcie_gbps, "pcie"))
+            links.append(LinkSpec(f"{nic}.port", (nic, leaf), f.nic.gbps, "rdma",
+                                  latency_us=f.nic.latency_us / 2))  # fmt: skip
+    switches += [f"leaf{i}" for i in range(leaves)]
+    if leaves > 1:
+        switches.append("spine")
+        for i in range(leaves):
+            members = min(f.network.nodes_per_leaf, f.nodes - i * f.network.nodes_per_leaf)
+            up = members * G * f.nic.gbps / f.network.uplink_oversubscription
+            links.append(LinkSpec(f"leaf{i}.up", (f"leaf{i}", "spine"), up, "rdma",
+                                  latency_us=f.network.switch_latency_us))  # fmt: skip
+    cpu: CpuSpec = dataclasses.replace(node.cpu, cores=node.cpu.cores * f.nodes)
+    gpu: GpuSpec = dataclasses.replace(node.gpu, count=G * f.nodes)
+    return HardwareProfile(
+        name=ff.name,
+        description=ff.description,
+        gpu=gpu,
+        cpu=cpu,
+        dram=tuple(drams),
+        ssds=node.ssds * f.nodes,
+        software=node.software,
+        topology=Topology(tuple(switches), tuple(links)),
+        efficiency=dataclasses.replace(
+            node.efficiency, **{k: float(v) for k, v in ff.efficiency.items()}
+        ),
+        fleet=dataclasses.replace(f, gpus_per_node=G),
+        assumptions=node.assumptions + ff.assumptions,
+        source_file=str(path),
+    )
