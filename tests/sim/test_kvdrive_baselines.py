@@ -103,3 +103,21 @@ def test_retroinfer_clusters_segment_by_segment():
     assert sorted(np.concatenate(design.members).tolist()) == list(range(n))
     whole, _, _ = _built("retroinfer", cluster_size=16, segment_tokens=0)
     assert any(len(np.unique(m // 200)) > 1 for m in whole.members)  # one k-means: mixes
+
+
+def test_quest_holds_its_kv_in_dram_and_copies_whole_pages_beyond_sinks_and_window():
+    """Seed 003 Table 1: Quest's tiering is DRAM.  Nothing is read from SSD; the host
+    holds every visible entry's K and V; the copy is the chosen pages' entries beyond
+    the 4 sinks and 8 local tokens, which stay on the GPU."""
+    design, keys, n = _built("quest", page_size=16)
+    lay = design.layout
+    assert design.index_bytes() == 2 * (n // 16) * lay.key_bytes  # min and max per page
+    dec = design.step(0, keys[3], keys[n])
+    assert dec.read_bytes == 0 and not np.any(design.ssd_bytes())
+    assert design.host_bytes() == (n + 1) * lay.entry_bytes  # 513 entries x 256 B
+    extra = len(dec.selected) - 12  # sinks 0-3 and the 8 newest tokens are always selected
+    assert dec.info["h2d_entries"] == extra == dec.dram_entries - 12
+    # whole pages fill the budget of 44: 32 entries beyond the 12 come as two pages
+    assert extra == 32
+    pages = {int(e) // 16 for e in np.setdiff1d(dec.selected, np.r_[0:4, n - 7 : n + 1])}
+    assert len(pages) == 2

@@ -62,19 +62,6 @@ def test_quest_bound_is_an_upper_bound_and_finds_an_outlier_page():
     assert means[2] < 3.0
 
 
-def test_quest_reads_whole_pages_as_ranges():
-    n, lay = 512, _layout(budget=4 + 8 + 32)
-    design = get_design("quest", page_size=16, chunk_entries=64)
-    keys = _keys(n + 1, 2)
-    design.build(_no_activations(n), keys[:n], lay, np.random.default_rng(0))
-    dec = design.step(0, keys[0], keys[n])
-    assert len(dec.selected) == 44
-    assert design.index_bytes() == 2 * (n // 16) * lay.key_bytes
-    # 32 chosen entries: two whole pages (minus at most the always-selected ones)
-    assert dec.read_bytes == (len(dec.selected) - dec.dram_entries) * lay.entry_bytes
-    assert sum(len(e) for e in dec.ssd_extents) <= 3
-
-
 def _kvdrive(eviction, n=2048, window=2, dram=0, **kw):
     lay = _layout(budget=4 + 8 + 64, dram_cache_entries=dram)
     design = get_design(

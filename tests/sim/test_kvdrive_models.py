@@ -113,7 +113,9 @@ def test_2d_budgets_equal_their_uniform_twins(name: str, prefix: int, budget: in
 PER_VARIANT = {"design", "design_params", "micro_batches", "prefetch", "calibrate", "pinned_mb"}
 
 
-@pytest.mark.parametrize("name", ["kvdrive-models", "kvdrive-sens"])
+@pytest.mark.parametrize(
+    "name", ["kvdrive-models", "kvdrive-sens", "kvdrive-fig14", "kvdrive-headline"]
+)
 @pytest.mark.parametrize("hw", ["l20-server", "h20-server", "rtx4090-ws"])
 def test_new_comparisons_hold_every_variant_to_one_budget(name: str, hw: str) -> None:
     """Equal budgets (seed 003 §9.1, every system on the same machine): one host

@@ -13,8 +13,14 @@ the keys.  By retrieving only the Top-K important chunks per query ..."
   one strongly matching key scores high even when its mean does not.
   ``4 d`` FLOPs per page (two products, a max, a sum) over both keys; pages
   in descending bound until the budget fills (:func:`take_units`);
-* layout: positions striped in chunks of ``chunk_entries`` (a multiple of
-  the page), so a page is one contiguous range on one SSD;
+* tier: the whole KV in host DRAM, the chosen pages copied to the GPU every
+  step (seed 003 Table 1, "Tiering: DRAM" for Quest and every baseline but
+  KVDrive; §2.3: such systems "offload the active sessions' KV caches to
+  host memory" and fetch the selected entries "from host memory to GPU
+  memory"); nothing on SSD, so a KV larger than the host budget is host OOM
+  (:mod:`sim.scenarios.kvdrive_memory`).  The copy moves K and V of the
+  chosen pages beyond the sinks and the local window, which stay on the GPU
+  (§9.1: every sparse baseline retains them there);
 * decode: a token leaving the local window joins page ``pos // page_size``
   (widening its bounds, or opening the page).
 """
@@ -26,7 +32,6 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from sim.policies.baselines.nocluster import Stripe, entry_reads, io_rounds
 from sim.policies.design_base import DesignBase
 from sim.policies.kvdesign import Layout, StepDecision, register
 from sim.policies.selection import always_selected, take_units
@@ -36,15 +41,10 @@ from sim.registry import ParamError
 @dataclass(frozen=True)
 class Params:
     page_size: int = 16  # tokens per page (Quest's default chunk)
-    chunk_entries: int = 256  # stripe chunk, a multiple of page_size
-    ios_per_round: int = 64
 
     def __post_init__(self) -> None:
-        for name in ("page_size", "chunk_entries", "ios_per_round"):
-            if getattr(self, name) < 1:
-                raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
-        if self.chunk_entries % self.page_size:
-            raise ParamError("chunk_entries", f"must be a multiple of page_size {self.page_size}")
+        if self.page_size < 1:
+            raise ParamError("page_size", f"must be >= 1, got {self.page_size}")
 
 
 def page_bounds(keys: np.ndarray, page_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -60,7 +60,7 @@ def bound_scores(query: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarra
 
 
 class Quest(DesignBase):
-    """Min/max key bounds per page, the top pages read as contiguous ranges."""
+    """Min/max key bounds per page on the GPU; the top pages copied from DRAM."""
 
     name = "quest"
     params_type = Params
@@ -74,7 +74,6 @@ class Quest(DesignBase):
         rng: np.random.Generator,
     ) -> None:
         self.placed = self.start(keys, layout)
-        self.stripe = Stripe(self.params.chunk_entries, layout.n_ssd)
         self.lo, self.hi = page_bounds(self.keys.rows(), self.params.page_size)
         self.members: list[np.ndarray] = []  # per page: its placed positions
         self._members_from(0)
@@ -95,8 +94,9 @@ class Quest(DesignBase):
     def index_bytes(self) -> int:
         return 2 * self.n_pages * self.layout.key_bytes
 
-    def ssd_bytes(self) -> np.ndarray:
-        return self.stripe.slots_used(self.placed) * self.layout.entry_bytes
+    def host_bytes(self) -> int:
+        """Every visible entry's K and V in DRAM (the index is on the GPU)."""
+        return self.visible * self.layout.entry_bytes
 
     def _place(self, stop: int) -> None:
         ps = self.params.page_size
@@ -120,16 +120,18 @@ class Quest(DesignBase):
         always = always_selected(visible, lay.sink_tokens, lay.local_window)
         scores = bound_scores(query, self.lo, self.hi)
         chosen, extra = take_units(scores, self.members, lay.step_budget(visible), always, visible)
-        extents = entry_reads(extra, self.stripe, lay.entry_bytes)
         d = self.lo.shape[1]
         return StepDecision(
             selected=np.union1d(always, extra),
-            dram_entries=len(always),
-            ssd_extents=extents,
-            rounds=io_rounds(extents, self.params.ios_per_round),
+            dram_entries=len(always) + len(extra),
+            ssd_extents=[np.zeros((0, 2), dtype=np.int64)] * lay.n_ssd,
             score_flops=4.0 * d * self.n_pages,
             score_bytes=float(self.index_bytes()),
-            info={"pages": float(self.n_pages), "pages_chosen": float(len(chosen))},
+            info={
+                "pages": float(self.n_pages),
+                "pages_chosen": float(len(chosen)),
+                "h2d_entries": float(len(extra)),
+            },
         )
 
 
