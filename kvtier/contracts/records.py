@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kvtier.contracts.arrays import arrow_array
 from kvtier.contracts.plan_schema import OP_IDENTITY, PLAN_SCHEMA
 
 if TYPE_CHECKING:  # pandas is imported where a frame is made: running needs none
@@ -118,9 +119,10 @@ def op_records(
 ) -> pa.Table:
     cols = [plan.column(c) for c in ("op_id", *OP_IDENTITY)]
     n = plan.num_rows
-    times = [pa.array(np.asarray(t, dtype=np.float64)) for t in (ready, start, end, cpu)]
+    f64 = pa.float64()
+    times = [arrow_array(np.asarray(t, dtype=np.float64), f64) for t in (ready, start, end, cpu)]
     return pa.Table.from_arrays(
-        cols + times + [pa.array([backend] * n, pa.string())], schema=OP_RECORD_SCHEMA
+        cols + times + [arrow_array([backend] * n, pa.string())], schema=OP_RECORD_SCHEMA
     )
 
 
