@@ -57,7 +57,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kvtier.contracts.arrays import arrow_array
 from traces.errors import TraceError
@@ -268,6 +267,8 @@ class RequestTrace:
 
     def write_parquet(self, path: str | Path) -> None:
         """Write as one Parquet file, the metadata in the schema metadata."""
+        import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
         doc = {"format_version": FORMAT_VERSION, **self.meta()}
         table = self.table.replace_schema_metadata({META_KEY: json.dumps(doc)})
         pq.write_table(table, str(path))
@@ -275,6 +276,8 @@ class RequestTrace:
 
 def read_parquet(path: str | Path) -> RequestTrace:
     """Read and validate a trace written by :meth:`RequestTrace.write_parquet`."""
+    import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
     where = str(path)
     if not Path(path).is_file():
         raise TraceError(f"{where}: no such file")

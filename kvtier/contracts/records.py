@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kvtier.contracts.arrays import arrow_array
 from kvtier.contracts.plan_schema import OP_IDENTITY, PLAN_SCHEMA
@@ -93,6 +92,8 @@ class Records:
         return step_records(self.ops)
 
     def write(self, out_dir: str | Path) -> None:
+        import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         pq.write_table(self.ops, out / "ops.parquet")
@@ -103,6 +104,8 @@ class Records:
 
     @classmethod
     def read(cls, out_dir: str | Path) -> Records:
+        import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
         out = Path(out_dir)
         return cls(
             ops=pq.read_table(out / "ops.parquet"), devices=pq.read_table(out / "devices.parquet")

@@ -210,7 +210,7 @@ def table_stats(table: pa.Table) -> dict[str, float]:
     inp = to_numpy(table.column("input_tokens"))
     out = to_numpy(table.column("output_tokens"))
     col = table.column("block_hashes")
-    flat = np.concatenate([to_numpy(c.flatten()) for c in col.chunks])
+    flat = np.concatenate([_list_values(c) for c in col.chunks])
     flat.sort()  # distinct values without np.unique's further copies
     seen_first = int(np.count_nonzero(flat[1:] != flat[:-1])) + 1 if len(flat) else 0
     arrivals = to_numpy(table.column("arrival_s"))
@@ -225,6 +225,12 @@ def table_stats(table: pa.Table) -> dict[str, float]:
         "duration_s": last - float(arrivals.min()),
         "rate": table.num_rows / last if last > 0 else float("inf"),
     }
+
+
+def _list_values(c: pa.ListArray) -> np.ndarray:
+    """The values of a list chunk's rows, in order (its offsets into its values)."""
+    offsets = to_numpy(c.offsets)
+    return to_numpy(c.values)[offsets[0] : offsets[-1]]
 
 
 def trace_stats(reqs: list[Request]) -> dict[str, float]:

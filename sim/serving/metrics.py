@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kvtier.contracts.arrays import arrow_array, to_numpy
 from kvtier.contracts.records import Records
@@ -93,6 +92,8 @@ class ServingRecords(Records):
         return self.plan_store.chunks()
 
     def write(self, out_dir: str | Path) -> None:
+        import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
         super().write(out_dir)
         out = Path(out_dir)
         if self.requests is not None:
