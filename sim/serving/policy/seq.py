@@ -19,7 +19,7 @@ class Seq:
 
     __slots__ = ("req", "total_blocks", "blocks", "private", "_cached", "_prefilled",
                  "prefill_left", "generated", "stored_groups", "unstored", "lookup",
-                 "load")  # fmt: skip
+                 "load", "keys", "no_room")  # fmt: skip
 
     def __init__(self, req: Request, total_blocks: int):
         self.req = req
@@ -33,6 +33,14 @@ class Seq:
         self.unstored = False  # its last store was not prepared: tried again next step
         self.lookup: Lookup | None = None  # hits still to load
         self.load: Transfer | None = None  # their load, once started
+        # its offload blocks' keys (each group's last block hash) as Python ints, made by
+        # the block manager at the first lookup or store and let go at release: a
+        # request is looked up and touched at every step it waits, and reading the
+        # keys out of its int64 hashes each time was a fifth of that
+        self.keys: list[int] | None = None
+        # what its last store not prepared read (BlockManager.prepare_store): the same
+        # again is the same verdict
+        self.no_room: tuple | None = None
 
     @property
     def cached_tokens(self) -> int:
