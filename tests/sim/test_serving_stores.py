@@ -305,3 +305,39 @@ def test_remembered_verdicts_are_the_verdicts_worked_afresh() -> None:
         else:
             mgr.tiers[0].capacity[0] = int(rng.integers(3, 8)) * 4 * 8192
     assert compared > 100 and remembered > 10
+
+
+def test_a_lookup_with_nothing_changed_since_its_last_leaves_the_order_as_a_touch_would() -> None:
+    """Seeded random steps on a 6-block tier (requests computed, looked up,
+    stores tried and ending): after every lookup the tier's LRU order is the
+    order a copy of the manager gets from the same lookup remembering nothing
+    (its touch done again); some lookups found nothing changed."""
+    import copy
+
+    rng = np.random.default_rng(5)
+    mgr = _manager(6, gpu_blocks=256)
+    cpu = mgr.tiers[0]
+    seqs: list[Seq] = []
+    inflight: list = []
+    lookups = skipped = 0
+    for _ in range(500):
+        act = rng.random()
+        if act < 0.15 and len(seqs) < 16:
+            n = int(rng.integers(1, 4))
+            seqs.append(_computed(mgr, len(seqs), [1000 * (len(seqs) + 1) + j for j in range(n)]))
+        elif act < 0.6 and seqs:
+            s = seqs[int(rng.integers(0, len(seqs)))]
+            fresh_mgr, fresh_s = copy.deepcopy((mgr, s))
+            fresh_s.touched = None
+            fresh_mgr.lookup(fresh_s)
+            skipped += s.touched == [(t.lru.clock, t.changes) for t in mgr.tiers]
+            mgr.lookup(s)
+            order = [e.key for e in cpu.lru.order()]
+            assert order == [e.key for e in fresh_mgr.tiers[0].lru.order()]
+            lookups += 1
+        elif act < 0.85 and seqs:
+            got = mgr.prepare_store(seqs[int(rng.integers(0, len(seqs)))])
+            inflight += got or []
+        elif inflight:
+            mgr.on_stored(inflight.pop(int(rng.integers(0, len(inflight)))))
+    assert lookups > 150 and skipped > 10

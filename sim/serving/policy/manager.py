@@ -108,12 +108,18 @@ class BlockManager:
         GPU or with no ready copy in any tier (:func:`sim.serving.policy.prefix.lower_hits`).
         With ``stores: step`` every offload block of the prompt held in a tier
         is touched first, as vLLM's ``get_num_new_matched_tokens`` does
-        (:meth:`_touch`)."""
+        (:meth:`_touch`).  A request waiting for room is looked up at every
+        step: when no tier has added, touched, placed or dropped an entry since
+        its last lookup (each tier's LRU clock and changes as that lookup left
+        them, ``s.touched``), its blocks are the most recent, in the order a
+        touch gives, and touching them again leaves the order as it is."""
         hs, k = s.req.hashes, self.k
-        if self.design.stores == "step":  # get_num_new_matched_tokens: manager.touch first
+        step = self.design.stores == "step"  # get_num_new_matched_tokens: manager.touch first
+        if step and s.touched != [(t.lru.clock, t.changes) for t in self.tiers]:
             keys = self._keys(s)
             for tier in self.tiers:
                 self._touch(tier, keys)
+            s.touched = [(t.lru.clock, t.changes) for t in self.tiers]
         limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
         gpu = gpu_prefix(cached, self.gpu.ready, hs, limit)
@@ -158,7 +164,7 @@ class BlockManager:
     def release(self, s: Seq) -> None:
         self.gpu.release(s.blocks, s.private)
         s.blocks, s.private = [], 0
-        s.keys = s.no_room = None
+        s.keys = s.no_room = s.touched = None
 
     # ---- loads --------------------------------------------------------------------
     def load(self, s: Seq, layerwise: bool) -> Transfer:

@@ -19,7 +19,7 @@ class Seq:
 
     __slots__ = ("req", "total_blocks", "blocks", "private", "_cached", "_prefilled",
                  "prefill_left", "generated", "stored_groups", "unstored", "lookup",
-                 "load", "keys", "no_room")  # fmt: skip
+                 "load", "keys", "no_room", "touched")  # fmt: skip
 
     def __init__(self, req: Request, total_blocks: int):
         self.req = req
@@ -41,6 +41,9 @@ class Seq:
         # what its last store not prepared read (BlockManager.prepare_store): the same
         # again is the same verdict
         self.no_room: tuple | None = None
+        # each tier's LRU clock and changes as its last lookup's touch left them
+        # (BlockManager.lookup): the same again, that touch would change nothing
+        self.touched: list[tuple[int, int]] | None = None
 
     @property
     def cached_tokens(self) -> int:
