@@ -82,7 +82,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from hwprofiles import HardwareProfile
 from kvtier.contracts.plan import CPU, depends_csr, validate_plan
@@ -227,6 +226,8 @@ def op_shapes(plan: pa.Table, m: Machine) -> tuple[list[OpPhysics], np.ndarray, 
     n = plan.num_rows
     if n == 0:
         return [], np.zeros(0), np.zeros(0, dtype=np.int64)
+    import pyarrow.compute as pc  # noqa: PLC0415  (here: the serving engine runs without it)
+
     cols = {}
     for c in (*_SHAPE, "threads"):
         col = plan.column(c)

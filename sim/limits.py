@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hwprofiles import HardwareProfile
+from kvtier.contracts.arrays import to_numpy
 from sim.config import ConfigError, ScenarioConfig
 from sim.registry import Unsupported
 
@@ -348,13 +349,13 @@ def offered_load(
     from sim.hw.measured import GpuTime, resolve
     from sim.serving.policy.costs import iteration_cost
 
-    arrivals = table.column("arrival_s").to_numpy()
+    arrivals = to_numpy(table.column("arrival_s"))
     n = len(arrivals)
     span = float(arrivals.max() - arrivals.min()) if n else 0.0
     if n < 2 or span <= 0:
         return 0.0
-    inp = float(table.column("input_tokens").to_numpy().mean())
-    outp = float(table.column("output_tokens").to_numpy().mean())
+    inp = float(to_numpy(table.column("input_tokens")).mean())
+    outp = float(to_numpy(table.column("output_tokens")).mean())
     m, gpu = Machine(profile), profile.gpu_names[0]
     step, _ = resolve(profile, card, gpu_time or GpuTime())
 

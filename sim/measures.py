@@ -8,6 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from kvtier.contracts.arrays import arrow_array
 from kvtier.contracts.records import DEVICE_RECORD_SCHEMA
 from sim.hw.machine import Machine
 
@@ -42,7 +43,8 @@ def device_records(plan: pa.Table | None, machine: Machine, makespan: float) -> 
         rows["n_ios"].append(n_ios)
         rows["busy_s"].append(busy)
         rows["util_mean"].append(busy / makespan if makespan > 0 else 0.0)
-    return pa.Table.from_pydict(rows, schema=DEVICE_RECORD_SCHEMA)
+    cols = [arrow_array(rows[f.name], f.type) for f in DEVICE_RECORD_SCHEMA]
+    return pa.Table.from_arrays(cols, schema=DEVICE_RECORD_SCHEMA)
 
 
 def capacity_stats(machine: Machine, makespan: float) -> dict[str, dict[str, float]]:

@@ -57,8 +57,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from kvtier.contracts.arrays import arrow_array
 from traces.errors import TraceError
 
 META_KEY = b"kvtier.requests"
@@ -98,16 +98,17 @@ def build_table(
     if hash_offsets is None:
         hash_offsets, hash_values = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
     minus_one = np.full(n, -1, np.int64)
-    columns = [
-        pa.array(np.arange(n, dtype=np.int64)),
-        pa.array(np.asarray(arrival_s, np.float64)),
-        pa.array(np.asarray(minus_one if session_id is None else session_id, np.int64)),
-        pa.array(np.asarray(minus_one if turn is None else turn, np.int32)),
-        pa.array(np.asarray(input_tokens, np.int64)),
-        pa.array(np.asarray(output_tokens, np.int64)),
+    i32, i64 = pa.int32(), pa.int64()
+    columns = [  # built from buffers: pyarrow.array would import pandas (kvtier.contracts.arrays)
+        arrow_array(np.arange(n, dtype=np.int64), i64),
+        arrow_array(np.asarray(arrival_s, np.float64), pa.float64()),
+        arrow_array(np.asarray(minus_one if session_id is None else session_id, np.int64), i64),
+        arrow_array(np.asarray(minus_one if turn is None else turn, np.int32), i32),
+        arrow_array(np.asarray(input_tokens, np.int64), i64),
+        arrow_array(np.asarray(output_tokens, np.int64), i64),
         pa.ListArray.from_arrays(
-            pa.array(np.asarray(hash_offsets, np.int32)),
-            pa.array(np.asarray(hash_values, np.int64), pa.int64()),
+            arrow_array(np.asarray(hash_offsets, np.int32), i32),
+            arrow_array(np.asarray(hash_values, np.int64), i64),
         ),
     ]
     return pa.Table.from_arrays(columns, schema=SCHEMA)
@@ -266,6 +267,8 @@ class RequestTrace:
 
     def write_parquet(self, path: str | Path) -> None:
         """Write as one Parquet file, the metadata in the schema metadata."""
+        import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
         doc = {"format_version": FORMAT_VERSION, **self.meta()}
         table = self.table.replace_schema_metadata({META_KEY: json.dumps(doc)})
         pq.write_table(table, str(path))
@@ -273,6 +276,8 @@ class RequestTrace:
 
 def read_parquet(path: str | Path) -> RequestTrace:
     """Read and validate a trace written by :meth:`RequestTrace.write_parquet`."""
+    import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
     where = str(path)
     if not Path(path).is_file():
         raise TraceError(f"{where}: no such file")

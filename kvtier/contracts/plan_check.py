@@ -15,7 +15,6 @@ from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kvtier.contracts.geometry import extents_columns, extents_csr
 from kvtier.contracts.plan_schema import (
@@ -39,6 +38,8 @@ def validate_plan(
     if not plan.schema.equals(PLAN_SCHEMA, check_metadata=False):
         missing = [f.name for f in PLAN_SCHEMA if f.name not in plan.schema.names]
         raise PlanError(f"plan does not match the plan schema (missing: {missing or 'types'})")
+    import pyarrow.compute as pc  # noqa: PLC0415  (here: a serving run checks no plan)
+
     nodes, ssds, gpus = set(nodes), set(ssds), set(gpus)
     _check_ids_and_numbers(plan)
     kind = plan.column("kind")
@@ -105,6 +106,8 @@ def _check_depends_and_signs(plan: pa.Table) -> None:
 
 def _mask(arr: pa.ChunkedArray) -> np.ndarray:
     """An Arrow boolean column as a numpy mask (null: False)."""
+    import pyarrow.compute as pc  # noqa: PLC0415  (here: a serving run checks no plan)
+
     return pc.fill_null(arr, False).to_numpy(zero_copy_only=False).astype(bool)
 
 
@@ -115,6 +118,8 @@ def _first_of_each_shape(
     decides on (kind, src, dst, io_path, bytes > 0, n_ios > 0, has work), in
     row order: a row passes or fails as the first of its combination does, so
     checking these finds the first bad op, without a Python loop over all ops."""
+    import pyarrow.compute as pc  # noqa: PLC0415  (here: a serving run checks no plan)
+
     cols = {
         c: pc.dictionary_encode(plan.column(c), null_encoding="encode")
         .combine_chunks()

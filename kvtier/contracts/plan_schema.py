@@ -65,7 +65,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kvtier.contracts.geometry import NO_EXTENTS
 
@@ -206,6 +205,8 @@ def depends_csr(plan: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 def write_plan(plan: pa.Table | Iterable[pa.Table], path: str | Path) -> None:
     """Write a plan: one table, or consecutive tables of whole ops (a large
     plan built chunk by chunk, each written as it comes: one row group each)."""
+    import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
     if isinstance(plan, pa.Table):
         pq.write_table(plan, path)
         return
@@ -215,6 +216,8 @@ def write_plan(plan: pa.Table | Iterable[pa.Table], path: str | Path) -> None:
 
 
 def read_plan(path: str | Path) -> pa.Table:
+    import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
     if not Path(path).exists():
         raise PlanError(f"{path}: no such file")
     try:

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from kvtier.contracts.arrays import arrow_array
 from kvtier.contracts.plan_schema import OP_IDENTITY, PLAN_SCHEMA
 
 if TYPE_CHECKING:  # pandas is imported where a frame is made: running needs none
@@ -92,6 +92,8 @@ class Records:
         return step_records(self.ops)
 
     def write(self, out_dir: str | Path) -> None:
+        import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         pq.write_table(self.ops, out / "ops.parquet")
@@ -102,6 +104,8 @@ class Records:
 
     @classmethod
     def read(cls, out_dir: str | Path) -> Records:
+        import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
         out = Path(out_dir)
         return cls(
             ops=pq.read_table(out / "ops.parquet"), devices=pq.read_table(out / "devices.parquet")
@@ -118,9 +122,10 @@ def op_records(
 ) -> pa.Table:
     cols = [plan.column(c) for c in ("op_id", *OP_IDENTITY)]
     n = plan.num_rows
-    times = [pa.array(np.asarray(t, dtype=np.float64)) for t in (ready, start, end, cpu)]
+    f64 = pa.float64()
+    times = [arrow_array(np.asarray(t, dtype=np.float64), f64) for t in (ready, start, end, cpu)]
     return pa.Table.from_arrays(
-        cols + times + [pa.array([backend] * n, pa.string())], schema=OP_RECORD_SCHEMA
+        cols + times + [arrow_array([backend] * n, pa.string())], schema=OP_RECORD_SCHEMA
     )
 
 

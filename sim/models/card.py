@@ -93,7 +93,7 @@ class ModelCard:
     dtype_bytes: int = field(default=2, metadata=_POSITIVE)
 
     # ---- KV cache -------------------------------------------------------
-    @property
+    @functools.cached_property  # read at every serving iteration: worked out once
     def kv_bytes_per_token_layer(self) -> int:
         """Bytes of K and V for one token in one layer."""
         return 2 * self.kv_heads * self.head_dim * self.dtype_bytes
@@ -123,27 +123,27 @@ class ModelCard:
         """Bytes of the vendor-reported active parameters."""
         return self.params_active_b * 1e9 * self.dtype_bytes
 
-    @property
+    @functools.cached_property  # read at every serving iteration: worked out once
     def embedding_params(self) -> int:
         """Input embedding plus output head (counted once when tied)."""
         return self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
 
-    @property
+    @functools.cached_property  # read at every serving iteration: worked out once
     def layer_params(self) -> float:
         """All parameters of one transformer layer (every expert included)."""
         return (self.params_total_b * 1e9 - self.embedding_params) / self.layers
 
-    @property
+    @functools.cached_property  # read at every serving iteration: worked out once
     def expert_params(self) -> int:
         """Parameters of one routed expert (gate, up, down); 0 for dense."""
         return 3 * self.hidden_size * self.intermediate_size if self.is_moe else 0
 
-    @property
+    @functools.cached_property  # read at every serving iteration: worked out once
     def layer_dense_params(self) -> float:
         """Parameters of one layer that every token uses (no routed experts)."""
         return self.layer_params - self.experts * self.expert_params
 
-    @property
+    @functools.cached_property  # read at every serving iteration: worked out once
     def layer_active_params(self) -> float:
         """Parameters of one layer that one token uses."""
         return self.layer_dense_params + self.experts_active * self.expert_params

@@ -56,12 +56,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
 from hwprofiles.loader import build_dataclass, read_yaml
 
-if TYPE_CHECKING:  # a scenario loads without pandas (the summary it compares is one)
+if TYPE_CHECKING:  # a scenario loads without pandas (the summary it compares is one) or rich
     import pandas as pd
+    from rich.table import Table
 
 # summary columns a figure may select on; a ratio's denominator is the numerator's row
 # with ``over``'s keys replaced, so it shares the numerator's SHARED keys (a variant's
@@ -281,6 +280,8 @@ def gap_lines(rows: list[Row]) -> list[str]:
 
 def _unit_table(rows: list[Row], unit: str, title: str) -> Table:
     """The rows of one unit as a table (see :func:`seed_tables`)."""
+    from rich.table import Table  # noqa: PLC0415  (here: a scenario loads without rich)
+
     table = Table(title=title)
     wheres = any(r.where for r in rows)
     rels = any(r.figure.relation != "=" for r in rows)

@@ -96,10 +96,10 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from hwprofiles import HardwareProfile
 from hwprofiles.loader import load_profile
+from kvtier.contracts.arrays import arrow_array, to_numpy
 from sim.limits import offered_load
 from sim.models import ModelCard, get_model
 from sim.serving.build import build_engine, default_gpu_kv_bytes, gpu_blocks
@@ -186,8 +186,8 @@ def kv_batch(table: pa.Table, gpu_blocks: int, block: int, max_batch: int) -> in
     """The decode batch one instance can hold: ``max_batch``, or fewer when the
     GPU's KV cache holds fewer requests at the mean context (input + half the
     output, as :func:`sim.limits.offered_load` decodes), in whole blocks."""
-    inp = float(pc.mean(table.column("input_tokens")).as_py())
-    out = float(pc.mean(table.column("output_tokens")).as_py())
+    inp = float(to_numpy(table.column("input_tokens")).mean())  # whole tokens: exact sums
+    out = float(to_numpy(table.column("output_tokens")).mean())
     per_request = math.ceil(round(inp + out / 2) / block)
     return max(1, min(max_batch, gpu_blocks // max(per_request, 1)))
 
@@ -199,21 +199,21 @@ def scale_load(table: pa.Table, load: float, rho: float) -> pa.Table:
     if load <= 0 or rho <= 0:
         return table
     i = table.schema.get_field_index("arrival_s")
-    arrivals = table.column(i).to_numpy() * (rho / load)
-    return table.set_column(i, table.schema.field(i), pa.array(arrivals))
+    arrivals = to_numpy(table.column(i)) * (rho / load)
+    return table.set_column(i, table.schema.field(i), arrow_array(arrivals, pa.float64()))
 
 
 def table_stats(table: pa.Table) -> dict[str, float]:
     """:func:`trace_stats` of a request table at its own block size
     (vectorised), the output lengths, the arrival duration (first to last
     arrival) and rate (requests / last arrival)."""
-    inp = table.column("input_tokens").to_numpy()
-    out = table.column("output_tokens").to_numpy()
+    inp = to_numpy(table.column("input_tokens"))
+    out = to_numpy(table.column("output_tokens"))
     col = table.column("block_hashes")
-    flat = np.concatenate([np.asarray(c.flatten(), dtype=np.int64) for c in col.chunks])
+    flat = np.concatenate([_list_values(c) for c in col.chunks])
     flat.sort()  # distinct values without np.unique's further copies
     seen_first = int(np.count_nonzero(flat[1:] != flat[:-1])) + 1 if len(flat) else 0
-    arrivals = table.column("arrival_s").to_numpy()
+    arrivals = to_numpy(table.column("arrival_s"))
     last = float(arrivals.max())
     return {
         "mean_input": float(inp.mean()),
@@ -225,6 +225,12 @@ def table_stats(table: pa.Table) -> dict[str, float]:
         "duration_s": last - float(arrivals.min()),
         "rate": table.num_rows / last if last > 0 else float("inf"),
     }
+
+
+def _list_values(c: pa.ListArray) -> np.ndarray:
+    """The values of a list chunk's rows, in order (its offsets into its values)."""
+    offsets = to_numpy(c.offsets)
+    return to_numpy(c.values)[offsets[0] : offsets[-1]]
 
 
 def trace_stats(reqs: list[Request]) -> dict[str, float]:
@@ -282,7 +288,7 @@ def run(
     cpu = time.process_time() - c0  # this process alone: robust to a loaded machine
     table = records.requests
     assert table is not None
-    span = float(np.nanmax(table.column("finish_s").to_numpy(zero_copy_only=False)))
+    span = float(np.nanmax(to_numpy(table.column("finish_s"))))
     total = time.process_time()  # the whole process: interpreter, imports, trace, setup, run
     ops, flows = int(records.stats["ops"]), int(records.stats["flows"])
     return {"requests": len(reqs), **stats, "span_s": span, "wall_s": wall, "cpu_s": cpu,
@@ -312,8 +318,8 @@ def capacity(
     records = build(reqs, design, block, hw, model, tiers_gib).run(None)
     t = records.requests
     assert t is not None
-    served = ~t.column("rejected").to_numpy(zero_copy_only=False)
-    finish = np.sort(t.column("finish_s").to_numpy(zero_copy_only=False)[served])
+    served = ~to_numpy(t.column("rejected"))
+    finish = np.sort(to_numpy(t.column("finish_s"))[served])
     lo, hi = int(0.1 * len(finish)), int(0.9 * len(finish))
     if hi - lo < 2 or finish[hi - 1] <= finish[lo]:
         return {"capacity_rps": float("nan"), "capacity_gpu_util": float("nan")}

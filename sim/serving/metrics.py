@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from kvtier.contracts.arrays import arrow_array, to_numpy
 from kvtier.contracts.records import Records
 from sim.serving.planstore import PlanStore
 from sim.serving.requests import Request
@@ -92,6 +92,8 @@ class ServingRecords(Records):
         return self.plan_store.chunks()
 
     def write(self, out_dir: str | Path) -> None:
+        import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
+
         super().write(out_dir)
         out = Path(out_dir)
         if self.requests is not None:
@@ -140,7 +142,7 @@ class Timeline:
         cols = [np.frombuffer(self.t_s, np.float64)]
         cols += [np.frombuffer(c, np.int64) for c in self.cols]
         return pa.Table.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(cols, TIMELINE_SCHEMA, strict=True)],
+            [arrow_array(c, f.type) for c, f in zip(cols, TIMELINE_SCHEMA, strict=True)],
             schema=TIMELINE_SCHEMA,
         )
 
@@ -174,7 +176,7 @@ def request_records(reqs: list[Request], log: RequestLog, ops: pa.Table | None =
         "rejected": log.rejected,
     }
     return pa.Table.from_arrays(
-        [pa.array(cols[f.name][order], type=f.type) for f in REQUEST_RECORD_SCHEMA],
+        [arrow_array(cols[f.name][order], f.type) for f in REQUEST_RECORD_SCHEMA],
         schema=REQUEST_RECORD_SCHEMA,
     )
 
@@ -212,13 +214,22 @@ def uncovered(ls: np.ndarray, le: np.ndarray, cs: np.ndarray, ce: np.ndarray) ->
 
 def blocked_io(ops: pa.Table) -> dict[int, float]:
     """Per request: its load time not overlapped by any GPU computation."""
-    df = ops.select(["kind", "step", "tag", "start_s", "end_s"]).to_pandas()
-    comp = df[df["kind"] == "compute"]
-    cs, ce = comp["start_s"].to_numpy(), comp["end_s"].to_numpy()
-    loads = df[df["tag"] == "load"]
-    out = {}
-    for rid, g in loads.groupby("step", sort=True):
-        out[int(rid)] = uncovered(g["start_s"].to_numpy(), g["end_s"].to_numpy(), cs, ce)
+
+    def col(name: str) -> np.ndarray:
+        return to_numpy(ops.column(name))
+
+    kind, tag, step = col("kind"), col("tag"), col("step")
+    start, end = col("start_s"), col("end_s")
+    comp = kind == "compute"
+    cs, ce = start[comp], end[comp]
+    loads = np.flatnonzero(tag == "load")
+    loads = loads[np.argsort(step[loads], kind="stable")]  # by request, each in op order
+    rids, first = np.unique(step[loads], return_index=True)
+    out: dict[int, float] = {}
+    if len(loads) == 0:
+        return out
+    for rid, g in zip(rids.tolist(), np.split(loads, first[1:]), strict=True):
+        out[rid] = uncovered(start[g], end[g], cs, ce)
     return out
 
 

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from kvtier.contracts.arrays import nulls, to_numpy
 from traces.requests import SCHEMA
 
 REQUEST_SCHEMA = SCHEMA  # one request-table contract (traces/requests.py)
@@ -144,17 +145,16 @@ def mix_array(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _column(table: pa.Table, name: str, fill: float) -> tuple[np.ndarray, np.ndarray]:
     """(values with nulls as ``fill``, null mask) of a scalar column."""
     col = table.column(name)
-    null = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    return np.asarray(col.fill_null(fill).to_numpy(zero_copy_only=False)), null
+    return to_numpy(col, fill), nulls(col)
 
 
 def _trace_hashes(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first value, count, values) of each row's ``block_hashes`` (null = none)."""
     col = table.column("block_hashes").combine_chunks()
-    offsets = np.asarray(col.offsets, dtype=np.int64)
+    offsets = to_numpy(col.offsets).astype(np.int64)
     count = np.diff(offsets)
-    count[np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)] = 0
-    values = np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.int64)
+    count[nulls(col)] = 0
+    values = to_numpy(col.values).astype(np.int64, copy=False)
     return offsets[:-1], count, values
 
 

@@ -63,6 +63,7 @@ class _Seq:
     def __init__(self, hashes: list[int], blocks: list[int]) -> None:
         self.req = _Req(hashes)
         self.blocks = blocks
+        self.keys = None  # the manager's cache of its offload-block keys
 
 
 def _groups_by_definition(tiers, hashes, blocks, k, g0, g1):

@@ -119,3 +119,35 @@ def test_store_extents_are_each_entrys_layer_ranges_in_order() -> None:
         assert got.nbytes == len(got.extents) * 4096.0
     # every layer of every entry is copied once: 5 entries x 32 layers
     assert sum(len(p.extents) for p in pieces.values()) == 5 * 32
+
+
+def test_victims_come_in_runs_of_one_set_bounded_by_the_others_heads() -> None:
+    """Two device sets: a1, a2, a4 on both devices (a byte each), b3, b5 on
+    device 0 (two bytes each), stamps 1..5 in that order.  Device 0 short by
+    5: a1, a2 (a run of set a, up to b3's stamp), b3, a4 (short 0: stop).
+    With a2 in use: a1, b3, a4, b5.  Device 1 short by 2: set a alone, a1 and
+    a2.  One walk asked twice continues where it stopped."""
+    from sim.serving.tiers.lru import LruOrder
+
+    def entries() -> dict[str, Entry]:
+        es = {n: Entry(i, (), (), (1, 1) if n[0] == "a" else (2, 0), 0b11 if n[0] == "a" else 0b01)
+              for i, n in enumerate(["a1", "a2", "b3", "a4", "b5"], start=1)}  # fmt: skip
+        for e in es.values():
+            e.ref_cnt = READY
+        return es
+
+    es = entries()
+    lru = LruOrder()
+    lru.add(list(es.values()))
+    names = {id(e): n for n, e in es.items()}
+
+    def named(got: list[Entry]) -> list[str]:
+        return [names[id(e)] for e in got]
+
+    assert named(lru.walk().victims([5, 0])) == ["a1", "a2", "b3", "a4"]
+    assert named(lru.walk().victims([0, 2])) == ["a1", "a2"]
+    walk = lru.walk()
+    assert named(walk.victims([3, 0])) == ["a1", "a2", "b3"]  # 1 + 1 + 2 >= 3
+    assert named(walk.victims([1, 0])) == ["a4"]
+    es["a2"].ref_cnt = READY + 1
+    assert named(lru.walk().victims([5, 0])) == ["a1", "b3", "a4", "b5"]

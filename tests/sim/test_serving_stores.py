@@ -219,3 +219,125 @@ def test_the_store_starts_when_its_demotion_job_ends() -> None:
     assert demote["bytes"].sum() == 4 * BLOCK
     assert demote["start_s"].min() == ends[2] and a.start_s == ends[0]
     assert b.start_s == demote["end_s"].max() > ends[2]
+
+
+def test_a_store_not_prepared_is_remembered_only_until_what_it_read_changes() -> None:
+    """A CPU tier of 2 blocks full of A's stores in flight: B's block finds no
+    victim (None) and again at its next step (nothing changed).  A lender
+    giving the tier one block more (its capacity set from outside, nothing
+    else changed) changes the verdict: B's block is prepared in the free room,
+    nothing evicted."""
+    mgr = _manager(2)
+    cpu = mgr.tiers[0]
+    a, b = _computed(mgr, 0, [11, 12]), _computed(mgr, 1, [21])
+    mgr.prepare_store(a)
+    assert mgr.prepare_store(b) is None and b.unstored
+    assert mgr.prepare_store(b) is None and b.unstored  # the same verdict, remembered
+    cpu.capacity[0] += 4 * 8192  # one offload block more
+    (store_b,) = mgr.prepare_store(b)
+    assert [e.key for e in store_b.entries] == [21] and cpu.evictions == 0 and not b.unstored
+
+
+def test_every_change_a_placement_reads_changes_the_tiers_state() -> None:
+    """OffloadTier.state() moves with each change to the entries, their counts,
+    used or evictable bytes, or a capacity; a touch (order only) leaves it."""
+    tier = OffloadTier("cpu", ["dram0"], [1.0], [4 * 4 * 8192.0], 4, 8192)
+    seen = [tier.state()]
+
+    def moved() -> bool:
+        seen.append(tier.state())
+        return seen[-1] != seen[-2]
+
+    (e1, e2) = tier.place([1, 2], None)
+    assert moved()
+    tier.complete_all([e1, e2])
+    assert moved()
+    tier.touch_all([e1])
+    assert not moved()
+    tier.pin_all([e1])
+    assert moved()
+    tier.unpin_all([e1])
+    assert moved()
+    tier.drop([e2], None)
+    assert moved()
+    (e3,) = tier.place([3], None)
+    tier.complete_all([e3])
+    seen.append(tier.state())
+    tier.hand_over([e3], None)
+    assert moved()
+    tier.free([e3])
+    assert moved()
+    tier.capacity[0] -= 4 * 8192
+    assert moved()
+
+
+def test_remembered_verdicts_are_the_verdicts_worked_afresh() -> None:
+    """Seeded random steps on a 6-block tier (requests computed, stores tried,
+    stores ending, capacity lent and taken back): each store's verdict equals
+    the verdict of a copy of the manager and request that remembers nothing."""
+    import copy
+
+    rng = np.random.default_rng(11)
+    mgr = _manager(6, gpu_blocks=256)
+    seqs: list[Seq] = []
+    inflight: list = []
+    compared = remembered = 0
+    for step in range(400):
+        act = rng.random()
+        if act < 0.2 and len(seqs) < 24:
+            n = int(rng.integers(1, 5))
+            hs = [1000 * (len(seqs) + 1) + j for j in range(n)]
+            seqs.append(_computed(mgr, len(seqs), hs))
+        elif act < 0.7 and seqs:
+            s = seqs[int(rng.integers(0, len(seqs)))]
+            fresh_mgr, fresh_s = copy.deepcopy((mgr, s))
+            fresh_s.no_room = None
+            want = fresh_mgr.prepare_store(fresh_s)
+            remembered += s.unstored and s.no_room is not None
+            got = mgr.prepare_store(s)
+            assert (got is None) == (want is None), step
+            compared += 1
+            if got:
+                inflight += got
+        elif act < 0.9 and inflight:
+            t = inflight.pop(int(rng.integers(0, len(inflight))))
+            mgr.on_stored(t)
+        else:
+            mgr.tiers[0].capacity[0] = int(rng.integers(3, 8)) * 4 * 8192
+    assert compared > 100 and remembered > 10
+
+
+def test_a_lookup_with_nothing_changed_since_its_last_leaves_the_order_as_a_touch_would() -> None:
+    """Seeded random steps on a 6-block tier (requests computed, looked up,
+    stores tried and ending): after every lookup the tier's LRU order is the
+    order a copy of the manager gets from the same lookup remembering nothing
+    (its touch done again); some lookups found nothing changed."""
+    import copy
+
+    rng = np.random.default_rng(5)
+    mgr = _manager(6, gpu_blocks=256)
+    cpu = mgr.tiers[0]
+    seqs: list[Seq] = []
+    inflight: list = []
+    lookups = skipped = 0
+    for _ in range(500):
+        act = rng.random()
+        if act < 0.15 and len(seqs) < 16:
+            n = int(rng.integers(1, 4))
+            seqs.append(_computed(mgr, len(seqs), [1000 * (len(seqs) + 1) + j for j in range(n)]))
+        elif act < 0.6 and seqs:
+            s = seqs[int(rng.integers(0, len(seqs)))]
+            fresh_mgr, fresh_s = copy.deepcopy((mgr, s))
+            fresh_s.touched = None
+            fresh_mgr.lookup(fresh_s)
+            skipped += s.touched == [(t.lru.clock, t.changes) for t in mgr.tiers]
+            mgr.lookup(s)
+            order = [e.key for e in cpu.lru.order()]
+            assert order == [e.key for e in fresh_mgr.tiers[0].lru.order()]
+            lookups += 1
+        elif act < 0.85 and seqs:
+            got = mgr.prepare_store(seqs[int(rng.integers(0, len(seqs)))])
+            inflight += got or []
+        elif inflight:
+            mgr.on_stored(inflight.pop(int(rng.integers(0, len(inflight)))))
+    assert lookups > 150 and skipped > 10

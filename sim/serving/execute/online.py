@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import simpy
 
+from kvtier.contracts.arrays import arrow_array
 from kvtier.contracts.plan import extent_totals
 from kvtier.contracts.plan_schema import OP_IDENTITY
 from kvtier.contracts.records import OP_RECORD_SCHEMA, Records, op_records
@@ -296,7 +297,9 @@ class OnlineOps:
         store = self.store
         cols = {"op_id": np.arange(len(self), dtype=np.int64)}
         cols.update({c: store.column(c) for c in OP_IDENTITY})
-        ident = pa.table({c: pa.array(v, OP_RECORD_SCHEMA.field(c).type) for c, v in cols.items()})
+        ident = pa.table(
+            {c: arrow_array(v, OP_RECORD_SCHEMA.field(c).type) for c, v in cols.items()}
+        )
         makespan = max(self.end_s) if self.end_s else 0.0
         ops = op_records(ident, self.start_s, self.start_s, self.end_s, self.cpu_s, "sim")
         devices = device_records(None, self.machine, makespan)

@@ -108,11 +108,18 @@ class BlockManager:
         GPU or with no ready copy in any tier (:func:`sim.serving.policy.prefix.lower_hits`).
         With ``stores: step`` every offload block of the prompt held in a tier
         is touched first, as vLLM's ``get_num_new_matched_tokens`` does
-        (:meth:`_touch`)."""
+        (:meth:`_touch`).  A request waiting for room is looked up at every
+        step: when no tier has added, touched, placed or dropped an entry since
+        its last lookup (each tier's LRU clock and changes as that lookup left
+        them, ``s.touched``), its blocks are the most recent, in the order a
+        touch gives, and touching them again leaves the order as it is."""
         hs, k = s.req.hashes, self.k
-        if self.design.stores == "step":  # get_num_new_matched_tokens: manager.touch first
+        step = self.design.stores == "step"  # get_num_new_matched_tokens: manager.touch first
+        if step and s.touched != [(t.lru.clock, t.changes) for t in self.tiers]:
+            keys = self._keys(s)
             for tier in self.tiers:
-                self._touch(tier, hs, len(hs) // k)
+                self._touch(tier, keys)
+            s.touched = [(t.lru.clock, t.changes) for t in self.tiers]
         limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
         cached = self.gpu.cached if self.gpu.prefix_cache else {}
         gpu = gpu_prefix(cached, self.gpu.ready, hs, limit)
@@ -157,6 +164,7 @@ class BlockManager:
     def release(self, s: Seq) -> None:
         self.gpu.release(s.blocks, s.private)
         s.blocks, s.private = [], 0
+        s.keys = s.no_room = s.touched = None
 
     # ---- loads --------------------------------------------------------------------
     def load(self, s: Seq, layerwise: bool) -> Transfer:
@@ -211,41 +219,59 @@ class BlockManager:
         ``stored_groups`` moves on, the request's blocks in the tier touched
         (:meth:`_touch`).  Groups already held in a tier are not stored again
         (``block_hashes_to_store``).  ``s.unstored`` says whether
-        this store was not prepared (the engine tries again only those)."""
+        this store was not prepared (the engine tries again only those).
+
+        The verdict None reads the groups (``g0``, ``g1``), the request's GPU
+        blocks (only ever appended to while it holds them: their count), each
+        tier's held keys and the first tier's used, evictable and capacity
+        bytes (:meth:`OffloadTier.state`); a retry that finds all of them as
+        the last verdict found them (``s.no_room``) is that verdict again."""
         frontier, k = self._frontier(s, upto), self.k
         g0, g1 = self._hash(s, frontier), frontier // k
-        s.unstored = False
         if not (self.tiers and store) or g1 <= g0:
+            s.unstored = False
             return []
+        seen = (g0, g1, len(s.blocks), *[t.state() for t in self.tiers])
+        if s.unstored and s.no_room == seen:
+            return None  # nothing the verdict reads changed: still no room
+        s.unstored = False
         if min(s.blocks[g0 * k : g1 * k]) >= 0:  # every group whole: the count is known first
-            keys = ints(s.req.hashes, g0 * k + k - 1, g1 * k, k)
+            keys = self._keys(s)[g0:g1]
             held: set[int] = set()
             for t in self.tiers:
                 held.update(filter(t.entries.__contains__, keys))
             if not self._room(len(keys) - len(held)):
-                s.unstored = True  # no group picked: a retry costs no arrays
+                s.unstored, s.no_room = True, seen  # no group picked: a retry costs no arrays
                 return None
         groups, mine = self._store_groups(s, g0, g1)
         if groups and not self._room(len(groups)):
-            s.unstored = True
+            s.unstored, s.no_room = True, seen
             return None
         s.stored_groups = g1
         if not groups:
             return []
         self.gpu.acquire_all(mine)
         placed = self.place_store(StoreRequest(s.req.rid, groups))
-        self._touch(self.tiers[0], s.req.hashes, g1)  # _get_reqs_to_store: manager.touch
+        self._touch(self.tiers[0], self._keys(s)[:g1])  # _get_reqs_to_store: manager.touch
         return placed.demotions + ([placed.store] if placed.store is not None else [])
 
-    def _touch(self, tier: OffloadTier, hs: tuple[int, ...], n: int) -> None:
-        """vLLM's ``LRUOffloadingManager.touch`` of a request's first ``n``
-        offload blocks: each one ``tier`` holds made most recently used, in
-        reverse, so the first block ends most recent (``for block_hash in
-        reversed(...): move_to_end``)."""
-        held, k = tier.entries, self.k
-        got = list(filter(None, map(held.get, reversed(ints(hs, k - 1, n * k, k)))))
+    def _touch(self, tier: OffloadTier, keys: list[int]) -> None:
+        """vLLM's ``LRUOffloadingManager.touch`` of a request's first offload
+        blocks (their ``keys``): each one ``tier`` holds made most recently
+        used, in reverse, so the first block ends most recent (``for
+        block_hash in reversed(...): move_to_end``)."""
+        got = list(filter(None, map(tier.entries.get, reversed(keys))))
         if got:
             tier.touch_all(got)
+
+    def _keys(self, s: Seq) -> list[int]:
+        """``s``'s offload-block keys, each group's last block hash (``s.keys``,
+        made once while ``s`` holds blocks)."""
+        keys = s.keys
+        if keys is None:
+            hs, k = s.req.hashes, self.k
+            keys = s.keys = ints(hs, k - 1, len(hs) // k * k, k)
+        return keys
 
     def _frontier(self, s: Seq, upto: int | None) -> int:
         done = s.cached_tokens + s.prefilled if upto is None else upto
@@ -285,7 +311,7 @@ class BlockManager:
     ) -> tuple[list[tuple[int, tuple[GpuBlock, ...]]], np.ndarray]:
         """Groups ``g0 .. g1`` of ``s`` held in no tier and whole on the GPU
         (:func:`sim.serving.policy.storegroups.store_groups`), and their blocks."""
-        return store_groups(self.tiers, self._ones, self.k, s, g0, g1)
+        return store_groups(self.tiers, self._ones, self.k, s, self._keys(s)[g0:g1], g0, g1)
 
     def _ones(self, slots: np.ndarray) -> list[tuple[GpuBlock]]:
         """``(slot,)`` for each of ``slots``: one tuple per GPU slot, made

@@ -19,7 +19,7 @@ class Seq:
 
     __slots__ = ("req", "total_blocks", "blocks", "private", "_cached", "_prefilled",
                  "prefill_left", "generated", "stored_groups", "unstored", "lookup",
-                 "load", "remote")  # fmt: skip
+                 "load", "remote", "keys", "no_room", "touched")  # fmt: skip
 
     def __init__(self, req: Request, total_blocks: int):
         self.req = req
@@ -36,6 +36,17 @@ class Seq:
         # prefilled elsewhere: the GPU its prompt's KV is fetched from at admission
         # (a disaggregated decode instance, sim.serving.execute.disagg); None once in
         self.remote: str | None = None
+        # its offload blocks' keys (each group's last block hash) as Python ints, made by
+        # the block manager at the first lookup or store and let go at release: a
+        # request is looked up and touched at every step it waits, and reading the
+        # keys out of its int64 hashes each time was a fifth of that
+        self.keys: list[int] | None = None
+        # what its last store not prepared read (BlockManager.prepare_store): the same
+        # again is the same verdict
+        self.no_room: tuple | None = None
+        # each tier's LRU clock and changes as its last lookup's touch left them
+        # (BlockManager.lookup): the same again, that touch would change nothing
+        self.touched: list[tuple[int, int]] | None = None
 
     @property
     def cached_tokens(self) -> int:

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from sim.serving.policy.prefix import ints
 from sim.serving.tiers.blocks import GpuBlock, OffloadTier
 
 Group = tuple[int, tuple[GpuBlock, ...]]  # (last block's key, the group's blocks)
@@ -31,16 +30,16 @@ def store_groups(
     ones: Callable[[np.ndarray], list[tuple[GpuBlock]]],
     k: int,
     s: Any,
+    keys: list[int],
     g0: int,
     g1: int,
 ) -> tuple[list[Group], np.ndarray]:
     """Groups ``g0 .. g1`` of request state ``s`` (a :class:`sim.serving.policy.seq.Seq`)
     held in no tier of ``tiers`` and whole on the GPU: (last block's key,
     blocks), in order, and their blocks as one array (to acquire on the GPU
-    when the store is placed).  ``ones``: the shared ``(slot,)`` of each slot
-    (``k == 1``)."""
+    when the store is placed).  ``keys``: the groups' keys (each one's last
+    block hash); ``ones``: the shared ``(slot,)`` of each slot (``k == 1``)."""
     n = g1 - g0
-    keys = ints(s.req.hashes, g0 * k + k - 1, g1 * k, k)  # each group's last block hash
     blocks = s.blocks[g0 * k : g1 * k]
     if not keys:
         return [], _NONE

@@ -88,6 +88,9 @@ class OffloadTier:
         self.evictable = [0] * len(self.devices)
         self.allocators = [SlotAllocator(layer_stride(self.layer_bytes)) for _ in self.devices]
         self.evictions = 0
+        # changes to the entries, their reference counts, used or evictable bytes (see
+        # state): every method that makes one counts it
+        self.changes = 0
         self._alt: dict[tuple[bool, ...], tuple[Runs, tuple[int, ...]]] = {}  # per device mask
         self._need: dict[Runs, tuple[int, ...]] = {}  # bytes per device of a block's runs
         self._devs: dict[tuple[int, ...], int] = {}  # the device set of those bytes
@@ -112,6 +115,13 @@ class OffloadTier:
                 n = l1 - l0
                 return layer_ranges([slot] * n, range(l0 - r0, l1 - r0), self.layer_bytes)
         raise ValueError(f"{self.name}: entry {e.key} holds no layers {l0}..{l1} on {dev}")
+
+    def state(self) -> tuple[int, ...]:
+        """What a decision to place here reads of the tier, as a stamp: the
+        count of changes to its entries, reference counts, used and evictable
+        bytes, and its capacities (a lender sets them from outside).  Equal
+        stamps: the same entries, counts and bytes."""
+        return (self.changes, *self.capacity)
 
     def lookup(self, key: int) -> Entry | None:
         e = self.entries.get(key)
@@ -141,6 +151,7 @@ class OffloadTier:
 
     def pin_all(self, entries: Sequence[Entry]) -> None:
         """Each of ``entries`` in use once more, in this order (one call for a run)."""
+        self.changes += 1
         ev = self.evictable
         for e in entries:
             c = e.ref_cnt
@@ -155,6 +166,7 @@ class OffloadTier:
 
     def unpin_all(self, entries: Sequence[Entry]) -> None:
         """A load or copy from ``entries`` ended: each is in use once less."""
+        self.changes += 1
         ev = self.evictable
         for e in entries:
             c = e.ref_cnt = e.ref_cnt - 1
@@ -169,6 +181,7 @@ class OffloadTier:
         whether all of them were not ready: they are then all still in this
         tier (an entry leaves a tier only once evicted, and only a ready one
         is)."""
+        self.changes += 1
         fresh, gained = True, []
         for e in entries:
             c = e.ref_cnt
@@ -195,6 +208,7 @@ class OffloadTier:
         new = [k for k in keys if k not in self.entries]
         if not new:
             return []
+        self.changes += 1
         return place(self, new, layer_runs(self.ratios, len(new), self.layers), evict)
 
     def spill(self, most: int = 1) -> tuple[Runs | None, int]:
@@ -267,6 +281,7 @@ class OffloadTier:
     def drop(self, victims: Sequence[Entry], evict: EvictFn | None) -> None:
         """Evict ``victims`` now (:meth:`hand_over`), their bytes and slots
         freed, gone from the tier."""
+        self.changes += 1
         self.hand_over(victims, evict)
         self.free(victims)
         for e in victims:
@@ -279,6 +294,7 @@ class OffloadTier:
         caller frees their bytes and slots (:meth:`free`, or a new entry takes
         them over) and removes them from ``entries`` and ``lru`` (a
         placement does so at its end, :mod:`sim.serving.tiers.lru`)."""
+        self.changes += 1
         for e in victims:
             if e.ref_cnt != READY:  # pragma: no cover - book-keeping bug
                 raise RuntimeError(f"{self.name}: entry {e.key} evicted while in use")
@@ -293,6 +309,7 @@ class OffloadTier:
         """Give back the bytes and slots of ``victims`` (evicted): the slots one
         by one in order (the allocator reuses the last freed first), the bytes
         as one sum per device (whole bytes: the same)."""
+        self.changes += 1
         if not victims:
             return
         alloc = self.allocators

@@ -44,13 +44,19 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from functools import partial
 from heapq import merge
+from itertools import filterfalse
 from operator import attrgetter
 
 from sim.serving.tiers.entry import READY, Entry
 
 _ENDED = Entry(-1, (), (), (), 0)  # a set walked to its end
 _STAMP = attrgetter("stamp")
+_NO_BOUND = float("inf")  # no other set has an evictable head
+# the evictable entries of an iterator of entries: READY is 0, every other count is not
+_ready = partial(filterfalse, attrgetter("ref_cnt"))
+assert READY == 0
 
 
 class LruOrder:
@@ -109,34 +115,53 @@ class Walk:
     def victims(self, short: list[int]) -> list[Entry]:
         """The victims that cover ``short`` (bytes per device; > 0: short), in
         LRU order (module docstring); fewer when the walk ends first.  They
-        are not dropped: the caller evicts them."""
+        are not dropped: the caller evicts them.
+
+        Each victim is the least-stamped evictable head of the sets with
+        bytes on a device still short.  The heads of the other sets do not
+        move while one set gives victims, so that set keeps giving them, in
+        its order, while their stamps stay below the least of those heads and
+        no device stops being short (a run of victims from one set: one
+        device's tier is one set, a run to the end)."""
         out: list[Entry] = []
         short = list(short)
         want = _short_mask(short)  # the devices still short
         sets = self._sets
         while want:
             best: list | None = None
+            bound = _NO_BOUND  # the least head stamp of the other sets
             for s in sets:
                 if s[0] & want:  # bytes on a device short
                     e = s[2]
                     if e is None:  # the set's first evictable entry not taken
-                        for e in s[1]:
-                            if e.ref_cnt == READY:
-                                break
-                        else:
-                            e = _ENDED
-                        s[2] = e
-                    if e is not _ENDED and (best is None or e.stamp < best[2].stamp):
+                        e = s[2] = next(_ready(s[1]), _ENDED)
+                    if e is _ENDED:
+                        continue
+                    if best is None or e.stamp < best[2].stamp:
+                        if best is not None:
+                            bound = best[2].stamp
                         best = s
+                    elif e.stamp < bound:
+                        bound = e.stamp
             if best is None:
                 break  # the walk ended
+            on = want & best[0]  # the devices short that its entries have bytes on
+            devs = [d for d in range(len(short)) if on >> d & 1]
             e, best[2] = best[2], None
-            out.append(e)
-            for d, b in enumerate(e.nbytes):
-                if b:
-                    short[d] -= b
-                    if short[d] <= 0:
-                        want &= ~(1 << d)
+            ready = _ready(best[1])
+            while True:  # e: the next victim, from ``best``
+                out.append(e)
+                nb, covered = e.nbytes, False
+                for d in devs:
+                    x = short[d] = short[d] - nb[d]
+                    covered = covered or x <= 0
+                if covered:
+                    want &= _short_mask(short)
+                    break
+                e = next(ready, _ENDED)
+                if e is _ENDED or e.stamp > bound:
+                    best[2] = e  # the set's next evictable entry (or its end), not taken
+                    break
         return out
 
 
