@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hwprofiles import load_profile
 from sim.hw.machine import Machine
@@ -99,6 +101,20 @@ def test_instance_scope_tiers_are_each_nodes_own_devices():
     assert fleet[0][0][0].capacity == [int(1.5 * gib)] * 2  # 3 GiB over two modules
 
 
+def test_node_local_stores_stay_on_their_node():
+    """Instance scope on gpu0 and gpu8: each instance stores its 15 offload blocks
+    into its own node's DRAM, and no byte crosses a NIC port."""
+    records, _, _ = _run("instance", ["gpu0", "gpu8"], _two())
+    for name, gpu, dram in (("r0", "gpu0", "n0.dram0"), ("r1", "gpu8", "n1.dram0")):
+        ops = records[name].ops.to_pandas()
+        stores = ops[(ops["tag"] == "store") & (ops["src"] == gpu)]
+        assert set(stores["dst"]) == {dram}
+        assert stores["bytes"].sum() == 60 * 16 * 131_072
+    dev = records["r1"].devices.to_pandas()
+    ports = dev[dev["device"].str.contains(r"\.nic\d+\.port")]
+    assert len(ports) and ports["bytes_read"].sum() == 0
+
+
 def test_fleet_scope_loads_cross_the_network():
     records, _, _ = _run("fleet", ["gpu0", "gpu8"], _two())
     ops = records["r1"].ops.to_pandas()
@@ -155,3 +171,50 @@ def test_a_store_larger_than_its_devices_is_refused():
     with pytest.raises(ScopeError, match="unknown scope 'rack'"):
         scoped_tiers("rack", design, FLEET, CARD, B, gpus)
     assert len(scoped_tiers("node", design, FLEET, CARD, B, gpus[:6])) == 6  # 1,800 GiB fits
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sessions=st.lists(
+        st.tuples(st.integers(4, 40), st.integers(1, 3), st.floats(0.0, 0.5)),
+        min_size=2,
+        max_size=10,
+    ),
+    share=st.sampled_from(["prefix", "fresh"]),
+)
+def test_a_shared_store_never_holds_more_than_its_capacity(sessions, share):
+    """Sessions of random length (blocks of 16 tokens), turns and arrivals over
+    three instances sharing node 0's store of 3 x 0.03 GiB (96.6 MB: 11 offload
+    blocks of 8 MiB, fewer than one long session stores): after every placement,
+    by any instance, no device of the store holds more than its capacity, and
+    every entry's bytes are counted once."""
+    reqs, rid = [], 0
+    for s, (blocks, turns, t0) in enumerate(sessions):
+        base = 0 if share == "prefix" else 10_000 * s  # "prefix": all share one system prompt
+        for t in range(turns):
+            n = 16 * (blocks + 8 * t) + 5
+            reqs.append(Request(rid, t0 + 0.3 * t, s, t, n, 2, tuple(range(base, base + n // B))))
+            rid += 1
+    design = get_design("paged-cpu", {"cpu_gib": 0.03})
+    gpus = ["gpu0", "gpu1", "gpu2"]
+    sets = scoped_tiers("node", design, FLEET, CARD, B, gpus)
+    (tier,) = sets[0][0]
+    checks = []
+
+    def checked(place):
+        def run(keys, evict):
+            out = place(keys, evict)
+            assert all(0 <= u <= c for u, c in zip(tier.used, tier.capacity, strict=True))
+            assert sum(sum(e.nbytes) for e in tier.entries.values()) == sum(tier.used)
+            checks.append(len(out))
+            return out
+
+        return run
+
+    tier.place = checked(tier.place)
+    inst = [Instance(f"r{k}", CARD, design, EngineConfig(gpu_blocks=4000, gpu=g), [], tiers=t)
+            for k, (g, t) in enumerate(zip(gpus, sets, strict=True))]  # fmt: skip
+    policy = make_router("round_robin", {}, len(inst), B, np.random.default_rng(0))
+    records, _ = run_routed(FLEET, inst, reqs, policy)
+    assert checks  # the store was placed into
+    assert sum(len(records[n].requests) for n in records) == len(reqs)
