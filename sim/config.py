@@ -207,6 +207,10 @@ class ServingParams:
     # prefill ones; decode_router / decode_router_params pick the decode instance (default:
     # prefix with overlap_weight 0, Dynamo's decode stage); empty = colocated
     disaggregation: dict = field(default_factory=dict)
+    # whose offload tiers a routed instance reaches (sim.serving.execute.scopes): instance
+    # (its own, on its node's devices), node (one store per node, shared by its instances)
+    # or fleet (one store over every node's devices, reached over the network)
+    tier_scope: str = "instance"
     preempt: bool = False  # vLLM v1: prompt blocks at admission, preempt (recompute) on shortage
     tp: int = field(
         default=1, metadata={"positive": True}
@@ -308,12 +312,20 @@ def _check_instances(p: ServingParams) -> None:
             raise ParamError(f"instances[{i}].cache_replies", f"must be one of {CACHE_REPLIES}")
 
 
+TIER_SCOPES = ("instance", "node", "fleet")  # sim.serving.execute.scopes.SCOPES
+
+
 def _check_router(p: ServingParams) -> None:
     """A known router with valid params over at least one instance that exists."""
+    if p.tier_scope not in TIER_SCOPES:
+        raise ParamError("tier_scope", f"unknown scope {p.tier_scope!r} (one of: "
+                         f"{', '.join(TIER_SCOPES)})")  # fmt: skip
     if not p.routed:
         for key in ("replicas", "route_to", "router_params", "disaggregation"):
             if getattr(p, key):
                 raise ParamError(key, "needs a router (round_robin, least_queue, least_kv, prefix)")
+        if p.tier_scope != "instance":
+            raise ParamError("tier_scope", "shares tiers among routed instances: needs a router")
         return
     ROUTERS.params(p.router, p.router_params, "router_params")  # RegistryError names the key
     if not isinstance(p.replicas, int) or isinstance(p.replicas, bool):

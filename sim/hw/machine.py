@@ -198,11 +198,9 @@ class Machine:
         key = (src, dst)
         if key in self._routes:
             return self._routes[key]
-        fleet = self.profile.fleet
-        if (fleet is not None and src in self.gpu_res and dst in self.gpu_res
-                and fleet.node_of(src) != fleet.node_of(dst)):  # fmt: skip
-            # between nodes: each GPU through its own NIC (GPUDirect RDMA)
-            a, b = fleet.nic_of(src), fleet.nic_of(dst)
+        nics = self._nics_between(src, dst)
+        if nics is not None:
+            a, b = nics
             self._routes[key] = self.route(src, a) + self.route(a, b) + self.route(b, dst)
             return self._routes[key]
         for node in (src, dst):
@@ -232,6 +230,38 @@ class Machine:
             node = prev[node]
         self._routes[key] = tuple(reversed(hops))
         return self._routes[key]
+
+    def _nics_between(self, src: str, dst: str) -> tuple[str, str] | None:
+        """The NICs a route between two nodes of a fleet crosses (None inside a
+        node): a GPU sends and receives through its own NIC (GPUDirect RDMA);
+        host memory or an SSD of the other node through that node's NIC of
+        the same index (the GPU's rail; NIC 0 between two hosts)."""
+        fleet = self.profile.fleet
+        if fleet is None or fleet.nodes < 2:
+            return None
+        a, b = self._node_index(src), self._node_index(dst)
+        if a is None or b is None or a == b:
+            return None
+        gpu = src if src in self.gpu_res else dst if dst in self.gpu_res else None
+        k = int(gpu.removeprefix("gpu")) % fleet.gpus_per_node if gpu is not None else 0
+        nic = {n: f"n{n}.nic{k}" for n in (a, b)}
+        if src in self.gpu_res:
+            nic[a] = fleet.nic_of(src)
+        if dst in self.gpu_res:
+            nic[b] = fleet.nic_of(dst)
+        return nic[a], nic[b]
+
+    def _node_index(self, name: str) -> int | None:
+        """The fleet node a GPU, SSD or DRAM module sits in (None: a switch or link end)."""
+        fleet = self.profile.fleet
+        assert fleet is not None
+        if name in self.gpu_res:
+            return fleet.node_of(name)
+        if name in self.profile.ssd_names:
+            return self.profile.ssd_names.index(name) * fleet.nodes // len(self.profile.ssd_names)
+        if name in self.profile.dram_names:
+            return int(name.split(".", 1)[0].removeprefix("n"))
+        return None
 
     def route_latency_s(self, src: str, dst: str) -> float:
         """Seconds a copy's first byte takes from ``src`` to ``dst``: the links'

@@ -32,6 +32,7 @@ from sim.serving.designs import get_design
 from sim.serving.execute.disagg import disagg_records, handoffs, run_disagg
 from sim.serving.execute.multi import Instance
 from sim.serving.execute.routed import fleet_records, run_routed
+from sim.serving.execute.scopes import OFFLOAD, ScopeError, level_hits, scoped_tiers
 from sim.serving.metrics import ServingRecords, serving_summary
 from sim.serving.requests import Request, load_requests
 from sim.serving.router import make_router
@@ -106,13 +107,10 @@ def prepare_routed(
             raise ConfigError(f"instances[{i}].gpu: {profile.name} has no GPU {spec['gpu']!r}")
     solo = dataclasses.replace(
         p, instances=(), replicas=0, route_to=(), router="none", router_params={},
-        disaggregation={},
+        disaggregation={}, tier_scope="instance",
     )  # fmt: skip
     card, design = get_model(p.model), get_design(p.design, p.design_params)
     tiered = any(design_devices(design, profile))
-    if tiered and profile.fleet and profile.fleet.nodes > 1:
-        raise ConfigError(f"design: {p.design}'s offload tiers on a fleet are not modelled "
-                          f"(its devices would be node 0's for every instance)")  # fmt: skip
     cfg = engine_config(solo, profile)
     table, warm = trace_tables(solo, seed)
     if warm is not None:
@@ -126,11 +124,17 @@ def prepare_routed(
         return _disagg(p, profile, seed, label, specs, card, design, cfg, table)
     names = [s["name"] for s in specs]
     head: dict[str, Any] = {}
+    gpus = [s["gpu"] for s in specs]
+    try:  # checked before the run (bad input: exit 2); built anew by each drive
+        scoped_tiers(p.tier_scope, design, profile, card, cfg.block_tokens, gpus)
+    except ScopeError as e:
+        raise ConfigError(str(e)) from None
 
     def drive(watch: Any = None) -> ServingRecords:
         reqs = load_requests(table, p.block_tokens)
-        routed = [Instance(s["name"], card, design, dataclasses.replace(cfg, gpu=s["gpu"]), [])
-                  for s in specs]  # fmt: skip
+        sets = scoped_tiers(p.tier_scope, design, profile, card, cfg.block_tokens, gpus)
+        routed = [Instance(s["name"], card, design, dataclasses.replace(cfg, gpu=s["gpu"]), [],
+                           tiers=t) for s, t in zip(specs, sets, strict=True)]  # fmt: skip
         rng = np.random.default_rng(np.random.SeedSequence([seed, ROUTER_SALT]))
         policy = make_router(p.router, p.router_params, len(routed), p.block_tokens, rng)
         records, where = run_routed(profile, [*routed, *(b() for b in own)], reqs, policy,
@@ -139,6 +143,7 @@ def prepare_routed(
         head.update(router=p.router, instances=len(routed), model=card.name,
                     gpu_kv_blocks=cfg.gpu_blocks)  # fmt: skip
         head["turn_affinity"] = turn_affinity(where, reqs)
+        head["tier_scope"] = p.tier_scope
         for k, name in enumerate(names):
             s = serving_summary(records[name], p.block_tokens)
             head[f"{name}_requests"] = int(counts[k])
@@ -152,6 +157,8 @@ def prepare_routed(
         row: dict[str, Any] = {"design": label.split(" | ")[0], **head}
         row.update(serving_summary(records, p.block_tokens))
         row.update(network_summary(records, profile))
+        rates = level_hits(p.tier_scope, {t: row[f"hit_rate_{t}"] for t in ("gpu", *OFFLOAD)})
+        row.update({f"hit_rate_level_{level}": x for level, x in rates.items()})
         return row
 
     return drive, summarize

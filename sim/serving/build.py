@@ -11,6 +11,8 @@ the design's DRAM module ``i mod n`` (dram0 if the design uses none).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from hwprofiles import HardwareProfile
 from sim.hw.machine import Machine
 from sim.models import ModelCard
@@ -28,9 +30,22 @@ __all__ = ["build_engine", "make_tiers", "peer_tier"]
 GIB = 2**30
 
 
-def design_devices(d: DesignParams, profile: HardwareProfile) -> tuple[list[str], list[str]]:
-    """(DRAM modules, SSDs) the design's tiers use."""
+def node_devices(profile: HardwareProfile, node: int | None) -> tuple[list[str], list[str]]:
+    """(DRAM modules, SSDs) of fleet node ``node`` (``n{node}.dram*``, its
+    ``ssd{node*S+j}``, :mod:`hwprofiles.fleet`); the profile's all when None."""
     drams, ssds = list(profile.dram_names), list(profile.ssd_names)
+    if node is None or profile.fleet is None:
+        return drams, ssds
+    per = len(ssds) // profile.fleet.nodes
+    return [m for m in drams if m.startswith(f"n{node}.")], ssds[node * per : (node + 1) * per]
+
+
+def design_devices(
+    d: DesignParams, profile: HardwareProfile, node: int | None = None
+) -> tuple[list[str], list[str]]:
+    """(DRAM modules, SSDs) the design's tiers use: the first ``dram_modules`` and
+    ``ssds`` of fleet node ``node`` (:func:`node_devices`), of the profile when None."""
+    drams, ssds = node_devices(profile, node)
     for what, want, have, gib in (
         ("DRAM modules", d.dram_modules, drams, d.cpu_gib),
         ("SSDs", d.ssds, ssds, d.ssd_gib),
@@ -45,9 +60,21 @@ def design_devices(d: DesignParams, profile: HardwareProfile) -> tuple[list[str]
 
 
 def make_tiers(
-    d: DesignParams, profile: HardwareProfile, card: ModelCard, block_tokens: int
+    d: DesignParams,
+    profile: HardwareProfile,
+    card: ModelCard,
+    block_tokens: int,
+    nodes: Sequence[int] | None = None,
+    share: int = 1,
 ) -> tuple[list[OffloadTier], dict[str, str]]:
-    """The design's offload tiers and each SSD's bounce-buffer DRAM module."""
+    """The design's offload tiers and each SSD's bounce-buffer DRAM module.
+    ``nodes``: the fleet nodes whose devices the tiers use (each node's own, as
+    :func:`design_devices` picks them; SSDs bounce through their own node's
+    DRAM); None: the profile's.  ``share``: the tiers hold the design's
+    capacities ``share`` times over (a store that ``share`` instances share,
+    :mod:`sim.serving.execute.scopes`)."""
+    if nodes is not None:
+        return _node_tiers(d, profile, card, block_tokens, nodes, share)
     drams, ssds = design_devices(d, profile)
     layer_bytes = d.offload_factor(block_tokens) * block_tokens * card.kv_bytes_per_token_layer
     cap = {m: d.cpu_gib * GIB / len(drams) for m in drams}
@@ -64,6 +91,36 @@ def make_tiers(
     bounce = {
         s: bounce_from[i % len(bounce_from)] for i, s in enumerate(profile.ssd_names) if bounce_from
     }
+    return tiers, bounce
+
+
+def _node_tiers(
+    d: DesignParams, profile: HardwareProfile, card: ModelCard, block_tokens: int,
+    nodes: Sequence[int], share: int,
+) -> tuple[list[OffloadTier], dict[str, str]]:  # fmt: skip
+    """:func:`make_tiers` over the devices of fleet ``nodes``: each node's
+    picks, the capacities ``share`` times the design's split evenly over all."""
+    drams: list[str] = []
+    ssds: list[str] = []
+    bounce: dict[str, str] = {}
+    for n in nodes:
+        dn, sn = design_devices(d, profile, n)
+        drams += dn
+        ssds += sn
+        bounce_from = dn or node_devices(profile, n)[0][:1]
+        if bounce_from:
+            node_ssds = node_devices(profile, n)[1]
+            bounce.update({s: bounce_from[i % len(bounce_from)] for i, s in enumerate(node_ssds)})
+    layer_bytes = d.offload_factor(block_tokens) * block_tokens * card.kv_bytes_per_token_layer
+    cap = {m: share * d.cpu_gib * GIB / len(drams) for m in drams}
+    cap.update({s: share * d.ssd_gib * GIB / len(ssds) for s in ssds})
+    groups = [("pool", drams + ssds)] if d.pool else [("cpu", drams), ("ssd", ssds)]
+    tiers = []
+    for name, devices in groups:
+        if devices:
+            ratios = placement_ratios([device_bandwidth(profile, x) for x in devices])
+            tiers.append(OffloadTier(name, devices, ratios, [cap[x] for x in devices],
+                                     card.layers, layer_bytes))  # fmt: skip
     return tiers, bounce
 
 
@@ -87,13 +144,16 @@ def build_engine(
     machine: Machine | None = None,
     above: list[OffloadTier] = (),  # type: ignore[assignment]
     tp: TensorParallel | None = None,
+    own: tuple[list[OffloadTier], dict[str, str]] | None = None,
 ) -> Engine:
     """An engine on ``machine`` (a new one of ``profile`` if None: one instance
     alone); ``above`` are tiers placed above the design's own (a master's
     borrowed blocks on peer GPUs, :func:`peer_tier`); ``tp``: the engine is rank 0
     of tensor parallelism (:mod:`sim.serving.execute.tp`: ``profile`` and
-    ``card`` are the rank's)."""
-    tiers, bounce = make_tiers(design, profile, card, cfg.block_tokens)
+    ``card`` are the rank's); ``own``: the design's tiers and bounce map as
+    built for it (shared with other engines, :mod:`sim.serving.execute.scopes`) instead
+    of new ones (:func:`make_tiers`)."""
+    tiers, bounce = own if own is not None else make_tiers(design, profile, card, cfg.block_tokens)
     tiers = [*above, *tiers]
     uses_ssd = any(t.name != "cpu" and set(t.devices) & set(profile.ssd_names) for t in tiers)
     if uses_ssd and not bounce and not (design.gds and profile.software.gpudirect):

@@ -151,7 +151,9 @@ def fleet_table(df: pd.DataFrame, title: str) -> Table:
     """One row per variant on a fleet: instances, TTFT and (client) TPOT
     percentiles, a disaggregated variant's decode-side TPOT, hand-off wait and KV
     transfer, the bytes its NICs sent and the busiest NIC port's and leaf
-    uplink's load (bytes over achievable rate x the run) and busy share."""
+    uplink's load (bytes over achievable rate x the run) and busy share, and
+    a routed variant's hit rates per level (GPU, node-local, node-shared, fleet
+    pool: :func:`sim.serving.execute.scopes.level_hits`)."""
     table = Table(title=title)
     ms = lambda v: "-" if pd.isna(v) else f"{1e3 * v:,.1f}"  # noqa: E731
     cols = [
@@ -163,6 +165,11 @@ def fleet_table(df: pd.DataFrame, title: str) -> Table:
         ("net GB", "net_gb", lambda v: f"{v:,.1f}"), ("NIC load max %", "nic_load_max", _pct),
         ("NIC busy max %", "nic_busy_max", _pct), ("uplink load %", "uplink_load_max", _pct),
     ]  # fmt: skip
+    if "hit_rate_level_gpu" in df.columns:  # hits per level (sim.serving.execute.scopes)
+        cols += [("hit GPU %", "hit_rate_level_gpu", _pct),
+                 ("node-local %", "hit_rate_level_node_local", _pct),
+                 ("node-shared %", "hit_rate_level_node_shared", _pct),
+                 ("fleet pool %", "hit_rate_level_fleet_pool", _pct)]  # fmt: skip
     table.add_column("variant", justify="left")
     table.add_column("instances", justify="right")
     for header, _, _ in cols:

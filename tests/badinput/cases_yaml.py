@@ -493,6 +493,35 @@ YAML: list[tuple[str, str, Files, str]] = [
         "fewer than 17 replicas",
     ),
     (
+        "serve-tier-scope-unknown",
+        "sim --scenario v.yaml --hw f.yaml",
+        {
+            "f.yaml": FLEET,
+            "v.yaml": serving(
+                "  design: paged-cpu\n  router: prefix\n  replicas: 2\n  tier_scope: rack\n"
+            ),
+        },  # fmt: skip
+        "tier_scope: unknown scope 'rack'",
+    ),
+    (
+        "serve-tier-scope-no-router",
+        "sim --scenario v.yaml",
+        {"v.yaml": serving("  design: paged-cpu\n  tier_scope: node\n")},
+        "tier_scope: shares tiers among routed instances",
+    ),
+    (
+        "fleet-tier-pool-too-large",
+        "sim --scenario v.yaml --hw f.yaml",
+        {
+            "f.yaml": FLEET,
+            "v.yaml": serving(
+                "  design: paged-cpu\n  design_params: {cpu_gib: 300.0}\n"
+                "  router: prefix\n  replicas: 16\n  tier_scope: node\n"
+            ),
+        },  # fmt: skip
+        "hold 2,400.0 GiB on n0.dram0, which has 2,048.0 GiB",
+    ),
+    (
         "serve-gpu-util",
         "sim --scenario v.yaml",
         {"v.yaml": serving("  gpu_memory_utilization: 0\n")},

@@ -9,6 +9,7 @@
   by :mod:`sim.serving.planstore`;
 * :mod:`.streaming`, :mod:`.lending` -- SwiftCache's layer stream and lending
   at run time; :mod:`.multi` -- several instances on one machine;
-  :mod:`.tp` -- tensor parallelism's all-reduces; :mod:`.gcpolicy` -- the
+  :mod:`.scopes` -- whose offload tiers an instance reaches (its own,
+  its node's, the fleet's); :mod:`.tp` -- tensor parallelism's all-reduces; :mod:`.gcpolicy` -- the
   cyclic garbage collector during a run.
 """

@@ -96,6 +96,9 @@ class Instance:
             False keeps a separate ``stream_bytes`` area.
         elastic: a worker's Algorithm 1 at run time (:mod:`sim.serving.execute.lending`);
             None keeps ``lend_bytes`` lent for the whole run.
+        tiers: its design's offload tiers and SSD bounce map, built for it by
+            :mod:`sim.serving.execute.scopes` (a node's or the fleet's, the same objects
+            in every instance that shares them); None builds its own.
     """
 
     name: str
@@ -113,6 +116,7 @@ class Instance:
     )
     lsc_slots: int = 0  # a master's own single-layer slots, Eq. 3; 0 = cfg.gpu_blocks x layers
     lsc_shared: bool = False  # the LSC streams from the workers' lent region (one per worker)
+    tiers: tuple | None = None  # (offload tiers, bounce map) shared with others; None: its own
 
 
 def check_instances(instances: Sequence[Instance]) -> None:
@@ -160,7 +164,7 @@ def build_instances(profile: HardwareProfile, instances: Sequence[Instance]) -> 
             sizing, k = stream_sizing(inst, instances)
             cfg = replace(cfg, gpu_blocks=sizing.max_blocks)
         e = build_engine(profile, inst.card, inst.design, cfg, inst.requests, inst.preload,
-                         machine=machine, above=above)  # fmt: skip
+                         machine=machine, above=above, own=inst.tiers)  # fmt: skip
         if sizing is not None and sizing.n_lsc:
             gpus = [w for w in k if k[w]]
             e.stream = LayerStream(e, sizing.n_rc, sizing.n_lsc, gpus,
