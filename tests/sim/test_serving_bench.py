@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -179,3 +183,22 @@ def test_capacity_is_what_a_saturated_instance_serves(capsys) -> None:
     finish = np.sort(rec.requests.column("finish_s").to_numpy(zero_copy_only=False))
     a, b = int(0.1 * len(finish)), int(0.9 * len(finish))
     assert (b - 1 - a) / (finish[b - 1] - finish[a]) < lo["capacity_rps"]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_peak_rss_is_this_process_not_the_one_that_started_it():
+    """A parent holding 400 MiB starts a fresh interpreter that holds little: the
+    child's peak is its own (well under 400 MiB), where ``ru_maxrss`` carries the
+    parent's across ``execve``."""
+    hog = bytearray(400 << 20)
+    hog[::4096] = b"x" * len(hog[::4096])  # touch every page: resident
+    code = "from sim.serving.bench import _peak_rss_mib; print(_peak_rss_mib())"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert float(out.stdout) < 200
+    del hog
