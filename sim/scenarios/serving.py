@@ -185,6 +185,9 @@ def prepare(
     design_devices(design, profile)  # Unsupported if the profile lacks devices
     cfg = engine_config(p, profile)
     table, warm = trace_tables(p, seed)
+    from sim.scenarios.serving_instances import refuse_unfit
+
+    refuse_unfit(table, p.block_tokens, cfg.gpu_blocks, f"{card.name} on {profile.name}")
 
     def drive(watch: EngineProgress | None = None) -> ServingRecords:
         """Run the engine; ``watch(simulated s, requests done, requests)`` as it goes."""

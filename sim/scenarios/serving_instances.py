@@ -25,6 +25,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from hwprofiles import HardwareProfile
 from sim.config import INSTANCE_KEYS, ConfigError, ServingParams
 from sim.models import get_model
@@ -118,3 +120,21 @@ def prepare_instances(
         return row
 
     return drive, summarize
+
+
+def refuse_unfit(table: Any, block_tokens: int, gpu_blocks: int, what: str) -> None:
+    """Refuse, before simulating, a trace with a request no instance can hold: the
+    engine reserves a request's whole context (prompt plus output) in GPU blocks and
+    rejects one larger than its cache (:meth:`Engine._release`), which would leave it
+    out of every percentile.  ``what``: the instance (its model and machine)."""
+    if not len(table):
+        return
+    tokens = table.column("input_tokens").to_numpy() + table.column("output_tokens").to_numpy()
+    i = int(np.argmax(tokens))
+    if -(-int(tokens[i]) // block_tokens) > gpu_blocks:
+        rid = table.column("request_id")[i].as_py()
+        raise ConfigError(
+            f"trace: request {rid} holds {int(tokens[i]):,} tokens of KV (prompt + output), "
+            f"over the GPU KV cache of {gpu_blocks * block_tokens:,} tokens ({what}): "
+            "no instance could run it"
+        )

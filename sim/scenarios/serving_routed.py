@@ -26,7 +26,7 @@ from hwprofiles import HardwareProfile
 from kvtier.contracts.units import gbps
 from sim.config import ConfigError, ServingParams, disagg_decode_router
 from sim.models import get_model
-from sim.scenarios.serving_instances import make_instances
+from sim.scenarios.serving_instances import make_instances, refuse_unfit
 from sim.serving.build import design_devices
 from sim.serving.designs import get_design
 from sim.serving.execute.disagg import disagg_records, handoffs, run_disagg
@@ -113,6 +113,7 @@ def prepare_routed(
     tiered = any(design_devices(design, profile))
     cfg = engine_config(solo, profile)
     table, warm = trace_tables(solo, seed)
+    refuse_unfit(table, solo.block_tokens, cfg.gpu_blocks, f"{card.name} on {profile.name}")
     if warm is not None:
         raise ConfigError(f"trace: {p.trace}'s warm-up is placed in one instance; not routed")
     own = make_instances(dataclasses.replace(solo, instances=tuple(others)), profile, seed + 1,

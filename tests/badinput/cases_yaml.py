@@ -721,4 +721,27 @@ YAML: list[tuple[str, str, Files, str]] = [
         {"sub/v.yaml": serving("variants:\n  - {name: a, trace: b.parquet}\n")},
         "variants[0].trace: 'b.parquet'",
     ),
+    # --- a trace file with a request no instance can hold: refused before simulating
+    (
+        "serving-trace-request-unfit",
+        "sim --scenario v.yaml",
+        {
+            "v.yaml": serving("  trace: t.csv\n"),
+            "t.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            "2023-11-16 18:15:46.6805900,374,44\n"
+            "2023-11-16 18:15:50.9951690,900000,10\n",
+        },
+        "variant 'default': trace: request 1 holds 900,010 tokens of KV (prompt + output), "
+        "over the GPU KV cache of 585,248 tokens (Llama-3.1-8B on h20-8ssd)",
+    ),
+    (
+        "serving-trace-request-unfit-routed",
+        "sim --scenario v.yaml",
+        {
+            "v.yaml": serving("  trace: t.csv\n  replicas: 2\n  router: round_robin\n"),
+            "t.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            "2023-11-16 18:15:46.6805900,900000,44\n",
+        },
+        "trace: request 0 holds 900,044 tokens of KV",
+    ),
 ]

@@ -12,6 +12,7 @@ from sim.capacity.load import add_unit_costs
 from sim.capacity.prices import add_costs, add_hourly, load_prices
 from sim.capacity.search import Space, pareto, search
 from sim.capacity.store import ResultStore
+from sim.config import ConfigError
 from sim.parallel import LocalExecutor
 
 PM9A3 = "Samsung PM9A3 3.84 TB U.2"
@@ -106,9 +107,9 @@ def test_front_across_bases_is_the_front_of_the_per_base_plans() -> None:
 
 def test_the_plans_kv_arithmetic_is_the_engines_rejection(tmp_path) -> None:
     """The planner's GPU KV cache (kv_tokens: vLLM's 0.9 of HBM less the weights, in
-    blocks) against the engine's own admission: a request of exactly that many tokens
-    runs, one token more is rejected by the engine, and the planner calls only that one
-    unfit, naming it."""
+    blocks) against the engine's own: a request of exactly that many tokens runs, one
+    token more is refused before the run (which the engine would reject), and the
+    planner calls only that one unfit, naming it, with the run's own words."""
     import numpy as np
 
     from sim.capacity.evaluate import kv_tokens, scenario, unfit
@@ -125,9 +126,12 @@ def test_the_plans_kv_arithmetic_is_the_engines_rejection(tmp_path) -> None:
     RequestTrace(table, 16, "test: at and one over the cache").write_parquet(path)
     q = Question(base="h20-server", trace=str(path))
     profile = derive(q.base, hw, tmp_path)
-    v = run(scenario(q, "gpu-only", profile), profile, None).variants[0]
+    with pytest.raises(ConfigError, match=f"request 1 holds {cap + 1:,} tokens of KV"):
+        run(scenario(q, "gpu-only", profile), profile, None)
+    at = Question(base="h20-server", trace=str(path), requests=1)
+    v = run(scenario(at, "gpu-only", profile), profile, None).variants[0]
     assert v.summary["gpu_kv_blocks"] * 256 == cap
-    assert v.records.requests.column("rejected").to_pylist() == [False, True]
+    assert v.records.requests.column("rejected").to_pylist() == [False]
     assert unfit(Question(base="h20-server", trace=str(path), requests=1), hw) == ""
     assert unfit(q, hw).startswith(f"request 1 holds {cap + 1:,} tokens of KV")
 
