@@ -137,6 +137,7 @@ def run_report(run: Path) -> list[dict]:
             {
                 "hw": profile.name,
                 "context_tokens": int(work.get("context_tokens", 0)),
+                "batch": int(work.get("batch", 0)),
                 "profile_trace": work.get("profile_trace", "own"),
                 "variant": vdir.name,
                 "read_mb": ops["bytes"].sum() / steps / 1e6,
@@ -163,7 +164,8 @@ def report(root: Path) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     if df.empty:
         return df
-    return df.sort_values(["hw", "profile_trace", "variant", "context_tokens"], ignore_index=True)
+    keys = ["hw", "profile_trace", "variant", "batch", "context_tokens"]
+    return df.sort_values(keys, ignore_index=True)
 
 
 def main(argv: list[str] | None = None) -> int:
