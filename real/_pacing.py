@@ -2,14 +2,19 @@
 
 Where the kernel offers no block throttling (or the user is not root) the
 replayer itself holds each device to its :class:`~real.targets.Limits`.  As in
-the simulator (:func:`sim.hw.machine.ssd_rates`: a flow of I/Os of ``size``
-runs at ``min(bandwidth, IOPS x size)`` of a device whose capacity is 1), an I/O
-*costs* device time::
+the simulator (:func:`sim.hw.machine.ssd_rates`: an op's ``n`` I/Os of ``bytes``
+in all run at ``min(bandwidth, IOPS x bytes / n)`` of a device whose capacity is
+1) and in the kernel's blk-throttle (a bytes bucket and an I/Os bucket, each
+filled at its own rate), an op *costs* device time::
 
-    cost = max(size / bps, 1 / iops)      (a rate of 0 is no limit: its term is 0)
+    cost = max(bytes / bps, n / iops)      (a rate of 0 is no limit: its term is 0)
 
 with the read or write figures by direction, and reads and writes draw on the
-same time.  An op's cost is the sum over its I/Os.
+same time.  Until 2026-12-03 the cost was summed per I/O, ``max(size / bps,
+1 / iops)`` each, which charges an op mixing 4 KiB I/Os (bound by IOPS) with
+larger ones (bound by bytes) both limits at once: Swarm (static routing)'s
+fetch ops, 64 I/Os of 4-40 KiB, cost 3.36 ms each on average against the
+model's 2.89 ms at the emulation of h20-8ssd (151.7 MB/s, 24,188 IOPS).
 
 Pacing at completion (since 2026-12-02).  A paced op's I/Os are issued as an
 unpaced op's are (as many as the slots allow, one batch a round); what the pacer
@@ -22,9 +27,13 @@ op's cost has been served it has its *paced finish* ``F``; it ends at::
     end = max(F - late + L, last completion)
 
 ``L`` is the device's unloaded access latency, the simulator's latency phase
-(:mod:`sim.executor`): the least time from an op's issue to its first completion
-over the device's ops so far in the replay (an op's own first completion also
-counts the other ops' I/Os queued ahead of it on the device).  ``late`` is how long after the op
+(:mod:`sim.executor`), measured in the replay as the model's figure is measured
+(:func:`real.validate.engine_costs`: the *median* QD1 time of an idle device):
+the median time from issue to first completion over the device's ops so far
+that were issued to an idle device (no I/O in flight, no op started), an op's
+own first completion otherwise counting the other ops' I/Os queued ahead of it
+(:class:`Latency`).  Until an op has found its device idle, the least such time
+of any op stands in.  ``late`` is how long after the op
 could start (its dependencies ended, its release came) the loop noticed and
 started it: on the device's clock the op starts when it could, as a copy or
 compute op does on its GPU's (:mod:`real.scheduler`), so the loop's lateness
@@ -43,6 +52,7 @@ share starts when the loop starts it.
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -52,16 +62,48 @@ from real.targets import Limits
 TOL_S = 1e-12  # work left below this (rounding) is done
 
 
-def io_costs(limits: Limits, write: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """Device seconds of each I/O (``write``: its direction, ``size``: its bytes)."""
-    out = np.zeros(len(size))
+class Latency:
+    """A paced device's unloaded latency ``L`` as the replay measures it: the median
+    issue-to-first-completion time of the ops issued to the idle device; before
+    any, the least such time of any op (inf: none seen).
+
+    The least of all (the rule from 2026-12-02, f74f013, to 2026-12-03) is the
+    luckiest of a distribution of loop round trips, where the model's latency
+    phase is the calibration's median QD1 time: PQCache's fetch ops, 33 x 4 KiB on
+    one device and so mostly ``L``, replayed 8-11% faster than simulated under it."""
+
+    def __init__(self) -> None:
+        self.idle: list[float] = []  # sorted
+        self.least = math.inf
+
+    def note(self, lat: float, idle: bool) -> None:
+        """An op's issue-to-first-completion time ``lat``; ``idle``: its device had no
+        I/O in flight and no op started when it was issued."""
+        self.least = min(self.least, lat)
+        if idle:
+            bisect.insort(self.idle, lat)
+
+    @property
+    def value(self) -> float:
+        n = len(self.idle)
+        if not n:
+            return self.least
+        return self.idle[n // 2] if n % 2 else 0.5 * (self.idle[n // 2 - 1] + self.idle[n // 2])
+
+
+def op_cost_of(
+    limits: Limits, write: np.ndarray, nbytes: np.ndarray, n_ios: np.ndarray
+) -> np.ndarray:
+    """Device seconds of each op (``write``: its direction, ``nbytes``: its bytes,
+    ``n_ios``: its I/Os): the binding one of its two limits."""
+    out = np.zeros(len(nbytes))
     for w, bps, iops in (
         (False, limits.read_bps, limits.read_iops),
         (True, limits.write_bps, limits.write_iops),
     ):
         mine = write == w
-        by_bytes = size[mine] / bps if bps > 0 else 0.0
-        by_ios = 1.0 / iops if iops > 0 else 0.0
+        by_bytes = nbytes[mine] / bps if bps > 0 else 0.0
+        by_ios = n_ios[mine] / iops if iops > 0 else 0.0
         out[mine] = np.maximum(by_bytes, by_ios)
     return out
 
@@ -69,8 +111,8 @@ def io_costs(limits: Limits, write: np.ndarray, size: np.ndarray) -> np.ndarray:
 def op_costs(
     pacers: list, first: np.ndarray, dev_of: np.ndarray, write: np.ndarray, size: np.ndarray
 ) -> np.ndarray | None:
-    """Device seconds of each op's I/Os (0 for ops of unpaced devices and copy or
-    compute ops), or None when no device is paced.  ``pacers[k]``: device ``k``'s
+    """Device seconds of each op (0 for ops of unpaced devices and copy or compute
+    ops), or None when no device is paced.  ``pacers[k]``: device ``k``'s
     :class:`Pacer` or None; op ``j`` (of device ``dev_of[j]``, writing where
     ``write[j]``) issues I/Os ``first[j]:first[j + 1]`` of ``size`` bytes."""
     paced = [k for k, p in enumerate(pacers) if p is not None]
@@ -78,12 +120,12 @@ def op_costs(
         return None
     n_ios = np.diff(first)
     io_op = np.repeat(np.arange(len(n_ios)), n_ios)
-    io_dev, io_write = dev_of[io_op], write[io_op]
-    cost = np.zeros(len(io_op))
+    nbytes = np.bincount(io_op, weights=size, minlength=len(n_ios))
+    cost = np.zeros(len(n_ios))
     for k in paced:
-        mine = io_dev == k
-        cost[mine] = io_costs(pacers[k].limits, io_write[mine], size[mine])
-    return np.bincount(io_op, weights=cost, minlength=len(n_ios))
+        mine = dev_of == k
+        cost[mine] = op_cost_of(pacers[k].limits, write[mine], nbytes[mine], n_ios[mine])
+    return cost
 
 
 class Pacer:

@@ -6,6 +6,7 @@ the only machine-dependent slack is the stated tolerance on the upper side."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -13,7 +14,7 @@ import pytest
 
 from kvtier.contracts.plan import PlanBuilder
 from real import scheduler
-from real._pacing import Pacer, io_costs
+from real._pacing import Latency, Pacer, op_cost_of, op_costs
 from real.datafile import prepare_targets
 from real.replay import replay
 from real.targets import Limits
@@ -22,13 +23,28 @@ from real.validate import NO_BIND
 KIB, MIB = 1 << 10, 1 << 20
 
 
-def test_io_cost_is_the_binding_limit_of_its_direction():
-    """cost = max(size / bps, 1 / iops), the simulator's min(bw, iops x size) rate."""
+def test_op_cost_is_the_binding_limit_of_its_direction():
+    """cost = max(bytes / bps, n / iops): the simulator's min(bw, iops x bytes / n)
+    rate, blk-throttle's two buckets."""
     lim = Limits(read_bps=1_000_000, read_iops=1000, write_bps=0, write_iops=500)
     write = np.array([False, False, True, True])
-    size = np.array([4096, 512, 4096, 1 << 20], float)
-    # 4096 B at 1 MB/s = 4.096 ms > 1 ms; 512 B: 0.512 ms < 1 ms; writes: 1/500 s, no bps
-    np.testing.assert_allclose(io_costs(lim, write, size), [4.096e-3, 1e-3, 2e-3, 2e-3])
+    nbytes = np.array([4096, 512, 4096, 1 << 20], float)
+    n_ios = np.array([1, 1, 1, 2])
+    # 4096 B at 1 MB/s = 4.096 ms > 1 ms; 512 B: 0.512 ms < 1 ms; writes: n/500 s, no bps
+    np.testing.assert_allclose(op_cost_of(lim, write, nbytes, n_ios), [4.096e-3, 1e-3, 2e-3, 4e-3])
+
+
+def test_an_op_mixing_small_and_large_ios_pays_each_limit_once():
+    """One read op of three 4 KiB I/Os and one 64 KiB I/O (76 KiB) at 10 MB/s and
+    1,000 IOPS: its bytes take 77,824 / 10^7 = 7.78 ms, its 4 I/Os 4 ms, so it costs
+    7.78 ms.  Each I/O charged its own binding limit would be 3 x max(0.41, 1) ms +
+    max(6.55, 1) ms = 9.55 ms: the small I/Os' IOPS time and the large one's bytes
+    time added, where the device spends them at once."""
+    first = np.array([0, 4])
+    size = np.array([4096, 4096, 4096, 65536], float)
+    pacer = Pacer(Limits(read_bps=10_000_000, read_iops=1000))
+    cost = op_costs([pacer], first, np.array([0]), np.array([False]), size)
+    np.testing.assert_allclose(cost, [77824 / 10_000_000])  # 7.78 ms, not 9.55
 
 
 def test_one_op_is_served_at_the_device_rate():
@@ -211,3 +227,17 @@ def test_a_paced_op_starts_on_its_device_when_its_dependency_ends(direct_dir):
     assert start[r0] == end[c] and start[r1] == end[r0]
     assert end[r0] >= 0.005 + 16 * 0.5e-3 and end[r1] >= end[r0] + 16 * 0.5e-3
     assert (ops["ready_s"] <= ops["start_s"]).all()
+
+
+def test_latency_is_the_median_of_ops_that_found_the_device_idle():
+    lat = Latency()
+    assert lat.value == math.inf  # nothing seen: no latency phase
+    lat.note(0.9e-3, idle=False)  # queued behind others: only the fallback sees it
+    lat.note(0.5e-3, idle=False)
+    assert lat.value == 0.5e-3  # no idle op yet: the least stands in
+    for x in (0.40e-3, 0.10e-3, 0.30e-3):  # idle issues; the least of all is 0.10 ms
+        lat.note(x, idle=True)
+    assert lat.value == 0.30e-3  # the median of 0.10, 0.30, 0.40, not the least
+    lat.note(0.20e-3, idle=True)
+    assert lat.value == (0.20e-3 + 0.30e-3) / 2  # even count: the middle two
+    assert lat.least == 0.10e-3
