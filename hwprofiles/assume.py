@@ -73,10 +73,17 @@ def field_value(profile: HardwareProfile, path: str) -> float:
 
 def with_value(profile: HardwareProfile, path: str, value: float) -> HardwareProfile:
     """``profile`` with the number at ``path`` set to ``value`` (an int field keeps
-    an int); every other field, the assumptions included, as it was."""
+    an int); every other field, the assumptions included, as it was.  A fleet's
+    network number (``fleet.nic.latency_us``, ``fleet.network.nodes_per_leaf``)
+    also rebuilds the links made from it (:func:`hwprofiles.fleet.relink`)."""
     node, f = resolve(profile, path)
     typed = int(value) if isinstance(getattr(node, f.name), int) else float(value)
-    return _replace(profile, _steps(path), typed)
+    changed = _replace(profile, _steps(path), typed)
+    if path.startswith("fleet."):  # a fleet's network number: its links are built from it
+        from hwprofiles.fleet import relink  # noqa: PLC0415 (fleet imports the schema only)
+
+        changed = relink(changed)
+    return changed
 
 
 def _replace(node: Any, steps: list[tuple[str, int | None]], value: Any) -> Any:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,58 @@ def _nic_switch(node: HardwareProfile, k: int) -> str | None:
     return None
 
 
+def _nic_links(f: FleetSpec, n: int, k: int, switch: str) -> list[LinkSpec]:
+    """NIC ``k`` of node ``n``: its PCIe link to ``switch`` (its GPU's) and its port
+    to its node's leaf (half the NIC's latency each way)."""
+    nic, leaf = f"n{n}.nic{k}", f"leaf{n // f.network.nodes_per_leaf}"
+    return [
+        LinkSpec(f"{nic}.pcie", (nic, switch), f.nic.pcie_gbps, "pcie"),
+        LinkSpec(f"{nic}.port", (nic, leaf), f.nic.gbps, "rdma", latency_us=f.nic.latency_us / 2),
+    ]
+
+
+def _network(f: FleetSpec, G: int) -> tuple[list[str], list[LinkSpec]]:
+    """The leaves, the spine where there is more than one leaf, and each leaf's
+    uplink: its NICs' rates over ``uplink_oversubscription``."""
+    leaves = math.ceil(f.nodes / f.network.nodes_per_leaf)
+    switches, links = [f"leaf{i}" for i in range(leaves)], []
+    if leaves > 1:
+        switches.append("spine")
+        for i in range(leaves):
+            members = min(f.network.nodes_per_leaf, f.nodes - i * f.network.nodes_per_leaf)
+            up = members * G * f.nic.gbps / f.network.uplink_oversubscription
+            links.append(LinkSpec(f"leaf{i}.up", (f"leaf{i}", "spine"), up, "rdma",
+                                  latency_us=f.network.switch_latency_us))  # fmt: skip
+    return switches, links
+
+
+_NIC_LINK = re.compile(r"n(\d+)\.nic(\d+)\.(pcie|port)$")
+_NETWORK_SWITCH = re.compile(r"leaf\d+$|spine$")
+
+
+def relink(p: HardwareProfile) -> HardwareProfile:
+    """The expanded fleet ``p`` with its NIC links, leaves, spine and uplinks
+    rebuilt from ``p.fleet`` (after one of its numbers changed,
+    :func:`hwprofiles.assume.with_value`), by the same rules :func:`expand` uses,
+    so the result equals the expansion of a fleet file holding the new number.
+    Every other link, the nodes' own, keeps its place."""
+    f = p.fleet
+    assert f is not None
+    links: list[LinkSpec] = []
+    for link in p.topology.links:
+        m = _NIC_LINK.match(link.name)
+        if link.name.startswith("leaf") and link.name.endswith(".up"):
+            continue
+        if m is None:
+            links.append(link)
+        elif m[3] == "pcie":  # one pair a NIC: rebuilt at its pcie link, its port follows
+            links += _nic_links(f, int(m[1]), int(m[2]), link.between[1])
+    net_switches, net_links = _network(f, f.gpus_per_node)
+    switches = [s for s in p.topology.switches if not _NETWORK_SWITCH.match(s)]
+    topology = Topology((*switches, *net_switches), (*links, *net_links))
+    return dataclasses.replace(p, topology=topology)
+
+
 def expand(ff: FleetFile, node: HardwareProfile, where: Any, path: Path) -> HardwareProfile:
     """The fleet ``ff`` of nodes ``node`` as one profile (module docstring)."""
     f = ff.fleet
@@ -117,7 +170,6 @@ def expand(ff: FleetFile, node: HardwareProfile, where: Any, path: Path) -> Hard
     switches: list[str] = []
     links: list[LinkSpec] = []
     drams: list[DramModule] = []
-    leaves = math.ceil(f.nodes / f.network.nodes_per_leaf)
     for n in range(f.nodes):
         local = {f"gpu{k}": f"gpu{n * G + k}" for k in range(G)}
         local.update({f"ssd{j}": f"ssd{n * S + j}" for j in range(S)})
@@ -128,21 +180,13 @@ def expand(ff: FleetFile, node: HardwareProfile, where: Any, path: Path) -> Hard
             a, b = link.between
             links.append(dataclasses.replace(link, name=f"n{n}.{link.name}",
                                              between=(local[a], local[b])))  # fmt: skip
-        leaf = f"leaf{n // f.network.nodes_per_leaf}"
         for k in range(G):
             nic = f"n{n}.nic{k}"
             switches.append(nic)
-            links.append(LinkSpec(f"{nic}.pcie", (nic, local[sw_of[k]]), f.nic.pcie_gbps, "pcie"))
-            links.append(LinkSpec(f"{nic}.port", (nic, leaf), f.nic.gbps, "rdma",
-                                  latency_us=f.nic.latency_us / 2))  # fmt: skip
-    switches += [f"leaf{i}" for i in range(leaves)]
-    if leaves > 1:
-        switches.append("spine")
-        for i in range(leaves):
-            members = min(f.network.nodes_per_leaf, f.nodes - i * f.network.nodes_per_leaf)
-            up = members * G * f.nic.gbps / f.network.uplink_oversubscription
-            links.append(LinkSpec(f"leaf{i}.up", (f"leaf{i}", "spine"), up, "rdma",
-                                  latency_us=f.network.switch_latency_us))  # fmt: skip
+            links += _nic_links(f, n, k, local[sw_of[k]])
+    net_switches, net_links = _network(f, G)
+    switches += net_switches
+    links += net_links
     cpu: CpuSpec = dataclasses.replace(node.cpu, cores=node.cpu.cores * f.nodes)
     gpu: GpuSpec = dataclasses.replace(node.gpu, count=G * f.nodes)
     return HardwareProfile(

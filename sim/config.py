@@ -30,6 +30,7 @@ from typing import Any
 
 from hwprofiles.loader import build_dataclass, read_yaml, resolve_yaml
 from sim.registry import ROUTERS, WORKLOADS, Entry, ParamError, RegistryError, checked
+from sim.scenarios.fragile import parse_fragile
 from sim.scenarios.seedref import parse_seed_figures
 from sim.scenarios.trace_path import resolve_trace
 
@@ -526,6 +527,8 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
     raw_variants = data.pop("variants", None) or [{"name": "default"}]
     if data.get("seed_figures") is not None:  # a seed's own figures: checked, kept in the file
         parse_seed_figures(data.pop("seed_figures"), where)
+    if data.get("fragile") is not None:  # what recorded sensitivity passes found: checked
+        parse_fragile(data.pop("fragile"), where)
     raw_workload = data.get("workload")
     kind = raw_workload.get("kind", "sparse_decode") if isinstance(raw_workload, dict) else ""
     entry = _registered(lambda: WORKLOADS.entry(kind), where, "workload")

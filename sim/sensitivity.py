@@ -88,7 +88,7 @@ def knobs(cfg: ScenarioConfig, profile: HardwareProfile, only: Sequence[str] = (
     for w in entry.kind.assumptions if entry.kind is not None else ():
         if _workload_assumed(cfg, w):
             low, high = w.range_on(profile)
-            value = float(w.value(cfg.workload, profile))
+            value = float(w.at if w.at is not None else w.value(cfg.workload, profile))
             out.append(Knob(f"{WORKLOAD_KEY}.{w.param}", value, low, high, w.why))
     designs = entry.designs
     for a in designs.assumptions() if designs is not None else ():
@@ -112,11 +112,27 @@ def knobs(cfg: ScenarioConfig, profile: HardwareProfile, only: Sequence[str] = (
 def _workload_assumed(cfg: ScenarioConfig, w: WorkloadAssumption) -> bool:
     """The scenario leaves workload field ``w.param`` at its Params default, or sets
     it to the assumed value ``w.at`` where one is given (a scenario that sets another
-    value has made its own choice), and some variant does not override it."""
+    value has made its own choice), and some variant does not override it; or, where
+    ``w.at`` is given, some variant sets exactly ``w.at`` (KVDrive's ``pinned_mb``,
+    which the scenarios give per variant)."""
+    if _variants_at(cfg, w):
+        return True
     assumed = w.at if w.at is not None else getattr(type(cfg.workload)(), w.param)
     if getattr(cfg.workload, w.param) != assumed:
         return False
     return any(w.param not in dict(v.overrides) for v in cfg.variants)
+
+
+def _variants_at(cfg: ScenarioConfig, w: WorkloadAssumption) -> set[str]:
+    """The variants that set workload field ``w.param`` to the assumed ``w.at``."""
+    if w.at is None:
+        return set()
+    return {v.name for v in cfg.variants if dict(v.overrides).get(w.param, None) == w.at}
+
+
+def _workload_assumption(cfg: ScenarioConfig, param: str) -> WorkloadAssumption | None:
+    kind = WORKLOADS.entry(cfg.workload.kind).kind
+    return next((w for w in kind.assumptions if w.param == param), None) if kind else None
 
 
 def _assumed_variants(cfg: ScenarioConfig, param: str, value: float) -> list[str]:
@@ -139,9 +155,18 @@ def apply(
     if knob.name.startswith(f"{WORKLOAD_KEY}."):
         field = knob.name.removeprefix(f"{WORKLOAD_KEY}.")
         typed = int(value) if isinstance(getattr(cfg.workload, field), int) else value
-        return dataclasses.replace(
-            cfg, workload=dataclasses.replace(cfg.workload, **{field: typed})
-        ), profile
+        w = _workload_assumption(cfg, field)
+        workload = cfg.workload
+        if w is None or w.at is None or getattr(workload, field) == w.at:
+            workload = dataclasses.replace(workload, **{field: typed})
+        at = _variants_at(cfg, w) if w is not None else set()
+        variants = tuple(
+            Variant(v.name, tuple((k, typed if k == field else x) for k, x in v.overrides))
+            if v.name in at
+            else v
+            for v in cfg.variants
+        )
+        return dataclasses.replace(cfg, workload=workload, variants=variants), profile
     if not knob.name.startswith(f"{DESIGN_KEY}."):
         return cfg, with_value(profile, knob.name, value)
     param = knob.name.removeprefix(f"{DESIGN_KEY}.")

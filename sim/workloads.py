@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sim import limits
 from sim.config import ServingParams, SparseDecodeParams, SwarmParams
 from sim.registry import KV_DESIGNS, SERVING_DESIGNS, WORKLOADS, Kind
-from sim.scenarios import host_threads, swarm_budget
+from sim.scenarios import host_threads, scenario_assumptions, swarm_budget
 from sim.scenarios.sparse_decode import plan_for
 
 if TYPE_CHECKING:  # the heavy modules load when a variant is planned, not on `import sim`
@@ -219,6 +219,7 @@ WORKLOADS.register(
         limits.SERVING,
         closed_loop=True,
         headline="ttft_mean_s",
+        assumptions=scenario_assumptions.SERVING,
         design_keys=SERVING_DESIGN_KEYS,
     ),
 )

@@ -138,12 +138,14 @@ def _sim_scenario(console: Console, args: argparse.Namespace, cfg, profile, out:
 
 def _decode_report(console: Console, cfg, profile, summary: pd.DataFrame, out: Path) -> None:
     print_tables(console, summary_table(summary, cfg.workload.batch))
+    print_fragile(console, cfg)
 
 
 def _swarm_report(console: Console, cfg, profile, summary: pd.DataFrame, out: Path) -> None:
     print_tables(console, design_tables(summary, cfg))
     _print_seed_figures(console, cfg, summary, f"{cfg.name} on {profile.name}")
     console.print(_headroom_line(cfg.workload, profile))
+    print_fragile(console, cfg)
 
 
 def _kvdrive_report(console: Console, cfg, profile, summary: pd.DataFrame, out: Path) -> None:
@@ -158,6 +160,7 @@ def _kvdrive_report(console: Console, cfg, profile, summary: pd.DataFrame, out: 
 
     named = by_design_name(summary).assign(hw=profile.name)
     _print_seed_figures(console, cfg, named, f"{cfg.name} on {profile.name}")
+    print_fragile(console, cfg)
 
 
 def _serving_report(console: Console, cfg, profile, summary: pd.DataFrame, out: Path) -> None:
@@ -175,6 +178,7 @@ def _serving_report(console: Console, cfg, profile, summary: pd.DataFrame, out: 
         swift = [_reload_table(profile, reload), *_swift_tables(cfg, summary, profile)]
         swift.append(_swift_paper_table(cfg, summary, profile, reload))
         print_tables(console, [*swift, *_lsc_tables(cfg, profile)])
+    print_fragile(console, cfg)
     plots = write_serving_plots(out)
     if cfg.workload.instances and not cfg.workload.routed and "gpu1" in profile.gpu_names:
         from analysis.swift_plots import write_swift_outputs
@@ -229,6 +233,16 @@ def _print_seed_figures(console: Console, cfg, summary, title: str) -> None:
         print_tables(console, seed_tables(figs, rows, title))
         for line in gap_lines(rows):
             console.print(line, markup=False)
+
+
+def print_fragile(console: Console, cfg) -> None:
+    """Under the comparison: the assumptions recorded sensitivity passes found the
+    verdict to hang on (the scenario's ``fragile`` block, :mod:`sim.scenarios.fragile`)."""
+    from sim.scenarios.fragile import fragile_lines, load_fragile
+
+    passes = load_fragile(cfg.source_file, ConfigError) if cfg.source_file else ()
+    for line in fragile_lines(passes):
+        console.print(line, markup=False)
 
 
 def _headroom_line(w, profile) -> str:

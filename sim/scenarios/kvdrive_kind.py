@@ -20,7 +20,7 @@ from sim import limits
 from sim.config import SwarmParams
 from sim.factors import check_points
 from sim.registry import KV_DESIGNS, WORKLOADS, Kind, ParamError
-from sim.scenarios import host_threads
+from sim.scenarios import host_threads, scenario_assumptions
 from sim.workloads import REPLAY_CAPS, SWARM_DESIGN_KEYS
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ WORKLOADS.register(
         "kvdrive",
         limits.KVDRIVE,
         caps=REPLAY_CAPS,
-        assumptions=host_threads.KVDRIVE,
+        assumptions=(*host_threads.KVDRIVE, *scenario_assumptions.KVDRIVE),
         design_keys=(*SWARM_DESIGN_KEYS, *KVDRIVE_DESIGN_KEYS),
     ),
 )

@@ -98,6 +98,10 @@ class DesignParams:
         0.0  # CPU per retrieved KV object (LMCache lookup, sim.serving.policy.objcost)
     )
     file_us: float = 0.0  # CPU per object read from a file (open, read, close; kernel_fs)
+    # host threads that do the per-object work (object_us, file_us) on the profile's cores:
+    # LMCache retrieves on one thread, a Python loop over the objects
+    # (sim.serving.policy.objcost: local_cpu_backend.py / local_disk_backend.py)
+    object_threads: int = 1
     # step: vLLM's offloading connector (prepared at scheduler steps, all or nothing,
     # retried; completions seen at step boundaries: sim.serving.execute.stores);
     # eager: placed as computed, best effort, completions at once (LMCache, HiCache)
@@ -117,7 +121,7 @@ class DesignParams:
         for name in (*nonneg, "object_us", "file_us"):
             if getattr(self, name) < 0:
                 raise ParamError(name, f"must be >= 0, got {getattr(self, name)}")
-        for name in ("block_factor", "max_transfers"):
+        for name in ("block_factor", "max_transfers", "object_threads"):
             if getattr(self, name) < 1:
                 raise ParamError(name, f"must be >= 1, got {getattr(self, name)}")
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+from pathlib import Path
 
 import pytest
 
 from hwprofiles import list_profiles, load_profile
 from hwprofiles.assume import PathError, field_value, with_value
+from hwprofiles.loader import PROFILE_DIR, read_yaml
+from hwprofiles.schema import HardwareProfile
 
 # the kinds of link an efficiency factor applies to (hwprofiles/schema.py EfficiencySpec)
 LINK_FACTORS = {"pcie": "pcie", "nvlink": "nvlink", "nvlink_c2c": "nvlink-c2c", "membus": "membus"}
@@ -47,3 +51,106 @@ def test_every_profile_ranges_its_efficiency_factors_and_core_copy_rate(name: st
     assert want <= set(got)
     for a in got.values():
         assert a.low <= field_value(p, a.field) <= a.high and a.why
+
+
+# a comment that calls the number on its line an assumption
+_ASSUMED = re.compile(r"\bassum(?:ption|ed)\b", re.IGNORECASE)
+# ... and, where a range cannot be expressed, says so with its reason in parentheses
+_NOT_RANGED = re.compile(r"\bassumption, not ranged \([^)]+\)", re.IGNORECASE)
+
+
+def _commented_assumptions(name: str) -> list[tuple[str, str]]:
+    """(key path, comment) of every number of profile ``name`` whose own line's
+    comment calls it an assumption, read from the YAML text and the loader's map of
+    key paths to lines (``defs:`` anchors are not fields: the field that uses one
+    carries the range)."""
+    path = PROFILE_DIR / f"{name}.yaml"
+    text = path.read_text(encoding="utf-8").splitlines()
+    _, where = read_yaml(path)
+    profile = load_profile(name)
+    out = []
+    for key, line in where.lines.items():
+        _, hash_, comment = text[line - 1].partition("#")
+        top = key.split(".")[0]
+        if not hash_ or not _ASSUMED.search(comment) or top in ("defs", "assumptions"):
+            continue
+        try:
+            field_value(profile, key)
+        except PathError:  # a model name, a flag, a block: not a number
+            continue
+        out.append((key, comment.strip()))
+    return out
+
+
+@pytest.mark.parametrize("name", list_profiles())
+def test_every_number_a_profile_calls_an_assumption_has_a_range(name: str) -> None:
+    """The rule for new profiles too: a number commented as an assumption has an
+    ``assumptions:`` entry (low <= value <= high, a reason), or its comment says
+    "assumption, not ranged (why)"."""
+    profile = load_profile(name)
+    ranged = {a.field for a in profile.assumptions}
+    found = _commented_assumptions(name)
+    missing = [k for k, c in found if k not in ranged and not _NOT_RANGED.search(c)]
+    assert not missing, f"{name}: assumptions without a range: {missing}"
+
+
+def test_the_comment_scan_finds_the_numbers_it_should() -> None:
+    """The scan is not vacuous: on h100-2dimm-2ssd it finds the assumed CPU, SSD
+    latencies and per-I/O costs, and not the seed's datasheet figures."""
+    keys = dict(_commented_assumptions("h100-2dimm-2ssd"))
+    assert {"cpu.cores", "cpu.core_gflops", "ssds[0].read_latency_us",
+            "software.io_uring_per_io_us", "efficiency.tensor"} <= set(keys)  # fmt: skip
+    assert "ssds[0].read_gbps" not in keys and "gpu.hbm_gbps" not in keys
+    assert "software.kernel_fs_per_io_us" not in keys  # derived from seed 004's 11x
+    not_ranged = dict(_commented_assumptions("l20-server"))["ssds[0].count"]
+    assert _NOT_RANGED.search(not_ranged)
+
+
+def _fleet_file(tmp_path: Path, base: str, old: str, new: str) -> HardwareProfile:
+    text = (PROFILE_DIR / f"{base}.yaml").read_text(encoding="utf-8")
+    assert text.count(old) == 1
+    path = tmp_path / f"{base}.yaml"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    return load_profile(path)
+
+
+@pytest.mark.parametrize(
+    ("base", "key", "old", "new", "value"),
+    [
+        ("fleet-2x-dgx-h100", "fleet.network.nodes_per_leaf",
+         "nodes_per_leaf: 2 ", "nodes_per_leaf: 1 ", 1),
+        ("fleet-2x-dgx-h100", "fleet.nic.latency_us", "latency_us: 2.0 ", "latency_us: 5.0 ", 5.0),
+        ("fleet-2x-dgx-h100-8to1", "fleet.network.uplink_oversubscription",
+         "uplink_oversubscription: 8.0 ", "uplink_oversubscription: 1.0 ", 1.0),
+        ("fleet-2x-dgx-h100-8to1", "fleet.network.switch_latency_us",
+         "switch_latency_us: 0.5 ", "switch_latency_us: 1.0 ", 1.0),
+        ("fleet-2x-dgx-h100-8to1", "fleet.network.nodes_per_leaf",
+         "nodes_per_leaf: 1 ", "nodes_per_leaf: 2 ", 2),
+    ],
+)  # fmt: skip
+def test_a_fleet_number_changed_rebuilds_its_links_as_the_file_would(
+    tmp_path: Path, base: str, key: str, old: str, new: str, value: float
+) -> None:
+    """with_value on a fleet's network number gives the profile that loading a fleet
+    file holding that number gives (expanded independently, by hwprofiles.fleet.expand)."""
+    changed = with_value(load_profile(base), key, value)
+    assert changed.topology == _fleet_file(tmp_path, base, old, new).topology
+    assert changed.fleet == _fleet_file(tmp_path, base, old, new).fleet
+
+
+def test_a_fleet_uplink_and_port_by_hand() -> None:
+    """8to1: each node alone on its leaf, 8 NICs x 50 GB/s / 8 = 50 GB/s a leaf uplink;
+    non-blocking (1) it is 400 GB/s; a NIC latency of 5 us puts 2.5 us on each port;
+    one leaf for both nodes has no uplink and no spine."""
+    p = load_profile("fleet-2x-dgx-h100-8to1")
+    ups = {link.name: link.gbps for link in p.topology.links if link.name.startswith("leaf")}
+    assert ups == {"leaf0.up": 50.0, "leaf1.up": 50.0}
+    q = with_value(p, "fleet.network.uplink_oversubscription", 1.0)
+    assert {k.name: k.gbps for k in q.topology.links if k.name.startswith("leaf")} == {
+        "leaf0.up": 400.0, "leaf1.up": 400.0}  # fmt: skip
+    r = with_value(p, "fleet.nic.latency_us", 5.0)
+    ports = [k for k in r.topology.links if k.name.endswith(".port")]
+    assert len(ports) == 16 and {k.latency_us for k in ports} == {2.5}
+    s = with_value(p, "fleet.network.nodes_per_leaf", 2)
+    assert not [k for k in s.topology.links if k.name.startswith("leaf")]
+    assert "spine" not in s.topology.switches and "leaf1" not in s.topology.switches

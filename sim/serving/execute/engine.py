@@ -428,6 +428,14 @@ class Engine:
     def _object_cpu(self, lowers: list) -> list[float]:
         return retrieval_cpu_s(self.design, lowers, self.card.layers, self._ssds)
 
+    def _object_work(self, core_s: float) -> simpy.Event:
+        """The objects' CPU work (``core_s`` on one thread) on the host's cores, on
+        the design's ``object_threads``: it shares them with the I/O paths' CPU
+        flows (none: a zero wait, as before a load's compute)."""
+        if core_s <= 0:
+            return self.env.timeout(0)
+        return self.ops.cpu_work(core_s, self.design.object_threads)
+
     def _start_async(self, s: Seq) -> None:
         assert s.lookup is not None
         transfer = self.mgr.load(s, self.design.layerwise)
@@ -445,7 +453,7 @@ class Engine:
             self._kick()
 
         if cpu:  # the objects' CPU work after the bytes, before the request joins
-            job.done.callbacks.append(lambda _e: self.env.timeout(cpu).callbacks.append(landed))
+            job.done.callbacks.append(lambda _e: self._object_work(cpu).callbacks.append(landed))
         else:
             job.done.callbacks.append(landed)
 
@@ -538,13 +546,13 @@ class Engine:
         if stream and self.stream is not None:  # a master's LSC (sim.serving.execute.streaming)
             if jobs:
                 yield self.env.all_of([j.done for j in jobs])
-                yield self.env.timeout(sum(cpu))
+                yield self._object_work(sum(cpu))
                 deps += [op for j in jobs for op in j.ops()]
             op = yield from self.stream.iterate(stream, prefills, decodes, head, deps)
         elif not (jobs and self.design.layerwise):
             if jobs:
                 yield self.env.all_of([j.done for j in jobs])
-                yield self.env.timeout(sum(cpu))  # per-object retrieval work (objcost)
+                yield self._object_work(sum(cpu))  # per-object retrieval work (objcost)
                 deps += [op for j in jobs for op in j.ops()]
             total = layer * n_layers + head
             op, ev = self.ops.compute(
@@ -560,7 +568,7 @@ class Engine:
                 if ready:
                     yield self.env.all_of(ready)
                 if cpu[li]:
-                    yield self.env.timeout(cpu[li])
+                    yield self._object_work(cpu[li])
                 cost = layer + head if li == n_layers - 1 else layer
                 deps += [o for j in jobs for o in j.ops(li)]
                 op, ev = self.ops.compute(

@@ -254,6 +254,20 @@ class OnlineOps:
             return op, ended.event
         return op, None
 
+    def cpu_work(self, core_s: float, threads: int) -> simpy.Event:
+        """``core_s`` core-seconds of host CPU work on at most ``threads`` of the
+        profile's cores (a design's per-object bookkeeping,
+        :mod:`sim.serving.policy.objcost`): one flow on the host cores, shared by
+        max-min with every op's software-path CPU flow and other CPU work, so a
+        contended host stretches it; the event fires when it ends.  Not a plan op
+        (the plan's columns carry no thread count); ``flows`` counts it."""
+        done = self.env.event()
+        cores = float(min(threads, self.machine.profile.cpu.cores))
+        sig = self._cpu_net.intern(((self.machine.cpu_res, 1.0),), cores)
+        self._cpu_net.start_sig(sig, core_s, lambda _flow: done.succeed(), None)
+        self.flows += 1
+        return done
+
     def _data_done(self, flow: Flow) -> None:
         """An op's data flow ended (an SSD op's meter counts its bytes and I/Os)."""
         ended = flow.token

@@ -22,9 +22,12 @@ The lookup is measured with LMCache itself (0.5.6, CPU-only import) by
 the file open/read/close by ``python -m analysis.lmcache_object_cost``;
 the designs built on LMCache's retrieval code (its baselines, the pool and
 the ablations, seed 004 §IV) carry them, the paged designs (vLLM's own
-connector) none.  The work is serial on the one retrieval thread, so it adds
-to the load: per layer before that layer's compute with layer-wise
-retrieval, in all before the forward pass without.
+connector) none.  The work is serial on the one retrieval thread
+(``DesignParams.object_threads``, 1), so it adds to the load: per layer before
+that layer's compute with layer-wise retrieval, in all before the forward pass
+without.  It runs on the profile's host cores
+(:meth:`sim.serving.execute.online.OnlineOps.cpu_work`), shared with the I/O
+paths' CPU flows, so a contended host stretches it.
 """
 
 from __future__ import annotations
