@@ -20,7 +20,13 @@ An entry of ``found`` is an assumption at one end of its range that flips a
 ranking or moves the headline ratio by more than 25% (the report's own test,
 :mod:`sim.sensitivity`). A pass with an empty ``found`` is the record that it
 found nothing fragile. A pass over some assumptions only names them in its
-``rerun`` command (``--assumptions``), so what it did not vary is visible.
+``rerun`` command (``--assumptions``), so what it did not vary is visible. A
+scenario no pass has covered yet says so, and why, with the command to run::
+
+    fragile:
+      - pending: "needs the 8K capture (traces-real/pydoc-a.parquet, ~12 CPU min)"
+        rerun: "kvtier sim --hw h20-8ssd --scenario swarm-real-matched --sensitivity"
+
 Every scenario with ``seed_figures`` carries a ``fragile`` block
 (tests/sim/test_fragile.py).
 """
@@ -50,11 +56,13 @@ class Finding:
 class Pass:
     """One recorded sensitivity pass of the scenario (see the module docstring)."""
 
-    when: str
-    hw: str
-    source: str
     rerun: str
+    when: str = ""
+    hw: str = ""
+    source: str = ""
     found: tuple[Finding, ...] = ()
+    # no pass has run yet: why (then ``when``, ``hw``, ``source`` and ``found`` are empty)
+    pending: str = ""
 
 
 def parse_fragile(raw: Any, where: Any, key: str = "fragile") -> tuple[Pass, ...]:
@@ -67,7 +75,10 @@ def parse_fragile(raw: Any, where: Any, key: str = "fragile") -> tuple[Pass, ...
     for i, item in enumerate(raw):
         k = f"{key}[{i}]"
         p = build_dataclass(Pass, item, where, k)
-        if not _WHEN.match(p.when):
+        if p.pending:
+            if p.when or p.found:
+                raise where.error(f"{k}.pending", "a pass not run yet has no date or findings")
+        elif not _WHEN.match(p.when):
             raise where.error(f"{k}.when", f"must read 'YYYY-MM-DD, commit SHA', got {p.when!r}")
         if not p.rerun.startswith("kvtier ") or "--sensitivity" not in p.rerun:
             raise where.error(f"{k}.rerun", "must be the kvtier command with --sensitivity")
@@ -97,6 +108,10 @@ def fragile_lines(passes: tuple[Pass, ...]) -> list[str]:
         "assumption flips a ranking or moves the headline ratio > 25%):"
     ]
     for p in passes:
+        if p.pending:
+            out.append(f"  no pass recorded yet: {p.pending}")
+            out.append(f"    run: {p.rerun}")
+            continue
         at = f"{p.hw}, {p.when}; {p.source}"
         if not p.found:
             out.append(f"  none found by the pass on {at}")

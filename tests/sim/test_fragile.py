@@ -53,7 +53,9 @@ def test_each_line_names_the_assumption_its_end_effect_and_pass(name: str) -> No
         assert p.when in text and p.rerun in text
         for f in p.found:
             assert f"FRAGILE {f.assumption} at {f.end:g}: {f.effect}" in text
-        if not p.found:
+        if p.pending:
+            assert f"no pass recorded yet: {p.pending}" in text
+        elif not p.found:
             assert f"none found by the pass on {p.hw}, {p.when}" in text
 
 
@@ -90,3 +92,21 @@ def test_an_undated_pass_is_one_line_and_exit_2(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "fr.yaml:9: fragile[0].when: must read 'YYYY-MM-DD, commit SHA'" in err
+
+
+def test_a_scenario_no_pass_covered_says_so_and_a_pending_pass_has_no_date(tmp_path: Path) -> None:
+    from sim.scenarios.fragile import parse_fragile
+
+    class Where:
+        def error(self, key: str, msg: str) -> ValueError:
+            return ValueError(f"{key}: {msg}")
+
+    rerun = "kvtier sim --scenario x --sensitivity"
+    (p,) = parse_fragile([{"pending": "needs a capture", "rerun": rerun}], Where())
+    assert fragile_lines((p,))[1:] == [
+        "  no pass recorded yet: needs a capture",
+        f"    run: {rerun}",
+    ]
+    bad = [{"pending": "x", "when": "2026-12-03, commit 4017b50", "rerun": rerun}]
+    with pytest.raises(ValueError, match=r"fragile\[0\]\.pending"):
+        parse_fragile(bad, Where())
