@@ -28,7 +28,7 @@ def test_a_fresh_store_is_made_ready_and_said_fresh() -> None:
     assert [e.ref_cnt for e in placed] == [NOT_READY] * 3
     assert t.complete_all(placed) is True
     assert [e.ref_cnt for e in placed] == [READY] * 3
-    assert t.victims([3 * 32]) == placed
+    assert t.victims(3 * 32) == placed
 
 
 def test_a_store_with_a_ready_entry_is_not_fresh() -> None:
@@ -39,7 +39,7 @@ def test_a_store_with_a_ready_entry_is_not_fresh() -> None:
     t.complete_all([placed[2]])  # one ready already
     assert t.complete_all(placed) is False
     assert [e.ref_cnt for e in placed] == [READY] * 4
-    assert t.victims([10 * 32]) == placed
+    assert t.victims(10 * 32) == placed
     assert t.complete_all([]) is True  # nothing to say otherwise
 
 

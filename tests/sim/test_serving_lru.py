@@ -1,33 +1,36 @@
 """The offload tier's LRU order and its one victim walk, against a plain scan.
 
 :func:`scan_victims` is the victim rule written over a list in LRU order.
-:meth:`OffloadTier.victims` (the walk over the order kept per device set)
-must give exactly its victims under random pins, touches and spills; one
-walk asked several times (as a placement asks it, nothing but victims
-leaving in between) must give what fresh scans give with the victims taken
-so far removed.
+:meth:`OffloadTier.victims` must give exactly its victims under random pins,
+touches and spills; one walk asked several times (as a placement asks it,
+nothing but victims leaving in between) must give what fresh scans give
+with the victims taken so far removed.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.serving.policy.jobs import store_pieces
 from sim.serving.tiers.blocks import READY, Entry, OffloadTier
 
 
-def scan_victims(order: list[Entry], short: list[int]) -> list[Entry]:
+def scan_victims(order: list[Entry], short: int, over: list[int]) -> list[Entry]:
     """The definition: walk ``order`` (least recently used first), take every
-    ready, idle entry with bytes on a device still short."""
+    ready, idle entry while the tier is short (whatever its devices) or it
+    has bytes on a device still over its capacity."""
     out = []
     for e in order:
-        if all(s <= 0 for s in short):
+        if short <= 0 and all(o <= 0 for o in over):
             break
         if e.ref_cnt != READY:
             continue
-        if any(s > 0 and b > 0 for s, b in zip(short, e.nbytes, strict=True)):
+        if short > 0 or any(o > 0 and b > 0 for o, b in zip(over, e.nbytes, strict=True)):
             out.append(e)
-            short = [s - b for s, b in zip(short, e.nbytes, strict=True)]
+            short -= sum(e.nbytes)
+            over = [o - b for o, b in zip(over, e.nbytes, strict=True)]
     return out
 
 
@@ -44,6 +47,13 @@ def _random_life(tier: OffloadTier, rng: np.random.Generator) -> None:
             tier.unpin(e)
 
 
+def _shortfall(rng: np.random.Generator, n: int) -> tuple[int, list[int]]:
+    """A random pool-wide shortfall and per-device excess (half the time none)."""
+    short = int(rng.integers(-4, 24))
+    over = [int(x) for x in rng.integers(-4, 8, n)] if rng.random() < 0.5 else [0] * n
+    return short, over
+
+
 def test_victims_match_a_scan_under_random_pins_touches_and_spills() -> None:
     rng = np.random.default_rng(7)
     # two devices, 1:3 bandwidth, device 1 full first: blocks spill to device 0 alone
@@ -53,9 +63,9 @@ def test_victims_match_a_scan_under_random_pins_touches_and_spills() -> None:
         tier.place([key], None)
         _random_life(tier, rng)
         sets |= {e.devs for e in tier.entries.values()}
-        short = [int(x) for x in rng.integers(-4, 12, 2)]
-        got = tier.victims(list(short))
-        assert got == scan_victims(list(tier.lru.order()), short)
+        short, over = _shortfall(rng, 2)
+        got = tier.victims(short, list(over))
+        assert got == scan_victims(list(tier.lru.order()), short, over)
         checked += len(got)
     assert checked > 1000  # the comparison saw real evictions, not empty lists
     assert sets == {0b01, 0b11}  # some entries spilled
@@ -65,39 +75,42 @@ def test_one_walk_asked_again_continues_as_fresh_scans_would() -> None:
     """A pool of three devices with random spills, pins and touches: one walk
     asked for several random shortfalls in a row, the victims of each call
     dropped from the reference list before the next, gives what a scan of
-    what is left gives, call by call (the walk keeps, per device set, where
-    it stopped and the entries it passed)."""
+    what is left gives, call by call (the walk keeps where it stopped and
+    the evictable entries it passed)."""
     rng = np.random.default_rng(3)
     tier = OffloadTier("pool", ["a", "b", "c"], [0.2, 0.3, 0.5], [12 * 6, 9 * 10, 30 * 16], 32, 1)
-    calls = 0
+    calls = passed = 0
     for _ in range(300):
         keys = [int(k) for k in rng.choice(600, int(rng.integers(1, 20)), replace=False)]
         tier.place(keys, None)
         _random_life(tier, rng)
         walk, left = tier.lru.walk(), list(tier.lru.order())
         for _ in range(4):
-            short = [int(x) for x in rng.integers(-8, 10, 3)]
-            got = walk.victims(short)
-            assert got == scan_victims(left, short)
-            left = [e for e in left if e not in got]
+            short, over = _shortfall(rng, 3)
+            got = walk.victims(short, over)
+            assert got == scan_victims(left, short, over)
+            taken = {id(e) for e in got}
+            # an evictable entry before the last victim, not taken: passed by
+            last = max([i for i, e in enumerate(left) if id(e) in taken], default=-1)
+            passed += sum(e.ref_cnt == READY and id(e) not in taken for e in left[:last])
+            left = [e for e in left if id(e) not in taken]
             calls += bool(got)
     assert calls > 500
+    assert passed > 100  # later calls saw entries earlier ones passed by
 
 
-def test_the_order_is_insertion_then_touch_order_with_stamps_ascending() -> None:
-    """Keys placed 1..5 in two sets, 2 and 4 touched (in that order), 1
-    pinned and touched by a load: the order is 3, 5, 2, 4, 1, every stamp
-    larger than the one before it."""
+def test_the_order_is_insertion_then_touch_order() -> None:
+    """Keys placed 1..5, 2 and 4 touched (in that order), 1 pinned and
+    touched by a load: the order is 3, 5, 2, 4, 1, and a shortfall of three
+    blocks takes 3, 5, 2."""
     t = OffloadTier("t", ["d0"], [1.0], [10 * 32], 32, 1)
     t.complete_all(t.place([1, 2, 3], None))
     t.complete_all(t.place([4, 5], None))
     t.touch_all([t.entries[2], t.entries[4]])
     t.pin_touch_all([t.entries[1]])
-    order = list(t.lru.order())
-    assert [e.key for e in order] == [3, 5, 2, 4, 1]
-    assert [e.stamp for e in order] == sorted(e.stamp for e in order)
+    assert [e.key for e in t.lru.order()] == [3, 5, 2, 4, 1]
     assert t.entries[1].ref_cnt == READY + 1
-    assert t.victims([3 * 32]) == [t.entries[k] for k in (3, 5, 2)]
+    assert t.victims(3 * 32) == [t.entries[k] for k in (3, 5, 2)]
 
 
 def test_store_extents_are_each_entrys_layer_ranges_in_order() -> None:
@@ -121,22 +134,19 @@ def test_store_extents_are_each_entrys_layer_ranges_in_order() -> None:
     assert sum(len(p.extents) for p in pieces.values()) == 5 * 32
 
 
-def test_victims_come_in_runs_of_one_set_bounded_by_the_others_heads() -> None:
-    """Two device sets: a1, a2, a4 on both devices (a byte each), b3, b5 on
-    device 0 (two bytes each), stamps 1..5 in that order.  Device 0 short by
-    5: a1, a2 (a run of set a, up to b3's stamp), b3, a4 (short 0: stop).
-    With a2 in use: a1, b3, a4, b5.  Device 1 short by 2: set a alone, a1 and
-    a2.  One walk asked twice continues where it stopped."""
+def test_a_pool_short_takes_the_lru_entries_whatever_their_devices() -> None:
+    """a1, a2, a4 on both devices (a byte each), b3, b5 on device 0 (two bytes
+    each), in that LRU order: two bytes each.  The pool short by 5: a1, a2,
+    b3 (6 bytes): stop.  With a2 in use: a1, b3, a4.  No shortfall but device 1 over
+    its capacity by 2: only its entries, a1 and a2.  One walk asked for
+    device 1's excess passes b3 by; asked then for the pool, it takes b3
+    first (older than the entries it has not reached)."""
     from sim.serving.tiers.lru import LruOrder
 
-    def entries() -> dict[str, Entry]:
-        es = {n: Entry(i, (), (), (1, 1) if n[0] == "a" else (2, 0), 0b11 if n[0] == "a" else 0b01)
-              for i, n in enumerate(["a1", "a2", "b3", "a4", "b5"], start=1)}  # fmt: skip
-        for e in es.values():
-            e.ref_cnt = READY
-        return es
-
-    es = entries()
+    es = {n: Entry(i, (), (), (1, 1) if n[0] == "a" else (2, 0), 0b11 if n[0] == "a" else 0b01)
+          for i, n in enumerate(["a1", "a2", "b3", "a4", "b5"], start=1)}  # fmt: skip
+    for e in es.values():
+        e.ref_cnt = READY
     lru = LruOrder()
     lru.add(list(es.values()))
     names = {id(e): n for n, e in es.items()}
@@ -144,10 +154,76 @@ def test_victims_come_in_runs_of_one_set_bounded_by_the_others_heads() -> None:
     def named(got: list[Entry]) -> list[str]:
         return [names[id(e)] for e in got]
 
-    assert named(lru.walk().victims([5, 0])) == ["a1", "a2", "b3", "a4"]
-    assert named(lru.walk().victims([0, 2])) == ["a1", "a2"]
+    assert named(lru.walk().victims(5)) == ["a1", "a2", "b3"]
+    assert named(lru.walk().victims(0, [0, 2])) == ["a1", "a2"]
     walk = lru.walk()
-    assert named(walk.victims([3, 0])) == ["a1", "a2", "b3"]  # 1 + 1 + 2 >= 3
-    assert named(walk.victims([1, 0])) == ["a4"]
+    assert named(walk.victims(0, [0, 3])) == ["a1", "a2", "a4"]  # b3 passed by
+    assert named(walk.victims(1)) == ["b3"]
+    assert named(walk.victims(9)) == ["b5"]  # the walk ended
     es["a2"].ref_cnt = READY + 1
-    assert named(lru.walk().victims([5, 0])) == ["a1", "b3", "a4", "b5"]
+    assert named(lru.walk().victims(5)) == ["a1", "b3", "a4"]
+
+
+# ---- invariants of a pool that evicts as one LRU cache (hypothesis) -----------------------
+# (an offload set's keys are distinct: a request's block hashes)
+_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["place", "complete", "load", "unload"]),
+        st.lists(st.integers(0, 80), min_size=1, max_size=12, unique=True),
+    ),
+    min_size=20,
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=_OPS, dram=st.integers(2, 12), ssd=st.integers(4, 40))
+def test_a_pool_evicts_its_least_recently_used_and_never_overfills(
+    ops: list[tuple[str, list[int]]], dram: int, ssd: int
+) -> None:
+    """A pool of two host-memory modules and two SSDs (seed 004's ratios,
+    0.296 / 0.296 / 0.204 / 0.204; blocks of 32 one-byte layers) under random
+    placements, completions of every store in flight, loads (pin and touch)
+    and their ends: after
+    every step no device holds more than its capacity, the used and
+    evictable bytes are the sums over the entries, the order is the one a
+    plain list kept beside it gives (placed at the end, touched to the end,
+    victims out), every victim was ready and idle, and every evictable
+    entry a placement leaves is more recent than each victim it took."""
+    ratios = [0.296, 0.296, 0.204, 0.204]
+    caps = [dram * 10, dram * 10, ssd * 7, ssd * 7]
+    t = OffloadTier("pool", ["dram0", "dram1", "ssd0", "ssd1"], ratios, caps, 32, 1)
+    order: list[int] = []  # the model of the LRU order
+    victims: list[Entry] = []
+
+    def evict(_t: OffloadTier, es: list[Entry]) -> None:
+        assert all(e.ref_cnt == READY for e in es)  # nothing in flight or in use
+        victims.extend(es)
+
+    for op, keys in ops:
+        held = [t.entries[k] for k in dict.fromkeys(keys) if k in t.entries]
+        if op == "place":
+            start = list(order)
+            before = {e.key for e in t.entries.values() if e.ref_cnt == READY}
+            victims.clear()
+            placed = t.place(keys, evict)
+            gone = {e.key for e in victims}
+            if victims:  # pool-wide LRU: what stays evictable is newer than every victim
+                newest = max(start.index(k) for k in gone)
+                assert all(start.index(k) > newest for k in before - gone)
+            order = [k for k in order if k not in gone] + [e.key for e in placed]
+        elif op == "complete":
+            t.complete_all([e for e in t.entries.values() if e.ref_cnt < READY])  # stores end
+        elif op == "load":
+            ready = [e for e in held if e.ref_cnt >= READY]
+            t.pin_touch_all(ready)
+            moved = [e.key for e in ready]
+            order = [k for k in order if k not in set(moved)] + moved
+        else:
+            t.unpin_all([e for e in held if e.ref_cnt > READY])
+        assert [e.key for e in t.lru.order()] == order
+        assert all(u <= c for u, c in zip(t.used, t.capacity, strict=True))
+        es = list(t.entries.values())
+        assert t.used == [sum(e.nbytes[d] for e in es) for d in range(4)]
+        ready_bytes = [e.nbytes for e in es if e.ref_cnt == READY]
+        assert t.evictable == [sum(b[d] for b in ready_bytes) for d in range(4)]

@@ -2,12 +2,13 @@
 
 :class:`RefTier` below is the definition written plainly: every key laid out
 by Algorithm 1, spilled over the devices with room, and LRU victims found by
-walking a plain list in LRU order (no device sets, no runs, no walk kept
-across keys).  Hand-worked cases hold both to bytes worked out by hand; seeded
-random workloads drive :class:`OffloadTier` and the definition side by side:
-the same keys placed, the same victims in the same order, the same used
-bytes, slots, live slot counts, reference counts and LRU order after every
-step.
+walking a plain list in LRU order (pool-wide: whatever devices an entry is
+on; no runs, no walk kept across keys).  Hand-worked cases hold both to
+bytes worked out by hand; seeded random workloads drive :class:`OffloadTier`
+and the definition side by side: the same keys placed, the same victims in
+the same order, the same used bytes, slots, live slot counts, reference
+counts and LRU order after every step (and the tier never holds more than
+its capacity).
 """
 
 from __future__ import annotations
@@ -60,17 +61,28 @@ class RefTier:
             room = [ok and f for ok, f in zip(room, fit, strict=True)]
         return runs
 
-    def victims(self, short) -> list[RefEntry]:
+    def victims(self, short: int, over: list[int]) -> list[RefEntry]:
+        """Ready entries in LRU order while the pool is ``short`` (any entry) or
+        one has bytes on a device still ``over`` its capacity."""
         out = []
         for e in self.order:
-            if all(s <= 0 for s in short):
+            if short <= 0 and all(o <= 0 for o in over):
                 break
-            if e.ref_cnt == READY and any(
-                s > 0 and b > 0 for s, b in zip(short, e.nbytes, strict=True)
+            if e.ref_cnt == READY and (
+                short > 0 or any(o > 0 and b > 0 for o, b in zip(over, e.nbytes, strict=True))
             ):
                 out.append(e)
-                short = [s - b for s, b in zip(short, e.nbytes, strict=True)]
+                short -= sum(e.nbytes)
+                over = [o - b for o, b in zip(over, e.nbytes, strict=True)]
         return out
+
+    def shortfall(self, need) -> tuple[int, list[int]]:
+        """The pool's bytes short of ``need`` and each device's bytes over capacity."""
+        short = sum(self.used) + sum(need) - sum(self.caps)
+        return short, [u - c for u, c in zip(self.used, self.caps, strict=True)]
+
+    def too_big(self, need) -> bool:
+        return sum(need) > sum(self.caps)
 
     def place(self, keys, evict):
         held = {e.key for e in self.order}
@@ -80,12 +92,20 @@ class RefTier:
             runs = self.spill(planned)
             need = self.need(runs)
             if not self.fits(need):
-                if any(x > c for x, c in zip(need, self.caps, strict=True)):
+                if self.too_big(need):
                     continue  # never fits: nothing evicted
-                short = [u + x - c for u, x, c in zip(self.used, need, self.caps, strict=True)]
-                for e in self.victims(short):
+                for e in self.victims(*self.shortfall(need)):
                     evict(e)  # handed over, then dropped
                     self.drop(e)
+                runs = self.spill(planned)  # as laid out if it fits, else spilled
+                while not self.fits(self.need(runs)):  # free bytes not in whole layers
+                    nxt = next((e for e in self.order if e.ref_cnt == READY), None)
+                    if nxt is None:
+                        break
+                    evict(nxt)
+                    self.drop(nxt)
+                    runs = self.spill(planned)
+                need = self.need(runs)
                 if not self.fits(need):
                     continue  # no room: let go
             slots = tuple(self.alloc[d].alloc(l1 - l0) for d, l0, l1 in runs)
@@ -118,26 +138,31 @@ def same_books(t: OffloadTier, r: RefTier) -> None:
         assert (f.runs, f.slots, f.ref_cnt) == (e.runs, e.slots, e.ref_cnt)
         assert list(f.nbytes) == e.nbytes
     assert [a.live for a in t.allocators] == [a.live for a in r.alloc]
-    stamps = [e.stamp for e in t.lru.order()]
-    assert stamps == sorted(set(stamps))  # one stamp each, ascending along the order
     # the evictable bytes, kept as counts move, against the definition's ready entries
     ready = [e.nbytes for e in r.order if e.ref_cnt == READY]
     assert t.evictable == [sum(b[d] for b in ready) for d in range(len(r.caps))]
     # the room check without a walk answers as the definition's walk does
-    for short in _shorts(r):
-        covered = [s - sum(e.nbytes[d] for e in r.victims(short)) for d, s in enumerate(short)]
-        assert t.room_for(short) == (max(covered) <= 0), short
+    for need in _needs(r):
+        short, over = r.shortfall(need)
+        for e in r.victims(short, over):
+            short -= sum(e.nbytes)
+            over = [o - b for o, b in zip(over, e.nbytes, strict=True)]
+        want = not r.too_big(need) and short <= 0 and max(over) <= 0
+        assert t.room_for(need) == want, need
 
 
-def _shorts(r: RefTier) -> list[list[int]]:
-    """Shortfalls around what the tier's ready entries hold: none, one layer, each
-    device's ready bytes exactly and one byte beyond, and all devices at once."""
+def _needs(r: RefTier) -> list[list[int]]:
+    """Needs around what the tier has free and its ready entries hold: none,
+    a layer per device, the free bytes plus all ready bytes exactly and one
+    byte beyond (on one device and spread), and the whole capacity and one
+    byte beyond."""
     n = len(r.caps)
-    ready = [sum(e.nbytes[d] for e in r.order if e.ref_cnt == READY) for d in range(n)]
-    out = [[0] * n, [r.lb] * n, ready, [x + 1 for x in ready]]
-    for d in range(n):
-        for x in (ready[d], ready[d] + 1):
-            out.append([x if i == d else -r.lb for i in range(n)])
+    room = sum(r.caps) - sum(r.used) + sum(sum(e.nbytes) for e in r.order if e.ref_cnt == READY)
+    out = [[0] * n, [r.lb] * n, [sum(r.caps)] + [0] * (n - 1), [sum(r.caps) + 1] + [0] * (n - 1)]
+    for x in (room, room + 1):
+        if x >= 0:
+            out.append([x] + [0] * (n - 1))
+            out.append([x // n + (i < x % n) for i in range(n)])
     return out
 
 
@@ -241,9 +266,9 @@ def test_a_spill_worked_by_hand_in_bytes() -> None:
     (0 bytes); over devices 0 and 1 (ratios 2/3, 1/3: 4 layers floor to
     2 + 1, the one left over to device 0): layers 0-2 on 0, 3 on 1,
     (3000, 1000, 0), short on device 0 (5000); narrowed to device 1: all four
-    layers, 7000 > 4000; nothing left: C must evict, as laid out, short
-    (1000, 0, 1000) on devices 0 and 2.  A, the least recently used, has
-    bytes on both: one victim, and C is placed as laid out."""
+    layers, 7000 > 4000; nothing left: C must evict.  The pool holds 8000 of
+    10000 bytes, 2000 short of C's 4000: A, the least recently used (4000
+    bytes), goes, and C is placed as laid out."""
     t = _three_devices()
     a = t.place([1], None)[0]  # A
     assert a.runs == ((0, 0, 2), (1, 2, 3), (2, 3, 4)) and t.used == [2000, 1000, 1000]
@@ -259,28 +284,62 @@ def test_a_spill_worked_by_hand_in_bytes() -> None:
 
 def test_a_three_device_pool_walks_past_a_pinned_entry_at_the_front() -> None:
     """The spill case above with A (at the front) pinned by a load: C's walk
-    skips A; B has bytes on device 2, still short: taken, (1000, 0, 1000)
-    minus (0, 2000, 2000) leaves device 0 short by 1000, and nothing is left
-    to walk.  C does not fit and is let go; B was evicted all the same (the
-    victims a key finds are evicted), A stays, pinned, at the front."""
+    skips A; B (4000 bytes) covers the pool's 2000 short and goes: used
+    (2000, 1000, 1000).  C as laid out would put 4000 on device 0 (3000);
+    spilled over all three it is its own layout, short on device 0; over
+    devices 1 and 2, (0, 2000, 2000), it fits: used (2000, 3000, 3000), A
+    stays, pinned, at the front."""
     t = _three_devices()
     a = t.place([1], None)[0]
     b = t.place([2], None)[0]
     t.complete_all([a, b])
     t.pin_all([a])
-    assert t.victims([1000, 0, 1000]) == [b]  # taking nothing
-    assert t.place([3], None) == []
-    assert lru_keys(t) == [1] and t.used == [2000, 1000, 1000] and t.evictions == 1
+    assert t.victims(2000) == [b]  # taking nothing
+    (c,) = t.place([3], None)
+    assert c.runs == ((1, 0, 2), (2, 2, 4)) and c.nbytes == (0, 2000, 2000)
+    assert lru_keys(t) == [1, 3] and t.used == [2000, 3000, 3000] and t.evictions == 1
 
 
-def test_a_walk_takes_the_least_recently_used_of_the_device_sets_short() -> None:
+def _two_device_pool() -> OffloadTier:
+    """A pool of host memory (device 0, 2000 bytes) and an SSD (device 1, 5000
+    bytes), ratios 0.5 / 0.5, blocks of 2 layers of 1000 bytes: as laid out,
+    layer 0 in host memory and layer 1 on the SSD, (1000, 1000)."""
+    return OffloadTier("pool", ["dram0", "ssd0"], [0.5, 0.5], [2000, 5000], 2, 1000)
+
+
+def test_the_pool_evicts_its_lru_entry_whatever_its_devices() -> None:
+    """A and B fit as laid out: used (2000, 2000), host memory full.  C
+    spills to the SSD, both layers: (0, 2000), used (2000, 4000).  Loads
+    touch A then B: the order is C, A, B, C the least recently used and on
+    the SSD alone.  D as laid out needs 1000 in host memory (full); spilled
+    to the SSD alone it needs 2000 there (1000 free): D must evict.  The pool
+    holds 6000 of 7000 bytes, 1000 short of D's 2000: C (2000 bytes) goes,
+    though it frees no host memory, and D spills to the SSD: (0, 2000), used
+    (2000, 4000), A and B stay.  (Victims per device short would have taken
+    A, the least recently used entry with host-memory bytes, more recent
+    than C, and placed D as laid out.)"""
+    t = _two_device_pool()
+    a, b = t.place([1, 2], None)
+    assert a.nbytes == b.nbytes == (1000, 1000) and t.used == [2000, 2000]
+    (c,) = t.place([3], None)
+    assert c.runs == ((1, 0, 2),) and t.used == [2000, 4000]
+    t.complete_all([a, b, c])
+    t.touch_all([a, b])
+    assert lru_keys(t) == [3, 1, 2]
+    seen: list[int] = []
+    (d,) = t.place([4], lambda _t, es: seen.extend(e.key for e in es))
+    assert seen == [3] and d.runs == ((1, 0, 2),) and d.nbytes == (0, 2000)
+    assert t.used == [2000, 4000] and lru_keys(t) == [1, 2, 4] and t.evictions == 1
+
+
+def test_a_walk_over_a_pool_takes_its_lru_entries_whatever_their_devices() -> None:
     """A pool of two devices, 2 one-byte layers a block, ratios 0.5 / 0.5:
     as laid out a block has a layer on each; spilled, both on one device.
     Entries in LRU order: P (device 1 only), Q (both), R (device 0 only),
-    S (both), all ready.  Short on device 0 by 2: P has no bytes there
-    (passed), Q frees 1, R frees 2: victims [Q, R].  Short on device 1 by 4:
-    P (2), Q (1), S (1).  Short on both by 1: P (2 on device 1), then Q for
-    device 0.  One walk asked three times continues where it stopped."""
+    S (both), all ready, 2 bytes each.  The pool short by 2: P; by 3: P, Q.
+    Device 0 over its capacity by 2 (a lender took memory back): Q (1), R.
+    One walk asked four times continues where it stopped, and looks first
+    at the entries it passed by (P, for device 0's excess)."""
     t = OffloadTier("pool", ["d0", "d1"], [0.5, 0.5], [100, 100], 2, 1)
     both, on0, on1 = ((0, 0, 1), (1, 1, 2)), ((0, 0, 2),), ((1, 0, 2),)
     made = []
@@ -291,14 +350,14 @@ def test_a_walk_takes_the_least_recently_used_of_the_device_sets_short() -> None
     t.entries.update({e.key: e for e in made})
     t.complete_all(made)
     p, q, r, s = made
-    assert t.victims([2, 0]) == [q, r]
-    assert t.victims([0, 4]) == [p, q, s]
-    assert t.victims([1, 1]) == [p, q]
+    assert t.victims(2) == [p]
+    assert t.victims(3) == [p, q]
+    assert t.victims(0, [2, 0]) == [q, r]
     walk = t.lru.walk()  # one walk: each call continues where the last stopped
-    assert walk.victims([0, 1]) == [p]
-    assert walk.victims([1, 0]) == [q]
-    assert walk.victims([5, 5]) == [r, s]
-    assert walk.victims([1, 1]) == []  # the walk ended
+    assert walk.victims(0, [1, 0]) == [q]  # P passed by
+    assert walk.victims(1) == [p]
+    assert walk.victims(5) == [r, s]
+    assert walk.victims(1) == []  # the walk ended
 
 
 # ---- the definition on random workloads --------------------------------------------------

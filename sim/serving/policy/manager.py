@@ -292,19 +292,14 @@ class BlockManager:
         """Whether the first tier can hold ``n`` more blocks now, evicting only
         ready entries in use by nobody (``LRUOffloadingManager.prepare_store``:
         ``ref_cnt == 0``; a block being stored, loaded or copied on is never a
-        victim).  Looked at without evicting: whether the victim walk would
-        cover the bytes short (:meth:`OffloadTier.room_for`)."""
+        victim).  Looked at without evicting: whether the tier has room now
+        or the victim walk would make it (:meth:`OffloadTier.room_for`)."""
         tier = self.tiers[0]
         need = [0] * len(tier.devices)
         for r, m in Counter(layer_runs(tier.ratios, n, tier.layers)).items():
             for d, b in enumerate(tier.bytes_on(r)):
                 need[d] += m * b
-        short = tier.short(need)
-        if max(short) <= 0:
-            return True
-        if any(x > c for x, c in zip(need, tier.capacity, strict=True)):
-            return False
-        return tier.room_for(short)
+        return tier.room_for(need)
 
     def _store_groups(
         self, s: Seq, g0: int, g1: int

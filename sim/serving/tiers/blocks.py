@@ -19,12 +19,14 @@ leaves are written only once that copy has read them).  In a tier of several
 devices a block whose bandwidth share does not fit on a full device spills
 to the devices with room (the seed does not say what a full pool device
 does; evicting while other devices are empty would waste the pool), and
-only a tier with no room anywhere evicts.
+only a tier with no room anywhere evicts: its least recently used entries,
+whatever devices they are on (one LRU cache, :mod:`sim.serving.tiers.lru`).
 
 **LRU.**  ``entries`` maps keys to entries; ``lru`` is their LRU order
 (:class:`sim.serving.tiers.lru.LruOrder`: a new entry joins it as the most
-recently used, a touched one moves to its end), over which the one walk of
-:mod:`sim.serving.tiers.lru` chooses victims.  Placement of an offload set
+recently used, a touched one moves to its end; one order whatever devices
+an entry is on), over which the one walk of :mod:`sim.serving.tiers.lru`
+chooses victims.  Placement of an offload set
 is :mod:`sim.serving.tiers.tierplace`.
 
 **Whole bytes.**  Capacities, used bytes, an entry's bytes per device and
@@ -250,33 +252,48 @@ class OffloadTier:
             out = self._alt[room] = (runs, self.bytes_on(runs))
         return out
 
-    def short(self, need: Sequence[int]) -> list[int]:
-        """Bytes per device by which ``need`` more would overflow it (> 0: short)."""
-        return [u + n - c for u, n, c in zip(self.used, need, self.capacity, strict=True)]
+    def short(self, need: Sequence[int]) -> int:
+        """Bytes by which the tier's free bytes (summed over its devices) fall
+        short of ``need`` more (> 0: short; the victim rule's pool-wide
+        shortfall, :mod:`sim.serving.tiers.lru`)."""
+        return sum(self.used) + sum(need) - sum(self.capacity)
 
-    def room_for(self, short: Sequence[int]) -> bool:
-        """Whether evicting would cover ``short`` (bytes per device): whether
-        :meth:`victims` would.  The walk takes every evictable entry with bytes
-        on a device while that device is short, so a device it leaves short
-        gave it all its evictable bytes: it covers ``short`` exactly when no
-        device is short by more than its evictable bytes."""
-        return all(map(le, short, self.evictable))
+    def over(self) -> list[int]:
+        """Bytes per device held beyond its capacity (> 0: over; only after a
+        lender took memory back)."""
+        return [u - c for u, c in zip(self.used, self.capacity, strict=True)]
 
-    def victims(self, short: list[int]) -> list[Entry]:
-        """The LRU victims that would cover ``short`` (:mod:`sim.serving.tiers.lru`),
-        taking nothing."""
-        return self.lru.walk().victims(short)
+    def room_for(self, need: Sequence[int]) -> bool:
+        """Whether ``need`` more fits pool-wide now or once the victim walk
+        has evicted for it (:meth:`victims`), taking nothing: ``need`` is at
+        most the tier's capacity, and the walk covers the tier's shortfall
+        and each device's excess.  It takes every evictable entry while the
+        tier is short and every one with bytes on a device while that device
+        is over, so it covers them exactly when the tier is short by no more
+        than all its evictable bytes and no device is over by more than its
+        own."""
+        if sum(need) > sum(self.capacity):
+            return False
+        ev = self.evictable
+        return self.short(need) <= sum(ev) and all(map(le, self.over(), ev))
+
+    def victims(self, short: int, over: Sequence[int] = ()) -> list[Entry]:
+        """The LRU victims that would cover ``short`` and ``over``
+        (:mod:`sim.serving.tiers.lru`), taking nothing."""
+        return self.lru.walk().victims(short, over)
 
     def make_room(self, need: Sequence[int], evict: EvictFn | None) -> bool:
-        """Evict LRU victims until ``need`` fits; whether it does (False: no
-        evictable entries enough, or ``need`` exceeds a device's capacity)."""
-        short = self.short(need)
-        if max(short) <= 0:
+        """Evict LRU victims until no device holds more than its capacity and
+        the tier's free bytes cover ``need``; whether they then do (False: no
+        evictable entries enough, or ``need`` exceeds the tier's capacity,
+        nothing evicted)."""
+        short, over = self.short(need), self.over()
+        if short <= 0 and max(over) <= 0:
             return True
-        if any(n > c for n, c in zip(need, self.capacity, strict=True)):
+        if sum(need) > sum(self.capacity):
             return False
-        self.drop(self.victims(short), evict)
-        return max(self.short(need)) <= 0
+        self.drop(self.victims(short, over), evict)
+        return self.short(need) <= 0 and max(self.over()) <= 0
 
     def drop(self, victims: Sequence[Entry], evict: EvictFn | None) -> None:
         """Evict ``victims`` now (:meth:`hand_over`), their bytes and slots

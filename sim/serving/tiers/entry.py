@@ -17,11 +17,9 @@ class Entry:
     """One offload block in a tier: ``runs`` of layers per device, ``slots[i]``
     the byte offset of run ``i``'s slot on its device, ``nbytes[d]`` its
     bytes on device ``d`` of the tier (whole bytes, from ``runs``), ``devs``
-    the devices it has bytes on (bit ``d`` for device ``d``).  ``stamp`` is
-    its LRU rank in the tier (:mod:`sim.serving.tiers.lru`: larger = more
-    recently used), set when it joins the tier's order."""
+    the devices it has bytes on (bit ``d`` for device ``d``)."""
 
-    __slots__ = ("ref_cnt", "stamp", "devs", "nbytes", "key", "slots", "runs")
+    __slots__ = ("ref_cnt", "devs", "nbytes", "key", "slots", "runs")
 
     def __init__(
         self, key: int, runs: Runs, slots: tuple[int, ...], nbytes: tuple[int, ...], devs: int
@@ -32,7 +30,6 @@ class Entry:
         self.slots = slots
         self.nbytes = nbytes  # bytes per device of the tier (from ``runs``; shared, read-only)
         self.devs = devs
-        self.stamp = 0
 
     @property
     def evictable(self) -> bool:

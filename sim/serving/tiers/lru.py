@@ -1,43 +1,47 @@
 """An offload tier's LRU order and its one victim rule.
 
-**Order.**  An entry joins its tier's order as the most recently used (when
-placed) and moves to the end of it when touched (a load from it, vLLM's
-``touch`` of a request's blocks); nothing else reorders entries.  This is
-vLLM's offloading LRU (``vllm/v1/kv_offload/lru_manager.py``:
-``LRUOffloadingManager`` keeps its blocks in an ``OrderedDict``; ``touch``
+**Order** (:class:`LruOrder`).  An entry joins its tier's order as the most
+recently used (when placed) and moves to the end of it when touched (a load
+from it, vLLM's ``touch`` of a request's blocks); nothing else reorders
+entries.  This is vLLM's offloading LRU (``vllm/v1/kv_offload/lru_manager.py``:
+``LRUOffloadingManager`` keeps its blocks in one ``OrderedDict``; ``touch``
 moves each to the end; eviction walks from the oldest, skipping blocks whose
-``ref_cnt`` is not 0, until enough are found).
+``ref_cnt`` is not 0, until enough are found).  A tier keeps one order,
+whatever devices its entries are on.
 
-**Victims** (:meth:`Walk.victims`), given the bytes ``short[d]`` each device
-``d`` of the tier is short: walk from the least recently used; take an
-entry when it is evictable (ready, in use by nobody: ``ref_cnt == READY``)
-and has bytes on a device still short; subtract its bytes from ``short``;
-stop when no device is short or the walk ends.  Every path that needs
-victims (one device or a pool; victims dropped or demoted; a placement of
-many keys or of one; :meth:`~sim.serving.tiers.blocks.OffloadTier.make_room`;
-the block manager's room check, which takes nothing) asks a :class:`Walk`.
+**Victims** (:meth:`Walk.victims`), given the bytes ``short`` the tier as a
+whole lacks for a block (its free bytes summed over its devices, against
+the block's bytes) and the bytes ``over[d]`` each device ``d`` holds beyond
+its capacity: walk from the least recently used; take an entry when it is
+evictable (ready, in use by nobody: ``ref_cnt == READY``) and either the
+tier is still short (any entry, whatever devices it is on) or it has bytes
+on a device still over its capacity; subtract its bytes; stop when the
+tier is not short and no device is over, or the walk ends.
 
-**Kept per device set** (:class:`LruOrder`).  In a pool (a tier of several
-devices) a block spilled away from a full device has no bytes there, and a
-walk short of that device alone passes it by.  Such entries pile up at the
-front of a pool's order, and a walk from the front stepped over all of them
-at every placement: on the serving benchmark's ``pool`` design (16-token
-blocks, 1000 requests, load 0.8) 3.6 million entries passed for 30
-thousand victims, eight times the placement's time.  So the order is kept
-per *device set* (the devices an entry has bytes on: one set on a
-one-device tier, a few in a pool), each an ``OrderedDict`` in LRU order,
-and every entry carries its ``stamp``, a counter of the tier taken when it
-joins or is touched: the tier's order is ascending stamp, each set's order
-is the same order restricted to it, and a walk merges the heads of the sets
-that have bytes on a device still short, least stamp first.  That is the
-walk above, without stepping over the entries of the other sets.
+On a one-device tier that is vLLM's walk.  On a tier of several devices (a
+pool) it evicts the pool as one LRU cache: Mooncake's store evicts its
+least recently used objects pool-wide when space runs short, whatever
+segment holds them, and vLLM keeps one order per tier.  The seed of the
+pool (Unified KV Pooling, Algorithm 1, §IV-A3) splits a block over the
+devices by bandwidth and gives no rule for a full pool; the block is placed
+after its victims as :mod:`sim.serving.tiers.tierplace` says (as laid out,
+else spilled to the devices with room).  A device goes over its capacity
+only when a lender takes memory back (a peer tier); only its own entries
+can bring it back, hence ``over``.
+
+Every path that needs victims (one device or a pool; victims dropped or
+demoted; a placement of many keys or of one;
+:meth:`~sim.serving.tiers.blocks.OffloadTier.make_room`; the block
+manager's room check, which takes nothing) asks a :class:`Walk`.
 
 **One walk per placement.**  While one offload set is placed
 (:mod:`sim.serving.tiers.tierplace`) nothing but victims leaves the tier and
 nothing in it is pinned, unpinned or touched; new entries join the order
 only when the placement ends (victims leave it then too).  So the keys of
-the set share one walk: each set's cursor continues where the last key's
-walk left it, and an entry passed as not evictable is not read again.
+the set share one walk: each call continues where the last one stopped, an
+entry passed as not evictable is not read again, and the evictable entries
+a call passed by (none on a device over capacity while the tier was not
+short) are looked at first by the next call, in order.
 """
 
 from __future__ import annotations
@@ -45,123 +49,90 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from functools import partial
-from heapq import merge
-from itertools import filterfalse
+from itertools import chain, filterfalse
 from operator import attrgetter
 
 from sim.serving.tiers.entry import READY, Entry
 
-_ENDED = Entry(-1, (), (), (), 0)  # a set walked to its end
-_STAMP = attrgetter("stamp")
-_NO_BOUND = float("inf")  # no other set has an evictable head
 # the evictable entries of an iterator of entries: READY is 0, every other count is not
 _ready = partial(filterfalse, attrgetter("ref_cnt"))
 assert READY == 0
 
 
 class LruOrder:
-    """A tier's entries in LRU order, per device set (module docstring)."""
+    """A tier's entries in LRU order (module docstring)."""
 
-    __slots__ = ("sets", "clock")
+    __slots__ = ("entries", "clock")
 
     def __init__(self) -> None:
-        self.sets: dict[int, OrderedDict[int, Entry]] = {}  # device set -> its entries
-        self.clock = 0  # the last stamp taken
+        self.entries: OrderedDict[int, Entry] = OrderedDict()  # least recently used first
+        self.clock = 0  # entries joined or touched so far (equal: no move since)
 
     def add(self, made: Sequence[Entry]) -> None:
         """``made`` (new to the tier) join the order as the most recently
         used, in this order."""
-        sets, c = self.sets, self.clock
+        od = self.entries
         for e in made:
-            c += 1
-            e.stamp = c
-            s = sets.get(e.devs)
-            if s is None:
-                s = sets[e.devs] = OrderedDict()
-            s[e.key] = e
-        self.clock = c
+            od[e.key] = e
+        self.clock += len(made)
 
     def touch(self, entries: Sequence[Entry]) -> None:
         """``entries`` become the most recently used, in this order."""
-        sets, c = self.sets, self.clock
+        to_end = self.entries.move_to_end
         for e in entries:
-            c += 1
-            e.stamp = c
-            sets[e.devs].move_to_end(e.key)
-        self.clock = c
+            to_end(e.key)
+        self.clock += len(entries)
 
     def remove(self, e: Entry) -> None:
-        del self.sets[e.devs][e.key]
+        del self.entries[e.key]
 
     def order(self) -> Iterator[Entry]:
         """Every entry, least recently used first."""
-        return merge(*(s.values() for s in self.sets.values()), key=_STAMP)
+        return iter(self.entries.values())
 
     def walk(self) -> Walk:
         """A walk from the least recently used (valid while the order is unchanged)."""
-        return Walk(self.sets)
+        return Walk(self.entries)
 
 
 class Walk:
     """The LRU walk over one tier's order for one placement (module docstring)."""
 
-    __slots__ = ("_sets",)
+    __slots__ = ("_ready", "_passed")
 
-    def __init__(self, sets: dict[int, OrderedDict[int, Entry]]):
-        # per device set holding entries: [its devices, its entries not reached yet
-        # (in LRU order), its next evictable entry not taken (None: not looked for)]
-        self._sets: list[list] = [[devs, iter(s.values()), None] for devs, s in sets.items() if s]
+    def __init__(self, entries: OrderedDict[int, Entry]):
+        self._ready = _ready(entries.values())  # the evictable entries not reached yet
+        self._passed: list[Entry] = []  # evictable entries passed by, not taken (LRU order)
 
-    def victims(self, short: list[int]) -> list[Entry]:
-        """The victims that cover ``short`` (bytes per device; > 0: short), in
+    def victims(self, short: int, over: Sequence[int] = ()) -> list[Entry]:
+        """The victims that cover ``short`` (bytes the tier lacks; > 0: short)
+        and ``over`` (bytes per device beyond its capacity; > 0: over), in
         LRU order (module docstring); fewer when the walk ends first.  They
-        are not dropped: the caller evicts them.
-
-        Each victim is the least-stamped evictable head of the sets with
-        bytes on a device still short.  The heads of the other sets do not
-        move while one set gives victims, so that set keeps giving them, in
-        its order, while their stamps stay below the least of those heads and
-        no device stops being short (a run of victims from one set: one
-        device's tier is one set, a run to the end)."""
+        are not dropped: the caller evicts them."""
         out: list[Entry] = []
-        short = list(short)
-        want = _short_mask(short)  # the devices still short
-        sets = self._sets
-        while want:
-            best: list | None = None
-            bound = _NO_BOUND  # the least head stamp of the other sets
-            for s in sets:
-                if s[0] & want:  # bytes on a device short
-                    e = s[2]
-                    if e is None:  # the set's first evictable entry not taken
-                        e = s[2] = next(_ready(s[1]), _ENDED)
-                    if e is _ENDED:
-                        continue
-                    if best is None or e.stamp < best[2].stamp:
-                        if best is not None:
-                            bound = best[2].stamp
-                        best = s
-                    elif e.stamp < bound:
-                        bound = e.stamp
-            if best is None:
-                break  # the walk ended
-            on = want & best[0]  # the devices short that its entries have bytes on
-            devs = [d for d in range(len(short)) if on >> d & 1]
-            e, best[2] = best[2], None
-            ready = _ready(best[1])
-            while True:  # e: the next victim, from ``best``
+        over = list(over)
+        want = _short_mask(over)  # the devices still over their capacity
+        if short <= 0 and not want:
+            return out
+        passed, kept = self._passed, []
+        self._passed = kept
+        seen = 0
+        for e in chain(passed, self._ready):
+            seen += 1
+            nb = e.nbytes
+            if short > 0 or e.devs & want:
                 out.append(e)
-                nb, covered = e.nbytes, False
-                for d in devs:
-                    x = short[d] = short[d] - nb[d]
-                    covered = covered or x <= 0
-                if covered:
-                    want &= _short_mask(short)
+                short -= sum(nb)
+                if want:
+                    for d, x in enumerate(nb):
+                        over[d] -= x
+                    want = _short_mask(over)
+                if short <= 0 and not want:
                     break
-                e = next(ready, _ENDED)
-                if e is _ENDED or e.stamp > bound:
-                    best[2] = e  # the set's next evictable entry (or its end), not taken
-                    break
+            else:
+                kept.append(e)
+        if seen < len(passed):  # stopped among the entries passed before: keep the rest
+            kept += passed[seen:]
         return out
 
 

@@ -9,11 +9,15 @@ as needing ``need[d]`` bytes on device ``d``, is
 2. else, on a tier of several devices (a pool), placed as
    :meth:`~sim.serving.tiers.blocks.OffloadTier.spill` lays it out over the
    devices with room, if a layout fits there;
-3. else let go if ``need`` exceeds some device's capacity (nothing evicted);
-4. else LRU victims are evicted for the bytes each device is short
-   (:meth:`sim.serving.tiers.lru.Walk.victims`; each handed to ``evict``,
-   then its bytes and slots freed), and the key placed as laid out if it now
-   fits, else let go.
+3. else let go if ``need`` exceeds what the tier holds (a pool: its
+   devices' capacities summed; nothing evicted);
+4. else LRU victims are evicted, whatever devices they are on, until the
+   tier's free bytes (summed over its devices) cover ``need`` and no device
+   holds more than its capacity (:meth:`sim.serving.tiers.lru.Walk.victims`;
+   each handed to ``evict``, then its bytes and slots freed), and the key
+   placed as in 1 or 2; while neither fits (free bytes that are not whole
+   layers where the layout wants them) the walk's next victim goes too,
+   and a key the walk cannot make room for is let go.
 
 That is the whole rule; the rest is book-keeping of the same decisions:
 
@@ -74,7 +78,8 @@ def place(
     for plan, group in groupby(plans):  # stretches of keys laid out alike
         end = i + len(list(group))
         need = tier.bytes_on(plan)
-        too_big = any([x > c for x, c in zip(need, caps, strict=True)])
+        # more than the tier holds (one device: that device; a pool: all of them)
+        too_big = sum(need) > sum(caps) if pool else need[0] > caps[0]
         while i < end:
             k = fitting(used, need, caps)
             if k:  # keys i .. i + k - 1 fit as laid out
@@ -95,19 +100,26 @@ def place(
             if walk is None:
                 walk = tier.lru.walk()
             if pool or used[0] > caps[0]:  # key i: its victims, then placed if it fits
-                victims = walk.victims(tier.short(need))
-                tier.hand_over(victims, evict)
-                tier.free(victims)
-                if fitting(used, need, caps):
-                    made += _put(tier, new[i : i + 1], plan, need)
+                victims = walk.victims(tier.short(need), tier.over())
+                while True:
+                    tier.hand_over(victims, evict)
+                    tier.free(victims)
+                    gone += victims
+                    runs = _fit(tier, plan, need)
+                    if runs is not None:
+                        made += _put(tier, new[i : i + 1], runs, tier.bytes_on(runs))
+                        break
+                    victims = walk.victims(1)  # a layout short of whole layers: one more
+                    if not victims:
+                        break  # the walk ended: let go
                 i += 1
             else:  # one device, keys i .. end - 1 each short of room: one victim each
                 m = end - i
-                victims = walk.victims([used[0] + m * need[0] - caps[0]])
+                victims = walk.victims(used[0] + m * need[0] - caps[0])
                 tier.hand_over(victims, evict)
                 made += _in_place_of(new[i : i + len(victims)], victims)
                 i = end  # the keys past the victims found none: let go
-            gone += victims
+                gone += victims
     entries, lru = tier.entries, tier.lru
     for e in gone:
         del entries[e.key]
@@ -115,6 +127,15 @@ def place(
     entries.update([(e.key, e) for e in made])
     lru.add(made)
     return made
+
+
+def _fit(tier: Tier, plan: Runs, need: tuple[int, ...]) -> Runs | None:
+    """Where a key laid out as ``plan`` (``need`` bytes per device) goes now:
+    as laid out if it fits, else (a pool) as the spill lays it out, else
+    None."""
+    if fitting(tier.used, need, tier.capacity):
+        return plan
+    return tier.spill()[0] if len(need) > 1 else None
 
 
 def fitting(used: Sequence[int], need: Sequence[int], caps: Sequence[int]) -> int:
