@@ -22,7 +22,9 @@ from typing import Any
 
 # generated, not read: sim.scenarios.serving.trace_tables (conversation, long_doc) and
 # sim.scenarios.serving_instances (sharegpt_long, seed 002's master workload)
-BUILTIN_TRACES = ("conversation", "long_doc", "sharegpt_long")
+# and sim.scenarios.mooncake_traces (Mooncake-shaped, fitted: not the real files)
+MOONCAKE_TRACES = ("mooncake_conversation", "mooncake_tool_agent", "mooncake_synthetic")
+BUILTIN_TRACES = ("conversation", "long_doc", "sharegpt_long", *MOONCAKE_TRACES)
 
 
 def places(trace: str, scenario: Path) -> list[Path]:
