@@ -29,7 +29,7 @@ def tiny(name: str, **workload):
 @pytest.mark.parametrize("name", MOONCAKE)
 def test_a_mooncake_scenario_serves_a_few_requests_on_two_replicas(name: str) -> None:
     s = tiny(name).set_index("variant")
-    assert list(s.index) == ["gpu-only", "lmcache"]
+    assert list(s.index) == ["gpu-only", "lmcache", "lmcache DRAM only"]
     table = mooncake_trace_table(load_scenario(name).workload.trace, N)
     prompt = int(sum(table.column("input_tokens").to_pylist()))
     for v, r in s.iterrows():
@@ -37,8 +37,10 @@ def test_a_mooncake_scenario_serves_a_few_requests_on_two_replicas(name: str) ->
         assert r["r0_requests"] + r["r1_requests"] == N
         # every prompt token is computed or found cached, never both
         assert 0 < r["prefill_tokens_computed"] <= prompt, v
-    # lmcache stores every prefilled chunk below the GPU (write-through): its tiers run
-    assert s.loc["lmcache", "store_gb"] > 0 == s.loc["gpu-only", "store_gb"]
+    # lmcache stores every prefilled chunk below the GPU (write-through): its tiers run,
+    # to DRAM and the SSDs or to DRAM only
+    assert s.loc["lmcache", "ssd_write_gb"] > 0 == s.loc["lmcache DRAM only", "ssd_write_gb"]
+    assert s.loc["lmcache DRAM only", "store_gb"] > 0 == s.loc["gpu-only", "store_gb"]
 
 
 @pytest.mark.parametrize("name", AZURE)
