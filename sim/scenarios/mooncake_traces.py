@@ -30,8 +30,12 @@ conversation trace's 12,031 (the published count), for all three.
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import pyarrow as pa
 
+from sim.registry import REQUEST_TRACES
 from sim.serving import bench
 from traces.conversation import (
     ConversationParams,
@@ -83,3 +87,12 @@ def mooncake_trace_table(name: str, n: int, seed: int = 0) -> pa.Table:
     table = generate_conversations(params, seed=seed).table
     block = {"block_tokens": str(bench.TRACE_BLOCK)}
     return table.slice(0, n).replace_schema_metadata(block)
+
+
+@dataclass(frozen=True)
+class Params:
+    """A drawn trace takes no parameters beyond the workload's ``requests`` and seed."""
+
+
+for _name in MEANS:
+    REQUEST_TRACES.register(_name, Params, functools.partial(mooncake_trace_table, _name))

@@ -43,7 +43,7 @@ from sim.config import ConfigError, ScenarioConfig, ServingParams, Variant
 from sim.factors import expand_matrix
 from sim.hw.measured import GpuTime, resolve
 from sim.models import get_model
-from sim.scenarios.trace_path import MOONCAKE_TRACES
+from sim.registry import REQUEST_TRACES
 from sim.serving.build import (
     GIB,
     build_engine,
@@ -114,10 +114,8 @@ def trace_tables(p: ServingParams, seed: int) -> tuple[pa.Table, pa.Table | None
         return queries, warm
     if p.trace == "conversation":
         table = conversation_table(p, seed)
-    elif p.trace in MOONCAKE_TRACES:  # drawn n long: the first n requests already
-        from sim.scenarios.mooncake_traces import mooncake_trace_table
-
-        table = mooncake_trace_table(p.trace, p.requests, seed)
+    elif p.trace in REQUEST_TRACES:  # drawn n long: the first n requests already
+        table = REQUEST_TRACES.entry(p.trace).factory(p.requests, seed)
     else:
         table = file_table(p.trace)
     if p.requests:
