@@ -17,13 +17,21 @@ import pkgutil
 
 from sim.registry import (
     KV_DESIGNS,
+    REQUEST_TRACES,
     ROUTERS,
     SERVING_DESIGNS,
     SPARSE_DECODE_DESIGNS,
     WORKLOADS,
 )
 
-REGISTRIES = (KV_DESIGNS, SERVING_DESIGNS, WORKLOADS, SPARSE_DECODE_DESIGNS, ROUTERS)
+REGISTRIES = (
+    KV_DESIGNS,
+    SERVING_DESIGNS,
+    WORKLOADS,
+    SPARSE_DECODE_DESIGNS,
+    ROUTERS,
+    REQUEST_TRACES,
+)
 
 
 def kv_designs() -> None:
@@ -52,8 +60,13 @@ def routers() -> None:
     import sim.serving.router  # noqa: F401, PLC0415  round-robin, least-loaded, prefix-aware
 
 
+def request_traces() -> None:
+    import sim.scenarios.mooncake_traces  # noqa: F401, PLC0415  Mooncake-shaped, fitted
+
+
 KV_DESIGNS.fill_with(kv_designs)
 SERVING_DESIGNS.fill_with(serving_designs)
 WORKLOADS.fill_with(workload_kinds)
 SPARSE_DECODE_DESIGNS.fill_with(sparse_decode_designs)
 ROUTERS.fill_with(routers)
+REQUEST_TRACES.fill_with(request_traces)

@@ -279,3 +279,6 @@ WORKLOADS = Registry("workload kind", "kind")
 SPARSE_DECODE_DESIGNS = Registry("sparse-decode design", "design")
 # request routers over a serving scenario's instances (sim.serving.router)
 ROUTERS = Registry("router", "router")
+# request traces drawn, not read, named by a serving workload's trace
+# (sim.scenarios.mooncake_traces): each factory(requests, seed) -> a request table
+REQUEST_TRACES = Registry("request trace", "trace")

@@ -43,6 +43,7 @@ from sim.config import ConfigError, ScenarioConfig, ServingParams, Variant
 from sim.factors import expand_matrix
 from sim.hw.measured import GpuTime, resolve
 from sim.models import get_model
+from sim.registry import REQUEST_TRACES
 from sim.serving.build import (
     GIB,
     build_engine,
@@ -111,7 +112,12 @@ def trace_tables(p: ServingParams, seed: int) -> tuple[pa.Table, pa.Table | None
     if p.trace == "long_doc":
         queries, warm = long_doc_tables(p)
         return queries, warm
-    table = conversation_table(p, seed) if p.trace == "conversation" else file_table(p.trace)
+    if p.trace == "conversation":
+        table = conversation_table(p, seed)
+    elif p.trace in REQUEST_TRACES:  # drawn n long: the first n requests already
+        table = REQUEST_TRACES.entry(p.trace).factory(p.requests, seed)
+    else:
+        table = file_table(p.trace)
     if p.requests:
         order = np.argsort(table.column("arrival_s").to_numpy(), kind="stable")[: p.requests]
         table = table.take(pa.array(np.sort(order)))

@@ -22,6 +22,7 @@ from typing import Any
 
 # generated, not read: sim.scenarios.serving.trace_tables (conversation, long_doc) and
 # sim.scenarios.serving_instances (sharegpt_long, seed 002's master workload)
+# (and the drawn traces of sim.registry.REQUEST_TRACES: sim.scenarios.mooncake_traces)
 BUILTIN_TRACES = ("conversation", "long_doc", "sharegpt_long")
 
 
@@ -41,9 +42,12 @@ def resolve_trace(params: Any, scenario: Path, where: Any, key: str) -> Any:
     if not isinstance(trace, str):
         return params
     if params.kind == "serving":
-        if trace in BUILTIN_TRACES:
+        from sim.registry import REQUEST_TRACES  # noqa: PLC0415 (its fill imports the engine)
+
+        if trace in BUILTIN_TRACES or trace in REQUEST_TRACES:
             return params
-        what = f"neither a built-in trace ({', '.join(BUILTIN_TRACES)}) nor a trace file"
+        names = ", ".join([*BUILTIN_TRACES, *REQUEST_TRACES.names()])
+        what = f"neither a built-in trace ({names}) nor a trace file"
     elif trace.endswith(".parquet"):  # a captured access trace (sim.scenarios.swarm_traces)
         what = ""
     else:  # a generator preset: checked where the workload is built

@@ -712,7 +712,8 @@ YAML: list[tuple[str, str, Files, str]] = [
         "sim --scenario sub/v.yaml",
         {"sub/v.yaml": serving("  trace: azure.parquet\n")},
         "sub/v.yaml:6: workload.trace: 'azure.parquet' is neither a built-in trace "
-        "(conversation, long_doc, sharegpt_long) nor a trace file (no file at "
+        "(conversation, long_doc, sharegpt_long, mooncake_conversation, "
+        "mooncake_synthetic, mooncake_tool_agent) nor a trace file (no file at "
         "'azure.parquet' or 'sub/azure.parquet')",
     ),
     (

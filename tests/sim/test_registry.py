@@ -12,6 +12,7 @@ from sim.policies.baselines.infllm import InfLLM
 from sim.policies.swarm.design import ABLATIONS, SwarmDesign
 from sim.registry import (
     KV_DESIGNS,
+    REQUEST_TRACES,
     SERVING_DESIGNS,
     WORKLOADS,
     Kind,
@@ -142,3 +143,5 @@ def test_every_kind_and_design_is_registered_once_by_the_catalog() -> None:
     assert WORKLOADS.entry("kvdrive").designs is KV_DESIGNS
     assert WORKLOADS.entry("serving").designs is SERVING_DESIGNS
     assert isinstance(get_design("infllm", block_tokens=64), InfLLM)
+    names = ["mooncake_conversation", "mooncake_synthetic", "mooncake_tool_agent"]
+    assert REQUEST_TRACES.names() == names

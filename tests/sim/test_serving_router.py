@@ -118,6 +118,27 @@ def test_prefix_router_counts_blocks_shared_with_active_requests_once() -> None:
     assert r.logits(req, [_state(), _state()]) == [(12.0 + 16.0, 0), (24.0, 0)]
 
 
+def test_prefix_router_counts_each_workers_active_blocks_in_one_walk() -> None:
+    """The blocks a worker already holds, counted through the router's one index of
+    block -> workers holding it.  Worker 0 runs [1, 2, 3]; worker 1 runs [1, 2] and
+    [2, 9] (block 2 held twice); worker 2 nothing.  For the prompt [1, 2, 3, 4]: held
+    3, 2, 0, so new blocks 1, 2, 4 and decode blocks 1 + 3, 2 + 3, 4 + 0 = 4, 5, 4.
+    Freeing worker 1's [1, 2] leaves its block 2 (still in [2, 9]): held 3, 1, 0."""
+    r = make_router("prefix", {}, 3, B, _rng())
+    r.workers[0].add(10, (1, 2, 3), 0)
+    r.workers[1].add(11, (1, 2), 0)
+    r.workers[1].add(12, (2, 9), 0)
+    seq = (1, 2, 3, 4)
+    assert r.held(seq) == [3, 2, 0]
+    req = _req(13, 4 * B, seq)  # overlap 0 everywhere: prefill 64 / 16 = 4 on each
+    assert r.logits(req, [_state()] * 3) == [(4.0 + 4, 0), (4.0 + 5, 0), (4.0 + 4, 0)]
+    r.finished(1, 11)
+    assert r.held(seq) == [3, 1, 0] and r.holders == {1: {0}, 2: {0, 1}, 3: {0}, 9: {1}}
+    for i, rid in ((0, 10), (1, 12)):
+        r.finished(i, rid)
+    assert r.holders == {} and r.held(seq) == [0, 0, 0]
+
+
 # ---- engine runs --------------------------------------------------------------------
 PROFILE = load_profile("h20-4gpu-nvlink")  # four H20s
 P = ServingParams(sessions=10, turns=4.0, session_rate=2.0, think_s=1.0, prompt_tokens=256,

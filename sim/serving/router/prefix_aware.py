@@ -54,22 +54,26 @@ class Params:
 
 
 class ActiveSequences:
-    """One worker's requests as the router tracks them (Dynamo's ``ActiveSequences``)."""
+    """One worker's requests as the router tracks them (Dynamo's ``ActiveSequences``).
+    ``holders`` (shared by all workers of a router): block hash -> the workers whose
+    active blocks include it, kept as ``refs`` rise from and fall to 0, so one walk
+    of a prompt's blocks counts what every worker already holds (:meth:`PrefixAware.held`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: int, holders: dict[int, set[int]]) -> None:
+        self.index, self.holders = index, holders
         self.seqs: dict[int, tuple[Sequence[int], int]] = {}  # rid -> (blocks, prefill tokens)
         self.refs: dict[int, int] = {}  # block hash -> active requests holding it
         self.active_tokens = 0
 
-    def new_blocks(self, seq: Sequence[int]) -> int:
-        refs = self.refs
-        return sum(1 for h in seq if h not in refs)
-
     def add(self, rid: int, seq: Sequence[int], prefill_tokens: int) -> None:
         self.seqs[rid] = (seq, prefill_tokens)
         self.active_tokens += prefill_tokens
+        refs, holders, me = self.refs, self.holders, self.index
         for h in seq:
-            self.refs[h] = self.refs.get(h, 0) + 1
+            n = refs.get(h, 0)
+            refs[h] = n + 1
+            if not n:
+                holders.setdefault(h, set()).add(me)
 
     def prefilled(self, rid: int) -> None:
         seq, tokens = self.seqs[rid]
@@ -79,13 +83,17 @@ class ActiveSequences:
     def free(self, rid: int) -> None:
         self.prefilled(rid)
         seq, _ = self.seqs.pop(rid)
-        refs = self.refs
+        refs, holders, me = self.refs, self.holders, self.index
         for h in seq:
             left = refs[h] - 1
             if left:
                 refs[h] = left
             else:
                 del refs[h]
+                held = holders[h]
+                held.discard(me)
+                if not held:
+                    del holders[h]
 
 
 class PrefixAware:
@@ -93,17 +101,29 @@ class PrefixAware:
 
     def __init__(self, params: Params, n: int, block_tokens: int, rng: np.random.Generator):
         self.w, self.B, self.rng = params.overlap_weight, block_tokens, rng
-        self.workers = [ActiveSequences() for _ in range(n)]
+        self.holders: dict[int, set[int]] = {}  # block hash -> workers with it active
+        self.workers = [ActiveSequences(i, self.holders) for i in range(n)]
+
+    def held(self, seq: Sequence[int]) -> list[int]:
+        """Per worker, the positions of ``seq`` whose block is among its active blocks
+        (``len(seq)`` less these are its new blocks): one walk of ``seq``, each block
+        visiting only the workers holding it, not every worker."""
+        held = [0] * len(self.workers)
+        holders = self.holders
+        for h in seq:
+            for i in holders.get(h, ()):
+                held[i] += 1
+        return held
 
     def logits(self, req: Request, states: Sequence[InstanceState]) -> list[tuple[float, int]]:
         """(logit, overlap blocks) of each instance for ``req``."""
         isl, B = req.input_tokens, self.B
         seq = req.hashes[: isl // B]  # the prompt's full blocks (not a reply's)
         out = []
-        for st, w in zip(states, self.workers, strict=True):
+        for st, w, held in zip(states, self.workers, self.held(seq), strict=True):
             overlap = cached_prefix(st.cached, seq)
             prefill = max(isl - overlap * B, 0) + w.active_tokens
-            decode = w.new_blocks(seq) + len(w.refs)
+            decode = len(seq) - held + len(w.refs)
             out.append((self.w * prefill / B + decode, overlap))
         return out
 
