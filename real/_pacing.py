@@ -27,13 +27,15 @@ op's cost has been served it has its *paced finish* ``F``; it ends at::
     end = max(F - late + L, last completion)
 
 ``L`` is the device's unloaded access latency, the simulator's latency phase
-(:mod:`sim.executor`), measured in the replay as the model's figure is measured
-(:func:`real.validate.engine_costs`: the *median* QD1 time of an idle device):
-the median time from issue to first completion over the device's ops so far
-that were issued to an idle device (no I/O in flight, no op started), an op's
-own first completion otherwise counting the other ops' I/Os queued ahead of it
-(:class:`Latency`).  Until an op has found its device idle, the least such time
-of any op stands in.  ``late`` is how long after the op
+(:mod:`sim.executor`): the least time from an op's issue to its first completion
+over the device's ops so far in the replay.  The least, not a median: an op that
+issues a batch sees its first completion only after the loop has prepared and
+submitted the whole round (every device's I/Os), where the model's latency is
+the calibration's QD1 time of one I/O alone (measured 2026-12-03 on the quiet
+VM: the median first completion of ops issued to an idle device was 0.91 ms for
+Swarm (static routing)'s 64-I/O ops against a QD1 time of 0.43 ms; taken as
+``L`` it moved PQCache from +2% to -10..-15% and No Cluster from -2% to -5..-7%
+in five runs).  ``late`` is how long after the op
 could start (its dependencies ended, its release came) the loop noticed and
 started it: on the device's clock the op starts when it could, as a copy or
 compute op does on its GPU's (:mod:`real.scheduler`), so the loop's lateness
@@ -52,7 +54,6 @@ share starts when the loop starts it.
 
 from __future__ import annotations
 
-import bisect
 import math
 
 import numpy as np
@@ -60,35 +61,6 @@ import numpy as np
 from real.targets import Limits
 
 TOL_S = 1e-12  # work left below this (rounding) is done
-
-
-class Latency:
-    """A paced device's unloaded latency ``L`` as the replay measures it: the median
-    issue-to-first-completion time of the ops issued to the idle device; before
-    any, the least such time of any op (inf: none seen).
-
-    The least of all (the rule from 2026-12-02, f74f013, to 2026-12-03) is the
-    luckiest of a distribution of loop round trips, where the model's latency
-    phase is the calibration's median QD1 time: PQCache's fetch ops, 33 x 4 KiB on
-    one device and so mostly ``L``, replayed 8-11% faster than simulated under it."""
-
-    def __init__(self) -> None:
-        self.idle: list[float] = []  # sorted
-        self.least = math.inf
-
-    def note(self, lat: float, idle: bool) -> None:
-        """An op's issue-to-first-completion time ``lat``; ``idle``: its device had no
-        I/O in flight and no op started when it was issued."""
-        self.least = min(self.least, lat)
-        if idle:
-            bisect.insort(self.idle, lat)
-
-    @property
-    def value(self) -> float:
-        n = len(self.idle)
-        if not n:
-            return self.least
-        return self.idle[n // 2] if n % 2 else 0.5 * (self.idle[n // 2 - 1] + self.idle[n // 2])
 
 
 def op_cost_of(

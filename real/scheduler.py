@@ -66,7 +66,6 @@ from kvtier.contracts.units import fmt_bytes
 from real import _gds
 from real._devices import Device, device_records, inflight_stats, open_device
 from real._iobatch import BatchIO
-from real._pacing import Latency
 from real.datafile import io_layout
 from real.engine import make_engine, on_tmpfs
 from real.errors import RealError
@@ -149,8 +148,7 @@ class Replayer(BatchIO):
         self.next_io = [0] * n  # I/Os issued per op
         self.op_cap = [0] * n
         self.issue_s = [np.nan] * n  # paced ops: when the loop started them
-        self.dev_lat = [Latency() for _ in layout.nodes]  # paced: the unloaded latency L
-        self.idle_issue = [False] * n  # paced ops: issued to an idle device
+        self.dev_lat = [np.inf] * len(layout.nodes)  # paced: least first-completion time
         self.first_reap = [np.nan] * n  # paced ops: their first completion
         self.io_end = [np.nan] * n  # paced ops: when their last I/O was reaped
         self.done = self.inflight = self.passes = 0
@@ -254,7 +252,6 @@ class Replayer(BatchIO):
             dev = self.devs[d]
             if dev.pacer is not None:  # on the device's clock it starts when it could
                 self.issue_s[j], on_dev = t, max(self.dep_end[j], self.release[j])
-                self.idle_issue[j] = dev.inflight == 0 and not dev.active
                 self.start_s[j], self.ready_s[j] = on_dev, min(self.ready_s[j], on_dev)
                 self._paced(dev.pacer.start(j, float(self.op_cost[j]), t))
             dev.active.append(j)
@@ -320,10 +317,9 @@ class Replayer(BatchIO):
         fin = self.devs[k].pacer.finish.pop(j)
         late = self.issue_s[j] - self.start_s[j]
         lat = self.first_reap[j] - self.issue_s[j]
-        if lat == lat:
-            self.dev_lat[k].note(lat, self.idle_issue[j])
-        held = self.dev_lat[k].value
-        at = fin - late + (held if held < np.inf else 0.0)
+        if lat == lat:  # the device's unloaded latency: the least any of its ops saw
+            self.dev_lat[k] = min(self.dev_lat[k], lat)
+        at = fin - late + (self.dev_lat[k] if self.dev_lat[k] < np.inf else 0.0)
         self._timer(max(at, self.io_end[j]), _HELD, j)
 
     def _timer(self, at: float, what: int, j: int) -> None:

@@ -6,7 +6,6 @@ the only machine-dependent slack is the stated tolerance on the upper side."""
 
 from __future__ import annotations
 
-import math
 import os
 
 import numpy as np
@@ -14,7 +13,7 @@ import pytest
 
 from kvtier.contracts.plan import PlanBuilder
 from real import scheduler
-from real._pacing import Latency, Pacer, op_cost_of, op_costs
+from real._pacing import Pacer, op_cost_of, op_costs
 from real.datafile import prepare_targets
 from real.replay import replay
 from real.targets import Limits
@@ -227,17 +226,3 @@ def test_a_paced_op_starts_on_its_device_when_its_dependency_ends(direct_dir):
     assert start[r0] == end[c] and start[r1] == end[r0]
     assert end[r0] >= 0.005 + 16 * 0.5e-3 and end[r1] >= end[r0] + 16 * 0.5e-3
     assert (ops["ready_s"] <= ops["start_s"]).all()
-
-
-def test_latency_is_the_median_of_ops_that_found_the_device_idle():
-    lat = Latency()
-    assert lat.value == math.inf  # nothing seen: no latency phase
-    lat.note(0.9e-3, idle=False)  # queued behind others: only the fallback sees it
-    lat.note(0.5e-3, idle=False)
-    assert lat.value == 0.5e-3  # no idle op yet: the least stands in
-    for x in (0.40e-3, 0.10e-3, 0.30e-3):  # idle issues; the least of all is 0.10 ms
-        lat.note(x, idle=True)
-    assert lat.value == 0.30e-3  # the median of 0.10, 0.30, 0.40, not the least
-    lat.note(0.20e-3, idle=True)
-    assert lat.value == (0.20e-3 + 0.30e-3) / 2  # even count: the middle two
-    assert lat.least == 0.10e-3
