@@ -58,9 +58,8 @@ import simpy
 
 from hwprofiles import HardwareProfile
 from sim.serving.execute.engine import Engine
-from sim.serving.execute.gcpolicy import relaxed_gc
 from sim.serving.execute.multi import Instance, build_instances
-from sim.serving.execute.routed import Router, _trim, fleet_records
+from sim.serving.execute.routed import Router, fleet_records, run_engines
 from sim.serving.metrics import REQUEST_RECORD_SCHEMA, RequestLog, ServingRecords
 from sim.serving.requests import Request
 from sim.serving.router import RouterPolicy
@@ -149,16 +148,7 @@ def run_disagg(
         e.log = RequestLog(len(requests))
     router = Disaggregated(engines[: len(prefill)], engines[len(prefill) :], policy,
                            decode_policy, requests)  # fmt: skip
-    router.start()
-    for e in engines:
-        e.start()
-    with relaxed_gc():
-        engines[0].env.run()
-    out = {}
-    for inst, e in zip(instances, engines, strict=True):
-        _trim(e.log, len(e.seqs))
-        out[inst.name] = e.collect()
-    return out, router
+    return run_engines(router, instances, engines), router
 
 
 def disagg_records(

@@ -147,6 +147,14 @@ def run_routed(
             raise ValueError("max_inflight: a routed run's client is open loop")
         e.log = RequestLog(len(requests))  # rows for whatever the router sends it
     router = Router(engines[:n], policy, requests)
+    return run_engines(router, instances, engines), router.routed
+
+
+def run_engines(
+    router: Router, instances: Sequence[Instance], engines: Sequence[Engine]
+) -> dict[str, ServingRecords]:
+    """Start ``router`` and the engines, run their one clock to the end, and each
+    instance's records by name (its log trimmed to the requests it was sent)."""
     router.start()
     for e in engines:
         e.start()
@@ -156,7 +164,7 @@ def run_routed(
     for inst, e in zip(instances, engines, strict=True):
         _trim(e.log, len(e.seqs))
         out[inst.name] = e.collect()
-    return out, router.routed
+    return out
 
 
 def _trim(log: RequestLog, n: int) -> None:
