@@ -33,10 +33,14 @@ Devices that keep this fast without changing the physics:
   before re-solves only the connected components that the flows started or
   ended since the last re-rating touch
   (the incremental rule: re-solve only the components a started or ended
-  flow touches; tests/sim/test_maxmin.py states it plainly), and components
-  and cap-free rates are memoised per mix of paths, used where the caps
-  provably change no float (:mod:`sim.engine.mixsolve`); a path mix solved
-  to the same rates as before reuses its loads (and its peaks stand);
+  flow touches; tests/sim/test_maxmin.py states it plainly), found from the
+  touched resources outward through an index of the active flows on each
+  resource, so a re-solve costs the touched components, not every running
+  flow (a fleet's instances share no resource); cap-free rates are memoised
+  per component's paths, used where the caps provably change no float
+  (:mod:`sim.engine.mixsolve`); the new mix's loads are the last mix's with
+  the touched components' resources summed again (in mix order, the same
+  floats as summing over the whole mix), and only those move the peaks;
 * resource integrals are kept per allocation: the time spent in each mix of
   flows is summed, and busy time and work per resource are that time
   weighted by the mix's loads, folded in when read.
@@ -56,7 +60,7 @@ from typing import Any
 import simpy
 from simpy.events import NORMAL
 
-from sim.engine.flows import Flow, Mix, Tick, changed_sigs, take_done
+from sim.engine.flows import Flow, Mix, Tick, take_done
 from sim.engine.mixsolve import MixSolver
 
 __all__ = ["LATE", "Flow", "FlowNetwork"]
@@ -108,8 +112,14 @@ class FlowNetwork:
         self._caps: list[float] = []
         self._psig: list[int] = []  # per signature: its path's (sim.engine.mixsolve)
         self._solver = MixSolver(self.capacity)
-        # per path mix: the rates it was last solved to and their loads (read only)
-        self._loads: dict[tuple[int, ...], tuple[list[float], dict[int, float]]] = {}
+        # per resource: the active flows crossing it (rated or not); the active
+        # flows with no resource; the flows started (the active lists' tail, at
+        # rate 0) and the signatures of those ended since the last re-rating
+        self._on: list[list[Flow]] = [[] for _ in range(n)]
+        self._nopath = 0
+        self._nnew = 0
+        self._ended: list[int] = []
+        self.solved = 0  # flows whose rates a re-solve computed (the solver's work)
         self._memo: dict[tuple[int, ...], Mix] = {}
         self._mix = self._memo[()] = Mix([], {})
         self._key: tuple[int, ...] = ()  # the signatures of the current mix's flows
@@ -189,6 +199,8 @@ class FlowNetwork:
         self._fsig.append(sig)
         self._rate.append(0.0)
         self._fin.append(math.inf)
+        self._join(flow)
+        self._nnew += 1
         if not self._dirty:
             self._dirty = True
             late = self._late
@@ -248,15 +260,18 @@ class FlowNetwork:
             key = tuple(self._fsig)
             mix = self._memo.get(key)
             if mix is None:
-                mix = self._solve(key)
+                mix, moved = self._solve(key)
+            else:
+                moved = range(len(key))
             self._mix, self._key = mix, key
             new, old = mix.rates, self._rate
             if new != old:
                 # finish times at the new rates: the remaining work is was x (fin -
-                # now); a new flow (rate 0 so far) has all of its amount left
+                # now); a new flow (rate 0 so far) has all of its amount left.  Only
+                # the flows re-solved can have a new rate (``moved``)
                 flows = self.flows
-                for k, rate in enumerate(new):
-                    was = old[k]
+                for k in moved:
+                    rate, was = new[k], old[k]
                     if was != rate:
                         fin[k] = (
                             now + (fin[k] - now) * was / rate
@@ -268,6 +283,9 @@ class FlowNetwork:
         else:  # no flow: the empty mix (always in the memo), rates and finishes unchanged
             self._mix, self._key = self._memo[()], ()
             due = math.inf
+        self._nnew = 0
+        if self._ended:
+            self._ended = []
         pending = self._pending
         if pending and pending[0][0] < due:
             due = pending[0][0]
@@ -276,43 +294,129 @@ class FlowNetwork:
         elif due != self._timer_at:
             self._arm(due)
 
-    def _solve(self, key: tuple[int, ...]) -> Mix:
-        """Max-min rates for a mix not in the memo (its loads set the peaks)."""
+    def _solve(self, key: tuple[int, ...]) -> tuple[Mix, Sequence[int]]:
+        """Max-min rates for a mix not in the memo (its loads set the peaks), and
+        the positions of the flows re-solved (the others keep their rates).
+
+        The incremental rule: the flows that started since the last re-rating
+        (the tail at rate 0) and those that ended touch some resources; each
+        connected component of the active flows holding a touched resource is
+        re-solved alone (flows in mix order), as is every flow with no resource;
+        when the changes touch every resource, the whole mix is solved at once.
+        The components are found from the touched resources outward (resource
+        to the flows on it to their resources), so the work is that of the
+        components touched, not of the whole mix."""
         paths, caps, psig = self._paths, self._caps, self._psig
-        fpaths = [paths[s] for s in key]
-        fcaps = [caps[s] for s in key]
-        # flows that started since the last mix still have rate 0; the ones
-        # that ended are the last mix's signatures the running flows do not account for
-        old = self._rate
-        changed = changed_sigs(self._key, key, old)
-        touched = {r for s in changed for r, _ in paths[s]}
-        pkey = tuple([psig[s] for s in key])
-        rates = self._solver.solve(pkey, fpaths, fcaps, old, touched)
-        # loads are a function of the paths and rates: a path mix solved to the
-        # same rates before has them already, and its peaks are already counted
-        seen = self._loads.get(pkey)
-        if seen is not None and seen[0] == rates:
-            loads = seen[1]
-        else:
-            loads = {}
+        n = len(key)
+        touched = {r for s in self._ended for r, _ in paths[s]}
+        for s in key[n - self._nnew :]:
+            for r, _ in paths[s]:
+                touched.add(r)
+        prev = self._mix.loads
+        if len(touched) >= len(self.capacity):
+            fpaths = [paths[s] for s in key]
+            rates = self._solver.component(
+                tuple([psig[s] for s in key]), fpaths, [caps[s] for s in key]
+            )
+            self.solved += n
+            moved: Sequence[int] = range(n)
+            loads: dict[int, float] = {}
             for path, rate in zip(fpaths, rates, strict=True):
                 for r, c in path:
                     loads[r] = loads.get(r, 0.0) + c * rate
-            for r, ld in loads.items():
-                u = ld / self.capacity[r]
-                if u > self.peak[r]:
-                    self.peak[r] = u
-            self._loads[pkey] = (rates, loads)
+            redone: Sequence[int] = list(loads)
+        else:
+            rates = self._rate[:]
+            loads = dict(prev)
+            comps = self._components(touched)
+            if self._nopath:
+                comps += [[k] for k, s in enumerate(key) if not paths[s]]
+            moved = []
+            for comp in comps:
+                sigs = [key[k] for k in comp]
+                sub = self._solver.component(
+                    tuple([psig[s] for s in sigs]),
+                    [paths[s] for s in sigs],
+                    [caps[s] for s in sigs],
+                )
+                for k, rate in zip(comp, sub, strict=True):
+                    rates[k] = rate
+                moved += comp
+            self.solved += len(moved)
+            # loads change only on the touched resources and those of the
+            # components re-solved (summed in mix order, as over the whole mix)
+            for r in touched:
+                loads.pop(r, None)
+            redone = set()
+            for k in moved:
+                for r, _ in paths[key[k]]:
+                    if r not in redone:
+                        redone.add(r)
+                        loads.pop(r, None)
+            for k in moved:
+                rate = rates[k]
+                for r, c in paths[key[k]]:
+                    loads[r] = loads.get(r, 0.0) + c * rate
+        capacity, peak = self.capacity, self.peak
+        for r in redone:
+            u = loads[r] / capacity[r]
+            if u > peak[r]:
+                peak[r] = u
         if len(self._memo) >= _MEMO_MAX:
             self._fold()
         mix = self._memo[key] = Mix(rates, loads)
-        return mix
+        return mix, moved
+
+    def _components(self, touched: set[int]) -> list[list[int]]:
+        """Positions (in mix order) of the active flows in each connected
+        component holding a touched resource: from each touched resource to the
+        flows on it, to their resources, and so on."""
+        on, paths, flows = self._on, self._paths, self.flows
+        seen_r: set[int] = set()
+        comps = []
+        for r0 in touched:
+            if r0 in seen_r or not on[r0]:
+                continue
+            seen_r.add(r0)
+            todo = [r0]
+            members: dict[Flow, None] = {}
+            while todo:
+                for f in on[todo.pop()]:
+                    if f not in members:
+                        members[f] = None
+                        for r, _ in paths[f.sig]:
+                            if r not in seen_r:
+                                seen_r.add(r)
+                                todo.append(r)
+            comps.append(sorted([flows.index(f) for f in members]))
+        return comps
+
+    def _join(self, flow: Flow) -> None:
+        """Index a flow joining the active set by the resources it crosses."""
+        path = self._paths[flow.sig]
+        if path:
+            on = self._on
+            for r, _ in path:
+                on[r].append(flow)
+        else:
+            self._nopath += 1
+
+    def _leave(self, done: list[Flow]) -> None:
+        """Unindex flows leaving the active set; their signatures are the ended ones."""
+        on, paths, ended = self._on, self._paths, self._ended
+        for f in done:
+            path = paths[f.sig]
+            if path:
+                for r, _ in path:
+                    on[r].remove(f)
+            else:
+                self._nopath -= 1
+            ended.append(f.sig)
 
     def _fold(self) -> None:
         """Fold the memo's integrals into the totals and forget its mixes."""
         _, self._busy, self._work = self._fold_integrals()
         self._memo.clear()
-        self._loads.clear()
         self._mix = self._memo[()] = Mix([], {})
 
     def _arm(self, due: float) -> None:
@@ -351,6 +455,7 @@ class FlowNetwork:
             for f in done:
                 f.end_s = now
             self.completed += len(done)
+            self._leave(done)
         pending = self._pending
         if pending:
             horizon = now + 4 * math.ulp(now)
@@ -379,6 +484,8 @@ class FlowNetwork:
             due = entry[2]
             for flow in due:
                 flow.start_s = now
+                self._join(flow)
+            self._nnew += len(due)
             flows += due  # joining at rate 0, as in start_sig
             fsig += [flow.sig for flow in due]
             rate += [0.0] * len(due)

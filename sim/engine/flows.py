@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from itertools import compress
 from typing import Any
 
 
@@ -65,34 +66,10 @@ def take_done(
 ) -> list[Flow]:
     """Take the flows whose finish time is by ``lim`` out of the active set
     (four aligned lists, in place); returns them in the order they started."""
-    gone = [k for k, t in enumerate(fin) if t <= lim]
+    gone = list(compress(range(len(fin)), map(lim.__ge__, fin)))  # t <= lim
     done = []
     for k in reversed(gone):
         done.append(flows.pop(k))
         del fsig[k], rate[k], fin[k]
     done.reverse()  # callbacks in the order the flows started
     return done
-
-
-def changed_sigs(last: tuple[int, ...], key: tuple[int, ...], rate: list[float]) -> list[int]:
-    """Signatures of the flows that started or ended since the mix ``last``:
-    started ones still have rate 0 in ``key``; those with a rate are the flows
-    of ``last`` still running, in their order there (flows leave from anywhere
-    and join at the end), so the ended ones are what a greedy walk of ``last``
-    does not match (a multiset difference: any embedding leaves the same)."""
-    started = []
-    running = []
-    for s, r in zip(key, rate, strict=True):
-        if r:
-            running.append(s)
-        else:
-            started.append(s)
-    if len(running) == len(last):
-        return started
-    j, n = 0, len(running)
-    for s in last:
-        if j < n and running[j] == s:
-            j += 1
-        else:
-            started.append(s)
-    return started

@@ -6,11 +6,9 @@ nearly every op its own cap (the queue-depth bound of its I/O sizes), so a mix
 of the same paths in the same order comes back under new signatures and misses
 that memo.  This module keeps what depends on the paths alone:
 
-* a mix's connected components (:func:`sim.engine.maxmin.components` reads
-  only the paths), per tuple of *path signatures* (a path interned as a small
-  integer; a flow with no resource has none, ``-1``);
 * a component's max-min rates with every cap taken as infinite, per tuple of
-  its path signatures.  Such rates are those of the real caps, bit for bit,
+  its *path signatures* (a path interned as a small integer; a flow with no
+  resource has none, ``-1``).  Such rates are those of the real caps, bit for bit,
   whenever each flow's cap exceeds ``rate x (1 + _REL)``: progressive filling
   compares a flow's cap only with levels up to the one it freezes at (its rate)
   and with that level times ``1 + _REL``, and it takes ``min(level, cap)``; a
@@ -21,18 +19,19 @@ that memo.  This module keeps what depends on the paths alone:
   solved with caps that all lie above its rates so is remembered as cap-free
   (no cap won a comparison: the same rounds), so a miss costs one solve.
 
-What is solved, and how, is the incremental rule (stated plainly in
-tests/sim/test_maxmin.py): the components that a started or ended flow touches (each alone,
-flows in mix order), or the whole mix when the changes touch every resource.
-tests/sim/test_mixsolve.py holds every answer to a fresh
-:func:`sim.engine.maxmin.maxmin_rates` of the same flows, bit for bit.
+What is solved is the network's incremental rule
+(:meth:`sim.engine.flownet.FlowNetwork._solve`, stated plainly in
+tests/sim/test_maxmin.py): the components that a started or ended flow
+touches (each alone, flows in mix order), or the whole mix when the changes
+touch every resource.  tests/sim/test_mixsolve.py holds every answer to a
+fresh :func:`sim.engine.maxmin.maxmin_rates` of the same flows, bit for bit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sim.engine.maxmin import _REL, Path, components, maxmin_rates
+from sim.engine.maxmin import _REL, Path, maxmin_rates
 
 __all__ = ["MixSolver"]
 
@@ -46,7 +45,6 @@ class MixSolver:
     def __init__(self, capacity: Sequence[float]):
         self.capacity = capacity
         self._psigs: dict[tuple, int] = {}  # path -> path signature
-        self._comps: dict[tuple[int, ...], list[list[int]]] = {}
         self._rates: dict[tuple[int, ...], list[float]] = {}
 
     def path_sig(self, path: Path) -> int:
@@ -59,44 +57,7 @@ class MixSolver:
             got = self._psigs[p] = len(self._psigs)
         return got
 
-    def solve(
-        self,
-        pkey: tuple[int, ...],
-        fpaths: list[Path],
-        fcaps: list[float],
-        old: Sequence[float],
-        touched: set[int],
-    ) -> list[float]:
-        """Rates of flows ``fpaths``/``fcaps`` (path signatures ``pkey``) after
-        flows over the ``touched`` resources started or ended; ``old`` holds the
-        rates before (kept by components nothing touched)."""
-        if len(touched) >= len(self.capacity):
-            return self._component(pkey, fpaths, fcaps)
-        comps = self._comps.get(pkey)
-        if comps is None:
-            comps = components(fpaths)
-            if len(self._comps) >= _MEMO_MAX:
-                self._comps.clear()
-            self._comps[pkey] = comps
-        if len(comps) == 1:  # one component, re-solved if a change touches it
-            if any(not p or any(r in touched for r, _ in p) for p in fpaths):
-                return self._component(pkey, fpaths, fcaps)
-            return list(old)
-        out = list(old)
-        for comp in comps:
-            if any(not fpaths[i] or any(r in touched for r, _ in fpaths[i]) for i in comp):
-                sub = self._component(
-                    tuple(pkey[i] for i in comp),
-                    [fpaths[i] for i in comp],
-                    [fcaps[i] for i in comp],
-                )
-                for i, rate in zip(comp, sub, strict=True):
-                    out[i] = rate
-        return out
-
-    def _component(
-        self, pkey: tuple[int, ...], paths: list[Path], caps: list[float]
-    ) -> list[float]:
+    def component(self, pkey: tuple[int, ...], paths: list[Path], caps: list[float]) -> list[float]:
         """:func:`maxmin_rates` of one set of flows (in order), from the cap-free
         memo when every cap is above its flow's cap-free rate x (1 + _REL).  A
         solve whose caps all are above its rates so is the cap-free solve (no cap

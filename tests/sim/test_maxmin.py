@@ -105,7 +105,7 @@ def maxmin_rates_incremental(
     rates: Sequence[float],
     touched: set[int],
 ) -> list[float]:
-    """The incremental rule :class:`sim.engine.mixsolve.MixSolver` implements,
+    """The incremental rule :meth:`sim.engine.flownet.FlowNetwork._solve` implements,
     written plainly: rates after flows started or ended, re-solving only what
     they affect.
 

@@ -12,8 +12,8 @@
   flow's start and end equals the plain fluid simulation of
   tests/sim/test_flownet_fast.py, and each resource's peak is the largest
   load the mixes put on it, never above capacity.
-* :func:`sim.engine.flows.changed_sigs` (the flows that started or ended
-  since the last mix, read off the mix's order) is the multiset difference
+* the test's ``changed_sigs`` (the flows that started or ended since the
+  last mix, read off the mix's order, the checked network's reference) is the multiset difference
   that :class:`collections.Counter` gives, on seeded random mixes.
 """
 
@@ -27,7 +27,6 @@ import pytest
 
 import sim.engine.flownet as flownet
 import sim.engine.mixsolve as mixsolve
-from sim.engine.flows import changed_sigs
 from sim.engine.maxmin import components, maxmin_rates
 from tests.sim.test_flownet_fast import _fluid
 from tests.sim.test_flownet_fast import _run as _run_on
@@ -50,21 +49,12 @@ def test_caps_above_the_fair_share_use_the_cap_free_rates(monkeypatch) -> None:
     solver, calls = _solver_with_count(monkeypatch)
     path = ((0, 1.0),)
     p = solver.path_sig(path)
-    first = solver.solve((p, p), [path, path], [6.0, math.inf], [0.0, 0.0], {0})
+    first = solver.component((p, p), [path, path], [6.0, math.inf])
     assert first == [5.0, 5.0] and calls[0] == 1  # solved once, cap-free
-    again = solver.solve((p, p), [path, path], [8.0, 7.0], [5.0, 0.0], {0})
+    again = solver.component((p, p), [path, path], [8.0, 7.0])
     assert again == [5.0, 5.0] and calls[0] == 1  # from the memo: both caps above 5
-    bound = solver.solve((p, p), [path, path], [3.0, 7.0], [5.0, 0.0], {0})
+    bound = solver.component((p, p), [path, path], [3.0, 7.0])
     assert bound == [3.0, 7.0] and calls[0] == 2  # cap 3 binds: solved with the caps
-
-
-def test_untouched_component_keeps_its_rates(monkeypatch) -> None:
-    solver = mixsolve.MixSolver([10.0, 4.0, 1.0])
-    a, b = ((0, 1.0),), ((1, 1.0),)
-    pa_, pb = solver.path_sig(a), solver.path_sig(b)
-    # the flow on resource 1 changed; resource 0's flow keeps its old (stale) rate
-    out = solver.solve((pa_, pb), [a, b], [math.inf, math.inf], [9.5, 0.0], {1})
-    assert out == [9.5, 4.0]
 
 
 def _random_groups(seed: int) -> tuple[list[list[tuple]], list[float]]:
@@ -101,19 +91,43 @@ def _run(groups, capacity) -> tuple[list[tuple[float, float]], list[flownet.Flow
     return _run_on(groups, capacity, flownet.FlowNetwork, N_RES)
 
 
-class _CheckedSolver(mixsolve.MixSolver):
-    """A solver whose every answer is checked against fresh progressive
-    fillings of the same flows (:func:`maxmin_rates`, not the memo's)."""
+def changed_sigs(last: tuple[int, ...], key: tuple[int, ...], rate: list[float]) -> list[int]:
+    """Signatures of the flows that started or ended since the mix ``last``,
+    read off the mixes alone (independently of the network's own bookkeeping):
+    started ones still have rate 0 in ``key``; those with a rate are the flows
+    of ``last`` still running, in their order there, so the ended ones are what
+    a greedy walk of ``last`` does not match."""
+    started = [s for s, r in zip(key, rate, strict=True) if not r]
+    running = [s for s, r in zip(key, rate, strict=True) if r]
+    j, n = 0, len(running)
+    for s in last:
+        if j < n and running[j] == s:
+            j += 1
+        else:
+            started.append(s)
+    return started
+
+
+class _CheckedNetwork(flownet.FlowNetwork):
+    """A network whose every re-solve is checked against fresh progressive
+    fillings of the same flows (:func:`maxmin_rates`, not the memo's) under the
+    incremental rule written plainly: the whole mix when the changes touch
+    every resource, else each touched component (:func:`components` of the
+    whole mix) alone, in mix order, the other flows keeping their rates."""
 
     checked = 0
     fresh = 0  # progressive fillings the answers would cost without the memo
 
-    def solve(self, pkey, fpaths, fcaps, old, touched):
-        got = super().solve(pkey, fpaths, fcaps, old, touched)
-        if len(touched) >= len(self.capacity):  # every resource touched: the whole mix
+    def _solve(self, key):
+        old = list(self._rate)
+        touched = {r for s in changed_sigs(self._key, key, old) for r, _ in self._paths[s]}
+        fpaths = [self._paths[s] for s in key]
+        fcaps = [self._caps[s] for s in key]
+        mix, moved = super()._solve(key)
+        if len(touched) >= len(self.capacity):
             want = maxmin_rates(fpaths, fcaps, self.capacity)
             self.fresh += 1
-        else:  # each touched component alone, in mix order; the others keep their rates
+        else:
             want = list(old)
             for comp in components(fpaths):
                 if any(not fpaths[i] or any(r in touched for r, _ in fpaths[i]) for i in comp):
@@ -121,15 +135,10 @@ class _CheckedSolver(mixsolve.MixSolver):
                     self.fresh += 1
                     for i, rate in zip(comp, maxmin_rates(*sub, self.capacity), strict=True):
                         want[i] = rate
-        assert got == want  # bit for bit
+        assert mix.rates == want  # bit for bit
+        assert all(want[k] == old[k] for k in set(range(len(key))) - set(moved))
         self.checked += 1
-        return got
-
-
-class _CheckedNetwork(flownet.FlowNetwork):
-    def __init__(self, env, names, capacity):
-        super().__init__(env, names, capacity)
-        self._solver = _CheckedSolver(self.capacity)
+        return mix, moved
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -143,8 +152,8 @@ def test_memoised_solves_are_fresh_solves(monkeypatch, seed) -> None:
 
     monkeypatch.setattr(mixsolve, "maxmin_rates", counted)
     times, nets = _run_on(groups, capacity, _CheckedNetwork, N_RES)
-    fresh = sum(n._solver.fresh for n in nets)
-    assert sum(n._solver.checked for n in nets) > len(times)  # most starts and ends re-solved
+    fresh = sum(n.fresh for n in nets)
+    assert sum(n.checked for n in nets) > len(times)  # most starts and ends re-solved
     assert calls[0] < fresh  # the memo spared progressive-filling runs
     want = [t for specs in groups for t in _fluid(specs, capacity)]
     assert all(not math.isnan(e) for _, e in want)
