@@ -73,12 +73,17 @@ _SCENARIO = (
 )
 
 
+def _sim(tmp_path: Path, when: str) -> int:
+    """``kvtier sim`` of the toy scenario whose pass is dated ``when``: its exit status."""
+    scenario = tmp_path / "fr.yaml"
+    scenario.write_text(_SCENARIO.format(when=when))
+    return main(["sim", "--scenario", str(scenario), "--out", str(tmp_path / "out")])
+
+
 def test_a_plain_run_prints_the_record_under_its_tables(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    scenario = tmp_path / "fr.yaml"
-    scenario.write_text(_SCENARIO.format(when="2026-12-03, commit 4017b50"))
-    assert main(["sim", "--scenario", str(scenario), "--out", str(tmp_path / "out")]) == 0
+    assert _sim(tmp_path, "2026-12-03, commit 4017b50") == 0
     out = capsys.readouterr().out
     line = "FRAGILE efficiency.ssd at 0.85: the two swap (h20-8ssd, 2026-12-03, commit 4017b50"
     assert line in out
@@ -88,9 +93,7 @@ def test_a_plain_run_prints_the_record_under_its_tables(
 def test_an_undated_pass_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    scenario = tmp_path / "fr.yaml"
-    scenario.write_text(_SCENARIO.format(when="last week"))
-    assert main(["sim", "--scenario", str(scenario), "--out", str(tmp_path / "out")]) == 2
+    assert _sim(tmp_path, "last week") == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "fr.yaml:9: fragile[0].when: must read 'YYYY-MM-DD, commit SHA'" in err
