@@ -8,7 +8,7 @@ that moved the most bytes, its load (bytes over the link's achievable rate,
 ``gbps`` x the profile's efficiency for that kind, x the run's span) and its busy
 share (``util_mean``: the share of the run it carried a flow), and the bytes all
 links of the kind moved.  A routed run's devices are the machine's
-(:func:`sim.serving.execute.routed.fleet_records`), so this is the whole fleet.
+(:func:`sim.fleet.routed.fleet_records`), so this is the whole fleet.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def sparse_decode_designs() -> None:
 
 
 def routers() -> None:
-    import sim.serving.router  # noqa: F401, PLC0415  round-robin, least-loaded, prefix-aware
+    import sim.fleet.router  # noqa: F401, PLC0415  round-robin, least-loaded, prefix-aware
 
 
 def request_traces() -> None:

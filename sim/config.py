@@ -195,7 +195,7 @@ class ServingParams:
     # lsc (a master with a layer stream cache) and any field above it overrides;
     # empty = one instance of the fields above
     instances: tuple[dict, ...] = ()
-    # a router (sim.serving.router: round_robin | least_queue | least_kv | prefix; or none)
+    # a router (sim.fleet.router: round_robin | least_queue | least_kv | prefix; or none)
     # assigns each request of the trace, on arrival, to one of `replicas` identical instances
     # of the fields above on the profile's first GPUs, or to the `instances` named in
     # `route_to` (all of them when empty); router_params: the policy's Params
@@ -203,12 +203,12 @@ class ServingParams:
     router_params: dict = field(default_factory=dict)
     replicas: int = 0
     route_to: tuple[str, ...] = ()
-    # prefill/decode disaggregation (sim.serving.execute.disagg): {prefill: P, decode: D}
+    # prefill/decode disaggregation (sim.fleet.disagg): {prefill: P, decode: D}
     # instances (P on the profile's first GPUs, D on the next ones), the router over the
     # prefill ones; decode_router / decode_router_params pick the decode instance (default:
     # prefix with overlap_weight 0, Dynamo's decode stage); empty = colocated
     disaggregation: dict = field(default_factory=dict)
-    # whose offload tiers a routed instance reaches (sim.serving.execute.scopes): instance
+    # whose offload tiers a routed instance reaches (sim.fleet.scopes): instance
     # (its own, on its node's devices), node (one store per node, shared by its instances)
     # or fleet (one store over every node's devices, reached over the network)
     tier_scope: str = "instance"
@@ -313,7 +313,7 @@ def _check_instances(p: ServingParams) -> None:
             raise ParamError(f"instances[{i}].cache_replies", f"must be one of {CACHE_REPLIES}")
 
 
-TIER_SCOPES = ("instance", "node", "fleet")  # sim.serving.execute.scopes.SCOPES
+TIER_SCOPES = ("instance", "node", "fleet")  # sim.fleet.scopes.SCOPES
 
 
 def _check_router(p: ServingParams) -> None:

@@ -277,7 +277,7 @@ SERVING_DESIGNS = Registry("serving design", "design")
 WORKLOADS = Registry("workload kind", "kind")
 # the designs a capacity plan compares on sparse decoding: where the KV lives
 SPARSE_DECODE_DESIGNS = Registry("sparse-decode design", "design")
-# request routers over a serving scenario's instances (sim.serving.router)
+# request routers over a serving scenario's instances (sim.fleet.router)
 ROUTERS = Registry("router", "router")
 # request traces drawn, not read, named by a serving workload's trace
 # (sim.scenarios.mooncake_traces): each factory(requests, seed) -> a request table

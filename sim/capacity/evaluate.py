@@ -97,7 +97,7 @@ class Question:
 class Point:
     """One design on one hardware variant; with ``replicas`` > 0, that many one-GPU
     instances of it (the machine's GPUs, ``hw.gpus`` = ``replicas``) behind the
-    registered ``router`` (:mod:`sim.serving.router`), each request routed on arrival."""
+    registered ``router`` (:mod:`sim.fleet.router`), each request routed on arrival."""
 
     design: str
     hw: Hardware

@@ -6,9 +6,9 @@ the router spreads the trace over those named in ``route_to`` (all of them
 when empty; each only a name and a GPU), and any other instance serves its
 own trace beside them, as in :mod:`sim.scenarios.serving_instances`.  The
 trace is the workload's, drawn from the scenario's seed; each request is
-assigned when it is sent (:mod:`sim.serving.execute.routed`).  The run's
+assigned when it is sent (:mod:`sim.fleet.routed`).  The run's
 records are the routed instances' together
-(:func:`sim.serving.execute.routed.fleet_records`); the summary adds each
+(:func:`sim.fleet.routed.fleet_records`); the summary adds each
 routed instance's requests and GPU hit rate, and ``turn_affinity``: the
 share of a session's later turns sent to the instance that served its
 previous turn (where that turn's prefix is cached).
@@ -25,17 +25,17 @@ import numpy as np
 from hwprofiles import HardwareProfile
 from kvtier.contracts.units import gbps
 from sim.config import ConfigError, ServingParams, disagg_decode_router
+from sim.fleet.disagg import disagg_records, handoffs, run_disagg
+from sim.fleet.routed import fleet_records, run_routed
+from sim.fleet.router import make_router
+from sim.fleet.scopes import OFFLOAD, ScopeError, level_hits, scoped_tiers
 from sim.models import get_model
 from sim.scenarios.serving_instances import make_instances, refuse_unfit
 from sim.serving.build import design_devices
 from sim.serving.designs import get_design
-from sim.serving.execute.disagg import disagg_records, handoffs, run_disagg
 from sim.serving.execute.multi import Instance
-from sim.serving.execute.routed import fleet_records, run_routed
-from sim.serving.execute.scopes import OFFLOAD, ScopeError, level_hits, scoped_tiers
 from sim.serving.metrics import ServingRecords, serving_summary
 from sim.serving.requests import Request, load_requests
-from sim.serving.router import make_router
 
 ROUTER_SALT = 0x5017E  # the router's tie-breaking stream of the scenario's seed
 
@@ -194,7 +194,7 @@ def _disagg(
     p: ServingParams, profile: HardwareProfile, seed: int, label: str, specs: list[dict],
     card: Any, design: Any, cfg: Any, table: Any,
 ) -> tuple[Callable[..., ServingRecords], Callable[[Any], dict]]:  # fmt: skip
-    """(drive, summarize) of a disaggregated variant (:mod:`sim.serving.execute.disagg`)."""
+    """(drive, summarize) of a disaggregated variant (:mod:`sim.fleet.disagg`)."""
     n_p = p.disaggregation["prefill"]
     d_name, d_params = disagg_decode_router(p)
     head: dict[str, Any] = {}

@@ -72,7 +72,7 @@ def make_tiers(
     :func:`design_devices` picks them; SSDs bounce through their own node's
     DRAM); None: the profile's.  ``share``: the tiers hold the design's
     capacities ``share`` times over (a store that ``share`` instances share,
-    :mod:`sim.serving.execute.scopes`)."""
+    :mod:`sim.fleet.scopes`)."""
     if nodes is not None:
         return _node_tiers(d, profile, card, block_tokens, nodes, share)
     drams, ssds = design_devices(d, profile)
@@ -151,7 +151,7 @@ def build_engine(
     borrowed blocks on peer GPUs, :func:`peer_tier`); ``tp``: the engine is rank 0
     of tensor parallelism (:mod:`sim.serving.execute.tp`: ``profile`` and
     ``card`` are the rank's); ``own``: the design's tiers and bounce map as
-    built for it (shared with other engines, :mod:`sim.serving.execute.scopes`) instead
+    built for it (shared with other engines, :mod:`sim.fleet.scopes`) instead
     of new ones (:func:`make_tiers`)."""
     tiers, bounce = own if own is not None else make_tiers(design, profile, card, cfg.block_tokens)
     tiers = [*above, *tiers]

@@ -153,7 +153,7 @@ def fleet_table(df: pd.DataFrame, title: str) -> Table:
     transfer, the bytes its NICs sent and the busiest NIC port's and leaf
     uplink's load (bytes over achievable rate x the run) and busy share, and
     a routed variant's hit rates per level (GPU, node-local, node-shared, fleet
-    pool: :func:`sim.serving.execute.scopes.level_hits`)."""
+    pool: :func:`sim.fleet.scopes.level_hits`)."""
     table = Table(title=title)
     ms = lambda v: "-" if pd.isna(v) else f"{1e3 * v:,.1f}"  # noqa: E731
     cols = [
@@ -165,7 +165,7 @@ def fleet_table(df: pd.DataFrame, title: str) -> Table:
         ("net GB", "net_gb", lambda v: f"{v:,.1f}"), ("NIC load max %", "nic_load_max", _pct),
         ("NIC busy max %", "nic_busy_max", _pct), ("uplink load %", "uplink_load_max", _pct),
     ]  # fmt: skip
-    if "hit_rate_level_gpu" in df.columns:  # hits per level (sim.serving.execute.scopes)
+    if "hit_rate_level_gpu" in df.columns:  # hits per level (sim.fleet.scopes)
         cols += [("hit GPU %", "hit_rate_level_gpu", _pct),
                  ("node-local %", "hit_rate_level_node_local", _pct),
                  ("node-shared %", "hit_rate_level_node_shared", _pct),

@@ -1,4 +1,4 @@
-"""Prefill/decode disaggregation (sim/serving/execute/disagg.py) on the two-node fleet,
+"""Prefill/decode disaggregation (sim/fleet/disagg.py) on the two-node fleet,
 and instance placement onto a fleet's nodes (sim/scenarios/serving_routed.py).
 
 One request of 1,000 prompt tokens and 5 output tokens, Llama-3.1-8B (KV: 2 x 8
@@ -18,18 +18,18 @@ import pytest
 
 from hwprofiles import load_profile
 from sim.config import ConfigError, ServingParams
+from sim.fleet.disagg import disagg_records, handoffs, run_disagg
+from sim.fleet.routed import run_routed
+from sim.fleet.router import make_router
 from sim.hw.machine import Machine
 from sim.models import get_model
 from sim.registry import ParamError
 from sim.scenarios.serving_routed import place, routed_specs
 from sim.serving.designs import get_design
-from sim.serving.execute.disagg import disagg_records, handoffs, run_disagg
 from sim.serving.execute.engine import EngineConfig
 from sim.serving.execute.multi import Instance
-from sim.serving.execute.routed import run_routed
 from sim.serving.policy.costs import iteration_cost
 from sim.serving.requests import Request
-from sim.serving.router import make_router
 
 FLEET = load_profile("fleet-2x-dgx-h100")
 CARD = get_model("Llama-3.1-8B")

@@ -1,8 +1,9 @@
-"""sim.serving's layers: every module is in one, and the clock-free ones load no clock.
+"""The layers of sim.serving and sim.fleet: every module is in one; clock-free ones load no clock.
 
 ``pyproject.toml``'s contract "serving policies decide without a clock" names
 the clock-free packages and modules; ``lint-imports`` checks their imports.
-Here, independently of import-linter: every module of ``sim.serving`` is
+Here, independently of import-linter: every module of ``sim.serving`` and
+``sim.fleet`` is
 either covered by that contract or is one of the parts that own time (the
 ``execute`` package and the named top-level tools), so a new module cannot
 fall between the layers unnoticed; and importing every clock-free module in
@@ -17,12 +18,20 @@ import sys
 import tomllib
 from pathlib import Path
 
+import sim.fleet
 import sim.serving
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = "serving policies decide without a clock: no simpy, no executors"
 TIMED_PACKAGES = ("sim.serving.execute",)
-TIMED_MODULES = {"sim.serving.build", "sim.serving.bench", "sim.serving.baseline"}
+TIMED_MODULES = {
+    "sim.serving.build",
+    "sim.serving.bench",
+    "sim.serving.baseline",
+    "sim.fleet.routed",
+    "sim.fleet.disagg",
+    "sim.fleet.scopes",
+}
 
 
 def _contract() -> dict:
@@ -33,7 +42,10 @@ def _contract() -> dict:
 
 def _modules() -> list[str]:
     return sorted(
-        m.name for m in pkgutil.walk_packages(sim.serving.__path__, "sim.serving.") if not m.ispkg
+        m.name
+        for pkg in (sim.serving, sim.fleet)
+        for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")
+        if not m.ispkg
     )
 
 
@@ -53,7 +65,9 @@ def test_every_serving_module_is_in_a_layer() -> None:
     assert loose == []
     both = [m for m in mods if _under(m, free) and _under(m, TIMED_PACKAGES)]
     assert both == []
-    assert {"sim.serving.tiers", "sim.serving.policy"} <= set(free)  # packages, not module lists
+    assert {"sim.serving.tiers", "sim.serving.policy", "sim.fleet.router"} <= set(
+        free
+    )  # packages, not module lists
 
 
 def test_the_clock_free_modules_load_no_clock() -> None:

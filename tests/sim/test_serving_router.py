@@ -1,4 +1,4 @@
-"""Routers over identical serving instances (sim/serving/router/, sim/serving/execute/routed.py):
+"""Routers over identical serving instances (sim/fleet/router/, sim/fleet/routed.py):
 each policy's pick worked by hand, Dynamo's logits with their numbers, and engine runs
 on four GPUs where the prefix-aware router keeps a session on the instance holding
 its prefix."""
@@ -12,6 +12,8 @@ import pytest
 
 from hwprofiles import load_profile
 from sim.config import ServingParams
+from sim.fleet.routed import fleet_records, run_routed
+from sim.fleet.router import InstanceState, cached_prefix, make_router
 from sim.models import get_model
 from sim.registry import ROUTERS, RegistryError
 from sim.scenarios.serving import conversation_table
@@ -19,10 +21,8 @@ from sim.scenarios.serving_routed import turn_affinity
 from sim.serving.designs import get_design
 from sim.serving.execute.engine import EngineConfig
 from sim.serving.execute.multi import Instance
-from sim.serving.execute.routed import fleet_records, run_routed
 from sim.serving.metrics import serving_summary
 from sim.serving.requests import Request, load_requests
-from sim.serving.router import InstanceState, cached_prefix, make_router
 
 B = 16
 

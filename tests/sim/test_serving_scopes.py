@@ -1,4 +1,4 @@
-"""Offload tiers at three scopes on the two-node fleet (sim/serving/execute/scopes.py).
+"""Offload tiers at three scopes on the two-node fleet (sim/fleet/scopes.py).
 
 Two requests of 1,000 prompt tokens with the same 62 full-block hashes (16-token
 blocks), in two sessions, one second apart, behind round-robin: the first goes to
@@ -29,15 +29,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hwprofiles import load_profile
+from sim.fleet.routed import run_routed
+from sim.fleet.router import make_router
+from sim.fleet.scopes import ScopeError, level_hits, scoped_tiers
 from sim.hw.machine import Machine
 from sim.models import get_model
 from sim.serving.designs import get_design
 from sim.serving.execute.engine import EngineConfig
 from sim.serving.execute.multi import Instance
-from sim.serving.execute.routed import run_routed
-from sim.serving.execute.scopes import ScopeError, level_hits, scoped_tiers
 from sim.serving.requests import Request
-from sim.serving.router import make_router
 from tests.sim.test_fleet_network import finish_times
 
 FLEET = load_profile("fleet-2x-dgx-h100")

@@ -34,7 +34,7 @@ and writes every op down as it goes.
   prefetch never takes GPU blocks that the requests queued ahead of it will
   need, so it cannot block them.
 * **Prefilled elsewhere.**  A request accepted with ``remote`` (a GPU: a
-  disaggregated decode instance, :mod:`sim.serving.execute.disagg`) fetches
+  disaggregated decode instance, :mod:`sim.fleet.disagg`) fetches
   its prompt's KV from that GPU at admission, one copy on the machine's
   network, and is parked until it is in (:meth:`Engine._fetch`); one accepted
   with ``hold`` keeps its blocks after it finishes until they have been read
@@ -157,9 +157,9 @@ class Engine:
         # worker's ScaleUp, sim.serving.execute.lending)
         self.on_release: list[Callable[[Seq], None]] = []
         # called with each request as it finishes or is rejected (a router's bookkeeping,
-        # sim.serving.execute.routed)
+        # sim.fleet.routed)
         self.on_finish: list[Callable[[Seq], None]] = []
-        # disaggregation (sim.serving.execute.disagg): prefilled requests whose blocks are
+        # disaggregation (sim.fleet.disagg): prefilled requests whose blocks are
         # kept at their finish until a decode instance has read them (vLLM NixlConnector's
         # delay_free_blocks), by request id, and the hooks told when a fetch here lands
         self.holding: set[int] = set()
@@ -227,7 +227,7 @@ class Engine:
             self._release(s)
             prev = s
 
-    # ---- requests a router hands over (sim.serving.execute.routed) --------------------
+    # ---- requests a router hands over (sim.fleet.routed) --------------------
     def hold_open(self) -> None:
         """Keep the iteration loop alive while a router may still send requests."""
         self.remaining += 1
@@ -458,7 +458,7 @@ class Engine:
             job.done.callbacks.append(landed)
 
     def _fetch(self, s: Seq) -> None:
-        """Disaggregated decode (:mod:`sim.serving.execute.disagg`): the prompt's
+        """Disaggregated decode (:mod:`sim.fleet.disagg`): the prompt's
         KV beyond what this instance's GPU prefix cache holds (the scenario
         refuses designs with offload tiers), whole blocks, is copied from
         the prefill GPU ``s.remote`` as one transfer (vLLM's NixlConnector reads

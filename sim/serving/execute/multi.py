@@ -97,7 +97,7 @@ class Instance:
         elastic: a worker's Algorithm 1 at run time (:mod:`sim.serving.execute.lending`);
             None keeps ``lend_bytes`` lent for the whole run.
         tiers: its design's offload tiers and SSD bounce map, built for it by
-            :mod:`sim.serving.execute.scopes` (a node's or the fleet's, the same objects
+            :mod:`sim.fleet.scopes` (a node's or the fleet's, the same objects
             in every instance that shares them); None builds its own.
     """
 

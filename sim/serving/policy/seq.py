@@ -34,7 +34,7 @@ class Seq:
         self.lookup: Lookup | None = None  # hits still to load
         self.load: Transfer | None = None  # their load, once started
         # prefilled elsewhere: the GPU its prompt's KV is fetched from at admission
-        # (a disaggregated decode instance, sim.serving.execute.disagg); None once in
+        # (a disaggregated decode instance, sim.fleet.disagg); None once in
         self.remote: str | None = None
         # its offload blocks' keys (each group's last block hash) as Python ints, made by
         # the block manager at the first lookup or store and let go at release: a

@@ -1,11 +1,11 @@
-"""What a router sees and decides, without a clock (:mod:`sim.serving.router`).
+"""What a router sees and decides, without a clock (:mod:`sim.fleet.router`).
 
 A router assigns each request, when it arrives, to one of N identical
 serving instances.  It sees each instance as an :class:`InstanceState`
 read off the engine at that moment (the metrics a real router scrapes or
 the KV events it subscribes to) and returns the instance's index; what it
 keeps between requests is its own (Dynamo's per-worker active sequences).
-The engine side (:mod:`sim.serving.execute.routed`) owns time: it builds
+The engine side (:mod:`sim.fleet.routed`) owns time: it builds
 the states, delivers the request, and tells the router when a request it
 routed has finished its prefill and when it has finished.
 

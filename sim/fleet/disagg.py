@@ -57,12 +57,12 @@ import pyarrow as pa
 import simpy
 
 from hwprofiles import HardwareProfile
+from sim.fleet.routed import Router, fleet_records, run_engines
+from sim.fleet.router import RouterPolicy
 from sim.serving.execute.engine import Engine
 from sim.serving.execute.multi import Instance, build_instances
-from sim.serving.execute.routed import Router, fleet_records, run_engines
 from sim.serving.metrics import REQUEST_RECORD_SCHEMA, RequestLog, ServingRecords
 from sim.serving.requests import Request
-from sim.serving.router import RouterPolicy
 
 
 class Disaggregated(Router):

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.fleet.router.base import InstanceState, Stateless
 from sim.registry import ROUTERS
 from sim.serving.requests import Request
-from sim.serving.router.base import InstanceState, Stateless
 
 
 @dataclass(frozen=True)

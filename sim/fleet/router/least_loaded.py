@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.fleet.router.base import InstanceState, Stateless, argmin_tie_random
 from sim.registry import ROUTERS
 from sim.serving.requests import Request
-from sim.serving.router.base import InstanceState, Stateless, argmin_tie_random
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ one flow network), built with no requests of their own.  A :class:`Router`
 owns the clients instead: one per session, as an engine's own client does
 (a request is sent at its ``arrival_s``; a session's turn t+1 only after
 reply t has finished, wherever it was served), and when a request is sent
-the routing policy (:mod:`sim.serving.router`, no clock) picks the instance
+the routing policy (:mod:`sim.fleet.router`, no clock) picks the instance
 from what each one shows at that moment (:func:`instance_state`), and the
 request is released into that engine (:meth:`Engine.accept`).  Before each
 decision the router is told which of the requests it routed have emitted
@@ -30,13 +30,13 @@ import pyarrow.compute as pc
 import simpy
 
 from hwprofiles import HardwareProfile
+from sim.fleet.router import InstanceState, RouterPolicy
 from sim.serving.execute.engine import Engine, _session_key
 from sim.serving.execute.gcpolicy import relaxed_gc
 from sim.serving.execute.multi import Instance, build_instances
 from sim.serving.metrics import RequestLog, ServingRecords
 from sim.serving.policy.seq import Seq
 from sim.serving.requests import Request
-from sim.serving.router import InstanceState, RouterPolicy
 
 _NOTHING: frozenset[int] = frozenset()
 

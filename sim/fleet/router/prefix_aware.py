@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.fleet.router.base import InstanceState, argmin_tie_random, cached_prefix
 from sim.registry import ROUTERS, ParamError
 from sim.serving.requests import Request
-from sim.serving.router.base import InstanceState, argmin_tie_random, cached_prefix
 
 
 @dataclass(frozen=True)

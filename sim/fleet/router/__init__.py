@@ -11,16 +11,16 @@ name a scenario's ``router`` gives:
   prefix weighed against each instance's load.
 
 What a router sees and the interface are in :mod:`.base`; the engine side
-that delivers requests is :mod:`sim.serving.execute.routed`.
+that delivers requests is :mod:`sim.fleet.routed`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from sim.fleet.router import least_loaded, prefix_aware, round_robin  # noqa: F401 (register)
+from sim.fleet.router.base import InstanceState, RouterPolicy, cached_prefix
 from sim.registry import ROUTERS
-from sim.serving.router import least_loaded, prefix_aware, round_robin  # noqa: F401 (register)
-from sim.serving.router.base import InstanceState, RouterPolicy, cached_prefix
 
 __all__ = ["InstanceState", "RouterPolicy", "cached_prefix", "make_router"]
 
