@@ -306,6 +306,11 @@ def report_designs(
             f"designs modelled with the replayer's {how} path: {c['per_io_us']:.1f} us/I/O "
             f"at QD64 ({c.get('per_io_net_us', c['per_io_us']):.1f} net of its rounds), "
             f"{c.get('round_us', 0.0):.0f} us a round, QD1 read {c['read_latency_us']:.1f} us"
+            + (
+                f"; devices paced at x{c['pace_scale']:.2f} of the emulated rates"
+                if c.get("pace_scale", 1.0) < 1.0
+                else ""
+            )
         )
     console.print(designs_table(run.table, title))
     for line in ranking_lines(report["ranking"]):

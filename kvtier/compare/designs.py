@@ -240,7 +240,13 @@ def run_designs(
             nonio = modelled_durations(plan, profile)
             # paced (real._pacing): outside the kernel throttle, a FIFO behind the pacer
             with dev.prepared(plan, seed, None) as targets:
-                real = replay(plan, paced(targets), seed=seed, engine=engine, nonio_s=nonio)
+                real = replay(
+                    plan,
+                    paced(targets, (costs or {}).get("pace_scale", 1.0)),
+                    seed=seed,
+                    engine=engine,
+                    nonio_s=nonio,
+                )
             real_m[name].append(design_metrics(real))
             reals[name].append(real)
     records = {}

@@ -135,12 +135,67 @@ from hwprofiles import HardwareProfile
 # design replays are also paced in user space (real._pacing: each op's end held to its
 # share of the device's time, which banks no idle time) at the same limits, inside the
 # throttle.  (Until 2026-12-02 the pacer held each I/O back with token buckets of 5 ms.)
-def paced(targets: dict) -> dict:
-    """``targets`` held to their own limits by the replayer too (where they have any)."""
-    return {
-        k: dataclasses.replace(t, pacing=True) if not t.limits.unlimited else t
-        for k, t in targets.items()
-    }
+def paced(targets: dict, scale: float = 1.0) -> dict:
+    """``targets`` held to their own limits by the replayer too (where they have any),
+    times ``scale`` (:func:`pace_scale`; every rate at least 1)."""
+
+    def held(t):
+        lim = t.limits
+        slow = dataclasses.replace(
+            lim,
+            **{
+                f: max(1, round(getattr(lim, f) * scale)) if getattr(lim, f) else 0
+                for f in ("read_bps", "write_bps", "read_iops", "write_iops")
+            },
+        )
+        return dataclasses.replace(t, pacing=True, limits=slow)
+
+    return {k: held(t) if not t.limits.unlimited else t for k, t in targets.items()}
+
+
+def pace_scale(profile: HardwareProfile, per_io_us: float, headroom: float) -> float:
+    """The share of the emulated devices' rates the paced replays are held to, so that
+    the replay loop is at most ``headroom`` busy issuing and reaping at the devices' full
+    aggregate IOPS: ``min(1, headroom x ceiling / demand)`` over reads and writes, with
+    ``ceiling = 1 / per_io_us`` the paced loop's own I/O rate (its QD64 stream through the
+    pacer, :func:`real.validate.engine_costs` with ``paced=True``) and ``demand`` the sum of
+    the devices' ``read_iops`` (``write_iops``).
+
+    Why: the emulation's scale holds the devices' aggregate 4 KiB IOPS at
+    ``real.sustain.LOOP_HEADROOM`` of the replayer's *batched* ceiling, which the IOPS
+    regime (unpaced, kernel-throttled) runs at; the designs replay through the pacer,
+    whose per-I/O cost is higher (12.1 against 4.3 us on the emulated loop devices,
+    2026-12-03), so at the same rates an IOPS-heavy design had the loop busy more than
+    the devices: Swarm's static routing, 6,204 I/Os over 4 devices, 4.2 ms of modelled
+    loop CPU a layer against 3.7 ms of device time, replayed 6-11% slower than modelled
+    where the model puts the devices, not the loop, on its critical path."""
+    if not per_io_us > 0:
+        return 1.0
+    ceiling = 1e6 / per_io_us
+    scale = 1.0
+    groups = [profile.ssd(n) for n in profile.ssd_names]
+    for demand in (sum(g.read_iops for g in groups), sum(g.write_iops for g in groups)):
+        if demand > 0:
+            scale = min(scale, headroom * ceiling / demand)
+    return scale
+
+
+def slowed(profile: HardwareProfile, scale: float) -> HardwareProfile:
+    """``profile`` with every SSD group's bandwidth and IOPS times ``scale`` (the paced
+    replays' share of the emulated rates, :func:`pace_scale`); latencies unchanged."""
+    if scale >= 1.0:
+        return profile
+    ssds = tuple(
+        dataclasses.replace(
+            g,
+            read_gbps=g.read_gbps * scale,
+            write_gbps=g.write_gbps * scale,
+            read_iops=g.read_iops * scale,
+            write_iops=g.write_iops * scale,
+        )
+        for g in profile.ssds
+    )
+    return dataclasses.replace(profile, ssds=ssds)
 
 
 PACED_COST_IOS = 500  # the paced engine-cost plan: 8 x 500 I/Os per device at QD64
@@ -187,13 +242,19 @@ def design_profile(dev, engine: str, costs: dict | None) -> tuple[HardwareProfil
     figures (``--no-engine-costs``).  Paced design replays go through the pacer, whose
     per-I/O cost was several times the batched path's while it issued one I/O at a time
     (see the module doc), so the replayer's per-I/O time is measured again on that path
-    and :func:`paced_costs` model it (nothing added where it is no dearer)."""
+    and :func:`paced_costs` model it (nothing added where it is no dearer).  The paced
+    replays and this profile run the devices at :func:`pace_scale` of their emulated
+    rates (``costs["pace_scale"]``), so the loop has the same headroom over them as the
+    regime steps have over the batched path."""
     if costs is None or not designs_paced(dev):
         return dev.profile, costs
+    from real.sustain import LOOP_HEADROOM
     from real.validate import engine_costs, with_engine_costs
 
     n_ssd = len(dev.targets) if dev.targets is not None else len(dev.profile.ssd_names)
     # outside the kernel's throttle, as the batched measurement (real.validate.engine_costs)
     measured = engine_costs(dev, engine, n_ssd, n=PACED_COST_IOS, paced=True)
     model = paced_costs(costs, measured)
-    return with_engine_costs(dev.profile, model), model
+    scale = pace_scale(dev.profile, measured["per_io_us"], LOOP_HEADROOM)
+    model = model | {"pace_scale": scale}
+    return slowed(with_engine_costs(dev.profile, model), scale), model

@@ -200,7 +200,9 @@ def run_serving(
     sim = simulate(plan, profile)
     # paced (real._pacing): outside the kernel throttle, a FIFO behind the pacer
     with dev.prepared(plan, seed, None) as targets:
-        real = replay(plan, paced(targets), seed=seed, engine=engine)
+        real = replay(
+            plan, paced(targets, (costs or {}).get("pace_scale", 1.0)), seed=seed, engine=engine
+        )
     return ServingResult(spec, plan, sim, real, compare_serving(sim, real), costs)
 
 
