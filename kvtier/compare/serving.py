@@ -1,9 +1,13 @@
 """The serving part of ``kvtier real validate --serving DESIGN``: the I/O of a short
 serving run, simulated and replayed on the same devices, op by op.
 
-The run.  The serving engine (:mod:`sim.serving`) serves the first ``requests`` of the
-benchmark's Mooncake-shaped trace (:func:`sim.serving.bench.mooncake_table`) with a
-serving design (``pool`` by default: seed 004's unified pool over the devices) at
+The run.  The serving engine (:mod:`sim.serving`) serves ``requests`` of the
+benchmark's Mooncake-shaped trace (:func:`sim.serving.bench.mooncake_table`): by default
+(``revisits``) the first of them that belong to conversations of more than one turn
+(:func:`revisiting`), so that later turns find their context in the offload tiers and the
+run loads as well as stores; else the first by arrival, of which few are later turns
+(a session's next turn comes a think time, 60 s in the mean, after its answer).  It
+serves them with a serving design (``pool`` by default: seed 004's unified pool over the devices) at
 ``block``-token KV blocks on the profile that models the devices (the emulated, scaled
 one), and keeps its plan (``keep_plan``).  The trace's arrivals are compressed to last
 ``window_s`` seconds (a choice of the validation, so that the replay is short; both
@@ -47,14 +51,21 @@ class ServingReplay:
     """The serving run whose I/O is replayed (see the module doc)."""
 
     design: str = "pool"
-    requests: int = 100
+    # 30 turns of multi-turn conversations, a 16K-token GPU cache and a 3 GiB pool: the
+    # pool run stores 84 ops (4.1 GB) and loads 32 (310 MB) on h20-8ssd's 4-device
+    # emulation, 172 / 32 on h20-8ssd itself (2026-12-03; 20 turns: 3.2 GB, 32 loads;
+    # 50: 6.0 GB, 80 loads); with a 1 GiB pool and an 8K-token GPU, 20 turns load
+    # nothing; the first 100 requests by arrival, a 64K-token GPU and 0.5 GiB (until
+    # then) stored 116 ops and loaded none
+    requests: int = 30
     block: int = 256
     model: str = "Llama-3.2-1B"  # 32 KiB of KV a token: the run's stores fit the devices
-    ssd_gib: float = 0.5  # the offload budget over the devices: each holds ssd_gib / n
+    ssd_gib: float = 3.0  # the offload budget over the devices: each holds ssd_gib / n
     cpu_gib: float = 0.25  # a design's host-memory tier, where it has one
     window_s: float = 5.0  # the trace's arrivals compressed to this span
-    gpu_blocks: int = 256  # the GPU's KV cache (64K tokens), small so that the run offloads
+    gpu_blocks: int = 64  # the GPU's KV cache (16K tokens), small so that the run offloads
     seed: int = 0
+    revisits: bool = True  # turns of multi-turn conversations only (:func:`revisiting`)
 
     def device_bytes(self, n: int) -> int:
         """Bytes each of ``n`` devices must hold: its share of the budget, in MiB."""
@@ -71,6 +82,26 @@ def compressed(table: pa.Table, window_s: float) -> pa.Table:
     return table.set_column(i, table.schema.field(i), pa.array(arrivals))
 
 
+REVISIT_DRAW = 12  # requests drawn per request kept: 1,000 drawn hold 178 multi-turn sessions
+
+
+def revisiting(n: int, seed: int = 0) -> pa.Table:
+    """The first ``n`` requests (by arrival) of the Mooncake-shaped trace that belong to
+    conversations with more than one turn among its first ``REVISIT_DRAW x n`` requests
+    (of the first 1,000, 415 are such turns, of 178 sessions), renumbered 0..n-1.  Their
+    later turns reuse their session's context, as the trace's later turns do; the one-turn
+    sessions between them, which reuse nothing, are left out."""
+    from sim.serving.bench import mooncake_table
+
+    table = mooncake_table(REVISIT_DRAW * n, seed)
+    session = table.column("session_id").to_numpy()
+    ids, counts = np.unique(session, return_counts=True)
+    keep = np.flatnonzero(np.isin(session, ids[counts > 1]))[:n]
+    out = table.take(pa.array(keep))
+    i = out.schema.get_field_index("request_id")
+    return out.set_column(i, out.schema.field(i), pa.array(np.arange(len(keep), dtype=np.int64)))
+
+
 def serving_run(spec: ServingReplay, profile: HardwareProfile):
     """Run the serving engine as ``spec`` says on ``profile`` (plan kept); its records."""
     from sim.models import get_model
@@ -80,7 +111,8 @@ def serving_run(spec: ServingReplay, profile: HardwareProfile):
     from sim.serving.execute.engine import EngineConfig
     from sim.serving.requests import load_requests
 
-    table = compressed(mooncake_table(spec.requests, spec.seed), spec.window_s)
+    drawn = revisiting if spec.revisits else mooncake_table
+    table = compressed(drawn(spec.requests, spec.seed), spec.window_s)
     reqs = load_requests(table, spec.block)
     card = get_model(spec.model)
     design = get_design(spec.design, tier_overrides(spec))

@@ -10,15 +10,18 @@ import pytest
 
 from hwprofiles import load_profile
 from kvtier.compare.serving import (
+    REVISIT_DRAW,
     ServingReplay,
     by_kind,
     compare_serving,
     compressed,
     io_plan,
+    revisiting,
     serving_run,
 )
 from kvtier.contracts.plan import PlanBuilder
 from kvtier.contracts.records import Records
+from sim.serving.bench import mooncake_table
 
 MIB = 1 << 20
 
@@ -103,6 +106,22 @@ def test_errors_by_op_kind_by_hand():
     assert by_kind(r["ops"]) == k
 
 
+def test_revisiting_keeps_only_conversations_of_several_turns():
+    """The default run's requests: every session it keeps has at least two turns in the
+    draw, they come in arrival order, renumbered; the first turn of each is in."""
+    t = revisiting(30).to_pandas()
+    assert len(t) == 30 and t["request_id"].tolist() == list(range(30))
+    assert t["arrival_s"].is_monotonic_increasing
+    drawn = mooncake_table(REVISIT_DRAW * 30).to_pandas()
+    turns = drawn.groupby("session_id").size()
+    assert (turns.loc[t["session_id"].unique()] > 1).all()
+    # a session's turns are kept in order from its first: every kept turn k > 0 follows
+    # a kept turn k - 1 of the same session (the trace's prefix reuse)
+    kept = set(zip(t["session_id"], t["turn"], strict=True))
+    assert all((s, k - 1) in kept for s, k in kept if k > 0)
+    assert (t["turn"] > 0).sum() > 0
+
+
 def test_device_share_and_compressed_arrivals():
     # 0.5 GiB over 4 devices: 128 MiB each; over 3: 170.67 MiB, rounded up to 171 MiB
     assert ServingReplay(ssd_gib=0.5).device_bytes(4) == 128 * MIB
@@ -120,6 +139,9 @@ def test_the_pool_run_stores_and_loads_on_every_pool_ssd():
     spec = ServingReplay(requests=40)
     served = serving_run(spec, profile)
     io = io_plan(served.plan, served.ops).to_pandas()
+    # later turns of the revisited conversations find their context in the pool
+    assert {"store", "load"} <= set(io["tag"])
+    assert set(io.loc[io["tag"] == "load", "kind"]) == {"read"}
     kinds = np.asarray(served.plan.column("kind").to_pylist(), dtype=object)
     assert len(io) == int(((kinds == "read") | (kinds == "write")).sum()) > 0
     assert set(io["tag"]) <= {"store", "load", "demote"} and "store" in set(io["tag"])
