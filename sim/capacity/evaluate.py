@@ -9,7 +9,9 @@ output tokens/s come from its request records.
 
 The host-memory KV tier gets what the machine's DRAM leaves after
 ``host_reserve_gib`` (OS, engine, pinned buffers), so buying DRAM buys KV
-capacity and, with each module on its own memory bus, bandwidth.
+capacity and, with each module on its own memory bus, bandwidth.  Replicas on
+one node split it, and the question's SSD capacity, evenly (each instance keeps
+its own tiers, on its own share of the node's devices: :mod:`sim.fleet.scopes`).
 
 Bottleneck (:mod:`sim.capacity.binding`: bytes, I/Os, core-seconds or FLOPs
 over capacity x time): ``bottleneck`` is what binds the TTFT, the resource
@@ -135,6 +137,7 @@ def scenario(
     sparse decoding (``trace: sparse_decode``) of ``docs`` concurrent sessions."""
     if q.trace == "sparse_decode":
         return sparse_scenario(q, design)
+    from sim.serving.build import node_devices
     from sim.serving.designs import get_design
 
     base = get_design(design, {})
@@ -142,11 +145,16 @@ def scenario(
     # leave both to the scenario; gpu-only keeps none
     both = not base.has_offload and design != "gpu-only"
     params: dict[str, Any] = {}
+    # replicas on one node split its budgets: the node's DRAM after the reserve and the
+    # question's SSD capacity (each instance its own tiers, sim.fleet.scopes)
+    nodes = profile.fleet.nodes if profile.fleet is not None else 1
+    per_node = -(-replicas // nodes) if replicas else 1
     if base.cpu_gib > 0 or both:
-        dram = sum(m.capacity_gib for m in profile.dram)
-        params["cpu_gib"] = max(dram - q.host_reserve_gib, 1.0)
+        node_dram = set(node_devices(profile, 0 if profile.fleet is not None else None)[0])
+        dram = sum(m.capacity_gib for m in profile.dram if m.name in node_dram)
+        params["cpu_gib"] = max(dram - q.host_reserve_gib, 1.0) / per_node
     if base.ssd_gib > 0 or both:
-        params["ssd_gib"] = q.ssd_gib
+        params["ssd_gib"] = q.ssd_gib / per_node
     w = ServingParams(
         model=q.model, design=design, design_params=params, trace=q.trace,
         requests=q.requests, context_tokens=q.context_tokens, docs=q.docs,

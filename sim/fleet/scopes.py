@@ -6,9 +6,12 @@ at one of three scopes, the workload's ``tier_scope``:
 
 * ``instance`` (the default): each instance its own tiers on **its node's**
   devices (:func:`sim.serving.build.design_devices` of the node its GPU sits
-  in), the design's capacities each, as every instance of one machine gets
-  them; loads and stores cross only that node's PCIe and DRAM links.  On one
-  machine the tiers are built as they always were (``None``: the engine's own).
+  in), the design's capacities each; loads and stores cross only that node's
+  PCIe and DRAM links.  A node's k-th instance takes the design's devices from
+  its k-th share of the node's on (:func:`sim.serving.build.design_devices`'
+  ``slot``): four LMCache instances (one SSD each) on a machine of eight SSDs
+  use ssd0..ssd3, not all ssd0; the tiers together must fit the devices
+  (:func:`check_capacity`).
 * ``node``: one store per node, **the same tier objects** in every instance on
   it, holding the design's capacities once per instance there (so the node's
   bytes are those of ``instance`` scope, pooled): a block instance A stored is
@@ -73,18 +76,22 @@ def scoped_tiers(
     card: ModelCard,
     block_tokens: int,
     gpus: Sequence[str],
-) -> list[TierSet | None]:
-    """Each instance's (on ``gpus``) tiers at ``scope`` (module docstring); None
-    where the engine builds its own as on one machine.  Raises ScopeError
+) -> list[TierSet]:
+    """Each instance's (on ``gpus``) tiers at ``scope`` (module docstring).  Raises ScopeError
     when the tiers would hold more than a device has (:func:`check_capacity`)."""
     if scope not in SCOPES:
         raise ScopeError(f"tier_scope: unknown scope {scope!r} (one of: {', '.join(SCOPES)})")
     nodes = [node_of(profile, g) for g in gpus]
     multi = profile.fleet is not None and profile.fleet.nodes > 1
     if scope == "instance":
-        if not multi:
-            return [None] * len(gpus)
-        sets = [make_tiers(design, profile, card, block_tokens, [n]) for n in nodes]
+        # the k-th instance of a node takes the node's devices from its k-th share on
+        # (make_tiers's slot): each its own SSD where the node has enough
+        slots = [nodes[:i].count(n) for i, n in enumerate(nodes)]
+        where = (lambda n: [n]) if multi else (lambda n: None)  # noqa: E731
+        sets = [make_tiers(design, profile, card, block_tokens, where(n), slot=k)
+                for n, k in zip(nodes, slots, strict=True)]  # fmt: skip
+        check_capacity(profile, sets, scope)
+        return list(sets)
     elif scope == "node":
         by_node = {n: make_tiers(design, profile, card, block_tokens, [n], nodes.count(n))
                    for n in sorted(set(nodes))}  # fmt: skip

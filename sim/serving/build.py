@@ -41,10 +41,15 @@ def node_devices(profile: HardwareProfile, node: int | None) -> tuple[list[str],
 
 
 def design_devices(
-    d: DesignParams, profile: HardwareProfile, node: int | None = None
+    d: DesignParams, profile: HardwareProfile, node: int | None = None, slot: int = 0
 ) -> tuple[list[str], list[str]]:
-    """(DRAM modules, SSDs) the design's tiers use: the first ``dram_modules`` and
-    ``ssds`` of fleet node ``node`` (:func:`node_devices`), of the profile when None."""
+    """(DRAM modules, SSDs) the design's tiers use: ``dram_modules`` and ``ssds`` of
+    fleet node ``node`` (:func:`node_devices`; of the profile when None), the first
+    ones for ``slot`` 0.  ``slot`` k (the k-th instance with tiers of its own on the
+    node) takes the next ones round the node's list, ``k x want`` on: instances on one
+    machine each get their own device where there are enough, as an operator gives
+    each vLLM instance its own LMCache ``local_disk`` path, rather than all of them
+    the first (all of them share every device of a design that uses all, ``0``)."""
     drams, ssds = node_devices(profile, node)
     for what, want, have, gib in (
         ("DRAM modules", d.dram_modules, drams, d.cpu_gib),
@@ -52,11 +57,19 @@ def design_devices(
     ):
         if gib > 0 and want > len(have):  # a tier of no capacity uses no device
             raise Unsupported(f"needs {want} {what}, profile {profile.name} has {len(have)}")
-    drams = drams[: d.dram_modules or None] if d.cpu_gib > 0 else []
-    ssds = ssds[: d.ssds or None] if d.ssd_gib > 0 else []
+    drams = _turn(drams, d.dram_modules, slot) if d.cpu_gib > 0 else []
+    ssds = _turn(ssds, d.ssds, slot) if d.ssd_gib > 0 else []
     if d.ssd_gib > 0 and not ssds:
         raise Unsupported(f"profile {profile.name} has no SSDs")
     return drams, ssds
+
+
+def _turn(devices: list[str], want: int, slot: int) -> list[str]:
+    """``want`` of ``devices`` (0: all) from the ``slot * want``-th on, round the list."""
+    if not want or want >= len(devices):
+        return list(devices)
+    first = (slot * want) % len(devices)
+    return [devices[(first + i) % len(devices)] for i in range(want)]
 
 
 def make_tiers(
@@ -66,16 +79,18 @@ def make_tiers(
     block_tokens: int,
     nodes: Sequence[int] | None = None,
     share: int = 1,
+    slot: int = 0,
 ) -> tuple[list[OffloadTier], dict[str, str]]:
     """The design's offload tiers and each SSD's bounce-buffer DRAM module.
     ``nodes``: the fleet nodes whose devices the tiers use (each node's own, as
     :func:`design_devices` picks them; SSDs bounce through their own node's
     DRAM); None: the profile's.  ``share``: the tiers hold the design's
     capacities ``share`` times over (a store that ``share`` instances share,
-    :mod:`sim.fleet.scopes`)."""
+    :mod:`sim.fleet.scopes`).  ``slot``: which of a node's instances with tiers of
+    their own these are (:func:`design_devices`)."""
     if nodes is not None:
-        return _node_tiers(d, profile, card, block_tokens, nodes, share)
-    drams, ssds = design_devices(d, profile)
+        return _node_tiers(d, profile, card, block_tokens, nodes, share, slot)
+    drams, ssds = design_devices(d, profile, slot=slot)
     layer_bytes = d.offload_factor(block_tokens) * block_tokens * card.kv_bytes_per_token_layer
     cap = {m: d.cpu_gib * GIB / len(drams) for m in drams}
     cap.update({s: d.ssd_gib * GIB / len(ssds) for s in ssds})
@@ -96,7 +111,7 @@ def make_tiers(
 
 def _node_tiers(
     d: DesignParams, profile: HardwareProfile, card: ModelCard, block_tokens: int,
-    nodes: Sequence[int], share: int,
+    nodes: Sequence[int], share: int, slot: int = 0,
 ) -> tuple[list[OffloadTier], dict[str, str]]:  # fmt: skip
     """:func:`make_tiers` over the devices of fleet ``nodes``: each node's
     picks, the capacities ``share`` times the design's split evenly over all."""
@@ -104,7 +119,7 @@ def _node_tiers(
     ssds: list[str] = []
     bounce: dict[str, str] = {}
     for n in nodes:
-        dn, sn = design_devices(d, profile, n)
+        dn, sn = design_devices(d, profile, n, slot)
         drams += dn
         ssds += sn
         bounce_from = dn or node_devices(profile, n)[0][:1]

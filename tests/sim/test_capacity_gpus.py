@@ -87,3 +87,18 @@ def test_gpu_walk_stops_where_the_allreduce_or_a_shared_host_resource_binds():
 def test_gpu_walk_goes_on_while_more_gpus_can_help():
     assert _walk(("gpu0.hbm",))[0] == {1, 2, 4, 8}  # each rank brings its own HBM
     assert _walk(("sw0.up>",))[0] == {1, 2, 4, 8}  # a rank moves 1/N through its share
+
+
+def test_replicas_on_one_machine_split_its_dram_and_ssd_budgets():
+    """h20-8ssd: one 1,024 GiB module, 16 GiB reserved; four replicas get a quarter of
+    the 1,008 GiB and of the question's 372.53 GiB of SSD each; tensor parallelism (one
+    instance) keeps it whole."""
+    from hwprofiles import load_profile
+    from sim.capacity.evaluate import scenario
+
+    h20, q = load_profile("h20-8ssd"), Question(base="h20-8ssd")
+    four = scenario(q, "lmcache", h20, replicas=4, router="round_robin").workload
+    assert four.design_params == pytest.approx({"cpu_gib": 252.0, "ssd_gib": 372.53 / 4})
+    assert four.replicas == 4
+    one = scenario(q, "lmcache", h20, tp=8).workload
+    assert one.design_params == pytest.approx({"cpu_gib": 1008.0, "ssd_gib": 372.53})

@@ -218,3 +218,25 @@ def test_a_shared_store_never_holds_more_than_its_capacity(sessions, share):
     records, _ = run_routed(FLEET, inst, reqs, policy)
     assert checks  # the store was placed into
     assert sum(len(records[n].requests) for n in records) == len(reqs)
+
+
+def test_instances_of_one_machine_take_their_own_devices_and_fit_them():
+    """h20-8ssd (8 SSDs, one 1,024 GiB DRAM module), one machine: LMCache uses one SSD
+    an instance, so four instances take ssd0..ssd3 (and the one module); the pool uses
+    every device in every instance."""
+    h20 = load_profile("h20-8ssd")
+    lm = get_design("lmcache", {"cpu_gib": 10.0, "ssd_gib": 10.0})
+    sets = scoped_tiers("instance", lm, h20, CARD, 256, [f"gpu{k}" for k in range(4)])
+    assert [[t.devices for t in tiers] for tiers, _ in sets] == [
+        [("dram0",), (f"ssd{k}",)] for k in range(4)
+    ]
+    pool = get_design("pool", {"cpu_gib": 10.0, "ssd_gib": 10.0})
+    (a, _), (b, _) = scoped_tiers("instance", pool, h20, CARD, 256, ["gpu0", "gpu1"])
+    assert a[0].devices == b[0].devices == tuple(h20.dram_names + h20.ssd_names)
+    assert a[0] is not b[0]  # each its own
+    # the instances' tiers together must fit: 8 x 200 GiB of host memory on the one
+    # 1,024 GiB module is 1,600 GiB
+    big = get_design("lmcache", {"cpu_gib": 200.0, "ssd_gib": 1.0})
+    with pytest.raises(ScopeError, match="1,600.0 GiB on dram0, which has 1,024.0 GiB"):
+        scoped_tiers("instance", big, h20, CARD, 256, [f"gpu{k}" for k in range(8)])
+    assert len(scoped_tiers("instance", big, h20, CARD, 256, ["gpu0"] * 5)) == 5  # 1,000 fits
