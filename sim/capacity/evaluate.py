@@ -112,19 +112,33 @@ class Point:
         return {"design": self.design, **asdict(self.hw), **fleet}
 
 
+@functools.cache
+def code_digest() -> str:
+    """Digest of the Python sources that make a point's result (the simulator, the
+    profiles' loader, the traces, the shared contracts), so a plan store written by
+    other code is recomputed rather than read: a modelling change moves results
+    without touching the question or the profile."""
+    root = Path(__file__).resolve().parents[2]
+    h = hashlib.sha256()
+    for pkg in ("sim", "hwprofiles", "traces", "kvtier/contracts"):
+        for f in sorted((root / pkg).rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def point_key(q: Question, p: Point) -> str:
     """Hash of the effective configuration: the question (SLOs excluded: they
-    judge a result, not make it), the point, and the base profile file's bytes."""
+    judge a result, not make it), the point, the base profile file's bytes and
+    the code that simulates it (:func:`code_digest`)."""
     from hwprofiles.loader import PROFILE_DIR, resolve_yaml
 
     run = {k: v for k, v in q.to_dict().items() if not k.startswith("slo_")}
-    if q.gpu_time == "roofline":  # the key of a point stored before GPU time was a setting
-        for k in ("gpu_time", "framework", "framework_version"):
-            run.pop(k)
-    if q.arrival_scale == 1.0:  # the key of a point stored before the load was a setting
-        run.pop("arrival_scale")
     base = resolve_yaml(q.base, PROFILE_DIR, "hardware profile")
-    blob = json.dumps({"q": run, "p": p.flat(), "base": file_digest(base)}, sort_keys=True)
+    blob = json.dumps(
+        {"q": run, "p": p.flat(), "base": file_digest(base), "code": code_digest()},
+        sort_keys=True,
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 

@@ -3,9 +3,9 @@
 Each evaluated point is written as ``<dir>/part-<key>.parquet`` the moment it
 is done (written to a temporary name, then renamed: a killed run leaves whole
 files only), so an interrupted search resumes where it stopped and a rerun
-never recomputes a point: :meth:`ResultStore.get` finds it by
-:func:`sim.capacity.evaluate.point_key`.  ``pyarrow.parquet.read_table(dir)``
-reads the whole dataset.
+by the same code never recomputes a point: :meth:`ResultStore.get` finds it by
+:func:`sim.capacity.evaluate.point_key` (which hashes the code too).
+``pyarrow.parquet.read_table(dir)`` reads the whole dataset.
 
 A point's ``ok`` row must carry :data:`FACTS`, the whole-run bottleneck's facts the
 search decides by (:mod:`sim.capacity.search`); a row written before they were

@@ -235,3 +235,14 @@ def test_assumed_share_of_the_cheapest_point_by_hand(tmp_path):
     # PM9A3 600, slot 50
     total = 10000 + 24000 + 64 * 18.58 + 600 + 50
     assert _assumed_share(row, q, load_prices(), tmp_path) == pytest.approx(10650 / total)
+
+
+def test_a_point_key_changes_with_the_code_that_simulates_it(monkeypatch):
+    """A plan store written by other code is not read back: the key hashes the sources."""
+    import sim.capacity.evaluate as ev
+
+    q, p = Question(), Point("gpu-only", Hardware("PM9A3", 2, 2, 64))
+    before = point_key(q, p)
+    assert point_key(q, p) == before  # the same code, the same key
+    monkeypatch.setattr(ev, "code_digest", lambda: "another tree")
+    assert point_key(q, p) != before
