@@ -30,10 +30,12 @@ from sim.fleet.routed import fleet_records, run_routed
 from sim.fleet.router import make_router
 from sim.fleet.scopes import OFFLOAD, ScopeError, level_hits, scoped_tiers
 from sim.models import get_model
+from sim.registry import Unsupported
 from sim.scenarios.serving_instances import make_instances, refuse_unfit
 from sim.serving.build import design_devices
 from sim.serving.designs import get_design
 from sim.serving.execute.multi import Instance
+from sim.serving.execute.tp import TensorParallel, rank_card, rank_params, rank_profile
 from sim.serving.metrics import ServingRecords, serving_summary
 from sim.serving.requests import Request, load_requests
 
@@ -97,8 +99,9 @@ def prepare_routed(
 ) -> tuple[Callable[..., ServingRecords], Callable[[Any], dict]]:
     """(drive, summarize) of a routed variant; raises ConfigError when it cannot run.
     ``engine_config`` and ``trace_tables`` are :mod:`sim.scenarios.serving`'s."""
-    if p.tp > 1:
-        raise ConfigError("tp: tensor parallelism with a router is not modelled")
+    if p.tp > 1 and (p.disaggregation or p.instances):
+        why = "disaggregation" if p.disaggregation else "instances listed one by one"
+        raise ConfigError(f"tp: tensor parallelism with {why} is not modelled (use replicas)")
     if p.max_inflight:
         raise ConfigError("max_inflight: a routed run's client is open loop")
     specs, others = routed_specs(p, profile)
@@ -109,7 +112,14 @@ def prepare_routed(
         p, instances=(), replicas=0, route_to=(), router="none", router_params={},
         disaggregation={}, tier_scope="instance",
     )  # fmt: skip
-    card, design = get_model(p.model), get_design(p.design, p.design_params)
+    full = get_model(p.model)
+    groups = [[f"gpu{int(s['gpu'][3:]) + k}" for k in range(p.tp)] for s in specs]
+    if p.tp > 1:  # each instance's rank 0 on the machine its ranks share (execute.tp)
+        try:
+            profile = rank_profile(profile, p.tp, groups)
+        except Unsupported as e:
+            raise ConfigError(str(e)) from None
+    card, design = rank_card(full, p.tp), get_design(p.design, rank_params(p).design_params)
     tiered = any(design_devices(design, profile))
     cfg = engine_config(solo, profile)
     table, warm = trace_tables(solo, seed)
@@ -134,14 +144,16 @@ def prepare_routed(
     def drive(watch: Any = None) -> ServingRecords:
         reqs = load_requests(table, p.block_tokens)
         sets = scoped_tiers(p.tier_scope, design, profile, card, cfg.block_tokens, gpus)
+        ranks = [TensorParallel(p.tp, full, g[0], g[1]) if p.tp > 1 else None for g in groups]
         routed = [Instance(s["name"], card, design, dataclasses.replace(cfg, gpu=s["gpu"]), [],
-                           tiers=t) for s, t in zip(specs, sets, strict=True)]  # fmt: skip
+                           tiers=t, tp=r)
+                  for s, t, r in zip(specs, sets, ranks, strict=True)]  # fmt: skip
         rng = np.random.default_rng(np.random.SeedSequence([seed, ROUTER_SALT]))
         policy = make_router(p.router, p.router_params, len(routed), p.block_tokens, rng)
         records, where = run_routed(profile, [*routed, *(b() for b in own)], reqs, policy,
                                     len(routed))  # fmt: skip
         counts = np.bincount(list(where.values()), minlength=len(routed))
-        head.update(router=p.router, instances=len(routed), model=card.name,
+        head.update(router=p.router, instances=len(routed), model=full.name, tp=p.tp,
                     gpu_kv_blocks=cfg.gpu_blocks)  # fmt: skip
         head["turn_affinity"] = turn_affinity(where, reqs)
         head["tier_scope"] = p.tier_scope

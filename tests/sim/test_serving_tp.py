@@ -165,3 +165,87 @@ def test_tp_prefill_time_is_the_rank_roofline_plus_the_allreduces():
         assert _ttft(tp) == pytest.approx(compute + comm, rel=1e-6)
     # compute-bound prefill: 4 ranks take about half of 2 ranks' compute
     assert _ttft(4) < 0.6 * _ttft(2)
+
+
+# ---- tensor-parallel replicas behind a router -----------------------------------------
+def test_rank_profile_of_two_instances_shares_what_their_ranks_share():
+    """Two TP-2 instances on h20-8ssd, gpu0-1 (under sw0) and gpu2-3 (under sw1): each
+    switch uplink is crossed by two ranks of one instance, the DRAM bus and every SSD
+    link by two ranks of each (4 real flows, 2 rank-0 flows on a half link: 1/4 each)."""
+    r = rank_profile(load_profile(H20), 2, [["gpu0", "gpu1"], ["gpu2", "gpu3"]])
+    g = {ln.name: ln.gbps for ln in r.topology.links}
+    assert g["sw0.up"] == g["sw1.up"] == pytest.approx(63.0 / 2)
+    assert g["dram0.bus"] == pytest.approx(614.4 / 2) and g["ssd0.pcie"] == pytest.approx(7.88 / 2)
+    assert g["gpu0.pcie"] == g["gpu2.pcie"] == 63.0
+    assert r.dram[0].capacity_gib == 512 and r.cpu.cores == 32
+    # an instance crossing sw0 with 2 ranks beside one crossing it with 1: not symmetric
+    with pytest.raises(Unsupported, match="unequal rank counts"):
+        rank_profile(load_profile(H20), 2, [["gpu0", "gpu1"], ["gpu2", "gpu0"]])
+
+
+def test_two_tp_replicas_behind_a_router_each_run_as_one_tp_instance_alone():
+    """gpu-only TP-2 replicas share nothing on the machine (their ranks' NVLink rings
+    and GPUs are their own), so replica r0 serves its requests exactly as one TP-2
+    instance alone serves them: same first tokens, same ends, all-reduces included."""
+    import numpy as np
+
+    from sim.fleet.routed import run_routed
+    from sim.fleet.router import make_router
+    from sim.serving.build import build_engine
+    from sim.serving.designs import get_design
+    from sim.serving.execute.engine import EngineConfig
+    from sim.serving.execute.multi import Instance
+    from sim.serving.execute.tp import TensorParallel
+    from sim.serving.requests import Request
+
+    base, full, design = load_profile(H20), get_model("Llama-3.1-70B"), get_design("gpu-only")
+    card = rank_card(full, 2)
+
+    def reqs():
+        return [Request(i, 0.05 * i, i, 0, 3000 + 500 * i, 6, ()) for i in range(6)]
+
+    pairs = (("gpu0", "gpu1"), ("gpu2", "gpu3"))
+    insts = [
+        Instance(f"r{k}", card, design, EngineConfig(gpu_blocks=3000, gpu=g, block_tokens=16),
+                 [], tp=TensorParallel(2, full, g, peer))
+        for k, (g, peer) in enumerate(pairs)
+    ]  # fmt: skip
+    two = rank_profile(base, 2, [list(p) for p in pairs])
+    rr = make_router("round_robin", {}, 2, 16, np.random.default_rng(0))
+    records, where = run_routed(two, insts, reqs(), rr)
+    mine = [r for r in reqs() if where[r.rid] == 0]
+    assert [r.rid for r in mine] == [0, 2, 4]
+    cfg = EngineConfig(gpu_blocks=3000, gpu="gpu0", block_tokens=16)
+    alone = build_engine(rank_profile(base, 2), card, design, cfg, mine,
+                         tp=TensorParallel(2, full)).run()  # fmt: skip
+    cols = ("request_id", "first_token_s", "finish_s")
+    got = records["r0"].requests.select(list(cols)).to_pydict()
+    want = alone.requests.select(list(cols)).to_pydict()
+    assert got["request_id"] == want["request_id"] == [0, 2, 4]
+    assert got["first_token_s"] == pytest.approx(want["first_token_s"], rel=1e-12)
+    assert got["finish_s"] == pytest.approx(want["finish_s"], rel=1e-12)
+    # the all-reduces ran: r0's ops include them, on its own NVLink pair
+    ops = records["r0"].ops.to_pandas()
+    ar = ops[ops["tag"] == "allreduce"]
+    assert len(ar) > 0 and set(ar["src"]) == {"gpu0"} and set(ar["dst"]) == {"gpu1"}
+    ops1 = records["r1"].ops.to_pandas()
+    assert set(ops1.loc[ops1["tag"] == "allreduce", "src"]) == {"gpu2"}
+
+
+def test_a_routed_scenario_of_tp_replicas_runs_and_refuses_disaggregation():
+    """``replicas: 2, tp: 2`` through the scenario runner: both replicas serve, the
+    summary names the tensor parallelism; with disaggregation: one line (ConfigError)."""
+    from sim.config import ConfigError
+
+    w = ServingParams(
+        model="Llama-3.1-70B", design="gpu-only", sessions=6, turns=1.0, session_rate=20.0,
+        prompt_tokens=2048, reply_tokens=4, max_context=8192, block_tokens=16,
+        replicas=2, tp=2, router="round_robin",
+    )  # fmt: skip
+    res = run(ScenarioConfig("t", "t", 0, w, (Variant("gpu-only"),)), load_profile(H20), None)
+    s = res.variants[0].summary
+    assert s["tp"] == 2 and s["instances"] == 2
+    assert s["r0_requests"] > 0 and s["r1_requests"] > 0  # round-robin: both serve
+    bad = dataclasses.replace(w, replicas=0, disaggregation={"prefill": 1, "decode": 1})
+    with pytest.raises(ConfigError, match="tp: tensor parallelism with disaggregation"):
+        run(ScenarioConfig("t", "t", 0, bad, (Variant("gpu-only"),)), load_profile(H20), None)

@@ -58,6 +58,7 @@ from sim.serving.execute.gcpolicy import relaxed_gc
 from sim.serving.execute.lending import ElasticSpec, Lending
 from sim.serving.execute.online import OnlineOps
 from sim.serving.execute.streaming import LayerStream, PeerRegion
+from sim.serving.execute.tp import TensorParallel
 from sim.serving.metrics import ServingRecords
 from sim.serving.requests import Request
 from sim.serving.swift.coordinator import MasterBlockTable
@@ -117,6 +118,7 @@ class Instance:
     lsc_slots: int = 0  # a master's own single-layer slots, Eq. 3; 0 = cfg.gpu_blocks x layers
     lsc_shared: bool = False  # the LSC streams from the workers' lent region (one per worker)
     tiers: tuple | None = None  # (offload tiers, bounce map) shared with others; None: its own
+    tp: TensorParallel | None = None  # rank 0 of a tensor-parallel instance (its all-reduces)
 
 
 def check_instances(instances: Sequence[Instance]) -> None:
@@ -164,7 +166,7 @@ def build_instances(profile: HardwareProfile, instances: Sequence[Instance]) -> 
             sizing, k = stream_sizing(inst, instances)
             cfg = replace(cfg, gpu_blocks=sizing.max_blocks)
         e = build_engine(profile, inst.card, inst.design, cfg, inst.requests, inst.preload,
-                         machine=machine, above=above, own=inst.tiers)  # fmt: skip
+                         machine=machine, above=above, own=inst.tiers, tp=inst.tp)  # fmt: skip
         if sizing is not None and sizing.n_lsc:
             gpus = [w for w in k if k[w]]
             e.stream = LayerStream(e, sizing.n_rc, sizing.n_lsc, gpus,

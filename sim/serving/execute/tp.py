@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from hwprofiles import HardwareProfile
@@ -120,11 +121,11 @@ def allreduce_latency_s(tp: int, count: int = 1) -> float:
     return count * (NCCL_BASE_LAT_S + 2 * (tp - 1) * NCCL_STEP_LAT_S)
 
 
-def _host_links(m: Machine, profile: HardwareProfile, tp: int) -> Counter:
-    """Link name -> how many of the ``tp`` ranks' host paths (to every DRAM module
-    and SSD, both directions) cross it."""
+def _host_links(m: Machine, profile: HardwareProfile, gpus: Sequence[str]) -> Counter:
+    """Link name -> how many of the ranks on ``gpus`` have host paths (to every DRAM
+    module and SSD, both directions) that cross it."""
     count: Counter = Counter()
-    for gpu in profile.gpu_names[:tp]:
+    for gpu in gpus:
         used = set()
         for dev in (*profile.dram_names, *profile.ssd_names):
             for a, b in ((gpu, dev), (dev, gpu)):
@@ -133,21 +134,43 @@ def _host_links(m: Machine, profile: HardwareProfile, tp: int) -> Counter:
     return count
 
 
-def rank_profile(profile: HardwareProfile, tp: int) -> HardwareProfile:
-    """The machine one rank of ``tp`` sees: each shared resource at its share."""
+def rank_profile(
+    profile: HardwareProfile, tp: int, groups: Sequence[Sequence[str]] | None = None
+) -> HardwareProfile:
+    """The machine one rank of ``tp`` sees: each shared resource at its share.
+
+    ``groups``: the GPUs of each tensor-parallel instance on the machine (several
+    behind a router: :mod:`sim.scenarios.serving_routed`), rank 0 first; default one
+    instance on ``gpu0..gpu{tp-1}``.  Only each instance's rank 0 is simulated, so a
+    link its ranks' host paths cross ``c`` times keeps ``1/c`` of its bandwidth; the
+    rank 0s of several instances then share it in the flow network as their ``c``
+    ranks each would (a switch uplink under two 2-GPU instances: 4 real flows at 1/4
+    each, 2 rank-0 flows on a half link).  That holds when every instance crossing a
+    link crosses it with as many ranks (a placement whose groups align with the
+    switches); a link crossed by one instance's 2 ranks and another's 1 is refused."""
     if tp == 1:
         return profile
     if tp > profile.gpu.count:
         have = profile.gpu.count
         raise Unsupported(f"tp {tp} needs {tp} GPUs, profile {profile.name} has {have}")
+    groups = [list(profile.gpu_names[:tp])] if groups is None else [list(g) for g in groups]
     m = Machine(profile)
-    ring = m.route_names("gpu0", "gpu1")
     kinds = {ln.name: ln.kind for ln in profile.topology.links}
-    if any(kinds[n.rstrip("<>")] != "nvlink" for n in ring):
-        raise Unsupported(f"tp {tp}: no NVLink path between gpu0 and gpu1 on {profile.name}")
-    count = _host_links(m, profile, tp)
+    crossings: dict[str, set[int]] = {}
+    for g in groups:
+        ring = m.route_names(g[0], g[1])
+        if any(kinds[n.rstrip("<>")] != "nvlink" for n in ring):
+            raise Unsupported(
+                f"tp {tp}: no NVLink path between {g[0]} and {g[1]} on {profile.name}"
+            )
+        for name, c in _host_links(m, profile, g).items():
+            crossings.setdefault(name, set()).add(c)
+    uneven = sorted(n for n, cs in crossings.items() if len(cs) > 1)
+    if uneven:
+        raise Unsupported(f"tp {tp}: the instances cross {uneven[0]} with unequal rank counts")
+    count = {n: cs.pop() for n, cs in crossings.items()}
     links = tuple(
-        dataclasses.replace(ln, gbps=ln.gbps / count[ln.name]) if count[ln.name] > 1 else ln
+        dataclasses.replace(ln, gbps=ln.gbps / count[ln.name]) if count.get(ln.name, 1) > 1 else ln
         for ln in profile.topology.links
     )
     dram = tuple(
