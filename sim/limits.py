@@ -305,14 +305,15 @@ def _serving_overload(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
             continue
         seen.add(key)
         table, _ = trace_tables(p, cfg.seed)
-        from sim.serving.execute.tp import rank_card, rank_profile
+        from sim.serving.execute.tp import rank_profile
 
-        card = rank_card(get_model(p.model), p.tp)
+        card = get_model(p.model)
         from sim.hw.measured import GpuTime, MeasuredError
 
         gpu_time = GpuTime.of(p)
         try:
-            rho = offered_load(table, card, rank_profile(profile, p.tp), p.max_batch, gpu_time)
+            rank = rank_profile(profile, p.tp)
+            rho = offered_load(table, card, rank, p.max_batch, gpu_time, p.tp)
             d = p.disaggregation
             n = (p.replicas or len(p.route_to or p.instances) or d["prefill"] + d["decode"]
                  ) if p.routed else 1  # fmt: skip
@@ -330,9 +331,15 @@ def _serving_overload(cfg: ScenarioConfig, profile: HardwareProfile) -> list[str
 
 
 def offered_load(
-    table: Any, card: Any, profile: HardwareProfile, max_batch: int, gpu_time: Any = None
+    table: Any,
+    card: Any,
+    profile: HardwareProfile,
+    max_batch: int,
+    gpu_time: Any = None,
+    tp: int = 1,
 ) -> float:
-    """Arrival rate x the mean request's service time on one GPU (a lower bound).
+    """Arrival rate x the mean request's service time on one GPU (a lower bound);
+    with ``tp`` > 1 on rank 0 (``card`` the whole model, ``profile`` the rank's).
 
     Rate: requests over the span of their arrivals.  Service: the GPU time
     (the roofline, or what ``gpu_time`` measures: :mod:`sim.hw.measured`, as
@@ -347,6 +354,7 @@ def offered_load(
     """
     from sim.hw.machine import Machine
     from sim.hw.measured import GpuTime, resolve
+    from sim.serving.execute.tp import rank_card
     from sim.serving.policy.costs import iteration_cost
 
     arrivals = to_numpy(table.column("arrival_s"))
@@ -357,7 +365,8 @@ def offered_load(
     inp = float(to_numpy(table.column("input_tokens")).mean())
     outp = float(to_numpy(table.column("output_tokens")).mean())
     m, gpu = Machine(profile), profile.gpu_names[0]
-    step, _ = resolve(profile, card, gpu_time or GpuTime())
+    step, _ = resolve(profile, card, gpu_time or GpuTime(), tp)
+    card = rank_card(card, tp)
 
     def seconds(prefills: list, decodes: list, outputs: int) -> float:
         layer, head = iteration_cost(card, prefills, decodes, outputs)

@@ -325,19 +325,17 @@ def _check_designs(q: Question, designs: tuple[str, ...]) -> None:
 def _check_gpu_time(q: Question, gpus: tuple[int, ...]) -> None:
     """``--gpu-time`` measured: the base's GPU and the model in the tables, the framework
     version among theirs (:func:`sim.hw.measured.resolve`; every point keeps the base's
-    GPU model); not with tensor parallelism (as a serving scenario's ``gpu_time``)."""
+    GPU model), at each tensor-parallel degree ``--gpus`` asks for (0: one GPU serves)."""
     if q.gpu_time == "roofline":
         return
     from hwprofiles import load_profile
     from sim.hw.measured import GpuTime, MeasuredError, resolve
     from sim.models import get_model
 
-    if max(gpus) > 1:
-        raise ConfigError(f"--gpu-time {q.gpu_time}: measured step times with --gpus > 1 "
-                          "(tensor parallel) are not modelled")  # fmt: skip
     setting = GpuTime(q.gpu_time, q.framework, q.framework_version)
     try:
-        resolve(load_profile(q.base), get_model(q.model), setting)
+        for tp in sorted({max(g, 1) for g in gpus}):
+            resolve(load_profile(q.base), get_model(q.model), setting, tp)
     except MeasuredError as exc:
         msg = str(exc)
         for key, flag in (

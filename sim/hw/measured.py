@@ -77,6 +77,28 @@ HBM by the time attention runs, as the designs copy them into a buffer; a
 kernel reading them scattered in place would be slower), and the step's
 GEMMs and output head are spread evenly over the layers.
 
+**Tensor parallelism** (a serving run's ``tp: N``, :mod:`sim.serving.execute.tp`:
+kvtier simulates rank 0 of N, its compute on its shard and, after it, each
+layer's two all-reduces as an NVLink copy plus NCCL's latency term).  The
+estimator compiled with ``tp_size=N`` (``EngineHandle.compile``'s keyword,
+passed to ``build_model_config``) times one rank: its GEMMs at 1/N of the
+weights, its attention at 1/N of the heads, and, among the shared ops, the
+model's all-reduces from the library's measured collective tables
+(``systems/data/<system>/comm/<framework>/<version>``: ``CustomAllReduce``
+ops named ``context_ar_1`` and ``context_ar_2``, one of each a layer, and
+``context_embedding_ar``, one an iteration, for the vocabulary-parallel
+embedding; ``context_p2p`` is pipeline parallelism's, 0 at ``pp = 1``).  kvtier
+takes the rank's measured step *less* the two per-layer all-reduces
+(:data:`LAYER_ALLREDUCES`, read from ``mixed_step_breakdown_per_op``), since its
+own all-reduce is simulated beside the compute (one definition of it, whose
+bytes share NVLink with the run's other flows); the embedding's all-reduce,
+which kvtier does not simulate, stays in the measured step.  At ``tp = 1`` the
+library's all-reduce ops are 0 and none is subtracted.  A MoE model is not
+measured at ``tp > 1``: the library requires ``moe_tp x moe_ep = tp`` and
+then folds the layer's all-reduce into its MoE dispatch ops
+(``context_moe_pre_dispatch``/``post_dispatch``), which cannot be told apart
+from their compute; ``auto`` keeps the roofline for it, saying so.
+
 **Which GPUs** (:data:`SYSTEMS`): a profile's ``gpu.model`` is matched against
 one row per GPU the database measured; a PCIe card whose SXM sibling is
 measured derives from it by a stated rule (:data:`DERIVED`): the SXM's
@@ -146,10 +168,7 @@ class GpuTime:
 
 def unmeasurable(params: Any) -> str:
     """Why a run's step cannot come from the tables whatever its GPU and model
-    ("" when it can): tensor parallelism (the library's step would carry its own
-    all-reduces) or a layer stream cache (it times its own per-layer ops)."""
-    if getattr(params, "tp", 1) > 1:
-        return "measured step times with tp > 1 are not modelled"
+    ("" when it can): a layer stream cache (it times its own per-layer ops)."""
     if any(isinstance(i, dict) and i.get("lsc") for i in getattr(params, "instances", ())):
         return "a layer stream cache (lsc) times its own per-layer ops"
     return ""
@@ -178,6 +197,11 @@ SYSTEMS = (
     System(r"\bL40S\b", "l40s", False, "systems/l40s.yaml, data"),
 )  # fmt: skip
 DERIVED = "scaled by the roofline ratio of the two cards' datasheet peaks"
+
+# the library's per-layer all-reduce ops of a dense model at tp > 1 (sdk/models/llama.py:
+# ops.CustomAllReduce("context_ar_1" / "context_ar_2", num_layers, ...)), which kvtier
+# simulates itself (sim.serving.execute.tp); the shared pass names its ops "context_*"
+LAYER_ALLREDUCES = ("context_ar_1", "context_ar_2")
 
 # kvtier model card -> Hugging Face id of the library's model_configs/<org>--<name>_config.json
 # (its shapes equal the card's: tests/sim/test_measured_gpu.py)
@@ -259,24 +283,37 @@ def default_version(system: str, framework: str) -> str:
 
 
 @functools.cache
-def _handle(hf_id: str, system: str, framework: str, version: str) -> Any:
-    """A compiled step estimator, one per (model, system, framework, version)."""
+def _handle(hf_id: str, system: str, framework: str, version: str, tp: int = 1) -> Any:
+    """A compiled step estimator, one per (model, system, framework, version,
+    tensor-parallel degree): one rank's step at ``tp > 1``."""
     with _quiet():
         from aiconfigurator_core.sdk.engine import EngineHandle  # noqa: PLC0415
 
-        return EngineHandle.compile(hf_id, system, framework, backend_version=version)
+        return EngineHandle.compile(hf_id, system, framework, backend_version=version, tp_size=tp)
 
 
 class MeasuredStep:
     """One engine iteration's GPU seconds from a compiled step estimator (the
     composition in the module docstring), scaled by :data:`DERIVED` for a
     sibling card (``peaks``: the profile's and the measured card's (FLOP/s,
-    bytes/s), or None)."""
+    bytes/s), or None); at ``tp > 1`` one rank's, less the per-layer
+    all-reduces kvtier simulates (module docstring)."""
 
-    def __init__(self, handle: Any, source: str, peaks: tuple[tuple, tuple] | None = None):
+    def __init__(
+        self, handle: Any, source: str, peaks: tuple[tuple, tuple] | None = None, tp: int = 1
+    ):
         self.handle = handle
         self.source = source
         self.peaks = peaks
+        self.tp = tp
+
+    def allreduce_ms(self, tokens: int) -> float:
+        """The library's per-layer all-reduces (:data:`LAYER_ALLREDUCES`) of an
+        iteration of ``tokens`` tokens, ms; 0 at ``tp = 1``, where it has none."""
+        if self.tp == 1:
+            return 0.0
+        ops = self.handle.mixed_step_breakdown_per_op(tokens, 0, tokens, 1, 0)[0]
+        return sum(op[1] for op in ops if op[0] in LAYER_ALLREDUCES)
 
     def ms(self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]) -> float:
         """Milliseconds on the measured card: ``prefills`` (new tokens, cached
@@ -284,7 +321,7 @@ class MeasuredStep:
         step = self.handle.mixed_step_breakdown
         n = len(decodes)
         total = sum(c for c, _ in prefills) + n
-        ms = step(total, 0, total, 1, 0)[1]
+        ms = step(total, 0, total, 1, 0)[1] - self.allreduce_ms(total)
         for c, p in prefills:
             ms += step(p + c, 0, p + c, 1, p)[2]
         if n:
@@ -334,28 +371,33 @@ def _check_version(system: str, framework: str, version: str) -> str:
     return version
 
 
-def system_step(card: ModelCard, system: str, gpu_time: GpuTime) -> MeasuredStep | str:
-    """The measured step of ``card`` on the library's ``system`` (its own tables,
-    nothing derived), or why there is none; an unknown framework version raises
-    :class:`MeasuredError`."""
+def system_step(card: ModelCard, system: str, gpu_time: GpuTime, tp: int = 1) -> MeasuredStep | str:
+    """The measured step of ``card`` (the whole model; one rank of ``tp``) on the
+    library's ``system`` (its own tables, nothing derived), or why there is none;
+    an unknown framework version raises :class:`MeasuredError`."""
     version = _check_version(system, gpu_time.framework, gpu_time.version)
     hf_id = MODELS.get(card.name)
     lib = f"{PACKAGE} {library_version()}"
     if hf_id is None:
         return f"{card.name} is not in {lib}'s model configs"
+    if tp > 1 and card.is_moe:
+        return (f"{lib} folds {card.name}'s MoE all-reduces into its dispatch ops at tp > 1, "
+                "where kvtier simulates them")  # fmt: skip
     try:
-        handle = _handle(hf_id, system, gpu_time.framework, version)
+        handle = _handle(hf_id, system, gpu_time.framework, version, tp)
         handle.mixed_step_breakdown(1, 1, 1, 1, 0)  # a shape the tables lack raises here
     except Exception as exc:  # the library's own errors (PerfDataNotAvailableError, ...)
         return f"{lib} cannot time {card.name} on {system} ({str(exc).splitlines()[0][:120]})"
-    return MeasuredStep(handle, f"{lib} {gpu_time.framework} {version} {system}")
+    at = f" tp {tp} (its all-reduces: kvtier's)" if tp > 1 else ""
+    return MeasuredStep(handle, f"{lib} {gpu_time.framework} {version} {system}{at}", tp=tp)
 
 
 def resolve(
-    profile: HardwareProfile, card: ModelCard, gpu_time: GpuTime
+    profile: HardwareProfile, card: ModelCard, gpu_time: GpuTime, tp: int = 1
 ) -> tuple[MeasuredStep | None, str]:
     """(the measured step time, or None for the roofline; the source that times
-    the run's GPU compute, as ``run.json`` records it)."""
+    the run's GPU compute, as ``run.json`` records it).  ``card`` is the whole
+    model; at ``tp > 1`` the step is one rank's (module docstring)."""
     roof = roofline_source(profile)
     if gpu_time.mode == "roofline":
         return None, f"{roof}: {gpu_time.why}" if gpu_time.why else roof
@@ -363,7 +405,7 @@ def resolve(
     step = (
         f"{profile.gpu.model} is not in {PACKAGE} {library_version()}'s systems"
         if row is None
-        else system_step(card, row.system, gpu_time)
+        else system_step(card, row.system, gpu_time, tp)
     )
     if isinstance(step, str) or row is None:  # the tables lack the GPU or the model
         if gpu_time.mode == "measured":  # asked for by name: refused (auto falls back)
@@ -379,7 +421,7 @@ def resolve(
         (float(spec["bfloat16_tc_flops"]), float(spec["mem_bw"])),
     )
     source = f"{step.source}, {DERIVED} to {profile.gpu.model}"
-    return MeasuredStep(step.handle, source, peaks), source
+    return MeasuredStep(step.handle, source, peaks, tp), source
 
 
 @functools.cache

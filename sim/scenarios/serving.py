@@ -153,7 +153,8 @@ def engine_config(p: ServingParams, profile: HardwareProfile) -> EngineConfig:
             f"for KV on {profile.name} at gpu_memory_utilization {p.gpu_memory_utilization}"
         )
     gpu_time = GpuTime.of(p)
-    resolve(profile, card, gpu_time)  # an unknown framework version fails here, before running
+    # an unknown framework version fails here, before running
+    resolve(profile, get_model(p.model), gpu_time, p.tp)
     return EngineConfig(
         gpu_blocks=blocks,
         block_tokens=p.block_tokens,

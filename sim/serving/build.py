@@ -176,9 +176,7 @@ def build_engine(
     if cfg.gpu_blocks < 1:
         raise Unsupported("the GPU has no room for KV blocks")
     machine = machine if machine is not None else Machine(profile)
-    engine = Engine(machine, card, design, tiers, bounce, cfg, requests, list(preload))
-    engine.tp = tp
-    return engine
+    return Engine(machine, card, design, tiers, bounce, cfg, requests, list(preload), tp)
 
 
 def peer_tier(

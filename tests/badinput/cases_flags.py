@@ -177,7 +177,12 @@ FLAGS: list[tuple[str, str, Files, str]] = [
         {},
         "--framework-version vllm 0.13.0 is not in",
     ),
-    ("plan-measured-tp", "plan --base dgx-h100 --gpu-time auto --gpus 1,2", {}, "--gpus > 1"),
+    (
+        "plan-measured-tp-moe",
+        "plan --base dgx-h100 --model Qwen3-30B-A3B --gpu-time measured --gpus 1,2",
+        {},
+        "--gpu-time measured: aiconfigurator-core 0.12.0 folds Qwen3-30B-A3B's MoE all-reduces",
+    ),
     ("plan-gpu-time-choice", "plan --gpu-time exact", {}, "--gpu-time"),
     (
         "plan-context-over-model",

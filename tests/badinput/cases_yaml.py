@@ -332,10 +332,10 @@ YAML: list[tuple[str, str, Files, str]] = [
     ),
     ("swarm-gpu-time", "sim --scenario v.yaml", {"v.yaml": swarm("  gpu_time: exact\n")}, "exact"),
     (
-        "serve-measured-tp",
+        "serve-measured-tp-moe",
         "sim --scenario v.yaml --hw dgx-h100",
-        {"v.yaml": serving("  gpu_time: measured\n  tp: 2\n")},
-        "gpu_time",
+        {"v.yaml": serving("  gpu_time: measured\n  model: Qwen3-30B-A3B\n  tp: 2\n")},
+        "gpu_time: measured: aiconfigurator-core 0.12.0 folds Qwen3-30B-A3B's MoE all-reduces",
     ),
     (
         "serve-steps",

@@ -216,19 +216,22 @@ def test_an_unknown_framework_version_is_one_line_naming_it() -> None:
 
 
 def test_auto_keeps_the_roofline_where_the_run_cannot_be_timed_whole_and_says_why() -> None:
-    """tp > 1 (the library's step would carry its own all-reduces): ``auto`` is
-    the roofline for the run, its source naming why; ``measured`` is refused."""
+    """A layer stream cache (it times its own per-layer ops): ``auto`` is the
+    roofline for the run, its source naming why; ``measured`` is refused.  (Tensor
+    parallelism is measured: tests/sim/test_measured_tp.py.)"""
     from types import SimpleNamespace
 
     from sim.config import ParamError, _check_gpu_time
 
     profile = load_profile("h100-2dimm-2ssd")  # a covered GPU: auto alone would measure
-    tp2 = SimpleNamespace(gpu_time="auto", framework="vllm", framework_version="auto", tp=2)
-    setting = GpuTime.of(tp2)
-    assert setting.mode == "roofline" and "tp > 1" in setting.why
+    lsc = SimpleNamespace(gpu_time="auto", framework="vllm", framework_version="auto", tp=1,
+                          instances=({"lsc": True},))  # fmt: skip
+    setting = GpuTime.of(lsc)
+    assert setting.mode == "roofline" and "layer stream cache" in setting.why
     step, source = resolve(profile, LLAMA, setting)
-    assert step is None and source.endswith("measured step times with tp > 1 are not modelled")
-    assert GpuTime.of(SimpleNamespace(**{**vars(tp2), "tp": 1})).mode == "auto"
-    _check_gpu_time(tp2)  # auto: accepted
-    with pytest.raises(ParamError, match="tp > 1"):
-        _check_gpu_time(SimpleNamespace(**{**vars(tp2), "gpu_time": "measured"}))
+    assert step is None
+    assert source.endswith("a layer stream cache (lsc) times its own per-layer ops")
+    assert GpuTime.of(SimpleNamespace(**{**vars(lsc), "instances": ()})).mode == "auto"
+    _check_gpu_time(lsc)  # auto: accepted
+    with pytest.raises(ParamError, match="layer stream cache"):
+        _check_gpu_time(SimpleNamespace(**{**vars(lsc), "gpu_time": "measured"}))

@@ -113,13 +113,18 @@ class Engine:
         cfg: EngineConfig,
         requests: list[Request],
         preload: list[Request] = (),  # type: ignore[assignment]
+        tp: TensorParallel | None = None,
     ):
         self.env = machine.env
         self.card, self.design, self.cfg = card, design, cfg
         self.B = cfg.block_tokens
         self.ops = OnlineOps(machine, cfg.keep_plan)
-        # measured iteration times (None: the roofline) and what times them (run.json)
-        self.step_time, self.gpu_time_source = resolve(machine.profile, card, cfg.gpu_time)
+        # measured iteration times (None: the roofline) and what times them (run.json);
+        # with tensor parallelism one rank's of the whole model (sim.hw.measured)
+        self.tp = tp  # rank 0 of tensor parallelism (``card``: the rank's share)
+        self.step_time, self.gpu_time_source = resolve(
+            machine.profile, tp.card if tp else card, cfg.gpu_time, tp.tp if tp else 1
+        )
         layer_bytes = design.offload_factor(self.B) * self.B * card.kv_bytes_per_token_layer
         mover = Mover(self.ops, design, machine.profile, layer_bytes, bounce, cfg.gpu)
         self._ssds = frozenset(machine.profile.ssd_names)
@@ -145,7 +150,6 @@ class Engine:
         self._slots: dict[int, simpy.Request] = {}
         self._wake = self.env.event()
         self.prev_compute: int | None = None
-        self.tp: TensorParallel | None = None  # rank 0 of tensor parallelism (build_engine)
         # a SwiftCache master's layer stream cache: iterations reaching past its regular
         # cache stream borrowed KV layer by layer (sim.serving.execute.streaming,
         # multi.build_instances)
