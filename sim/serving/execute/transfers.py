@@ -3,7 +3,10 @@
 A transfer job's :class:`Piece` s are grouped into *streams*, one per
 worker thread: a design with ``parallel`` I/O has a worker per device (seed
 004 §IV-A3: "each pool device has its own worker thread"), a serialized
-design (LMCache) one worker for everything.  A worker serves one job's
+design (LMCache) one worker for everything but a write-through's copy on to
+the tier below, which runs on that tier's own worker (LMCache's storage
+manager hands each backend its puts; the local disk backend writes them on its
+own event-loop thread).  A worker serves one job's
 stream at a time, first come first served (LMCache retrieves request by
 request), and within it issues a piece, waits for it, issues the next;
 loads and stores have separate workers.
@@ -139,12 +142,17 @@ class Mover:
         (with its ``layer_done`` events when ``layers``)."""
         job = Job(self.env, t, layers)
         by, parallel, pieces = t.by, self.design.parallel, t.pieces
+        # a serialized design's one worker; a write-through's copy on to the tier below
+        # runs on that tier's own (LMCache: every backend's batched_submit_put_task, the
+        # disk's on its own event-loop thread: lmcache/v1/storage_backend/
+        # local_disk_backend.py, asyncio.run_coroutine_threadsafe(..., self.loop))
+        whole = "all" if t.src is None or t.tag != "store" else t.dst.name
         if len(pieces) == 1:  # one stream (a drain's store or demotion)
-            streams = {getattr(pieces[0], by) if parallel else "all": [0]}
+            streams = {getattr(pieces[0], by) if parallel else whole: [0]}
         else:
             streams = {}
             for i, p in enumerate(pieces):
-                key = getattr(p, by) if parallel else "all"
+                key = getattr(p, by) if parallel else whole
                 streams.setdefault(key, []).append(i)
         for key, idx in streams.items():
             stream = _Stream(self, job, idx, (by, key))
