@@ -129,10 +129,7 @@ def prepare_routed(
     own = make_instances(dataclasses.replace(solo, instances=tuple(others)), profile, seed + 1,
                          engine_config, trace_tables)  # fmt: skip
     if p.disaggregation:
-        if tiered:  # its tiers' hits would load beside the KV fetch: not modelled
-            why = "are not modelled (gpu-only, or a design without tier budgets)"
-            raise ConfigError(f"disaggregation: {p.design}'s offload tiers with a KV fetch {why}")
-        return _disagg(p, profile, seed, label, specs, card, design, cfg, table)
+        return _disagg(p, profile, seed, label, specs, card, design, cfg, table, tiered)
     names = [s["name"] for s in specs]
     head: dict[str, Any] = {}
     gpus = [s["gpu"] for s in specs]
@@ -204,17 +201,29 @@ def network_summary(records: ServingRecords, profile: HardwareProfile) -> dict[s
 
 def _disagg(
     p: ServingParams, profile: HardwareProfile, seed: int, label: str, specs: list[dict],
-    card: Any, design: Any, cfg: Any, table: Any,
+    card: Any, design: Any, cfg: Any, table: Any, tiered: bool = False,
 ) -> tuple[Callable[..., ServingRecords], Callable[[Any], dict]]:  # fmt: skip
-    """(drive, summarize) of a disaggregated variant (:mod:`sim.fleet.disagg`)."""
+    """(drive, summarize) of a disaggregated variant (:mod:`sim.fleet.disagg`).
+
+    A design with offload tiers keeps them on the **prefill** instances (each its
+    own, ``tier_scope`` instance): a prompt's prefix hits load from them before its
+    prefill and its blocks are stored there, as Mooncake's prefill nodes reuse the
+    KVCache pool's prefixes and Dynamo's KVBM offloads from the prefill workers;
+    the decode instances hold the running requests' KV, received whole over the
+    network, and keep no tiers (``gpu-only``): a later turn prefills on a prefill
+    instance again, so a decode-side copy would never be looked up."""
     n_p = p.disaggregation["prefill"]
     d_name, d_params = disagg_decode_router(p)
     head: dict[str, Any] = {}
+    if tiered and p.tier_scope != "instance":
+        raise ConfigError(f"tier_scope: {p.tier_scope} with disaggregation is not modelled")
+    plain = get_design("gpu-only") if tiered else design
 
     def drive(watch: Any = None) -> ServingRecords:
         reqs = load_requests(table, p.block_tokens)
-        inst = [Instance(s["name"], card, design, dataclasses.replace(cfg, gpu=s["gpu"]), [])
-                for s in specs]  # fmt: skip
+        inst = [Instance(s["name"], card, design if k < n_p else plain,
+                         dataclasses.replace(cfg, gpu=s["gpu"]), [])
+                for k, s in enumerate(specs)]  # fmt: skip
         root = np.random.SeedSequence([seed, ROUTER_SALT])
         rng_p, rng_d = (np.random.default_rng(x) for x in root.spawn(2))
         pol_p = make_router(p.router, p.router_params, n_p, p.block_tokens, rng_p)
@@ -241,6 +250,8 @@ def _disagg(
         row: dict[str, Any] = {"design": label.split(" | ")[0], **head}
         row.update(serving_summary(records, p.block_tokens))
         row.update(network_summary(records, profile))
+        rates = level_hits("instance", {t: row[f"hit_rate_{t}"] for t in ("gpu", *OFFLOAD)})
+        row.update({f"hit_rate_level_{level}": x for level, x in rates.items()})
         return row
 
     return drive, summarize

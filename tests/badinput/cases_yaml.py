@@ -463,10 +463,11 @@ YAML: list[tuple[str, str, Files, str]] = [
         "sim --scenario v.yaml --hw h20-4gpu-nvlink",
         {
             "v.yaml": serving(
-                "  design: paged-cpu\n  router: prefix\n  disaggregation: {prefill: 1, decode: 1}\n"
+                "  design: paged-cpu\n  router: prefix\n  tier_scope: node\n"
+                "  disaggregation: {prefill: 1, decode: 1}\n"
             )
         },  # fmt: skip
-        "offload tiers with a KV fetch",
+        "tier_scope: node with disaggregation",
     ),
     (
         "fleet-zero-nodes",

@@ -231,3 +231,30 @@ def test_the_prefill_keeps_its_blocks_until_the_decode_side_has_read_them():
     # every held block was let go once read
     assert router.source == {}
     assert all(not e.held for e in [*router.engines, *router.decoder.engines])
+
+
+def test_offload_tiers_serve_the_prefill_instances_and_the_decode_side_keeps_none():
+    """paged-cpu under 1P+1D on one machine, a GPU cache of 6,000 tokens (contexts up
+    to 4,096): sessions' later turns find their earlier turns' prefix in the prefill
+    instance's host tier (the GPU evicted it for the other sessions' prompts), every
+    store and load is on the prefill GPU, and the level hits name the instance's tier."""
+    from sim.scenarios.serving import prepare
+
+    p = ServingParams(model="Llama-3.1-8B", design="paged-cpu", design_params={"cpu_gib": 4.0},
+                      sessions=40, turns=4.0, session_rate=10.0, think_s=1.0, prompt_tokens=1000,
+                      reply_tokens=8, max_context=4096, gpu_kv_tokens=6000, block_tokens=16,
+                      router="round_robin", disaggregation={"prefill": 1, "decode": 1})  # fmt: skip
+    h20 = load_profile("h20-4gpu-nvlink")
+    drive, summarize = prepare(p, h20, 0, "pd")
+    records = drive()
+    row = summarize(records)
+    assert row["hit_rate_cpu"] > 0.1  # 25.5% at seed 0 (colocated on one GPU: 24.6%)
+    assert row["hit_rate_level_node_local"] == pytest.approx(row["hit_rate_cpu"])
+    ops = records.ops.to_pandas()
+    stores = ops[ops["tag"] == "store"]
+    assert len(stores) > 0 and set(stores["src"]) == {"gpu0"}  # the prefill GPU only
+    loads = ops[ops["tag"] == "load"]
+    assert len(loads) > 0 and set(loads["dst"]) == {"gpu0"}
+    node = dataclasses.replace(p, tier_scope="node")
+    with pytest.raises(ConfigError, match="tier_scope: node with disaggregation"):
+        prepare(node, h20, 0, "pd")
