@@ -171,13 +171,19 @@ def print_sweep_figures(console, cfg, df: pd.DataFrame, names: list[str]) -> Non
     sweep's values, with the ratio; figures whose points the sweep did not run are
     counted, not shown (:mod:`sim.scenarios.seedref`)."""
     from sim.config import sweep_keys
-    from sim.scenarios.seedref import SWEEP, compare, gap_lines, load_seed_figures, seed_tables
+    from sim.scenarios.seedref import (
+        SWEEP,
+        compare_sweep,
+        gap_lines,
+        load_seed_figures,
+        seed_tables,
+    )
 
     keys = sweep_keys(type(cfg.workload))
     figs = load_seed_figures(cfg.source_file, ConfigError, SWEEP, keys) if cfg.source_file else None
     if figs is None:
         return
-    rows = compare(figs, df, tuple(dict.fromkeys([*names, HW])))
+    rows = compare_sweep(figs, df, tuple(dict.fromkeys([*names, HW])), cfg.workload)
     ran = [r for r in rows if r.kvtier is not None]
     if ran:
         print_tables(console, seed_tables(figs, ran, f"{cfg.name} over {' x '.join(names)}"))

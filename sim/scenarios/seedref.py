@@ -207,6 +207,17 @@ def compare(figs: SeedFigures, df: pd.DataFrame, factors: tuple[str, ...] = ()) 
     return rows
 
 
+def compare_sweep(
+    figs: SeedFigures, df: pd.DataFrame, factors: tuple[str, ...], workload: Any
+) -> list[Row]:
+    """:func:`compare` over a sweep's table ``df`` (factor columns ``factors``): a
+    workload field a figure selects on that is neither swept nor a summary column
+    has the scenario's value (``workload``'s) at every point."""
+    named = {k for f in figs.figures for k in (*f.at, *f.over)} - set(df.columns)
+    fixed = {k: getattr(workload, k) for k in sorted(named) if hasattr(workload, k)}
+    return compare(figs, df.assign(**fixed), factors)
+
+
 def _reduced(rows: list[tuple[str, float | None]], how: str) -> list[tuple[str, float | None]]:
     """The one row of the largest (``max``) or smallest (``min``) value, labelled with
     its own "where" and the count it was chosen from; rows without a value skipped."""

@@ -18,7 +18,7 @@ import yaml
 from hwprofiles import load_profile
 from kvtier.cli.main import main
 from sim.config import ConfigError, load_scenario, sweep_keys
-from sim.scenarios.seedref import SWEEP, compare, load_seed_figures
+from sim.scenarios.seedref import SWEEP, compare_sweep, load_seed_figures
 from sim.sweep import sweep
 
 RATIO = 819 / 410  # fetched bytes a step, 8K over 4K, by hand (module doc)
@@ -31,7 +31,8 @@ FIGURES = {
             "metric": "fetch_bytes_per_step",
             "unit": "x",
             "seed": 3.0,
-            "at": {"variant": "1 SSD", "context_tokens": 8192},
+            # batch is neither swept nor a summary column: the scenario's 4 at every point
+            "at": {"variant": "1 SSD", "context_tokens": 8192, "batch": 4},
             "over": {"context_tokens": 4096},
             "gap": "the toy seed's 3.0 is not the 2x the bytes double by",
         },
@@ -75,7 +76,7 @@ def test_the_rows_carry_the_hand_worked_ratio(toy: Path) -> None:
     cfg = load_scenario(toy)
     df = sweep(cfg, load_profile("h20-8ssd"), {"context_tokens": [4096, 8192]}, jobs=1)
     figs = load_seed_figures(toy, ConfigError, SWEEP, sweep_keys(type(cfg.workload)))
-    rows = compare(figs, df, ("context_tokens", "hw"))
+    rows = compare_sweep(figs, df, ("context_tokens", "hw"), cfg.workload)
     up, down, missed = rows
     assert up.kvtier == pytest.approx(RATIO, rel=1e-12)
     assert up.ratio == pytest.approx(RATIO / 3.0, rel=1e-12) and up.off  # 0.666: > 25% off
