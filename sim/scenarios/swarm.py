@@ -201,7 +201,8 @@ def replay_lane(built: BuiltLane, p: SwarmParams, layout: Layout, progress=None)
     data, prefix = built.data, p.context_tokens + p.profile_steps
     swarm = isinstance(design, SwarmDesign)
     report = clustering_report(design) if swarm else {}
-    initial = offline_distances(design.clustering.members, data.activations) if swarm else None
+    placing = swarm and p.steps > p.local_window  # tokens leave the window: maintenance acts
+    initial = offline_distances(design.clustering.members, data.activations) if placing else None
     decisions = []
     for t in range(p.steps):
         decisions.append(design.step(t, data.queries[p.profile_steps + t], data.keys[prefix + t]))

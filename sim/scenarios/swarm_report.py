@@ -132,17 +132,22 @@ def score_activity(
     return out
 
 
-def maintenance_report(design: SwarmDesign, data, p, initial: np.ndarray) -> dict[str, float]:
+def maintenance_report(
+    design: SwarmDesign, data, p, initial: np.ndarray | None
+) -> dict[str, float]:
     """Table 5's measure after the run (see the module doc).  ``data`` is the
     lane's trace (keys, decode queries after ``p.profile_steps``, oracle),
-    ``initial`` the offline distances (:func:`offline_distances`)."""
+    ``initial`` the offline distances (:func:`offline_distances`; None when no
+    token left the window).  On a captured trace the lane's query is its KV
+    head's (:mod:`.swarm_traces`), so the threshold is the lowest such score
+    among the model's own picks."""
     prefix = design.n_prefix
     xs, ms = member_pairs(design.clustering.members)
     new = xs >= prefix
     xs, ms = xs[new], ms[new]
-    base = float(initial.mean()) if initial.size else np.nan
-    if not xs.size:
+    if not xs.size or initial is None or not initial.size:
         return {"maint_members": 0.0, "maint_distance_ratio": np.nan, "all_distance_ratio": 1.0}
+    base = float(initial.mean())
     ids = np.union1d(xs, ms)
     steps = len(data.oracle)
     queries = data.queries[p.profile_steps : p.profile_steps + steps]
