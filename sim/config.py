@@ -31,7 +31,7 @@ from typing import Any
 from hwprofiles.loader import build_dataclass, read_yaml, resolve_yaml
 from sim.registry import ROUTERS, WORKLOADS, Entry, ParamError, RegistryError, checked
 from sim.scenarios.fragile import parse_fragile
-from sim.scenarios.seedref import parse_seed_figures
+from sim.scenarios.seedref import KEYS, SWEEP, parse_seed_figures
 from sim.scenarios.trace_path import resolve_trace
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
@@ -513,6 +513,13 @@ class ScenarioConfig:
         }
 
 
+def sweep_keys(params: type) -> tuple[str, ...]:
+    """What a ``sweep_figures`` figure may select on: the summary's keys and every
+    field of the workload dataclass ``params`` (a sweep's factor columns)."""
+    fields = [f.name for f in dataclasses.fields(params) if f.name != "kind"]
+    return (*KEYS, *(f for f in fields if f not in KEYS))
+
+
 def load_scenario(source: str | Path) -> ScenarioConfig:
     """Load a scenario by name (``default``) or path to a YAML file.
 
@@ -529,9 +536,12 @@ def load_scenario(source: str | Path) -> ScenarioConfig:
         parse_seed_figures(data.pop("seed_figures"), where)
     if data.get("fragile") is not None:  # what recorded sensitivity passes found: checked
         parse_fragile(data.pop("fragile"), where)
+    raw_sweep = data.pop(SWEEP, None)  # the seed's figures over factors: checked below
     raw_workload = data.get("workload")
     kind = raw_workload.get("kind", "sparse_decode") if isinstance(raw_workload, dict) else ""
     entry = _registered(lambda: WORKLOADS.entry(kind), where, "workload")
+    if raw_sweep is not None:
+        parse_seed_figures(raw_sweep, where, SWEEP, sweep_keys(entry.params))
     head = build_dataclass(_Head, {k: v for k, v in data.items() if k != "workload"}, where)
     if raw_workload is None:
         raise where.error("", "missing required key 'workload'")

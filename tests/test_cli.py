@@ -321,7 +321,7 @@ def test_misspelt_design_param_exits_2_naming_file_line_and_key(
     assert error_line(capsys) == (
         f"kvtier: error: {bad}:{line}: workload.design_params.radus: unknown parameter of swarm "
         "(one of: radius, target_size, replicate, medoid_only, balance_placement, retrieval, "
-        "dedup, cache, maintenance, join_radius, shuffle)"
+        "dedup, cache, maintenance, maintenance_rule, join_radius, shuffle)"
     )
 
 

@@ -161,8 +161,41 @@ def _sweep_into(console, executor, cfg, profile, factors, points: int, out: Path
     shown += ("match_scale", "match_recall", "matched_tokens_per_s")  # with match_recall
     cols = [c for c in ("variant", *names, *shown) if c in df.columns]
     print_tables(console, frame_table(df[cols], f"{cfg.name}: {' x '.join(names)}"))
+    print_sweep_figures(console, cfg, df, names)
     console.print(f"written: {out}/{stem}.parquet, {len(pngs)} plots in {out}/plots")
     return 0
+
+
+def print_sweep_figures(console, cfg, df: pd.DataFrame, names: list[str]) -> None:
+    """The seed's figures over factors (the scenario's ``sweep_figures``) beside the
+    sweep's values, with the ratio; figures whose points the sweep did not run are
+    counted, not shown (:mod:`sim.scenarios.seedref`)."""
+    from sim.config import sweep_keys
+    from sim.scenarios.seedref import (
+        SWEEP,
+        compare_sweep,
+        gap_lines,
+        load_seed_figures,
+        seed_tables,
+    )
+
+    keys = sweep_keys(type(cfg.workload))
+    figs = load_seed_figures(cfg.source_file, ConfigError, SWEEP, keys) if cfg.source_file else None
+    if figs is None:
+        return
+    rows = compare_sweep(figs, df, tuple(dict.fromkeys([*names, HW])), cfg.workload)
+    ran = [r for r in rows if r.kvtier is not None]
+    if ran:
+        print_tables(console, seed_tables(figs, ran, f"{cfg.name} over {' x '.join(names)}"))
+        for line in gap_lines(ran):
+            console.print(line, markup=False)
+    missed = list(dict.fromkeys(r.figure.name for r in rows if r.kvtier is None))
+    if missed:
+        console.print(
+            f"{len(missed)} of the seed's {len(figs.figures)} figures over factors need "
+            f"points this sweep did not run: {'; '.join(missed)}",
+            markup=False,
+        )
 
 
 def _plots(df: pd.DataFrame, names: list[str], out: Path, title: str) -> list[Path]:

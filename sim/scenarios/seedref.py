@@ -42,6 +42,14 @@ What a figure means:
 line; the arithmetic is in the docs the scenario names): ``kvtier sim`` prints
 it under the tables for every row that is off (:func:`gap_lines`).
 
+A scenario's ``sweep_figures`` block (the same schema) holds the seed's figures
+over factors -- prefixes, SSD types, SSD counts -- that one run cannot show;
+``kvtier sweep`` prints it under the sweep's table.  Its ``at`` and ``over``
+may also name any workload field (the sweep's factor columns, e.g. ``ssds``);
+a factor swept is part of a row's "where" and of what a ratio's denominator
+shares with its numerator (the same point), and a figure whose selection the
+sweep ran no point of is left out of the table (the count is printed).
+
 A row is *off* when kvtier's value is more than ``tolerance`` (default 25%)
 away from the seed's (``|kvtier / seed - 1| > tolerance``), when a stated
 ordering does not hold, or, for a seed value of 0 (no ratio exists), when
@@ -112,10 +120,13 @@ class Row:
     off: bool
 
 
-def parse_seed_figures(raw: Any, where: Any, key: str = "seed_figures") -> SeedFigures:
+def parse_seed_figures(
+    raw: Any, where: Any, key: str = "seed_figures", keys: tuple[str, ...] = KEYS
+) -> SeedFigures:
     """The ``seed_figures`` block at ``key`` of a scenario YAML, checked: every
     figure names a section, a known unit and relation, and keys of ``at`` and
-    ``over`` among :data:`KEYS`; errors are ``where.error`` (file:line: key)."""
+    ``over`` among ``keys`` (:data:`KEYS`; a ``sweep_figures`` block adds the
+    workload's fields); errors are ``where.error`` (file:line: key)."""
     figs = build_dataclass(SeedFigures, raw, where, key)
     if not figs.figures:
         raise where.error(f"{key}.figures", "must list at least one figure")
@@ -128,20 +139,29 @@ def parse_seed_figures(raw: Any, where: Any, key: str = "seed_figures") -> SeedF
         if f.reduce not in REDUCES:
             raise where.error(f"{k}.reduce", "must be max or min")
         for part in ("at", "over"):
-            bad = sorted(set(getattr(f, part)) - set(KEYS))
+            bad = sorted(set(getattr(f, part)) - set(keys))
             if bad:
-                raise where.error(f"{k}.{part}.{bad[0]}", f"must be one of {', '.join(KEYS)}")
+                raise where.error(f"{k}.{part}.{bad[0]}", f"must be one of {', '.join(keys)}")
     if not figs.tolerance > 0:
         raise where.error(f"{key}.tolerance", "must be > 0")
     return figs
 
 
-def load_seed_figures(path: str | Path, error: type[ValueError] = ValueError) -> SeedFigures | None:
-    """The scenario file's ``seed_figures``, or None when it has none."""
+SWEEP = "sweep_figures"  # the block of figures over factors, printed by ``kvtier sweep``
+
+
+def load_seed_figures(
+    path: str | Path,
+    error: type[ValueError] = ValueError,
+    key: str = "seed_figures",
+    keys: tuple[str, ...] = KEYS,
+) -> SeedFigures | None:
+    """The scenario file's block ``key`` (``seed_figures`` or :data:`SWEEP`), or
+    None when it has none; ``keys``: what ``at`` and ``over`` may name."""
     data, where = read_yaml(Path(path), error=error)
-    if not isinstance(data, dict) or data.get("seed_figures") is None:
+    if not isinstance(data, dict) or data.get(key) is None:
         return None
-    return parse_seed_figures(data["seed_figures"], where)
+    return parse_seed_figures(data[key], where, key, keys)
 
 
 def by_design_name(summary: pd.DataFrame) -> pd.DataFrame:
@@ -161,27 +181,41 @@ def _select(df: pd.DataFrame, sel: dict[str, Any]) -> pd.DataFrame:
     return df[mask]
 
 
-def compare(figs: SeedFigures, df: pd.DataFrame) -> list[Row]:
-    """Every figure against the scenario summary ``df`` (one row per run)."""
+def compare(figs: SeedFigures, df: pd.DataFrame, factors: tuple[str, ...] = ()) -> list[Row]:
+    """Every figure against the scenario summary ``df`` (one row per run); a
+    sweep's ``factors`` (its columns) are shown and shared like the model's."""
     rows: list[Row] = []
+    shared = (*SHARED, *(k for k in factors if k not in SHARED))
     for f in figs.figures:
         num = _select(df, f.at)
         if num.empty or f.metric not in df.columns:
             rows.append(Row(f, "", None, None, False))
             continue
-        shown = [k for k in SHOWN if k in df.columns and df[k].nunique() > 1]
+        keys = (*SHOWN, *(k for k in factors if k not in SHOWN))
+        shown = [k for k in keys if k in df.columns and df[k].nunique() > 1]
         these = []
         for _, r in num.iterrows():
             label = " ".join(_key_cell(k, r[k]) for k in shown)
             value: float | None = float(r[f.metric])
             if f.over:
-                den = _select(df, {**{k: r[k] for k in SHARED if k in df.columns}, **f.over})
+                den = _select(df, {**{k: r[k] for k in shared if k in df.columns}, **f.over})
                 value = _ratio(value, float(den[f.metric].iloc[0])) if len(den) == 1 else None
             these.append((label, value))
         if f.reduce:
             these = _reduced(these, f.reduce)
         rows += [judge(f, label, value, figs.tolerance) for label, value in these]
     return rows
+
+
+def compare_sweep(
+    figs: SeedFigures, df: pd.DataFrame, factors: tuple[str, ...], workload: Any
+) -> list[Row]:
+    """:func:`compare` over a sweep's table ``df`` (factor columns ``factors``): a
+    workload field a figure selects on that is neither swept nor a summary column
+    has the scenario's value (``workload``'s) at every point."""
+    named = {k for f in figs.figures for k in (*f.at, *f.over)} - set(df.columns)
+    fixed = {k: getattr(workload, k) for k in sorted(named) if hasattr(workload, k)}
+    return compare(figs, df.assign(**fixed), factors)
 
 
 def _reduced(rows: list[tuple[str, float | None]], how: str) -> list[tuple[str, float | None]]:
@@ -200,7 +234,11 @@ def _key_cell(key: str, value: Any) -> str:
         return f"{int(value) // 1024}K"
     if key == "batch":
         return f"x {int(value)}"
-    return str(value)
+    if key == "ssds":
+        return f"{int(value)} SSD" + ("s" if int(value) != 1 else "")
+    if key in ("model", "hw", "variant", "design"):
+        return str(value)
+    return f"{key} {value}"
 
 
 def _ratio(num: float, den: float) -> float:

@@ -71,7 +71,7 @@ from sim.policies.swarm.design import SwarmDesign
 from sim.policies.swarm.types import Clustering
 from sim.registry import Unsupported
 from sim.scenarios.host_threads import select_threads
-from sim.scenarios.swarm_report import clustering_report
+from sim.scenarios.swarm_report import clustering_report, maintenance_report, offline_distances
 from sim.scenarios.swarm_traces import (
     OWN,
     LaneData,
@@ -199,12 +199,17 @@ def replay_lane(built: BuiltLane, p: SwarmParams, layout: Layout, progress=None)
     design = copy.deepcopy(built.design)
     design.layout = layout  # type: ignore[attr-defined]  # every design keeps its layout
     data, prefix = built.data, p.context_tokens + p.profile_steps
-    report = clustering_report(design) if isinstance(design, SwarmDesign) else {}
+    swarm = isinstance(design, SwarmDesign)
+    report = clustering_report(design) if swarm else {}
+    placing = swarm and p.steps > p.local_window  # tokens leave the window: maintenance acts
+    initial = offline_distances(design.clustering.members, data.activations) if placing else None
     decisions = []
     for t in range(p.steps):
         decisions.append(design.step(t, data.queries[p.profile_steps + t], data.keys[prefix + t]))
         if progress is not None:
             progress()
+    if swarm:  # Table 5: what maintenance did to the clusters' distances
+        report.update(maintenance_report(design, data, p, initial))
     always = min(p.sink_tokens, prefix) + p.local_window
     footprint = np.asarray(design.ssd_bytes(), dtype=np.int64)
     index, host = design.index_bytes(), design.host_bytes()

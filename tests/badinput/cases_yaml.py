@@ -332,6 +332,22 @@ YAML: list[tuple[str, str, Files, str]] = [
     ),
     ("swarm-gpu-time", "sim --scenario v.yaml", {"v.yaml": swarm("  gpu_time: exact\n")}, "exact"),
     (
+        "swarm-maintenance-rule",
+        "sim --scenario v.yaml",
+        {"v.yaml": swarm("  design_params: {maintenance_rule: min_size}\n")},
+        "maintenance_rule must be one of",
+    ),
+    (
+        "swarm-sweep-figure-unknown-key",
+        "sweep --scenario v.yaml --factor ssds=1,2",
+        {
+            "v.yaml": swarm("  steps: 1\n")
+            + "sweep_figures:\n  seed: s\n  figures:\n    - {name: n, section: s, metric: m, "
+            "unit: x, seed: 1.0, at: {ssdz: 1}}\n"
+        },
+        "sweep_figures.figures[0].at.ssdz",
+    ),
+    (
         "serve-measured-tp-moe",
         "sim --scenario v.yaml --hw dgx-h100",
         {"v.yaml": serving("  gpu_time: measured\n  model: Qwen3-30B-A3B\n  tp: 2\n")},

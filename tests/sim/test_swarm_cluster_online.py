@@ -9,7 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 from sim.policies import Layout
-from sim.policies.swarm.design import SwarmDesign, SwarmParams, join_targets
+from sim.policies.swarm.cluster import join_targets
+from sim.policies.swarm.design import SwarmDesign, SwarmParams
 from sim.policies.swarm.types import Clustering
 
 

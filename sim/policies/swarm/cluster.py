@@ -43,7 +43,17 @@ prose because the equations and Algorithm 1 were lost in extraction:
   every entry is in exactly one cluster (``max_replicas = 1``).
 * **Eq. 9** (§6.2 maintenance): the distance of a new entry e to cluster c is
   ``1 - a_e,m_c / w``, with ``a_e,m_c`` the number of the ``w`` local-window
-  steps that select both e and c's medoid; e joins every c with distance < r.
+  steps that select both e and c's medoid; e joins every c with distance < r
+  (:func:`assign_new_entry`).  The design's online form, on the steps e was
+  active, is :func:`join_targets`.
+* **§8.3 Table 5's maintenance baselines** (one definition each, named by
+  :data:`MAINTENANCE_RULES`): *Min-Size* "assigns new tokens based solely on
+  cluster size": the cluster with the fewest members (:func:`min_size_target`);
+  *Min-Diff* "assigns them based on similarity to the cluster medoid": the
+  cluster whose medoid key differs least from the new entry's key, in
+  Euclidean distance (:func:`min_diff_target`; our reading of "Diff" --
+  the paper names no measure).  Each puts a new entry in exactly one
+  cluster and never opens one.
 
 The radius comes from the data (:func:`~.cooccur.choose_radius`: a quantile
 of the k-th-nearest-neighbour distances) unless ``radius`` is given.
@@ -66,6 +76,7 @@ that, the result equals the reference).
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +96,7 @@ from sim.policies.swarm.cooccur import (
 from sim.policies.swarm.types import Clustering
 
 __all__ = [
+    "MAINTENANCE_RULES",
     "ClusterParams",
     "assign_new_entry",
     "cluster",
@@ -92,6 +104,10 @@ __all__ = [
     "clustering_quality",
     "comembership_f1",
     "grow_clusters",
+    "join_targets",
+    "maintenance_targets",
+    "min_diff_target",
+    "min_size_target",
 ]
 
 _WINDOW = 128  # candidates whose vectors are gathered at once during an expansion
@@ -402,3 +418,56 @@ def assign_new_entry(
     steps = X.tocsc()[:, entry].indices
     counts = np.asarray(X[steps][:, medoids].sum(axis=0)).ravel()
     return np.flatnonzero(1.0 - counts / w < r).tolist()
+
+
+# How a token leaving the local window is placed (§6.2, §8.3 Table 5): Swarm's Eq. 9
+# on the co-activations seen in the window, or one of Table 5's two baselines.
+MAINTENANCE_RULES = ("coactivation", "min-size", "min-diff")
+
+
+def join_targets(co: Counter[int], n: int, radius: float, cap: int | None) -> list[int]:
+    """Swarm's Eq. 9 online: of the clusters with ``d = 1 - co[c] / n < radius``
+    (``n`` steps the token was active, ``co[c]`` of them with c's medoid), the
+    ``cap`` nearest (ties: lower index; all when ``cap`` is None), ascending.
+    ``n = 0`` (never active): none (the caller opens a singleton)."""
+    if not n:
+        return []
+    near = sorted((1.0 - k / n, c) for c, k in co.items() if 1.0 - k / n < radius)
+    return sorted(c for _, c in near[:cap])
+
+
+def min_size_target(sizes: np.ndarray) -> int:
+    """Table 5's Min-Size: the cluster with the fewest members (ties: lower index)."""
+    if len(sizes) == 0:
+        raise ValueError("min-size: no cluster to join")
+    return int(np.argmin(sizes))
+
+
+def min_diff_target(medoid_keys: np.ndarray, key: np.ndarray) -> int:
+    """Table 5's Min-Diff: the cluster whose medoid key is nearest to ``key``
+    (squared Euclidean distance in float64; ties: lower index)."""
+    if len(medoid_keys) == 0:
+        raise ValueError("min-diff: no cluster to join")
+    diff = np.asarray(medoid_keys, dtype=np.float64) - np.asarray(key, dtype=np.float64)
+    return int(np.argmin(np.einsum("ij,ij->i", diff, diff)))
+
+
+def maintenance_targets(
+    rule: str,
+    co: Counter[int],
+    n_active: int,
+    radius: float,
+    cap: int | None,
+    sizes: np.ndarray,
+    medoid_keys: np.ndarray,
+    key: np.ndarray,
+) -> list[int]:
+    """The clusters a token leaving the window joins under ``rule``
+    (:data:`MAINTENANCE_RULES`); empty: it opens its own (Eq. 9 only)."""
+    if rule == "coactivation":
+        return join_targets(co, n_active, radius, cap)
+    if rule == "min-size":
+        return [min_size_target(sizes)]
+    if rule == "min-diff":
+        return [min_diff_target(medoid_keys, key)]
+    raise ValueError(f"maintenance rule must be one of {MAINTENANCE_RULES}, got {rule!r}")

@@ -43,6 +43,9 @@ replication), the same cap Algorithm 1 holds offline entries to, and is
 placed on each one's next disk; with no such cluster (or never active) it
 becomes a singleton cluster whose medoid is itself (its key joins the index).
 Without maintenance every leaving token becomes such a singleton.
+``maintenance_rule`` swaps Eq. 9 for one of §8.3 Table 5's baselines,
+"min-size" (the smallest cluster) or "min-diff" (the cluster whose medoid key
+is nearest), each defined in :mod:`.cluster`; they join exactly one cluster.
 
 ``r_join`` -- the offline radius on this conditional measure (see
 :func:`join_radius`) unless ``SwarmParams.join_radius`` sets it.
@@ -60,7 +63,12 @@ import scipy.sparse as sp
 from sim.policies.cache import LRUCache, ScoreCache
 from sim.policies.kvdesign import Layout, StepDecision, extents_from_slots, register
 from sim.policies.selection import always_selected, take_units
-from sim.policies.swarm.cluster import ClusterParams, cluster
+from sim.policies.swarm.cluster import (
+    MAINTENANCE_RULES,
+    ClusterParams,
+    cluster,
+    maintenance_targets,
+)
 from sim.policies.swarm.placement import Placement, place
 from sim.policies.swarm.retrieval import POLICIES, ReadCost, schedule
 from sim.policies.swarm.types import Clustering
@@ -82,6 +90,8 @@ class SwarmParams:
     dedup: bool = True
     cache: str = "score"  # score (Eq. 6) | lru
     maintenance: bool = True
+    # how a leaving token is placed: Eq. 9 ("coactivation") or Table 5's baselines
+    maintenance_rule: str = "coactivation"
     join_radius: float | None = None  # None: derived from the offline radius
     shuffle: bool = False  # control: same cluster sizes, members drawn at random
 
@@ -90,6 +100,11 @@ class SwarmParams:
             raise ValueError(f"retrieval must be one of {POLICIES}, got '{self.retrieval}'")
         if self.cache not in ("score", "lru"):
             raise ValueError(f"cache must be 'score' or 'lru', got '{self.cache}'")
+        if self.maintenance_rule not in MAINTENANCE_RULES:
+            raise ValueError(
+                f"maintenance_rule must be one of {MAINTENANCE_RULES}, "
+                f"got '{self.maintenance_rule}'"
+            )
 
     def cluster_kwargs(self) -> dict[str, object]:
         return {k: v for k, v in asdict(self).items() if k in CLUSTER_KEYS and v is not None}
@@ -108,16 +123,6 @@ def join_radius(radius: float, activations: sp.csr_matrix) -> float:
     """
     del activations
     return float(radius)
-
-
-def join_targets(co: Counter[int], n: int, radius: float, cap: int | None) -> list[int]:
-    """Clusters a leaving token joins (Eq. 9), ascending: of those with
-    ``d = 1 - co[c] / n < radius``, the ``cap`` nearest (ties: lower index; all
-    when ``cap`` is None).  ``n = 0`` (never active): none."""
-    if not n:
-        return []
-    near = sorted((1.0 - k / n, c) for c, k in co.items() if 1.0 - k / n < radius)
-    return sorted(c for _, c in near[:cap])
 
 
 def _append_row(arr: np.ndarray, n: int, row: np.ndarray) -> np.ndarray:
@@ -241,7 +246,7 @@ class SwarmDesign:
         hit_clusters = sum(self.cache.contains(int(c)) for c in chosen)
         cache_entries = int(resident[extra].sum()) if extra.size else 0
         self.cache.touch(chosen.tolist())
-        if self.params.maintenance:
+        if self.params.maintenance and self.params.maintenance_rule == "coactivation":
             self._observe(query, scores, chosen, max(win_start, n_prefix), visible)
         info = {
             "clusters": float(k),
@@ -294,9 +299,7 @@ class SwarmDesign:
             e = self._final
             self._final += 1
             n, co = self._window.pop(e, (0, Counter()))
-            targets = join_targets(co, n, self.r_join, self._cap)
-            if not self.params.maintenance:
-                targets = []
+            targets = self._targets(e, n, co) if self.params.maintenance else []
             for c in targets:
                 self._join(e, c)
             if not targets:
@@ -306,6 +309,21 @@ class SwarmDesign:
         self.totals["joins"] += joins
         self.totals["new_clusters"] += new
         return joins, new
+
+    def _targets(self, e: int, n: int, co: Counter[int]) -> list[int]:
+        """The clusters leaving token ``e`` joins under the maintenance rule."""
+        k = len(self.clustering.members)
+        sizes = self.clustering.sizes if self.params.maintenance_rule == "min-size" else None
+        return maintenance_targets(
+            self.params.maintenance_rule,
+            co,
+            n,
+            self.r_join,
+            self._cap,
+            sizes,
+            self._mkeys[:k],
+            self._keys[e],
+        )
 
     def _join(self, e: int, c: int) -> None:
         m = self.clustering.members
