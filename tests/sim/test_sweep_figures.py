@@ -85,8 +85,9 @@ def test_the_rows_carry_the_hand_worked_ratio(toy: Path) -> None:
 
 
 def test_kvtier_sweep_prints_the_paper_rows_with_the_ratio(
-    toy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    toy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # one table row a line, whatever the terminal
     argv = ["sweep", "--scenario", str(toy), "--jobs", "1", "--out", str(tmp_path)]
     assert main([*argv, "--factor", "context_tokens=4096,8192"]) == 0
     out = capsys.readouterr().out
