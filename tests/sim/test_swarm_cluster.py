@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -13,11 +14,11 @@ from hypothesis import strategies as st
 from sim.policies.swarm.bench_cluster import planted_activations
 from sim.policies.swarm.cluster import (
     ClusterParams,
-    assign_new_entry,
     cluster,
     cluster_exact,
     clustering_quality,
     comembership_f1,
+    join_targets,
 )
 from sim.policies.swarm.cooccur import (
     CoactivationIndex,
@@ -193,25 +194,40 @@ def test_params_out_of_range(kw):
 TWO = Clustering([np.array([0, 1, 2]), np.array([3, 4, 5])], radius=0.6, n_entries=6)
 
 
+def _co(window: list[list[int]], entry: int, clustering: Clustering) -> tuple[Counter, int]:
+    """Eq. 9's counts from a window: the steps ``entry`` was active, and of them how
+    many selected each cluster's medoid."""
+    active = [step for step in window if entry in step]
+    co: Counter = Counter()
+    for step in active:
+        co.update(c for c, m in enumerate(clustering.medoids) if m in step)
+    return co, len(active)
+
+
 @pytest.mark.parametrize(
     ("window", "joins"),
     [
-        ([[0, 6], [0, 6], [0, 6], [3]], [0]),  # 3 of 4 steps with medoid 0: d = 0.25
-        ([[0, 3, 6], [0, 3, 6], [0], [3]], [0, 1]),  # d = 0.5 to both medoids
-        ([[0, 6], [3], [3], [0]], []),  # d = 0.75 to medoid 0, 1 to medoid 3
+        ([[0, 6], [0, 6], [0, 6], [3]], [0]),  # active 3 steps, all with medoid 0: d = 0
+        ([[0, 3, 6], [0, 3, 6], [0], [3]], [0, 1]),  # 2 steps, both medoids each: d = 0, 0
+        ([[0, 6], [3], [3], [0]], [0]),  # 1 step, with medoid 0: d = 0 (d = 1 to medoid 3)
+        ([[0, 6], [6], [6], [3]], []),  # 3 steps, 1 with medoid 0: d = 2/3 >= 0.6
         ([[1, 2, 6]] * 4, []),  # members other than the medoid do not count
     ],
 )
 def test_new_entry_joins_clusters_of_coactivated_medoids(window, joins):
-    assert assign_new_entry(TWO, activations(window, 7), entry=6) == joins
+    """Eq. 9 online: d = 1 - n(e, m_c) / n(e) over the steps e was active (r = 0.6)."""
+    co, n = _co(window, 6, TWO)
+    assert join_targets(co, n, TWO.radius, None) == joins
 
 
-def test_new_entry_radius_override_and_bad_window():
-    window = activations([[0, 6], [0, 6], [0], [3]], 7)  # d = 0.5 to medoid 0
-    assert assign_new_entry(TWO, window, 6) == [0]
-    assert assign_new_entry(TWO, window, 6, radius=0.5) == []
-    with pytest.raises(ValueError):
-        assign_new_entry(TWO, activations([[0]], 3), 6)
+def test_new_entry_radius_cap_and_never_active():
+    co, n = _co([[0, 6], [0, 6], [6], [3, 6]], 6, TWO)  # d = 1/3 to medoid 0, 2/3 to 3
+    assert (co, n) == (Counter({0: 2, 1: 1}), 4)
+    assert join_targets(co, n, 0.6, None) == [0]
+    assert join_targets(co, n, 0.3, None) == []  # 1/3 is not below 0.3
+    assert join_targets(co, n, 0.8, None) == [0, 1]
+    assert join_targets(co, n, 0.8, 1) == [0]  # the nearest one
+    assert join_targets(Counter(), 0, 0.6, None) == []  # never active: a singleton
 
 
 # -- quality --------------------------------------------------------------------------

@@ -42,10 +42,11 @@ prose because the equations and Algorithm 1 were lost in extraction:
   same medoid.  *No Replica*: candidates already in a cluster are skipped, so
   every entry is in exactly one cluster (``max_replicas = 1``).
 * **Eq. 9** (§6.2 maintenance): the distance of a new entry e to cluster c is
-  ``1 - a_e,m_c / w``, with ``a_e,m_c`` the number of the ``w`` local-window
-  steps that select both e and c's medoid; e joins every c with distance < r
-  (:func:`assign_new_entry`).  The design's online form, on the steps e was
-  active, is :func:`join_targets`.
+  ``1 - n(e, m_c) / n(e)``, with ``n(e)`` the local-window steps that select e
+  and ``n(e, m_c)`` those of them that select c's medoid too; e joins every c
+  with distance < r (:func:`join_targets`; the paper's equation did not survive
+  extraction: this reading, over the steps e was active, is kvtier's, not
+  ``1 - a / w`` over all ``w`` window steps).
 * **§8.3 Table 5's maintenance baselines** (one definition each, named by
   :data:`MAINTENANCE_RULES`): *Min-Size* "assigns new tokens based solely on
   cluster size": the cluster with the fewest members (:func:`min_size_target`);
@@ -98,7 +99,6 @@ from sim.policies.swarm.types import Clustering
 __all__ = [
     "MAINTENANCE_RULES",
     "ClusterParams",
-    "assign_new_entry",
     "cluster",
     "cluster_exact",
     "clustering_quality",
@@ -393,31 +393,6 @@ def _expand(
                 members.append(j)
                 total[k + 1 :] += dww[k, k + 1 :]
     return np.array(members, dtype=np.int64)
-
-
-def assign_new_entry(
-    clustering: Clustering,
-    X_window: sp.spmatrix | np.ndarray,
-    entry: int,
-    radius: float | None = None,
-) -> list[int]:
-    """Clusters a new entry joins (§6.2, Eq. 9), in ascending cluster index.
-
-    ``X_window`` is the ``w x N'`` boolean activations of the ``w`` local-window
-    steps since ``entry`` was generated (columns: entry ids, medoids included).
-    Cluster c is joined when ``1 - a / w < r`` (``r`` defaults to
-    ``clustering.radius``), ``a`` = steps selecting both ``entry`` and c's
-    medoid.  Several clusters -> replicas; none -> the caller makes a singleton.
-    """
-    X = as_activations(X_window)
-    w, n_cols = X.shape
-    medoids = clustering.medoids
-    if not 0 <= entry < n_cols or (len(medoids) and medoids.max() >= n_cols):
-        raise ValueError(f"X_window has {n_cols} columns; needs entry {entry} and every medoid")
-    r = clustering.radius if radius is None else radius
-    steps = X.tocsc()[:, entry].indices
-    counts = np.asarray(X[steps][:, medoids].sum(axis=0)).ravel()
-    return np.flatnonzero(1.0 - counts / w < r).tolist()
 
 
 # How a token leaving the local window is placed (§6.2, §8.3 Table 5): Swarm's Eq. 9
