@@ -138,27 +138,40 @@ def _by_victims(
     excess); the victims in ``gone``, the entries in ``made``.  Returns the
     first key not decided.
 
-    A key whose one victim, freed from that state, leaves room for it laid
-    out as the victim was (the same runs: the same bytes per device) takes
-    the victim's bytes and slots (:func:`_in_place_of`: freeing a slot then
-    taking one of its size gives it back).  The next key whose one victim
-    has those runs then sees what that key saw after the free, and is
-    decided the same: ``alike`` keeps those runs."""
+    With no device over its capacity and the tier short by at most one
+    block's bytes (what every entry holds), a key's victim from that state is
+    the walk's next evictable entry.  When a key's one victim, freed, leaves
+    room for it laid out as the victim was (the same runs: the same bytes
+    per device), the key takes the victim's bytes and slots
+    (:func:`_in_place_of`: freeing a slot then taking one of its size gives
+    it back), and so does every next key whose victim has runs a key took
+    over so (``alike``): each sees what that key saw after the free.  Those
+    victims are taken as one run (:meth:`sim.serving.tiers.lru.Walk.alike`),
+    each handed over alone when a callback is told of evictions."""
     used = tier.used
     found = used[:]  # key i's state: nothing fits as laid out or spilled
     short, over = tier.short(need), tier.over()
+    one = max(over) <= 0 and short <= sum(need)  # each key's victim: the walk's next entry
     alike: set[Runs] = set()  # a lone victim's runs that a key here takes over
     while True:
+        if one and alike:
+            run = walk.alike(alike, end - i)
+            if run:
+                if evict is None:
+                    tier.hand_over(run, None)
+                else:  # one eviction per key
+                    for v in run:
+                        tier.hand_over([v], evict)
+                gone += run
+                made += _in_place_of(keys[i : i + len(run)], run)
+                i += len(run)
+                if i == end:
+                    return i
         # none (the tier not short): free bytes that are not whole layers where a
         # layout wants them, so one victim (what rule 4 asks after placing fails)
         victims = walk.victims(short, over) or walk.victims(1)
         while True:
             lone = len(victims) == 1 and used == found
-            if lone and victims[0].runs in alike:  # the key in the victim's place
-                tier.hand_over(victims, evict)
-                gone += victims
-                made += _in_place_of(keys[i : i + 1], victims)
-                break
             tier.hand_over(victims, evict)
             tier.free(victims)
             gone += victims
