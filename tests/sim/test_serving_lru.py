@@ -99,6 +99,45 @@ def test_one_walk_asked_again_continues_as_fresh_scans_would() -> None:
     assert passed > 100  # later calls saw entries earlier ones passed by
 
 
+def test_a_run_of_alike_victims_is_what_one_victim_calls_take_one_by_one() -> None:
+    """The same pool and random life; one walk asked, in random turns, for
+    random shortfalls (some passing entries by) and for runs of entries laid
+    out as one of a random few layouts: a run is the entries left that are
+    evictable, in LRU order (what calls each asking for at most one block's
+    bytes with no device over take one by one) up to the first laid out
+    otherwise or ``most``, and the walk's next call continues after it."""
+    rng = np.random.default_rng(11)
+    tier = OffloadTier("pool", ["a", "b", "c"], [0.2, 0.3, 0.5], [12 * 6, 9 * 10, 30 * 16], 32, 1)
+    runs_seen = stopped = 0
+    for _ in range(300):
+        keys = [int(k) for k in rng.choice(600, int(rng.integers(1, 20)), replace=False)]
+        tier.place(keys, None)
+        _random_life(tier, rng)
+        walk, left = tier.lru.walk(), list(tier.lru.order())
+        layouts = sorted({e.runs for e in left})
+        for _ in range(4):
+            if rng.random() < 0.5:
+                short, over = _shortfall(rng, 3)
+                got = walk.victims(short, over)
+                assert got == scan_victims(left, short, over)
+            else:
+                pick = rng.random(len(layouts)) < 0.7
+                alike = {r for r, ok in zip(layouts, pick, strict=True) if ok}
+                most = int(rng.integers(1, 12))
+                got = walk.alike(alike, most)
+                want = []
+                for e in (e for e in left if e.ref_cnt == READY):
+                    if e.runs not in alike or len(want) == most:
+                        stopped += e.runs not in alike
+                        break
+                    want.append(e)
+                assert got == want
+                runs_seen += len(got) > 1
+            taken = {id(e) for e in got}
+            left = [e for e in left if id(e) not in taken]
+    assert runs_seen > 100 and stopped > 100
+
+
 def test_the_order_is_insertion_then_touch_order() -> None:
     """Keys placed 1..5, 2 and 4 touched (in that order), 1 pinned and
     touched by a load: the order is 3, 5, 2, 4, 1, and a shortfall of three

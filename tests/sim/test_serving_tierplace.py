@@ -332,6 +332,48 @@ def test_the_pool_evicts_its_lru_entry_whatever_its_devices() -> None:
     assert t.used == [2000, 4000] and lru_keys(t) == [1, 2, 4] and t.evictions == 1
 
 
+def test_a_full_pool_places_each_key_where_its_one_victim_was() -> None:
+    """A pool of two devices of 2 and 4 bytes, blocks of 2 one-byte layers,
+    ratios 0.5 / 0.5: laid out, a block has layer 0 on d0 and layer 1 on d1.
+    Keys 1, 2 laid out (used 2, 2: d0 full), key 3 spilled to d1 (used 2,
+    4: full), all ready; slots of one 4096-byte unit per layer: 1 at
+    (0, 0), 2 at (4096, 4096), 3 at (8192,) on d1.  A set of 4, 5, 6, 7,
+    each laid out as 1 was: 4 fits neither laid out nor spilled (no device
+    has a layer free) and is short by 4 + 2 - 6 = 2 bytes: its victim 1
+    frees a layer on each device and 4 takes 1's layout, bytes and slots;
+    5 finds the tier as 4 did, evicts 2 and takes its place; 6 evicts 3
+    (d1 only: 2 bytes free on d1, none on d0), spills to d1 and takes 3's
+    slot; 7 finds no ready entry and is let go.  Victims handed over in LRU
+    order, one key at a time; used stays (2, 4)."""
+    t = OffloadTier("pool", ["d0", "d1"], [0.5, 0.5], [2, 4], 2, 1)
+    both, on1 = ((0, 0, 1), (1, 1, 2)), ((1, 0, 2),)
+    t.complete_all(t.place([1, 2], None))
+    t.complete_all(t.place([3], None))
+    assert [(t.entries[k].runs, t.entries[k].slots) for k in (1, 2, 3)] == [
+        (both, (0, 0)),
+        (both, (4096, 4096)),
+        (on1, (8192,)),
+    ]
+    assert t.used == [2, 4]
+    handed: list[list[int]] = []
+    placed = t.place([4, 5, 6, 7], lambda _t, es: handed.append([e.key for e in es]))
+    assert [(e.key, e.runs, e.slots) for e in placed] == [
+        (4, both, (0, 0)),
+        (5, both, (4096, 4096)),
+        (6, on1, (8192,)),
+    ]
+    assert handed == [[1], [2], [3]] and t.evictions == 3
+    assert t.used == [2, 4] and lru_keys(t) == [4, 5, 6]
+    assert [a.live for a in t.allocators] == [2, 3]
+    ref = RefTier([0.5, 0.5], [2, 4], 2, 1)  # the definition decides the same
+    ref.place([1, 2], lambda _e: None)
+    ref.place([3], lambda _e: None)
+    for e in ref.order:
+        e.ref_cnt = READY
+    assert ref.place([4, 5, 6, 7], lambda _e: None) == [4, 5, 6]
+    same_books(t, ref)
+
+
 def test_a_walk_over_a_pool_takes_its_lru_entries_whatever_their_devices() -> None:
     """A pool of two devices, 2 one-byte layers a block, ratios 0.5 / 0.5:
     as laid out a block has a layer on each; spilled, both on one device.

@@ -41,18 +41,21 @@ only when the placement ends (victims leave it then too).  So the keys of
 the set share one walk: each call continues where the last one stopped, an
 entry passed as not evictable is not read again, and the evictable entries
 a call passed by (none on a device over capacity while the tier was not
-short) are looked at first by the next call, in order.
+short) are looked at first by the next call, in order.  Keys that each take
+the walk's next entry (no device over, the tier short by at most one
+block's bytes) and go where it was while it is laid out alike take such
+entries as one run (:meth:`Walk.alike`), the same entries in the same order.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from functools import partial
 from itertools import chain, filterfalse
 from operator import attrgetter
 
-from sim.serving.tiers.entry import READY, Entry
+from sim.serving.tiers.entry import READY, Entry, Runs
 
 # the evictable entries of an iterator of entries: READY is 0, every other count is not
 _ready = partial(filterfalse, attrgetter("ref_cnt"))
@@ -133,6 +136,27 @@ class Walk:
                 kept.append(e)
         if seen < len(passed):  # stopped among the entries passed before: keep the rest
             kept += passed[seen:]
+        return out
+
+    def alike(self, runs: Container[Runs], most: int) -> list[Entry]:
+        """The walk's next evictable entries while each is laid out as one of
+        ``runs``, at most ``most``, in LRU order: what as many calls of
+        :meth:`victims` give, each asked for at most one entry's bytes with
+        no device over (each takes the next evictable entry), up to the
+        first entry not so laid out, which stays the walk's next."""
+        out: list[Entry] = []
+        passed = self._passed
+        seen, stop = 0, None
+        for e in chain(passed, self._ready):
+            seen += 1
+            if e.runs not in runs:
+                stop = e
+                break
+            out.append(e)
+            if len(out) == most:
+                break
+        rest = passed[seen:] if seen < len(passed) else []
+        self._passed = [stop, *rest] if stop is not None else rest
         return out
 
 

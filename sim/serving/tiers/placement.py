@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-
-import numpy as np
+from itertools import accumulate
 
 from hwprofiles import HardwareProfile
 
@@ -70,30 +69,27 @@ def layer_runs(ratios: Sequence[float], n_blocks: int, layers: int) -> list[Runs
     ((layer 0, block 0), (layer 0, block 1), ...) and assigned by
     :func:`assign`; block ``b`` then holds layer ``l`` on the device of item
     ``l * n_blocks + b``.  Device ``d`` gets items ``[S_d, S_{d+1})`` (``S``:
-    the running sum of :func:`target_counts`), so block ``b``'s first layer
-    there is ``ceil((S_d - b) / n_blocks)`` clipped to ``[0, layers]``:
-    computed for all blocks at once.  Blocks with the same layers per
-    device share one runs tuple: every device's first layer is
-    non-increasing in ``b``, so such blocks are one stretch of the set,
-    found by comparing neighbouring rows (a device's first layer changes at
-    most once along the set).
+    the running sum of :func:`target_counts`, ``0 <= S_d <= layers *
+    n_blocks``), so block ``b``'s first layer there is ``ceil((S_d - b) /
+    n_blocks)``: with ``S_d = q_d * n_blocks + r_d`` (``0 <= r_d <
+    n_blocks``), ``q_d + 1`` for the blocks ``b < r_d`` and ``q_d`` for the
+    others, within ``[0, layers]``.  So every device's first layer changes
+    at most once along the set, at block ``r_d``: the set is cut at those
+    blocks into stretches laid out alike, and the blocks of a stretch share
+    one runs tuple.
     """
     if len(ratios) == 1:
         return [((0, 0, layers),)] * n_blocks
     if n_blocks == 0:
         return []
-    counts = target_counts(ratios, layers * n_blocks)
-    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # S_0 .. S_D
-    b = np.arange(n_blocks, dtype=np.int64)[:, None]
-    first = np.clip(-((b - starts[None, :]) // n_blocks), 0, layers)  # ceil((S_d - b) / n)
-    # every column is non-increasing in b, so equal rows are contiguous: one runs
-    # tuple per stretch of equal rows (at most one change per device)
-    cut = np.flatnonzero((first[1:] != first[:-1]).any(axis=1)) + 1
-    bounds = [0, *cut.tolist(), n_blocks]
+    qr = [
+        divmod(s, n_blocks) for s in accumulate(target_counts(ratios, layers * n_blocks), initial=0)
+    ]
+    bounds = sorted({0, n_blocks, *[r for _q, r in qr]})
     out: list[Runs] = []
     for lo, hi in zip(bounds, bounds[1:]):  # noqa: B905
-        row = first[lo].tolist()
-        runs = tuple((d, row[d], row[d + 1]) for d in range(len(counts)) if row[d + 1] > row[d])
+        row = [q + (lo < r) for q, r in qr]  # each device's first layer (and the end)
+        runs = tuple([(d, a, b) for d, (a, b) in enumerate(zip(row, row[1:])) if b > a])  # noqa: B905
         out += [runs] * (hi - lo)
     return out
 

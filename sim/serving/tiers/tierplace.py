@@ -44,6 +44,15 @@ That is the whole rule; the rest is book-keeping of the same decisions:
   reuses the last freed slot first); the keys past the victims found are
   let go.  (A tier holding more than its capacity, a peer tier whose lender
   took memory back, decides key by key.)
+* **Keys that find the tier as the key before found it.**  On a pool (or a
+  tier over its capacity) a key short of room takes its own victims; when
+  that leaves ``used`` as the key found it, the next key of its layout is
+  short of room in the same way (the checks of 1 and 2 read ``used`` only),
+  and when its one victim has the runs a key before it took over, freeing
+  it and placing the key leaves the same room in the same slots: the key
+  takes the victim's bytes and slots (:func:`_by_victims`).  In a full pool
+  most victims are spilled blocks on the SSDs, and a key spills to where
+  its victim was.
 * **One LRU walk per placement** (:mod:`sim.serving.tiers.lru`): the keys of
   the set share it, so it never steps over the same entries twice.  For that
   the tier's entries and order stay as they are until the set is decided:
@@ -99,20 +108,8 @@ def place(
                 continue  # never fits: nothing evicted
             if walk is None:
                 walk = tier.lru.walk()
-            if pool or used[0] > caps[0]:  # key i: its victims, then placed if it fits
-                victims = walk.victims(tier.short(need), tier.over())
-                while True:
-                    tier.hand_over(victims, evict)
-                    tier.free(victims)
-                    gone += victims
-                    runs = _fit(tier, plan, need)
-                    if runs is not None:
-                        made += _put(tier, new[i : i + 1], runs, tier.bytes_on(runs))
-                        break
-                    victims = walk.victims(1)  # a layout short of whole layers: one more
-                    if not victims:
-                        break  # the walk ended: let go
-                i += 1
+            if pool or used[0] > caps[0]:  # key i (and the keys after it that find the same)
+                i = _by_victims(tier, walk, new, i, end, plan, need, evict, made, gone)
             else:  # one device, keys i .. end - 1 each short of room: one victim each
                 m = end - i
                 victims = walk.victims(used[0] + m * need[0] - caps[0])
@@ -127,6 +124,69 @@ def place(
     entries.update([(e.key, e) for e in made])
     lru.add(made)
     return made
+
+
+def _by_victims(
+    tier: Tier, walk: Walk, keys: Sequence[int], i: int, end: int, plan: Runs,
+    need: tuple[int, ...], evict: EvictFn | None, made: list[Entry], gone: list[Entry],
+) -> int:  # fmt: skip
+    """Keys ``i`` .. ``end - 1`` (laid out as ``plan``, ``need`` bytes per
+    device), the first short of room (rule 4: it fits neither as laid out nor
+    spilled): each key's victims evicted, then the key placed if it fits
+    (else its walk's next victim too), while each key leaves ``used`` as key
+    ``i`` found it (where rule 4 applies again, with the same shortfall and
+    excess); the victims in ``gone``, the entries in ``made``.  Returns the
+    first key not decided.
+
+    With no device over its capacity and the tier short by at most one
+    block's bytes (what every entry holds), a key's victim from that state is
+    the walk's next evictable entry.  When a key's one victim, freed, leaves
+    room for it laid out as the victim was (the same runs: the same bytes
+    per device), the key takes the victim's bytes and slots
+    (:func:`_in_place_of`: freeing a slot then taking one of its size gives
+    it back), and so does every next key whose victim has runs a key took
+    over so (``alike``): each sees what that key saw after the free.  Those
+    victims are taken as one run (:meth:`sim.serving.tiers.lru.Walk.alike`),
+    each handed over alone when a callback is told of evictions."""
+    used = tier.used
+    found = used[:]  # key i's state: nothing fits as laid out or spilled
+    short, over = tier.short(need), tier.over()
+    one = max(over) <= 0 and short <= sum(need)  # each key's victim: the walk's next entry
+    alike: set[Runs] = set()  # a lone victim's runs that a key here takes over
+    while True:
+        if one and alike:
+            run = walk.alike(alike, end - i)
+            if run:
+                if evict is None:
+                    tier.hand_over(run, None)
+                else:  # one eviction per key
+                    for v in run:
+                        tier.hand_over([v], evict)
+                gone += run
+                made += _in_place_of(keys[i : i + len(run)], run)
+                i += len(run)
+                if i == end:
+                    return i
+        # none (the tier not short): free bytes that are not whole layers where a
+        # layout wants them, so one victim (what rule 4 asks after placing fails)
+        victims = walk.victims(short, over) or walk.victims(1)
+        while True:
+            lone = len(victims) == 1 and used == found
+            tier.hand_over(victims, evict)
+            tier.free(victims)
+            gone += victims
+            runs = _fit(tier, plan, need)
+            if runs is not None:
+                made += _put(tier, keys[i : i + 1], runs, tier.bytes_on(runs))
+                if lone and runs == victims[0].runs:
+                    alike.add(runs)
+                break
+            victims = walk.victims(1)  # a layout short of whole layers: one more
+            if not victims:
+                break  # the walk ended: let go
+        i += 1
+        if i == end or used != found:
+            return i
 
 
 def _fit(tier: Tier, plan: Runs, need: tuple[int, ...]) -> Runs | None:
