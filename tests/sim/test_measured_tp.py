@@ -157,7 +157,7 @@ def test_the_ring_model_against_the_measured_one():
 
 
 def test_the_source_names_the_degree_and_the_moe_exception():
-    """run.json's source says the step is one rank's of two with kvtier's all-reduces;
+    """run.json's source says the step is one rank's of two, its all-reduces measured;
     a MoE model at tp > 1 is not measured (the library folds its all-reduces into the
     MoE dispatch ops): ``auto`` keeps the roofline saying why, ``measured`` refuses
     in one line; the setting itself no longer refuses tp > 1."""
