@@ -79,25 +79,29 @@ GEMMs and output head are spread evenly over the layers.
 
 **Tensor parallelism** (a serving run's ``tp: N``, :mod:`sim.serving.execute.tp`:
 kvtier simulates rank 0 of N, its compute on its shard and, after it, each
-layer's two all-reduces as an NVLink copy plus NCCL's latency term).  The
-estimator compiled with ``tp_size=N`` (``EngineHandle.compile``'s keyword,
-passed to ``build_model_config``) times one rank: its GEMMs at 1/N of the
-weights, its attention at 1/N of the heads, and, among the shared ops, the
-model's all-reduces from the library's measured collective tables
+layer's two all-reduces as a copy over NVLink).  The estimator compiled with
+``tp_size=N`` (``EngineHandle.compile``'s keyword, passed to
+``build_model_config``) times one rank: its GEMMs at 1/N of the weights, its
+attention at 1/N of the heads, and, among the shared ops, the model's
+all-reduces from the library's measured collective tables
 (``systems/data/<system>/comm/<framework>/<version>``: ``CustomAllReduce``
 ops named ``context_ar_1`` and ``context_ar_2``, one of each a layer, and
 ``context_embedding_ar``, one an iteration, for the vocabulary-parallel
 embedding; ``context_p2p`` is pipeline parallelism's, 0 at ``pp = 1``).  kvtier
 takes the rank's measured step *less* the two per-layer all-reduces
-(:data:`LAYER_ALLREDUCES`, read from ``mixed_step_breakdown_per_op``), since its
-own all-reduce is simulated beside the compute (one definition of it, whose
-bytes share NVLink with the run's other flows); the embedding's all-reduce,
-which kvtier does not simulate, stays in the measured step.  At ``tp = 1`` the
-library's all-reduce ops are 0 and none is subtracted.  A MoE model is not
-measured at ``tp > 1``: the library requires ``moe_tp x moe_ep = tp`` and
-then folds the layer's all-reduce into its MoE dispatch ops
-(``context_moe_pre_dispatch``/``post_dispatch``), which cannot be told apart
-from their compute; ``auto`` keeps the roofline for it, saying so.
+(:data:`LAYER_ALLREDUCES` x layers x :meth:`MeasuredStep.allreduce_ms`, the
+same op evaluated alone: ``tests/sim/test_measured_tp.py`` holds it equal to
+``context_ar_1 + context_ar_2`` of ``mixed_step_breakdown_per_op``), since
+its all-reduces are simulated beside the compute, whose bytes share NVLink
+with the run's other flows; on the GPU the library measured they last
+:meth:`MeasuredStep.allreduce_ms` alone (a derived sibling card keeps
+kvtier's NCCL ring model: the tables measured the other card's fabric).  The
+embedding's all-reduce, which kvtier does not simulate, stays in the measured
+step.  At ``tp = 1`` the library's all-reduce ops are 0 and none is
+subtracted.  A MoE model is not measured at ``tp > 1``: the library requires
+``moe_tp x moe_ep = tp`` and then folds the layer's all-reduce into its MoE
+dispatch ops (``context_moe_pre_dispatch``/``post_dispatch``), which cannot
+be told apart from their compute; ``auto`` keeps the roofline for it, saying so.
 
 **Which GPUs** (:data:`SYSTEMS`): a profile's ``gpu.model`` is matched against
 one row per GPU the database measured; a PCIe card whose SXM sibling is
@@ -199,9 +203,9 @@ SYSTEMS = (
 DERIVED = "scaled by the roofline ratio of the two cards' datasheet peaks"
 
 # the library's per-layer all-reduce ops of a dense model at tp > 1 (sdk/models/llama.py:
-# ops.CustomAllReduce("context_ar_1" / "context_ar_2", num_layers, ...)), which kvtier
-# simulates itself (sim.serving.execute.tp); the shared pass names its ops "context_*"
-LAYER_ALLREDUCES = ("context_ar_1", "context_ar_2")
+# ops.CustomAllReduce("context_ar_1" / "context_ar_2", num_layers, hidden, tp)): two a
+# layer, each one all-reduce of the iteration's tokens x hidden (MeasuredStep.allreduce_ms)
+LAYER_ALLREDUCES = 2
 
 # kvtier model card -> Hugging Face id of the library's model_configs/<org>--<name>_config.json
 # (its shapes equal the card's: tests/sim/test_measured_gpu.py)
@@ -296,24 +300,42 @@ class MeasuredStep:
     """One engine iteration's GPU seconds from a compiled step estimator (the
     composition in the module docstring), scaled by :data:`DERIVED` for a
     sibling card (``peaks``: the profile's and the measured card's (FLOP/s,
-    bytes/s), or None); at ``tp > 1`` one rank's, less the per-layer
-    all-reduces kvtier simulates (module docstring)."""
+    bytes/s), or None); at ``tp > 1`` one rank's of ``card`` (the whole model),
+    less the per-layer all-reduces kvtier simulates (module docstring)."""
 
     def __init__(
-        self, handle: Any, source: str, peaks: tuple[tuple, tuple] | None = None, tp: int = 1
+        self,
+        handle: Any,
+        source: str,
+        peaks: tuple[tuple, tuple] | None = None,
+        tp: int = 1,
+        card: ModelCard | None = None,
     ):
         self.handle = handle
         self.source = source
         self.peaks = peaks
         self.tp = tp
+        self.layers = card.layers if card is not None else 0
+        self._allreduce = ""  # the library's all-reduce op, as its op-list JSON
+        if tp > 1:
+            assert card is not None, "a tensor-parallel step needs its model's card"
+            with _quiet():
+                from aiconfigurator_core.sdk import operations  # noqa: PLC0415
+                from aiconfigurator_core.sdk.engine import build_ops_json  # noqa: PLC0415
+
+                op = operations.CustomAllReduce("allreduce", 1, card.hidden_size, tp)
+                self._allreduce = build_ops_json([op])
 
     def allreduce_ms(self, tokens: int) -> float:
-        """The library's per-layer all-reduces (:data:`LAYER_ALLREDUCES`) of an
-        iteration of ``tokens`` tokens, ms; 0 at ``tp = 1``, where it has none."""
+        """One all-reduce of ``tokens`` x hidden bf16 activations across the ``tp``
+        ranks, ms, from the library's measured collective table: its
+        ``CustomAllReduce`` op (the one its models put twice in every layer)
+        evaluated alone (``EngineHandle.evaluate_ops_json``, 2 us a call); 0 at
+        ``tp = 1``."""
         if self.tp == 1:
             return 0.0
-        ops = self.handle.mixed_step_breakdown_per_op(tokens, 0, tokens, 1, 0)[0]
-        return sum(op[1] for op in ops if op[0] in LAYER_ALLREDUCES)
+        kw = {"is_context": True, "batch_size": 1, "s": 1, "x": tokens}
+        return self.handle.evaluate_ops_json(self._allreduce, **kw)[0][1]
 
     def ms(self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]) -> float:
         """Milliseconds on the measured card: ``prefills`` (new tokens, cached
@@ -321,7 +343,8 @@ class MeasuredStep:
         step = self.handle.mixed_step_breakdown
         n = len(decodes)
         total = sum(c for c, _ in prefills) + n
-        ms = step(total, 0, total, 1, 0)[1] - self.allreduce_ms(total)
+        ms = step(total, 0, total, 1, 0)[1]
+        ms -= LAYER_ALLREDUCES * self.layers * self.allreduce_ms(total)
         for c, p in prefills:
             ms += step(p + c, 0, p + c, 1, p)[2]
         if n:
@@ -388,8 +411,10 @@ def system_step(card: ModelCard, system: str, gpu_time: GpuTime, tp: int = 1) ->
         handle.mixed_step_breakdown(1, 1, 1, 1, 0)  # a shape the tables lack raises here
     except Exception as exc:  # the library's own errors (PerfDataNotAvailableError, ...)
         return f"{lib} cannot time {card.name} on {system} ({str(exc).splitlines()[0][:120]})"
-    at = f" tp {tp} (its all-reduces: kvtier's)" if tp > 1 else ""
-    return MeasuredStep(handle, f"{lib} {gpu_time.framework} {version} {system}{at}", tp=tp)
+    at = f" tp {tp}" if tp > 1 else ""
+    return MeasuredStep(
+        handle, f"{lib} {gpu_time.framework} {version} {system}{at}", tp=tp, card=card
+    )
 
 
 def resolve(
@@ -414,14 +439,17 @@ def resolve(
                                 "gpu_time: auto keeps the roofline where it has none)")  # fmt: skip
         return None, f"{roof}: {step}"
     if not row.derived:
+        measured = " (its measured all-reduces, as NVLink copies)" if tp > 1 else ""
+        step.source += measured  # the all-reduces: sim.serving.execute.tp, TensorParallel.timed_by
         return step, step.source
     spec = system_spec(row.system)
     peaks = (
         (profile.gpu.bf16_tflops * 1e12, profile.gpu.hbm_gbps * 1e9),
         (float(spec["bfloat16_tc_flops"]), float(spec["mem_bw"])),
     )
-    source = f"{step.source}, {DERIVED} to {profile.gpu.model}"
-    return MeasuredStep(step.handle, source, peaks, tp), source
+    ring = " (NCCL ring all-reduces)" if tp > 1 else ""
+    source = f"{step.source}, {DERIVED} to {profile.gpu.model}{ring}"
+    return MeasuredStep(step.handle, source, peaks, tp, card), source
 
 
 @functools.cache

@@ -121,10 +121,12 @@ class Engine:
         self.ops = OnlineOps(machine, cfg.keep_plan)
         # measured iteration times (None: the roofline) and what times them (run.json);
         # with tensor parallelism one rank's of the whole model (sim.hw.measured)
-        self.tp = tp  # rank 0 of tensor parallelism (``card``: the rank's share)
         self.step_time, self.gpu_time_source = resolve(
             machine.profile, tp.card if tp else card, cfg.gpu_time, tp.tp if tp else 1
         )
+        # rank 0 of tensor parallelism (``card``: the rank's share), its all-reduces
+        # timed by the same source as the step
+        self.tp = tp.timed_by(self.step_time) if tp else None
         layer_bytes = design.offload_factor(self.B) * self.B * card.kv_bytes_per_token_layer
         mover = Mover(self.ops, design, machine.profile, layer_bytes, bounce, cfg.gpu)
         self._ssds = frozenset(machine.profile.ssd_names)

@@ -10,27 +10,75 @@ heads than ranks (N > kv_heads), each rank keeps one KV head, replicated
 N / kv_heads times, as vLLM does (``QKVParallelLinear``: "replicate KV heads
 when tp_size > num_kv_heads").  Each layer ends its attention and its MLP
 with an all-reduce of the layer's activations, ``tokens x hidden x dtype``
-bytes; a ring all-reduce sends and receives ``2 (N-1)/N`` of those bytes per
-rank (reduce-scatter then all-gather, N-1 steps each: Patarasuk & Yuan,
-"Bandwidth optimal all-reduce algorithms for clusters of workstations",
-JPDC 2009; NCCL's "busbw" = algbw x 2(N-1)/N, NCCL tests' PERFORMANCE.md).
-The all-reduce is simulated as a copy of those bytes from ``gpu0`` to its
-ring neighbour ``gpu1`` over NVLink after each iteration's compute (vLLM
-does not overlap it with compute), followed by its **latency term**, NCCL's
-own cost model (``src/graph/tuning.cc``, ``ncclTopoTuneModel``): a ring
-all-reduce takes ``nsteps = 2 (N-1)`` steps, and its latency is
+bytes (the message); vLLM does not overlap it with compute.  kvtier simulates
+a layer's all-reduces after each iteration's compute as a copy from ``gpu0``
+to its neighbour ``gpu1`` over NVLink, so they hold the rank's NVLink port and
+share it (max-min) with any KV copy on that port.  How long they last alone
+comes from one of two sources, as the GPU step time does (:mod:`sim.hw.measured`):
+
+**Measured** (the step is timed by aiconfigurator-core on a GPU the library
+measured, not a derived sibling card): the library's measured all-reduce of
+the message at ``tp`` ranks, :meth:`sim.hw.measured.MeasuredStep.allreduce_ms`
+(for vLLM the table ``systems/data/<system>/comm/vllm/<version>/
+custom_allreduce_perf.parquet``: vLLM's all-reduce as served under CUDA
+graphs), ``T`` seconds for the call's ``2 x layers`` all-reduces.  The copy
+carries ``(T - lat) x r`` bytes, ``r`` the achievable rate of the route
+``gpu0 -> gpu1`` (its narrowest link: 450 x 0.85 = 382.5 GB/s on an H100's
+NVLink port) and ``lat`` the route's latency (0: no profile cites an NVLink
+latency), so alone it lasts ``lat + (T - lat) x r / r = T``, the measured time
+exactly; beside a KV copy on the port it gets its max-min share and stretches
+as a transfer holding the port would.  Its bytes are the port occupancy the
+measurement implies, not the ring's wire bytes (:func:`allreduce_bytes`); the
+plan's op says so by its ``allreduce`` tag.  The alternative, the wire bytes
+at ``r`` plus the rest of ``T`` as a fixed latency, has no non-negative
+latency where the measured all-reduce beats ``r``: Llama-3.1-70B's
+8,192-token message at tp 8 is 1.75 x 134.2 MB = 234.9 MB a rank on the
+wire, 0.614 ms at 382.5 GB/s, where vLLM 0.24.0's table on h100_sxm gives
+0.577 ms (407 GB/s, 0.90 of NVLink's 450).  Occupancy overstates how much of
+the port a latency-bound decode all-reduce holds (4.5 us at tp 2 for a 16 KiB
+message): a KV copy on the same port would stretch it, where vLLM's one-shot
+kernel is bound by its barriers; no shipped design moves KV over NVLink with
+``tp > 1``.
+
+**Roofline** (any other GPU): NCCL's ring all-reduce.  A ring sends and
+receives ``2 (N-1)/N`` of the message per rank (reduce-scatter then
+all-gather, N-1 steps each: Patarasuk & Yuan, "Bandwidth optimal all-reduce
+algorithms for clusters of workstations", JPDC 2009; NCCL's "busbw" = algbw x
+2(N-1)/N, NCCL tests' PERFORMANCE.md), :func:`allreduce_bytes`, copied at the
+route's rate and followed by its **latency term**, NCCL's own cost model
+(``src/graph/tuning.cc``, ``ncclTopoTuneModel``): ``nsteps = 2 (N-1)`` steps,
 ``baseLat + nsteps x hwLat``, with, for the ring over NVLink and the LL
 protocol NCCL picks for small messages, ``baseLat`` = 3.6 us and ``hwLat``
 = 0.47 us a step (NVIDIA/nccl, tuning.cc, commit 01afd20a: the
-``baseLat``/``hwLat`` tables, "Latencies in us").  Decode all-reduces are
-small (8 sequences x 8192 x 2 B = 128 KiB), so the latency is their
-cost: Llama-3.1-70B (80 layers, 2 all-reduces each) pays
-160 x (3.6 + 2 (N-1) x 0.47) us a decode step, 0.73 ms at N = 2, 1.03 ms at
-N = 4 and 1.63 ms at N = 8 (``test_serving_tp``), against a 4-rank H20
-decode step of about 10 ms (35 GB of weights a rank at 4 TB/s).  The LL
-protocol's lower bandwidth (NCCL: busBw / 4) is not modelled: the copy
-moves at NVLink's rate.  TP over PCIe only is refused (the ring would share
-the KV path's switches, which the per-rank view below does not model).
+``baseLat``/``hwLat`` tables, "Latencies in us").  Llama-3.1-70B (80 layers,
+2 all-reduces each) pays 160 x (3.6 + 2 (N-1) x 0.47) us of it a decode step,
+0.73 ms at N = 2, 1.03 ms at N = 4 and 1.63 ms at N = 8 (``test_serving_tp``).
+The LL protocol's lower bandwidth (NCCL: busBw / 4) is not modelled.  TP over
+PCIe only is refused (the ring would share the KV path's switches, which the
+per-rank view below does not model).
+
+*Which regime the ring stands for.*  vLLM (``vllm/distributed/
+device_communicators/custom_all_reduce.py``, ``CustomAllreduce``) runs its own
+kernel at 2, 4, 6 or 8 ranks in one node, fully NVLink-connected (or 2 PCIe
+GPUs), for messages under ``max_size`` = 8 MiB (``should_custom_ar``; less
+with symmetric memory); larger messages go to NCCL.  The kernel
+(``csrc/custom_all_reduce.cuh``, ``CustomAllreduce::allreduce``) is one-shot
+(each rank reads all N-1 peers' whole buffers between two barriers) at 2
+ranks always and, fully connected, under 512 KiB at up to 4 ranks or 256 KiB
+at up to 8; two-shot (reduce-scatter then all-gather, the ring's ``2 (N-1)/N``
+bytes) above.  A decode's messages (16 KiB a token at hidden 8,192) are
+one-shot, whose latency barely grows with N; the ring model stands for NCCL's
+regime, the prefill messages of 8 MiB and more (1,024 tokens at hidden 4,096).
+Against the covered GPUs' measured vLLM tables (``analysis/tp_allreduce.py``;
+docs/compute-time.md, "The all-reduce measured"; the ring at each system's
+NVLink figure x 0.85), one ring all-reduce is 0.31-1.18x of the measured at
+8 MiB and more: 0.59-1.18x on H100/H200 SXM (0.59-0.80x at tp 2, where the
+measured moves the ring's bytes at 0.41-0.67 of NVLink, not the profile's
+0.85; 0.72-0.90x at tp 4; 0.92-1.18x at tp 8), 0.42-0.85x on A100,
+0.31-0.87x on B200.  For a decode's one-token message
+it is 0.64-2.00x: on H100/H200 0.98-1.04x at tp 2, 1.34-1.35x at tp 4 and
+1.93-2.00x at tp 8 (NCCL's ring latency grows with the steps, the one-shot
+kernel's barely does), 0.86-1.62x on A100, 0.64-1.30x on B200.
 
 **Why one rank is enough.**  The ranks run in lock-step: every iteration
 each rank computes the same batch on its shard, loads and stores the same
@@ -195,22 +243,39 @@ def _ssd_share(s: Any, tp: int) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class TensorParallel:
-    """Rank 0's all-reduces: a copy of :func:`allreduce_bytes` to ``peer`` after compute."""
+    """Rank 0's all-reduces: a copy to ``peer`` after compute (module docstring),
+    timed by the library's measured all-reduce where ``measured`` is set (a
+    :class:`sim.hw.measured.MeasuredStep` of the GPU the library measured), by
+    NCCL's ring (:func:`allreduce_bytes`, :func:`allreduce_latency_s`) otherwise."""
 
     tp: int
     card: ModelCard  # the full model (its hidden size sets the message)
     gpu: str = "gpu0"
     peer: str = "gpu1"
+    measured: Any = None  # MeasuredStep whose all-reduces time these, or None: the ring
+
+    def timed_by(self, step: Any) -> TensorParallel:
+        """This rank with its all-reduces timed by ``step``, the run's measured step
+        time (None: the roofline); a derived sibling card (``step.peaks``) keeps
+        the ring: the library measured its all-reduce on the other card's fabric."""
+        measured = step if step is not None and step.peaks is None else None
+        return dataclasses.replace(self, measured=measured)
 
     def allreduce(self, ops: Any, after: int, tokens: int, layers: int, step: int, layer: int):
         """Submit the all-reduces of ``layers`` layers after op ``after``: (op, event
-        that fires when the copy has ended and the all-reduces' latency has passed)."""
-        nbytes = allreduce_bytes(self.card, tokens, self.tp, layers)
+        that fires when they have ended)."""
+        if self.measured is not None:
+            m = ops.machine
+            rate = min(m.net.capacity[r] for r in m.route(self.gpu, self.peer))
+            secs = self.measured.allreduce_ms(tokens) / 1e3 * 2 * layers
+            nbytes = round((secs - m.route_latency_s(self.gpu, self.peer)) * rate)
+        else:
+            nbytes = int(allreduce_bytes(self.card, tokens, self.tp, layers))
         op, ev = ops.submit(
-            "copy", self.gpu, self.peer, nbytes=int(nbytes), depends_on=[after], step=step,
+            "copy", self.gpu, self.peer, nbytes=nbytes, depends_on=[after], step=step,
             layer=layer, tag="allreduce",
         )  # fmt: skip
-        lat = allreduce_latency_s(self.tp, 2 * layers)
+        lat = 0.0 if self.measured is not None else allreduce_latency_s(self.tp, 2 * layers)
         if lat <= 0:
             return op, ev
         return op, ops.env.process(_then_wait(ops.env, ev, lat, op))
