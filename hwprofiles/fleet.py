@@ -28,6 +28,16 @@ and network links are shared by the same max-min fairness:
 * leaf ``leaf{l}`` takes ``nodes_per_leaf`` consecutive nodes; with more than
   one leaf each has an uplink ``leaf{l}.up`` to ``spine`` of the leaf's NIC
   rates over ``uplink_oversubscription`` (kind ``rdma``, ``switch_latency_us``);
+* storage nodes (optional, ``fleet.storage``: a storage-server profile of
+  ``hwprofiles/storage/``, how many, their NICs' rates) follow the compute
+  nodes: storage node ``s``'s switches, DRAM modules and links are prefixed
+  ``s{s}.`` (``s0.dram0``, ``s0.rc0``, ``s0.dram0.bus``), its SSDs numbered after
+  every compute node's (``ssd{N*S + s*T + j}``, T SSDs a server: the names
+  ``ssdK`` stay dense, as the rest of kvtier assumes), its NIC ``k``
+  ``s{s}.nic{k}`` has a PCIe link to the switch the server file names for it
+  and a port to a leaf, like a compute node's; no GPUs.  Leaves take
+  ``nodes_per_leaf`` consecutive hosts, compute nodes first, then storage nodes,
+  and an uplink carries its members' NIC rates over ``uplink_oversubscription``;
 * the nodes' host CPUs are pooled as one resource of all their cores (a
   limitation: host-side I/O work is not placed per node), and the profile's
   software costs and efficiency factors are the node's, but for those the fleet
@@ -54,6 +64,7 @@ from hwprofiles.schema import (
     GpuSpec,
     HardwareProfile,
     LinkSpec,
+    StorageServer,
     Topology,
 )
 
@@ -81,32 +92,40 @@ def _nic_switch(node: HardwareProfile, k: int) -> str | None:
     return None
 
 
-def _nic_links(f: FleetSpec, n: int, k: int, switch: str) -> list[LinkSpec]:
-    """NIC ``k`` of node ``n``: its PCIe link to ``switch`` (its GPU's) and its port
-    to its node's leaf (half the NIC's latency each way)."""
-    nic, leaf = f"n{n}.nic{k}", f"leaf{n // f.network.nodes_per_leaf}"
+def _nic_links(f: FleetSpec, host: int, k: int, switch: str) -> list[LinkSpec]:
+    """NIC ``k`` of host ``host`` (a compute node, or a storage node after them):
+    its PCIe link to ``switch`` (its GPU's, or the one the storage server names)
+    and its port to its host's leaf (half the NIC's latency each way)."""
+    nic = f.host_nic(host, k)
+    spec = f.nic if host < f.nodes else f.storage.nic  # type: ignore[union-attr]
+    leaf = f"leaf{host // f.network.nodes_per_leaf}"
     return [
-        LinkSpec(f"{nic}.pcie", (nic, switch), f.nic.pcie_gbps, "pcie"),
-        LinkSpec(f"{nic}.port", (nic, leaf), f.nic.gbps, "rdma", latency_us=f.nic.latency_us / 2),
+        LinkSpec(f"{nic}.pcie", (nic, switch), spec.pcie_gbps, "pcie"),
+        LinkSpec(f"{nic}.port", (nic, leaf), spec.gbps, "rdma", latency_us=spec.latency_us / 2),
     ]
 
 
 def _network(f: FleetSpec, G: int) -> tuple[list[str], list[LinkSpec]]:
     """The leaves, the spine where there is more than one leaf, and each leaf's
     uplink: its NICs' rates over ``uplink_oversubscription``."""
-    leaves = math.ceil(f.nodes / f.network.nodes_per_leaf)
+    per = f.network.nodes_per_leaf
+    leaves = math.ceil(f.hosts / per)
     switches, links = [f"leaf{i}" for i in range(leaves)], []
     if leaves > 1:
         switches.append("spine")
         for i in range(leaves):
-            members = min(f.network.nodes_per_leaf, f.nodes - i * f.network.nodes_per_leaf)
-            up = members * G * f.nic.gbps / f.network.uplink_oversubscription
+            members = range(i * per, min((i + 1) * per, f.hosts))
+            compute = sum(1 for h in members if h < f.nodes)
+            nics = compute * G * f.nic.gbps
+            if f.storage is not None:
+                nics += (len(members) - compute) * f.storage.nics_per_node * f.storage.nic.gbps
+            up = nics / f.network.uplink_oversubscription
             links.append(LinkSpec(f"leaf{i}.up", (f"leaf{i}", "spine"), up, "rdma",
                                   latency_us=f.network.switch_latency_us))  # fmt: skip
     return switches, links
 
 
-_NIC_LINK = re.compile(r"n(\d+)\.nic(\d+)\.(pcie|port)$")
+_NIC_LINK = re.compile(r"([ns])(\d+)\.nic(\d+)\.(pcie|port)$")
 _NETWORK_SWITCH = re.compile(r"leaf\d+$|spine$")
 
 
@@ -125,17 +144,53 @@ def relink(p: HardwareProfile) -> HardwareProfile:
             continue
         if m is None:
             links.append(link)
-        elif m[3] == "pcie":  # one pair a NIC: rebuilt at its pcie link, its port follows
-            links += _nic_links(f, int(m[1]), int(m[2]), link.between[1])
+        elif m[4] == "pcie":  # one pair a NIC: rebuilt at its pcie link, its port follows
+            host = int(m[2]) + (f.nodes if m[1] == "s" else 0)
+            links += _nic_links(f, host, int(m[3]), link.between[1])
     net_switches, net_links = _network(f, f.gpus_per_node)
     switches = [s for s in p.topology.switches if not _NETWORK_SWITCH.match(s)]
     topology = Topology((*switches, *net_switches), (*links, *net_links))
     return dataclasses.replace(p, topology=topology)
 
 
-def expand(ff: FleetFile, node: HardwareProfile, where: Any, path: Path) -> HardwareProfile:
-    """The fleet ``ff`` of nodes ``node`` as one profile (module docstring)."""
+def _storage_nodes(
+    f: FleetSpec, server: StorageServer, first_ssd: int
+) -> tuple[list[str], list[LinkSpec], list[DramModule]]:
+    """The switches, links (the server's and its NICs') and DRAM modules of
+    ``f``'s storage nodes, each a copy of ``server`` renamed (module docstring)."""
+    T = len(server.ssd_names)
+    switches: list[str] = []
+    links: list[LinkSpec] = []
+    drams: list[DramModule] = []
+    for s in range(f.storage_nodes):
+        host, pre = f.nodes + s, f"s{s}."
+        local = {f"ssd{j}": f"ssd{first_ssd + s * T + j}" for j in range(T)}
+        local.update({x: pre + x for x in (*server.dram_names, *server.topology.switches)})
+        switches += [pre + x for x in server.topology.switches]
+        drams += [dataclasses.replace(m, name=pre + m.name) for m in server.dram]
+        for link in server.topology.links:
+            a, b = link.between
+            links.append(dataclasses.replace(link, name=pre + link.name,
+                                             between=(local[a], local[b])))  # fmt: skip
+        for k, sw in enumerate(server.nics):
+            switches.append(f.host_nic(host, k))
+            links += _nic_links(f, host, k, local[sw])
+    return switches, links, drams
+
+
+def _check_storage(f: FleetSpec, where: Any) -> None:
+    if f.storage is not None and f.storage.nodes < 1:
+        raise where.error("fleet.storage.nodes", f"must be >= 1, got {f.storage.nodes}")
+
+
+def expand(
+    ff: FleetFile, node: HardwareProfile, where: Any, path: Path,
+    server: StorageServer | None = None,
+) -> HardwareProfile:  # fmt: skip
+    """The fleet ``ff`` of nodes ``node`` (and storage nodes ``server``, where
+    ``ff`` has a ``storage`` block) as one profile (module docstring)."""
     f = ff.fleet
+    _check_storage(f, where)
     if node.fleet is not None:
         raise where.error("fleet.node_profile", f"'{f.node_profile}' is a fleet, not a node")
     if f.nodes < 1:
@@ -158,6 +213,14 @@ def expand(ff: FleetFile, node: HardwareProfile, where: Any, path: Path) -> Hard
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
             raise where.error(f"efficiency.{key}", f"must be in (0, 1], got {value!r}")
     G, S = node.gpu.count, len(node.ssd_names)
+    f = dataclasses.replace(f, gpus_per_node=G, ssds_per_node=S)
+    if f.storage is not None and server is not None:
+        f = dataclasses.replace(
+            f,
+            storage=dataclasses.replace(
+                f.storage, nics_per_node=len(server.nics), ssds_per_node=len(server.ssd_names)
+            ),
+        )
     sw_of = {}
     for k in range(G):
         sw = _nic_switch(node, k)
@@ -184,6 +247,11 @@ def expand(ff: FleetFile, node: HardwareProfile, where: Any, path: Path) -> Hard
             nic = f"n{n}.nic{k}"
             switches.append(nic)
             links += _nic_links(f, n, k, local[sw_of[k]])
+    ssds = node.ssds * f.nodes
+    if server is not None:
+        s_switches, s_links, s_drams = _storage_nodes(f, server, f.nodes * S)
+        switches, links, drams = switches + s_switches, links + s_links, drams + s_drams
+        ssds += server.ssds * f.storage_nodes
     net_switches, net_links = _network(f, G)
     switches += net_switches
     links += net_links
@@ -195,13 +263,13 @@ def expand(ff: FleetFile, node: HardwareProfile, where: Any, path: Path) -> Hard
         gpu=gpu,
         cpu=cpu,
         dram=tuple(drams),
-        ssds=node.ssds * f.nodes,
+        ssds=ssds,
         software=node.software,
         topology=Topology(tuple(switches), tuple(links)),
         efficiency=dataclasses.replace(
             node.efficiency, **{k: float(v) for k, v in ff.efficiency.items()}
         ),
-        fleet=dataclasses.replace(f, gpus_per_node=G),
+        fleet=f,
         assumptions=node.assumptions + ff.assumptions,
         source_file=str(path),
     )

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from hwprofiles.assume import check_assumptions
-from hwprofiles.schema import LINK_KINDS, HardwareProfile
+from hwprofiles.schema import LINK_KINDS, HardwareProfile, StorageServer
 from kvtier.contracts.geometry import BLOCK
 
 PROFILE_DIR = Path(__file__).resolve().parent
@@ -197,8 +197,11 @@ def _convert(
         if not isinstance(value, str) or not value:
             raise where.error(key, f"must be a non-empty string, got {value!r}")
         return value
-    if isinstance(tp, types.UnionType):  # pragma: no cover - not used by the schema yet
-        raise TypeError(f"unsupported union type {tp}")
+    if isinstance(tp, types.UnionType):  # ``X | None``: an optional block, written as X
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) != 1:  # pragma: no cover - not used by the schema
+            raise TypeError(f"unsupported union type {tp}")
+        return _convert(args[0], value, where, key, name, positive)
     raise TypeError(f"unsupported field type {tp!r}")  # pragma: no cover
 
 
@@ -269,18 +272,72 @@ def load_profile(source: str | Path) -> HardwareProfile:
     return profile
 
 
+# fleet keys the loader sets from the node and storage-server profiles
+_DERIVED = {"fleet": ("gpus_per_node", "ssds_per_node"),
+            "fleet.storage": ("nics_per_node", "ssds_per_node")}  # fmt: skip
+
+
 def _load_fleet(data: dict, where: _Where, path: Path) -> HardwareProfile:
-    """A fleet file (:mod:`hwprofiles.fleet`): its nodes expanded into one profile."""
+    """A fleet file (:mod:`hwprofiles.fleet`): its nodes, and its storage nodes
+    where it has any, expanded into one profile."""
     from hwprofiles.fleet import FleetFile, expand  # noqa: PLC0415 (fleet imports the schema only)
 
-    if isinstance(data.get("fleet"), dict) and "gpus_per_node" in data["fleet"]:
-        raise where.error("fleet.gpus_per_node", "set from the node profile, not written")
+    blocks = {"fleet": data.get("fleet")}
+    blocks["fleet.storage"] = blocks["fleet"].get("storage") if isinstance(
+        blocks["fleet"], dict) else None  # fmt: skip
+    for block, keys in _DERIVED.items():
+        for k in keys:
+            if isinstance(blocks[block], dict) and k in blocks[block]:
+                what = "node" if block == "fleet" else "storage-server"
+                raise where.error(f"{block}.{k}", f"set from the {what} profile, not written")
     ff = build_dataclass(FleetFile, data, where)
     try:
         node = load_profile(ff.fleet.node_profile)
     except ProfileError as exc:
         raise where.error("fleet.node_profile", str(exc)) from None
-    return expand(ff, node, where, path)
+    server = None
+    if ff.fleet.storage is not None:
+        try:
+            server = load_storage_server(ff.fleet.storage.node_profile)
+        except ProfileError as exc:
+            raise where.error("fleet.storage.node_profile", str(exc)) from None
+    return expand(ff, node, where, path, server)
+
+
+STORAGE_DIR = PROFILE_DIR / "storage"
+
+
+def load_storage_server(source: str | Path) -> StorageServer:
+    """A storage server (:class:`~hwprofiles.schema.StorageServer`) by name (a file
+    in ``hwprofiles/storage/``) or by path, checked like a profile: its names, links,
+    capacities, ceilings and assumptions; it holds at least one DRAM module or SSD
+    and has at least one NIC, each on one of its switches."""
+    path = resolve_yaml(source, STORAGE_DIR, "storage-server profile")
+    data, where = read_yaml(path)
+    if isinstance(data, dict) and ("gpu" in data or "fleet" in data):
+        raise where.error("gpu" if "gpu" in data else "fleet",
+                          "a storage server has no GPUs and is no fleet")  # fmt: skip
+    server = dataclasses.replace(build_dataclass(StorageServer, data, where),
+                                 source_file=str(path))  # fmt: skip
+    if path.stem != server.name and path.parent == STORAGE_DIR:
+        raise where.error("name", f"'{server.name}' differs from the file name '{path.stem}'")
+    if not server.dram and not server.ssds:
+        raise where.error("ssds", "a storage server holds no DRAM module and no SSD: no devices")
+    if not server.nics:
+        raise where.error("nics", "a storage server needs at least one NIC")
+    for i, sw in enumerate(server.nics):
+        if sw not in server.topology.switches:
+            raise where.error(f"nics[{i}]", f"NIC {i} hangs off unknown switch '{sw}' "
+                              f"(one of: {', '.join(server.topology.switches)})")  # fmt: skip
+    _check_topology(server, where)  # type: ignore[arg-type]  (the same names and links)
+    _check_capacities(server, where)  # type: ignore[arg-type]
+    _check_ceilings(server, where)
+    check_assumptions(server, where, _check_number)  # type: ignore[arg-type]
+    return server
+
+
+def list_storage_servers() -> list[str]:
+    return sorted(p.stem for p in STORAGE_DIR.glob("*.yaml"))
 
 
 def _check_ceilings(node: Any, where: _Where, key: str = "") -> None:
@@ -429,7 +486,9 @@ __all__ = [
     "ProfileError",
     "build_dataclass",
     "list_profiles",
+    "list_storage_servers",
     "load_profile",
+    "load_storage_server",
     "read_yaml",
     "resolve_yaml",
 ]

@@ -256,17 +256,39 @@ class NetworkSpec:
 
 
 @dataclass(frozen=True)
+class StorageSpec:
+    """``nodes`` storage servers of the storage-server profile ``node_profile``
+    (``hwprofiles/storage/<name>.yaml``, :class:`StorageServer`) on the fleet's
+    network, each NIC of the server a port of ``nic``'s rates.  The loader expands
+    them after the compute nodes (:mod:`hwprofiles.fleet`): storage node ``s``'s
+    switches, DRAM modules and links are prefixed ``s{s}.``, its NICs
+    ``s{s}.nic{k}``, its SSDs numbered after the compute nodes' ones."""
+
+    node_profile: str
+    nodes: int
+    nic: NicSpec
+    nics_per_node: int = 0  # the server's NICs (set by the loader)
+    ssds_per_node: int = 0  # the server's SSDs (set by the loader)
+
+
+@dataclass(frozen=True)
 class FleetSpec:
-    """``nodes`` machines of the profile ``node_profile``, one network.  The
-    loader expands them into one profile (:mod:`hwprofiles.fleet`): node ``n``'s
-    GPUs are ``gpu{n*G}..gpu{n*G+G-1}`` (G = ``gpus_per_node``), its SSDs
-    likewise, its switches, DRAM modules and links prefixed ``n{n}.``."""
+    """``nodes`` machines of the profile ``node_profile``, one network, and the
+    optional ``storage`` servers on it.  The loader expands them into one profile
+    (:mod:`hwprofiles.fleet`): node ``n``'s GPUs are ``gpu{n*G}..gpu{n*G+G-1}``
+    (G = ``gpus_per_node``), its SSDs likewise (S = ``ssds_per_node``), its
+    switches, DRAM modules and links prefixed ``n{n}.``.
+
+    A *host* is a compute node or a storage node: hosts ``0..nodes-1`` are the
+    compute nodes, host ``nodes + s`` is storage node ``s`` (:meth:`host_of`)."""
 
     node_profile: str
     nodes: int
     nic: NicSpec
     network: NetworkSpec
+    storage: StorageSpec | None = None
     gpus_per_node: int = 0  # the node profile's GPUs (set by the loader)
+    ssds_per_node: int = 0  # the node profile's SSDs (set by the loader)
 
     def node_of(self, gpu: str) -> int:
         """The node GPU ``gpuK`` sits in."""
@@ -276,6 +298,90 @@ class FleetSpec:
         """The NIC GPU ``gpuK`` sends and receives through: its own (``n{n}.nic{k}``)."""
         k = int(gpu.removeprefix("gpu"))
         return f"n{k // self.gpus_per_node}.nic{k % self.gpus_per_node}"
+
+    @property
+    def storage_nodes(self) -> int:
+        return self.storage.nodes if self.storage is not None else 0
+
+    @property
+    def hosts(self) -> int:
+        """Compute nodes and storage nodes."""
+        return self.nodes + self.storage_nodes
+
+    def storage_hosts(self) -> list[int]:
+        """The host numbers of the storage nodes (none without ``storage``)."""
+        return list(range(self.nodes, self.hosts))
+
+    def host_prefix(self, host: int) -> str:
+        """The prefix of a host's switches, DRAM modules and links: ``n{n}.`` or ``s{s}.``."""
+        return f"n{host}." if host < self.nodes else f"s{host - self.nodes}."
+
+    def host_ssds(self, host: int) -> range:
+        """The indices K of host ``host``'s SSDs ``ssdK``."""
+        S = self.ssds_per_node
+        if host < self.nodes:
+            return range(host * S, (host + 1) * S)
+        assert self.storage is not None
+        T, first = self.storage.ssds_per_node, self.nodes * S
+        return range(first + (host - self.nodes) * T, first + (host - self.nodes + 1) * T)
+
+    def host_of(self, name: str) -> int | None:
+        """The host a GPU (``gpuK``), SSD (``ssdK``) or DRAM module (``n1.dram0``,
+        ``s0.dram0``) sits in; None for any other name (a switch, a NIC)."""
+        if name.startswith("gpu"):
+            return self.node_of(name)
+        if name.startswith("ssd") and name[3:].isdigit():
+            k, first = int(name[3:]), self.nodes * self.ssds_per_node
+            if k < first:
+                return k // self.ssds_per_node
+            assert self.storage is not None
+            return self.nodes + (k - first) // self.storage.ssds_per_node
+        head, dot, _ = name.partition(".")
+        if dot and head[:1] in "ns" and head[1:].isdigit() and ".nic" not in name:
+            return int(head[1:]) + (self.nodes if head[0] == "s" else 0)
+        return None
+
+    def host_nic(self, host: int, k: int) -> str:
+        """NIC ``k`` of a host: ``n{n}.nic{k}``, or a storage node's ``s{s}.nic{k mod M}``
+        (its M NICs taking the compute nodes' rails in turn)."""
+        if host < self.nodes:
+            return f"n{host}.nic{k}"
+        assert self.storage is not None
+        return f"s{host - self.nodes}.nic{k % self.storage.nics_per_node}"
+
+
+@dataclass(frozen=True)
+class StorageServer:
+    """A storage server of a fleet (``hwprofiles/storage/<name>.yaml``): DRAM
+    modules and SSDs behind its own switches, no GPUs.  ``nics`` names, one entry a
+    NIC, the switch that NIC's PCIe link hangs off (the NICs' rates are the fleet
+    file's ``fleet.storage.nic``).  Its names are local (``dram0``, ``ssd0``,
+    ``rc0``); :mod:`hwprofiles.fleet` renames them per storage node.  The server's
+    CPU is not modelled (the fleet's host CPUs are the compute nodes'), nor its
+    own software path: the fleet's software costs and efficiency factors apply."""
+
+    name: str
+    description: str
+    dram: tuple[DramModule, ...]
+    ssds: tuple[SsdGroup, ...]
+    nics: tuple[str, ...]
+    topology: Topology
+    assumptions: tuple[Assumption, ...] = field(default=(), compare=False)
+    source_file: str = field(default="", compare=False)
+
+    gpu_names: tuple[str, ...] = field(default=(), init=False, compare=False)
+
+    @property
+    def ssd_names(self) -> tuple[str, ...]:
+        return tuple(f"ssd{i}" for i in range(sum(g.count for g in self.ssds)))
+
+    @property
+    def dram_names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.dram)
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return self.ssd_names + self.dram_names + self.topology.switches
 
 
 @dataclass(frozen=True)

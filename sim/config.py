@@ -210,7 +210,8 @@ class ServingParams:
     disaggregation: dict = field(default_factory=dict)
     # whose offload tiers a routed instance reaches (sim.fleet.scopes): instance
     # (its own, on its node's devices), node (one store per node, shared by its instances)
-    # or fleet (one store over every node's devices, reached over the network)
+    # or fleet (one store over every node's devices, reached over the network) or storage
+    # (the fleet store on the fleet's storage nodes' devices)
     tier_scope: str = "instance"
     preempt: bool = False  # vLLM v1: prompt blocks at admission, preempt (recompute) on shortage
     tp: int = field(
@@ -313,7 +314,7 @@ def _check_instances(p: ServingParams) -> None:
             raise ParamError(f"instances[{i}].cache_replies", f"must be one of {CACHE_REPLIES}")
 
 
-TIER_SCOPES = ("instance", "node", "fleet")  # sim.fleet.scopes.SCOPES
+TIER_SCOPES = ("instance", "node", "fleet", "storage")  # sim.fleet.scopes.SCOPES
 
 
 def _check_router(p: ServingParams) -> None:

@@ -2,7 +2,7 @@
 
 A routed run's instances (:mod:`sim.scenarios.serving_routed`) get their
 design's offload tiers (host DRAM, SSDs: :func:`sim.serving.build.make_tiers`)
-at one of three scopes, the workload's ``tier_scope``:
+at one of four scopes, the workload's ``tier_scope``:
 
 * ``instance`` (the default): each instance its own tiers on **its node's**
   devices (:func:`sim.serving.build.design_devices` of the node its GPU sits
@@ -34,6 +34,19 @@ at one of three scopes, the workload's ``tier_scope``:
   node's DRAM to the GPU through both nodes' NICs and the leaf
   (:meth:`sim.hw.machine.Machine.route`), a flow of the one network, the
   ports' latency waited first.
+* ``storage``: the ``fleet`` store, the same capacity, on the design's devices
+  of the fleet's **storage nodes** instead (``fleet.storage`` in the fleet file:
+  :mod:`hwprofiles.fleet`), none of it on a serving node: Mooncake Store's pool
+  on dedicated memory/SSD servers, or 3FS's SSD pool ("KVCache for Inference
+  ... a cost-effective alternative to DRAM-based caching", deepseek-ai/3FS
+  README) on its storage nodes.  Every load and store crosses the GPU's NIC,
+  the fabric and the storage node's NIC and devices.  An explicit scope, not
+  ``fleet`` turned into it when a fleet has storage nodes: the scope says where
+  the store sits, the profile only what hardware exists, so one fleet runs both
+  pools on one trace (``sim/scenarios/fleet-storage.yaml``), and the workload
+  that names ``fleet`` keeps its meaning on every profile.  Its hits count at
+  the ``fleet_pool`` level (a fleet-wide pool; the row's ``tier_scope`` says
+  where it sat).
 
 The tiers keep their own rules (LRU, pins, evictions: :mod:`sim.serving.tiers`);
 sharing them is only who holds the object.  Eviction is the store's (Mooncake
@@ -47,13 +60,15 @@ from collections.abc import Sequence
 
 from hwprofiles import HardwareProfile
 from sim.models import ModelCard
+from sim.registry import Unsupported
 from sim.serving.build import GIB, make_tiers
 from sim.serving.designs import DesignParams
 from sim.serving.tiers.blocks import OffloadTier
 
-SCOPES = ("instance", "node", "fleet")
+SCOPES = ("instance", "node", "fleet", "storage")
 # the level a scope's tier hits count at (beside ``gpu``)
-LEVELS = {"instance": "node_local", "node": "node_shared", "fleet": "fleet_pool"}
+LEVELS = {"instance": "node_local", "node": "node_shared", "fleet": "fleet_pool",
+          "storage": "fleet_pool"}  # fmt: skip
 OFFLOAD = ("cpu", "ssd", "pool")  # the offload tiers' hit columns (sim.serving.metrics.TIERS)
 
 
@@ -96,10 +111,20 @@ def scoped_tiers(
         by_node = {n: make_tiers(design, profile, card, block_tokens, [n], nodes.count(n))
                    for n in sorted(set(nodes))}  # fmt: skip
         sets = [by_node[n] for n in nodes]
-    else:
+    elif scope == "fleet":
         everyone = range(profile.fleet.nodes if profile.fleet is not None else 1)
         fleet = make_tiers(design, profile, card, block_tokens, list(everyone), len(gpus))
         sets = [fleet] * len(gpus)
+    else:
+        hosts = profile.fleet.storage_hosts() if profile.fleet is not None else []
+        if not hosts:
+            raise ScopeError(f"tier_scope: storage: profile {profile.name} has no storage "
+                             "nodes (a fleet file's fleet.storage block)")  # fmt: skip
+        try:
+            pool = make_tiers(design, profile, card, block_tokens, hosts, len(gpus))
+        except Unsupported as e:
+            raise ScopeError(f"tier_scope: storage: the storage nodes: {e}") from None
+        sets = [pool] * len(gpus)
     check_capacity(profile, sets, scope)
     return list(sets)
 
@@ -131,6 +156,6 @@ def level_hits(scope: str, hits: dict[str, float]) -> dict[str, float]:
     one quantity, blocks or a rate): ``gpu`` and the scope's level holding the
     offload tiers' sum, the other two levels 0 (a run has one scope)."""
     out = {"gpu": hits.get("gpu", 0.0)}
-    for sc, level in LEVELS.items():
-        out[level] = sum(hits.get(t, 0.0) for t in OFFLOAD) if sc == scope else 0.0
+    for level in dict.fromkeys(LEVELS.values()):
+        out[level] = sum(hits.get(t, 0.0) for t in OFFLOAD) if LEVELS[scope] == level else 0.0
     return out

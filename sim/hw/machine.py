@@ -232,19 +232,20 @@ class Machine:
         return self._routes[key]
 
     def _nics_between(self, src: str, dst: str) -> tuple[str, str] | None:
-        """The NICs a route between two nodes of a fleet crosses (None inside a
-        node): a GPU sends and receives through its own NIC (GPUDirect RDMA);
-        host memory or an SSD of the other node through that node's NIC of
-        the same index (the GPU's rail; NIC 0 between two hosts)."""
+        """The NICs a route between two hosts of a fleet crosses (None inside a
+        host): a GPU sends and receives through its own NIC (GPUDirect RDMA);
+        host memory or an SSD of the other host through that host's NIC of the
+        same index (the GPU's rail; NIC 0 between two hosts; a storage node's NICs
+        take the rails in turn, :meth:`~hwprofiles.schema.FleetSpec.host_nic`)."""
         fleet = self.profile.fleet
-        if fleet is None or fleet.nodes < 2:
+        if fleet is None or fleet.hosts < 2:
             return None
         a, b = self._node_index(src), self._node_index(dst)
         if a is None or b is None or a == b:
             return None
         gpu = src if src in self.gpu_res else dst if dst in self.gpu_res else None
         k = int(gpu.removeprefix("gpu")) % fleet.gpus_per_node if gpu is not None else 0
-        nic = {n: f"n{n}.nic{k}" for n in (a, b)}
+        nic = {n: fleet.host_nic(n, k) for n in (a, b)}
         if src in self.gpu_res:
             nic[a] = fleet.nic_of(src)
         if dst in self.gpu_res:
@@ -252,15 +253,12 @@ class Machine:
         return nic[a], nic[b]
 
     def _node_index(self, name: str) -> int | None:
-        """The fleet node a GPU, SSD or DRAM module sits in (None: a switch or link end)."""
+        """The fleet host (a compute node, or a storage node after them) a GPU, SSD
+        or DRAM module sits in (None: a switch or link end)."""
         fleet = self.profile.fleet
         assert fleet is not None
-        if name in self.gpu_res:
-            return fleet.node_of(name)
-        if name in self.profile.ssd_names:
-            return self.profile.ssd_names.index(name) * fleet.nodes // len(self.profile.ssd_names)
-        if name in self.profile.dram_names:
-            return int(name.split(".", 1)[0].removeprefix("n"))
+        if name in self.gpu_res or name in self.ssd_res or name in self.profile.dram_names:
+            return fleet.host_of(name)
         return None
 
     def route_latency_s(self, src: str, dst: str) -> float:

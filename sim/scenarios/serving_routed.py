@@ -184,15 +184,17 @@ def network_summary(records: ServingRecords, profile: HardwareProfile) -> dict[s
     dev = records.devices.to_pandas()
     dev = dev[dev["type"] == "link"]
     span = float(records.stats.get("makespan_s", 0.0))
-    rate = gbps(profile.fleet.nic.gbps) * profile.efficiency.rdma
     port = dev[dev["device"].str.contains(r"\.nic\d+\.port")]
     up = dev[dev["device"].str.startswith("leaf")]
+    caps = {ln.name: gbps(ln.gbps) * profile.efficiency.rdma for ln in profile.topology.links}
+    # each port at its own rate (a storage node's NICs may differ from the GPUs')
+    loads = [b / (caps[d[:-1]] * span) for d, b in zip(port["device"], port["bytes_read"],
+                                                        strict=True) if span > 0]  # fmt: skip
     out = {
         "net_gb": float(port.loc[port["device"].str.endswith(">"), "bytes_read"].sum()) / 1e9,
         "nic_busy_max": float(port["util_mean"].max()) if len(port) else 0.0,
-        "nic_load_max": float(port["bytes_read"].max()) / (rate * span) if span > 0 else 0.0,
+        "nic_load_max": max(loads) if loads else 0.0,
     }
-    caps = {ln.name: gbps(ln.gbps) * profile.efficiency.rdma for ln in profile.topology.links}
     loads = [b / (caps[d[:-1]] * span) for d, b in zip(up["device"], up["bytes_read"], strict=True)
              if span > 0]  # fmt: skip
     out["uplink_load_max"] = max(loads) if loads else 0.0

@@ -31,13 +31,17 @@ GIB = 2**30
 
 
 def node_devices(profile: HardwareProfile, node: int | None) -> tuple[list[str], list[str]]:
-    """(DRAM modules, SSDs) of fleet node ``node`` (``n{node}.dram*``, its
-    ``ssd{node*S+j}``, :mod:`hwprofiles.fleet`); the profile's all when None."""
+    """(DRAM modules, SSDs) of fleet host ``node``: a compute node's
+    ``n{node}.dram*`` and ``ssd{node*S+j}``, or for a host after the compute nodes
+    a storage node's ``s{s}.dram*`` and SSDs (:mod:`hwprofiles.fleet`,
+    :meth:`~hwprofiles.schema.FleetSpec.host_ssds`); the profile's all when None."""
     drams, ssds = list(profile.dram_names), list(profile.ssd_names)
     if node is None or profile.fleet is None:
         return drams, ssds
-    per = len(ssds) // profile.fleet.nodes
-    return [m for m in drams if m.startswith(f"n{node}.")], ssds[node * per : (node + 1) * per]
+    prefix = profile.fleet.host_prefix(node)
+    return [m for m in drams if m.startswith(prefix)], [
+        ssds[k] for k in profile.fleet.host_ssds(node)
+    ]
 
 
 def design_devices(

@@ -25,6 +25,39 @@ fleet:
   network: {nodes_per_leaf: 2}
 """
 
+# the same fleet with two storage servers of the server file s.yaml (hwprofiles/fleet.py)
+FLEET_STORAGE = (
+    FLEET
+    + """  storage:
+    node_profile: s.yaml
+    nodes: 2
+    nic: {model: M, gbps: 25.0, pcie_gbps: 31.5, latency_us: 2.0}
+"""
+)
+# a storage server (hwprofiles/schema.py StorageServer): one 64 GiB DRAM module, one SSD
+SERVER = """name: s
+description: x
+dram: [{name: dram0, capacity_gib: 64, gbps: 100.0}]
+ssds:
+  - {model: S, count: 1, capacity_gib: 1000, read_gbps: 6.4, write_gbps: 3.8, read_iops: 1000000,
+     write_iops: 200000, read_latency_us: 80, write_latency_us: 20, max_queue_depth: 128,
+     max_io_kib: 1280}
+nics: [rc0]
+topology:
+  switches: [rc0]
+  links:
+    - {name: dram0.bus, between: [rc0, dram0], gbps: 100.0, kind: membus, duplex: half}
+    - {name: ssd0.pcie, between: [ssd0, rc0], gbps: 7.88, kind: pcie}
+"""
+# ... and one holding no device at all
+SERVER_EMPTY = """name: s
+description: x
+dram: []
+ssds: []
+nics: [rc0]
+topology: {switches: [rc0], links: []}
+"""
+
 YAML: list[tuple[str, str, Files, str]] = [
     # --- profile YAML (read by `profiles show FILE`, `sim --hw FILE`, `sweep --hw FILE`)
     ("yaml-latin1", "profiles show p.yaml", {"p.yaml": PROFILE.encode() + b"# caf\xe9\n"}, "UTF-8"),
@@ -537,6 +570,54 @@ YAML: list[tuple[str, str, Files, str]] = [
             ),
         },  # fmt: skip
         "hold 2,400.0 GiB on n0.dram0, which has 2,048.0 GiB",
+    ),
+    (
+        "fleet-storage-no-devices",
+        "profiles show f.yaml",
+        {"f.yaml": FLEET_STORAGE, "s.yaml": SERVER_EMPTY},
+        "fleet.storage.node_profile: s.yaml:4: ssds: a storage server holds no DRAM module",
+    ),
+    (
+        "fleet-storage-unknown-server",
+        "profiles show f.yaml",
+        {"f.yaml": FLEET_STORAGE.replace("s.yaml", "3fs-storag")},
+        "fleet.storage.node_profile: unknown storage-server profile '3fs-storag'",
+    ),
+    (
+        "fleet-storage-nic-unknown-switch",
+        "profiles show f.yaml",
+        {"f.yaml": FLEET_STORAGE, "s.yaml": SERVER.replace("nics: [rc0]", "nics: [rc1]")},
+        "nics[0]: NIC 0 hangs off unknown switch 'rc1'",
+    ),
+    (
+        "fleet-storage-zero-nodes",
+        "profiles show f.yaml",
+        {"f.yaml": FLEET_STORAGE.replace("    nodes: 2", "    nodes: 0"), "s.yaml": SERVER},
+        "fleet.storage.nodes: must be >= 1",
+    ),
+    (
+        "fleet-storage-pool-too-large",
+        "sim --scenario v.yaml --hw f.yaml",
+        {
+            "f.yaml": FLEET_STORAGE,
+            "s.yaml": SERVER,
+            "v.yaml": serving(
+                "  design: paged-cpu\n  design_params: {cpu_gib: 10.0}\n"
+                "  router: prefix\n  replicas: 16\n  tier_scope: storage\n"
+            ),
+        },  # fmt: skip
+        "tier_scope: storage: the offload tiers hold 80.0 GiB on s0.dram0, which has 64.0 GiB",
+    ),
+    (
+        "fleet-storage-scope-without-storage",
+        "sim --scenario v.yaml --hw f.yaml",
+        {
+            "f.yaml": FLEET,
+            "v.yaml": serving(
+                "  design: paged-cpu\n  router: prefix\n  replicas: 2\n  tier_scope: storage\n"
+            ),
+        },  # fmt: skip
+        "tier_scope: storage: profile f has no storage nodes",
     ),
     (
         "serve-gpu-util",

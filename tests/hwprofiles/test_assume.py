@@ -10,7 +10,13 @@ import pytest
 
 from hwprofiles import list_profiles, load_profile
 from hwprofiles.assume import PathError, field_value, with_value
-from hwprofiles.loader import PROFILE_DIR, read_yaml
+from hwprofiles.loader import (
+    PROFILE_DIR,
+    STORAGE_DIR,
+    list_storage_servers,
+    load_storage_server,
+    read_yaml,
+)
 from hwprofiles.schema import HardwareProfile
 
 # the kinds of link an efficiency factor applies to (hwprofiles/schema.py EfficiencySpec)
@@ -126,6 +132,10 @@ def _fleet_file(tmp_path: Path, base: str, old: str, new: str) -> HardwareProfil
          "switch_latency_us: 0.5 ", "switch_latency_us: 1.0 ", 1.0),
         ("fleet-2x-dgx-h100-8to1", "fleet.network.nodes_per_leaf",
          "nodes_per_leaf: 1 ", "nodes_per_leaf: 2 ", 2),
+        ("fleet-2x-dgx-h100-storage", "fleet.network.nodes_per_leaf",
+         "nodes_per_leaf: 4 ", "nodes_per_leaf: 2 ", 2),
+        ("fleet-2x-dgx-h100-storage", "fleet.storage.nic.latency_us",
+         "latency_us: 2.0     # assumption (header): as", "latency_us: 4.0     # as", 4.0),
     ],
 )  # fmt: skip
 def test_a_fleet_number_changed_rebuilds_its_links_as_the_file_would(
@@ -154,3 +164,38 @@ def test_a_fleet_uplink_and_port_by_hand() -> None:
     s = with_value(p, "fleet.network.nodes_per_leaf", 2)
     assert not [k for k in s.topology.links if k.name.startswith("leaf")]
     assert "spine" not in s.topology.switches and "leaf1" not in s.topology.switches
+
+
+def _server_commented_assumptions(name: str) -> list[tuple[str, str]]:
+    """:func:`_commented_assumptions` for a storage-server file (hwprofiles/storage/)."""
+    path = STORAGE_DIR / f"{name}.yaml"
+    text = path.read_text(encoding="utf-8").splitlines()
+    _, where = read_yaml(path)
+    server = load_storage_server(name)
+    out = []
+    for key, line in where.lines.items():
+        _, hash_, comment = text[line - 1].partition("#")
+        if (
+            not hash_
+            or not _ASSUMED.search(comment)
+            or key.split(".")[0] in ("defs", "assumptions")
+        ):
+            continue
+        try:
+            field_value(server, key)  # type: ignore[arg-type]  (any dataclass of numbers)
+        except PathError:
+            continue
+        out.append((key, comment.strip()))
+    return out
+
+
+@pytest.mark.parametrize("name", list_storage_servers())
+def test_every_number_a_storage_server_calls_an_assumption_has_a_range(name: str) -> None:
+    server = load_storage_server(name)
+    ranged = {a.field for a in server.assumptions}
+    found = _server_commented_assumptions(name)
+    assert found  # the scan is not vacuous: the shipped server assumes its DRAM and latencies
+    missing = [k for k, c in found if k not in ranged and not _NOT_RANGED.search(c)]
+    assert not missing, f"{name}: assumptions without a range: {missing}"
+    for a in server.assumptions:
+        assert a.low <= field_value(server, a.field) <= a.high and a.why  # type: ignore[arg-type]

@@ -46,6 +46,12 @@ EXPECTED = {
     # two dgx-h100 nodes (hwprofiles/fleet.py): every figure twice, the host CPUs pooled
     "fleet-2x-dgx-h100": Expect(16, 80, 16, 16 * 6.4, 2, 2 * 2048, 2 * 563.2, 2 * 112),
     "fleet-2x-dgx-h100-8to1": Expect(16, 80, 16, 16 * 6.4, 2, 2 * 2048, 2 * 563.2, 2 * 112),
+    # fleet-2x-dgx-h100 plus two 3fs-storage servers (3FS README: sixteen 14 TiB NVMe each;
+    # 512 GiB of DDR5 on 8 channels x 4800 MT/s x 8 B = 307.2 GB/s, an assumption); no GPUs or
+    # host CPUs of their own
+    "fleet-2x-dgx-h100-storage": Expect(
+        16, 80, 16 + 2 * 16, 48 * 6.4, 4, 2 * 2048 + 2 * 512, 2 * 563.2 + 2 * 307.2, 2 * 112
+    ),
     # eight dgx-h100 nodes: every figure eight times
     "fleet-8x-dgx-h100": Expect(64, 80, 64, 64 * 6.4, 8, 8 * 2048, 8 * 563.2, 8 * 112),
     # seed 001 §3.1.1: 128 GB unified LPDDR5X, 20 cores; 273 GB/s (NVIDIA datasheet)
