@@ -207,8 +207,6 @@ class BatchIO:
         one = len(self.devs) == 1
         devs = None if one else self.slot_dev[g]
         hit = [0] if one else np.flatnonzero(np.bincount(devs, minlength=len(self.devs))).tolist()
-        if self.op_cost is not None:
-            self._first_reaps(g, devs, t)
         for k in hit:
             gk = g if one else g[devs == k]
             top = self._base[k] + self.nfree[k]
@@ -230,16 +228,6 @@ class BatchIO:
         for k in hit:
             if self.closing[k]:
                 self._close(k, t)
-
-    def _first_reaps(self, g: np.ndarray, devs: np.ndarray | None, t: float) -> None:
-        """Note ``t`` as the first completion of each paced op with one among ``g``."""
-        paced = np.asarray(self.dev_paced)[self.slot_dev[g] if devs is None else devs]
-        if not paced.any():
-            return
-        first = self.first_reap
-        for j in np.unique(self.op_of(self.slot_io[g[paced]])).tolist():
-            if first[j] != first[j]:  # NaN: none yet
-                first[j] = t
 
     def _count(self, hit, n, lens, devs, write) -> None:
         """Bytes and I/Os per device, once verified."""

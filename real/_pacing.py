@@ -26,16 +26,20 @@ op's cost has been served it has its *paced finish* ``F``; it ends at::
 
     end = max(F - late + L, last completion)
 
-``L`` is the device's unloaded access latency, the simulator's latency phase
-(:mod:`sim.executor`): the least time from an op's issue to its first completion
-over the device's ops so far in the replay.  The least, not a median: an op that
-issues a batch sees its first completion only after the loop has prepared and
-submitted the whole round (every device's I/Os), where the model's latency is
-the calibration's QD1 time of one I/O alone (measured 2026-12-03 on the quiet
-VM: the median first completion of ops issued to an idle device was 0.91 ms for
-Swarm (static routing)'s 64-I/O ops against a QD1 time of 0.43 ms; taken as
-``L`` it moved PQCache from +2% to -10..-15% and No Cluster from -2% to -5..-7%
-in five runs).  ``late`` is how long after the op
+``L`` is the emulated device's access latency, the simulator's latency phase
+(:mod:`sim.executor`): the target's ``latency_s`` (read or write), the latency of
+its SSD in the profile the plan is simulated on (:func:`kvtier.compare.replayer.paced`;
+for the emulations, the replayer's measured QD1 time, :func:`real.validate.engine_costs`).
+The pacer enforces it as it enforces the profile's bandwidth and IOPS: they are the
+emulated device; what the replay measures is the replayer's loop and the I/Os' own
+completions (the ``last completion`` term).  Until 2026-12-03 ``L`` was estimated in
+the replay, as the least issue-to-first-completion time over the device's ops so far:
+a least statistic, on ops whose first completion waits for a whole round's
+submission, so it fell to 0.13-0.2 ms against the model's 0.39 ms QD1 median and
+PQCache's short fetch ops (1-37 I/Os on a device) replayed 8-17% faster than
+modelled in ten quiet runs (a median first completion of ops issued to an idle
+device, tried before, gave 0.91 ms for Swarm (static routing)'s 64-I/O ops and
+PQCache -10..-15%).  ``late`` is how long after the op
 could start (its dependencies ended, its release came) the loop noticed and
 started it: on the device's clock the op starts when it could, as a copy or
 compute op does on its GPU's (:mod:`real.scheduler`), so the loop's lateness

@@ -148,8 +148,6 @@ class Replayer(BatchIO):
         self.next_io = [0] * n  # I/Os issued per op
         self.op_cap = [0] * n
         self.issue_s = [np.nan] * n  # paced ops: when the loop started them
-        self.dev_lat = [np.inf] * len(layout.nodes)  # paced: least first-completion time
-        self.first_reap = [np.nan] * n  # paced ops: their first completion
         self.io_end = [np.nan] * n  # paced ops: when their last I/O was reaped
         self.done = self.inflight = self.passes = 0
         self.timers: list[tuple[float, int, int, int]] = []
@@ -316,10 +314,7 @@ class Replayer(BatchIO):
         k = self.dev_of[j]
         fin = self.devs[k].pacer.finish.pop(j)
         late = self.issue_s[j] - self.start_s[j]
-        lat = self.first_reap[j] - self.issue_s[j]
-        if lat == lat:  # the device's unloaded latency: the least any of its ops saw
-            self.dev_lat[k] = min(self.dev_lat[k], lat)
-        at = fin - late + (self.dev_lat[k] if self.dev_lat[k] < np.inf else 0.0)
+        at = fin - late + self.devs[k].target.latency_s[self.write[j]]
         self._timer(max(at, self.io_end[j]), _HELD, j)
 
     def _timer(self, at: float, what: int, j: int) -> None:

@@ -38,6 +38,9 @@ class Target:
     ``limits``: rates the device is held to; ``pacing`` says the replayer
     enforces them itself (no kernel throttling available).
     ``queue_depth``: in-flight I/O slots of this device (0 = the plan's).
+    ``latency_s``: (read, write) access latency a paced device adds to an op's paced
+    finish, the emulated device's as the simulator holds it (:mod:`real._pacing`);
+    0: none beyond what its I/Os really take.
     """
 
     node: str
@@ -48,3 +51,4 @@ class Target:
     limits: Limits = Limits()
     pacing: bool = False
     queue_depth: int = 0
+    latency_s: tuple[float, float] = (0.0, 0.0)

@@ -242,7 +242,7 @@ def run_designs(
             with dev.prepared(plan, seed, None) as targets:
                 real = replay(
                     plan,
-                    paced(targets, (costs or {}).get("pace_scale", 1.0)),
+                    paced(targets, profile, (costs or {}).get("pace_scale", 1.0)),
                     seed=seed,
                     engine=engine,
                     nonio_s=nonio,

@@ -135,9 +135,12 @@ from hwprofiles import HardwareProfile
 # design replays are also paced in user space (real._pacing: each op's end held to its
 # share of the device's time, which banks no idle time) at the same limits, inside the
 # throttle.  (Until 2026-12-02 the pacer held each I/O back with token buckets of 5 ms.)
-def paced(targets: dict, scale: float = 1.0) -> dict:
+def paced(targets: dict, profile: HardwareProfile | None = None, scale: float = 1.0) -> dict:
     """``targets`` held to their own limits by the replayer too (where they have any),
-    times ``scale`` (:func:`pace_scale`; every rate at least 1)."""
+    times ``scale`` (:func:`pace_scale`; every rate at least 1), each with the access
+    latency of its SSD in ``profile`` (the profile the replayed plan is simulated on:
+    the pacer holds an op to ``L`` after its paced finish as the simulator's latency
+    phase does, :mod:`real._pacing`); without a profile, none."""
 
     def held(t):
         lim = t.limits
@@ -148,7 +151,11 @@ def paced(targets: dict, scale: float = 1.0) -> dict:
                 for f in ("read_bps", "write_bps", "read_iops", "write_iops")
             },
         )
-        return dataclasses.replace(t, pacing=True, limits=slow)
+        lat = (0.0, 0.0)
+        if profile is not None and t.node in profile.ssd_names:
+            g = profile.ssd(t.node)
+            lat = (g.read_latency_us * 1e-6, g.write_latency_us * 1e-6)
+        return dataclasses.replace(t, pacing=True, limits=slow, latency_s=lat)
 
     return {k: held(t) if not t.limits.unlimited else t for k, t in targets.items()}
 

@@ -233,7 +233,10 @@ def run_serving(
     # paced (real._pacing): outside the kernel throttle, a FIFO behind the pacer
     with dev.prepared(plan, seed, None) as targets:
         real = replay(
-            plan, paced(targets, (costs or {}).get("pace_scale", 1.0)), seed=seed, engine=engine
+            plan,
+            paced(targets, profile, (costs or {}).get("pace_scale", 1.0)),
+            seed=seed,
+            engine=engine,
         )
     return ServingResult(spec, plan, sim, real, compare_serving(sim, real), costs)
 

@@ -52,9 +52,22 @@ def test_slowed_scales_rates_not_latencies() -> None:
 def test_paced_targets_are_held_to_the_scaled_limits() -> None:
     lim = Limits(read_bps=125_463_000, write_bps=74_550_300, read_iops=20_001, write_iops=0)
     t = {"ssd0": Target("ssd0", "/dev/null", 1 << 20, limits=lim), "dram0": Target("x", "/x", 1)}
-    got = paced(t, 0.5)
+    got = paced(t, scale=0.5)
     assert got["ssd0"].pacing and got["ssd0"].limits == Limits(
         read_bps=62_731_500, write_bps=37_275_150, read_iops=10_000, write_iops=0
     )  # 20,001 / 2 = 10,000.5 rounds to even; an unlimited rate stays unlimited
     assert got["dram0"] is t["dram0"]  # no limits: not paced
     assert paced(t)["ssd0"].limits == lim  # the default keeps the emulated rates
+
+
+def test_paced_targets_carry_their_ssds_latency_from_the_profile():
+    """The pacer adds the emulated device's access latency after an op's paced finish,
+    as the simulator's latency phase: the profile's read / write latency of that SSD."""
+    p = load_profile("h20-8ssd")
+    g = p.ssd("ssd0")
+    lim = Limits(read_bps=1_000_000, read_iops=1000)
+    t = {"ssd0": Target("ssd0", "/dev/null", 1 << 20, limits=lim)}
+    got = paced(t, p)["ssd0"]
+    assert got.latency_s == pytest.approx((g.read_latency_us * 1e-6, g.write_latency_us * 1e-6))
+    assert paced(t)["ssd0"].latency_s == (0.0, 0.0)  # no profile: none added
+
