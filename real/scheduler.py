@@ -150,6 +150,7 @@ class Replayer(BatchIO):
         self.issue_s = [np.nan] * n  # paced ops: when the loop started them
         self.io_end = [np.nan] * n  # paced ops: when their last I/O was reaped
         self.done = self.inflight = self.passes = 0
+        self.paced_ops = self.real_bound = 0  # paced ops ended; of them, ended by their I/Os
         self.timers: list[tuple[float, int, int, int]] = []
         self._reaped: np.ndarray | None = None  # reaped, not yet handed to _complete
         self._seq = 0
@@ -315,6 +316,9 @@ class Replayer(BatchIO):
         fin = self.devs[k].pacer.finish.pop(j)
         late = self.issue_s[j] - self.start_s[j]
         at = fin - late + self.devs[k].target.latency_s[self.write[j]]
+        self.paced_ops += 1
+        if self.io_end[j] > at:  # the replay's own completions, not the device, set the end
+            self.real_bound += 1
         self._timer(max(at, self.io_end[j]), _HELD, j)
 
     def _timer(self, at: float, what: int, j: int) -> None:
@@ -355,6 +359,10 @@ class Replayer(BatchIO):
             "queue_depth": {d.name: d.qd for d in self.devs},
             "paced": [d.name for d in self.devs if d.pacer is not None],
             "loop_passes": self.passes,
+            # paced ops whose end their own last completion set, after the emulated
+            # device's (the replayer or the backing store bound them: real._pacing)
+            "paced_ops": self.paced_ops,
+            "paced_real_bound": self.real_bound,
             "cpu_s_method": "process CPU time of the replay loop, shared over I/O ops by I/O count",
             **inflight,
             "notes": self.notes,

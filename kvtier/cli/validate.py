@@ -330,6 +330,7 @@ def designs_table(table: pd.DataFrame, title: str) -> Table:
         ("real ms/step", "real_step_ms", lambda v: f"{v:,.1f}"),
         ("noise +-", "noise", lambda v: f"{v:.1%}"),
         ("err", "step_error", lambda v: f"{v:+.1%}"),
+        ("I/O-bound", "real_bound", lambda v: f"{v:.0%}"),
         ("sim GB/s", "sim_read_gbps", lambda v: f"{v:.3f}"),
         ("real GB/s", "real_read_gbps", lambda v: f"{v:.3f}"),
         ("err ", "gbps_error", lambda v: f"{v:+.1%}"),

@@ -46,7 +46,10 @@ def design_metrics(records: Records, warmup: int = WARMUP_STEPS) -> dict[str, fl
     reads = ops[ops["kind"] == "read"]
     io_s = busy_time(reads["start_s"].to_numpy(), reads["end_s"].to_numpy())
     nbytes = int(dev["bytes_read"].sum())
+    paced = records.stats.get("paced_ops", 0)
     return {
+        # the share of paced I/O ops the replay's own completions ended (0 in the model)
+        "real_bound": records.stats.get("paced_real_bound", 0) / paced if paced else 0.0,
         "step_ms": float(step_times(ops, warmup).mean() * 1e3),
         "bytes_read": nbytes,
         "n_ios": int(dev["n_ios"].sum()),
@@ -76,6 +79,7 @@ def design_table(sim: dict[str, dict], real: dict[str, list[dict]]) -> pd.DataFr
                 "real_step_ms_min": step["min"],
                 "real_step_ms_max": step["max"],
                 "noise": step["noise"],
+                "real_bound": float(np.median([x.get("real_bound", 0.0) for x in reps])),
                 "repeats": len(reps),
                 "step_error": (s["step_ms"] - step["median"]) / step["median"],
                 "sim_read_gbps": s["read_gbps"],

@@ -70,4 +70,3 @@ def test_paced_targets_carry_their_ssds_latency_from_the_profile():
     got = paced(t, p)["ssd0"]
     assert got.latency_s == pytest.approx((g.read_latency_us * 1e-6, g.write_latency_us * 1e-6))
     assert paced(t)["ssd0"].latency_s == (0.0, 0.0)  # no profile: none added
-

@@ -226,3 +226,25 @@ def test_a_paced_op_starts_on_its_device_when_its_dependency_ends(direct_dir):
     assert start[r0] == end[c] and start[r1] == end[r0]
     assert end[r0] >= 0.005 + 16 * 0.5e-3 and end[r1] >= end[r0] + 16 * 0.5e-3
     assert (ops["ready_s"] <= ops["start_s"]).all()
+
+
+def test_a_paced_op_ends_its_latency_after_its_paced_finish_and_says_what_bound_it(direct_dir):
+    """One op of 16 x 4 KiB at 1,000 IOPS with a 30 ms access latency: 16 ms of device
+    time, ended 30 ms later (46 ms), by the emulated device (no op I/O-bound).  With
+    limits no I/O waits for and no latency, its end is its last completion: I/O-bound."""
+    import dataclasses
+
+    b = PlanBuilder()
+    b.read("ssd0", "dram0", 16 * 4 * KIB, 16, io_path="io_uring")
+    plan = b.table()
+    with prepare_targets(
+        plan, direct_dir / "t", limits={"ssd0": Limits(read_iops=1000)}, pacing=True
+    ) as files:
+        slow = {k: dataclasses.replace(t, latency_s=(0.030, 0.0)) for k, t in files.targets.items()}
+        rec = replay(plan, slow, engine="auto")
+        free = {k: dataclasses.replace(t, limits=NO_BIND) for k, t in files.targets.items()}
+        fast = replay(plan, free, engine="auto")
+    op = rec.ops.to_pandas().iloc[0]
+    assert op["end_s"] - op["start_s"] >= 0.046
+    assert (rec.stats["paced_ops"], rec.stats["paced_real_bound"]) == (1, 0)
+    assert (fast.stats["paced_ops"], fast.stats["paced_real_bound"]) == (1, 1)
