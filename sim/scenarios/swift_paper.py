@@ -81,18 +81,19 @@ PAPER = (
 # (1 - 0.58) / (1 - 0.69) = 1.355.
 LEVAL_LMCACHE = (
     "LMCache blocks on its PCIe loads (no layer overlap) and recomputes up to 255 tokens and "
-    "the reply it did not save, so its steps run longer and later questions queue 1.4-2.8 s "
-    "for KV room behind the 3-4 resident 20-40K-token documents; the LSC admits them at once"
+    "the reply it did not save, so its steps run longer and its slowest questions queue "
+    "1.1-3.8 s for KV room behind the 3-4 resident 20-40K-token documents; the LSC admits "
+    "them at once"
 )
 LEVAL_HICACHE = (
     "SwiftCache's tail is a document's first question whose warm-up history lies in host "
-    "memory (the lent blocks hold ~272K of the ~360K warm-up tokens): 30-39K tokens over "
-    "PCIe in 0.28-0.37 s with ~50 tokens of compute to hide them under, as in HiCache"
+    "memory (the lent blocks hold ~272K of the ~340K warm-up tokens): 25-39K tokens over "
+    "PCIe in 0.24-0.37 s with ~50 tokens of compute to hide them under, as in HiCache"
 )
 LEVAL_LOAD = (
     "the paper's execution is 'hundreds of milliseconds to several seconds' per request; "
-    "kvtier's L-Eval questions compute ~30 new tokens over 20-40K cached ones (45 ms mean "
-    "execution, seed 0), so a first question's 0.3 s host reload is a large share"
+    "kvtier's L-Eval questions compute ~30 new tokens over 20-40K cached ones (54 ms mean "
+    "execution, seed 0), so a first question's 0.24-0.37 s host reload is a large share"
 )
 LEVAL_ROWS = {  # key -> (figure, paper value, mechanism of a gap)
     "p99_vs_lmcache": ("Fig.7 L-Eval (synth.) P99 vs LMCache", -0.58, LEVAL_LMCACHE),

@@ -99,11 +99,12 @@ def test_mix_keeps_sessions_and_blocks_apart():
     order = np.argsort(val, kind="stable")
     same_id = np.diff(val[order]) == 0
     assert np.all(np.diff(owner[order])[same_id] == 0)
-    # ~600 QA documents (5.49 questions each on average) and ~1,400 summarization ones
-    # (1.067): 3,789 requests.  The sd: the mix is binomial, sqrt(2,000 x 0.3 x 0.7) = 20.5
-    # documents x 4.43 more questions per QA document = 91; QA's geometric turns add
-    # sqrt(600 x 0.818 / 0.182^2) = 122; together 152, so 4 sd is 16%
-    assert len(t) == pytest.approx(600 * 5.49 + 1_400 * 1.067, rel=0.16)
+    # ~600 QA documents (5.46 questions each on average) and ~1,400 summarization ones
+    # (1.064): 4,766 requests.  The sd: the mix is binomial, sqrt(2,000 x 0.3 x 0.7) = 20.5
+    # documents x 4.40 more questions per QA document = 90; QA's geometric turns add
+    # sqrt(600 x 5.46 x 4.46) = 121 (a geometric's variance is mu (mu - 1)); together
+    # 151, so 4 sd is 604 requests, 12.7%
+    assert len(t) == pytest.approx(600 * 5.46 + 1_400 * 1.064, rel=0.13)
     # one Poisson process of documents: a single start at 0, then rising
     first = np.sort(t.arrival_s[turn == 0])
     assert first[0] == 0.0 and np.all(np.diff(first) > 0)
