@@ -12,11 +12,11 @@ the master's requests of each design: with ``--seeds 28`` that is 964
 requests (34 a run on average), so the P99 rests on 10 of them.
 
     PYTHONPATH=$PWD python -m analysis.swift_p99 --seeds 28 --out results/swift-p99
-    PYTHONPATH=$PWD python -m analysis.swift_p99 --scenario swiftcache-leval --seeds 10
+    PYTHONPATH=$PWD python -m analysis.swift_p99 --scenario swiftcache-leval --seeds 30
 
 ``--scenario`` repeats another SwiftCache scenario the same way
 (``swiftcache-leval``: the L-Eval-shaped workload synthesised from seed 002's
-Table 1, 12 documents and ~60 measured requests a run).
+Table 1, 12 documents and 27-109 measured requests a run; 30 seeds pool 1,964).
 
 It prints, per design, the pooled request count, the pooled P50/P90/P99 TTFT,
 how many requests lie above the pooled P99, the range of the single-seed
