@@ -12,11 +12,17 @@ the master's requests of each design: with ``--seeds 28`` that is 964
 requests (34 a run on average), so the P99 rests on 10 of them.
 
     PYTHONPATH=$PWD python -m analysis.swift_p99 --seeds 28 --out results/swift-p99
+    PYTHONPATH=$PWD python -m analysis.swift_p99 --scenario swiftcache-leval --seeds 30
+
+``--scenario`` repeats another SwiftCache scenario the same way
+(``swiftcache-leval``: the L-Eval-shaped workload synthesised from seed 002's
+Table 1, 12 documents and 27-109 measured requests a run; 30 seeds pool 1,964).
 
 It prints, per design, the pooled request count, the pooled P50/P90/P99 TTFT,
 how many requests lie above the pooled P99, the range of the single-seed
-P99s, and SwiftCache's pooled P99 reduction against each baseline; with
-``--out`` it also writes ``p99.csv`` (one row per design) and
+P99s, SwiftCache's pooled P99 reduction against each baseline, and Fig. 7's
+rows for the master's dataset beside them (paper, kvtier, ratio); with
+``--out`` it also writes ``p99.csv`` (one row per design), ``paper.csv`` and
 ``requests.parquet`` (every pooled request's TTFT with its seed).
 """
 
@@ -36,9 +42,11 @@ from sim.runner import run
 DESIGNS = ("vLLM+LMCache", "SGLang HiCache", "SwiftCache")
 
 
-def pooled_requests(seeds: int, hw: str = "h20-4gpu-nvlink") -> pd.DataFrame:
-    """The master's served requests of each design over ``seeds`` runs."""
-    base = load_scenario("swiftcache")
+def pooled_requests(
+    seeds: int, hw: str = "h20-4gpu-nvlink", scenario: str = "swiftcache"
+) -> pd.DataFrame:
+    """The master's served requests of each design over ``seeds`` runs of ``scenario``."""
+    base = load_scenario(scenario)
     cfg = dataclasses.replace(base, variants=tuple(v for v in base.variants if v.name in DESIGNS))
     profile = load_profile(hw)
     frames = []
@@ -71,21 +79,48 @@ def p99_table(req: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def master_trace(scenario: str) -> str:
+    """The trace the scenario's master serves (its dataset for Fig. 7's rows)."""
+    w = load_scenario(scenario).workload
+    masters = [i.get("trace", w.trace) for i in w.instances if i.get("role") == "master"]
+    return masters[0] if masters else w.trace
+
+
+def paper_comparison(table: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """Fig. 7's rows for ``dataset`` beside the pooled ones: paper, kvtier, kvtier / paper."""
+    from sim.scenarios.swift_paper import paper_rows  # noqa: PLC0415
+
+    p99 = table["p99_s"]
+    kv = {"p99_vs_lmcache": table.loc["vLLM+LMCache", "swift_p99_change"],
+          "p99_vs_hicache": table.loc["SGLang HiCache", "swift_p99_change"],
+          "hicache_over_lmcache": p99["SGLang HiCache"] / p99["vLLM+LMCache"]}  # fmt: skip
+    rows = [{"figure": fig, "paper": paper, "kvtier": kv[key], "ratio": kv[key] / paper}
+            for key, fig, paper, _unit, _why in paper_rows(dataset) if key in kv]  # fmt: skip
+    return pd.DataFrame(rows).set_index("figure")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=28)
     ap.add_argument("--hw", default="h20-4gpu-nvlink")
+    ap.add_argument("--scenario", default="swiftcache", help="swiftcache, swiftcache-leval, ...")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     if a.seeds < 1:
         ap.error(f"--seeds: {a.seeds} is not a positive number of runs")
-    req = pooled_requests(a.seeds, a.hw)
+    from sim.scenarios.swift_paper import DATASETS  # noqa: PLC0415
+
+    dataset = master_trace(a.scenario)
+    req = pooled_requests(a.seeds, a.hw, a.scenario)
     table = p99_table(req)
+    paper = paper_comparison(table, dataset if dataset in DATASETS else "sharegpt_long")
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.round(3))
+        print(paper.round(3))
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         table.to_csv(a.out / "p99.csv")
+        paper.to_csv(a.out / "paper.csv")
         req.to_parquet(a.out / "requests.parquet", index=False)
 
 

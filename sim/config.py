@@ -182,6 +182,9 @@ class ServingParams:
     prompt_tokens: int = field(default=128, metadata={"positive": True})  # median new prompt
     reply_tokens: int = field(default=128, metadata={"positive": True})  # median reply
     max_context: int = field(default=4096, metadata={"positive": True})  # history cap
+    # leval_long (seed 002's L-Eval, synthesised: traces/leval.py): the share of its
+    # documents that are question answering (the rest summarization), in [0, 1]
+    leval_qa_share: float = 0.5
     # engine
     block_tokens: int = field(default=16, metadata={"positive": True})
     max_batch: int = field(default=128, metadata={"positive": True})
@@ -235,6 +238,14 @@ class ServingParams:
             )
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ParamError("gpu_memory_utilization", "must be in (0, 1]")
+        if not 0 <= self.leval_qa_share <= 1:
+            raise ParamError("leval_qa_share", f"must be in [0, 1], got {self.leval_qa_share}")
+        if self.trace == "leval_long" and self.context_tokens >= self.max_context:
+            raise ParamError(
+                "max_context",
+                f"leval_long serves requests of context_tokens..max_context tokens: "
+                f"{self.max_context} is not above context_tokens {self.context_tokens}",
+            )
         for name, values in self.matrix.items():
             if name == "matrix":
                 raise ParamError("matrix.matrix", "a matrix cannot vary itself")

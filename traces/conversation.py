@@ -28,6 +28,13 @@ How a session is drawn (all lengths settable, see :class:`ConversationParams`):
    know the response time; the ``session_id``/``turn`` columns let a serving
    model hold a turn back until the previous one finished).
 
+Two options shape document-centred sessions (L-Eval's long-document tasks,
+:mod:`traces.leval`): ``opening_tokens`` puts a document, drawn per session,
+at the head of the first prompt (the later turns re-send it as history), and
+``turns`` draws each session's number of turns instead of a token total, so
+no turn is cut (``session_tokens`` is then not drawn).  Neither draws from the
+random stream when unset, so traces without them are as before, bit for bit.
+
 Defaults, shaped like the ShareGPT statistics SwiftCache reports (seed 002,
 Fig. 3 and §5): 90% of user prompts under 132 tokens; 10% of sessions over
 13K tokens and 1% over 56K; sessions from 12 to 602K tokens.  The paper gives
@@ -132,6 +139,24 @@ class Mixture:
 
 
 @dataclass(frozen=True)
+class Geometric:
+    """Whole numbers ``1, 2, ...`` with ``P(k) = (1 - q)^(k-1) q``, ``q = 1 / mean``
+    (a count of independent tries until the first stop: turns in a session)."""
+
+    mean: float
+
+    def __post_init__(self) -> None:
+        if not (self.mean >= 1 and math.isfinite(self.mean)):
+            raise TraceError(f"geometric: mean must be >= 1, got {self.mean}")
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.geometric(1.0 / self.mean, n).astype(np.float64)
+
+    def __str__(self) -> str:
+        return f"geometric(mean={self.mean:g})"
+
+
+@dataclass(frozen=True)
 class Fixed:
     value: float
 
@@ -160,6 +185,12 @@ class ConversationParams:
     system_prompt_tokens: int = 0  # shared by every session, before its first prompt
     block_tokens: int = 512
     whole_answers: bool = False  # the session total cuts the last prompt, not the answer
+    # a document each session opens with, inside its first prompt (L-Eval's long inputs,
+    # traces/leval.py); None = no document.  Counted apart from session_tokens.
+    opening_tokens: Dist | None = None
+    # turns per session, drawn (rounded, >= 1); None = as many as session_tokens holds.
+    # With it session_tokens is not drawn and no turn is cut.
+    turns: Dist | None = None
 
     def __post_init__(self) -> None:
         if self.sessions < 1:
@@ -175,6 +206,8 @@ class ConversationParams:
             f"response={self.response_tokens} think={self.think_time_s} "
             f"system={self.system_prompt_tokens} block={self.block_tokens}"
             + (" whole_answers" if self.whole_answers else "")
+            + (f" opening={self.opening_tokens}" if self.opening_tokens is not None else "")
+            + (f" turns={self.turns}" if self.turns is not None else "")
         )
 
 
@@ -196,9 +229,16 @@ def generate_conversations(
         if len(starts) == 0 or not np.all(np.isfinite(starts)) or starts[0] < 0:
             raise TraceError("conversations: session_starts must be finite seconds >= 0")
     n = len(starts)
-    target = np.maximum(np.rint(p.session_tokens.sample(rng, n)), 2).astype(np.int64)
-    sess, turn, prompt, answer = _turns(p, rng, target)
+    if p.turns is None:
+        target = np.maximum(np.rint(p.session_tokens.sample(rng, n)), 2).astype(np.int64)
+        sess, turn, prompt, answer = _turns(p, rng, target)
+    else:
+        count = np.maximum(np.rint(p.turns.sample(rng, n)), 1).astype(np.int64)
+        sess, turn, prompt, answer = _counted_turns(p, rng, count)
     think = np.where(turn > 0, p.think_time_s.sample(rng, len(sess)), 0.0)
+    if p.opening_tokens is not None:  # the document joins each session's first prompt
+        doc = np.maximum(np.rint(p.opening_tokens.sample(rng, n)), 1).astype(np.int64)
+        prompt = prompt + np.where(turn == 0, doc[sess], 0)
     arrival = starts[sess] + _segment_cumsum(sess, think)
     history = p.system_prompt_tokens + _segment_cumsum(sess, prompt + answer) - answer
     order = np.lexsort((turn, sess, arrival))
@@ -250,6 +290,25 @@ def _turns(
         cols.append((active, np.full(active.size, k, np.int32), u, r))
         active = active[left > 0]
         k += 1
+    sess, turn, u, r = (np.concatenate(c) for c in zip(*cols, strict=True))
+    order = np.lexsort((turn, sess))
+    return sess[order], turn[order], u[order], r[order]
+
+
+def _counted_turns(
+    p: ConversationParams, rng: np.random.Generator, count: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(session, turn, prompt, answer) per request for ``count[s]`` whole turns of
+    session ``s``, sorted by session then turn (drawn in the order :func:`_turns` uses)."""
+    active = np.arange(len(count))
+    cols: list[tuple[np.ndarray, ...]] = []
+    k = 0
+    while active.size:
+        u = np.maximum(np.rint(p.prompt_tokens.sample(rng, active.size)), 1).astype(np.int64)
+        r = np.maximum(np.rint(p.response_tokens.sample(rng, active.size)), 1).astype(np.int64)
+        cols.append((active, np.full(active.size, k, np.int32), u, r))
+        k += 1
+        active = active[count[active] > k]
     sess, turn, u, r = (np.concatenate(c) for c in zip(*cols, strict=True))
     order = np.lexsort((turn, sess))
     return sess[order], turn[order], u[order], r[order]

@@ -484,7 +484,7 @@ def _swift_paper_table(cfg, summary, profile, reload):
     """Seed 002's comparable figures: paper, kvtier, ratio, mechanism of a gap over 25%."""
     import pyarrow as pa
 
-    from sim.scenarios.swift_paper import kvtier_values, paper_table
+    from sim.scenarios.swift_paper import DATASETS, kvtier_values, paper_table
     from sim.scenarios.swiftcache import max_context_table, worker_interference
 
     summ = pa.Table.from_pandas(summary, preserve_index=False)
@@ -496,7 +496,10 @@ def _swift_paper_table(cfg, summary, profile, reload):
         right = col in ("paper", "kvtier", "ratio")
         t.add_column(col, justify="right" if right else "left", no_wrap=True)
     notes: list[str] = []
-    for r in paper_table(values).to_pylist():
+    traces = [i.get("trace", cfg.workload.trace) for i in cfg.workload.instances
+              if i.get("role") == "master"] or [cfg.workload.trace]  # fmt: skip
+    dataset = traces[0] if traces[0] in DATASETS else "sharegpt_long"
+    for r in paper_table(values, dataset).to_pylist():
         ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.2f}"
         cells = [_paper_cell(r[k], r["unit"]) for k in ("paper", "kvtier")]
         if r["mechanism"] and r["mechanism"] not in notes:

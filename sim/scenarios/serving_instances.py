@@ -30,7 +30,7 @@ import numpy as np
 from hwprofiles import HardwareProfile
 from sim.config import INSTANCE_KEYS, ConfigError, ServingParams
 from sim.models import get_model
-from sim.scenarios.swift_traces import sharegpt_long_tables
+from sim.scenarios.swift_traces import leval_long_tables, sharegpt_long_tables
 from sim.serving.build import design_devices
 from sim.serving.designs import get_design
 from sim.serving.execute.lending import ElasticSpec
@@ -71,6 +71,8 @@ def make_instances(
         stream = stream_blocks * ip.block_tokens * card.kv_bytes_per_token
         if ip.trace == "sharegpt_long":  # seed 002's master workload
             table, warm = sharegpt_long_tables(ip, seed + i)
+        elif ip.trace == "leval_long":  # seed 002's L-Eval, synthesised (traces/leval.py)
+            table, warm = leval_long_tables(ip, seed + i)
         else:
             table, warm = trace_tables(ip, seed + i)
 

@@ -1,4 +1,5 @@
-"""Seed 002's master workload: long ShareGPT-shaped conversations (trace ``sharegpt_long``).
+"""Seed 002's master workloads: long ShareGPT-shaped conversations (trace ``sharegpt_long``)
+and an L-Eval-shaped one synthesised from the seed's statistics (``leval_long``, below).
 
 §5.1 of the seed: multi-turn conversations from ShareGPT, "the initial rounds
 [...] sent to the server as a warm-up process", then the requests "ranging
@@ -25,13 +26,18 @@ those are the scenario's parameters.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyarrow as pa
 
-from sim.config import ServingParams
+from sim.config import ConfigError, ServingParams
+from sim.models import get_model
 from sim.serving.requests import request_table
+from traces.leval import leval_trace
 
 HEADROOM = 4096  # tokens left under max_context for the measured turns
+GIB = 2**30
 
 
 def sharegpt_long_tables(p: ServingParams, seed: int) -> tuple[pa.Table, pa.Table]:
@@ -57,6 +63,77 @@ def sharegpt_long_tables(p: ServingParams, seed: int) -> tuple[pa.Table, pa.Tabl
                          "output_tokens": reply})  # fmt: skip
             history += prompt + reply
             t += rng.exponential(p.think_s) if p.think_s > 0 else 0.0
+    for i, w in enumerate(warm):
+        w["request_id"] = len(rows) + i
+    return request_table(rows, p.block_tokens), request_table(warm, p.block_tokens)
+
+
+# ---- seed 002's L-Eval workload, synthesised (trace ``leval_long``) ------------------------
+POOL = 60  # documents drawn per session wanted: ~28% of QA documents pass 20K-36K (traces/leval.py)
+
+
+def leval_long_tables(p: ServingParams, seed: int) -> tuple[pa.Table, pa.Table]:
+    """(measured requests, warm-up requests) of an L-Eval-shaped workload.
+
+    SYNTHESISED from seed 002's statistics (:mod:`traces.leval`), not the dataset,
+    which is not available offline.  The documents come from
+    :func:`traces.leval.leval_trace` (``leval_qa_share`` of them QA); as in §5.1, "we
+    select requests ranging from approximately 20K to 40K tokens": a document is kept
+    when its first turn (document + first question) has at least ``context_tokens``
+    and its second turn fits ``max_context`` with its answer.  Its first turn is the
+    warm-up ("we first send the initial rounds [...] as a warm-up process", §5.1):
+    its history (the first turn and its answer) sits in the design's first offload
+    tier before the run, as in ``sharegpt_long``.  The measured requests are the
+    document's later questions whose context (input + output) fits ``max_context``.
+    The first kept documents, at most ``sessions``, start at the pool's first Poisson
+    arrivals (``session_rate``), their later turns ``think_s`` apart on average, as
+    drawn.  The warm-up is there to "eliminate the substantial recomputation overhead
+    caused by the first requests" (§5.1), so the documents' whole conversations (the
+    last measured turn's input and answer) must fit the design's host memory
+    (``design_params.cpu_gib`` over the model's KV bytes per token): the run stops
+    taking documents before the one that would overflow it (with 20-40K-token
+    documents and Qwen3-32B's 0.25 MB a token, 96 GB holds 10-12)."""
+    pool = leval_trace(POOL * p.sessions, p.session_rate, think_s=p.think_s,
+                       qa_share=p.leval_qa_share, seed=seed)  # fmt: skip
+    arr, sess, turn = pool.arrival_s, pool.column("session_id"), pool.column("turn")
+    inp, out = pool.input_tokens, pool.output_tokens
+    by = {}  # session -> its rows in turn order
+    for i in np.lexsort((turn, sess)):
+        by.setdefault(int(sess[i]), []).append(int(i))
+    starts = np.sort(arr[turn == 0])
+    host = float(p.design_params.get("cpu_gib", 0.0)) * GIB
+    room = host / get_model(p.model).kv_bytes_per_token if host else math.inf  # tokens
+    rows: list[dict] = []
+    warm: list[dict] = []
+    for s in sorted(by, key=lambda s: (arr[by[s][0]], s)):  # documents in arrival order
+        r = by[s]
+        if len(warm) == p.sessions:
+            break
+        first, nxt = r[0], r[1] if len(r) > 1 else None
+        if inp[first] < p.context_tokens or nxt is None or inp[nxt] + out[nxt] > p.max_context:
+            continue
+        fits = [i for i in r[1:] if inp[i] + out[i] <= p.max_context]  # a prefix of r[1:]
+        room -= inp[fits[-1]] + out[fits[-1]]
+        if room < 0:
+            break
+        k = len(warm)
+        warm.append({"request_id": -1, "arrival_s": 0.0, "session_id": k, "turn": 0,
+                     "input_tokens": int(inp[first] + out[first]), "output_tokens": 1})  # fmt: skip
+        for i in r[1:]:
+            if inp[i] + out[i] > p.max_context:
+                break
+            rows.append({"request_id": -1, "arrival_s": float(starts[k] + arr[i] - arr[nxt]),
+                         "session_id": k, "turn": int(turn[i]), "input_tokens": int(inp[i]),
+                         "output_tokens": int(out[i])})  # fmt: skip
+    if not warm:
+        raise ConfigError(
+            f"trace leval_long: none of {POOL * p.sessions} drawn documents has turns of "
+            f"{p.context_tokens}..{p.max_context} tokens whose KV fits the host memory; "
+            "widen context_tokens..max_context, raise leval_qa_share or design_params.cpu_gib"
+        )
+    rows.sort(key=lambda r: (r["arrival_s"], r["session_id"], r["turn"]))
+    for i, r in enumerate(rows):
+        r["request_id"] = i
     for i, w in enumerate(warm):
         w["request_id"] = len(rows) + i
     return request_table(rows, p.block_tokens), request_table(warm, p.block_tokens)

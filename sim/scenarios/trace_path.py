@@ -1,8 +1,8 @@
 """Where a scenario's trace file is: found when the scenario loads.
 
 A serving workload's ``trace`` is ``conversation``, ``long_doc`` (built in:
-:func:`sim.scenarios.serving.trace_tables`), ``sharegpt_long`` (seed 002's master
-workload, :mod:`sim.scenarios.swift_traces`) or a request-trace file; a sparse
+:func:`sim.scenarios.serving.trace_tables`), ``sharegpt_long`` or ``leval_long`` (seed
+002's master workloads, :mod:`sim.scenarios.swift_traces`) or a request-trace file; a sparse
 decoding workload's (``swarm``, ``kvdrive``, ...) is a generator preset or a
 captured access trace (a ``.parquet`` file from ``kvtier trace capture``).  A
 relative path is looked for first in the directory ``kvtier`` runs in (the documented
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 # generated, not read: sim.scenarios.serving.trace_tables (conversation, long_doc) and
-# sim.scenarios.serving_instances (sharegpt_long, seed 002's master workload)
+# sim.scenarios.serving_instances (sharegpt_long and leval_long, seed 002's master workloads)
 # (and the drawn traces of sim.registry.REQUEST_TRACES: sim.scenarios.mooncake_traces)
-BUILTIN_TRACES = ("conversation", "long_doc", "sharegpt_long")
+BUILTIN_TRACES = ("conversation", "long_doc", "sharegpt_long", "leval_long")
 
 
 def places(trace: str, scenario: Path) -> list[Path]:

@@ -23,3 +23,16 @@ def test_pooled_p99_by_hand():
     assert t.loc["SGLang HiCache", "swift_p99_change"] == pytest.approx(0.5)
     # each seed alone has the same P99 as the pool here
     assert t.loc["SGLang HiCache", "seed_p99_min_s"] == pytest.approx(2 * 0.9901)
+
+
+def test_paper_rows_beside_the_pooled_p99_by_hand():
+    from analysis.swift_p99 import paper_comparison
+
+    # P99s 1.0 / 0.5 / 0.25 s: SwiftCache -75% vs LMCache, -50% vs HiCache, HiCache/LMCache 0.5
+    table = pd.DataFrame({"p99_s": [1.0, 0.5, 0.25], "swift_p99_change": [-0.75, -0.5, 0.0]},
+                         index=list(DESIGNS))  # fmt: skip
+    rows = paper_comparison(table, "leval_long")
+    assert list(rows["paper"]) == [-0.58, -0.69, 1.355]
+    assert list(rows["kvtier"]) == [-0.75, -0.5, 0.5]
+    assert rows["ratio"].tolist() == pytest.approx([0.75 / 0.58, 0.5 / 0.69, 0.5 / 1.355])
+    assert paper_comparison(table, "sharegpt_long")["paper"].tolist() == [-0.54, -0.67, 1.394]

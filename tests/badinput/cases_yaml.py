@@ -327,6 +327,24 @@ YAML: list[tuple[str, str, Files, str]] = [
     ("serve-design", "sim --scenario v.yaml", {"v.yaml": serving("  design: bogus\n")}, "design"),
     ("serve-think", "sim --scenario v.yaml", {"v.yaml": serving("  think_s: -1\n")}, "think_s"),
     (
+        "serve-leval-share",
+        "sim --scenario v.yaml",
+        {"v.yaml": serving("  leval_qa_share: 1.5\n")},
+        "leval_qa_share",
+    ),
+    (
+        "serve-leval-share-type",
+        "sim --scenario v.yaml",
+        {"v.yaml": serving("  leval_qa_share: half\n")},
+        "leval_qa_share",
+    ),
+    (
+        "serve-leval-window",
+        "sim --scenario v.yaml",
+        {"v.yaml": serving("  trace: leval_long\n  context_tokens: 40000\n  max_context: 20000\n")},
+        "max_context",
+    ),
+    (
         "serve-gpu-time",
         "sim --scenario v.yaml",
         {"v.yaml": serving("  gpu_time: exact\n")},
@@ -810,7 +828,7 @@ YAML: list[tuple[str, str, Files, str]] = [
         "sim --scenario sub/v.yaml",
         {"sub/v.yaml": serving("  trace: azure.parquet\n")},
         "sub/v.yaml:6: workload.trace: 'azure.parquet' is neither a built-in trace "
-        "(conversation, long_doc, sharegpt_long, mooncake_conversation, "
+        "(conversation, long_doc, sharegpt_long, leval_long, mooncake_conversation, "
         "mooncake_synthetic, mooncake_tool_agent) nor a trace file (no file at "
         "'azure.parquet' or 'sub/azure.parquet')",
     ),

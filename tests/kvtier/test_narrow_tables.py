@@ -102,8 +102,8 @@ _RELOAD = pa.Table.from_pylist([
 ])  # fmt: skip
 
 
-def _swift_paper() -> Table:
-    """Seed 002's paper-vs-kvtier rows over a hand-made swiftcache summary."""
+def _swift_paper(scenario: str = "swiftcache") -> Table:
+    """Seed 002's paper-vs-kvtier rows over a hand-made summary of ``scenario``."""
     row = {
         "ttft_mean_s": 0.3,
         "blocked_io_mean_s": 0.05,
@@ -121,7 +121,7 @@ def _swift_paper() -> Table:
         {**row, "design": "SwiftCache", "ttft_p99_s": 0.4, "lent_gb": 60.0},
     ])  # fmt: skip
     prof = load_profile("h20-4gpu-nvlink")
-    return _swift_paper_table(load_scenario("swiftcache"), summary, prof, _RELOAD)
+    return _swift_paper_table(load_scenario(scenario), summary, prof, _RELOAD)
 
 
 BUILDERS = {
@@ -135,6 +135,7 @@ BUILDERS = {
     "kvdrive": lambda: kvdrive_tables(_frame(DECODE), WORKLOAD),
     "swiftcache reload": lambda: [_reload_table(load_profile("h20-4gpu-nvlink"), _RELOAD)],
     "swiftcache paper": lambda: [_swift_paper()],
+    "swiftcache-leval paper": lambda: [_swift_paper("swiftcache-leval")],
     "sweep": lambda: [
         frame_table(
             _frame(DECODE)[

@@ -11,6 +11,7 @@ import pytest
 from traces.conversation import (
     ConversationParams,
     Fixed,
+    Geometric,
     LogNormal,
     Mixture,
     generate_conversations,
@@ -192,3 +193,29 @@ def test_mixture_draws_each_part_at_its_weight():
         Mixture((0.5, 0.6), (Fixed(1), Fixed(3)))
     with pytest.raises(TraceError, match="weights"):
         Mixture((1.0,), (Fixed(1), Fixed(3)))
+
+
+def test_opening_document_and_counted_turns_by_hand():
+    """A 1,000-token document opens each session; 4 turns of 10-token prompts and
+    5-token answers: inputs 1,000 + 10 = 1,010, then + 5 + 10 each turn: 1,025,
+    1,040, 1,055; with 128-token blocks the last turn has 8 full blocks, the
+    first 7, and every turn's blocks begin with the previous turn's."""
+    p = replace(FIXED, session_tokens=Fixed(1.0e9), prompt_tokens=Fixed(10),
+                response_tokens=Fixed(5), opening_tokens=Fixed(1000), turns=Fixed(4))  # fmt: skip
+    t = generate_conversations(p, seed=0)
+    for s in (0, 1):
+        rows = t.column("session_id") == s
+        assert t.input_tokens[rows].tolist() == [1010, 1025, 1040, 1055]
+        assert t.output_tokens[rows].tolist() == [5, 5, 5, 5]
+        hashes = [t.block_hashes(i) for i in np.flatnonzero(rows)]
+        assert [len(h) for h in hashes] == [7, 8, 8, 8]
+        pairs = zip(hashes[:-1], hashes[1:], strict=True)
+        assert all(np.array_equal(a, b[: len(a)]) for a, b in pairs)
+
+
+def test_geometric_turns_mean_and_bad_mean():
+    # mean 4: 20,000 draws, sd sqrt(0.75) / 0.25 = 3.46, so the mean's sd is 0.0245
+    x = Geometric(4.0).sample(np.random.default_rng(0), 20_000)
+    assert x.min() == 1 and abs(x.mean() - 4.0) < 4 * 0.0245
+    with pytest.raises(TraceError, match="geometric"):
+        Geometric(0.5)
