@@ -96,6 +96,16 @@ class ActiveSequences:
                     del holders[h]
 
 
+def prompt_blocks(req: Request, block_tokens: int) -> list[int]:
+    """The hashes of ``req``'s full prompt blocks (not a reply's) as Python ints:
+    the trace's int64 view read out once a request, so the walks over them
+    (the active blocks' counts, the holders, the cached prefix) hash plain ints
+    rather than a numpy scalar made per block per walk (equal values, equal hashes:
+    the same counts)."""
+    seq = req.hashes[: req.input_tokens // block_tokens]
+    return seq.tolist() if isinstance(seq, np.ndarray) else list(seq)
+
+
 class PrefixAware:
     """Dynamo's KV router: the lowest ``logit_w`` (module docstring)."""
 
@@ -117,8 +127,12 @@ class PrefixAware:
 
     def logits(self, req: Request, states: Sequence[InstanceState]) -> list[tuple[float, int]]:
         """(logit, overlap blocks) of each instance for ``req``."""
+        return self._logits(req, prompt_blocks(req, self.B), states)
+
+    def _logits(
+        self, req: Request, seq: list[int], states: Sequence[InstanceState]
+    ) -> list[tuple[float, int]]:
         isl, B = req.input_tokens, self.B
-        seq = req.hashes[: isl // B]  # the prompt's full blocks (not a reply's)
         out = []
         for st, w, held in zip(states, self.workers, self.held(seq), strict=True):
             overlap = cached_prefix(st.cached, seq)
@@ -128,10 +142,11 @@ class PrefixAware:
         return out
 
     def choose(self, req: Request, states: Sequence[InstanceState]) -> int:
-        scored = self.logits(req, states)
+        seq = prompt_blocks(req, self.B)
+        scored = self._logits(req, seq, states)
         i = argmin_tie_random([lg for lg, _ in scored], self.rng)
         isl, B = req.input_tokens, self.B
-        self.workers[i].add(req.rid, req.hashes[: isl // B], max(isl - scored[i][1] * B, 0))
+        self.workers[i].add(req.rid, seq, max(isl - scored[i][1] * B, 0))
         return i
 
     def prefilled(self, i: int, rid: int) -> None:
