@@ -322,9 +322,12 @@ class Engine:
 
     # ---- iterations -----------------------------------------------------------------
     def _loop(self):
+        offload = self.offload
         while self.remaining:
-            self._boundary()
-            self._admit()
+            if offload.step:  # step-synchronous stores: a boundary to see them at
+                self._boundary()
+            if self.waiting:
+                self._admit()
             batch = self._batch()
             self._sample()
             if not batch:
