@@ -30,19 +30,20 @@ def test_one_model_object_gives_each_shape_its_own_weights_and_head() -> None:
     """TINY_MOE's weight bytes depend on the batch's tokens: 2 tokens touch 3.5
     experts (8 x (1 - 0.75^2)), 1 token 2: (256 + 3.5 x 96) x 2 = 1,184 and
     (256 + 2 x 96) x 2 = 896 bytes, plus the KV (decodes after 0 cached: 1 token
-    each, 16 bytes).  The counts one object keeps are those of a fresh one, in
-    any order of calls."""
+    each, 16 bytes); the head 2 x 80 FLOPs an output, 160 bytes.  The counts one
+    object keeps are those of a fresh one, in any order of calls."""
     costs = IterationCost(TINY_MOE)
-    assert costs.layer([], [0, 0])[1] == pytest.approx(1184 + 32)
-    assert costs.layer([], [0])[1] == pytest.approx(896 + 16)
-    assert costs.layer([], [0, 0]) == IterationCost(TINY_MOE).layer([], [0, 0])
-    assert costs.head(2) == (2.0 * 80 * 2, 160.0) and costs.head(1) == (160.0, 160.0)
-    assert costs.head(0) == (0.0, 0.0)
+    two = costs.work([], [0, 0], 2)
+    assert two[1] == pytest.approx(1184 + 32) and two[2:] == (320.0, 160.0)
+    one = costs.work([], [0], 1)
+    assert one[1] == pytest.approx(896 + 16) and one[2:] == (160.0, 160.0)
+    assert costs.work([], [0, 0], 2) == IterationCost(TINY_MOE).work([], [0, 0], 2) == two
+    assert costs.work([(3, 0)], [], 0)[2:] == (0.0, 0.0)  # a chunk not its prompt's last
 
 
 def test_an_empty_batch_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one token"):
-        IterationCost(TINY).layer([], [])
+        IterationCost(TINY).work([], [], 0)
 
 
 def test_a_lone_prefill_or_decode_batch_is_the_models_step_to_the_bit() -> None:

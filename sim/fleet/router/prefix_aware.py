@@ -69,11 +69,18 @@ class ActiveSequences:
         self.seqs[rid] = (seq, prefill_tokens)
         self.active_tokens += prefill_tokens
         refs, holders, me = self.refs, self.holders, self.index
+        get, held = refs.get, holders.get
         for h in seq:
-            n = refs.get(h, 0)
-            refs[h] = n + 1
-            if not n:
-                holders.setdefault(h, set()).add(me)
+            n = get(h)
+            if n is None:  # a block new to this worker: it joins the block's holders
+                refs[h] = 1
+                others = held(h)
+                if others is None:
+                    holders[h] = {me}
+                else:
+                    others.add(me)
+            else:
+                refs[h] = n + 1
 
     def prefilled(self, rid: int) -> None:
         seq, tokens = self.seqs[rid]
@@ -88,12 +95,13 @@ class ActiveSequences:
             left = refs[h] - 1
             if left:
                 refs[h] = left
-            else:
+            else:  # the block leaves this worker: and its holders, with the last
                 del refs[h]
                 held = holders[h]
-                held.discard(me)
-                if not held:
+                if len(held) == 1:  # this worker alone
                     del holders[h]
+                else:
+                    held.discard(me)
 
 
 def prompt_blocks(req: Request, block_tokens: int) -> list[int]:

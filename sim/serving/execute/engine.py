@@ -553,8 +553,8 @@ class Engine:
         outputs += len(decodes)
         n_tok += len(decodes)
         n_layers = self.card.layers
-        lf, lb = self.costs.layer(prefills, decodes)  # one layer's FLOPs and HBM bytes
-        hf, hb = self.costs.head(outputs)
+        # one layer's FLOPs and HBM bytes, and the output head's
+        lf, lb, hf, hb = self.costs.work(prefills, decodes, outputs)
         flops, hbm = lf * n_layers + hf, lb * n_layers + hb  # the whole forward pass
         gpu_s = 0.0  # 0: the roofline of the op's FLOPs and bytes
         if self.step_time is not None:

@@ -35,9 +35,9 @@ from sim.models import LayerCost, ModelCard, layer_weight_bytes, lm_head_cost
 
 
 class IterationCost:
-    """Work of iterations of one model: :meth:`layer` (one layer over a batch) and
-    :meth:`head` (the output head for ``outputs`` sequences) as ``(flops,
-    hbm_bytes)`` floats, without a record per call."""
+    """Work of iterations of one model: :meth:`work`, one layer over a batch and
+    the output head for the sequences emitting a token, as floats, without a
+    record per call."""
 
     __slots__ = ("card", "_linear", "_pair", "_kv", "_weights", "_heads")
 
@@ -49,11 +49,13 @@ class IterationCost:
         self._weights: dict[int, float] = {}  # tokens -> a layer's weight bytes
         self._heads: dict[int, tuple[float, float]] = {0: (0.0, 0.0)}  # outputs -> head
 
-    def layer(
-        self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int]
-    ) -> tuple[float, float]:
-        """One layer over prefill chunks ``(tokens, context_before)`` and decodes
-        ``context`` (cached tokens before the new one): (FLOPs, HBM bytes)."""
+    def work(
+        self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int], outputs: int
+    ) -> tuple[float, float, float, float]:
+        """(FLOPs, HBM bytes) of one layer over prefill chunks ``(tokens,
+        context_before)`` and decodes ``context`` (cached tokens before the new
+        one), then (FLOPs, HBM bytes) of the output head for ``outputs``
+        sequences ((0, 0) for none)."""
         n_tokens = len(decodes)
         pairs = kv_tokens = sum(decodes) + n_tokens  # a decode's pairs and KV tokens: c + 1
         for t, c in prefills:
@@ -66,18 +68,15 @@ class IterationCost:
         weights = self._weights.get(n_tokens)
         if weights is None:
             weights = self._weights[n_tokens] = layer_weight_bytes(self.card, n_tokens)
+        head = self._heads.get(outputs)
+        if head is None:
+            cost = lm_head_cost(self.card, outputs)
+            head = self._heads[outputs] = (cost.flops, cost.hbm_bytes)
         return (
             self._linear * n_tokens + self._pair * pairs,
             weights + kv_tokens * self._kv,
+            *head,
         )
-
-    def head(self, outputs: int) -> tuple[float, float]:
-        """The output head for ``outputs`` sequences: (FLOPs, HBM bytes); (0, 0) for none."""
-        got = self._heads.get(outputs)
-        if got is None:
-            cost = lm_head_cost(self.card, outputs)
-            got = self._heads[outputs] = (cost.flops, cost.hbm_bytes)
-        return got
 
 
 def iteration_layer_cost(
@@ -85,12 +84,13 @@ def iteration_layer_cost(
 ) -> LayerCost:
     """One layer over prefill chunks ``(tokens, context_before)`` and decodes
     ``context`` (cached tokens before the new one)."""
-    return LayerCost(*IterationCost(card).layer(prefills, decodes))
+    flops, hbm, _, _ = IterationCost(card).work(prefills, decodes, 0)
+    return LayerCost(flops, hbm)
 
 
 def iteration_cost(
     card: ModelCard, prefills: Sequence[tuple[int, int]], decodes: Sequence[int], outputs: int
 ) -> tuple[LayerCost, LayerCost]:
     """(cost of one layer, cost of the output head for ``outputs`` sequences)."""
-    costs = IterationCost(card)
-    return LayerCost(*costs.layer(prefills, decodes)), LayerCost(*costs.head(outputs))
+    flops, hbm, head_flops, head_hbm = IterationCost(card).work(prefills, decodes, outputs)
+    return LayerCost(flops, hbm), LayerCost(head_flops, head_hbm)
