@@ -338,10 +338,12 @@ class Engine:
             self._advance(batch)
 
     def _batch(self) -> list[tuple[Seq, int]]:
-        budget = self.cfg.max_batched_tokens or math.inf
-        batch = [(s, 1) for s in self.running if s.prefill_left == 0]
-        budget -= len(batch)
-        for s in self.running:
+        running = self.running
+        batch = [(s, 1) for s in running if s.prefill_left == 0]
+        if len(batch) == len(running):  # every running request decodes
+            return batch
+        budget = (self.cfg.max_batched_tokens or math.inf) - len(batch)
+        for s in running:
             left = s.prefill_left
             if left > 0 and budget > 0:
                 chunk = int(min(left, budget))
@@ -363,14 +365,14 @@ class Engine:
                 self._joined(s)
 
     def _advance(self, batch: list[tuple[Seq, int]]) -> None:
-        now, step = self.env.now, self.offload.step
+        step = self.offload.step
         for s, chunk in batch:
             if s.prefill_left > 0:
                 s.prefilled += chunk
                 self.log.computed_tokens[self.row[s]] += chunk
                 self.offload.after_step(s)
                 if s.prefill_left == 0 and s.generated == 0:  # not a preempted one's recompute
-                    self.log.first_token_s[self.row[s]] = now
+                    self.log.first_token_s[self.row[s]] = self.env.now
                     s.generated = 1
             else:
                 if step and s.unstored:  # a store not prepared is tried again
