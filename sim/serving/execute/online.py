@@ -176,9 +176,12 @@ class OnlineOps:
         op's record (:class:`_InFlight`), which a simpy process can wait on
         (``yield``; it fires with the op id at the instant and queue position
         ``submit``'s event would have), not a :class:`simpy.Event`."""
+        deps = list(depends_on)
+        if len(deps) > 1:  # one or none: distinct and sorted already
+            deps = sorted(set(deps))
         ended = self._start(
-            "compute", "", gpu, 0, 0, sorted(set(depends_on)), None, 0, "none", flops, hbm_bytes,
-            gpu_s, None, 0, step, layer, tag,
+            "compute", "", gpu, 0, 0, deps, None, 0, "none", flops, hbm_bytes, gpu_s, None, 0,
+            step, layer, tag,
         )  # fmt: skip
         ended.callbacks = []  # the waiting process's resumption goes here
         return ended.op, ended
