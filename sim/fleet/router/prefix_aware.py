@@ -125,11 +125,11 @@ class PrefixAware:
     def held(self, seq: Sequence[int]) -> list[int]:
         """Per worker, the positions of ``seq`` whose block is among its active blocks
         (``len(seq)`` less these are its new blocks): one walk of ``seq``, each block
-        visiting only the workers holding it, not every worker."""
+        visiting only the workers holding it, not every worker (the blocks nobody
+        holds, most of a new prompt, are passed over in C: ``filter`` of the lookups)."""
         held = [0] * len(self.workers)
-        holders = self.holders
-        for h in seq:
-            for i in holders.get(h, ()):
+        for workers in filter(None, map(self.holders.get, seq)):
+            for i in workers:
                 held[i] += 1
         return held
 
