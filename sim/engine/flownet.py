@@ -54,7 +54,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from itertools import compress
+from operator import ne
 from typing import Any
 
 import simpy
@@ -259,16 +261,18 @@ class FlowNetwork:
         if fin:
             key = tuple(self._fsig)
             mix = self._memo.get(key)
+            moved: Iterable[int] | None = None  # a remembered mix: any flow may move
             if mix is None:
                 mix, moved = self._solve(key)
-            else:
-                moved = range(len(key))
             self._mix, self._key = mix, key
             new, old = mix.rates, self._rate
             if new != old:
                 # finish times at the new rates: the remaining work is was x (fin -
                 # now); a new flow (rate 0 so far) has all of its amount left.  Only
-                # the flows re-solved can have a new rate (``moved``)
+                # the flows re-solved can have a new rate (``moved``); of a
+                # remembered mix's, those whose rate differs (found in C)
+                if moved is None:
+                    moved = compress(range(len(new)), map(ne, new, old))
                 flows = self.flows
                 for k in moved:
                     rate, was = new[k], old[k]

@@ -14,6 +14,7 @@ from hwprofiles import load_profile
 from sim.config import ServingParams
 from sim.fleet.routed import fleet_records, run_routed
 from sim.fleet.router import InstanceState, cached_prefix, make_router
+from sim.fleet.router.prefix_aware import prompt_blocks
 from sim.models import get_model
 from sim.registry import ROUTERS, RegistryError
 from sim.scenarios.serving import conversation_table
@@ -137,6 +138,20 @@ def test_prefix_router_counts_each_workers_active_blocks_in_one_walk() -> None:
     for i, rid in ((0, 10), (1, 12)):
         r.finished(i, rid)
     assert r.holders == {} and r.held(seq) == [0, 0, 0]
+
+
+def test_prefix_router_reads_a_prompts_full_blocks_out_as_plain_ints() -> None:
+    """A request of 3 full blocks and a partial one (3 * 16 + 5 tokens) over an int64
+    view of 5 hashes: the router keeps its first 3, as Python ints (what its dicts of
+    active blocks hash), equal to the view's; a tuple of hashes gives the same."""
+    view = np.array([7, 8, 9, 10, 11], dtype=np.int64)
+    req = Request(0, 0.0, -1, 0, 3 * B + 5, 8, view)
+    got = prompt_blocks(req, B)
+    assert got == [7, 8, 9] and all(type(h) is int for h in got)
+    assert prompt_blocks(_req(1, 3 * B + 5, (7, 8, 9, 10, 11)), B) == [7, 8, 9]
+    r = make_router("prefix", {}, 2, B, _rng())
+    r.choose(req, [_state(), _state(cached=frozenset({7}))])
+    assert r.holders == {7: {1}, 8: {1}, 9: {1}}  # the cached prefix's worker, plain ints
 
 
 # ---- engine runs --------------------------------------------------------------------

@@ -69,11 +69,18 @@ class ActiveSequences:
         self.seqs[rid] = (seq, prefill_tokens)
         self.active_tokens += prefill_tokens
         refs, holders, me = self.refs, self.holders, self.index
+        get, held = refs.get, holders.get
         for h in seq:
-            n = refs.get(h, 0)
-            refs[h] = n + 1
-            if not n:
-                holders.setdefault(h, set()).add(me)
+            n = get(h)
+            if n is None:  # a block new to this worker: it joins the block's holders
+                refs[h] = 1
+                others = held(h)
+                if others is None:
+                    holders[h] = {me}
+                else:
+                    others.add(me)
+            else:
+                refs[h] = n + 1
 
     def prefilled(self, rid: int) -> None:
         seq, tokens = self.seqs[rid]
@@ -88,12 +95,23 @@ class ActiveSequences:
             left = refs[h] - 1
             if left:
                 refs[h] = left
-            else:
+            else:  # the block leaves this worker: and its holders, with the last
                 del refs[h]
                 held = holders[h]
-                held.discard(me)
-                if not held:
+                if len(held) == 1:  # this worker alone
                     del holders[h]
+                else:
+                    held.discard(me)
+
+
+def prompt_blocks(req: Request, block_tokens: int) -> list[int]:
+    """The hashes of ``req``'s full prompt blocks (not a reply's) as Python ints:
+    the trace's int64 view read out once a request, so the walks over them
+    (the active blocks' counts, the holders, the cached prefix) hash plain ints
+    rather than a numpy scalar made per block per walk (equal values, equal hashes:
+    the same counts)."""
+    seq = req.hashes[: req.input_tokens // block_tokens]
+    return seq.tolist() if isinstance(seq, np.ndarray) else list(seq)
 
 
 class PrefixAware:
@@ -107,18 +125,22 @@ class PrefixAware:
     def held(self, seq: Sequence[int]) -> list[int]:
         """Per worker, the positions of ``seq`` whose block is among its active blocks
         (``len(seq)`` less these are its new blocks): one walk of ``seq``, each block
-        visiting only the workers holding it, not every worker."""
+        visiting only the workers holding it, not every worker (the blocks nobody
+        holds, most of a new prompt, are passed over in C: ``filter`` of the lookups)."""
         held = [0] * len(self.workers)
-        holders = self.holders
-        for h in seq:
-            for i in holders.get(h, ()):
+        for workers in filter(None, map(self.holders.get, seq)):
+            for i in workers:
                 held[i] += 1
         return held
 
     def logits(self, req: Request, states: Sequence[InstanceState]) -> list[tuple[float, int]]:
         """(logit, overlap blocks) of each instance for ``req``."""
+        return self._logits(req, prompt_blocks(req, self.B), states)
+
+    def _logits(
+        self, req: Request, seq: list[int], states: Sequence[InstanceState]
+    ) -> list[tuple[float, int]]:
         isl, B = req.input_tokens, self.B
-        seq = req.hashes[: isl // B]  # the prompt's full blocks (not a reply's)
         out = []
         for st, w, held in zip(states, self.workers, self.held(seq), strict=True):
             overlap = cached_prefix(st.cached, seq)
@@ -128,10 +150,11 @@ class PrefixAware:
         return out
 
     def choose(self, req: Request, states: Sequence[InstanceState]) -> int:
-        scored = self.logits(req, states)
+        seq = prompt_blocks(req, self.B)
+        scored = self._logits(req, seq, states)
         i = argmin_tie_random([lg for lg, _ in scored], self.rng)
         isl, B = req.input_tokens, self.B
-        self.workers[i].add(req.rid, req.hashes[: isl // B], max(isl - scored[i][1] * B, 0))
+        self.workers[i].add(req.rid, seq, max(isl - scored[i][1] * B, 0))
         return i
 
     def prefilled(self, i: int, rid: int) -> None:

@@ -78,7 +78,7 @@ import simpy
 from sim.engine.drain import drain
 from sim.hw.machine import Machine
 from sim.hw.measured import resolve
-from sim.models import ModelCard
+from sim.models import LayerCost, ModelCard
 from sim.serving.designs import DesignParams
 from sim.serving.execute.engine_config import EngineConfig  # noqa: F401 (re-exported)
 from sim.serving.execute.gcpolicy import relaxed_gc
@@ -89,7 +89,7 @@ from sim.serving.execute.tp import TensorParallel
 from sim.serving.execute.transfers import Job, Mover
 from sim.serving.metrics import RequestLog, ServingRecords, Timeline, request_records
 from sim.serving.policy.asyncload import split_prefetch
-from sim.serving.policy.costs import iteration_cost
+from sim.serving.policy.costs import IterationCost
 from sim.serving.policy.jobs import Piece, Transfer
 from sim.serving.policy.manager import BlockManager, Seq
 from sim.serving.policy.objcost import retrieval_cpu_s
@@ -117,6 +117,7 @@ class Engine:
     ):
         self.env = machine.env
         self.card, self.design, self.cfg = card, design, cfg
+        self.costs = IterationCost(card)  # each iteration's FLOPs and HBM bytes
         self.B = cfg.block_tokens
         self.ops = OnlineOps(machine, cfg.keep_plan)
         # measured iteration times (None: the roofline) and what times them (run.json);
@@ -327,9 +328,12 @@ class Engine:
 
     # ---- iterations -----------------------------------------------------------------
     def _loop(self):
+        offload = self.offload
         while self.remaining:
-            self._boundary()
-            self._admit()
+            if offload.step:  # step-synchronous stores: a boundary to see them at
+                self._boundary()
+            if self.waiting:
+                self._admit()
             batch = self._batch()
             self._sample()
             if not batch:
@@ -340,10 +344,12 @@ class Engine:
             self._advance(batch)
 
     def _batch(self) -> list[tuple[Seq, int]]:
-        budget = self.cfg.max_batched_tokens or math.inf
-        batch = [(s, 1) for s in self.running if s.prefill_left == 0]
-        budget -= len(batch)
-        for s in self.running:
+        running = self.running
+        batch = [(s, 1) for s in running if s.prefill_left == 0]
+        if len(batch) == len(running):  # every running request decodes
+            return batch
+        budget = (self.cfg.max_batched_tokens or math.inf) - len(batch)
+        for s in running:
             left = s.prefill_left
             if left > 0 and budget > 0:
                 chunk = int(min(left, budget))
@@ -365,14 +371,14 @@ class Engine:
                 self._joined(s)
 
     def _advance(self, batch: list[tuple[Seq, int]]) -> None:
-        now, step = self.env.now, self.offload.step
+        step = self.offload.step
         for s, chunk in batch:
             if s.prefill_left > 0:
                 s.prefilled += chunk
                 self.log.computed_tokens[self.row[s]] += chunk
                 self.offload.after_step(s)
                 if s.prefill_left == 0 and s.generated == 0:  # not a preempted one's recompute
-                    self.log.first_token_s[self.row[s]] = now
+                    self.log.first_token_s[self.row[s]] = self.env.now
                     s.generated = 1
             else:
                 if step and s.unstored:  # a store not prepared is tried again
@@ -534,41 +540,62 @@ class Engine:
     # ---- the forward pass: its loads, compute ops and all-reduces ---------------------
 
     def _iterate(self, batch: list[tuple[Seq, int]]):
-        prefills = [(c, s.cached_tokens + s.prefilled) for s, c in batch if s.prefill_left > 0]
-        decodes = [s.req.input_tokens + s.generated - 1 for s, _ in batch if s.prefill_left == 0]
-        outputs = len(decodes) + sum(1 for s, c in batch if 0 < s.prefill_left == c)
-        layer, head = iteration_cost(self.card, prefills, decodes, outputs)
+        # one walk of the batch: prefill chunks (tokens, context before them: the prompt
+        # less what is left of it), decodes (context before the new token), the
+        # sequences emitting a token (each decode, each prefill's last chunk), tokens
+        prefills: list[tuple[int, int]] = []
+        decodes: list[int] = []
+        loading: list[Seq] = []  # requests whose hits this forward pass loads
+        outputs = n_tok = 0
+        for s, c in batch:
+            left = s.prefill_left
+            if left > 0:
+                prefills.append((c, s.req.input_tokens - left))
+                n_tok += c
+                if left == c:
+                    outputs += 1
+            else:
+                decodes.append(s.req.input_tokens + s.generated - 1)
+            if s.lookup is not None:
+                loading.append(s)
+        outputs += len(decodes)
+        n_tok += len(decodes)
+        n_layers = self.card.layers
+        # one layer's FLOPs and HBM bytes, and the output head's
+        lf, lb, hf, hb = self.costs.work(prefills, decodes, outputs)
+        flops, hbm = lf * n_layers + hf, lb * n_layers + hb  # the whole forward pass
         gpu_s = 0.0  # 0: the roofline of the op's FLOPs and bytes
         if self.step_time is not None:
-            work = layer * self.card.layers + head
-            gpu_s = self.step_time.seconds(prefills, decodes, work.flops, work.hbm_bytes)
-        n_tok = sum(t for t, _ in prefills) + len(decodes)
-        loading = [s for s, _ in batch if s.lookup is not None]
-        jobs: list[Job] = [self.offload.load(self._load(s)) for s in loading]
+            gpu_s = self.step_time.seconds(prefills, decodes, flops, hbm)
+        jobs: list[Job] = [self.offload.load(self._load(s)) for s in loading] if loading else []
         deps = [self.prev_compute] if self.prev_compute is not None else []
-        step, gpu, n_layers = self.iterations, self.cfg.gpu, self.card.layers
-        cpu = self._object_cpu([s.lookup.lower for s in loading if s.lookup is not None])
+        step, gpu = self.iterations, self.cfg.gpu
+        # the loads' per-object retrieval work (objcost), per layer; read only with loads
+        cpu = (
+            self._object_cpu([s.lookup.lower for s in loading if s.lookup is not None])
+            if loading
+            else []
+        )
         stream = self.stream.io(prefills, decodes) if self.stream is not None else None
         if stream and self.stream is not None:  # a master's LSC (sim.serving.execute.streaming)
             if jobs:
                 yield self.env.all_of([j.done for j in jobs])
                 yield self._object_work(sum(cpu))
                 deps += [op for j in jobs for op in j.ops()]
+            head = LayerCost(hf, hb)
             op = yield from self.stream.iterate(stream, prefills, decodes, head, deps)
         elif not (jobs and self.design.layerwise):
             if jobs:
                 yield self.env.all_of([j.done for j in jobs])
                 yield self._object_work(sum(cpu))  # per-object retrieval work (objcost)
                 deps += [op for j in jobs for op in j.ops()]
-            total = layer * n_layers + head
-            op, ev = self.ops.compute(
-                gpu, total.flops, total.hbm_bytes, deps, step, -1, "iteration", gpu_s
-            )
+            op, ev = self.ops.compute(gpu, flops, hbm, deps, step, -1, "iteration", gpu_s)
             yield ev
             if self.tp is not None:
                 op, ev = self.tp.allreduce(self.ops, op, n_tok, n_layers, step, -1)
                 yield ev
         else:
+            layer, head = LayerCost(lf, lb), LayerCost(hf, hb)
             for li in range(n_layers):
                 ready = [j.layer_done[li] for j in jobs if li in j.layer_done]
                 if ready:

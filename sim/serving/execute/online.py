@@ -11,11 +11,12 @@ event that fires when it ends (the only event per op);
 computed by the caller, an optional callback), :meth:`OnlineOps.compute`
 the engine's per-iteration GPU op without ``submit``'s keyword handling.  An op in flight is one
 record (:class:`_InFlight`): its flows carry it as their token, to two
-callbacks bound once, and with a callback it is itself scheduled as the
-op's end event, so an op allocates no closure and no simpy event.  A
-transfer's physics is kept per shape; a GPU compute op's (a new roofline
-time per iteration) is a two-field record on the GPU's interned signature
-(:class:`_Compute`), not a fresh :class:`~sim.executor.OpPhysics`.
+callbacks bound once, and with a callback, or as :meth:`OnlineOps.compute`'s
+event, it is itself scheduled as the op's end event, so such an op allocates
+no closure and no simpy event.  A transfer's physics is kept per shape; a GPU
+compute op's is one record a GPU (:class:`_Compute`: the GPU's interned
+signature), its seconds (a new roofline time per iteration) passed to its
+flow, not a fresh :class:`~sim.executor.OpPhysics`.
 
 Every submitted op is also written down as a plan row (``release_s`` = the
 time it was issued, ``depends_on`` = the ops whose completion the engine
@@ -57,12 +58,14 @@ class _InFlight:
     """One issued op until it ends: its id, physics and parts still running
     (``left``: the data flow and, with a software path, the CPU flow; both
     carry this record as their token).  When the last part ends, ``event``
-    (:meth:`OnlineOps.submit`'s simpy event) succeeds, or, for
-    :meth:`OnlineOps.issue` with a callback, the record itself is scheduled
-    as the event (``callbacks``, ``_ok``: all simpy's ``step`` reads of an
-    event) whose callback calls ``on_done(op)``."""
+    (:meth:`OnlineOps.submit`'s simpy event) succeeds, or the record itself is
+    scheduled as the event (``callbacks``, ``_ok``, ``_value``: all simpy's
+    ``step`` and a waiting process's resumption read of an event, the value
+    the op id): for :meth:`OnlineOps.issue` with a callback, its callback
+    calls ``on_done(op)``; for :meth:`OnlineOps.compute`, the process waiting
+    on it has put its resumption in ``callbacks``."""
 
-    __slots__ = ("callbacks", "op", "phys", "on_done", "left", "event")
+    __slots__ = ("callbacks", "op", "phys", "on_done", "left", "event", "_value")
     _ok = True
 
     def __init__(self, op: int, phys: OpPhysics | _Compute, on_done: Callable[[int], Any] | None):
@@ -74,19 +77,18 @@ class _InFlight:
 
 
 class _Compute:
-    """A GPU compute op's physics: what :meth:`OnlineOps.issue` and its flows'
-    ends read of the :class:`OpPhysics` that :func:`op_physics` gives it (one
-    flow of ``amount`` GPU-seconds on the GPU's resource of ``gpu_net``, as
-    ``sig``; no latency, no CPU flow, no SSD)."""
+    """A GPU's compute ops' physics: what :meth:`OnlineOps.issue` and its flows'
+    ends read of the :class:`OpPhysics` that :func:`op_physics` gives one (one
+    flow on the GPU's resource of ``gpu_net``, as ``sig``; no latency, no CPU
+    flow, no SSD), but the flow's GPU-seconds, the op's own."""
 
-    __slots__ = ("net", "sig", "amount")
+    __slots__ = ("net", "sig")
     latency_s = cpu_s = 0.0
     meter = None
 
-    def __init__(self, net: FlowNetwork, sig: int, amount: float):
+    def __init__(self, net: FlowNetwork, sig: int):
         self.net = net
         self.sig = sig
-        self.amount = amount
 
 
 def _call_on_done(ended: _InFlight) -> None:
@@ -108,7 +110,7 @@ class OnlineOps:
         self.cpu_s = array("d")
         self.flows = 0
         self._cache: dict[tuple, OpPhysics] = {}
-        self._gpu_sig: dict[str, int] = {}  # a GPU's compute flows' signature on gpu_net
+        self._gpus: dict[str, _Compute] = {}  # a GPU's compute ops' physics on gpu_net
         self._cpu_net = machine.cpu_net
         self._gpu_net = machine.gpu_net
         self._data_cb = self._data_done  # bound once, not per op
@@ -165,18 +167,24 @@ class OnlineOps:
         layer: int,
         tag: str,
         gpu_s: float = 0.0,
-    ) -> tuple[int, simpy.Event]:
+    ) -> tuple[int, Any]:
         """:meth:`submit` of a GPU compute op (``submit("compute", "", gpu,
         flops=..., hbm_bytes=..., ...)``) without its keyword and extent
         handling: the engine's per-iteration op.  ``gpu_s``: its seconds as a
         measured source timed them (0: the roofline of ``flops`` and
-        ``hbm_bytes``; the plan's column of that name)."""
-        op, ended = self.issue(
-            "compute", "", gpu, 0, 0, sorted(set(depends_on)), None,
-            flops=flops, hbm_bytes=hbm_bytes, gpu_s=gpu_s, step=step, layer=layer, tag=tag,
+        ``hbm_bytes``; the plan's column of that name).  Its end event is the
+        op's record (:class:`_InFlight`), which a simpy process can wait on
+        (``yield``; it fires with the op id at the instant and queue position
+        ``submit``'s event would have), not a :class:`simpy.Event`."""
+        deps = list(depends_on)
+        if len(deps) > 1:  # one or none: distinct and sorted already
+            deps = sorted(set(deps))
+        ended = self._start(
+            "compute", "", gpu, 0, 0, deps, None, 0, "none", flops, hbm_bytes, gpu_s, None, 0,
+            step, layer, tag,
         )  # fmt: skip
-        assert ended is not None  # issue without a callback returns its event
-        return op, ended
+        ended.callbacks = []  # the waiting process's resumption goes here
+        return ended.op, ended
 
     def issue(
         self,
@@ -206,6 +214,37 @@ class OnlineOps:
         ``nbytes``/``n_ios`` must be the extents' totals when ``extents`` are
         given (the caller computed them once); ``deps`` are distinct op ids,
         written down in the order given."""
+        ended = self._start(
+            kind, src, dst, nbytes, n_ios, deps, on_done, queue_depth, io_path, flops, hbm_bytes,
+            gpu_s, extents, io_bytes, step, layer, tag,
+        )  # fmt: skip
+        if on_done is None:
+            ended.event = self.env.event()
+            return ended.op, ended.event
+        return ended.op, None
+
+    def _start(
+        self,
+        kind: str,
+        src: str,
+        dst: str,
+        nbytes: int,
+        n_ios: int,
+        deps: list[int],
+        on_done: Callable[[int], Any] | None,
+        queue_depth: int,
+        io_path: str,
+        flops: float,
+        hbm_bytes: float,
+        gpu_s: float,
+        extents: np.ndarray | None,
+        io_bytes: int,
+        step: int,
+        layer: int,
+        tag: str,
+    ) -> _InFlight:
+        """:meth:`issue`'s op written down and started: its record in flight
+        (every argument given, in the order of :meth:`issue`'s)."""
         now = self.env.now
         op = len(self.start_s)
         if kind == "compute":
@@ -215,17 +254,18 @@ class OnlineOps:
                io_bytes, float(flops), float(hbm_bytes), float(gpu_s), now, step, layer,
                tag)  # fmt: skip
         self.store.add(row, deps, extents)  # in planstore.COLUMNS order
+        phys: OpPhysics | _Compute | None
         if kind == "compute":
-            sig = self._gpu_sig.get(dst)
-            if sig is not None:  # op_physics's GPU compute, without its record or interning
-                secs = gpu_s if gpu_s > 0 else self.machine.gpu_seconds(dst, flops, hbm_bytes)
-                phys = _Compute(self._gpu_net, sig, secs)
+            phys = self._gpus.get(dst)
+            if phys is not None:  # op_physics's GPU compute, without its record or interning
+                amount = gpu_s if gpu_s > 0 else self.machine.gpu_seconds(dst, flops, hbm_bytes)
             else:
                 phys = op_physics(
                     self.machine, kind, "", dst, 0, 0, 0, "none", flops, hbm_bytes, gpu_s=gpu_s
                 )
-                if phys.net is self.machine.gpu_net:
-                    self._gpu_sig[dst] = phys.sig
+                amount = phys.amount
+                if phys.net is self._gpu_net:
+                    self._gpus[dst] = _Compute(self._gpu_net, phys.sig)
         else:  # a transfer's physics depends on its shape only: one OpPhysics per shape
             key = (kind, src, dst, nbytes, n_ios, queue_depth, io_path)
             phys = self._cache.get(key)
@@ -233,6 +273,7 @@ class OnlineOps:
                 phys = self._cache[key] = op_physics(
                     self.machine, kind, src, dst, nbytes, n_ios, queue_depth, io_path, 0.0, 0.0
                 )
+            amount = phys.amount
         ended = _InFlight(op, phys, on_done)
         self.start_s.append(now)
         self.end_s.append(math.nan)
@@ -245,14 +286,11 @@ class OnlineOps:
         if phys.meter is not None:
             phys.meter.begin(now)
         if phys.latency_s > 0:
-            phys.net.start_sig_after(phys.latency_s, phys.sig, phys.amount, self._data_cb, ended)
+            phys.net.start_sig_after(phys.latency_s, phys.sig, amount, self._data_cb, ended)
         else:  # start_sig_after's own shortcut, one call less
-            phys.net.start_sig(phys.sig, phys.amount, self._data_cb, ended)
+            phys.net.start_sig(phys.sig, amount, self._data_cb, ended)
         self.flows += ended.left
-        if on_done is None:
-            ended.event = self.env.event()
-            return op, ended.event
-        return op, None
+        return ended
 
     def cpu_work(self, core_s: float, threads: int) -> simpy.Event:
         """``core_s`` core-seconds of host CPU work on at most ``threads`` of the
@@ -287,13 +325,16 @@ class OnlineOps:
 
     def _end(self, ended: _InFlight, now: float) -> None:
         """The op's last part ended: its end time, then its event (a plain
-        simpy event, or the record itself scheduled as one to call ``on_done``:
-        the same place in simpy's queue as ``Event.succeed``)."""
+        simpy event, or the record itself scheduled as one, to call ``on_done``
+        or to resume the process waiting on it: the same place in simpy's queue
+        as ``Event.succeed``)."""
         self.end_s[ended.op] = now
         if ended.event is not None:
             ended.event.succeed(ended.op)
-        else:
-            ended.callbacks = _CALL_ON_DONE
+        else:  # the record is the event: a callback's, or a waiting process's (compute)
+            if ended.on_done is not None:
+                ended.callbacks = _CALL_ON_DONE
+            ended._value = ended.op
             self.env.schedule(ended)  # type: ignore[arg-type]
 
     # ---- results ---------------------------------------------------------------

@@ -17,13 +17,66 @@ each decode, and each prefill whose last chunk this is.  A single prefill
 therefore costs ``prefill_layer_cost * layers + lm_head_cost(1)``, and a
 batch of equal decodes ``decode_layer_cost * layers + lm_head_cost(batch)``
 (the tests check both).
+
+The engine counts its iterations through one :class:`IterationCost` per model:
+the same arithmetic, with what depends only on the batch's shape kept (a
+layer's weight bytes per token count, the head's cost per output count) and
+the sums taken over plain integers (every pair and KV count is an integer, so
+they are exact and the floats are those of the per-sequence sum).
+:func:`iteration_layer_cost` and :func:`iteration_cost` are its results as
+:class:`LayerCost` records.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sim.models import LayerCost, ModelCard, causal_pairs, layer_weight_bytes, lm_head_cost
+from sim.models import LayerCost, ModelCard, layer_weight_bytes, lm_head_cost
+
+
+class IterationCost:
+    """Work of iterations of one model: :meth:`work`, one layer over a batch and
+    the output head for the sequences emitting a token, as floats, without a
+    record per call."""
+
+    __slots__ = ("card", "_linear", "_pair", "_kv", "_weights", "_heads")
+
+    def __init__(self, card: ModelCard):
+        self.card = card
+        self._linear = 2.0 * card.layer_active_params  # FLOPs a token, linear layers
+        self._pair = 2 * 2 * card.q_heads * card.head_dim  # FLOPs a (query, key) pair
+        self._kv = card.kv_bytes_per_token_layer
+        self._weights: dict[int, float] = {}  # tokens -> a layer's weight bytes
+        self._heads: dict[int, tuple[float, float]] = {0: (0.0, 0.0)}  # outputs -> head
+
+    def work(
+        self, prefills: Sequence[tuple[int, int]], decodes: Sequence[int], outputs: int
+    ) -> tuple[float, float, float, float]:
+        """(FLOPs, HBM bytes) of one layer over prefill chunks ``(tokens,
+        context_before)`` and decodes ``context`` (cached tokens before the new
+        one), then (FLOPs, HBM bytes) of the output head for ``outputs``
+        sequences ((0, 0) for none)."""
+        n_tokens = len(decodes)
+        pairs = kv_tokens = sum(decodes) + n_tokens  # a decode's pairs and KV tokens: c + 1
+        for t, c in prefills:
+            n_tokens += t
+            # causal pairs, t * c + t (t + 1) / 2 (sim.models.causal_pairs), in integers
+            pairs += t * c + t * (t + 1) // 2
+            kv_tokens += c + t
+        if n_tokens <= 0:
+            raise ValueError("an iteration needs at least one token")
+        weights = self._weights.get(n_tokens)
+        if weights is None:
+            weights = self._weights[n_tokens] = layer_weight_bytes(self.card, n_tokens)
+        head = self._heads.get(outputs)
+        if head is None:
+            cost = lm_head_cost(self.card, outputs)
+            head = self._heads[outputs] = (cost.flops, cost.hbm_bytes)
+        return (
+            self._linear * n_tokens + self._pair * pairs,
+            weights + kv_tokens * self._kv,
+            *head,
+        )
 
 
 def iteration_layer_cost(
@@ -31,15 +84,7 @@ def iteration_layer_cost(
 ) -> LayerCost:
     """One layer over prefill chunks ``(tokens, context_before)`` and decodes
     ``context`` (cached tokens before the new one)."""
-    n_tokens = sum(t for t, _ in prefills) + len(decodes)
-    if n_tokens <= 0:
-        raise ValueError("an iteration needs at least one token")
-    seen = sum(decodes) + len(decodes)  # a decode's pairs and KV tokens: c + 1 (integers)
-    pairs = sum(causal_pairs(t, c) for t, c in prefills) + seen
-    flops = 2.0 * card.layer_active_params * n_tokens
-    flops += 2 * 2 * card.q_heads * card.head_dim * pairs
-    kv_tokens = sum(c + t for t, c in prefills) + seen
-    hbm = layer_weight_bytes(card, n_tokens) + kv_tokens * card.kv_bytes_per_token_layer
+    flops, hbm, _, _ = IterationCost(card).work(prefills, decodes, 0)
     return LayerCost(flops, hbm)
 
 
@@ -47,5 +92,5 @@ def iteration_cost(
     card: ModelCard, prefills: Sequence[tuple[int, int]], decodes: Sequence[int], outputs: int
 ) -> tuple[LayerCost, LayerCost]:
     """(cost of one layer, cost of the output head for ``outputs`` sequences)."""
-    head = lm_head_cost(card, outputs) if outputs else LayerCost(0.0, 0.0)
-    return iteration_layer_cost(card, prefills, decodes), head
+    flops, hbm, head_flops, head_hbm = IterationCost(card).work(prefills, decodes, outputs)
+    return LayerCost(flops, hbm), LayerCost(head_flops, head_hbm)
