@@ -35,7 +35,9 @@ CENT = 10.0 * np.eye(DIM)[:4]
 QUERY = CENT[:3].sum(axis=0)
 
 
-def _design(params: SwarmParams) -> SwarmDesign:
+def four_cluster_design(params: SwarmParams) -> SwarmDesign:
+    """8 prefix entries in 4 clusters {c, c+4}, medoid c with key 10 e_c, window 2
+    (tests/sim/test_swarm_table5.py builds on it too)."""
     lay = Layout(
         n_ssd=2,
         entry_bytes=1024,
@@ -59,7 +61,7 @@ def _design(params: SwarmParams) -> SwarmDesign:
     ("params", "joined"), [(SwarmParams(), [0, 1]), (SwarmParams(replicate=False), [0])]
 )
 def test_a_token_coactive_with_three_medoids_joins_at_most_max_replicas(params, joined):
-    d = _design(params)
+    d = four_cluster_design(params)
     quiet = 1e-3 * np.ones(DIM)
     d.step(0, QUERY, QUERY)  # token 8: active with every medoid at steps 0 and 1 (d = 0)
     d.step(1, QUERY, quiet)

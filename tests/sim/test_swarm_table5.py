@@ -20,14 +20,12 @@ import scipy.sparse as sp
 
 from hwprofiles import load_profile
 from sim.config import ConfigError, load_scenario
-from sim.policies import Layout
 from sim.policies.swarm.cluster import (
     maintenance_targets,
     min_diff_target,
     min_size_target,
 )
 from sim.policies.swarm.design import SwarmDesign, SwarmParams
-from sim.policies.swarm.types import Clustering
 from sim.scenarios.swarm import build_lane, layout_for
 from sim.scenarios.swarm_report import (
     jaccard_pairs,
@@ -35,6 +33,7 @@ from sim.scenarios.swarm_report import (
     offline_distances,
     score_activity,
 )
+from tests.sim.test_swarm_cluster_online import DIM, QUERY, four_cluster_design
 
 
 def test_min_size_takes_the_smallest_cluster_ties_to_the_lower_index():
@@ -76,29 +75,8 @@ def test_a_bad_rule_is_one_line_naming_it(tmp_path: Path):
 
 # 8 prefix entries in 4 clusters {c, c+4}, medoid c with key 10 e_c; window 2, so the
 # token generated at step t leaves at step t + 2 and is placed then
-DIM = 8
-CENT = 10.0 * np.eye(DIM)[:4]
-QUERY = CENT[:3].sum(axis=0)  # scores medoids c0-c2 at 100, c3 at 0
-
-
 def _design(rule: str) -> SwarmDesign:
-    lay = Layout(
-        n_ssd=2,
-        entry_bytes=1024,
-        key_bytes=512,
-        budget=12,
-        local_window=2,
-        sink_tokens=2,
-        dram_cache_entries=0,
-        ssd_latency_us=80.0,
-        ssd_entry_us=0.15,
-    )
-    members = [np.array([c, c + 4], dtype=np.int64) for c in range(4)]
-    acts = sp.csr_matrix(np.tile(np.eye(4, dtype=bool)[:, np.arange(8) % 4], (2, 1)))
-    d = SwarmDesign(SwarmParams(maintenance_rule=rule))
-    clustering = Clustering(members, 0.5, 8)
-    d.build(acts, CENT[np.arange(8) % 4], lay, np.random.default_rng(0), clustering=clustering)
-    return d
+    return four_cluster_design(SwarmParams(maintenance_rule=rule))
 
 
 # new tokens 8, 9, 10: keys 10 (e0 + e1 + e2), 9 e3 and 8 e1
