@@ -496,10 +496,11 @@ def _swift_paper_table(cfg, summary, profile, reload):
         right = col in ("paper", "kvtier", "ratio")
         t.add_column(col, justify="right" if right else "left", no_wrap=True)
     notes: list[str] = []
-    traces = [i.get("trace", cfg.workload.trace) for i in cfg.workload.instances
-              if i.get("role") == "master"] or [cfg.workload.trace]  # fmt: skip
-    dataset = traces[0] if traces[0] in DATASETS else "sharegpt_long"
-    for r in paper_table(values, dataset).to_pylist():
+    masters = [i for i in cfg.workload.instances if i.get("role") == "master"] or [{}]
+    trace = masters[0].get("trace", cfg.workload.trace)
+    dataset = trace if trace in DATASETS else "sharegpt_long"
+    model = masters[0].get("model", cfg.workload.model)
+    for r in paper_table(values, dataset, model).to_pylist():
         ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.2f}"
         cells = [_paper_cell(r[k], r["unit"]) for k in ("paper", "kvtier")]
         if r["mechanism"] and r["mechanism"] not in notes:
