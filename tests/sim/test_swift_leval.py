@@ -163,6 +163,12 @@ def test_each_master_s_l_eval_rows_carry_its_own_notes():
     assert rows[""]["p99_vs_hicache"][4] == LEVAL_ROWS["p99_vs_hicache"][2]
     assert rows["LWM-Text-1M"]["p99_vs_hicache"][4] == LEVAL_LWM
     assert rows["Qwen3-14B"]["p99_vs_lmcache"][4] == LEVAL_14B
+    # Fig. 10 measures the Qwen3-32B master: another master's row says so
+    assert (
+        rows["LWM-Text-1M"]["load_share"][4]
+        == rows["Qwen3-14B"]["load_share"][4]
+        != (rows[""]["load_share"][4])
+    )
 
 
 def test_the_cli_notes_name_the_master_of_the_scenario():
