@@ -16,7 +16,10 @@ requests (34 a run on average), so the P99 rests on 10 of them.
 
 ``--scenario`` repeats another SwiftCache scenario the same way
 (``swiftcache-leval``: the L-Eval-shaped workload synthesised from seed 002's
-Table 1, 12 documents and 27-109 measured requests a run; 30 seeds pool 1,964).
+Table 1, 12 documents and 27-109 measured requests a run; 30 seeds pool 1,964;
+``swiftcache-leval-14b`` the same with a Qwen3-14B master; ``swiftcache-leval-lwm``
+with an LWM-Text-1M master, 4 documents and 9-49 requests a run, so ``--seeds 100``
+for 2,249).
 
 It prints, per design, the pooled request count, the pooled P50/P90/P99 TTFT,
 how many requests lie above the pooled P99, the range of the single-seed

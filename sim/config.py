@@ -185,6 +185,10 @@ class ServingParams:
     # leval_long (seed 002's L-Eval, synthesised: traces/leval.py): the share of its
     # documents that are question answering (the rest summarization), in [0, 1]
     leval_qa_share: float = 0.5
+    # seed 002's NVLink copies: the share of each endpoint GPU's SMs that a GPU-to-GPU copy's
+    # NCCL kernels hold while it runs, in [0, 1) (sim.serving.execute.multi.PeerHbm; 0: none,
+    # as a copy-engine transfer)
+    copy_sm_share: float = 0.0
     # engine
     block_tokens: int = field(default=16, metadata={"positive": True})
     max_batch: int = field(default=128, metadata={"positive": True})
@@ -240,6 +244,8 @@ class ServingParams:
             raise ParamError("gpu_memory_utilization", "must be in (0, 1]")
         if not 0 <= self.leval_qa_share <= 1:
             raise ParamError("leval_qa_share", f"must be in [0, 1], got {self.leval_qa_share}")
+        if not 0 <= self.copy_sm_share < 1:
+            raise ParamError("copy_sm_share", f"must be in [0, 1), got {self.copy_sm_share}")
         if self.trace == "leval_long" and self.context_tokens >= self.max_context:
             raise ParamError(
                 "max_context",

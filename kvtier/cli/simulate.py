@@ -456,17 +456,19 @@ def _swift_tables(cfg, summary, profile) -> list:
     if inter:
         t = Table(
             title="worker interference: mean TTFT / TPOT alone vs lending (seed 002 Fig. 8);"
-            " NVLink copy bytes through the worker's HBM, and their share of its HBM time"
+            " NVLink copy bytes through the worker's HBM, and their share of its HBM time;"
+            " the share of its GPU time the copies' NCCL kernels held its SMs"
         )
         for col in ("design", "worker", "TTFT ms alone", "lending ms", "+ %", "TPOT ms alone",
-                    "lending ms", "+ %", "HBM GB copied", "HBM share %"):  # fmt: skip
+                    "lending ms", "+ %", "HBM GB copied", "HBM share %", "SM held %"):  # fmt: skip
             t.add_column(col, justify="left" if col in ("design", "worker") else "right")
         for r in inter:
             t.add_row(r["design"], r["worker"], *(
                 v for m in ("ttft", "tpot") for v in (
                     f"{r[f'{m}_alone_s'] * 1e3:.1f}", f"{r[f'{m}_lending_s'] * 1e3:.1f}",
                     f"{100 * r[f'{m}_increase']:+.1f}")),
-                f"{r['peer_hbm_gb']:,.1f}", f"{100 * r['hbm_share']:.2f}")  # fmt: skip
+                f"{r['peer_hbm_gb']:,.1f}", f"{100 * r['hbm_share']:.2f}",
+                f"{100 * r['sm_share']:.2f}")  # fmt: skip
         out.append(t)
     t = Table(title=f"maximum context, tokens (Fig. 9; workers give {share:.0%} of their KV)")
     for col in ("master", "GPU GB", "vLLM", "chunk 32K", "chunk 8K", "SwiftCache", "vs 8K x"):
@@ -496,10 +498,11 @@ def _swift_paper_table(cfg, summary, profile, reload):
         right = col in ("paper", "kvtier", "ratio")
         t.add_column(col, justify="right" if right else "left", no_wrap=True)
     notes: list[str] = []
-    traces = [i.get("trace", cfg.workload.trace) for i in cfg.workload.instances
-              if i.get("role") == "master"] or [cfg.workload.trace]  # fmt: skip
-    dataset = traces[0] if traces[0] in DATASETS else "sharegpt_long"
-    for r in paper_table(values, dataset).to_pylist():
+    masters = [i for i in cfg.workload.instances if i.get("role") == "master"] or [{}]
+    trace = masters[0].get("trace", cfg.workload.trace)
+    dataset = trace if trace in DATASETS else "sharegpt_long"
+    model = masters[0].get("model", cfg.workload.model)
+    for r in paper_table(values, dataset, model).to_pylist():
         ratio = "-" if r["ratio"] != r["ratio"] else f"{r['ratio']:.2f}"
         cells = [_paper_cell(r[k], r["unit"]) for k in ("paper", "kvtier")]
         if r["mechanism"] and r["mechanism"] not in notes:

@@ -14,6 +14,16 @@ own choice (docs/sensitivity.md, "Assumptions as data").
 * SwiftCache's LWM trace bound, ``max_context`` 64000 (swiftcache-lwm.yaml): seed 002
   selects LWM requests "with lengths greater than 20K, with no upper limit" (§5.1);
   a trace needs a bound, and ShareGPT has 1% of its sessions above 56K (§2.2 Fig. 3b).
+* SwiftCache's NVLink copies hold ``copy_sm_share`` 0.205 of each endpoint GPU's SMs
+  (swiftcache*.yaml; :class:`sim.serving.execute.multi.PeerHbm`): seed 002 copies KV
+  with torch.distributed (§4), i.e. NCCL send/recv, whose kernels run one CTA per
+  channel, never sharing an SM with another kernel (NVIDIA/nccl issues 689, 1098); to
+  an NVLink peer NCCL opens 2 channels per link (src/graph/paths.cc
+  ``ncclTopoGetNchannels``: 2 x path bandwidth / SM90_NVLINK_BW, src/graph/topo.h), so
+  the seed's 400 GB/s bidirectional (8 NVLink4 links of 50 GB/s) gives 16 CTAs, of
+  the H20's 78 SMs (Geekbench 6 listing): 16 / 78 = 0.205.  The seed names neither
+  its NCCL settings nor its link count: 0 (a copy-engine transfer, cudaMemcpyPeer)
+  to 32 / 78 = 0.41 (the H20's 18 links, 36 channels, NCCL's 32 p2p channels).
 """
 
 from __future__ import annotations
@@ -54,7 +64,19 @@ LWM_BOUND = WorkloadAssumption(
     lambda p, profile: p.max_context,
     at=LWM_MAX_CONTEXT,
 )
+COPY_SM_SHARE = 0.205
+"""The share of an H20's SMs a SwiftCache NVLink copy's NCCL kernels hold, each end."""
+COPY_SM = WorkloadAssumption(
+    "copy_sm_share",
+    0.0,
+    0.41,
+    "NCCL send/recv (seed 002 §4: torch.distributed) holds one SM per channel, 2 channels "
+    "per NVLink link (NCCL src/graph/paths.cc): 16 CTAs of the H20's 78 SMs at the seed's "
+    "400 GB/s; 0 (copy engines) to 32 of 78 (18 links, NCCL's 32 p2p channels)",
+    lambda p, profile: p.copy_sm_share,
+    at=COPY_SM_SHARE,
+)
 KVDRIVE = (PINNED, HOST_RESERVED)
 """The kvdrive kind's scenario assumptions."""
-SERVING = (LWM_BOUND,)
+SERVING = (LWM_BOUND, COPY_SM)
 """The serving kind's scenario assumptions."""

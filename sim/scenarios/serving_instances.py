@@ -104,7 +104,7 @@ def prepare_instances(
     def drive(watch: Any = None) -> ServingRecords:
         insts = [b() for b in builders]
         lending: dict = {}
-        records = run_instances(profile, insts, lending)
+        records = run_instances(profile, insts, lending, p.copy_sm_share)
         head.update({f"{w}_{k}": v for w, st in lending.items() for k, v in st.items()})
         head.update(model=insts[main].card.name, gpu_kv_blocks=insts[main].cfg.gpu_blocks)
         head["lent_gb"] = sum(i.lend_bytes for i in insts) / 1e9

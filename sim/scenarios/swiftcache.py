@@ -117,7 +117,10 @@ def worker_interference(
     (``peer_hbm_gb``, the summary's ``peer_hbm_gb_<gpu>``: :class:`PeerHbm`'s
     charges) and, with the GPU's achievable ``hbm_gbps``, the share of the
     worker's HBM time they took over the master's span (``hbm_share``): the
-    slowdown an always-busy, HBM-bound worker would see from them."""
+    slowdown an always-busy, HBM-bound worker would see from them; and the GPU-seconds
+    the copies' NCCL kernels held the worker's SMs (``peer_sm_s``, the summary's
+    ``peer_sm_s_<gpu>``: ``copy_sm_share`` x each copy's time) over that span
+    (``sm_share``: what an always-busy worker would lose to them)."""
     rows = summary.to_pylist()
     workers = sorted({k[: -len("_ttft_mean_s")] for k in summary.schema.names
                       if k.endswith("_ttft_mean_s") and k != "ttft_mean_s"})  # fmt: skip
@@ -135,6 +138,8 @@ def worker_interference(
                 span = _num(r, "duration_s")
                 row["peer_hbm_gb"] = gb
                 row["hbm_share"] = gb / (span * hbm_gbps) if span and hbm_gbps else math.nan
+                row["peer_sm_s"] = held = _num(r, f"peer_sm_s_{gpus[w]}")
+                row["sm_share"] = held / span if span else math.nan
             out.append(row)
     return pa.Table.from_pylist(out)
 

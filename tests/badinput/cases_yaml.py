@@ -339,6 +339,18 @@ YAML: list[tuple[str, str, Files, str]] = [
         "leval_qa_share",
     ),
     (
+        "serve-copy-sm-share",
+        "sim --scenario v.yaml",
+        {"v.yaml": serving("  copy_sm_share: 1.0\n")},
+        "copy_sm_share",
+    ),
+    (
+        "serve-copy-sm-share-type",
+        "sim --scenario v.yaml",
+        {"v.yaml": serving("  copy_sm_share: a quarter\n")},
+        "copy_sm_share",
+    ),
+    (
         "serve-leval-window",
         "sim --scenario v.yaml",
         {"v.yaml": serving("  trace: leval_long\n  context_tokens: 40000\n  max_context: 20000\n")},

@@ -60,3 +60,16 @@ def test_a_variant_with_another_pinned_buffer_has_made_its_own_choice(tmp_path):
     )
     with pytest.raises(ConfigError, match="no assumption 'workload.pinned_mb'"):
         knobs(load_scenario(path), load_profile("l20-server"), only=["workload.pinned_mb"])
+
+
+def test_swiftcache_scenarios_range_the_sms_a_copy_holds_and_others_do_not():
+    # 16 NCCL CTAs of the H20's 78 SMs = 0.205; 0 (copy engines) to 32 / 78 = 0.41
+    h20 = load_profile("h20-4gpu-nvlink")
+    for name in ("swiftcache", "swiftcache-leval-lwm", "swiftcache-fig8"):
+        (k,) = knobs(load_scenario(name), h20, only=["workload.copy_sm_share"])
+        assert (k.low, k.value, k.high) == (0.0, 0.205, 0.41)
+        assert round(16 / 78, 3) == k.value and round(32 / 78, 2) == k.high
+        c, _ = apply(load_scenario(name), h20, k, 0.0)
+        assert {c.variant_params(v).copy_sm_share for v in c.variants} == {0.0}
+    with pytest.raises(ConfigError, match="no assumption 'workload.copy_sm_share'"):
+        knobs(load_scenario("router"), h20, only=["workload.copy_sm_share"])

@@ -1,5 +1,6 @@
-"""NVLink copies charge both endpoint GPUs' HBM (sim/serving/execute/multi.py PeerHbm):
-a lending worker's kernel slows by the copy's HBM time, worked out by hand."""
+"""NVLink copies charge both endpoint GPUs' HBM (sim/serving/execute/multi.py PeerHbm),
+and with ``copy_sm_share`` the SMs their NCCL kernels hold: a lending worker's kernel
+slows by the copy's HBM time and the SM time it holds, worked out by hand."""
 
 from __future__ import annotations
 
@@ -60,3 +61,44 @@ def test_every_peer_copy_is_charged_on_both_sides():
     copied = ops.loc[ops["kind"] == "copy", "bytes"].sum()
     assert copied == 255 * 16 * PER_TOKEN
     assert stats["peer_hbm_gb"] == pytest.approx({"gpu0": copied / 1e9, "gpu1": copied / 1e9})
+
+
+NVL = 200e9 * 0.85  # the profile's NVLink, 200 GB/s a direction x its efficiency
+
+
+def test_a_copy_holding_a_quarter_of_the_sms_slows_the_kernel_beside_it_by_hand():
+    # worker kernel: 72 GB of HBM traffic alone = 20 ms.  A 1.7 GB copy gpu0 -> gpu1 takes
+    # 1.7e9 / 170e9 = 10 ms alone on NVLink; its kernels hold 25% of each GPU for it
+    # (a flow capped at 0.25 of 2.5 ms of GPU time) and charge 1.7 GB of HBM, H = 0.472 ms.
+    # On gpu1, 0 .. t1: the SM hold runs at its cap 0.25 (under the fair third), the
+    # kernel and the HBM charge split 0.75, 0.375 each, so the charge ends at t1 = H / 0.375
+    # with H of the kernel done; t1 .. 10 ms: the kernel at 0.75; after 10 ms alone.  Left
+    # at 10 ms: 20 - H - 0.75 (10 - H / 0.375) = 12.5 + H, so the kernel ends at
+    # 22.5 ms + H = 20 + 0.25 x 10 + H: all the GPU's work, as the resource is never idle.
+    # gpu0 has no kernel: its hold ends at 10 ms, the copy's time.
+    m = Machine(PROFILE)
+    worker = OnlineOps(m)
+    worker.submit("compute", "", "gpu1", hbm_bytes=72e9)
+    charge = PeerHbm(m, sm_share=0.25)
+    charge("gpu0", "gpu1", int(1.7e9))
+    m.env.run()
+    h = 1.7e9 / HBM
+    assert worker.end_s[0] == pytest.approx(0.020 + 0.25 * 0.010 + h, rel=1e-9)
+    assert charge.sm_s == pytest.approx({"gpu0": 0.25 * 1.7e9 / NVL, "gpu1": 0.0025})
+    g0 = m.gpu_res["gpu0"]  # busy for the copy's 10 ms, with its hold and its HBM charge
+    assert m.gpu_net.busy_s[g0] == pytest.approx(0.010, rel=1e-9)
+    assert m.gpu_net.work[g0] == pytest.approx(0.0025 + h, rel=1e-9)
+
+
+def test_no_sm_share_leaves_the_hbm_charge_alone():
+    # copy_sm_share 0 (a copy-engine transfer): the kernel ends at 20 ms + H, as before
+    m = Machine(PROFILE)
+    worker = OnlineOps(m)
+    worker.submit("compute", "", "gpu1", hbm_bytes=72e9)
+    charge = PeerHbm(m)
+    charge("gpu0", "gpu1", int(1.7e9))
+    m.env.run()
+    assert worker.end_s[0] == pytest.approx(0.020 + 1.7e9 / HBM, rel=1e-9)
+    assert charge.sm_s == {}
+    with pytest.raises(ValueError, match="copy_sm_share"):
+        PeerHbm(m, sm_share=1.0)

@@ -44,6 +44,20 @@ def test_interference_carries_the_copies_through_each_workers_hbm():
     assert r["peer_hbm_gb"] == 72.0
     assert r["hbm_share"] == pytest.approx(72.0 / (100.0 * 3600.0))
     assert r["hbm_share"] == pytest.approx(0.0002)
+    assert r["peer_sm_s"] == 0.0 and r["sm_share"] == 0.0  # no copy_sm_share: no SM held
+
+
+def test_interference_carries_the_sms_the_copies_held():
+    # 72 GB of copies into gpu1 at 170 GB/s take 0.4235 s; at copy_sm_share 0.205 the NCCL
+    # kernels held 0.205 x 0.4235 = 0.0868 GPU-s of its SMs, 0.0868% of a 100 s run
+    s = _summary().to_pylist()
+    held = 0.205 * 72e9 / 170e9
+    s[2].update(peer_hbm_gb_gpu1=72.0, peer_sm_s_gpu1=held, duration_s=100.0)
+    for i in (0, 1):  # the idle variants copy nothing
+        s[i].update(peer_hbm_gb_gpu1=None, peer_sm_s_gpu1=None, duration_s=100.0)
+    (r,) = worker_interference(pa.Table.from_pylist(s), {"w": "gpu1"}, 3600.0).to_pylist()
+    assert r["peer_sm_s"] == pytest.approx(0.086824, rel=1e-4)
+    assert r["sm_share"] == pytest.approx(0.00086824, rel=1e-4)
 
 
 def test_breakdown_parts_add_up_to_ttft():

@@ -29,6 +29,15 @@ worker's own kernels slow down while the master streams its blocks (seed 002
 whatever the bytes make it).  The copy's own time is the link's; the charges
 are separate flows and are not in any engine's records (``stats['peer_hbm_gb']``).
 
+**SMs of NVLink copies** (``copy_sm_share``).  Seed 002 moves KV between GPUs with
+torch.distributed (§4), whose NCCL send/recv kernels run one CTA per channel and do
+not share an SM with other kernels (NVIDIA/nccl issues 689, 1098).  While a copy runs
+its kernels hold ``copy_sm_share`` of each endpoint GPU's SMs: a flow on that GPU's
+compute resource capped at the share, lasting the copy's time alone on its route
+(NCCL serialises one peer's sends on one stream), so a kernel beside it runs on the
+rest of the GPU (``stats['peer_sm_s']``: GPU-seconds held).  0: no SM is held, as
+a copy-engine transfer (``cudaMemcpyPeerAsync``) would.
+
 **Layer stream cache** (``Instance.lsc``, :mod:`sim.serving.execute.streaming`).  A
 master with ``lsc`` splits its own blocks into the LSC and the regular cache
 by Eq. 3-5 beside the workers' ``stream_bytes`` (whole master blocks, Eq. 2),
@@ -224,38 +233,55 @@ def lending_stats(lending: Lending) -> dict[str, float]:
 
 
 class PeerHbm:
-    """Charges a GPU-to-GPU copy's bytes to both endpoint GPUs' HBM (module
-    docstring): ``Mover.on_copy`` of every engine on the machine."""
+    """Charges a GPU-to-GPU copy's bytes to both endpoint GPUs' HBM, and its NCCL
+    kernels' ``sm_share`` of their SMs for its time (module docstring): ``Mover.on_copy``
+    of every engine on the machine."""
 
-    def __init__(self, machine: Machine):
+    def __init__(self, machine: Machine, sm_share: float = 0.0):
+        if not 0 <= sm_share < 1:
+            raise ValueError(f"copy_sm_share must be in [0, 1), got {sm_share}")
         self.ops = OnlineOps(machine, keep_plan=False)
         self.gpus = frozenset(machine.profile.gpu_names)
+        self.sm_share = sm_share
         self.bytes: dict[str, float] = {}  # GPU -> bytes charged (read or written)
+        self.sm_s: dict[str, float] = {}  # GPU -> GPU-seconds its SMs were held
 
     def __call__(self, src: str, dst: str, nbytes: int) -> None:
         if src not in self.gpus or dst not in self.gpus or nbytes <= 0:
             return
+        m = self.ops.machine
+        held = 0.0
+        if self.sm_share > 0:  # the copy's time alone on its route, at the share
+            alone_s = nbytes / min(m.net.capacity[r] for r in m.route(src, dst))
+            held = self.sm_share * alone_s
         for gpu in (src, dst):  # read on one, write on the other
             self.ops.submit("compute", "", gpu, hbm_bytes=float(nbytes), tag="peer_hbm")
             self.bytes[gpu] = self.bytes.get(gpu, 0.0) + nbytes
+            if held:
+                m.gpu_net.start([(m.gpu_res[gpu], 1.0)], held, cap=self.sm_share)
+                self.sm_s[gpu] = self.sm_s.get(gpu, 0.0) + held
 
 
-def charge_peer_copies(engines: Sequence[Engine]) -> PeerHbm:
+def charge_peer_copies(engines: Sequence[Engine], sm_share: float = 0.0) -> PeerHbm:
     """One :class:`PeerHbm` on the engines' machine, hooked to each one's mover."""
-    charge = PeerHbm(engines[0].ops.machine)
+    charge = PeerHbm(engines[0].ops.machine, sm_share)
     for e in engines:
         e.offload.mover.on_copy = charge
     return charge
 
 
 def run_instances(
-    profile: HardwareProfile, instances: Sequence[Instance], stats: dict | None = None
+    profile: HardwareProfile,
+    instances: Sequence[Instance],
+    stats: dict | None = None,
+    copy_sm_share: float = 0.0,
 ) -> dict[str, ServingRecords]:
     """Serve every instance's requests together; records by instance name.
-    ``stats`` (if given) gets each elastic worker's :func:`lending_stats`."""
+    ``stats`` (if given) gets each elastic worker's :func:`lending_stats`;
+    ``copy_sm_share``: the SMs an NVLink copy holds on each end (:class:`PeerHbm`)."""
     engines = build_instances(profile, instances)
     lendings = start_lending(instances, engines)
-    charge = charge_peer_copies(engines)
+    charge = charge_peer_copies(engines, copy_sm_share)
     for e in engines:
         e.start()
     with relaxed_gc():
@@ -263,6 +289,8 @@ def run_instances(
     if stats is not None:
         stats.update({name: lending_stats(x) for name, x in lendings.items()})
         stats["peer_hbm_gb"] = {g: b / 1e9 for g, b in sorted(charge.bytes.items())}
+        if charge.sm_share:
+            stats["peer_sm_s"] = dict(sorted(charge.sm_s.items()))
         for inst, e in zip(instances, engines, strict=True):
             if e.stream is not None:
                 stats[f"{inst.name}_lsc"] = {"n_rc": e.stream.n_rc, "n_lsc": e.stream.n_lsc,
