@@ -133,6 +133,10 @@ LEVAL_MASTERS = {  # master -> {key -> mechanism of a gap}; absent: LEVAL_ROWS' 
                   "load_share": LEVAL_OTHER_LOAD},
 }  # fmt: skip
 DATASETS = ("sharegpt_long", "leval_long")  # the master traces whose Fig. 7 rows exist
+SHAREGPT_OTHER_LOAD = (
+    "Fig. 10 is the Qwen3-32B master's; this run's master is another model, so the row sets "
+    "that model's load share beside the 32B master's"
+)
 
 
 def paper_rows(dataset: str = "sharegpt_long", master: str = "") -> tuple[tuple, ...]:
@@ -141,7 +145,10 @@ def paper_rows(dataset: str = "sharegpt_long", master: str = "") -> tuple[tuple,
     if dataset not in DATASETS:
         raise ValueError(f"no Fig. 7 rows for {dataset!r}; known: {DATASETS}")
     if dataset == "sharegpt_long":
-        return PAPER
+        if master in ("", "Qwen3-32B"):
+            return PAPER
+        return tuple((key, figure, paper, unit, SHAREGPT_OTHER_LOAD if key == "load_share" else why)
+                     for key, figure, paper, unit, why in PAPER)  # fmt: skip
     notes = LEVAL_MASTERS.get(master, {})
     return tuple((key, *LEVAL_ROWS[key][:2], unit, notes.get(key, LEVAL_ROWS[key][2]))
                  if key in LEVAL_ROWS else (key, figure, paper, unit, why)

@@ -70,6 +70,15 @@ def test_leval_rows_by_hand():
     assert [r[0] for r in paper_rows("leval_long")] == [r[0] for r in PAPER]
     assert rows["reload_5k_pcie_ms"] == PAPER[0]
     assert paper_rows("sharegpt_long") is PAPER
+    assert paper_rows("sharegpt_long", "Qwen3-32B") is PAPER
+
+
+def test_sharegpt_rows_of_another_master_say_fig10_is_the_32b_masters():
+    lwm = {r[0]: r for r in paper_rows("sharegpt_long", "LWM-Text-1M")}
+    plain = {r[0]: r for r in PAPER}
+    assert lwm["load_share"][:4] == plain["load_share"][:4]
+    assert "Qwen3-32B master's" in lwm["load_share"][4] != plain["load_share"][4]
+    assert all(lwm[k] == plain[k] for k in plain if k != "load_share")
 
 
 def test_the_cli_table_names_l_eval_for_its_scenario():
