@@ -165,16 +165,23 @@ def _tier_held_per_step(p) -> list[int]:
     return held
 
 
-@pytest.mark.parametrize(
-    "name", ["KVDrive (SFC)", "KVDrive (SFC+prefetch)", "KVDrive (calibrated)", "KVDrive (LRU)"]
-)
-def test_kvdrives_dram_tier_holds_no_more_than_the_host_budget_at_any_step(runs, name):
-    # 0.3e9 B / (32 layers x 2 lanes x 4,096 B) = 1,144.4 entries per lane
-    p, splan = runs[name, 0.3]
-    held = _tier_held_per_step(p)
-    assert all(0 < h <= 1_144 for h in held), held
-    worst = max(held) * ENTRY * LAYERS * p.batch
-    assert worst <= 0.3e9 and worst <= splan.info["host_need_gb"] * 1e9 + 1
+def test_kvdrives_dram_tier_holds_no_more_than_the_host_budget_at_any_step(runs):
+    # 0.3e9 B / (32 layers x 2 lanes x 4,096 B) = 1,144.4 entries per lane; a
+    # DRAM-only variant keeps the whole prefix (8,224 entries, 2.16 GB): out of memory
+    checked = []
+    for (name, gb), (p, splan) in runs.items():
+        if gb != 0.3 or p.design not in ("kvdrive", "kvdrive-lru"):
+            continue
+        held = _tier_held_per_step(p)
+        worst = max(held) * ENTRY * LAYERS * p.batch
+        assert worst <= splan.info["host_need_gb"] * 1e9 + 1, name  # charged what it holds
+        if p.design_params.get("dram_only"):
+            assert held == [PREFIX] * p.steps and splan.info["host_oom"], (name, held)
+        else:
+            assert all(0 < h <= 1_144 for h in held) and worst <= 0.3e9, (name, held)
+            assert not splan.info["host_oom"], name
+        checked.append(name)
+    assert len(checked) >= 10 and "KVDrive (DRAM only)" in checked, checked
 
 
 def test_every_design_is_charged_at_least_the_dram_its_run_copied_from(runs):
