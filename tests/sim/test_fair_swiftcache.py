@@ -60,8 +60,10 @@ def runs() -> dict:
                 for t in e.mgr.tiers:
                     if t.name == "peer":
                         peer = {d: (t.capacity[i], t.used[i]) for i, d in enumerate(t.devices)}
+                streamed = {}
                 region = getattr(e.stream, "region", None)
-                streamed = dict(zip(region.tier.devices, region.streamed, strict=True)) if region else {}
+                if region is not None:
+                    streamed = dict(zip(region.tier.devices, region.streamed, strict=True))
                 row[inst.name] = (e.mgr.gpu.capacity, e.mgr.gpu.used, peer, streamed)
             samples.append(row)
 
