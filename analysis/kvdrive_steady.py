@@ -39,10 +39,10 @@ import numpy as np
 from hwprofiles.loader import load_profile
 from sim.policies.kvdrive.gpucache import WindowCache
 from sim.policies.selection import always_selected
-from sim.scenarios.kvdrive_kind import KVDriveParams
+from sim.scenarios.kvdrive_kind import STEADY_AFTER, KVDriveParams
 from sim.scenarios.swarm import build_lanes, replay_lane
 
-BLOCK = 16  # steps per block of the steady-state rule
+BLOCK = STEADY_AFTER  # steps per block of the steady-state rule (the first: warm-up)
 BASE = KVDriveParams(  # sim/scenarios/kvdrive-sens.yaml's workload
     model="Llama-3-8B-1048K",
     context_tokens=122880,

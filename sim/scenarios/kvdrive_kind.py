@@ -129,6 +129,12 @@ def plan_kvdrive(params: KVDriveParams, profile, seed: int, name: str, progress)
     return Planned(splan.plan, summarize_kvdrive(params, splan, profile), gpu_time=source)
 
 
+# steps of the GPU cache's warm-up: the steady-state hit rate pools every later step
+# (analysis/kvdrive_steady.py's rule: its first 16-step block is the warm-up, and the
+# rate per block stops rising after it, docs/kvdrive-vs-paper.md "Steady state")
+STEADY_AFTER = 16
+
+
 def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], dict]:
     """Throughput, the per-layer time of each stage (per (step, layer) group,
     the time any of its ops runs: :func:`stage_busy_s`), GPU cache hit rate (hits
@@ -147,11 +153,15 @@ def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], 
         groups = max(1, ops.groupby(["step", "layer"]).ngroups)
         dur = stage_busy_s(ops)
         hits = misses = 0.0
+        late = [0.0, 0.0]  # hits and misses after the warm-up block (gpu_hit_rate_steady)
         recall = []
         for lane in splan.lanes.values():
-            for dec, orc in zip(lane.decisions, lane.oracle, strict=True):
-                hits += dec.info.get("gpu_hits", 0.0)
-                misses += dec.info.get("gpu_misses", len(dec.selected) - lane.always)
+            for t, (dec, orc) in enumerate(zip(lane.decisions, lane.oracle, strict=True)):
+                h = dec.info.get("gpu_hits", 0.0)
+                m = dec.info.get("gpu_misses", len(dec.selected) - lane.always)
+                hits, misses = hits + h, misses + m
+                if t >= STEADY_AFTER:
+                    late[0], late[1] = late[0] + h, late[1] + m
                 recall.append(np.intersect1d(dec.selected, orc).size / max(1, orc.size))
         per_layer = 1e6 * params.layers_modeled
         cap = sum(
@@ -172,6 +182,8 @@ def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], 
             "oom_where": where,  # "GPU", "host" or "" (fits)
             "step_ms": 1e3 * makespan / params.steps,
             "gpu_hit_rate": hits / (hits + misses) if hits + misses else 0.0,
+            # the rate pooled over the steps after the first STEADY_AFTER (NaN: none)
+            "gpu_hit_rate_steady": late[0] / sum(late) if sum(late) else float("nan"),
             "recall": sum(recall) / len(recall) if recall else float("nan"),
             "read_mb_per_step": float(ops.loc[ops["kind"] == "read", "bytes"].sum())
             / params.steps
