@@ -21,6 +21,7 @@ from sim.config import SwarmParams
 from sim.factors import check_points
 from sim.registry import KV_DESIGNS, WORKLOADS, Kind, ParamError
 from sim.scenarios import host_threads, scenario_assumptions
+from sim.scenarios.kvdrive_table3 import STEADY_AFTER
 from sim.workloads import REPLAY_CAPS, SWARM_DESIGN_KEYS
 
 if TYPE_CHECKING:
@@ -57,6 +58,10 @@ class KVDriveParams(SwarmParams):
     # the same workload at min(context_tokens, calibrate_tokens) tokens and 2 steps
     calibrate: bool = False
     calibrate_tokens: int = 32768
+    # seed 003 Table 3's GPU cache (window 2, LRU and lookahead) counted over the
+    # design's own selections, as summary columns t3_hit_rate_* (for designs without
+    # a GPU cache of their own; it moves no bytes: sim.scenarios.kvdrive_table3)
+    table3_cache: bool = False
     # the host-memory budget, the same for every design (sim.scenarios.kvdrive_memory):
     # host_mem_gb when > 0, else the profile's DRAM minus host_reserved_gb (OS, runtime,
     # staging buffers); a design over it is out of memory, KVDrive's DRAM tier fits it
@@ -127,12 +132,6 @@ def plan_kvdrive(params: KVDriveParams, profile, seed: int, name: str, progress)
     splan.info.update(info)
     source = gpu_source(params, profile)
     return Planned(splan.plan, summarize_kvdrive(params, splan, profile), gpu_time=source)
-
-
-# steps of the GPU cache's warm-up: the steady-state hit rate pools every later step
-# (analysis/kvdrive_steady.py's rule: its first 16-step block is the warm-up, and the
-# rate per block stops rising after it, docs/kvdrive-vs-paper.md "Steady state")
-STEADY_AFTER = 16
 
 
 def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], dict]:
@@ -246,7 +245,7 @@ def stage_busy_s(ops: pd.DataFrame) -> pd.Series:
 # budget, the same for every design, so a variant that sets it ran another workload
 KVDRIVE_DESIGN_KEYS = (
     "micro_batches", "gpu_cache_mb", "prefetch", "calibrate", "calibrate_tokens",
-    "dram_fill", "pinned_mb",
+    "dram_fill", "pinned_mb", "table3_cache",
 )  # fmt: skip
 
 WORKLOADS.register(

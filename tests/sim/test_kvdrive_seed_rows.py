@@ -16,10 +16,10 @@ from hwprofiles import load_profile
 from sim.config import load_scenario
 from sim.runner import run
 from sim.scenarios.kvdrive import plan_kvdrive
-from sim.scenarios.kvdrive_kind import STEADY_AFTER
+from sim.scenarios.kvdrive_table3 import STEADY_AFTER
 from sim.scenarios.seedref import by_design_name, compare, load_seed_figures
 
-ROWS = {"kvdrive-2d": 3, "kvdrive-2d-real": 3, "kvdrive-sync": 4, "kvdrive-steady": 3}
+ROWS = {"kvdrive-2d": 3, "kvdrive-2d-real": 3, "kvdrive-sync": 4, "kvdrive-steady": 9}
 L20 = load_profile("l20-server")
 
 
@@ -84,6 +84,8 @@ def test_the_steady_rows_pool_the_hits_after_the_warm_up_block():
     cfg, df = _summary("kvdrive-steady", **small)
     for v in cfg.variants:
         p = dataclasses.replace(cfg.variant_params(v), **small)
+        if not p.design.startswith("kvdrive"):  # Table 3's other systems: the test below
+            continue
         splan = plan_kvdrive(p, L20, seed=cfg.seed)
         hits = misses = 0.0
         for lane in splan.lanes.values():
@@ -98,3 +100,47 @@ def test_the_steady_rows_pool_the_hits_after_the_warm_up_block():
     # 16 steps or fewer: no step after the warm-up, no steady state
     _, short = _summary("kvdrive-steady", context_tokens=4096, batch=1, steps=4)
     assert short["gpu_hit_rate_steady"].isna().all()
+
+
+def _lru_by_hand(decisions, cap: int, prefix: int, always: int) -> tuple[int, int]:
+    """(hits, misses) over the steps after the warm-up of an LRU cache of ``cap``
+    entries, a dict of last-used steps, fed each step's selection beyond the first 4
+    sinks and the last ``always - 4`` entries (the local window), starting empty."""
+    last: dict[int, int] = {}
+    hits = misses = 0
+    for t, d in enumerate(decisions):
+        visible = prefix + t + 1
+        window = set(range(visible - (always - 4), visible)) | set(range(4))
+        extra = [int(i) for i in d.selected if int(i) not in window]
+        h = sum(i in last for i in extra)
+        if t >= STEADY_AFTER:
+            hits, misses = hits + h, misses + len(extra) - h
+        for i in extra:
+            last[i] = t
+        over = max(len(last) - cap, 0)  # the oldest first (ties: lower id)
+        for i, _ in sorted(last.items(), key=lambda kv: (kv[1], kv[0]))[:over]:
+            del last[i]
+    return hits, misses
+
+
+def test_table3s_lru_column_is_an_lru_cache_over_the_designs_own_selections():
+    # Quest, ShadowKV and RetroInfer at 16K x 1, 20 steps: a cache of 2 step budgets
+    # (2 x 256 = 512 entries) over each step's 188 entries beyond 4 sinks + 64 local
+    small = dict(context_tokens=16384, batch=1, steps=STEADY_AFTER + 4)
+    cfg, df = _summary("kvdrive-steady", **small)
+    prefix = 16384 + 32
+    for v in cfg.variants:
+        p = dataclasses.replace(cfg.variant_params(v), **small)
+        if not p.table3_cache:
+            assert "t3_hit_rate_lru_steady" not in df or math.isnan(
+                df.loc[df["variant"] == v.name, "t3_hit_rate_lru_steady"].iloc[0]
+            )
+            continue
+        splan = plan_kvdrive(p, L20, seed=cfg.seed)
+        assert splan.layout.step_budget(prefix + 1) == 256
+        (lane,) = splan.lanes.values()
+        h, m = _lru_by_hand(lane.decisions, 512, prefix, 68)
+        got = df.loc[df["variant"] == v.name, "t3_hit_rate_lru_steady"].iloc[0]
+        assert h + m > 0 and got == pytest.approx(h / (h + m), rel=1e-12), v.name
+        la = df.loc[df["variant"] == v.name, "t3_hit_rate_lookahead_steady"].iloc[0]
+        assert 0.0 <= la <= 1.0, v.name
