@@ -37,12 +37,11 @@ from pathlib import Path
 import numpy as np
 
 from hwprofiles.loader import load_profile
-from sim.policies.kvdrive.gpucache import WindowCache
-from sim.policies.selection import always_selected
 from sim.scenarios.kvdrive_kind import KVDriveParams
+from sim.scenarios.kvdrive_table3 import STEADY_AFTER, lane_cache_steps
 from sim.scenarios.swarm import build_lanes, replay_lane
 
-BLOCK = 16  # steps per block of the steady-state rule
+BLOCK = STEADY_AFTER  # steps per block of the steady-state rule (the first: warm-up)
 BASE = KVDriveParams(  # sim/scenarios/kvdrive-sens.yaml's workload
     model="Llama-3-8B-1048K",
     context_tokens=122880,
@@ -78,37 +77,6 @@ def kvdrive_steps(p: KVDriveParams, profile, seed: int) -> tuple[np.ndarray, np.
     return hits, misses
 
 
-def unit_labels(design, n: int) -> np.ndarray:
-    """The unit each of ``n`` token ids belongs to in ``design``'s own selection:
-    Quest's page (``pos // page_size``), ShadowKV's chunk (``pos // chunk_size``),
-    RetroInfer's cluster (its build's members; later tokens each a unit of one)."""
-    pos = np.arange(n, dtype=np.int64)
-    if hasattr(design.params, "page_size"):
-        return pos // design.params.page_size
-    if not hasattr(design, "members"):
-        return pos // design.params.chunk_size
-    label = len(design.members) + pos  # tokens in no cluster: their own unit
-    for c, m in enumerate(design.members):
-        label[m[m < n]] = c
-    return label
-
-
-def unit_scores(design, keys: np.ndarray, label: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """Every token's lookahead score: its unit's current-step score as the design
-    estimates it.  Quest: the page's bound ``sum_c max(q_c min_c, q_c max_c)``
-    over the page's keys; ShadowKV (landmark = the chunk's mean key) and
-    RetroInfer (centroid = the cluster's mean key): ``q . mean key`` = the
-    unit's mean of ``q . k``."""
-    k = np.asarray(keys[: len(label)], dtype=np.float32)
-    if hasattr(design.params, "page_size"):
-        starts = np.arange(0, len(label), design.params.page_size)
-        lo, hi = np.minimum.reduceat(k, starts), np.maximum.reduceat(k, starts)
-        return np.maximum(lo * q, hi * q).sum(axis=1)[label]
-    exact = k @ q
-    total = np.bincount(label, weights=exact)
-    return (total / np.maximum(np.bincount(label), 1))[label]
-
-
 def cache_steps(
     p: KVDriveParams,
     profile,
@@ -117,38 +85,17 @@ def cache_steps(
     window: int = 2,
     scores: str = "unit",
 ):
-    """Per policy, (hits, misses) per step of a window cache (``window`` step
-    budgets) fed the design's selections beyond sinks and local window; the
-    design is built and replayed once for all policies.  Lookahead evicts by
-    :func:`unit_scores`, the design's own estimate of the current step, or with
-    ``scores="exact"`` by each entry's own ``q . k`` (the counterfactual that
-    splits the design's units)."""
+    """Per policy, (hits, misses) per step over every lane of Table 3's window cache
+    (:func:`sim.scenarios.kvdrive_table3.lane_cache_steps`) fed the design's
+    selections; the design is built and replayed once for all policies."""
     _, layout, built = build_lanes(p, profile, seed)
-    prefix = p.context_tokens + p.profile_steps
     out = {pol: (np.zeros(p.steps), np.zeros(p.steps)) for pol in policies}
     for lane in built.values():
-        keys, queries = lane.data.keys, lane.data.queries
-        label = unit_labels(lane.design, prefix + p.steps)
         decisions = replay_lane(lane, p, layout).decisions
-        for pol in policies:
-            cache = WindowCache(window * layout.step_budget(prefix + 1), pol)
-            hits, misses = out[pol]
-            for t, d in enumerate(decisions):
-                always = always_selected(prefix + t + 1, p.sink_tokens, p.local_window)
-                extra = np.setdiff1d(d.selected, always)
-                q = np.asarray(queries[p.profile_steps + t], dtype=np.float32)
-                now = None
-                if pol == "lookahead" and scores == "exact":
-                    now = np.asarray(keys[: prefix + t + 1], dtype=np.float32) @ q
-                elif pol == "lookahead":
-                    now = unit_scores(lane.design, keys, label[: prefix + t + 1], q)
-
-                def score(ids: np.ndarray, s=now) -> np.ndarray:
-                    return s[ids]
-
-                hit = cache.access(t, extra, score)
-                hits[t] += hit.sum()
-                misses[t] += len(extra) - hit.sum()
+        got = lane_cache_steps(lane, decisions, p, layout, policies, window, scores)
+        for pol, (h, m) in got.items():
+            out[pol][0][:] += h
+            out[pol][1][:] += m
     return out
 
 

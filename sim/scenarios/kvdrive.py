@@ -92,6 +92,7 @@ from sim.scenarios.kvdrive_memory import (
     host_memory,
     memory_repeat,
 )
+from sim.scenarios.kvdrive_table3 import table3_columns
 from sim.scenarios.matched import (
     Match,
     full_scale,
@@ -127,6 +128,8 @@ def plan_kvdrive(p, profile, seed: int, progress=None) -> SwarmPlan:
         layout = replace(layout, budget_scale=match.scale)
         info.update(match_columns(match))
     lanes = {k: replay_lane(b, p, layout, progress) for k, b in built.items()}
+    if p.table3_cache:  # Table 3's cache over the design's selections: counted, no bytes
+        info.update(table3_columns(p, layout, built, lanes))
     bases = lane_bases(lanes, len(ssds))
     plan = assemble(p, profile, max_io_bytes(profile, ssds), layout, lanes, bases, prefix)
     return SwarmPlan(plan, lanes, ssds, p, layout, bases, info)

@@ -21,6 +21,7 @@ from sim.config import SwarmParams
 from sim.factors import check_points
 from sim.registry import KV_DESIGNS, WORKLOADS, Kind, ParamError
 from sim.scenarios import host_threads, scenario_assumptions
+from sim.scenarios.kvdrive_table3 import STEADY_AFTER
 from sim.workloads import REPLAY_CAPS, SWARM_DESIGN_KEYS
 
 if TYPE_CHECKING:
@@ -57,6 +58,10 @@ class KVDriveParams(SwarmParams):
     # the same workload at min(context_tokens, calibrate_tokens) tokens and 2 steps
     calibrate: bool = False
     calibrate_tokens: int = 32768
+    # seed 003 Table 3's GPU cache (window 2, LRU and lookahead) counted over the
+    # design's own selections, as summary columns t3_hit_rate_* (for designs without
+    # a GPU cache of their own; it moves no bytes: sim.scenarios.kvdrive_table3)
+    table3_cache: bool = False
     # the host-memory budget, the same for every design (sim.scenarios.kvdrive_memory):
     # host_mem_gb when > 0, else the profile's DRAM minus host_reserved_gb (OS, runtime,
     # staging buffers); a design over it is out of memory, KVDrive's DRAM tier fits it
@@ -147,11 +152,15 @@ def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], 
         groups = max(1, ops.groupby(["step", "layer"]).ngroups)
         dur = stage_busy_s(ops)
         hits = misses = 0.0
+        late = [0.0, 0.0]  # hits and misses after the warm-up block (gpu_hit_rate_steady)
         recall = []
         for lane in splan.lanes.values():
-            for dec, orc in zip(lane.decisions, lane.oracle, strict=True):
-                hits += dec.info.get("gpu_hits", 0.0)
-                misses += dec.info.get("gpu_misses", len(dec.selected) - lane.always)
+            for t, (dec, orc) in enumerate(zip(lane.decisions, lane.oracle, strict=True)):
+                h = dec.info.get("gpu_hits", 0.0)
+                m = dec.info.get("gpu_misses", len(dec.selected) - lane.always)
+                hits, misses = hits + h, misses + m
+                if t >= STEADY_AFTER:
+                    late[0], late[1] = late[0] + h, late[1] + m
                 recall.append(np.intersect1d(dec.selected, orc).size / max(1, orc.size))
         per_layer = 1e6 * params.layers_modeled
         cap = sum(
@@ -172,6 +181,8 @@ def summarize_kvdrive(params: KVDriveParams, splan, profile) -> Callable[[Any], 
             "oom_where": where,  # "GPU", "host" or "" (fits)
             "step_ms": 1e3 * makespan / params.steps,
             "gpu_hit_rate": hits / (hits + misses) if hits + misses else 0.0,
+            # the rate pooled over the steps after the first STEADY_AFTER (NaN: none)
+            "gpu_hit_rate_steady": late[0] / sum(late) if sum(late) else float("nan"),
             "recall": sum(recall) / len(recall) if recall else float("nan"),
             "read_mb_per_step": float(ops.loc[ops["kind"] == "read", "bytes"].sum())
             / params.steps
@@ -234,7 +245,7 @@ def stage_busy_s(ops: pd.DataFrame) -> pd.Series:
 # budget, the same for every design, so a variant that sets it ran another workload
 KVDRIVE_DESIGN_KEYS = (
     "micro_batches", "gpu_cache_mb", "prefetch", "calibrate", "calibrate_tokens",
-    "dram_fill", "pinned_mb",
+    "dram_fill", "pinned_mb", "table3_cache",
 )  # fmt: skip
 
 WORKLOADS.register(

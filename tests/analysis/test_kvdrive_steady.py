@@ -6,7 +6,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from analysis.kvdrive_steady import blocks, steady, unit_labels, unit_scores
+from analysis.kvdrive_steady import blocks, steady
+from sim.scenarios.kvdrive_table3 import unit_labels, unit_scores
 
 
 def test_blocks_and_the_steady_state_by_hand():
