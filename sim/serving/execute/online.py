@@ -16,7 +16,12 @@ event, it is itself scheduled as the op's end event, so such an op allocates
 no closure and no simpy event.  A transfer's physics is kept per shape; a GPU
 compute op's is one record a GPU (:class:`_Compute`: the GPU's interned
 signature), its seconds (a new roofline time per iteration) passed to its
-flow, not a fresh :class:`~sim.executor.OpPhysics`.
+flow, not a fresh :class:`~sim.executor.OpPhysics`.  A GPU compute op's flow
+is started alone (:meth:`sim.engine.flownet.FlowNetwork.start_alone`): where
+no other flow runs on its GPU (a serving engine's iteration, the usual case)
+its end time is known at once and its end is one simpy event, with no
+re-rating of the GPUs' network; another op joining its GPU makes it an
+active flow of the network like any other.
 
 Every submitted op is also written down as a plan row (``release_s`` = the
 time it was issued, ``depends_on`` = the ops whose completion the engine
@@ -255,17 +260,20 @@ class OnlineOps:
                tag)  # fmt: skip
         self.store.add(row, deps, extents)  # in planstore.COLUMNS order
         phys: OpPhysics | _Compute | None
+        alone = False  # a GPU compute op: started alone where nothing else runs on its GPU
         if kind == "compute":
             phys = self._gpus.get(dst)
-            if phys is not None:  # op_physics's GPU compute, without its record or interning
-                amount = gpu_s if gpu_s > 0 else self.machine.gpu_seconds(dst, flops, hbm_bytes)
-            else:
-                phys = op_physics(
+            if phys is None:
+                got = op_physics(
                     self.machine, kind, "", dst, 0, 0, 0, "none", flops, hbm_bytes, gpu_s=gpu_s
                 )
-                amount = phys.amount
-                if phys.net is self._gpu_net:
-                    self._gpus[dst] = _Compute(self._gpu_net, phys.sig)
+                if got.net is self._gpu_net:
+                    phys = self._gpus[dst] = _Compute(self._gpu_net, got.sig)
+            if phys is None:  # a host compute op: shares the cores with the CPU flows
+                phys, amount = got, got.amount
+            else:  # op_physics's GPU compute, without its record or interning
+                amount = gpu_s if gpu_s > 0 else self.machine.gpu_seconds(dst, flops, hbm_bytes)
+                alone = True
         else:  # a transfer's physics depends on its shape only: one OpPhysics per shape
             key = (kind, src, dst, nbytes, n_ios, queue_depth, io_path)
             phys = self._cache.get(key)
@@ -285,7 +293,9 @@ class OnlineOps:
             ended.left = 2
         if phys.meter is not None:
             phys.meter.begin(now)
-        if phys.latency_s > 0:
+        if alone:  # its flow's end known now where it runs alone (FlowNetwork.start_alone)
+            phys.net.start_alone(phys.sig, amount, self._data_cb, ended)
+        elif phys.latency_s > 0:
             phys.net.start_sig_after(phys.latency_s, phys.sig, amount, self._data_cb, ended)
         else:  # start_sig_after's own shortcut, one call less
             phys.net.start_sig(phys.sig, amount, self._data_cb, ended)
