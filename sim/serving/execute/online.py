@@ -254,10 +254,10 @@ class OnlineOps:
         op = len(self.start_s)
         if kind == "compute":
             n_ios = 0
+        # flops, hbm_bytes, gpu_s become floats in the plan store's typed columns
         row = (kind, src, dst, nbytes, n_ios, queue_depth, io_path,
                0 if extents is None else int(extents[0, 0]),
-               io_bytes, float(flops), float(hbm_bytes), float(gpu_s), now, step, layer,
-               tag)  # fmt: skip
+               io_bytes, flops, hbm_bytes, gpu_s, now, step, layer, tag)  # fmt: skip
         self.store.add(row, deps, extents)  # in planstore.COLUMNS order
         phys: OpPhysics | _Compute | None
         alone = False  # a GPU compute op: started alone where nothing else runs on its GPU
