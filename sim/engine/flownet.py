@@ -151,6 +151,9 @@ class FlowNetwork:
         self._lone: dict[int, Mix] = {}
         self._alone_cbs = [self._alone_end]
         self._lone_events = 0
+        # the flow ending alone while its callback runs: the callback is the last
+        # thing its end's event does (nothing is scheduled after it in that step)
+        self.ending_alone: Flow | None = None
 
     def resource(self, name: str) -> int:
         return self.names.index(name)
@@ -453,7 +456,9 @@ class FlowNetwork:
         flow.end_s = now
         self.completed += 1
         if flow.on_done is not None:
-            flow.on_done(flow)
+            self.ending_alone = flow
+            flow.on_done(flow)  # the last thing this event does
+            self.ending_alone = None
 
     def _rejoin(self, flow: Flow) -> None:
         """A flow running alone meets another on one of its resources: its time

@@ -18,9 +18,9 @@ at most :data:`PENDING_ROWS` rows, which are turned into columns together
 (transposed by ``zip`` and appended by ``extend``, both in C): one list append
 per op rather than one per column; a numeric column's values are made a typed
 array at once (``array(code, values)``, about half the cost of extending a
-typed array from a tuple, measured) and appended as one block.  The raw extents of the latest ops wait
-in a bounded buffer and are encoded together (vectorised) every
-:data:`PENDING_EXTENTS` rows.
+typed array from a tuple, measured) and appended as one block.  The raw
+extents of the latest ops wait in a bounded buffer and are encoded together
+(vectorised) every :data:`PENDING_EXTENTS` rows.
 """
 
 from __future__ import annotations

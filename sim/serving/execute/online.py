@@ -324,20 +324,24 @@ class OnlineOps:
             phys.meter.end(flow.end_s, phys.write, phys.amount, phys.n_ios)
         ended.left -= 1
         if not ended.left:
-            self._end(ended, flow.end_s)
+            self._end(ended, flow.end_s, phys.net.ending_alone is flow)
 
     def _cpu_done(self, flow: Flow) -> None:
         """An op's CPU flow ended."""
         ended = flow.token
         ended.left -= 1
         if not ended.left:
-            self._end(ended, flow.end_s)
+            self._end(ended, flow.end_s, False)
 
-    def _end(self, ended: _InFlight, now: float) -> None:
+    def _end(self, ended: _InFlight, now: float, last: bool) -> None:
         """The op's last part ended: its end time, then its event (a plain
         simpy event, or the record itself scheduled as one, to call ``on_done``
         or to resume the process waiting on it: the same place in simpy's queue
-        as ``Event.succeed``)."""
+        as ``Event.succeed``).  ``last``: this is the last thing the event being
+        stepped does (a flow ending alone: ``FlowNetwork.ending_alone``); then,
+        with no other event due at this instant, the record would be the very
+        next event simpy steps, and it is stepped here as simpy's ``step``
+        would (its callbacks, once): the same order, one event less."""
         self.end_s[ended.op] = now
         if ended.event is not None:
             ended.event.succeed(ended.op)
@@ -345,7 +349,12 @@ class OnlineOps:
             if ended.on_done is not None:
                 ended.callbacks = _CALL_ON_DONE
             ended._value = ended.op
-            self.env.schedule(ended)  # type: ignore[arg-type]
+            if last and self.env.peek() > now:
+                callbacks, ended.callbacks = ended.callbacks, None
+                for callback in callbacks:
+                    callback(ended)
+            else:
+                self.env.schedule(ended)  # type: ignore[arg-type]
 
     # ---- results ---------------------------------------------------------------
     def plan(self) -> pa.Table:
