@@ -104,3 +104,24 @@ def test_lone_flows_end_when_flows_started_through_the_rerating_would():
     assert net_a.busy_s == pytest.approx(net_s.busy_s, rel=1e-12)
     assert net_a.work == pytest.approx(net_s.work, rel=1e-12)
     assert net_a.reratings < net_s.reratings
+
+
+def test_flows_joining_lone_ones_end_when_all_started_through_the_rerating_would():
+    # flows on two resources, half asking to start alone (those that find their
+    # resource busy start as any flow; the others are joined by later ones, often
+    # at the instant they start): every end time is the one the re-rating gives
+    # when every flow is started through it (coef 1, no cap: rates 1/k)
+    rng = np.random.default_rng(11)
+    flows = []
+    for r in range(2):
+        t = 0.0
+        for _ in range(60):
+            gap = float(rng.exponential(0.5)) if rng.random() > 0.25 else 0.0
+            t += gap  # a quarter start at the instant of the flow before
+            flows.append((t, r, float(rng.uniform(0.05, 0.5)), bool(rng.integers(2))))
+    mixed, net_m = run([1.0, 2.0], flows)
+    shared, _ = run([1.0, 2.0], [(t, r, a, False) for t, r, a, _ in flows])
+    assert not any(math.isnan(e) for e in mixed)
+    assert mixed == shared
+    assert net_m.completed == len(flows)
+    assert net_m.flows == [] and all(f is None for f in net_m._alone)
