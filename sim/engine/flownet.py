@@ -43,7 +43,19 @@ Devices that keep this fast without changing the physics:
   floats as summing over the whole mix), and only those move the peaks;
 * resource integrals are kept per allocation: the time spent in each mix of
   flows is summed, and busy time and work per resource are that time
-  weighted by the mix's loads, folded in when read.
+  weighted by the mix's loads, folded in when read;
+* a flow started on resources no other flow crosses (:meth:`FlowNetwork.start_alone`,
+  a GPU's compute op) is its own component: its rate is that of the flow alone
+  (the same solve, memoised per signature), so its finish time is known at
+  once and it is scheduled as its own end's event, with no re-rating of the
+  network at its start or its end (nothing else's rate can change) and its
+  time summed in a mix of its own (its signature's, alone).  While it runs
+  alone the rest of the network is re-rated without it, as before (another
+  component); a flow that joins one of its resources makes it an active flow
+  at once, at its rate and finish time (joining at rate 0 if it started at
+  this instant: its rate, like every rate, is set after every event of the
+  instant), placed where the flows started since the last re-rating begin,
+  and its scheduled end goes stale.
 
 Per resource the network integrates busy time (at least one flow active),
 work done (``sum coef * rate`` over time) and the peak load relative to
@@ -131,7 +143,17 @@ class FlowNetwork:
         self._late_cbs = self._late.callbacks
         self._timer_cbs = [self._on_timer]  # bound once: one timer per re-rating
         self._spare: Tick | None = None  # a stepped timer, to be armed again
-        self._integrals: tuple[int, list[float], list[float]] | None = None
+        self._integrals: tuple[tuple[int, int], list[float], list[float]] | None = None
+        # flows started alone (start_alone): per resource the one running on it, per
+        # signature its rate, loads and time alone (a Mix of one flow), the callback
+        # of its scheduled end, and the count of such flows' ends and joins
+        self._alone: list[Flow | None] = [None] * n
+        self._lone: dict[int, Mix] = {}
+        self._alone_cbs = [self._alone_end]
+        self._lone_events = 0
+        # the flow ending alone while its callback runs: the callback is the last
+        # thing its end's event does (nothing is scheduled after it in that step)
+        self.ending_alone: Flow | None = None
 
     def resource(self, name: str) -> int:
         return self.names.index(name)
@@ -163,17 +185,20 @@ class FlowNetwork:
         return self._fold_integrals()[2]
 
     def _fold_integrals(self) -> tuple[int, list[float], list[float]]:
-        """(re-rating count, busy, work): the folded totals plus every mix's time
-        weighted by its loads; recomputed only after a re-rating."""
+        """((re-rating count, lone flows' ends and joins), busy, work): the folded
+        totals plus every mix's time weighted by its loads, then every lone
+        flow's mix's; recomputed only after a re-rating or a lone flow's end."""
         got = self._integrals
-        if got is None or got[0] != self.reratings:
+        stamp = (self.reratings, self._lone_events)
+        if got is None or got[0] != stamp:
             busy, work = list(self._busy), list(self._work)
-            for mix in self._memo.values():
-                t = mix.time_s
-                for r, ld in mix.loads.items():
-                    busy[r] += t
-                    work[r] += ld * t
-            got = self._integrals = (self.reratings, busy, work)
+            for mixes in (self._memo.values(), self._lone.values()):
+                for mix in mixes:
+                    t = mix.time_s
+                    for r, ld in mix.loads.items():
+                        busy[r] += t
+                        work[r] += ld * t
+            got = self._integrals = (stamp, busy, work)
         return got
 
     # ---- public -------------------------------------------------------------
@@ -196,18 +221,50 @@ class FlowNetwork:
             raise ValueError(f"flow amount must be > 0, got {amount}")
         flow = Flow(sig, float(amount), on_done, token, self.env.now)
         # joins the active set at rate 0: rates, hence finish times and the
-        # integrals, change only in _rerate
+        # integrals, change only in _rerate (a flow running alone on one of its
+        # resources joins the active set first: _join)
+        self._join(flow)
         self.flows.append(flow)
         self._fsig.append(sig)
         self._rate.append(0.0)
         self._fin.append(math.inf)
-        self._join(flow)
         self._nnew += 1
         if not self._dirty:
             self._dirty = True
             late = self._late
             late.callbacks = self._late_cbs
             self.env.schedule(late, LATE)  # type: ignore[arg-type]
+        return flow
+
+    def start_alone(
+        self, sig: int, amount: float, on_done: Callable[[Flow], None] | None, token: Any = None
+    ) -> Flow:
+        """:meth:`start_sig` for a flow whose resources no other flow crosses
+        now (else it is :meth:`start_sig`): it runs alone, its own component,
+        at the rate max-min gives one flow on its path (the solve the
+        re-rating would make, memoised per signature); it is scheduled as its
+        own end's event at ``now + amount / rate`` (the finish time the
+        re-rating would set, armed as the timer would be: ``now`` plus that
+        time less ``now``), and nothing else is re-rated at its start or end.
+        A flow that joins one of its resources before it ends makes it an
+        active flow (:meth:`_rejoin`)."""
+        if not amount > 0:
+            raise ValueError(f"flow amount must be > 0, got {amount}")
+        path = self._paths[sig]
+        on, alone = self._on, self._alone
+        for r, _ in path:
+            if on[r] or alone[r] is not None:
+                return self.start_sig(sig, amount, on_done, token)
+        lone = self._lone.get(sig)
+        if lone is None:
+            lone = self._lone_mix(sig)
+        now = self.env.now
+        flow = Flow(sig, float(amount), on_done, token, now)
+        for r, _ in path:
+            alone[r] = flow
+        flow.callbacks = self._alone_cbs
+        fin = now + flow.amount / lone.rates[0]
+        self.env.schedule(flow, NORMAL, fin - now)  # type: ignore[arg-type]
         return flow
 
     def start_after(
@@ -371,6 +428,67 @@ class FlowNetwork:
         mix = self._memo[key] = Mix(rates, loads)
         return mix, moved
 
+    def _lone_mix(self, sig: int) -> Mix:
+        """The mix of one flow of ``sig`` alone (its rate as a component of its
+        own; its loads set the peaks, as a new mix's do), remembered."""
+        path, cap = self._paths[sig], self._caps[sig]
+        rate = self._solver.component((self._psig[sig],), [path], [cap])[0]
+        loads: dict[int, float] = {}
+        for r, c in path:
+            loads[r] = loads.get(r, 0.0) + c * rate
+        capacity, peak = self.capacity, self.peak
+        for r, ld in loads.items():
+            u = ld / capacity[r]
+            if u > peak[r]:
+                peak[r] = u
+        mix = self._lone[sig] = Mix([rate], loads)
+        return mix
+
+    def _alone_end(self, flow: Flow) -> None:
+        """A flow running alone ends (its scheduled event): its time goes to its
+        lone mix, its resources are free, then its callback."""
+        now = self.env.now
+        alone = self._alone
+        for r, _ in self._paths[flow.sig]:
+            alone[r] = None
+        self._lone[flow.sig].time_s += now - flow.start_s
+        self._lone_events += 1
+        flow.end_s = now
+        self.completed += 1
+        if flow.on_done is not None:
+            self.ending_alone = flow
+            flow.on_done(flow)  # the last thing this event does
+            self.ending_alone = None
+
+    def _rejoin(self, flow: Flow) -> None:
+        """A flow running alone meets another on one of its resources: its time
+        alone so far goes to its lone mix and it becomes an active flow, at its
+        rate and finish time, placed before the flows started since the last
+        re-rating (or, started at this very instant, as one of them: rate 0);
+        its scheduled end goes stale (no callbacks)."""
+        now = self.env.now
+        sig = flow.sig
+        path, alone, on = self._paths[sig], self._alone, self._on
+        for r, _ in path:
+            alone[r] = None
+            on[r].append(flow)
+        flow.callbacks = []
+        lone = self._lone[sig]
+        lone.time_s += now - flow.start_s
+        self._lone_events += 1
+        if flow.start_s == now:
+            rate, fin = 0.0, math.inf
+            k = len(self.flows)
+            self._nnew += 1
+        else:
+            rate = lone.rates[0]
+            fin = flow.start_s + flow.amount / rate
+            k = len(self.flows) - self._nnew
+        self.flows.insert(k, flow)
+        self._fsig.insert(k, sig)
+        self._rate.insert(k, rate)
+        self._fin.insert(k, fin)
+
     def _components(self, touched: set[int]) -> list[list[int]]:
         """Positions (in mix order) of the active flows in each connected
         component holding a touched resource: from each touched resource to the
@@ -396,11 +514,14 @@ class FlowNetwork:
         return comps
 
     def _join(self, flow: Flow) -> None:
-        """Index a flow joining the active set by the resources it crosses."""
+        """Index a flow joining the active set by the resources it crosses (a
+        flow running alone on one of them joins the active set first)."""
         path = self._paths[flow.sig]
         if path:
-            on = self._on
+            on, alone = self._on, self._alone
             for r, _ in path:
+                if alone[r] is not None:
+                    self._rejoin(alone[r])
                 on[r].append(flow)
         else:
             self._nopath += 1
@@ -418,9 +539,12 @@ class FlowNetwork:
             ended.append(f.sig)
 
     def _fold(self) -> None:
-        """Fold the memo's integrals into the totals and forget its mixes."""
+        """Fold the memo's integrals (and the lone mixes') into the totals and
+        forget its mixes (and the lone mixes' times)."""
         _, self._busy, self._work = self._fold_integrals()
         self._memo.clear()
+        for lone in self._lone.values():
+            lone.time_s = 0.0
         self._mix = self._memo[()] = Mix([], {})
 
     def _arm(self, due: float) -> None:

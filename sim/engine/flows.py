@@ -29,9 +29,13 @@ class Flow:
     """One transfer of ``amount`` units over the (path, cap) interned as ``sig``.
 
     ``token`` is the caller's (e.g. an op id), passed back untouched with the
-    flow to ``on_done``; the network keeps the flow's rate and finish time."""
+    flow to ``on_done``; the network keeps the flow's rate and finish time.
+    A flow started alone (:meth:`sim.engine.flownet.FlowNetwork.start_alone`)
+    is itself scheduled as its end's simpy event (``callbacks``, ``_ok``, as
+    :class:`Tick`); ``callbacks`` is unset on every other flow."""
 
-    __slots__ = ("sig", "amount", "on_done", "token", "start_s", "end_s")
+    __slots__ = ("sig", "amount", "on_done", "token", "start_s", "end_s", "callbacks")
+    _ok = True
 
     def __init__(
         self,

@@ -76,3 +76,41 @@ def test_a_measured_op_lasts_its_gpu_s_online_and_in_the_replayed_plan() -> None
     assert plan.column("gpu_s").to_pylist() == [0.0125, 0.0]
     again = simulate(plan, profile).ops.column("end_s").to_pylist()
     assert again == pytest.approx(list(ops.end_s), rel=1e-12)
+
+
+def _order_around_the_end(other_at_end: bool) -> tuple[list[str], OnlineOps, Machine]:
+    """A process waits on a 25 ms GPU op (its ``gpu_s``); another process's
+    timeout falls at the op's end instant (or 1 s later): the log of who ran."""
+    profile = load_profile("h100-2dimm-2ssd")
+    m = Machine(profile)
+    ops = OnlineOps(m)
+    gpu = profile.gpu_names[0]
+    log: list[str] = []
+
+    def waiter():
+        op, ev = ops.compute(gpu, 1e12, 1e9, [], 0, -1, "iteration", gpu_s=0.025)
+        got = yield ev
+        log.append(f"op {got} ended at {m.env.now}")
+
+    def other():
+        yield m.env.timeout(0.025 if other_at_end else 1.0)
+        log.append(f"other at {m.env.now}")
+
+    m.env.process(waiter())
+    m.env.process(other())
+    m.env.run()
+    return log, ops, m
+
+
+def test_a_gpu_op_ending_alone_resumes_its_process_where_its_event_would() -> None:
+    """The op runs alone on its GPU: its end is its flow's one event, and the
+    waiting process resumes at the op's end time (0 + 0.025), after every event
+    already due at that instant (the other process's timeout, scheduled before
+    the op's end), as a scheduled end event would; alone, it resumes at once."""
+    log, ops, m = _order_around_the_end(True)
+    assert log == ["other at 0.025", "op 0 ended at 0.025"]
+    assert list(ops.end_s) == [0.025]
+    log, ops, m = _order_around_the_end(False)
+    assert log == ["op 0 ended at 0.025", "other at 1.0"]
+    assert m.gpu_net.reratings == 0 and m.gpu_net.completed == 1
+    assert m.gpu_net.busy_s[0] == 0.025

@@ -16,7 +16,12 @@ event, it is itself scheduled as the op's end event, so such an op allocates
 no closure and no simpy event.  A transfer's physics is kept per shape; a GPU
 compute op's is one record a GPU (:class:`_Compute`: the GPU's interned
 signature), its seconds (a new roofline time per iteration) passed to its
-flow, not a fresh :class:`~sim.executor.OpPhysics`.
+flow, not a fresh :class:`~sim.executor.OpPhysics`.  A GPU compute op's flow
+is started alone (:meth:`sim.engine.flownet.FlowNetwork.start_alone`): where
+no other flow runs on its GPU (a serving engine's iteration, the usual case)
+its end time is known at once and its end is one simpy event, with no
+re-rating of the GPUs' network; another op joining its GPU makes it an
+active flow of the network like any other.
 
 Every submitted op is also written down as a plan row (``release_s`` = the
 time it was issued, ``depends_on`` = the ops whose completion the engine
@@ -249,23 +254,26 @@ class OnlineOps:
         op = len(self.start_s)
         if kind == "compute":
             n_ios = 0
+        # flops, hbm_bytes, gpu_s become floats in the plan store's typed columns
         row = (kind, src, dst, nbytes, n_ios, queue_depth, io_path,
                0 if extents is None else int(extents[0, 0]),
-               io_bytes, float(flops), float(hbm_bytes), float(gpu_s), now, step, layer,
-               tag)  # fmt: skip
+               io_bytes, flops, hbm_bytes, gpu_s, now, step, layer, tag)  # fmt: skip
         self.store.add(row, deps, extents)  # in planstore.COLUMNS order
         phys: OpPhysics | _Compute | None
+        alone = False  # a GPU compute op: started alone where nothing else runs on its GPU
         if kind == "compute":
             phys = self._gpus.get(dst)
-            if phys is not None:  # op_physics's GPU compute, without its record or interning
-                amount = gpu_s if gpu_s > 0 else self.machine.gpu_seconds(dst, flops, hbm_bytes)
-            else:
-                phys = op_physics(
+            if phys is None:
+                got = op_physics(
                     self.machine, kind, "", dst, 0, 0, 0, "none", flops, hbm_bytes, gpu_s=gpu_s
                 )
-                amount = phys.amount
-                if phys.net is self._gpu_net:
-                    self._gpus[dst] = _Compute(self._gpu_net, phys.sig)
+                if got.net is self._gpu_net:
+                    phys = self._gpus[dst] = _Compute(self._gpu_net, got.sig)
+            if phys is None:  # a host compute op: shares the cores with the CPU flows
+                phys, amount = got, got.amount
+            else:  # op_physics's GPU compute, without its record or interning
+                amount = gpu_s if gpu_s > 0 else self.machine.gpu_seconds(dst, flops, hbm_bytes)
+                alone = True
         else:  # a transfer's physics depends on its shape only: one OpPhysics per shape
             key = (kind, src, dst, nbytes, n_ios, queue_depth, io_path)
             phys = self._cache.get(key)
@@ -285,7 +293,9 @@ class OnlineOps:
             ended.left = 2
         if phys.meter is not None:
             phys.meter.begin(now)
-        if phys.latency_s > 0:
+        if alone:  # its flow's end known now where it runs alone (FlowNetwork.start_alone)
+            phys.net.start_alone(phys.sig, amount, self._data_cb, ended)
+        elif phys.latency_s > 0:
             phys.net.start_sig_after(phys.latency_s, phys.sig, amount, self._data_cb, ended)
         else:  # start_sig_after's own shortcut, one call less
             phys.net.start_sig(phys.sig, amount, self._data_cb, ended)
@@ -314,20 +324,24 @@ class OnlineOps:
             phys.meter.end(flow.end_s, phys.write, phys.amount, phys.n_ios)
         ended.left -= 1
         if not ended.left:
-            self._end(ended, flow.end_s)
+            self._end(ended, flow.end_s, phys.net.ending_alone is flow)
 
     def _cpu_done(self, flow: Flow) -> None:
         """An op's CPU flow ended."""
         ended = flow.token
         ended.left -= 1
         if not ended.left:
-            self._end(ended, flow.end_s)
+            self._end(ended, flow.end_s, False)
 
-    def _end(self, ended: _InFlight, now: float) -> None:
+    def _end(self, ended: _InFlight, now: float, last: bool) -> None:
         """The op's last part ended: its end time, then its event (a plain
         simpy event, or the record itself scheduled as one, to call ``on_done``
         or to resume the process waiting on it: the same place in simpy's queue
-        as ``Event.succeed``)."""
+        as ``Event.succeed``).  ``last``: this is the last thing the event being
+        stepped does (a flow ending alone: ``FlowNetwork.ending_alone``); then,
+        with no other event due at this instant, the record would be the very
+        next event simpy steps, and it is stepped here as simpy's ``step``
+        would (its callbacks, once): the same order, one event less."""
         self.end_s[ended.op] = now
         if ended.event is not None:
             ended.event.succeed(ended.op)
@@ -335,7 +349,12 @@ class OnlineOps:
             if ended.on_done is not None:
                 ended.callbacks = _CALL_ON_DONE
             ended._value = ended.op
-            self.env.schedule(ended)  # type: ignore[arg-type]
+            if last and self.env.peek() > now:
+                callbacks, ended.callbacks = ended.callbacks, None
+                for callback in callbacks:
+                    callback(ended)
+            else:
+                self.env.schedule(ended)  # type: ignore[arg-type]
 
     # ---- results ---------------------------------------------------------------
     def plan(self) -> pa.Table:
