@@ -39,6 +39,15 @@ positions, so an engine that caches generated tokens' KV (vLLM v1's prefix
 cache hashes every full block, decode included; SGLang inserts input plus
 output into its radix tree at request end) serves them to turn n+1.  Trace
 hashes cover prompts only, so traced rows keep their prompt's hashes.
+
+**Keys are dense ids.**  The engine, its offload tiers, a router and the
+oracle key a block by a dense integer id, not by its 64-bit hash: one
+:class:`KeySpace` per run numbers the distinct hashes 0, 1, ... in the
+order they are first seen (every :func:`load_requests` call of a run shares
+it, so a warm-up pass and the trace, or a fleet's instances, agree), and a
+request's ``hashes`` are those ids.  Caches then index arrays by id instead
+of hashing.  Where a key's *value* decided something (the iteration order of
+a set of keys), :attr:`KeySpace.hashes` gives the hash back.
 """
 
 from __future__ import annotations
@@ -73,6 +82,61 @@ def mix(a: int, b: int) -> int:
     return (z ^ (z >> 31)) >> 1
 
 
+class KeySpace:
+    """One run's block keys: each distinct engine-block hash gets the next
+    dense id (0, 1, ...) the first time it is seen; :attr:`hashes` maps an id
+    back to its hash.  Interning is vectorised: the known hashes are kept
+    sorted beside their ids, a batch is matched by one ``searchsorted`` and
+    its new hashes numbered by one ``np.unique``."""
+
+    def __init__(self) -> None:
+        self.hashes = np.zeros(0, dtype=np.int64)  # id -> hash
+        self._sorted = np.zeros(0, dtype=np.int64)  # the hashes, ascending
+        self._ids = np.zeros(0, dtype=np.int64)  # the id of each of them
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def intern(self, flat: np.ndarray) -> np.ndarray:
+        """The ids of hashes ``flat`` (int64), new ones numbered on from
+        ``len(self)`` in order of first appearance in ``flat``."""
+        flat = np.asarray(flat, dtype=np.int64)
+        out = np.empty(len(flat), dtype=np.int64)
+        known = np.zeros(len(flat), dtype=bool)
+        if len(self._sorted) and len(flat):
+            pos = np.minimum(np.searchsorted(self._sorted, flat), len(self._sorted) - 1)
+            known = self._sorted[pos] == flat
+            out[known] = self._ids[pos[known]]
+        fresh = flat[~known]
+        if len(fresh):
+            uniq, first, inv = np.unique(fresh, return_index=True, return_inverse=True)
+            order = np.argsort(first, kind="stable")  # the new hashes in first-seen order
+            rank = np.empty(len(uniq), dtype=np.int64)
+            rank[order] = np.arange(len(uniq), dtype=np.int64)
+            base = len(self.hashes)
+            out[~known] = base + rank[inv.reshape(-1)]
+            self.hashes = np.concatenate([self.hashes, uniq[order]])
+            merged = np.concatenate([self._sorted, uniq])
+            ids = np.concatenate([self._ids, base + rank])
+            by = np.argsort(merged, kind="stable")
+            self._sorted, self._ids = merged[by], ids[by]
+        return out
+
+    def hash_list(self, ids: Sequence[int]) -> list[int]:
+        """The hashes of ``ids``, as Python ints."""
+        return self.hashes[np.asarray(ids, dtype=np.int64)].tolist()
+
+
+def check_one_space(reqs: Iterable[Request]) -> None:
+    """Raise ValueError if ``reqs`` (one engine's, warm-up included) carry keys
+    of more than one :class:`KeySpace`: ids of different spaces collide."""
+    spaces = {id(r.space) for r in reqs if r.space is not None}
+    if len(spaces) > 1:
+        raise ValueError(
+            f"requests from {len(spaces)} key spaces in one run: load them with one KeySpace"
+        )
+
+
 @dataclass(eq=False, slots=True)
 class Request:
     """One request of the trace (times in seconds).  What the engine observes
@@ -84,11 +148,13 @@ class Request:
     turn: int
     input_tokens: int
     output_tokens: int
-    # engine-block hashes of the full input blocks: a read-only view of the trace's
-    # one int64 array (:func:`load_requests`) or any sequence of ints
+    # the keys of its full input blocks: dense ids of their engine-block hashes in
+    # ``space`` (a read-only view of the trace's one int64 id array, :func:`load_requests`),
+    # or any sequence of small ints >= 0 (no ``space``: each is its own hash)
     hashes: Sequence[int]
     hits: dict[str, int] = field(default_factory=dict)  # tier -> GPU blocks hit (manager)
     preemptions: int = 0  # times vLLM-style preemption sent it back to the queue (engine)
+    space: KeySpace | None = None  # the run's key space (the hashes of the ids)
 
 
 def request_table(rows: Iterable[dict[str, Any]], block_tokens: int) -> pa.Table:
@@ -220,10 +286,14 @@ def _first_error(table: pa.Table, cols: dict[str, np.ndarray], nulls: dict[str, 
             _check_row(bad_row, row)
 
 
-def load_requests(table: pa.Table, engine_block: int, reply_hashes: bool = False) -> list[Request]:
-    """The table's requests in arrival order, with engine-block hashes (all in
-    one int64 array; each request's ``hashes`` is a read-only view of it);
-    ``reply_hashes``: hash the replies too (module docstring)."""
+def load_requests(
+    table: pa.Table, engine_block: int, reply_hashes: bool = False, space: KeySpace | None = None
+) -> list[Request]:
+    """The table's requests in arrival order, with their blocks' keys: ids in
+    ``space`` (a new one if None; pass the same one to every call of a run)
+    of their engine-block hashes, all in one int64 array (each request's
+    ``hashes`` is a read-only view of it); ``reply_hashes``: hash the
+    replies too (module docstring)."""
     missing = [f.name for f in REQUEST_SCHEMA if f.name not in table.schema.names]
     if missing:
         raise RequestError(f"request table lacks column(s) {missing}")
@@ -236,12 +306,16 @@ def load_requests(table: pa.Table, engine_block: int, reply_hashes: bool = False
     cols["engine_block"] = engine_block
     _first_error(table, cols, nulls)
     ptr, flat = _engine_hash_array(cols, table_block_tokens(table), engine_block, reply_hashes)
+    space = KeySpace() if space is None else space
+    flat = space.intern(flat)
     flat.setflags(write=False)
     view = memoryview(flat)  # indexing gives Python ints, slicing shares the buffer
     fields = [cols[k].tolist() for k in ("request_id", "arrival_s", "session_id", "turn",
                                          "input_tokens", "output_tokens")]  # fmt: skip
     out = [
-        Request(int(rid), float(t), int(sess), int(turn), int(n_in), int(n_out), view[a:b])
+        Request(
+            int(rid), float(t), int(sess), int(turn), int(n_in), int(n_out), view[a:b], space=space
+        )
         for rid, t, sess, turn, n_in, n_out, a, b in zip(
             *fields, ptr[:-1].tolist(), ptr[1:].tolist(), strict=True
         )

@@ -78,12 +78,20 @@ class RefCache:
                     del self.cached[b.key]
 
 
+def cached(gpu: GpuCache) -> dict[int, int]:
+    """The GPU cache's cached keys and their slots (read off its id-indexed
+    ``slot_of``), by key."""
+    keys = np.flatnonzero(gpu.slot_of >= 0)
+    return dict(zip(keys.tolist(), gpu.slot_of[keys].tolist(), strict=True))
+
+
 def same_state(ref: RefCache, gpu: GpuCache, order: bool = True) -> None:
     """The same books; ``order``: the LRU order too (reading it turns queued
     tails into runs, so it is not read after every step)."""
     assert {k: (b.ref_cnt, b.ready) for k, b in ref.cached.items()} == {
-        k: (int(gpu.ref[s]), bool(gpu.ready[s])) for k, s in gpu.cached.items()
+        k: (int(gpu.ref[s]), bool(gpu.ready[s])) for k, s in cached(gpu).items()
     }
+    assert gpu.n_cached == len(ref.cached) and gpu.used == len(ref.cached) + ref.private
     if order:
         assert list(gpu.evictable) == list(ref.evictable)  # LRU order: the same victims next
     assert len(gpu.evictable) == len(ref.evictable)
@@ -113,7 +121,7 @@ def run_workload(seed: int, prefix_cache: bool, steps: int = 400, size: int = 1)
                     break
                 hit_r.append(b)
             hit = [gpu.lookup(k) for k in keys[: len(hit_r)]]
-            assert hit == [gpu.cached[b.key] for b in hit_r]
+            assert hit == [cached(gpu)[b.key] for b in hit_r]
             for b in hit_r:
                 ref.acquire(b)
             n = len(keys) - len(hit) + rng.randint(0, 3)
@@ -190,8 +198,8 @@ def test_the_arrays_grow_and_stale_lru_entries_are_dropped() -> None:
     assert gpu._queued <= 2 * len(gpu.evictable) + 1024
     assert list(gpu.evictable)[:3] == [99_999, 99_998, 99_997]  # released tail first
     assert gpu.allocate(200_000 - 50)  # evicts the 99,950 least recently used
-    assert gpu.evictions == 99_950 and sorted(gpu.cached) == list(range(50))  # 99,999 -> 50 went
-    assert np.all(gpu.ref[list(gpu.cached.values())] == 0)
+    assert gpu.evictions == 99_950 and sorted(cached(gpu)) == list(range(50))  # 99,999 -> 50 went
+    assert np.all(gpu.ref[list(cached(gpu).values())] == 0)
 
 
 def test_a_repeat_or_a_cached_key_undoes_the_one_probe_path() -> None:
@@ -208,7 +216,7 @@ def test_a_repeat_or_a_cached_key_undoes_the_one_probe_path() -> None:
         want, made_t = twin.promote_all(new, ready=True)
         assert made == made_t == len(new)
         assert [s for s in got if s >= 0] == want and got.count(-1) == len(keys) - len(new)
-        assert gpu.cached == twin.cached and list(gpu.cached) == list(twin.cached)
+        assert cached(gpu) == cached(twin) and np.array_equal(gpu.key, twin.key)
         assert gpu._top == twin._top and np.array_equal(gpu._free, twin._free)
         assert gpu.allocate(2) and twin.allocate(2)  # the next slots taken are the same too
         assert gpu.promote_all([40, 41], True) == twin.promote_all([40, 41], True)

@@ -1,22 +1,25 @@
 """The GPU's KV blocks (the GPU cache of :mod:`sim.serving.tiers.blocks`).
 
 **GPU cache** (:class:`GpuCache`): ``capacity`` blocks of ``block_tokens``
-tokens.  Hashed (prefix-cacheable) blocks live in ``cached`` with a
-reference count (requests using them) and a ``ready`` flag (False while
-their KV is being loaded).  Blocks of a running request that carry no hash
-(its partial last block, generated tokens, duplicates) are counted in
+tokens.  Hashed (prefix-cacheable) blocks are cached by their key (a dense
+id, :class:`sim.serving.requests.KeySpace`) with a reference count
+(requests using them) and a ``ready`` flag (False while their KV is
+being loaded).  Blocks of a running request that carry no hash (its
+partial last block, generated tokens, duplicates) are counted in
 ``private``.  Blocks nobody references stay cached and evictable in LRU
 order; a finishing request releases its blocks tail first, so its prefix is
 evicted last (as vLLM's free-block queue does).
 
 **Arrays, not objects.**  A cached block is a *slot*: an index into the
 cache's arrays ``key``, ``ref`` (its reference count) and ``ready``;
-``cached`` maps a key to its slot (a :data:`GpuBlock` is that int, -1 where
-a caller's position holds none).  A request's blocks move together, so the
+``slot_of`` (indexed by key, -1: not cached; grown as larger ids come)
+maps a key to its slot (a :data:`GpuBlock` is that int, -1 where a caller's
+position holds none), so a lookup, a promotion and an eviction are array
+reads and writes, no hashing.  A request's blocks move together, so the
 books are kept by vector operations over its slots: one ``np.add.at`` to
-acquire them, one to release them; promoting a request's new blocks
-probes each key once (``setdefault`` to the slot it would take, undone in
-the rare case of a repeat or a key cached already).  The LRU of evictable blocks is a queue
+acquire them, one to release them; promoting a request's new blocks writes
+their slots at their keys and reads them back (a repeat or a key cached
+already reads otherwise: undone, the rare slow path).  The LRU of evictable blocks is a queue
 of *runs*: the blocks that one release left unreferenced, in the order the
 per-block reference (an ordered dict, a block appended as its count reaches
 0) would have appended them, each stamped with a global counter.  An entry
@@ -31,7 +34,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
-from operator import not_
 
 import numpy as np
 
@@ -52,7 +54,8 @@ class GpuCache:
             raise ValueError(f"GPU cache needs > 0 blocks, got {capacity}")
         self.capacity = capacity
         self.prefix_cache = prefix_cache
-        self.cached: dict[int, int] = {}  # key -> slot
+        self.slot_of = np.full(1024, -1, dtype=np.int64)  # key -> slot, -1: not cached
+        self.n_cached = 0  # keys cached
         self.private = 0
         self.evictions = 0
         self.n_evictable = 0  # cached blocks with a count of 0 (all of them evictable)
@@ -74,17 +77,32 @@ class GpuCache:
 
     @property
     def used(self) -> int:
-        return len(self.cached) + self.private
+        return self.n_cached + self.private
 
     @property
     def free(self) -> int:
         return self.capacity - self.used
 
     # ---- lookups and reference counts ------------------------------------------------
+    def __contains__(self, key: int) -> bool:
+        """Whether ``key`` is cached (ready or not)."""
+        return key < len(self.slot_of) and self.slot_of.item(key) >= 0
+
+    def cached_keys(self) -> list[int]:
+        """The keys cached, ascending (for tests and reports)."""
+        return np.flatnonzero(self.slot_of >= 0).tolist()
+
+    def slots(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The slot of each of ``keys`` (-1: not cached)."""
+        arr = np.asarray(keys, dtype=np.int64)
+        if len(arr) and arr.max() >= len(self.slot_of):
+            self._cover(int(arr.max()))
+        return self.slot_of[arr]
+
     def lookup(self, key: int) -> GpuBlock | None:
         """The ready cached block of ``key`` (None if none, or no prefix caching)."""
-        slot = self.cached.get(key) if self.prefix_cache else None
-        return slot if slot is not None and self.ready[slot] else None
+        slot = self.slot_of.item(key) if self.prefix_cache and key < len(self.slot_of) else -1
+        return slot if slot >= 0 and self.ready[slot] else None
 
     def acquire(self, block: GpuBlock) -> None:
         self.acquire_all([block])
@@ -144,44 +162,45 @@ class GpuCache:
         """:meth:`promote` for each of ``keys`` in order: the blocks (-1 where
         the key was cached already, or repeats an earlier one) and how many of
         the caller's private blocks became cached."""
-        cached, n = self.cached, len(keys)
-        if 0 < n <= self._top:  # the usual case, all new and no repeats: one probe a key
+        n = len(keys)
+        if not n:
+            return [], 0
+        ks = np.asarray(keys, dtype=np.int64)
+        cur = self.slots(ks)
+        if n <= self._top and cur.max() < 0:  # all new: no repeats is the usual case
             slots = self._take(n)
-            out = slots.tolist()
-            got = list(map(cached.setdefault, keys, out))
-            if got == out:
-                self._fill(slots, keys, ready)
-                return out, n
-            for key, g, slot in zip(keys, got, out, strict=True):  # undone: the slow path
-                if g == slot:
-                    del cached[key]
+            self.slot_of[ks] = slots
+            if (self.slot_of[ks] == slots).all():  # a repeat reads a later slot back
+                self._fill(slots, ks, ready)
+                return slots.tolist(), n
+            self.slot_of[ks] = -1  # undone: the slow path
             self._top += n  # the same free slots back on the stack, in the same places
-        new = list(map(not_, map(cached.__contains__, keys)))
-        if len(set(keys)) < n:  # repeats: only a key's first time can be new
-            seen: set[int] = set()
-            for i, key in enumerate(keys):
-                new[i] = new[i] and key not in seen
-                seen.add(key)
-        mask = np.array(new, dtype=bool)
+        new = cur < 0
+        if new.any():  # repeats: only a key's first time can be new
+            _, first = np.unique(ks, return_index=True)
+            once = np.zeros(n, dtype=bool)
+            once[first] = True
+            new &= once
         full = np.full(n, -1, dtype=np.int64)
-        full[mask] = self._cache(np.asarray(keys, dtype=np.int64)[mask].tolist(), ready)
-        return full.tolist(), int(mask.sum())
+        full[new] = self._cache(ks[new], ready)
+        return full.tolist(), int(new.sum())
 
-    def _cache(self, keys: Sequence[int], ready: bool) -> np.ndarray:
+    def _cache(self, keys: np.ndarray, ready: bool) -> np.ndarray:
         """New cached blocks for ``keys`` (none cached yet, no repeats), each
         held once, made of the caller's private blocks: their slots."""
         slots = self._take(len(keys))
-        self.cached.update(zip(keys, slots.tolist(), strict=True))
+        self.slot_of[keys] = slots
         self._fill(slots, keys, ready)
         return slots
 
-    def _fill(self, slots: np.ndarray, keys: Sequence[int], ready: bool) -> None:
-        """The arrays of new cached blocks ``slots`` (already in ``cached``)
+    def _fill(self, slots: np.ndarray, keys: np.ndarray, ready: bool) -> None:
+        """The arrays of new cached blocks ``slots`` (already in ``slot_of``)
         for ``keys``, each held once, made of the caller's private blocks."""
         self.key[slots] = keys
         self.ref[slots] = 1
         self.ready[slots] = ready
         self.private -= len(keys)
+        self.n_cached += len(keys)
 
     def set_ready(self, blocks: Sequence[GpuBlock]) -> None:
         """Their loads ended: ``blocks`` (-1 entries skipped) can be hits."""
@@ -335,7 +354,8 @@ class GpuCache:
 
     def _forget(self, slots: np.ndarray) -> None:
         """``slots`` leave the cache (their keys uncached, the slots unused)."""
-        deque(map(self.cached.__delitem__, self.key[slots].tolist()), maxlen=0)
+        self.slot_of[self.key[slots]] = -1
+        self.n_cached -= len(slots)
         self._give_back(slots)
 
     def _give_back(self, slots: np.ndarray) -> None:
@@ -343,6 +363,11 @@ class GpuCache:
         self.ready[slots] = False
         self._free[self._top : self._top + len(slots)] = slots
         self._top += len(slots)
+
+    def _cover(self, key: int) -> None:
+        """``slot_of`` long enough to index ``key`` (doubled, new keys uncached)."""
+        pad = max(len(self.slot_of), key + 1 - len(self.slot_of))
+        self.slot_of = np.concatenate([self.slot_of, np.full(pad, -1, dtype=np.int64)])
 
     def _grow(self, more: int) -> None:
         old = len(self.key)
@@ -387,8 +412,8 @@ class EvictableView:
         return self._gpu.n_evictable
 
     def __contains__(self, key: object) -> bool:
-        slot = self._gpu.cached.get(key)  # type: ignore[call-overload]
-        return slot is not None and self._gpu.ref[slot] == 0
+        g = self._gpu
+        return key in g and g.ref[g.slot_of[key]] == 0  # type: ignore[operator]
 
     def __iter__(self) -> Iterator[int]:
         g = self._gpu
