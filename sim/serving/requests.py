@@ -85,14 +85,13 @@ def mix(a: int, b: int) -> int:
 class KeySpace:
     """One run's block keys: each distinct engine-block hash gets the next
     dense id (0, 1, ...) the first time it is seen; :attr:`hashes` maps an id
-    back to its hash.  Interning is vectorised: the known hashes are kept
-    sorted beside their ids, a batch is matched by one ``searchsorted`` and
-    its new hashes numbered by one ``np.unique``."""
+    back to its hash (all it keeps: 8 bytes a key).  Interning is vectorised:
+    a batch is matched against the known hashes by one ``searchsorted`` (over
+    them sorted for the call) and its new hashes numbered by one stable sort
+    (:func:`_first_seen_ids`)."""
 
     def __init__(self) -> None:
         self.hashes = np.zeros(0, dtype=np.int64)  # id -> hash
-        self._sorted = np.zeros(0, dtype=np.int64)  # the hashes, ascending
-        self._ids = np.zeros(0, dtype=np.int64)  # the id of each of them
 
     def __len__(self) -> int:
         return len(self.hashes)
@@ -101,30 +100,51 @@ class KeySpace:
         """The ids of hashes ``flat`` (int64), new ones numbered on from
         ``len(self)`` in order of first appearance in ``flat``."""
         flat = np.asarray(flat, dtype=np.int64)
-        out = np.empty(len(flat), dtype=np.int64)
-        known = np.zeros(len(flat), dtype=bool)
-        if len(self._sorted) and len(flat):
-            pos = np.minimum(np.searchsorted(self._sorted, flat), len(self._sorted) - 1)
-            known = self._sorted[pos] == flat
-            out[known] = self._ids[pos[known]]
-        fresh = flat[~known]
-        if len(fresh):
-            uniq, first, inv = np.unique(fresh, return_index=True, return_inverse=True)
-            order = np.argsort(first, kind="stable")  # the new hashes in first-seen order
-            rank = np.empty(len(uniq), dtype=np.int64)
-            rank[order] = np.arange(len(uniq), dtype=np.int64)
-            base = len(self.hashes)
-            out[~known] = base + rank[inv.reshape(-1)]
-            self.hashes = np.concatenate([self.hashes, uniq[order]])
-            merged = np.concatenate([self._sorted, uniq])
-            ids = np.concatenate([self._ids, base + rank])
-            by = np.argsort(merged, kind="stable")
-            self._sorted, self._ids = merged[by], ids[by]
+        out = np.full(len(flat), -1, dtype=np.int64)
+        if len(self.hashes) and len(flat):
+            by = np.argsort(self.hashes, kind="stable")  # the known ids by hash
+            pos = np.searchsorted(self.hashes[by], flat)
+            np.minimum(pos, len(by) - 1, out=pos)
+            pos = by[pos]  # the id of the nearest known hash
+            hit = self.hashes[pos] == flat
+            out[hit] = pos[hit]
+        fresh = np.flatnonzero(out < 0) if len(self.hashes) else None  # None: all of them
+        new = flat if fresh is None else flat[fresh]
+        if len(new):
+            ids, first = _first_seen_ids(new, len(self.hashes))
+            self.hashes = np.concatenate([self.hashes, new[first]])
+            if fresh is None:
+                out = ids
+            else:
+                out[fresh] = ids
         return out
 
     def hash_list(self, ids: Sequence[int]) -> list[int]:
         """The hashes of ``ids``, as Python ints."""
         return self.hashes[np.asarray(ids, dtype=np.int64)].tolist()
+
+
+def _first_seen_ids(x: np.ndarray, base: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, first): ``base + i`` for the ``i``-th distinct value of ``x`` in
+    order of first appearance, per element, and each distinct value's first
+    position in that order.  One stable sort: what ``np.unique`` with
+    ``return_index`` and ``return_inverse`` gives, with fewer temporaries at
+    once (a trace's whole hash array passes through here)."""
+    order = np.argsort(x, kind="stable")
+    head = np.empty(len(x), dtype=bool)  # the first of each run of equal values
+    head[0] = True
+    srt = x[order]
+    np.not_equal(srt[1:], srt[:-1], out=head[1:])
+    del srt
+    first = order[head]  # each distinct value's first position (stable: the earliest)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[by_first] = np.arange(base, base + len(first), dtype=np.int64)
+    run = np.cumsum(head, dtype=np.int64)  # 1 + each sorted element's distinct value
+    run -= 1
+    ids = np.empty(len(x), dtype=np.int64)
+    ids[order] = rank[run]
+    return ids, first[by_first]
 
 
 def check_one_space(reqs: Iterable[Request]) -> None:
@@ -225,11 +245,16 @@ def _trace_hashes(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _engine_hash_array(
-    cols: dict[str, np.ndarray], trace_block: int, engine_block: int, reply: bool = False
+    cols: dict[str, np.ndarray],
+    trace_block: int,
+    engine_block: int,
+    reply: bool = False,
+    space: KeySpace | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(ptr, hashes) of every row's engine-block hashes (:func:`engine_hashes`
-    or :func:`session_hashes`, vectorised over the whole table); ``reply``:
-    a known session's untraced rows also hash their reply's full blocks."""
+    or :func:`session_hashes`, vectorised over the whole table), or their ids
+    in ``space`` (interned batch by batch); ``reply``: a known session's
+    untraced rows also hash their reply's full blocks."""
     first, count, values = cols["first"], cols["count"], cols["values"]
     n_full = cols["input_tokens"] // engine_block
     traced = count > 0
@@ -260,6 +285,9 @@ def _engine_hash_array(
         if m_down > 1:
             got = np.where(t, mix_array(got, e % m_down), got)
         part[:] = np.where(t, got, mix_array(base[owner], e))
+        del owner, e, t, src, got  # the batch's temporaries go before its interning
+        if space is not None:
+            part[:] = space.intern(part)
         lo = hi
     return ptr, out
 
@@ -305,9 +333,9 @@ def load_requests(
     cols["first"], cols["count"], cols["values"] = _trace_hashes(table)
     cols["engine_block"] = engine_block
     _first_error(table, cols, nulls)
-    ptr, flat = _engine_hash_array(cols, table_block_tokens(table), engine_block, reply_hashes)
     space = KeySpace() if space is None else space
-    flat = space.intern(flat)
+    trace_block = table_block_tokens(table)
+    ptr, flat = _engine_hash_array(cols, trace_block, engine_block, reply_hashes, space)
     flat.setflags(write=False)
     view = memoryview(flat)  # indexing gives Python ints, slicing shares the buffer
     fields = [cols[k].tolist() for k in ("request_id", "arrival_s", "session_id", "turn",

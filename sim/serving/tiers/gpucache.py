@@ -54,7 +54,7 @@ class GpuCache:
             raise ValueError(f"GPU cache needs > 0 blocks, got {capacity}")
         self.capacity = capacity
         self.prefix_cache = prefix_cache
-        self.slot_of = np.full(1024, -1, dtype=np.int64)  # key -> slot, -1: not cached
+        self.slot_of = np.full(1024, -1, dtype=np.int32)  # key -> slot, -1: not cached
         self.n_cached = 0  # keys cached
         self.private = 0
         self.evictions = 0
@@ -367,7 +367,7 @@ class GpuCache:
     def _cover(self, key: int) -> None:
         """``slot_of`` long enough to index ``key`` (doubled, new keys uncached)."""
         pad = max(len(self.slot_of), key + 1 - len(self.slot_of))
-        self.slot_of = np.concatenate([self.slot_of, np.full(pad, -1, dtype=np.int64)])
+        self.slot_of = np.concatenate([self.slot_of, np.full(pad, -1, dtype=np.int32)])
 
     def _grow(self, more: int) -> None:
         old = len(self.key)
