@@ -16,7 +16,10 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sim.serving.policy.prefix import gpu_prefix
 from sim.serving.tiers.gpucache import GpuCache
 
 
@@ -220,3 +223,77 @@ def test_a_repeat_or_a_cached_key_undoes_the_one_probe_path() -> None:
         assert gpu._top == twin._top and np.array_equal(gpu._free, twin._free)
         assert gpu.allocate(2) and twin.allocate(2)  # the next slots taken are the same too
         assert gpu.promote_all([40, 41], True) == twin.promote_all([40, 41], True)
+
+
+def test_keys_past_the_slot_array_are_not_cached_until_promoted() -> None:
+    """``slot_of`` starts at 1,024 keys and a sentinel: a lookup of key 50,000
+    (past it) clips to the sentinel, not cached and not ready, and grows
+    nothing; promoting it grows the array (at least doubled, the sentinel
+    past 50,000) and a lookup then finds its slot; every other key stays
+    uncached."""
+    gpu = GpuCache(4)
+    assert len(gpu.slot_of) == 1025 and 50_000 not in gpu
+    assert gpu.slots_of([3, 50_000]).tolist() == [-1, -1]
+    assert gpu.ready[gpu.slots_of([50_000])].tolist() == [False]
+    assert len(gpu.slot_of) == 1025
+    assert gpu.allocate(2)
+    slots, made = gpu.promote_all([50_000, 7], ready=True)
+    assert made == 2 and len(gpu.slot_of) > 50_001 and gpu.slot_of[-1] == -1
+    assert gpu.lookup(50_000) == slots[0] and gpu.lookup(7) == slots[1]
+    assert gpu.cached_keys() == [7, 50_000]
+
+
+_GPU_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["request", "release", "load"]),
+        st.integers(0, 40),  # where the request's keys start (id / 64: several grow the array)
+        st.integers(1, 10),  # its blocks
+        st.integers(0, 3),  # private blocks beyond its keys
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=_GPU_OPS, cap=st.integers(4, 24))
+def test_the_id_indexed_cache_keeps_its_lru_policy(ops, cap: int) -> None:
+    """Random requests over ids up to 2,600 (past the first slot array):
+    ``used`` never exceeds the capacity; an allocation evicts exactly the
+    least recently used unreferenced keys, in the order the evictable view
+    listed them, and never a referenced block; every cached key's slot holds
+    that key; a hit is the leading ready cached keys of the request."""
+    gpu = GpuCache(cap)
+    held: list[tuple[list[int], int]] = []  # (slots, private) of live requests
+    for op, start, n, extra in ops:
+        if op == "release" and held:
+            slots, private = held.pop(start % len(held))
+            gpu.release(slots, private)
+        elif op == "load" and held:
+            gpu.set_ready(held[start % len(held)][0])
+        else:
+            keys = [64 * start + i for i in range(n)]
+            want = []
+            for k in keys:  # the leading ready cached keys, one lookup each
+                b = gpu.lookup(k)
+                if b is None:
+                    break
+                want.append(b)
+            hit = gpu_prefix(gpu, keys, len(keys))
+            assert hit == want
+            lru = list(gpu.evictable)
+            before = set(gpu.cached_keys())
+            need = len(keys) - len(hit) + extra
+            if not gpu.hold(hit, need):
+                continue
+            referenced = {int(gpu.key[s]) for s in np.flatnonzero(gpu.ref[: len(gpu.key)] > 0)}
+            free = gpu.free
+            assert gpu.allocate(need)
+            gone = [k for k in lru if k not in set(gpu.cached_keys())]
+            assert gone == lru[: max(need - free, 0)]  # the least recently used, in order
+            assert not (set(gone) & referenced) and set(gone) <= before
+            made, count = gpu.promote_all(keys[len(hit) :], ready=bool(start % 2))
+            held.append((hit + made, need - count))
+        assert gpu.used <= gpu.capacity and gpu.n_cached == len(gpu.cached_keys())
+        for k, s in cached(gpu).items():
+            assert gpu.key[s] == k

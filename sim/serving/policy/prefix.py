@@ -83,13 +83,12 @@ def gpu_prefix(gpu: GpuCache, hs: Sequence[int], limit: int) -> list[GpuBlock]:
     while i < limit:
         h = min(i + chunk, limit)
         chunk *= 2
-        part = gpu.slots(hs[i:h])
-        ok = part >= 0
-        ok[ok] = gpu.ready[part[ok]]
-        cut = len(part) if ok.all() else int(np.argmin(ok))  # the first miss
-        out += part[:cut].tolist()
-        if cut < h - i:
+        part = gpu.slots_of(hs[i:h])
+        ok = gpu.ready[part]  # a key not cached reads slot -1's sentinel: False
+        if np.count_nonzero(ok) < len(ok):
+            out += part[: int(ok.argmin())].tolist()  # up to the first miss
             break
+        out += part.tolist()
         i = h
     return out
 
@@ -99,8 +98,8 @@ def first_cached(gpu: GpuCache) -> Callable[[Sequence[int]], int]:
     some keys cached there (ready or not), -1 if none."""
 
     def first(keys: Sequence[int]) -> int:
-        got = gpu.slots(keys) >= 0
-        return int(np.argmax(got)) if got.any() else -1
+        got = gpu.slots_of(keys) >= 0
+        return int(got.argmax()) if got.any() else -1
 
     return first
 

@@ -12,10 +12,13 @@ evicted last (as vLLM's free-block queue does).
 
 **Arrays, not objects.**  A cached block is a *slot*: an index into the
 cache's arrays ``key``, ``ref`` (its reference count) and ``ready``;
-``slot_of`` (indexed by key, -1: not cached; grown as larger ids come)
-maps a key to its slot (a :data:`GpuBlock` is that int, -1 where a caller's
-position holds none), so a lookup, a promotion and an eviction are array
-reads and writes, no hashing.  A request's blocks move together, so the
+``slot_of`` (indexed by key, -1: not cached; grown as larger ids are
+cached) maps a key to its slot (a :data:`GpuBlock` is that int, -1 where a
+caller's position holds none), so a lookup, a promotion and an eviction are
+array reads and writes, no hashing.  Both end in a sentinel: ``slot_of``'s
+last entry is always -1 (a lookup clips a key past it there: not cached)
+and ``ready``'s is always False (slot -1 reads it: not ready), so a prefix
+lookup is two array reads a chunk of keys, no masks.  A request's blocks move together, so the
 books are kept by vector operations over its slots: one ``np.add.at`` to
 acquire them, one to release them; promoting a request's new blocks writes
 their slots at their keys and reads them back (a repeat or a key cached
@@ -54,7 +57,8 @@ class GpuCache:
             raise ValueError(f"GPU cache needs > 0 blocks, got {capacity}")
         self.capacity = capacity
         self.prefix_cache = prefix_cache
-        self.slot_of = np.full(1024, -1, dtype=np.int32)  # key -> slot, -1: not cached
+        # key -> slot, -1: not cached; the last entry a sentinel, -1 for every key past it
+        self.slot_of = np.full(1025, -1, dtype=np.int32)
         self.n_cached = 0  # keys cached
         self.private = 0
         self.evictions = 0
@@ -62,7 +66,7 @@ class GpuCache:
         n = min(capacity, 1 << 16)
         self.key = np.zeros(n, dtype=np.int64)
         self.ref = np.zeros(n, dtype=np.int64)
-        self.ready = np.zeros(n, dtype=bool)
+        self.ready = np.zeros(n + 1, dtype=bool)  # the last: slot -1's, always False
         self._stamp = np.full(n, -1, dtype=np.int64)  # the LRU entry a slot is live under
         self._seen = np.zeros(n, dtype=np.int64)  # scratch for duplicate checks
         self._free = np.arange(n - 1, -1, -1, dtype=np.int64)  # stack of unused slots
@@ -88,16 +92,14 @@ class GpuCache:
         """Whether ``key`` is cached (ready or not)."""
         return key < len(self.slot_of) and self.slot_of.item(key) >= 0
 
+    def slots_of(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The slot of each of ``keys`` (-1: not cached); ``self.ready`` of
+        them says which are ready (-1 reads the sentinel: False)."""
+        return self.slot_of.take(np.asarray(keys, dtype=np.int64), mode="clip")
+
     def cached_keys(self) -> list[int]:
         """The keys cached, ascending (for tests and reports)."""
         return np.flatnonzero(self.slot_of >= 0).tolist()
-
-    def slots(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
-        """The slot of each of ``keys`` (-1: not cached)."""
-        arr = np.asarray(keys, dtype=np.int64)
-        if len(arr) and arr.max() >= len(self.slot_of):
-            self._cover(int(arr.max()))
-        return self.slot_of[arr]
 
     def lookup(self, key: int) -> GpuBlock | None:
         """The ready cached block of ``key`` (None if none, or no prefix caching)."""
@@ -166,7 +168,10 @@ class GpuCache:
         if not n:
             return [], 0
         ks = np.asarray(keys, dtype=np.int64)
-        cur = self.slots(ks)
+        top = int(ks.max())
+        if top >= len(self.slot_of) - 1:  # the sentinel stays past every key written
+            self._cover(top)
+        cur = self.slot_of[ks]
         if n <= self._top and cur.max() < 0:  # all new: no repeats is the usual case
             slots = self._take(n)
             self.slot_of[ks] = slots
@@ -365,8 +370,9 @@ class GpuCache:
         self._top += len(slots)
 
     def _cover(self, key: int) -> None:
-        """``slot_of`` long enough to index ``key`` (doubled, new keys uncached)."""
-        pad = max(len(self.slot_of), key + 1 - len(self.slot_of))
+        """``slot_of`` long enough to hold ``key`` before its sentinel (at
+        least doubled, new keys uncached; the old sentinel, -1, is a key's)."""
+        pad = max(len(self.slot_of), key + 2 - len(self.slot_of))
         self.slot_of = np.concatenate([self.slot_of, np.full(pad, -1, dtype=np.int32)])
 
     def _grow(self, more: int) -> None:
