@@ -82,10 +82,10 @@ class RefCache:
 
 
 def cached(gpu: GpuCache) -> dict[int, int]:
-    """The GPU cache's cached keys and their slots (read off its id-indexed
-    ``slot_of``), by key."""
-    keys = np.flatnonzero(gpu.slot_of >= 0)
-    return dict(zip(keys.tolist(), gpu.slot_of[keys].tolist(), strict=True))
+    """The GPU cache's cached keys and their slots (read off its table
+    indexed by key), by key."""
+    keys = gpu.cached_keys()
+    return dict(zip(keys, gpu.slots_of(keys).tolist(), strict=True))
 
 
 def same_state(ref: RefCache, gpu: GpuCache, order: bool = True) -> None:
@@ -225,22 +225,29 @@ def test_a_repeat_or_a_cached_key_undoes_the_one_probe_path() -> None:
         assert gpu.promote_all([40, 41], True) == twin.promote_all([40, 41], True)
 
 
-def test_keys_past_the_slot_array_are_not_cached_until_promoted() -> None:
-    """``slot_of`` starts at 1,024 keys and a sentinel: a lookup of key 50,000
-    (past it) clips to the sentinel, not cached and not ready, and grows
-    nothing; promoting it grows the array (at least doubled, the sentinel
-    past 50,000) and a lookup then finds its slot; every other key stays
-    uncached."""
+def test_keys_are_paged_and_past_the_table_are_not_cached() -> None:
+    """The key -> slot table starts with 64 pages of 256 keys and a sentinel,
+    no page made: a lookup of key 50,000 (page 195, past the table) reads
+    the sentinel, not cached and not ready, and makes nothing; promoting
+    keys 50,000 and 7 (pages 195 and 0) grows the table past page 195 (the
+    sentinel last) and makes two pages of the pool in page order (page 0:
+    pool page 1, entries from 256; page 195: pool page 2, entries from 512,
+    so key 50,000 = 195 x 256 + 80 sits at 592); key 8 (page 0 too) then
+    makes none; lookups find them, every other key stays uncached."""
     gpu = GpuCache(4)
-    assert len(gpu.slot_of) == 1025 and 50_000 not in gpu
+    assert len(gpu._shift) == 65 and gpu._pages == 1 and 50_000 not in gpu
     assert gpu.slots_of([3, 50_000]).tolist() == [-1, -1]
     assert gpu.ready[gpu.slots_of([50_000])].tolist() == [False]
-    assert len(gpu.slot_of) == 1025
-    assert gpu.allocate(2)
+    assert len(gpu._shift) == 65 and gpu._pages == 1
+    assert gpu.allocate(3)
     slots, made = gpu.promote_all([50_000, 7], ready=True)
-    assert made == 2 and len(gpu.slot_of) > 50_001 and gpu.slot_of[-1] == -1
-    assert gpu.lookup(50_000) == slots[0] and gpu.lookup(7) == slots[1]
-    assert gpu.cached_keys() == [7, 50_000]
+    assert made == 2 and len(gpu._shift) > 196 and gpu._shift[-1] == gpu._shift[1]  # not made
+    assert (0 + gpu._shift[0], 50_000 + gpu._shift[195]) == (256, 592) and gpu._pages == 3
+    assert gpu._pool[[256 + 7, 592]].tolist() == [slots[1], slots[0]]
+    (s8,), _ = gpu.promote_all([8], ready=True)
+    assert gpu._pages == 3
+    assert gpu.lookup(50_000) == slots[0] and gpu.lookup(7) == slots[1] and gpu.lookup(8) == s8
+    assert gpu.cached_keys() == [7, 8, 50_000] and 49_999 not in gpu and 9 not in gpu
 
 
 _GPU_OPS = st.lists(
@@ -258,7 +265,7 @@ _GPU_OPS = st.lists(
 @settings(max_examples=80, deadline=None)
 @given(ops=_GPU_OPS, cap=st.integers(4, 24))
 def test_the_id_indexed_cache_keeps_its_lru_policy(ops, cap: int) -> None:
-    """Random requests over ids up to 2,600 (past the first slot array):
+    """Random requests over ids up to 2,600 (pages made as they come):
     ``used`` never exceeds the capacity; an allocation evicts exactly the
     least recently used unreferenced keys, in the order the evictable view
     listed them, and never a referenced block; every cached key's slot holds

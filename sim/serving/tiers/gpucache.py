@@ -10,27 +10,35 @@ partial last block, generated tokens, duplicates) are counted in
 order; a finishing request releases its blocks tail first, so its prefix is
 evicted last (as vLLM's free-block queue does).
 
-**Arrays, not objects.**  A cached block is a *slot*: an index into the
-cache's arrays ``key``, ``ref`` (its reference count) and ``ready``;
-``slot_of`` (indexed by key, -1: not cached; grown as larger ids are
-cached) maps a key to its slot (a :data:`GpuBlock` is that int, -1 where a
-caller's position holds none), so a lookup, a promotion and an eviction are
-array reads and writes, no hashing.  Both end in a sentinel: ``slot_of``'s
-last entry is always -1 (a lookup clips a key past it there: not cached)
-and ``ready``'s is always False (slot -1 reads it: not ready), so a prefix
-lookup is two array reads a chunk of keys, no masks.  A request's blocks move together, so the
-books are kept by vector operations over its slots: one ``np.add.at`` to
-acquire them, one to release them; promoting a request's new blocks writes
-their slots at their keys and reads them back (a repeat or a key cached
-already reads otherwise: undone, the rare slow path).  The LRU of evictable blocks is a queue
-of *runs*: the blocks that one release left unreferenced, in the order the
-per-block reference (an ordered dict, a block appended as its count reaches
-0) would have appended them, each stamped with a global counter.  An entry
-of a run is live while its slot still carries that stamp and a count of 0
-(acquiring a block makes its entry stale; releasing it again appends it
-with a new stamp); :meth:`GpuCache.allocate` takes the ``n`` oldest live
-entries in one go, probing the head run in doubling chunks.  Stale entries
-are dropped when they outnumber the live ones (amortised O(1) per block).
+**Arrays, not objects.** A cached block is a *slot*: an index into the
+cache's arrays ``key``, ``ref`` (its reference count) and ``ready``; a table
+indexed by key maps a key to its slot (a :data:`GpuBlock` is that int, -1
+where a caller's position holds none), so a lookup, a promotion and an
+eviction are array reads and writes, no hashing. The table is paged: key
+``k``'s entry is ``_pool[k + _shift[k >> 8]]`` (pages of 256 keys, made as
+their first key is cached, -1: not cached), and a page not made has a shift
+that puts every key before ``_pool``: a read clips it to ``_pool[0]``, of a
+page never written (-1). An engine of a fleet caches a share of the run's
+keys spread over the whole id range (ids follow the trace, the router
+spreads the requests), so a flat array per engine would cost every engine 4
+bytes for every key of the run (5.7M keys in the whole conversation trace at
+16-token blocks: 23 MB an engine, 1.5 GB over 64); pages cost only where its
+keys are. ``_shift`` ends in such a shift (a key past the table clips there)
+and ``ready`` in a False that slot -1 reads, so a prefix lookup is a few
+array reads a chunk of keys, no masks or range checks. A request's blocks
+move together, so the books are kept by vector operations over its slots:
+one ``np.add.at`` to acquire them, one to release them; promoting a
+request's new blocks writes their slots at their keys and reads them back (a
+repeat or a key cached already reads otherwise: undone, the rare slow
+path). The LRU of evictable blocks is a queue of *runs*: the blocks that one
+release left unreferenced, in the order the per-block reference (an ordered
+dict, a block appended as its count reaches 0) would have appended them,
+each stamped with a global counter. An entry of a run is live while its slot
+still carries that stamp and a count of 0 (acquiring a block makes its entry
+stale; releasing it again appends it with a new stamp);
+:meth:`GpuCache.allocate` takes the ``n`` oldest live entries in one go,
+probing the head run in doubling chunks. Stale entries are dropped when they
+outnumber the live ones (amortised O(1) per block).
 """
 
 from __future__ import annotations
@@ -47,6 +55,8 @@ _PROBE = 64  # LRU entries checked at first by an eviction; doubled at each roun
 _SMALL_RUN = 32  # runs merged (same order) while they stay this short
 _FEW = 8  # at most this many blocks are counted one by one
 _SET_MAX = 64  # repeats among at most this many slots are found by a set
+_BITS = 8  # keys of a page of the key -> slot table: 256 (ids of about one request's blocks)
+_NONE = -(1 << 62)  # the shift of a page not made: any key's entry then lies before _pool
 
 
 class GpuCache:
@@ -57,8 +67,11 @@ class GpuCache:
             raise ValueError(f"GPU cache needs > 0 blocks, got {capacity}")
         self.capacity = capacity
         self.prefix_cache = prefix_cache
-        # key -> slot, -1: not cached; the last entry a sentinel, -1 for every key past it
-        self.slot_of = np.full(1025, -1, dtype=np.int32)
+        # key >> _BITS -> where its page's entries start in _pool less its first key
+        # (a key's entry: key + _shift[key >> _BITS]); _NONE: no page (the last: a sentinel)
+        self._shift = np.full(65, _NONE, dtype=np.int64)
+        self._pool = np.full(16 << _BITS, -1, dtype=np.int32)  # pages of key -> slot, -1: none
+        self._pages = 1  # pages of _pool in use (page 0 is never written)
         self.n_cached = 0  # keys cached
         self.private = 0
         self.evictions = 0
@@ -88,22 +101,33 @@ class GpuCache:
         return self.capacity - self.used
 
     # ---- lookups and reference counts ------------------------------------------------
+    def slot(self, key: int) -> int:
+        """The slot of ``key``, -1 if not cached."""
+        page = key >> _BITS
+        shift = self._shift.item(page) if page < len(self._shift) else _NONE
+        return -1 if shift == _NONE else self._pool.item(key + shift)
+
     def __contains__(self, key: int) -> bool:
         """Whether ``key`` is cached (ready or not)."""
-        return key < len(self.slot_of) and self.slot_of.item(key) >= 0
+        return self.slot(key) >= 0
 
     def slots_of(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
         """The slot of each of ``keys`` (-1: not cached); ``self.ready`` of
         them says which are ready (-1 reads the sentinel: False)."""
-        return self.slot_of.take(np.asarray(keys, dtype=np.int64), mode="clip")
+        ks = np.asarray(keys, dtype=np.int64)
+        at = ks + self._shift.take(ks >> _BITS, mode="clip")  # past the table: the sentinel
+        return self._pool.take(at, mode="clip")  # no page (< 0): page 0's first entry, -1
 
     def cached_keys(self) -> list[int]:
         """The keys cached, ascending (for tests and reports)."""
-        return np.flatnonzero(self.slot_of >= 0).tolist()
+        pages = np.flatnonzero(self._shift != _NONE)
+        first = (pages << _BITS) + self._shift[pages]
+        rows, cols = np.nonzero(self._pool[first[:, None] + np.arange(1 << _BITS)] >= 0)
+        return ((pages[rows] << _BITS) + cols).tolist()
 
     def lookup(self, key: int) -> GpuBlock | None:
         """The ready cached block of ``key`` (None if none, or no prefix caching)."""
-        slot = self.slot_of.item(key) if self.prefix_cache and key < len(self.slot_of) else -1
+        slot = self.slot(key) if self.prefix_cache else -1
         return slot if slot >= 0 and self.ready[slot] else None
 
     def acquire(self, block: GpuBlock) -> None:
@@ -168,17 +192,16 @@ class GpuCache:
         if not n:
             return [], 0
         ks = np.asarray(keys, dtype=np.int64)
-        top = int(ks.max())
-        if top >= len(self.slot_of) - 1:  # the sentinel stays past every key written
-            self._cover(top)
-        cur = self.slot_of[ks]
+        at = self._at(ks)
+        pool = self._pool
+        cur = pool[at]
         if n <= self._top and cur.max() < 0:  # all new: no repeats is the usual case
             slots = self._take(n)
-            self.slot_of[ks] = slots
-            if (self.slot_of[ks] == slots).all():  # a repeat reads a later slot back
+            pool[at] = slots
+            if (pool[at] == slots).all():  # a repeat reads a later slot back
                 self._fill(slots, ks, ready)
                 return slots.tolist(), n
-            self.slot_of[ks] = -1  # undone: the slow path
+            pool[at] = -1  # undone: the slow path
             self._top += n  # the same free slots back on the stack, in the same places
         new = cur < 0
         if new.any():  # repeats: only a key's first time can be new
@@ -187,19 +210,20 @@ class GpuCache:
             once[first] = True
             new &= once
         full = np.full(n, -1, dtype=np.int64)
-        full[new] = self._cache(ks[new], ready)
+        full[new] = self._cache(ks[new], at[new], ready)
         return full.tolist(), int(new.sum())
 
-    def _cache(self, keys: np.ndarray, ready: bool) -> np.ndarray:
-        """New cached blocks for ``keys`` (none cached yet, no repeats), each
-        held once, made of the caller's private blocks: their slots."""
+    def _cache(self, keys: np.ndarray, at: np.ndarray, ready: bool) -> np.ndarray:
+        """New cached blocks for ``keys`` (none cached yet, no repeats; their
+        table entries ``at``), each held once, made of the caller's private
+        blocks: their slots."""
         slots = self._take(len(keys))
-        self.slot_of[keys] = slots
+        self._pool[at] = slots
         self._fill(slots, keys, ready)
         return slots
 
     def _fill(self, slots: np.ndarray, keys: np.ndarray, ready: bool) -> None:
-        """The arrays of new cached blocks ``slots`` (already in ``slot_of``)
+        """The arrays of new cached blocks ``slots`` (already in the table)
         for ``keys``, each held once, made of the caller's private blocks."""
         self.key[slots] = keys
         self.ref[slots] = 1
@@ -359,7 +383,7 @@ class GpuCache:
 
     def _forget(self, slots: np.ndarray) -> None:
         """``slots`` leave the cache (their keys uncached, the slots unused)."""
-        self.slot_of[self.key[slots]] = -1
+        self._pool[self._at(self.key[slots])] = -1
         self.n_cached -= len(slots)
         self._give_back(slots)
 
@@ -369,11 +393,26 @@ class GpuCache:
         self._free[self._top : self._top + len(slots)] = slots
         self._top += len(slots)
 
-    def _cover(self, key: int) -> None:
-        """``slot_of`` long enough to hold ``key`` before its sentinel (at
-        least doubled, new keys uncached; the old sentinel, -1, is a key's)."""
-        pad = max(len(self.slot_of), key + 2 - len(self.slot_of))
-        self.slot_of = np.concatenate([self.slot_of, np.full(pad, -1, dtype=np.int32)])
+    def _at(self, keys: np.ndarray) -> np.ndarray:
+        """Where in ``_pool`` the entries of ``keys`` are, their pages made
+        (the tables grown, at least doubled, as needed)."""
+        page = keys >> _BITS
+        top = int(page.max())
+        if top >= len(self._shift) - 1:  # the sentinel stays past every page made
+            pad = max(len(self._shift), top + 2 - len(self._shift))
+            self._shift = np.concatenate([self._shift, np.full(pad, _NONE, dtype=np.int64)])
+        shift = self._shift[page]
+        none = shift == _NONE
+        if none.any():  # pages to make, the next ones of _pool in page order
+            new = np.unique(page[none])
+            end = self._pages + len(new)
+            if end << _BITS > len(self._pool):
+                more = max(len(self._pool), (end << _BITS) - len(self._pool))
+                self._pool = np.concatenate([self._pool, np.full(more, -1, dtype=np.int32)])
+            self._shift[new] = (np.arange(self._pages, end, dtype=np.int64) - new) << _BITS
+            self._pages = end
+            shift = self._shift[page]
+        return keys + shift
 
     def _grow(self, more: int) -> None:
         old = len(self.key)
@@ -419,7 +458,8 @@ class EvictableView:
 
     def __contains__(self, key: object) -> bool:
         g = self._gpu
-        return key in g and g.ref[g.slot_of[key]] == 0  # type: ignore[operator]
+        slot = g.slot(key)  # type: ignore[arg-type]
+        return slot >= 0 and g.ref[slot] == 0
 
     def __iter__(self) -> Iterator[int]:
         g = self._gpu
