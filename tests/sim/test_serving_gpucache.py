@@ -250,6 +250,25 @@ def test_keys_are_paged_and_past_the_table_are_not_cached() -> None:
     assert gpu.cached_keys() == [7, 8, 50_000] and 49_999 not in gpu and 9 not in gpu
 
 
+def test_a_page_left_without_keys_is_let_go_and_reused() -> None:
+    """Keys 0 and 300 (key pages 0 and 1) take pool pages 1 and 2; key 300
+    dropped (released before its load ended: not kept) leaves key page 1
+    empty: it is unmade (300 reads uncached) and pool page 2 spare; key
+    600 (key page 2) then takes pool page 2 again, its entry at
+    512 + 600 % 256 = 600, and no new page is made."""
+    gpu = GpuCache(4)
+    assert gpu.allocate(2)
+    (a,), _ = gpu.promote_all([0], ready=True)
+    (b,), _ = gpu.promote_all([300], ready=False)
+    assert gpu._pages == 3 and (300 + gpu._shift[1]) == 512 + 300 % 256
+    gpu.release([b], 0)  # not ready: dropped, not kept
+    assert 300 not in gpu and gpu._spare == [2] and gpu.slots_of([300]).tolist() == [-1]
+    assert gpu.allocate(1)
+    (c,), _ = gpu.promote_all([600], ready=True)
+    assert gpu._pages == 3 and gpu._spare == [] and 600 + gpu._shift[2] == 600
+    assert gpu.cached_keys() == [0, 600] and gpu.lookup(600) == c and gpu.lookup(0) == a
+
+
 _GPU_OPS = st.lists(
     st.tuples(
         st.sampled_from(["request", "release", "load"]),
@@ -268,8 +287,10 @@ def test_the_id_indexed_cache_keeps_its_lru_policy(ops, cap: int) -> None:
     """Random requests over ids up to 2,600 (pages made as they come):
     ``used`` never exceeds the capacity; an allocation evicts exactly the
     least recently used unreferenced keys, in the order the evictable view
-    listed them, and never a referenced block; every cached key's slot holds
-    that key; a hit is the leading ready cached keys of the request."""
+    listed them, and never a referenced block; the table reads a slot for
+    exactly the cached keys, each slot holding its key (pages let go as
+    their last key leaves and reused stay clean); a hit is the leading ready
+    cached keys of the request."""
     gpu = GpuCache(cap)
     held: list[tuple[list[int], int]] = []  # (slots, private) of live requests
     for op, start, n, extra in ops:
@@ -288,11 +309,11 @@ def test_the_id_indexed_cache_keeps_its_lru_policy(ops, cap: int) -> None:
                 want.append(b)
             hit = gpu_prefix(gpu, keys, len(keys))
             assert hit == want
-            lru = list(gpu.evictable)
-            before = set(gpu.cached_keys())
             need = len(keys) - len(hit) + extra
-            if not gpu.hold(hit, need):
+            if not gpu.hold(hit, need):  # the hit only touched
                 continue
+            lru = list(gpu.evictable)  # the hit held: no longer evictable
+            before = set(gpu.cached_keys())
             referenced = {int(gpu.key[s]) for s in np.flatnonzero(gpu.ref[: len(gpu.key)] > 0)}
             free = gpu.free
             assert gpu.allocate(need)
@@ -302,5 +323,6 @@ def test_the_id_indexed_cache_keeps_its_lru_policy(ops, cap: int) -> None:
             made, count = gpu.promote_all(keys[len(hit) :], ready=bool(start % 2))
             held.append((hit + made, need - count))
         assert gpu.used <= gpu.capacity and gpu.n_cached == len(gpu.cached_keys())
-        for k, s in cached(gpu).items():
-            assert gpu.key[s] == k
+        table = gpu.slots_of(np.arange(2_700))  # every key's entry, pages let go and reused
+        keys = gpu.cached_keys()
+        assert np.flatnonzero(table >= 0).tolist() == keys and gpu.key[table[keys]].tolist() == keys

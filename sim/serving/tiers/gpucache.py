@@ -71,7 +71,10 @@ class GpuCache:
         # (a key's entry: key + _shift[key >> _BITS]); _NONE: no page (the last: a sentinel)
         self._shift = np.full(65, _NONE, dtype=np.int64)
         self._pool = np.full(16 << _BITS, -1, dtype=np.int32)  # pages of key -> slot, -1: none
-        self._pages = 1  # pages of _pool in use (page 0 is never written)
+        self._pages = 1  # pages of _pool ever used (page 0 is never written)
+        self._count = np.zeros(16, dtype=np.int64)  # per page of _pool: its keys cached
+        self._owner = np.zeros(16, dtype=np.int64)  # per page of _pool: the key page it holds
+        self._spare: list[int] = []  # pages of _pool let go (every entry -1), reused first
         self.n_cached = 0  # keys cached
         self.private = 0
         self.evictions = 0
@@ -199,6 +202,7 @@ class GpuCache:
             slots = self._take(n)
             pool[at] = slots
             if (pool[at] == slots).all():  # a repeat reads a later slot back
+                np.add.at(self._count, at >> _BITS, 1)
                 self._fill(slots, ks, ready)
                 return slots.tolist(), n
             pool[at] = -1  # undone: the slow path
@@ -219,6 +223,7 @@ class GpuCache:
         blocks: their slots."""
         slots = self._take(len(keys))
         self._pool[at] = slots
+        np.add.at(self._count, at >> _BITS, 1)
         self._fill(slots, keys, ready)
         return slots
 
@@ -383,7 +388,7 @@ class GpuCache:
 
     def _forget(self, slots: np.ndarray) -> None:
         """``slots`` leave the cache (their keys uncached, the slots unused)."""
-        self._pool[self._at(self.key[slots])] = -1
+        self._drop(self._at(self.key[slots]))
         self.n_cached -= len(slots)
         self._give_back(slots)
 
@@ -393,9 +398,24 @@ class GpuCache:
         self._free[self._top : self._top + len(slots)] = slots
         self._top += len(slots)
 
+    def _drop(self, at: np.ndarray) -> None:
+        """The keys whose entries are ``at`` are no longer cached; a page of
+        ``_pool`` left with none is let go (its key page unmade, the page
+        reused by the next one made): the pages in use follow the keys
+        cached, not every key the engine ever cached."""
+        self._pool[at] = -1
+        pages = at >> _BITS
+        np.subtract.at(self._count, pages, 1)
+        empty = pages[self._count[pages] == 0]
+        if len(empty):
+            empty = np.unique(empty)
+            self._shift[self._owner[empty]] = _NONE
+            self._spare += empty.tolist()
+
     def _at(self, keys: np.ndarray) -> np.ndarray:
         """Where in ``_pool`` the entries of ``keys`` are, their pages made
-        (the tables grown, at least doubled, as needed)."""
+        (spare pages first, then new ones; the tables grown, at least
+        doubled, as needed)."""
         page = keys >> _BITS
         top = int(page.max())
         if top >= len(self._shift) - 1:  # the sentinel stays past every page made
@@ -403,14 +423,24 @@ class GpuCache:
             self._shift = np.concatenate([self._shift, np.full(pad, _NONE, dtype=np.int64)])
         shift = self._shift[page]
         none = shift == _NONE
-        if none.any():  # pages to make, the next ones of _pool in page order
+        if none.any():  # pages to make: spare pages of _pool, then the next ones
             new = np.unique(page[none])
-            end = self._pages + len(new)
-            if end << _BITS > len(self._pool):
-                more = max(len(self._pool), (end << _BITS) - len(self._pool))
+            reuse = min(len(new), len(self._spare))
+            fresh = len(new) - reuse
+            got = self._spare[len(self._spare) - reuse :]
+            del self._spare[len(self._spare) - reuse :]
+            got += range(self._pages, self._pages + fresh)
+            self._pages += fresh
+            if self._pages << _BITS > len(self._pool):
+                more = max(len(self._pool), (self._pages << _BITS) - len(self._pool))
                 self._pool = np.concatenate([self._pool, np.full(more, -1, dtype=np.int32)])
-            self._shift[new] = (np.arange(self._pages, end, dtype=np.int64) - new) << _BITS
-            self._pages = end
+            if self._pages > len(self._count):
+                more = max(len(self._count), self._pages - len(self._count))
+                self._count = np.concatenate([self._count, np.zeros(more, dtype=np.int64)])
+                self._owner = np.concatenate([self._owner, np.zeros(more, dtype=np.int64)])
+            pool_pages = np.array(got, dtype=np.int64)
+            self._owner[pool_pages] = new
+            self._shift[new] = (pool_pages - new) << _BITS
             shift = self._shift[page]
         return keys + shift
 
