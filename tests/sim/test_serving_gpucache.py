@@ -20,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.serving.policy.prefix import gpu_prefix
+from sim.serving.tiers import gpucache
 from sim.serving.tiers.gpucache import GpuCache
 
 
@@ -250,11 +251,12 @@ def test_keys_are_paged_and_past_the_table_are_not_cached() -> None:
     assert gpu.cached_keys() == [7, 8, 50_000] and 49_999 not in gpu and 9 not in gpu
 
 
-def test_a_page_left_without_keys_is_let_go_and_reused() -> None:
+def test_a_page_left_without_keys_is_let_go_by_a_sweep_and_reused() -> None:
     """Keys 0 and 300 (key pages 0 and 1) take pool pages 1 and 2; key 300
     dropped (released before its load ended: not kept) leaves key page 1
-    empty: it is unmade (300 reads uncached) and pool page 2 spare; key
-    600 (key page 2) then takes pool page 2 again, its entry at
+    empty; a sweep unmakes it (300 reads uncached) and keeps pool page 2
+    spare, the next sweep due at 64 pages (twice the one left, at least 64);
+    key 600 (key page 2) then takes pool page 2 again, its entry at
     512 + 600 % 256 = 600, and no new page is made."""
     gpu = GpuCache(4)
     assert gpu.allocate(2)
@@ -262,7 +264,10 @@ def test_a_page_left_without_keys_is_let_go_and_reused() -> None:
     (b,), _ = gpu.promote_all([300], ready=False)
     assert gpu._pages == 3 and (300 + gpu._shift[1]) == 512 + 300 % 256
     gpu.release([b], 0)  # not ready: dropped, not kept
-    assert 300 not in gpu and gpu._spare == [2] and gpu.slots_of([300]).tolist() == [-1]
+    assert 300 not in gpu and gpu._spare == []  # the page stays until a sweep
+    gpu._sweep()
+    assert gpu._spare == [2] and gpu._shift[1] == gpu._shift[-1] and gpu._limit == 64
+    assert gpu.slots_of([300]).tolist() == [-1]
     assert gpu.allocate(1)
     (c,), _ = gpu.promote_all([600], ready=True)
     assert gpu._pages == 3 and gpu._spare == [] and 600 + gpu._shift[2] == 600
@@ -284,6 +289,16 @@ _GPU_OPS = st.lists(
 @settings(max_examples=80, deadline=None)
 @given(ops=_GPU_OPS, cap=st.integers(4, 24))
 def test_the_id_indexed_cache_keeps_its_lru_policy(ops, cap: int) -> None:
+    """:func:`_lru_policy_case`, its key table swept for empty pages at every page made."""
+    sweep_min = gpucache._SWEEP_MIN
+    gpucache._SWEEP_MIN = 1  # a sweep whenever a page is made: pages let go and reused often
+    try:
+        _lru_policy_case(ops, cap)
+    finally:
+        gpucache._SWEEP_MIN = sweep_min
+
+
+def _lru_policy_case(ops, cap: int) -> None:
     """Random requests over ids up to 2,600 (pages made as they come):
     ``used`` never exceeds the capacity; an allocation evicts exactly the
     least recently used unreferenced keys, in the order the evictable view

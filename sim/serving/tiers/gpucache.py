@@ -56,6 +56,7 @@ _SMALL_RUN = 32  # runs merged (same order) while they stay this short
 _FEW = 8  # at most this many blocks are counted one by one
 _SET_MAX = 64  # repeats among at most this many slots are found by a set
 _BITS = 8  # keys of a page of the key -> slot table: 256 (ids of about one request's blocks)
+_SWEEP_MIN = 64  # pages of the key table in use before the first sweep for empty ones
 _NONE = -(1 << 62)  # the shift of a page not made: any key's entry then lies before _pool
 
 
@@ -72,9 +73,9 @@ class GpuCache:
         self._shift = np.full(65, _NONE, dtype=np.int64)
         self._pool = np.full(16 << _BITS, -1, dtype=np.int32)  # pages of key -> slot, -1: none
         self._pages = 1  # pages of _pool ever used (page 0 is never written)
-        self._count = np.zeros(16, dtype=np.int64)  # per page of _pool: its keys cached
-        self._owner = np.zeros(16, dtype=np.int64)  # per page of _pool: the key page it holds
+        self._owner = np.full(16, -1, dtype=np.int64)  # per page of _pool: its key page, -1: none
         self._spare: list[int] = []  # pages of _pool let go (every entry -1), reused first
+        self._limit = _SWEEP_MIN  # pages of _pool in use from which a sweep frees empty ones
         self.n_cached = 0  # keys cached
         self.private = 0
         self.evictions = 0
@@ -202,7 +203,6 @@ class GpuCache:
             slots = self._take(n)
             pool[at] = slots
             if (pool[at] == slots).all():  # a repeat reads a later slot back
-                np.add.at(self._count, at >> _BITS, 1)
                 self._fill(slots, ks, ready)
                 return slots.tolist(), n
             pool[at] = -1  # undone: the slow path
@@ -223,7 +223,6 @@ class GpuCache:
         blocks: their slots."""
         slots = self._take(len(keys))
         self._pool[at] = slots
-        np.add.at(self._count, at >> _BITS, 1)
         self._fill(slots, keys, ready)
         return slots
 
@@ -388,7 +387,7 @@ class GpuCache:
 
     def _forget(self, slots: np.ndarray) -> None:
         """``slots`` leave the cache (their keys uncached, the slots unused)."""
-        self._drop(self._at(self.key[slots]))
+        self._pool[self._at(self.key[slots])] = -1
         self.n_cached -= len(slots)
         self._give_back(slots)
 
@@ -398,19 +397,19 @@ class GpuCache:
         self._free[self._top : self._top + len(slots)] = slots
         self._top += len(slots)
 
-    def _drop(self, at: np.ndarray) -> None:
-        """The keys whose entries are ``at`` are no longer cached; a page of
-        ``_pool`` left with none is let go (its key page unmade, the page
-        reused by the next one made): the pages in use follow the keys
-        cached, not every key the engine ever cached."""
-        self._pool[at] = -1
-        pages = at >> _BITS
-        np.subtract.at(self._count, pages, 1)
-        empty = pages[self._count[pages] == 0]
-        if len(empty):
-            empty = np.unique(empty)
-            self._shift[self._owner[empty]] = _NONE
-            self._spare += empty.tolist()
+    def _sweep(self) -> None:
+        """Let go of the pages of ``_pool`` that hold no cached key (their key
+        pages unmade, the pool pages spare for the next ones made), and sweep
+        next when twice as many pages as are left are in use: the pages follow
+        the keys cached (at most the capacity's), not every key the engine
+        ever cached, at O(1) amortised per page made."""
+        used = np.flatnonzero(self._owner[: self._pages] >= 0)
+        rows = self._pool[: self._pages << _BITS].reshape(-1, 1 << _BITS)[used]
+        empty = used[~(rows >= 0).any(axis=1)]
+        self._shift[self._owner[empty]] = _NONE
+        self._owner[empty] = -1
+        self._spare += empty.tolist()
+        self._limit = max(2 * (len(used) - len(empty)), _SWEEP_MIN)
 
     def _at(self, keys: np.ndarray) -> np.ndarray:
         """Where in ``_pool`` the entries of ``keys`` are, their pages made
@@ -423,6 +422,10 @@ class GpuCache:
             self._shift = np.concatenate([self._shift, np.full(pad, _NONE, dtype=np.int64)])
         shift = self._shift[page]
         none = shift == _NONE
+        if none.any() and not self._spare and self._pages - 1 >= self._limit:
+            self._sweep()  # before the keys' pages are read: it may unmake empty ones
+            shift = self._shift[page]
+            none = shift == _NONE
         if none.any():  # pages to make: spare pages of _pool, then the next ones
             new = np.unique(page[none])
             reuse = min(len(new), len(self._spare))
@@ -434,10 +437,9 @@ class GpuCache:
             if self._pages << _BITS > len(self._pool):
                 more = max(len(self._pool), (self._pages << _BITS) - len(self._pool))
                 self._pool = np.concatenate([self._pool, np.full(more, -1, dtype=np.int32)])
-            if self._pages > len(self._count):
-                more = max(len(self._count), self._pages - len(self._count))
-                self._count = np.concatenate([self._count, np.zeros(more, dtype=np.int64)])
-                self._owner = np.concatenate([self._owner, np.zeros(more, dtype=np.int64)])
+            if self._pages > len(self._owner):
+                more = max(len(self._owner), self._pages - len(self._owner))
+                self._owner = np.concatenate([self._owner, np.full(more, -1, dtype=np.int64)])
             pool_pages = np.array(got, dtype=np.int64)
             self._owner[pool_pages] = new
             self._shift[new] = (pool_pages - new) << _BITS
