@@ -150,11 +150,8 @@ def _first_seen_ids(x: np.ndarray, base: int) -> tuple[np.ndarray, np.ndarray]:
 def check_one_space(reqs: Iterable[Request]) -> None:
     """Raise ValueError if ``reqs`` (one engine's, warm-up included) carry keys
     of more than one :class:`KeySpace`: ids of different spaces collide."""
-    spaces = {id(r.space) for r in reqs if r.space is not None}
-    if len(spaces) > 1:
-        raise ValueError(
-            f"requests from {len(spaces)} key spaces in one run: load them with one KeySpace"
-        )
+    if len({id(r.space) for r in reqs if r.space is not None}) > 1:
+        raise ValueError("requests of several key spaces in one run: load them with one KeySpace")
 
 
 @dataclass(eq=False, slots=True)

@@ -9,6 +9,7 @@ import pytest
 from sim.serving.requests import (
     KeySpace,
     RequestError,
+    check_one_space,
     engine_hashes,
     load_requests,
     mix,
@@ -139,3 +140,14 @@ def test_hashes_computed_in_small_batches_are_the_same(monkeypatch) -> None:
     whole = [tuple(r.hashes) for r in load_requests(table, 16)]
     monkeypatch.setattr(requests_module, "HASH_CHUNK", 3)  # a batch per row or less
     assert [tuple(r.hashes) for r in load_requests(table, 16)] == whole
+
+
+def test_requests_of_two_key_spaces_are_refused() -> None:
+    """Two tables loaded without a shared space both number from 0: their
+    ids collide, so one engine refuses them together; one space is fine."""
+    a = load_requests(request_table(ROWS[:1], 512), 512)
+    b = load_requests(request_table(ROWS[2:3], 512), 512)
+    assert tuple(a[0].hashes[:1]) == tuple(b[0].hashes) == (0,)  # same id, different hashes
+    check_one_space([*a, *a])
+    with pytest.raises(ValueError, match="several key spaces"):
+        check_one_space([*a, *b])
