@@ -49,7 +49,7 @@ def instance_state(e: Engine) -> InstanceState:
         running=len(e.running),
         kv_used=gpu.used - gpu.n_evictable,
         kv_blocks=gpu.capacity,
-        cached=gpu.cached.keys() if gpu.prefix_cache else _NOTHING,
+        cached=gpu if gpu.prefix_cache else _NOTHING,  # its keys: ``in`` reads the slot array
     )
 
 

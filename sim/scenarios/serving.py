@@ -58,7 +58,7 @@ from sim.serving.execute.engine import Progress as EngineProgress
 from sim.serving.execute.tp import TensorParallel, rank_card, rank_params, rank_profile
 from sim.serving.metrics import ServingRecords, serving_summary
 from sim.serving.oracle import accesses, ceilings
-from sim.serving.requests import Request, load_requests, request_table
+from sim.serving.requests import KeySpace, Request, load_requests, request_table
 
 
 # ---- variants ------------------------------------------------------------------------
@@ -198,8 +198,11 @@ def prepare(
 
     def drive(watch: EngineProgress | None = None) -> ServingRecords:
         """Run the engine; ``watch(simulated s, requests done, requests)`` as it goes."""
-        reqs = load_requests(table, p.block_tokens)
-        pre: list[Request] = load_requests(warm, p.block_tokens) if warm is not None else []
+        space = KeySpace()  # the trace's and the warm-up's keys: one space
+        reqs = load_requests(table, p.block_tokens, space=space)
+        pre: list[Request] = []
+        if warm is not None:
+            pre = load_requests(warm, p.block_tokens, space=space)
         return build_engine(profile, card, design, cfg, reqs, pre, tp=tp).run(watch)
 
     def summarize(records: ServingRecords) -> dict:
@@ -227,7 +230,9 @@ def cache_blocks(design, profile: HardwareProfile, card, cfg: EngineConfig) -> i
 def ceiling_columns(table: pa.Table, warm: pa.Table | None, block: int, cap: int) -> dict:
     """The trace's hit-rate ceilings at ``cap`` blocks (:mod:`sim.serving.oracle`;
     a warm-up pass fills the cache first and is not counted)."""
-    reqs = (load_requests(warm, block) if warm is not None else []) + load_requests(table, block)
+    space = KeySpace()
+    pre = load_requests(warm, block, space=space) if warm is not None else []
+    reqs = pre + load_requests(table, block, space=space)
     n_warm = warm.num_rows if warm is not None else 0
     acc = accesses([r.hashes for r in reqs], [r.input_tokens for r in reqs], block, n_warm)
     c = ceilings(acc, cap)

@@ -36,7 +36,7 @@ from sim.serving.designs import get_design
 from sim.serving.execute.lending import ElasticSpec
 from sim.serving.execute.multi import Instance, run_instances
 from sim.serving.metrics import ServingRecords, serving_summary
-from sim.serving.requests import Request, load_requests
+from sim.serving.requests import KeySpace, Request, load_requests
 
 
 def instance_params(p: ServingParams, spec: dict) -> ServingParams:
@@ -47,8 +47,9 @@ def instance_params(p: ServingParams, spec: dict) -> ServingParams:
 
 def make_instances(
     p: ServingParams, profile: HardwareProfile, seed: int, engine_config, trace_tables
-) -> list[Callable[[], Instance]]:
-    """One builder per declared instance (requests are loaded when called);
+) -> list[Callable[[KeySpace], Instance]]:
+    """One builder per declared instance (requests are loaded when called,
+    their keys in the run's key space it is given);
     raises ConfigError naming the instance when it cannot run.  ``engine_config``
     and ``trace_tables`` are :mod:`sim.scenarios.serving`'s (passed in: that
     module imports this one)."""
@@ -78,10 +79,13 @@ def make_instances(
 
         el = ElasticSpec(**spec["elastic"]) if role == "worker" and spec.get("elastic") else None
 
-        def build(ip=ip, card=card, design=design, cfg=cfg, table=table, warm=warm,
-                  spec=spec, role=role, lend=lend, el=el, stream=stream) -> Instance:  # fmt: skip
-            reqs = load_requests(table, ip.block_tokens, cfg.cache_replies != "off")
-            pre: list[Request] = load_requests(warm, ip.block_tokens) if warm is not None else []
+        def build(space: KeySpace, ip=ip, card=card, design=design, cfg=cfg, table=table,
+                  warm=warm, spec=spec, role=role, lend=lend, el=el,
+                  stream=stream) -> Instance:  # fmt: skip
+            reqs = load_requests(table, ip.block_tokens, cfg.cache_replies != "off", space)
+            pre: list[Request] = (
+                load_requests(warm, ip.block_tokens, space=space) if warm is not None else []
+            )
             lsc = role == "master" and spec.get("lsc", False) in (True, "shared")
             shared = lsc and spec.get("lsc") == "shared"
             return Instance(spec["name"], card, design, cfg, reqs, pre, role, lend, el,
@@ -102,7 +106,8 @@ def prepare_instances(
     head: dict[str, Any] = {}
 
     def drive(watch: Any = None) -> ServingRecords:
-        insts = [b() for b in builders]
+        space = KeySpace()  # every instance's keys: one space a run
+        insts = [b(space) for b in builders]
         lending: dict = {}
         records = run_instances(profile, insts, lending, p.copy_sm_share)
         head.update({f"{w}_{k}": v for w, st in lending.items() for k, v in st.items()})

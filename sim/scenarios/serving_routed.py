@@ -37,7 +37,7 @@ from sim.serving.designs import get_design
 from sim.serving.execute.multi import Instance
 from sim.serving.execute.tp import TensorParallel, rank_card, rank_params, rank_profile
 from sim.serving.metrics import ServingRecords, serving_summary
-from sim.serving.requests import Request, load_requests
+from sim.serving.requests import KeySpace, Request, load_requests
 
 ROUTER_SALT = 0x5017E  # the router's tie-breaking stream of the scenario's seed
 
@@ -139,7 +139,8 @@ def prepare_routed(
         raise ConfigError(str(e)) from None
 
     def drive(watch: Any = None) -> ServingRecords:
-        reqs = load_requests(table, p.block_tokens)
+        space = KeySpace()  # the routed requests' and the other instances' keys
+        reqs = load_requests(table, p.block_tokens, space=space)
         sets = scoped_tiers(p.tier_scope, design, profile, card, cfg.block_tokens, gpus)
         ranks = [TensorParallel(p.tp, full, g[0], g[1]) if p.tp > 1 else None for g in groups]
         routed = [Instance(s["name"], card, design, dataclasses.replace(cfg, gpu=s["gpu"]), [],
@@ -147,7 +148,7 @@ def prepare_routed(
                   for s, t, r in zip(specs, sets, ranks, strict=True)]  # fmt: skip
         rng = np.random.default_rng(np.random.SeedSequence([seed, ROUTER_SALT]))
         policy = make_router(p.router, p.router_params, len(routed), p.block_tokens, rng)
-        records, where = run_routed(profile, [*routed, *(b() for b in own)], reqs, policy,
+        records, where = run_routed(profile, [*routed, *(b(space) for b in own)], reqs, policy,
                                     len(routed))  # fmt: skip
         counts = np.bincount(list(where.values()), minlength=len(routed))
         head.update(router=p.router, instances=len(routed), model=full.name, tp=p.tp,

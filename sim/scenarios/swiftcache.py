@@ -22,7 +22,7 @@ from sim.models import get_model
 from sim.serving.designs import get_design
 from sim.serving.execute.engine import EngineConfig
 from sim.serving.execute.multi import Instance, run_instances
-from sim.serving.requests import load_requests, request_table
+from sim.serving.requests import KeySpace, load_requests, request_table
 
 GIB = 2**30
 
@@ -31,7 +31,9 @@ def _request(tokens: int, block_tokens: int):
     warm = {"request_id": 1, "arrival_s": 0.0, "session_id": 0, "turn": 0,
             "input_tokens": tokens, "output_tokens": 1}  # fmt: skip
     query = {**warm, "request_id": 0, "turn": 1, "input_tokens": tokens}
-    return [load_requests(request_table([r], block_tokens), block_tokens) for r in (query, warm)]
+    space = KeySpace()  # the query and its history: one key space
+    return [load_requests(request_table([r], block_tokens), block_tokens, space=space)
+            for r in (query, warm)]  # fmt: skip
 
 
 def reload_point(

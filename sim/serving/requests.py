@@ -39,6 +39,15 @@ positions, so an engine that caches generated tokens' KV (vLLM v1's prefix
 cache hashes every full block, decode included; SGLang inserts input plus
 output into its radix tree at request end) serves them to turn n+1.  Trace
 hashes cover prompts only, so traced rows keep their prompt's hashes.
+
+**Keys are dense ids.**  The engine, its offload tiers, a router and the
+oracle key a block by a dense integer id, not by its 64-bit hash: one
+:class:`KeySpace` per run numbers the distinct hashes 0, 1, ... in the
+order they are first seen (every :func:`load_requests` call of a run shares
+it, so a warm-up pass and the trace, or a fleet's instances, agree), and a
+request's ``hashes`` are those ids.  Caches then index arrays by id instead
+of hashing.  Where a key's *value* decided something (the iteration order of
+a set of keys), :attr:`KeySpace.hashes` gives the hash back.
 """
 
 from __future__ import annotations
@@ -73,6 +82,78 @@ def mix(a: int, b: int) -> int:
     return (z ^ (z >> 31)) >> 1
 
 
+class KeySpace:
+    """One run's block keys: each distinct engine-block hash gets the next
+    dense id (0, 1, ...) the first time it is seen; :attr:`hashes` maps an id
+    back to its hash (all it keeps: 8 bytes a key).  Interning is vectorised:
+    a batch is matched against the known hashes by one ``searchsorted`` (over
+    them sorted for the call) and its new hashes numbered by one stable sort
+    (:func:`_first_seen_ids`)."""
+
+    def __init__(self) -> None:
+        self.hashes = np.zeros(0, dtype=np.int64)  # id -> hash
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def intern(self, flat: np.ndarray) -> np.ndarray:
+        """The ids of hashes ``flat`` (int64), new ones numbered on from
+        ``len(self)`` in order of first appearance in ``flat``."""
+        flat = np.asarray(flat, dtype=np.int64)
+        out = np.full(len(flat), -1, dtype=np.int64)
+        if len(self.hashes) and len(flat):
+            by = np.argsort(self.hashes, kind="stable")  # the known ids by hash
+            pos = np.searchsorted(self.hashes[by], flat)
+            np.minimum(pos, len(by) - 1, out=pos)
+            pos = by[pos]  # the id of the nearest known hash
+            hit = self.hashes[pos] == flat
+            out[hit] = pos[hit]
+        fresh = np.flatnonzero(out < 0) if len(self.hashes) else None  # None: all of them
+        new = flat if fresh is None else flat[fresh]
+        if len(new):
+            ids, first = _first_seen_ids(new, len(self.hashes))
+            self.hashes = np.concatenate([self.hashes, new[first]])
+            if fresh is None:
+                out = ids
+            else:
+                out[fresh] = ids
+        return out
+
+    def hash_list(self, ids: Sequence[int]) -> list[int]:
+        """The hashes of ``ids``, as Python ints."""
+        return self.hashes[np.asarray(ids, dtype=np.int64)].tolist()
+
+
+def _first_seen_ids(x: np.ndarray, base: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, first): ``base + i`` for the ``i``-th distinct value of ``x`` in
+    order of first appearance, per element, and each distinct value's first
+    position in that order.  One stable sort: what ``np.unique`` with
+    ``return_index`` and ``return_inverse`` gives, with fewer temporaries at
+    once (a trace's whole hash array passes through here)."""
+    order = np.argsort(x, kind="stable")
+    head = np.empty(len(x), dtype=bool)  # the first of each run of equal values
+    head[0] = True
+    srt = x[order]
+    np.not_equal(srt[1:], srt[:-1], out=head[1:])
+    del srt
+    first = order[head]  # each distinct value's first position (stable: the earliest)
+    by_first = np.argsort(first, kind="stable")
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[by_first] = np.arange(base, base + len(first), dtype=np.int64)
+    run = np.cumsum(head, dtype=np.int64)  # 1 + each sorted element's distinct value
+    run -= 1
+    ids = np.empty(len(x), dtype=np.int64)
+    ids[order] = rank[run]
+    return ids, first[by_first]
+
+
+def check_one_space(reqs: Iterable[Request]) -> None:
+    """Raise ValueError if ``reqs`` (one engine's, warm-up included) carry keys
+    of more than one :class:`KeySpace`: ids of different spaces collide."""
+    if len({id(r.space) for r in reqs if r.space is not None}) > 1:
+        raise ValueError("requests of several key spaces in one run: load them with one KeySpace")
+
+
 @dataclass(eq=False, slots=True)
 class Request:
     """One request of the trace (times in seconds).  What the engine observes
@@ -84,11 +165,13 @@ class Request:
     turn: int
     input_tokens: int
     output_tokens: int
-    # engine-block hashes of the full input blocks: a read-only view of the trace's
-    # one int64 array (:func:`load_requests`) or any sequence of ints
+    # the keys of its full input blocks: dense ids of their engine-block hashes in
+    # ``space`` (a read-only view of the trace's one int64 id array, :func:`load_requests`),
+    # or any sequence of small ints >= 0 (no ``space``: each is its own hash)
     hashes: Sequence[int]
     hits: dict[str, int] = field(default_factory=dict)  # tier -> GPU blocks hit (manager)
     preemptions: int = 0  # times vLLM-style preemption sent it back to the queue (engine)
+    space: KeySpace | None = None  # the run's key space (the hashes of the ids)
 
 
 def request_table(rows: Iterable[dict[str, Any]], block_tokens: int) -> pa.Table:
@@ -159,11 +242,16 @@ def _trace_hashes(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _engine_hash_array(
-    cols: dict[str, np.ndarray], trace_block: int, engine_block: int, reply: bool = False
+    cols: dict[str, np.ndarray],
+    trace_block: int,
+    engine_block: int,
+    reply: bool = False,
+    space: KeySpace | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(ptr, hashes) of every row's engine-block hashes (:func:`engine_hashes`
-    or :func:`session_hashes`, vectorised over the whole table); ``reply``:
-    a known session's untraced rows also hash their reply's full blocks."""
+    or :func:`session_hashes`, vectorised over the whole table), or their ids
+    in ``space`` (interned batch by batch); ``reply``: a known session's
+    untraced rows also hash their reply's full blocks."""
     first, count, values = cols["first"], cols["count"], cols["values"]
     n_full = cols["input_tokens"] // engine_block
     traced = count > 0
@@ -194,6 +282,9 @@ def _engine_hash_array(
         if m_down > 1:
             got = np.where(t, mix_array(got, e % m_down), got)
         part[:] = np.where(t, got, mix_array(base[owner], e))
+        del owner, e, t, src, got  # the batch's temporaries go before its interning
+        if space is not None:
+            part[:] = space.intern(part)
         lo = hi
     return ptr, out
 
@@ -220,10 +311,14 @@ def _first_error(table: pa.Table, cols: dict[str, np.ndarray], nulls: dict[str, 
             _check_row(bad_row, row)
 
 
-def load_requests(table: pa.Table, engine_block: int, reply_hashes: bool = False) -> list[Request]:
-    """The table's requests in arrival order, with engine-block hashes (all in
-    one int64 array; each request's ``hashes`` is a read-only view of it);
-    ``reply_hashes``: hash the replies too (module docstring)."""
+def load_requests(
+    table: pa.Table, engine_block: int, reply_hashes: bool = False, space: KeySpace | None = None
+) -> list[Request]:
+    """The table's requests in arrival order, with their blocks' keys: ids in
+    ``space`` (a new one if None; pass the same one to every call of a run)
+    of their engine-block hashes, all in one int64 array (each request's
+    ``hashes`` is a read-only view of it); ``reply_hashes``: hash the
+    replies too (module docstring)."""
     missing = [f.name for f in REQUEST_SCHEMA if f.name not in table.schema.names]
     if missing:
         raise RequestError(f"request table lacks column(s) {missing}")
@@ -235,13 +330,17 @@ def load_requests(table: pa.Table, engine_block: int, reply_hashes: bool = False
     cols["first"], cols["count"], cols["values"] = _trace_hashes(table)
     cols["engine_block"] = engine_block
     _first_error(table, cols, nulls)
-    ptr, flat = _engine_hash_array(cols, table_block_tokens(table), engine_block, reply_hashes)
+    space = KeySpace() if space is None else space
+    trace_block = table_block_tokens(table)
+    ptr, flat = _engine_hash_array(cols, trace_block, engine_block, reply_hashes, space)
     flat.setflags(write=False)
     view = memoryview(flat)  # indexing gives Python ints, slicing shares the buffer
     fields = [cols[k].tolist() for k in ("request_id", "arrival_s", "session_id", "turn",
                                          "input_tokens", "output_tokens")]  # fmt: skip
     out = [
-        Request(int(rid), float(t), int(sess), int(turn), int(n_in), int(n_out), view[a:b])
+        Request(
+            int(rid), float(t), int(sess), int(turn), int(n_in), int(n_out), view[a:b], space=space
+        )
         for rid, t, sess, turn, n_in, n_out, a, b in zip(
             *fields, ptr[:-1].tolist(), ptr[1:].tolist(), strict=True
         )

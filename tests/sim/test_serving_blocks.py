@@ -21,7 +21,7 @@ def test_gpu_cache_evicts_least_recently_used_and_a_prefix_last() -> None:
     gpu.release(blocks, 0)  # tail first: 13 is the least recently used
     assert list(gpu.evictable) == [13, 12, 11, 10]
     assert gpu.allocate(2)  # a new request needs two blocks: evicts 13, then 12
-    assert set(gpu.cached) == {10, 11} and gpu.evictions == 2
+    assert gpu.cached_keys() == [10, 11] and gpu.evictions == 2
     assert gpu.used == 4 and gpu.free == 0
 
 
@@ -34,9 +34,9 @@ def test_gpu_cache_reuse_moves_a_block_out_of_the_lru() -> None:
     gpu.acquire(hit)  # a second request uses block 3
     assert 3 not in gpu.evictable and gpu.ref[c] == 1
     assert gpu.allocate(2)  # 2 and 1 go; 3 is in use
-    assert set(gpu.cached) == {3}
+    assert gpu.cached_keys() == [3]
     assert not gpu.allocate(1)  # nothing left to evict: refused, nothing changed
-    assert set(gpu.cached) == {3} and gpu.private == 2
+    assert gpu.cached_keys() == [3] and gpu.private == 2
 
 
 def test_gpu_blocks_being_loaded_are_neither_hits_nor_evictable() -> None:
@@ -45,7 +45,7 @@ def test_gpu_blocks_being_loaded_are_neither_hits_nor_evictable() -> None:
     loading = gpu.promote(7, ready=False)
     assert gpu.lookup(7) is None  # not ready: another request cannot share it yet
     gpu.release([loading], 1)  # its request gives up before the load ends
-    assert 7 not in gpu.cached and gpu.used == 0  # dropped, never left evictable
+    assert 7 not in gpu and gpu.used == 0  # dropped, never left evictable
     off = GpuCache(2, prefix_cache=False)
     assert off.allocate(1)
     off.promote(5, ready=True)

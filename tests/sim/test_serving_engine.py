@@ -15,7 +15,7 @@ from sim.serving.build import build_engine
 from sim.serving.designs import get_design
 from sim.serving.execute.engine import EngineConfig
 from sim.serving.metrics import ServingRecords
-from sim.serving.requests import load_requests, request_table
+from sim.serving.requests import KeySpace, load_requests, request_table
 
 B = 16  # tokens per GPU block
 PROFILE = load_profile("h100-2dimm-2ssd")
@@ -44,8 +44,9 @@ def run(
     warm=(),
     **cfg,
 ) -> ServingRecords:
-    reqs = load_requests(request_table(rows, B), B)
-    pre = load_requests(request_table(list(warm), B), B) if warm else []
+    space = KeySpace()  # one run: the trace and its warm-up in one key space
+    reqs = load_requests(request_table(rows, B), B, space=space)
+    pre = load_requests(request_table(list(warm), B), B, space=space) if warm else []
     ec = EngineConfig(gpu_blocks=gpu_blocks, block_tokens=B, prefix_cache=prefix_cache, **cfg)
     d = get_design(design, params or {})
     return build_engine(PROFILE, LLAMA, d, ec, reqs, pre).run()
@@ -249,8 +250,9 @@ def ssd_only(profile_name: str) -> ServingRecords:
     warm = [row(9, 0.0, 2048, [], session=0)]
     query = [row(0, 0.0, 2048, [], session=0)]
     profile = load_profile(profile_name)
-    reqs = load_requests(request_table(query, B), B)
-    pre = load_requests(request_table(warm, B), B)
+    space = KeySpace()
+    reqs = load_requests(request_table(query, B), B, space=space)
+    pre = load_requests(request_table(warm, B), B, space=space)
     d = get_design("paged-ssd", {"ssd_gib": 4.0})
     cfg = EngineConfig(gpu_blocks=4096, block_tokens=B, prefix_cache=False)
     return build_engine(profile, LLAMA, d, cfg, reqs, pre).run()

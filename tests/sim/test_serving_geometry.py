@@ -130,9 +130,11 @@ def test_lmcache_keeps_kv_in_256_token_chunks_whatever_the_gpu_block() -> None:
     eng = engine([row(0, 0.0, 600, hashes)], "lmcache", {"cpu_gib": 1.0, "ssd_gib": 1.0})
     rec = eng.run()
     cpu, ssd = eng.mgr.tiers
-    assert set(cpu.entries) == set(ssd.entries) == {hashes[15], hashes[31]}  # each chunk's last
+    space = eng.seqs[0].req.space  # the tiers key the hashes' dense ids
+    last = [int(space.intern(np.array([h]))[0]) for h in (hashes[15], hashes[31])]
+    assert set(cpu.entries) == set(ssd.entries) == set(last)  # each chunk's last
     chunk = 256 * 32 * 4 * KiB  # 256 tokens x 32 layers x 4 KiB: 32 MiB an object
-    assert [sum(cpu.entries[k].nbytes) for k in (hashes[15], hashes[31])] == [chunk, chunk]
+    assert [sum(cpu.entries[k].nbytes) for k in last] == [chunk, chunk]
     plan = rec.plan.to_pandas()
     written = plan.loc[(plan["kind"] == "write") & (plan["tag"] == "store"), "bytes"].sum()
     assert written == 2 * chunk  # written through to the SSD, chunk by chunk
@@ -143,9 +145,8 @@ def test_lmcache_keeps_kv_in_256_token_chunks_whatever_the_gpu_block() -> None:
     design = get_design("lmcache", {"cpu_gib": 1.0, "ssd_gib": 1.0})
     big = build_engine(PROFILE, LLAMA, design, cfg, reqs)
     big.run()
-    assert {k: sum(e.nbytes) for k, e in big.mgr.tiers[0].entries.items()} == {
-        k: sum(e.nbytes) for k, e in cpu.entries.items()
-    }
+    by_hash = lambda tier, sp: {sp.hashes[k]: sum(e.nbytes) for k, e in tier.entries.items()}  # noqa: E731
+    assert by_hash(big.mgr.tiers[0], reqs[0].space) == by_hash(cpu, space)
 
 
 # ---- the issued plan: stores write, loads read back the same ranges -------------------------

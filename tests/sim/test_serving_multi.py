@@ -10,7 +10,7 @@ from sim.serving.build import build_engine
 from sim.serving.designs import get_design
 from sim.serving.execute.engine import EngineConfig
 from sim.serving.execute.multi import Instance, build_instances, run_instances, split_by_model
-from sim.serving.requests import load_requests, request_table
+from sim.serving.requests import KeySpace, load_requests, request_table
 from sim.serving.swift.links import reload_seconds
 
 PROFILE = load_profile("h20-4gpu-nvlink")
@@ -28,7 +28,8 @@ def _rows(tokens: int = 4096):
     warm = {"request_id": 1, "arrival_s": 0.0, "session_id": 0, "turn": 0,
             "input_tokens": tokens, "output_tokens": 1}  # fmt: skip
     query = {**warm, "request_id": 0, "turn": 1}
-    return [load_requests(request_table([r], 16), 16) for r in (query, warm)]
+    space = KeySpace()  # one run: the query and its history in one key space
+    return [load_requests(request_table([r], 16), 16, space=space) for r in (query, warm)]
 
 
 def _instance(name, gpu, design, role="solo", lend=0.0):

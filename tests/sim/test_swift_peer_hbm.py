@@ -13,7 +13,7 @@ from sim.serving.designs import get_design
 from sim.serving.execute.engine import EngineConfig
 from sim.serving.execute.multi import Instance, PeerHbm, run_instances
 from sim.serving.execute.online import OnlineOps
-from sim.serving.requests import load_requests, request_table
+from sim.serving.requests import KeySpace, load_requests, request_table
 
 PROFILE = load_profile("h20-4gpu-nvlink")
 HBM = 4.0e12 * 0.90  # H20: 4.0 TB/s x the profile's HBM efficiency
@@ -46,8 +46,9 @@ def test_every_peer_copy_is_charged_on_both_sides():
     rows = [{"request_id": 0, "arrival_s": 0.0, "session_id": 0, "turn": 1,
              "input_tokens": 4096, "output_tokens": 1}]  # fmt: skip
     warm = [dict(rows[0], request_id=1, turn=0)]
-    reqs = load_requests(request_table(rows, 16), 16)
-    pre = load_requests(request_table(warm, 16), 16)
+    space = KeySpace()  # one run: the query and its history in one key space
+    reqs = load_requests(request_table(rows, 16), 16, space=space)
+    pre = load_requests(request_table(warm, 16), 16, space=space)
     lend = 2 * 255 * 16 * PER_TOKEN
     insts = [
         Instance("m", CARD, design, EngineConfig(gpu_blocks=300, gpu="gpu0"), reqs, pre,

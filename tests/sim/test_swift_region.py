@@ -11,6 +11,7 @@ from sim.scenarios.serving import engine_config, trace_tables
 from sim.scenarios.serving_instances import make_instances
 from sim.serving.execute.multi import build_instances
 from sim.serving.execute.streaming import PeerRegion
+from sim.serving.requests import KeySpace
 from sim.serving.tiers.blocks import OffloadTier
 
 
@@ -58,7 +59,8 @@ def test_shared_master_sizes_its_lsc_from_the_lent_region():
     cfg = load_scenario("swiftcache")
     p = cfg.workload
     prof = load_profile("h20-4gpu-nvlink")
-    insts = [b() for b in make_instances(p, prof, cfg.seed, engine_config, trace_tables)]
+    space = KeySpace()  # one run's key space
+    insts = [b(space) for b in make_instances(p, prof, cfg.seed, engine_config, trace_tables)]
     master = insts[0]
     assert master.lsc and master.lsc_shared
     assert all(w.stream_bytes == 0 for w in insts[1:])

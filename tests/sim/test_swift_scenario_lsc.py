@@ -28,6 +28,7 @@ from sim.config import load_scenario
 from sim.scenarios.serving import engine_config, trace_tables
 from sim.scenarios.serving_instances import instance_params, make_instances
 from sim.serving.execute.multi import build_instances
+from sim.serving.requests import KeySpace
 
 
 def _separate_area(spec: dict) -> dict:
@@ -40,7 +41,8 @@ def test_a_separate_stream_area_splits_the_master_by_eq_2_to_5():
     cfg = load_scenario("swiftcache")
     p, prof = cfg.workload, load_profile("h20-4gpu-nvlink")
     p = dataclasses.replace(p, instances=tuple(_separate_area(s) for s in p.instances))
-    insts = [b() for b in make_instances(p, prof, cfg.seed, engine_config, trace_tables)]
+    space = KeySpace()  # one run's key space
+    insts = [b(space) for b in make_instances(p, prof, cfg.seed, engine_config, trace_tables)]
     master, wlwm, w14 = insts
     for inst, spec in zip((wlwm, w14), p.instances[1:], strict=True):
         total = engine_config(instance_params(p, spec), prof).gpu_blocks

@@ -37,7 +37,7 @@ class InstanceState:
         kv_used: GPU KV blocks that requests hold (vLLM's block-pool usage:
             cached blocks nobody references count as free).
         kv_blocks: the GPU's KV blocks.
-        cached: the block hashes its GPU prefix cache holds (what Dynamo's
+        cached: the block keys (ids) its GPU prefix cache holds (what Dynamo's
             KvIndexer learns from the engine's stored/removed KV events).
     """
 

@@ -55,9 +55,16 @@ class Params:
 
 class ActiveSequences:
     """One worker's requests as the router tracks them (Dynamo's ``ActiveSequences``).
-    ``holders`` (shared by all workers of a router): block hash -> the workers whose
+    ``holders`` (shared by all workers of a router): block key -> the workers whose
     active blocks include it, kept as ``refs`` rise from and fall to 0, so one walk
-    of a prompt's blocks counts what every worker already holds (:meth:`PrefixAware.held`)."""
+    of a prompt's blocks counts what every worker already holds (:meth:`PrefixAware.held`).
+
+    The keys are the run's dense ids (:class:`sim.serving.requests.KeySpace`),
+    kept in dicts rather than id-indexed arrays: only the blocks of requests
+    in flight are held (``len(refs)`` is a worker's active block count, a
+    dict's length for free), the walks add and drop one block at a time in
+    Python, where a dict and a list cost alike, and an array per worker
+    would take 8 bytes for every key of the run."""
 
     def __init__(self, index: int, holders: dict[int, set[int]]) -> None:
         self.index, self.holders = index, holders

@@ -93,7 +93,7 @@ from sim.serving.policy.costs import IterationCost
 from sim.serving.policy.jobs import Piece, Transfer
 from sim.serving.policy.manager import BlockManager, Seq
 from sim.serving.policy.objcost import retrieval_cpu_s
-from sim.serving.requests import Request
+from sim.serving.requests import Request, check_one_space
 from sim.serving.tiers.blocks import GpuCache, OffloadTier
 
 Progress = Callable[[float, int, int], None]  # (simulated s, requests done, requests)
@@ -134,6 +134,7 @@ class Engine:
         self._bounce, self._gds = bounce, mover.gds
         self._forward: dict[Seq, list[Piece]] = {}  # AsyncKV: host -> GPU leg, per request
         self._loaded: list[Seq] = []  # stores step: loads ended, seen at the next boundary
+        check_one_space([*requests, *preload])  # block keys: ids of one space
         gpu = GpuCache(cfg.gpu_blocks, cfg.prefix_cache)
         self.mgr = BlockManager(gpu, tiers, design, self.B, cfg.gpu)
         self.offload = Offloader(self.mgr, mover, self._released)

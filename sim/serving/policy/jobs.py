@@ -35,6 +35,7 @@ from sim.serving.policy.piece import Piece
 from sim.serving.tiers.layout import layer_stride
 
 if TYPE_CHECKING:
+    from sim.serving.requests import KeySpace
     from sim.serving.tiers.blocks import Entry, GpuBlock, OffloadTier
     from sim.serving.tiers.entry import Runs
 
@@ -75,6 +76,7 @@ class StoreRequest:
 
     rid: int
     groups: list[tuple[int, tuple[GpuBlock, ...]]]
+    space: KeySpace | None = None  # the keys' hashes (None: each key is its own)
 
 
 Hit = tuple["OffloadTier", "Entry", int, int]  # (tier, entry, first block, blocks)

@@ -57,10 +57,10 @@ from sim.serving.designs import DesignParams
 from sim.serving.policy import writethrough
 from sim.serving.policy.demotions import Decided, demotion_transfers
 from sim.serving.policy.jobs import StoreRequest, Transfer, load_pieces, store_pieces
-from sim.serving.policy.prefix import Lookup, gpu_prefix, ints, lower_hits
+from sim.serving.policy.prefix import Lookup, first_cached, gpu_prefix, ints, lower_hits
 from sim.serving.policy.seq import Seq
 from sim.serving.policy.storegroups import store_groups
-from sim.serving.requests import Request
+from sim.serving.requests import KeySpace, Request
 from sim.serving.tiers.blocks import Entry, GpuBlock, GpuCache, OffloadTier
 from sim.serving.tiers.placement import layer_runs
 
@@ -102,10 +102,11 @@ class BlockManager:
         """The longest prefix of ``s``'s prompt blocks (never the last token's
         block) found on the GPU, then group by group in the offload tiers.
 
-        The dict probes run as C-level ``map`` over the request's keys, not a
-        Python loop per block: the GPU prefix is cut at the first missing or
-        not-ready block, the lower hits at the first group with a block on the
-        GPU or with no ready copy in any tier (:func:`sim.serving.policy.prefix.lower_hits`).
+        The probes are array reads by key (the GPU's) or C-level ``map`` over
+        the request's keys (the tiers' dicts), not a Python loop per block:
+        the GPU prefix is cut at the first missing or not-ready block, the
+        lower hits at the first group with a block on the GPU or with no
+        ready copy in any tier (:func:`sim.serving.policy.prefix.lower_hits`).
         With ``stores: step`` every offload block of the prompt held in a tier
         is touched first, as vLLM's ``get_num_new_matched_tokens`` does
         (:meth:`_touch`).  A request waiting for room is looked up at every
@@ -121,9 +122,8 @@ class BlockManager:
                 self._touch(tier, keys)
             s.touched = [(t.lru.clock, t.changes) for t in self.tiers]
         limit = max(min(len(hs), (s.req.input_tokens - 1) // self.B), 0)
-        cached = self.gpu.cached if self.gpu.prefix_cache else {}
-        gpu = gpu_prefix(cached, self.gpu.ready, hs, limit)
-        on_gpu, tiers = self.gpu.cached.__contains__, self.tiers
+        gpu = gpu_prefix(self.gpu, hs, limit) if self.gpu.prefix_cache else []
+        on_gpu, tiers = first_cached(self.gpu), self.tiers
         return Lookup(gpu, find=lambda: lower_hits(tiers, on_gpu, k, hs, len(gpu), limit))
 
     def acquire(self, s: Seq, hit: Lookup, new_blocks: int) -> bool:
@@ -202,7 +202,7 @@ class BlockManager:
         s.stored_groups = g1
         groups, mine = self._store_groups(s, g0, g1)
         self.gpu.acquire_all(mine)
-        return StoreRequest(s.req.rid, groups) if groups else None
+        return StoreRequest(s.req.rid, groups, s.req.space) if groups else None
 
     def prepare_store(
         self, s: Seq, upto: int | None = None, store: bool = True
@@ -251,7 +251,7 @@ class BlockManager:
         if not groups:
             return []
         self.gpu.acquire_all(mine)
-        placed = self.place_store(StoreRequest(s.req.rid, groups))
+        placed = self.place_store(StoreRequest(s.req.rid, groups, s.req.space))
         self._touch(self.tiers[0], self._keys(s)[:g1])  # _get_reqs_to_store: manager.touch
         return placed.demotions + ([placed.store] if placed.store is not None else [])
 
@@ -336,7 +336,7 @@ class BlockManager:
         tier = self.tiers[0]
         placed = tier.place(pending, self._evict if self._demotes(0) else None)
         if len(placed) < len(pending):  # some were let go
-            gone = list(set(pending) - {e.key for e in placed})
+            gone = _let_go(pending, placed, req.space)
             # no room: not offloaded; one release of the groups in reverse is one each in order
             self.gpu.release(list(chain.from_iterable(map(sources.get, reversed(gone)))), 0)
         demotions = self._demotion_transfers() if self._demotions else []
@@ -441,6 +441,18 @@ def _by_tier(
         if hits is not None:
             hits[tier.name] = hits.get(tier.name, 0) + sum(map(_BLOCKS, items))
     return out
+
+
+def _let_go(pending: list[int], placed: list[Entry], space: KeySpace | None) -> list[int]:
+    """The keys of ``pending`` not ``placed``, in the order of the set of their
+    hashes (iterated as a set of the hashes, which orders by value: the order
+    the GPU blocks of the groups let go are released in, so kept as it was
+    when keys were the hashes themselves)."""
+    if space is None:
+        return list(set(pending) - {e.key for e in placed})
+    values = space.hash_list(pending)
+    key_of = dict(zip(values, pending, strict=True))
+    return [key_of[h] for h in set(values) - set(space.hash_list([e.key for e in placed]))]
 
 
 _TIER, _ENTRY, _BLOCKS = itemgetter(0), itemgetter(1), itemgetter(3)

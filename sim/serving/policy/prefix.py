@@ -5,9 +5,10 @@ a request's blocks that is cached and ready on the GPU (:func:`gpu_prefix`),
 then group by group (``k`` GPU blocks to an offload block) in the offload
 tiers (:func:`lower_hits`: each group in the first tier holding a ready
 copy; the hit ends at a group with a block on the GPU or
-found nowhere).  Every probe is a C-level ``map`` over a chunk of keys, the
-chunks doubling from 32, so that the work follows the hit, not the prompt;
-the tiers below the first are probed only from the first group the first
+found nowhere).  Every probe is one array read (the GPU's, by key) or a
+C-level ``map`` (a tier's entries) over a chunk of keys, the chunks
+doubling from 32, so that the work follows the hit, not the prompt; the
+tiers below the first are probed only from the first group the first
 tier does not serve.
 """
 
@@ -18,7 +19,7 @@ from itertools import repeat
 
 import numpy as np
 
-from sim.serving.tiers.blocks import READY, Entry, GpuBlock, OffloadTier
+from sim.serving.tiers.blocks import READY, Entry, GpuBlock, GpuCache, OffloadTier
 
 LowerHits = list[tuple[OffloadTier, Entry, int, int]]
 
@@ -73,29 +74,34 @@ def ints(hs: Sequence[int], start: int, stop: int, step: int = 1) -> list[int]:
 _CHUNK = 32  # keys probed at first by a prefix search; doubled at each round
 
 
-def gpu_prefix(
-    cached: dict[int, GpuBlock], ready: np.ndarray, hs: Sequence[int], limit: int
-) -> list[GpuBlock]:
-    """The ready blocks (slots) of ``cached`` for keys ``hs[:limit]`` up to the
-    first missing or not-ready one (``ready`` indexed by slot), probed in
-    doubling chunks (the work follows the hit, not the prompt)."""
+def gpu_prefix(gpu: GpuCache, hs: Sequence[int], limit: int) -> list[GpuBlock]:
+    """The ready blocks (slots) of ``gpu`` for keys ``hs[:limit]`` up to the
+    first missing or not-ready one, probed in doubling chunks (the work
+    follows the hit, not the prompt), each one array read by key."""
     out: list[GpuBlock] = []
     i, chunk = 0, _CHUNK
     while i < limit:
         h = min(i + chunk, limit)
         chunk *= 2
-        part = list(map(cached.get, ints(hs, i, h)))
-        if None in part:
-            del part[part.index(None) :]
-        if part:
-            ok = ready[part].tolist()
-            if False in ok:
-                del part[ok.index(False) :]
-        out += part
-        if len(part) < h - i:
+        part = gpu.slots_of(hs[i:h])
+        ok = gpu.ready[part]  # a key not cached reads slot -1's sentinel: False
+        if np.count_nonzero(ok) < len(ok):
+            out += part[: int(ok.argmin())].tolist()  # up to the first miss
             break
+        out += part.tolist()
         i = h
     return out
+
+
+def first_cached(gpu: GpuCache) -> Callable[[Sequence[int]], int]:
+    """What :func:`lower_hits` asks of the GPU: the position of the first of
+    some keys cached there (ready or not), -1 if none."""
+
+    def first(keys: Sequence[int]) -> int:
+        got = gpu.slots_of(keys) >= 0
+        return int(got.argmax()) if got.any() else -1
+
+    return first
 
 
 class _Absent:
@@ -154,14 +160,15 @@ def _index(xs: list[bool], value: bool, lo: int, hi: int) -> int:
 
 def lower_hits(
     tiers: list[OffloadTier],
-    on_gpu: Callable[[int], bool],
+    on_gpu: Callable[[Sequence[int]], int],
     k: int,
     hs: Sequence[int],
     j: int,
     limit: int,
 ) -> tuple[LowerHits, int]:
     """Lower hits of the blocks keyed ``hs`` from block ``j`` on (``k`` GPU
-    blocks a group, ``on_gpu`` whether a key is cached on the GPU): groups
+    blocks a group, ``on_gpu`` the first of some keys cached on the GPU, -1
+    if none, :func:`first_cached`): groups
     ``[j, last]`` (``last`` the end of ``j``'s offload block, cut at
     ``limit``), each found by its last block's key in the first tier holding
     a ready copy; stops at a group past the hashes, with a block on the GPU,
@@ -181,10 +188,10 @@ def lower_hits(
         h = min(g + chunk, n)
         chunk *= 2
         b0 = _start(j, k, first, g)
-        gpu = list(map(on_gpu, ints(hs, b0, _start(j, k, first, h) if h < n else stop)))
+        on = on_gpu(hs[b0 : _start(j, k, first, h) if h < n else stop])
         cut = h  # the group holding the first GPU block and all after it go
-        if True in gpu:
-            p = b0 + gpu.index(True)
+        if on >= 0:
+            p = b0 + on
             cut = 0 if p <= first else (p - first - 1) // k + 1
         keys = ints(hs, first + g * k, first + (cut - 1) * k + 1, k) if cut > g else []
         part = _ready_runs(tiers, keys, *_groups(j, k, first, stop, n, g, cut))

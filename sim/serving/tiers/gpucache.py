@@ -1,37 +1,50 @@
 """The GPU's KV blocks (the GPU cache of :mod:`sim.serving.tiers.blocks`).
 
 **GPU cache** (:class:`GpuCache`): ``capacity`` blocks of ``block_tokens``
-tokens.  Hashed (prefix-cacheable) blocks live in ``cached`` with a
-reference count (requests using them) and a ``ready`` flag (False while
-their KV is being loaded).  Blocks of a running request that carry no hash
-(its partial last block, generated tokens, duplicates) are counted in
+tokens.  Hashed (prefix-cacheable) blocks are cached by their key (a dense
+id, :class:`sim.serving.requests.KeySpace`) with a reference count
+(requests using them) and a ``ready`` flag (False while their KV is
+being loaded).  Blocks of a running request that carry no hash (its
+partial last block, generated tokens, duplicates) are counted in
 ``private``.  Blocks nobody references stay cached and evictable in LRU
 order; a finishing request releases its blocks tail first, so its prefix is
 evicted last (as vLLM's free-block queue does).
 
-**Arrays, not objects.**  A cached block is a *slot*: an index into the
-cache's arrays ``key``, ``ref`` (its reference count) and ``ready``;
-``cached`` maps a key to its slot (a :data:`GpuBlock` is that int, -1 where
-a caller's position holds none).  A request's blocks move together, so the
-books are kept by vector operations over its slots: one ``np.add.at`` to
-acquire them, one to release them; promoting a request's new blocks
-probes each key once (``setdefault`` to the slot it would take, undone in
-the rare case of a repeat or a key cached already).  The LRU of evictable blocks is a queue
-of *runs*: the blocks that one release left unreferenced, in the order the
-per-block reference (an ordered dict, a block appended as its count reaches
-0) would have appended them, each stamped with a global counter.  An entry
-of a run is live while its slot still carries that stamp and a count of 0
-(acquiring a block makes its entry stale; releasing it again appends it
-with a new stamp); :meth:`GpuCache.allocate` takes the ``n`` oldest live
-entries in one go, probing the head run in doubling chunks.  Stale entries
-are dropped when they outnumber the live ones (amortised O(1) per block).
+**Arrays, not objects.** A cached block is a *slot*: an index into the
+cache's arrays ``key``, ``ref`` (its reference count) and ``ready``; a table
+indexed by key maps a key to its slot (a :data:`GpuBlock` is that int, -1
+where a caller's position holds none), so a lookup, a promotion and an
+eviction are array reads and writes, no hashing. The table is paged: key
+``k``'s entry is ``_pool[k + _shift[k >> 8]]`` (pages of 256 keys, made as
+their first key is cached, -1: not cached), and a page not made has a shift
+that puts every key before ``_pool``: a read clips it to ``_pool[0]``, of a
+page never written (-1). An engine of a fleet caches a share of the run's
+keys spread over the whole id range (ids follow the trace, the router
+spreads the requests), so a flat array per engine would cost every engine 4
+bytes for every key of the run (5.7M keys in the whole conversation trace at
+16-token blocks: 23 MB an engine, 1.5 GB over 64); pages cost only where its
+keys are. ``_shift`` ends in such a shift (a key past the table clips there)
+and ``ready`` in a False that slot -1 reads, so a prefix lookup is a few
+array reads a chunk of keys, no masks or range checks. A request's blocks
+move together, so the books are kept by vector operations over its slots:
+one ``np.add.at`` to acquire them, one to release them; promoting a
+request's new blocks writes their slots at their keys and reads them back (a
+repeat or a key cached already reads otherwise: undone, the rare slow
+path). The LRU of evictable blocks is a queue of *runs*: the blocks that one
+release left unreferenced, in the order the per-block reference (an ordered
+dict, a block appended as its count reaches 0) would have appended them,
+each stamped with a global counter. An entry of a run is live while its slot
+still carries that stamp and a count of 0 (acquiring a block makes its entry
+stale; releasing it again appends it with a new stamp);
+:meth:`GpuCache.allocate` takes the ``n`` oldest live entries in one go,
+probing the head run in doubling chunks. Stale entries are dropped when they
+outnumber the live ones (amortised O(1) per block).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
-from operator import not_
 
 import numpy as np
 
@@ -42,6 +55,9 @@ _PROBE = 64  # LRU entries checked at first by an eviction; doubled at each roun
 _SMALL_RUN = 32  # runs merged (same order) while they stay this short
 _FEW = 8  # at most this many blocks are counted one by one
 _SET_MAX = 64  # repeats among at most this many slots are found by a set
+_BITS = 8  # keys of a page of the key -> slot table: 256 (ids of about one request's blocks)
+_SWEEP_MIN = 64  # pages of the key table in use before the first sweep for empty ones
+_NONE = -(1 << 62)  # the shift of a page not made: any key's entry then lies before _pool
 
 
 class GpuCache:
@@ -52,14 +68,22 @@ class GpuCache:
             raise ValueError(f"GPU cache needs > 0 blocks, got {capacity}")
         self.capacity = capacity
         self.prefix_cache = prefix_cache
-        self.cached: dict[int, int] = {}  # key -> slot
+        # key >> _BITS -> where its page's entries start in _pool less its first key
+        # (a key's entry: key + _shift[key >> _BITS]); _NONE: no page (the last: a sentinel)
+        self._shift = np.full(65, _NONE, dtype=np.int64)
+        self._pool = np.full(16 << _BITS, -1, dtype=np.int32)  # pages of key -> slot, -1: none
+        self._pages = 1  # pages of _pool ever used (page 0 is never written)
+        self._owner = np.full(16, -1, dtype=np.int64)  # per page of _pool: its key page, -1: none
+        self._spare: list[int] = []  # pages of _pool let go (every entry -1), reused first
+        self._limit = _SWEEP_MIN  # pages of _pool in use from which a sweep frees empty ones
+        self.n_cached = 0  # keys cached
         self.private = 0
         self.evictions = 0
         self.n_evictable = 0  # cached blocks with a count of 0 (all of them evictable)
         n = min(capacity, 1 << 16)
         self.key = np.zeros(n, dtype=np.int64)
         self.ref = np.zeros(n, dtype=np.int64)
-        self.ready = np.zeros(n, dtype=bool)
+        self.ready = np.zeros(n + 1, dtype=bool)  # the last: slot -1's, always False
         self._stamp = np.full(n, -1, dtype=np.int64)  # the LRU entry a slot is live under
         self._seen = np.zeros(n, dtype=np.int64)  # scratch for duplicate checks
         self._free = np.arange(n - 1, -1, -1, dtype=np.int64)  # stack of unused slots
@@ -74,17 +98,41 @@ class GpuCache:
 
     @property
     def used(self) -> int:
-        return len(self.cached) + self.private
+        return self.n_cached + self.private
 
     @property
     def free(self) -> int:
         return self.capacity - self.used
 
     # ---- lookups and reference counts ------------------------------------------------
+    def slot(self, key: int) -> int:
+        """The slot of ``key``, -1 if not cached."""
+        page = key >> _BITS
+        shift = self._shift.item(page) if page < len(self._shift) else _NONE
+        return -1 if shift == _NONE else self._pool.item(key + shift)
+
+    def __contains__(self, key: int) -> bool:
+        """Whether ``key`` is cached (ready or not)."""
+        return self.slot(key) >= 0
+
+    def slots_of(self, keys: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The slot of each of ``keys`` (-1: not cached); ``self.ready`` of
+        them says which are ready (-1 reads the sentinel: False)."""
+        ks = np.asarray(keys, dtype=np.int64)
+        at = ks + self._shift.take(ks >> _BITS, mode="clip")  # past the table: the sentinel
+        return self._pool.take(at, mode="clip")  # no page (< 0): page 0's first entry, -1
+
+    def cached_keys(self) -> list[int]:
+        """The keys cached, ascending (for tests and reports)."""
+        pages = np.flatnonzero(self._shift != _NONE)
+        first = (pages << _BITS) + self._shift[pages]
+        rows, cols = np.nonzero(self._pool[first[:, None] + np.arange(1 << _BITS)] >= 0)
+        return ((pages[rows] << _BITS) + cols).tolist()
+
     def lookup(self, key: int) -> GpuBlock | None:
         """The ready cached block of ``key`` (None if none, or no prefix caching)."""
-        slot = self.cached.get(key) if self.prefix_cache else None
-        return slot if slot is not None and self.ready[slot] else None
+        slot = self.slot(key) if self.prefix_cache else -1
+        return slot if slot >= 0 and self.ready[slot] else None
 
     def acquire(self, block: GpuBlock) -> None:
         self.acquire_all([block])
@@ -144,44 +192,48 @@ class GpuCache:
         """:meth:`promote` for each of ``keys`` in order: the blocks (-1 where
         the key was cached already, or repeats an earlier one) and how many of
         the caller's private blocks became cached."""
-        cached, n = self.cached, len(keys)
-        if 0 < n <= self._top:  # the usual case, all new and no repeats: one probe a key
+        n = len(keys)
+        if not n:
+            return [], 0
+        ks = np.asarray(keys, dtype=np.int64)
+        at = self._at(ks)
+        pool = self._pool
+        cur = pool[at]
+        if n <= self._top and cur.max() < 0:  # all new: no repeats is the usual case
             slots = self._take(n)
-            out = slots.tolist()
-            got = list(map(cached.setdefault, keys, out))
-            if got == out:
-                self._fill(slots, keys, ready)
-                return out, n
-            for key, g, slot in zip(keys, got, out, strict=True):  # undone: the slow path
-                if g == slot:
-                    del cached[key]
+            pool[at] = slots
+            if (pool[at] == slots).all():  # a repeat reads a later slot back
+                self._fill(slots, ks, ready)
+                return slots.tolist(), n
+            pool[at] = -1  # undone: the slow path
             self._top += n  # the same free slots back on the stack, in the same places
-        new = list(map(not_, map(cached.__contains__, keys)))
-        if len(set(keys)) < n:  # repeats: only a key's first time can be new
-            seen: set[int] = set()
-            for i, key in enumerate(keys):
-                new[i] = new[i] and key not in seen
-                seen.add(key)
-        mask = np.array(new, dtype=bool)
+        new = cur < 0
+        if new.any():  # repeats: only a key's first time can be new
+            _, first = np.unique(ks, return_index=True)
+            once = np.zeros(n, dtype=bool)
+            once[first] = True
+            new &= once
         full = np.full(n, -1, dtype=np.int64)
-        full[mask] = self._cache(np.asarray(keys, dtype=np.int64)[mask].tolist(), ready)
-        return full.tolist(), int(mask.sum())
+        full[new] = self._cache(ks[new], at[new], ready)
+        return full.tolist(), int(new.sum())
 
-    def _cache(self, keys: Sequence[int], ready: bool) -> np.ndarray:
-        """New cached blocks for ``keys`` (none cached yet, no repeats), each
-        held once, made of the caller's private blocks: their slots."""
+    def _cache(self, keys: np.ndarray, at: np.ndarray, ready: bool) -> np.ndarray:
+        """New cached blocks for ``keys`` (none cached yet, no repeats; their
+        table entries ``at``), each held once, made of the caller's private
+        blocks: their slots."""
         slots = self._take(len(keys))
-        self.cached.update(zip(keys, slots.tolist(), strict=True))
+        self._pool[at] = slots
         self._fill(slots, keys, ready)
         return slots
 
-    def _fill(self, slots: np.ndarray, keys: Sequence[int], ready: bool) -> None:
-        """The arrays of new cached blocks ``slots`` (already in ``cached``)
+    def _fill(self, slots: np.ndarray, keys: np.ndarray, ready: bool) -> None:
+        """The arrays of new cached blocks ``slots`` (already in the table)
         for ``keys``, each held once, made of the caller's private blocks."""
         self.key[slots] = keys
         self.ref[slots] = 1
         self.ready[slots] = ready
         self.private -= len(keys)
+        self.n_cached += len(keys)
 
     def set_ready(self, blocks: Sequence[GpuBlock]) -> None:
         """Their loads ended: ``blocks`` (-1 entries skipped) can be hits."""
@@ -335,7 +387,8 @@ class GpuCache:
 
     def _forget(self, slots: np.ndarray) -> None:
         """``slots`` leave the cache (their keys uncached, the slots unused)."""
-        deque(map(self.cached.__delitem__, self.key[slots].tolist()), maxlen=0)
+        self._pool[self._at(self.key[slots])] = -1
+        self.n_cached -= len(slots)
         self._give_back(slots)
 
     def _give_back(self, slots: np.ndarray) -> None:
@@ -343,6 +396,55 @@ class GpuCache:
         self.ready[slots] = False
         self._free[self._top : self._top + len(slots)] = slots
         self._top += len(slots)
+
+    def _sweep(self) -> None:
+        """Let go of the pages of ``_pool`` that hold no cached key (their key
+        pages unmade, the pool pages spare for the next ones made), and sweep
+        next when twice as many pages as are left are in use: the pages follow
+        the keys cached (at most the capacity's), not every key the engine
+        ever cached, at O(1) amortised per page made."""
+        used = np.flatnonzero(self._owner[: self._pages] >= 0)
+        rows = self._pool[: self._pages << _BITS].reshape(-1, 1 << _BITS)[used]
+        empty = used[~(rows >= 0).any(axis=1)]
+        self._shift[self._owner[empty]] = _NONE
+        self._owner[empty] = -1
+        self._spare += empty.tolist()
+        self._limit = max(2 * (len(used) - len(empty)), _SWEEP_MIN)
+
+    def _at(self, keys: np.ndarray) -> np.ndarray:
+        """Where in ``_pool`` the entries of ``keys`` are, their pages made
+        (spare pages first, then new ones; the tables grown, at least
+        doubled, as needed)."""
+        page = keys >> _BITS
+        top = int(page.max())
+        if top >= len(self._shift) - 1:  # the sentinel stays past every page made
+            pad = max(len(self._shift), top + 2 - len(self._shift))
+            self._shift = np.concatenate([self._shift, np.full(pad, _NONE, dtype=np.int64)])
+        shift = self._shift[page]
+        none = shift == _NONE
+        if none.any() and not self._spare and self._pages - 1 >= self._limit:
+            self._sweep()  # before the keys' pages are read: it may unmake empty ones
+            shift = self._shift[page]
+            none = shift == _NONE
+        if none.any():  # pages to make: spare pages of _pool, then the next ones
+            new = np.unique(page[none])
+            reuse = min(len(new), len(self._spare))
+            fresh = len(new) - reuse
+            got = self._spare[len(self._spare) - reuse :]
+            del self._spare[len(self._spare) - reuse :]
+            got += range(self._pages, self._pages + fresh)
+            self._pages += fresh
+            if self._pages << _BITS > len(self._pool):
+                more = max(len(self._pool), (self._pages << _BITS) - len(self._pool))
+                self._pool = np.concatenate([self._pool, np.full(more, -1, dtype=np.int32)])
+            if self._pages > len(self._owner):
+                more = max(len(self._owner), self._pages - len(self._owner))
+                self._owner = np.concatenate([self._owner, np.full(more, -1, dtype=np.int64)])
+            pool_pages = np.array(got, dtype=np.int64)
+            self._owner[pool_pages] = new
+            self._shift[new] = (pool_pages - new) << _BITS
+            shift = self._shift[page]
+        return keys + shift
 
     def _grow(self, more: int) -> None:
         old = len(self.key)
@@ -387,8 +489,9 @@ class EvictableView:
         return self._gpu.n_evictable
 
     def __contains__(self, key: object) -> bool:
-        slot = self._gpu.cached.get(key)  # type: ignore[call-overload]
-        return slot is not None and self._gpu.ref[slot] == 0
+        g = self._gpu
+        slot = g.slot(key)  # type: ignore[arg-type]
+        return slot >= 0 and g.ref[slot] == 0
 
     def __iter__(self) -> Iterator[int]:
         g = self._gpu
