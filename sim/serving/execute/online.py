@@ -154,13 +154,13 @@ class OnlineOps:
             nbytes, n_ios = extent_totals(extents, io_bytes)
         else:
             extents = None
-        op, ended = self.issue(
+        ended = self.issue(
             kind, src, dst, int(nbytes), int(n_ios), sorted(set(depends_on)), None,
             queue_depth=queue_depth, io_path=io_path, flops=flops, hbm_bytes=hbm_bytes,
             extents=extents, io_bytes=io_bytes, step=step, layer=layer, tag=tag,
         )  # fmt: skip
-        assert ended is not None  # issue without a callback returns its event
-        return op, ended
+        ended.event = self.env.event()
+        return ended.op, ended.event
 
     def compute(
         self,
@@ -184,9 +184,9 @@ class OnlineOps:
         deps = list(depends_on)
         if len(deps) > 1:  # one or none: distinct and sorted already
             deps = sorted(set(deps))
-        ended = self._start(
-            "compute", "", gpu, 0, 0, deps, None, 0, "none", flops, hbm_bytes, gpu_s, None, 0,
-            step, layer, tag,
+        ended = self.issue(
+            "compute", "", gpu, 0, 0, deps, None, flops=flops, hbm_bytes=hbm_bytes, gpu_s=gpu_s,
+            step=step, layer=layer, tag=tag,
         )  # fmt: skip
         ended.callbacks = []  # the waiting process's resumption goes here
         return ended.op, ended
@@ -211,45 +211,14 @@ class OnlineOps:
         step: int = 0,
         layer: int = -1,
         tag: str = "",
-    ) -> tuple[int, simpy.Event | None]:
-        """Start an op now; returns (op id, the simpy event that fires with the
-        op id when it ends) or, given ``on_done``, (op id, None) and calls
-        ``on_done(op)`` when it ends, at the instant and queue position that
-        event would have had (no simpy event is made).
+    ) -> _InFlight:
+        """Start an op now and return its record in flight, which calls
+        ``on_done(op)`` when it ends (no simpy event is made); without
+        ``on_done``, the caller makes the record's end event (:meth:`submit`:
+        a simpy event as ``event``; :meth:`compute`: the record itself).
         ``nbytes``/``n_ios`` must be the extents' totals when ``extents`` are
         given (the caller computed them once); ``deps`` are distinct op ids,
         written down in the order given."""
-        ended = self._start(
-            kind, src, dst, nbytes, n_ios, deps, on_done, queue_depth, io_path, flops, hbm_bytes,
-            gpu_s, extents, io_bytes, step, layer, tag,
-        )  # fmt: skip
-        if on_done is None:
-            ended.event = self.env.event()
-            return ended.op, ended.event
-        return ended.op, None
-
-    def _start(
-        self,
-        kind: str,
-        src: str,
-        dst: str,
-        nbytes: int,
-        n_ios: int,
-        deps: list[int],
-        on_done: Callable[[int], Any] | None,
-        queue_depth: int,
-        io_path: str,
-        flops: float,
-        hbm_bytes: float,
-        gpu_s: float,
-        extents: np.ndarray | None,
-        io_bytes: int,
-        step: int,
-        layer: int,
-        tag: str,
-    ) -> _InFlight:
-        """:meth:`issue`'s op written down and started: its record in flight
-        (every argument given, in the order of :meth:`issue`'s)."""
         now = self.env.now
         op = len(self.start_s)
         if kind == "compute":
