@@ -125,10 +125,6 @@ class MasterBlockTable:
         """Master blocks currently lent by ``worker``."""
         return self._workers[worker].slots
 
-    @property
-    def total_slots(self) -> int:
-        return sum(r.slots for r in self._workers.values())
-
     def slot_offset(self, worker: str, slot: int) -> int:
         """Byte offset of ``slot`` in ``worker``'s KV buffer."""
         r = self._workers[worker]
