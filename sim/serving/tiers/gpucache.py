@@ -213,18 +213,12 @@ class GpuCache:
             once = np.zeros(n, dtype=bool)
             once[first] = True
             new &= once
+        slots = self._take(int(new.sum()))  # new cached blocks, each held once
+        pool[at[new]] = slots
+        self._fill(slots, ks[new], ready)
         full = np.full(n, -1, dtype=np.int64)
-        full[new] = self._cache(ks[new], at[new], ready)
-        return full.tolist(), int(new.sum())
-
-    def _cache(self, keys: np.ndarray, at: np.ndarray, ready: bool) -> np.ndarray:
-        """New cached blocks for ``keys`` (none cached yet, no repeats; their
-        table entries ``at``), each held once, made of the caller's private
-        blocks: their slots."""
-        slots = self._take(len(keys))
-        self._pool[at] = slots
-        self._fill(slots, keys, ready)
-        return slots
+        full[new] = slots
+        return full.tolist(), len(slots)
 
     def _fill(self, slots: np.ndarray, keys: np.ndarray, ready: bool) -> None:
         """The arrays of new cached blocks ``slots`` (already in the table)
