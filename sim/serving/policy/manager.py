@@ -447,12 +447,11 @@ def _let_go(pending: list[int], placed: list[Entry], space: KeySpace | None) -> 
     """The keys of ``pending`` not ``placed``, in the order of the set of their
     hashes (iterated as a set of the hashes, which orders by value: the order
     the GPU blocks of the groups let go are released in, so kept as it was
-    when keys were the hashes themselves)."""
-    if space is None:
-        return list(set(pending) - {e.key for e in placed})
-    values = space.hash_list(pending)
+    when keys were the hashes themselves; no ``space``: each key is its own)."""
+    hashes = space.hash_list if space is not None else list
+    values = hashes(pending)
     key_of = dict(zip(values, pending, strict=True))
-    return [key_of[h] for h in set(values) - set(space.hash_list([e.key for e in placed]))]
+    return [key_of[h] for h in set(values) - set(hashes([e.key for e in placed]))]
 
 
 _TIER, _ENTRY, _BLOCKS = itemgetter(0), itemgetter(1), itemgetter(3)
