@@ -233,16 +233,11 @@ def store_pieces(
     parts: dict[tuple[str, str], list[_Part]] = {}
     first_seen: dict[tuple[str, str], tuple[int, int]] = {}
     for (s_runs, d_runs), idx in _layout_pairs(src, dst, entries).items():
-        pos = 0
-        for r, (dd, d0, d1) in enumerate(d_runs):
-            for sd, s0, s1 in s_runs:
-                lo, hi = max(d0, s0), min(d1, s1)
-                if hi > lo:
-                    k = (src.devices[sd] if src is not None else gpu, dst.devices[dd])
-                    parts.setdefault(k, []).append((idx, r, lo - d0, hi - lo))
-                    seen = (idx[0], pos)
-                    first_seen[k] = min(first_seen.get(k, seen), seen)
-                    pos += 1
+        # a pair's device pairs in order of first appearance: ordered by (idx[0], pos)
+        for pos, (k, cut) in enumerate(onepiece.cuts(src, dst, s_runs, d_runs, gpu)):
+            parts.setdefault(k, []).extend((idx, r, off, c) for r, off, c in cut)
+            seen = (idx[0], pos)
+            first_seen[k] = min(first_seen.get(k, seen), seen)
     lb, stride = dst.layer_bytes, layer_stride(dst.layer_bytes)
     length = int(round(lb))
     out = []
