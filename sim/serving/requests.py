@@ -242,15 +242,11 @@ def _trace_hashes(table: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _engine_hash_array(
-    cols: dict[str, np.ndarray],
-    trace_block: int,
-    engine_block: int,
-    reply: bool = False,
-    space: KeySpace | None = None,
+    cols: dict[str, np.ndarray], trace_block: int, engine_block: int, reply: bool, space: KeySpace
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(ptr, hashes) of every row's engine-block hashes (:func:`engine_hashes`
-    or :func:`session_hashes`, vectorised over the whole table), or their ids
-    in ``space`` (interned batch by batch); ``reply``: a known session's
+    """(ptr, ids) of every row's engine-block hashes (:func:`engine_hashes`
+    or :func:`session_hashes`, vectorised over the whole table) as ids in
+    ``space`` (interned batch by batch); ``reply``: a known session's
     untraced rows also hash their reply's full blocks."""
     first, count, values = cols["first"], cols["count"], cols["values"]
     n_full = cols["input_tokens"] // engine_block
@@ -283,8 +279,7 @@ def _engine_hash_array(
             got = np.where(t, mix_array(got, e % m_down), got)
         part[:] = np.where(t, got, mix_array(base[owner], e))
         del owner, e, t, src, got  # the batch's temporaries go before its interning
-        if space is not None:
-            part[:] = space.intern(part)
+        part[:] = space.intern(part)
         lo = hi
     return ptr, out
 
