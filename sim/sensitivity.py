@@ -13,7 +13,10 @@ parameter of the scenario's kind that a variant leaves at its assumed value
 ``object_us``).  :func:`sensitivity` runs the scenario once as it is and then
 with each assumption at its low and its high end, every other number as it
 is, each run an independent simulation on a :class:`sim.parallel.Executor`
-(:func:`sim.sweep.run_points`: the local process pool, or Ray).
+(the local process pool, or Ray), design point by design point: a point is
+simulated again at a range end only where the end changes a number its run as
+given read (:mod:`sim.reads`), and once per distinct configuration (the results
+are those of rerunning the whole scenario, bit for bit; ``tests/sim/test_reads.py``).
 
 The comparison turns on one summary column, the *headline*
 (:func:`headline_of`: the scenario's ``headline:``, else its kind's,
