@@ -4,7 +4,10 @@ and the loader's checks of its ``assumptions:`` block.
 A key path names one number of the profile the way error messages do:
 ``efficiency.tensor``, ``cpu.core_mem_gbps``, ``ssds[0].read_latency_us``,
 ``topology.links[3].gbps``.  :func:`with_value` rebuilds the frozen dataclasses
-along the path, so the changed profile is checked by the same dataclasses.
+along the path, so the changed profile is checked by the same dataclasses.  On an
+expanded fleet a node profile's path names that entry on every node, and
+``storage.``-prefixed paths the storage server file's numbers on every storage node
+(:func:`hwprofiles.fleet.replicas`).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def _steps(path: str) -> list[tuple[str, int | None]]:
 def resolve(profile: HardwareProfile, path: str) -> tuple[Any, dataclasses.Field]:
     """The dataclass holding the number ``path`` names and that number's field."""
     node: Any = profile
-    steps = _steps(path)
+    steps = _steps(_paths(profile, path)[0])
     for i, (name, index) in enumerate(steps):
         fields = {f.name: f for f in dataclasses.fields(node)}
         if name not in fields or name in _NOT_ASSUMPTIONS:
@@ -78,12 +81,25 @@ def with_value(profile: HardwareProfile, path: str, value: float) -> HardwarePro
     also rebuilds the links made from it (:func:`hwprofiles.fleet.relink`)."""
     node, f = resolve(profile, path)
     typed = int(value) if isinstance(getattr(node, f.name), int) else float(value)
-    changed = _replace(profile, _steps(path), typed)
+    changed = profile
+    for each in _paths(profile, path):  # on a fleet: every node's copy of the number
+        changed = _replace(changed, _steps(each), typed)
     if path.startswith("fleet."):  # a fleet's network number: its links are built from it
         from hwprofiles.fleet import relink  # noqa: PLC0415 (fleet imports the schema only)
 
         changed = relink(changed)
     return changed
+
+
+def _paths(profile: Any, path: str) -> list[str]:
+    """The key paths ``path`` names in ``profile``: itself, or on an expanded fleet
+    every node's copy of a node profile's entry and every storage node's of a storage
+    server's (``storage.``...; :func:`hwprofiles.fleet.replicas`)."""
+    if getattr(profile, "fleet", None) is None:
+        return [path]
+    from hwprofiles.fleet import replicas  # noqa: PLC0415 (fleet imports the schema only)
+
+    return replicas(profile, path)
 
 
 def _replace(node: Any, steps: list[tuple[str, int | None]], value: Any) -> Any:

@@ -153,6 +153,66 @@ def relink(p: HardwareProfile) -> HardwareProfile:
     return dataclasses.replace(p, topology=topology)
 
 
+STORAGE = "storage."  # an expanded fleet's key path into its storage-server file's numbers
+
+
+def replicas(p: HardwareProfile, path: str) -> list[str]:
+    """The key paths of expanded fleet ``p`` that one number of a file it was built
+    from names: a node profile's (``ssds[0].read_latency_us``, ``dram[0].gbps``,
+    ``topology.links[3].gbps``: node 0's entry, and every other node's copy of it) or,
+    under :data:`STORAGE`, the storage server's (``storage.ssds[0].read_latency_us``:
+    every storage node's copy).  A number shared by the whole fleet
+    (``efficiency.*``, ``software.*``, ``fleet.*``) is its own one path; so is every
+    path of a profile that is no fleet.  An index beyond the file's own entries is
+    returned as it is (:func:`hwprofiles.assume.resolve` refuses what it cannot name)."""
+    f = p.fleet
+    storage = path.startswith(STORAGE)
+    if f is None or (not storage and not path.startswith(("ssds[", "dram[", "topology.links["))):
+        return [path]
+    rest = path.removeprefix(STORAGE) if storage else path
+    m = re.match(r"(ssds|dram|topology\.links)\[(\d+)\](.*)$", rest)
+    if m is None or (storage and f.storage is None):
+        return [path]
+    field, i, tail = m[1], int(m[2]), m[3]
+    if field == "ssds":
+        per = _groups_per_host(p)
+        if storage:
+            first, hosts, n = f.nodes * per[0], f.storage_nodes, per[1]
+        else:
+            first, hosts, n = 0, f.nodes, per[0]
+        if i >= n:
+            return [path]
+        return [f"ssds[{first + h * n + i}]{tail}" for h in range(hosts)]
+    items = p.dram if field == "dram" else p.topology.links
+    mark = "s" if storage else "n"
+    own = [
+        (k, x.name) for k, x in enumerate(items)
+        if x.name.startswith(f"{mark}0.") and not _NIC_LINK.match(x.name)
+    ]  # fmt: skip
+    if i >= len(own):
+        return [path]
+    local = own[i][1].removeprefix(f"{mark}0.")
+    hosts = f.storage_nodes if storage else f.nodes
+    at = {x.name: k for k, x in enumerate(items)}
+    return [f"{field}[{at[f'{mark}{h}.{local}']}]{tail}" for h in range(hosts)]
+
+
+def _groups_per_host(p: HardwareProfile) -> tuple[int, int]:
+    """(SSD groups a compute node holds, groups a storage node holds) of expanded fleet
+    ``p``: the groups whose SSDs add up to node 0's, then to storage node 0's."""
+    f = p.fleet
+    assert f is not None
+    out, start = [], 0
+    for want in (f.ssds_per_node, f.storage.ssds_per_node if f.storage else 0):
+        n, have = 0, 0
+        while have < want:
+            have += p.ssds[start + n].count
+            n += 1
+        out.append(n)
+        start += n * f.nodes  # the storage nodes' groups follow every compute node's
+    return out[0], out[1]
+
+
 def _storage_nodes(
     f: FleetSpec, server: StorageServer, first_ssd: int
 ) -> tuple[list[str], list[LinkSpec], list[DramModule]]:
@@ -270,6 +330,15 @@ def expand(
             node.efficiency, **{k: float(v) for k, v in ff.efficiency.items()}
         ),
         fleet=f,
-        assumptions=node.assumptions + ff.assumptions,
+        assumptions=node.assumptions + ff.assumptions + _server_assumptions(server),
         source_file=str(path),
     )
+
+
+def _server_assumptions(server: StorageServer | None) -> tuple[Assumption, ...]:
+    """A storage server file's assumptions, in an expanded fleet: each under
+    :data:`STORAGE` (``storage.ssds[0].read_latency_us``), varied on every storage
+    node at once (:func:`replicas`)."""
+    if server is None:
+        return ()
+    return tuple(dataclasses.replace(a, field=STORAGE + a.field) for a in server.assumptions)

@@ -343,7 +343,10 @@ def offered_load(
 
     Rate: requests over the span of their arrivals.  Service: the GPU time
     (the roofline, or what ``gpu_time`` measures: :mod:`sim.hw.measured`, as
-    the engine times its iterations) of the mean request's prefill alone
+    the engine times its iterations), with ``tp`` > 1 plus the iteration's
+    all-reduces alone on the rank's NVLink route
+    (:meth:`sim.serving.execute.tp.TensorParallel.alone_s`, the engine's
+    definition), of the mean request's prefill alone
     (``sim.serving.policy.costs``, its whole prompt, no cache hits) plus its
     decodes, each a share ``1 / max_batch`` of an iteration of ``max_batch``
     equal decodes at the mean context (the best batching the engine allows).  Cache hits and
@@ -354,7 +357,7 @@ def offered_load(
     """
     from sim.hw.machine import Machine
     from sim.hw.measured import GpuTime, resolve
-    from sim.serving.execute.tp import rank_card
+    from sim.serving.execute.tp import TensorParallel, rank_card
     from sim.serving.policy.costs import iteration_cost
 
     arrivals = to_numpy(table.column("arrival_s"))
@@ -366,6 +369,8 @@ def offered_load(
     outp = float(to_numpy(table.column("output_tokens")).mean())
     m, gpu = Machine(profile), profile.gpu_names[0]
     step, _ = resolve(profile, card, gpu_time or GpuTime(), tp)
+    # the rank's all-reduces after each iteration's compute, as the engine prices them
+    ranks = TensorParallel(tp, card).timed_by(step) if tp > 1 else None
     card = rank_card(card, tp)
 
     def seconds(prefills: list, decodes: list, outputs: int) -> float:
@@ -373,8 +378,13 @@ def offered_load(
         flops = layer.flops * card.layers + head.flops
         hbm = layer.hbm_bytes * card.layers + head.hbm_bytes
         if step is not None:
-            return step.seconds(prefills, decodes, flops, hbm)
-        return m.gpu_seconds(gpu, flops, hbm)
+            compute = step.seconds(prefills, decodes, flops, hbm)
+        else:
+            compute = m.gpu_seconds(gpu, flops, hbm)
+        if ranks is None:
+            return compute
+        tokens = sum(n for n, _ in prefills) + len(decodes)  # the iteration's, as the engine's
+        return compute + ranks.alone_s(m, tokens, card.layers)
 
     prefill = seconds([(max(1, round(inp)), 0)], [], 1)
     ctx = round(inp + outp / 2)

@@ -102,25 +102,39 @@ def plan_variants(
     planned: list[PlannedVariant] = []
     skipped: dict[str, str] = {}
     for variant in expand_matrix(cfg):
-        params = cfg.variant_params(variant)
-        factory = WORKLOADS.entry(params.kind).factory
-        tick = (lambda d, t, n=variant.name: progress(f"{n} (plan)", d, t)) if progress else None
         try:
-            p = factory(params, profile, cfg.seed, variant.name, tick)
+            planned.append(plan_variant(cfg, variant, cfg.variant_params(variant), profile, progress))
         except Unsupported as exc:
             skipped[variant.name] = str(exc)
-            continue
-        except (ValueError, KeyError) as exc:
-            msg = exc.args[0] if exc.args else str(exc)
-            raise ConfigError(f"{cfg.source_file}: variant '{variant.name}': {msg}") from None
-        also = {k: (a.plan, a.summarize) for k, a in p.also.items()}
-        planned.append(PlannedVariant(variant, p.plan, p.summarize, p.drive, also, p.gpu_time))
     if not planned:
         reasons = "; ".join(f"'{k}': {v}" for k, v in skipped.items())
         raise ConfigError(
             f"{cfg.source_file}: no variant can run on profile {profile.name} ({reasons})"
         )
     return planned, skipped
+
+
+def plan_variant(
+    cfg: ScenarioConfig,
+    variant: Variant,
+    params: object,
+    profile: HardwareProfile,
+    progress: Progress | None = None,
+) -> PlannedVariant:
+    """Plan one (expanded) variant of ``cfg`` with its workload ``params`` on
+    ``profile``: the kind's factory; Unsupported where the profile cannot run it, a
+    ConfigError naming the variant where its parameters are bad."""
+    factory = WORKLOADS.entry(params.kind).factory
+    tick = (lambda d, t, n=variant.name: progress(f"{n} (plan)", d, t)) if progress else None
+    try:
+        p = factory(params, profile, cfg.seed, variant.name, tick)
+    except Unsupported:
+        raise
+    except (ValueError, KeyError) as exc:
+        msg = exc.args[0] if exc.args else str(exc)
+        raise ConfigError(f"{cfg.source_file}: variant '{variant.name}': {msg}") from None
+    also = {k: (a.plan, a.summarize) for k, a in p.also.items()}
+    return PlannedVariant(variant, p.plan, p.summarize, p.drive, also, p.gpu_time)
 
 
 def run_variant(

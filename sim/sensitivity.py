@@ -13,7 +13,10 @@ parameter of the scenario's kind that a variant leaves at its assumed value
 ``object_us``).  :func:`sensitivity` runs the scenario once as it is and then
 with each assumption at its low and its high end, every other number as it
 is, each run an independent simulation on a :class:`sim.parallel.Executor`
-(:func:`sim.sweep.run_points`: the local process pool, or Ray).
+(the local process pool, or Ray), design point by design point: a point is
+simulated again at a range end only where the end changes a number its run as
+given read (:mod:`sim.reads`), and once per distinct configuration (the results
+are those of rerunning the whole scenario, bit for bit; ``tests/sim/test_reads.py``).
 
 The comparison turns on one summary column, the *headline*
 (:func:`headline_of`: the scenario's ``headline:``, else its kind's,
@@ -47,7 +50,6 @@ from hwprofiles.assume import with_value
 from sim.config import ConfigError, ScenarioConfig, Variant
 from sim.parallel import Executor
 from sim.registry import WORKLOADS, WorkloadAssumption
-from sim.sweep import run_points
 
 # a headline ratio that moves by more than this share at a range end is fragile (kvtier
 # the threshold: the share beyond which a seed figure is reported as "off")
@@ -190,12 +192,108 @@ def headline_of(cfg: ScenarioConfig) -> tuple[str, bool]:
 @dataclass(frozen=True)
 class Sensitivity:
     """The runs (every summary row, with ``assumption``, ``at`` and ``value``
-    columns) and the tornado table (:func:`tornado`) of one scenario."""
+    columns) and the tornado table (:func:`tornado`) of one scenario; ``unread``:
+    the assumptions no design read in its run as given (so none was rerun), and
+    ``simulated``: the design points simulated, of ``points`` in all (the as-given
+    run's, and each range end's)."""
 
     headline: str
     higher: bool
     runs: pd.DataFrame
     table: pd.DataFrame
+    unread: tuple[str, ...] = ()
+    simulated: int = 0
+    points: int = 0
+
+
+UNREAD = "not read by any design"  # the verdict of an assumption no design read
+
+
+def _unit(
+    cfg: ScenarioConfig, variant: Variant, profile: HardwareProfile, track: bool
+) -> tuple[pd.DataFrame, set[str], set[str]]:
+    """One design point (an expanded variant of ``cfg``) simulated on ``profile``: its
+    summary row (none where the profile cannot run it) with the ``hw`` column, and,
+    with ``track``, the key paths of the profile and of the workload it read
+    (:mod:`sim.reads`)."""
+    from sim.reads import tracked
+    from sim.registry import Unsupported
+    from sim.runner import plan_variant, run_variant
+
+    hw_reads: set[str] = set()
+    wl_reads: set[str] = set()
+    params = cfg.variant_params(variant)
+    prof = profile
+    if track:
+        params, prof = tracked(params, wl_reads), tracked(profile, hw_reads)
+    try:
+        planned = plan_variant(cfg, variant, params, prof)
+    except Unsupported:
+        return pd.DataFrame(), hw_reads, wl_reads
+    result = run_variant(cfg, planned, prof)
+    df = pd.DataFrame([{"variant": variant.name, **result.summary}])
+    df.insert(0, "hw", profile.name)
+    return df, hw_reads, wl_reads
+
+
+def _key(cfg: ScenarioConfig, variant: Variant, profile: HardwareProfile) -> str:
+    """What decides a design point's result: its name, the seed, its workload
+    parameters and the profile (a hash of their reprs)."""
+    import hashlib
+
+    text = repr((variant.name, cfg.seed, cfg.variant_params(variant), profile))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _End:
+    """A design point at one range end: its scenario and variant there, the profile
+    there, and the key paths of the profile and its workload the end changes."""
+
+    cfg: ScenarioConfig
+    variant: Variant | None  # None: the end reshapes the scenario (always simulated)
+    profile: HardwareProfile
+    hw_diff: frozenset[str]
+    wl_diff: frozenset[str]
+
+
+def _point_pass(
+    cfg: ScenarioConfig, variant: Variant, profile: HardwareProfile, ends: Sequence[_End]
+) -> tuple[pd.DataFrame, list[pd.DataFrame | None], int]:
+    """One design point as given and at every range end, in one process (so the
+    offline builds its runs share, a trace or an index, are made once: the caches
+    are exact, :mod:`sim.policies.kvdrive.memo`): its summary as given, at each end
+    its summary or None where the end changes no number the run as given read (the
+    summary as given holds), and how many runs it simulated."""
+    from sim.reads import was_read
+
+    base, hw_reads, wl_reads = _unit(cfg, variant, profile, True)
+    seen = {_key(cfg, variant, profile): base}
+    out: list[pd.DataFrame | None] = []
+    for e in ends:
+        if e.variant is not None and not (
+            any(was_read(x, hw_reads) for x in e.hw_diff)
+            or any(was_read(x, wl_reads) for x in e.wl_diff)
+        ):
+            out.append(None)
+            continue
+        if e.variant is None:
+            out.append(_whole(e.cfg, variant.name, e.profile))
+            continue
+        key = _key(e.cfg, e.variant, e.profile)
+        if key not in seen:
+            seen[key] = _unit(e.cfg, e.variant, e.profile, False)[0]
+        out.append(seen[key])
+    return base, out, len(seen)
+
+
+def _whole(cfg: ScenarioConfig, name: str, profile: HardwareProfile) -> pd.DataFrame:
+    """Design point ``name`` of ``cfg`` (whose expansion differs from the scenario
+    as given), simulated; no row where the end has no such point."""
+    from sim.factors import expand_matrix
+
+    got = [v for v in expand_matrix(cfg) if v.name == name]
+    return _unit(cfg, got[0], profile, False)[0] if got else pd.DataFrame()
 
 
 def sensitivity(
@@ -206,22 +304,76 @@ def sensitivity(
     progress: Callable[[int, int], None] | None = None,
 ) -> Sensitivity:
     """Run ``cfg`` on ``profile`` as given and with each assumption (:func:`knobs`)
-    at each end of its range, on ``executor``; the runs and their tornado table."""
+    at each end of its range, on ``executor``; the runs and their tornado table.
+
+    Exactly, at the cost of the design points an assumption can reach.  Each design
+    point (an expanded variant) is one call of the executor (:func:`_point_pass`):
+    it runs as given, recording the key paths of the profile and of the workload it
+    reads (:mod:`sim.reads`); at a range end whose changed paths
+    (:func:`sim.reads.changed`) it did not read it keeps its result as given (a
+    run never moves with a number it does not read); the rest are simulated once
+    per distinct effective configuration (:func:`_key`: an end that gives the point
+    its parameters and profile as given, or two ends that give it the same, share
+    one simulation).  An assumption that no point read is reported as such
+    (:data:`UNREAD`)."""
+    from sim.factors import expand_matrix
+    from sim.reads import changed
+
     ks = knobs(cfg, profile, only)
-    todo = [(cfg, profile, {"assumption": BASE, "at": "base", "value": math.nan})]
-    for k in ks:
-        for end in ("low", "high"):
-            c, p = apply(cfg, profile, k, getattr(k, end))
-            todo.append((c, p, {"assumption": k.name, "at": end, "value": getattr(k, end)}))
-    runs = run_points(todo, executor, progress)
+    units = expand_matrix(cfg)
+    names = [u.name for u in units]
+    ends = [(k, e, *apply(cfg, profile, k, getattr(k, e))) for k in ks for e in ("low", "high")]
+    calls: list[tuple] = []
+    per_end = []
+    for _, _, c2, p2 in ends:
+        there = {u.name: u for u in expand_matrix(c2)}
+        per_end.append((c2, p2, frozenset(changed(profile, p2)), list(there) == names, there))
+    for u in units:
+        mine = []
+        for c2, p2, hw_diff, same, there in per_end:
+            if not same:
+                mine.append(_End(c2, None, p2, hw_diff, frozenset()))
+                continue
+            u2 = there[u.name]
+            wl = frozenset(changed(cfg.variant_params(u), c2.variant_params(u2)))
+            mine.append(_End(dataclasses.replace(c2, variants=(u2,)), u2, p2, hw_diff, wl))
+        calls.append((dataclasses.replace(cfg, variants=(u,)), u, profile, mine))
+    got: dict[int, tuple[pd.DataFrame, list[pd.DataFrame | None], int]] = {}
+    for n, (i, res) in enumerate(executor.run(_point_pass, calls), start=1):
+        got[i] = res
+        if progress:
+            progress(n, len(calls))
+    frames = [_tagged([got[i][0] for i in range(len(units))], BASE, "base", math.nan)]
+    read_by: dict[str, set[str]] = {k.name: set() for k in ks}
+    for j, (k, e, _, _) in enumerate(ends):
+        rows = []
+        for i, u in enumerate(units):
+            df = got[i][1][j]
+            if df is not None:
+                read_by[k.name].add(u.name.split(" | ", 1)[0])
+            rows.append(got[i][0] if df is None else df)
+        frames.append(_tagged(rows, k.name, e, getattr(k, e)))
+    runs = pd.concat(frames, ignore_index=True)
     column, higher = headline_of(cfg)
     if column not in runs.columns:
         where = f"{cfg.source_file}: headline" if cfg.headline else "headline"
         cols = ", ".join(c for c in runs.columns if c not in ("assumption", "at", "value"))
         raise ConfigError(f"{where}: no summary column '{column}' (one of: {cols})")
+    unread = tuple(k.name for k in ks if not read_by[k.name])
+    table = tornado(runs, ks, column, higher, workload_groups(cfg), unread)
+    simulated = sum(r[2] for r in got.values())
     return Sensitivity(
-        column, higher, runs, tornado(runs, ks, column, higher, workload_groups(cfg))
+        column, higher, runs, table, unread, simulated, len(units) * (1 + len(ends))
     )
+
+
+def _tagged(frames: list[pd.DataFrame], assumption: str, at: str, value: float) -> pd.DataFrame:
+    """One run's summary rows (its design points' in order) with the columns that say
+    which assumption was at which end."""
+    df = pd.concat([f for f in frames if not f.empty], ignore_index=True)
+    for i, (c, v) in enumerate((("assumption", assumption), ("at", at), ("value", value))):
+        df.insert(i, c, v)
+    return df
 
 
 def design_figures(rows: pd.DataFrame, column: str) -> dict[str, float]:
@@ -294,6 +446,7 @@ def tornado(
     column: str,
     higher: bool,
     groups: Sequence[Sequence[str]] | None = None,
+    unread: Sequence[str] = (),
 ) -> pd.DataFrame:
     """One row per assumption, sorted by effect (see the module docstring): the top
     two designs of the first group of ``groups`` (:func:`workload_groups`; default:
@@ -340,7 +493,8 @@ def tornado(
             "flips": bool(flipped), "flips_at": "+".join(flipped),
             "swap": "; ".join(f"{e}: {swaps[e]}" for e in flipped),
             "moves": moves,
-            "verdict": "flips" if flipped else "moves" if moves else "holds",
+            "verdict": UNREAD if k.name in unread
+            else "flips" if flipped else "moves" if moves else "holds",
             "effect": max(change), "why": k.why,
         }  # fmt: skip
         for d in order:

@@ -10,7 +10,7 @@ hardware profiles instead of a workload field.  Points run on an
 one is given: Ray, ``kvtier sweep --executor ray``), with the same results; the
 result is one table, one row per (point, variant), with a column per factor
 (and ``hw``).  :func:`run_points` runs any list of (scenario, profile, point)
-the same way: the sensitivity runs (:mod:`sim.sensitivity`) are such a list.
+the same way.
 """
 
 from __future__ import annotations

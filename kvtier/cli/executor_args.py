@@ -9,13 +9,15 @@ from kvtier.contracts.validate import int_arg
 from sim.parallel import EXECUTORS, Executor, make_executor
 
 
-def add_executor_args(p: argparse.ArgumentParser) -> None:
-    """``--executor local|ray``, ``--address`` (Ray only) and ``--jobs``."""
+def add_executor_args(p: argparse.ArgumentParser, runs: str = "") -> None:
+    """``--executor local|ray``, ``--address`` (Ray only) and ``--jobs``; ``runs``
+    says which of the command's simulations they place, where not all of them."""
+    which = f" ({runs})" if runs else ""
     p.add_argument(
         "--executor",
         choices=EXECUTORS,
         default="local",
-        help="where the simulations run: a local process pool, or Ray (the cluster extra)",
+        help=f"where the simulations run{which}: a local process pool, or Ray (the cluster extra)",
     )
     p.add_argument(
         "--address",
@@ -25,8 +27,8 @@ def add_executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--jobs",
         type=int_arg(1),
-        help="worker processes (default: CPU count); with --executor ray and no --address, "
-        "the CPUs of the Ray instance started here",
+        help=f"worker processes{which} (default: CPU count); with --executor ray and no "
+        "--address, the CPUs of the Ray instance started here",
     )
 
 

@@ -12,7 +12,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from sim.config import ConfigError
-from sim.sensitivity import MOVE, Sensitivity, fragile, knobs, sensitivity
+from sim.sensitivity import MOVE, UNREAD, Sensitivity, fragile, knobs, sensitivity
 
 
 def add_sensitivity_args(p: argparse.ArgumentParser) -> None:
@@ -51,8 +51,10 @@ def report(console: Console, args, cfg, profile, executor, out: Path) -> Sensiti
     only = chosen(args, cfg, profile)
     n = 1 + 2 * len(knobs(cfg, profile, only))
     with Progress(console=console) as bar:
-        task = bar.add_task(f"sensitivity: {n} runs", total=n)
-        s = sensitivity(cfg, profile, executor, only, lambda d, t: bar.update(task, completed=d))
+        task = bar.add_task(f"sensitivity: {n} runs, design point by design point", total=None)
+        s = sensitivity(
+            cfg, profile, executor, only, lambda d, t: bar.update(task, completed=d, total=t)
+        )
     out.mkdir(parents=True, exist_ok=True)
     s.runs.to_csv(out / "sensitivity-runs.csv", index=False)
     s.table.to_csv(out / "tornado.csv", index=False)
@@ -61,6 +63,12 @@ def report(console: Console, args, cfg, profile, executor, out: Path) -> Sensiti
     console.print(tornado_table(s, title))
     for line in fragile_lines(s):
         console.print(line)
+    if s.unread:
+        console.print(f"{UNREAD} in its run as given (not rerun): {', '.join(s.unread)}")
+    console.print(
+        f"design points simulated: {s.simulated} of {s.points} (a point whose read numbers "
+        "an end leaves as given keeps its result; equal configurations run once)"
+    )
     console.print(f"sensitivity: {out}/tornado.csv, tornado.png, sensitivity-runs.csv")
     return s
 

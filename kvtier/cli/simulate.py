@@ -29,6 +29,11 @@ from sim.registry import WORKLOADS
 from sim.runner import run
 
 
+# a plain kvtier sim runs the scenario's variants one after another in this process (one
+# run, whose records it writes); only --sensitivity's reruns go to an executor
+SIM_RUNS = "--sensitivity's reruns; a plain sim is one run in this process"
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sim", help="simulate a scenario (or a plan file) on a hardware profile")
     p.add_argument("--hw", default="h20-8ssd", help="hardware profile name or YAML path")
@@ -42,7 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--force", action="store_true", help="overwrite another run's results in the output"
     )
     add_sensitivity_args(p)
-    add_executor_args(p)
+    add_executor_args(p, SIM_RUNS)
     p.set_defaults(handler=cmd_sim)
 
 
@@ -70,7 +75,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
     }
     for flag, given in ran_by.items():
         if given and not args.sensitivity:
-            raise ConfigError(f"{flag}: says where --sensitivity's runs go; give it with that")
+            raise ConfigError(
+                f"{flag}: places --sensitivity's reruns; a plain kvtier sim is one run in "
+                f"this process, so give {flag} with --sensitivity (or use kvtier sweep)"
+            )
     executor = executor_of(args) if args.sensitivity else None
     check_scenario(cfg, profile)  # what the profile cannot hold, refused before simulating
     for line in overload_warnings(cfg, profile):  # what it can hold but not serve in time

@@ -69,6 +69,7 @@ overlaps compute (§6.1) and is not charged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -232,16 +233,17 @@ def _stage(
     flops: float,
     nbytes: float,
     deps,
-    threads: int,
-    rate: float = 0.0,
+    threads: Callable[[], int],
+    rate: Callable[[], float] = lambda: 0.0,
     **kw,
 ) -> int:
-    """A compute op on ``on`` (``cpu``: on ``threads`` threads, :mod:`sim.scenarios.host_threads`,
-    at most ``rate`` GB/s per thread, 0: the core's) or -1 when there is no work."""
+    """A compute op on ``on`` (``cpu``: on ``threads()`` threads, :mod:`sim.scenarios.host_threads`,
+    at most ``rate()`` GB/s per thread, 0: the core's) or -1 when there is no work; the
+    counts are read only for a CPU op (a design reads only its own ops' numbers)."""
     if not (flops or nbytes):
         return -1
     if on == CPU:
-        return b.cpu_compute(flops, nbytes, threads, depends_on=deps, core_gbps=rate, **kw)
+        return b.cpu_compute(flops, nbytes, threads(), depends_on=deps, core_gbps=rate(), **kw)
     return b.compute(gpu, flops, nbytes, depends_on=deps, **kw)
 
 
@@ -264,8 +266,8 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
         nbytes,
         deps,
         tag="select",
-        threads=ctx["select_threads"],
-        rate=p.select_gbps_per_thread,
+        threads=lambda: ctx["select_threads"],
+        rate=lambda: p.select_gbps_per_thread,
         **kw,
     )
     after = [sel] if sel >= 0 else gate
@@ -280,7 +282,7 @@ def _micro_batch(b, ctx, decs, gate, prev, kw) -> tuple[list[int], dict, int]:
         n_look * ID_BYTES,
         deps,
         tag="lookup",
-        threads=ctx["lookup_threads"],
+        threads=lambda: ctx["lookup_threads"],
         **kw,
     )
     after = [look] if look >= 0 else after
@@ -351,22 +353,39 @@ def dram_hub(profile, dram: str) -> str:
     raise ValueError(f"no link to {dram} in profile {profile.name}")
 
 
+class _OnFirstUse(dict):
+    """A dict whose missing keys are worked out on first use by ``make[key]()``."""
+
+    def __init__(self, make: dict) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: str):
+        value = self[key] = self.make[key]()
+        return value
+
+
 def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
     """The plan of every (step, layer) group (see the module doc)."""
     card = get_model(p.model)
     layers = p.layers or card.layers
-    ctx = {
+    # a thread count is worked out where an op of the design uses it: a design reads
+    # only its own ops' counts (sim.reads: a sensitivity run reruns a design only
+    # where a number it read moves)
+    ctx = _OnFirstUse({
+        "attn_threads": lambda: attn_threads(p, profile),
+        "stage_threads": lambda: stage_threads(p, profile),
+        "select_threads": lambda: select_threads(p, profile),
+        "lookup_threads": lambda: lookup_threads(p, profile),
+        "driver_staging_threads": lambda: driver_staging_threads(p, profile),
+    })
+    ctx |= {
         "p": p,
         "card": card,
         "gpu": profile.gpu_names[0],
         "dram": profile.dram_names[0],
         "entry": layout.entry_bytes,
         "ssds": ssds,
-        "attn_threads": attn_threads(p, profile),
-        "stage_threads": stage_threads(p, profile),
-        "select_threads": select_threads(p, profile),
-        "lookup_threads": lookup_threads(p, profile),
-        "driver_staging_threads": driver_staging_threads(p, profile),
         "dram_hub": dram_hub(profile, profile.dram_names[0]),
         "memmap_ssds": {k: min(v, MEMMAP_IO_BYTES) for k, v in ssds.items()},
         "memmap_p": replace(p, io_path="kernel_fs"),

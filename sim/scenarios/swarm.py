@@ -53,7 +53,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pyarrow as pa
@@ -223,16 +224,46 @@ def run_lane(p: SwarmParams, layout: Layout, seed: int, progress=None) -> LaneRe
     return replay_lane(build_lane(p, layout, seed), p, layout, progress)
 
 
+# The lanes a run replayed, kept for the next run in this process with the same
+# parameters, layout and seed: a sensitivity run's reruns of one design point at an
+# end that moves no number of the layout (an efficiency factor, a CPU rate;
+# sim.sensitivity).  Building and replaying the lanes is a function of those three
+# alone (the profile enters only through the layout), so the kept lanes are the ones
+# the run would replay again; the plan is assembled anew on the run's profile.
+_REPLAYED: OrderedDict[str, dict] = OrderedDict()
+_KEEP = 2  # a point as given and the end being run
+
+
+def _fields(x) -> str:
+    """Every field of dataclass ``x`` by name, as text (a key of :data:`_REPLAYED`)."""
+    return repr([(f.name, getattr(x, f.name)) for f in fields(x)])
+
+
 def plan_swarm(p: SwarmParams, profile: HardwareProfile, seed: int, progress=None) -> SwarmPlan:
     """Run every lane's design and assemble the transfer plan."""
-    ssds, layout, built = build_lanes(p, profile, seed)
-    return plan_at(p, profile, ssds, layout, built, progress)
+    ssds, layout = lanes_layout(p, profile)
+    key = f"{_fields(p)} {_fields(layout)} {seed}"
+    lanes = _REPLAYED.pop(key, None)
+    if lanes is None:
+        built = build_lanes_at(p, layout, seed)
+        lanes = {k: replay_lane(b, p, layout, progress) for k, b in built.items()}
+    _REPLAYED[key] = lanes
+    while len(_REPLAYED) > _KEEP:
+        _REPLAYED.popitem(last=False)
+    return plan_of(p, profile, ssds, layout, lanes)
 
 
 def build_lanes(
     p: SwarmParams, profile: HardwareProfile, seed: int
 ) -> tuple[tuple[str, ...], Layout, dict[tuple[int, int], BuiltLane]]:
     """The SSDs used, the layout and every lane's built design, keyed (b, lm)."""
+    ssds, layout = lanes_layout(p, profile)
+    return ssds, layout, build_lanes_at(p, layout, seed)
+
+
+def lanes_layout(p: SwarmParams, profile: HardwareProfile) -> tuple[tuple[str, ...], Layout]:
+    """The SSDs the lanes use and their layout on ``profile`` (Unsupported where it
+    has too few SSDs; a ValueError for an unknown trace)."""
     if not profile.ssd_names:
         raise Unsupported(f"profile {profile.name} has no SSDs")
     n_ssd = p.ssds or len(profile.ssd_names)
@@ -240,10 +271,8 @@ def build_lanes(
         raise Unsupported(
             f"ssds: needs {n_ssd}, profile {profile.name} has {len(profile.ssd_names)} SSDs"
         )
-    heads = 0  # a captured trace's (layer, KV head)s; its lanes are distinct heads
     if is_capture(p.trace):
-        m = _load_capture(p.trace)[0].meta  # a missing or malformed file fails here
-        heads = m.layers * m.kv_heads
+        _load_capture(p.trace)  # a missing or malformed file fails here
     elif p.trace not in PRESETS:
         raise ValueError(f"trace: unknown preset '{p.trace}' (known: {', '.join(PRESETS)})")
     if p.profile_trace != OWN and is_capture(p.profile_trace):
@@ -254,7 +283,15 @@ def build_lanes(
         )
     ssds = profile.ssd_names[:n_ssd]
     prefix = p.context_tokens + p.profile_steps
-    layout = layout_for(p, profile, n_ssd, prefix)
+    return ssds, layout_for(p, profile, n_ssd, prefix)
+
+
+def build_lanes_at(p: SwarmParams, layout: Layout, seed: int) -> dict[tuple[int, int], BuiltLane]:
+    """Every lane's built design on ``layout``, keyed (b, lm)."""
+    heads = 0  # a captured trace's (layer, KV head)s; its lanes are distinct heads
+    if is_capture(p.trace):
+        m = _load_capture(p.trace)[0].meta
+        heads = m.layers * m.kv_heads
     built = {}
     for b in range(p.batch):
         for lm in range(p.layers_modeled):
@@ -262,12 +299,17 @@ def build_lanes(
             if heads:
                 lane_seed = _spread(b * p.layers_modeled + lm, p.batch * p.layers_modeled, heads)
             built[(b, lm)] = build_lane(p, layout, lane_seed)
-    return ssds, layout, built
+    return built
 
 
 def plan_at(p, profile, ssds, layout, built, progress=None) -> SwarmPlan:
     """Replay every built lane with ``layout`` (its budget scale) and assemble the plan."""
     lanes = {k: replay_lane(b, p, layout, progress) for k, b in built.items()}
+    return plan_of(p, profile, ssds, layout, lanes)
+
+
+def plan_of(p, profile, ssds, layout, lanes) -> SwarmPlan:
+    """The plan of replayed ``lanes`` on ``profile``."""
     bases = lane_bases(lanes, len(ssds))
     prefix = p.context_tokens + p.profile_steps
     plan = _assemble(p, profile, max_io_bytes(profile, ssds), layout, lanes, bases, prefix)

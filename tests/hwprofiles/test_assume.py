@@ -199,3 +199,50 @@ def test_every_number_a_storage_server_calls_an_assumption_has_a_range(name: str
     assert not missing, f"{name}: assumptions without a range: {missing}"
     for a in server.assumptions:
         assert a.low <= field_value(server, a.field) <= a.high and a.why  # type: ignore[arg-type]
+
+
+def _fleet_of_files(tmp_path: Path, node: tuple[str, str, str], server: tuple[str, str, str]):
+    """fleet-2x-dgx-h100-storage with its node profile and storage server read from
+    copies in ``tmp_path``, each with one number edited: (file, old text, new text)."""
+    paths = {}
+    for src, old, new in (node, server):
+        text = src.read_text(encoding="utf-8")
+        assert text.count(old) == 1
+        paths[src.stem] = tmp_path / src.name
+        paths[src.stem].write_text(text.replace(old, new), encoding="utf-8")
+    fleet = (PROFILE_DIR / "fleet-2x-dgx-h100-storage.yaml").read_text(encoding="utf-8")
+    fleet = fleet.replace("node_profile: dgx-h100", f"node_profile: {paths['dgx-h100']}")
+    fleet = fleet.replace("node_profile: 3fs-storage", f"node_profile: {paths['3fs-storage']}")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet, encoding="utf-8")
+    return load_profile(path)
+
+
+def test_a_node_or_storage_number_changes_every_node_built_from_it(tmp_path: Path) -> None:
+    """On the expanded fleet (2 DGX H100 nodes, one SSD group each; 2 3FS storage
+    nodes, one group of 16 each: ssds[0..3]), the node profile's
+    ``ssds[0].read_latency_us`` is both compute nodes' group (ssds[0] and [1]) and the
+    server file's, offered as ``storage.ssds[0].read_latency_us``, both storage
+    nodes' (ssds[2] and [3]); ``storage.dram[0].gbps`` is s0.dram0 and s1.dram0.
+    Each changed profile equals the fleet expanded from files holding the number."""
+    p = load_profile("fleet-2x-dgx-h100-storage")
+    names = {a.field for a in p.assumptions}
+    assert {"storage.ssds[0].read_latency_us", "storage.dram[0].gbps"} <= names
+    assert [s.read_latency_us for s in p.ssds] == [80, 80, 80, 80]
+    q = with_value(p, "ssds[0].read_latency_us", 120.0)
+    assert [s.read_latency_us for s in q.ssds] == [120, 120, 80, 80]
+    q = with_value(q, "storage.ssds[0].read_latency_us", 60.0)
+    assert [s.read_latency_us for s in q.ssds] == [120, 120, 60, 60]
+    q = with_value(q, "storage.dram[0].gbps", 614.4)
+    assert {d.name: d.gbps for d in q.dram if d.name.startswith("s")} == {
+        "s0.dram0": 614.4, "s1.dram0": 614.4
+    }
+    assert field_value(q, "storage.ssds[0].read_latency_us") == 60.0
+    node = (PROFILE_DIR / "dgx-h100.yaml", "read_latency_us: 80     # assumption, as the PM9A3",
+            "read_latency_us: 120    # assumption, as the PM9A3")  # fmt: skip
+    server = PROFILE_DIR / "storage" / "3fs-storage.yaml"
+    files = _fleet_of_files(
+        tmp_path, node, (server, "read_latency_us: 80 ", "read_latency_us: 60 ")
+    )
+    files = with_value(files, "storage.dram[0].gbps", 614.4)  # the ssds from files, dram here
+    assert q.ssds == files.ssds and q.dram == files.dram and q.topology == files.topology

@@ -78,3 +78,45 @@ def test_overload_is_named_and_a_light_trace_is_not() -> None:
     batch = dataclasses.replace(fast, workload=dataclasses.replace(fast.workload,
                                 session_rate=10_000.0))  # fmt: skip
     assert overload_warnings(batch, H100) == []
+
+
+DGX = load_profile("dgx-h100")
+
+
+@pytest.mark.parametrize(
+    ("tp", "ring_bytes", "ring_latency_s"),
+    [
+        # 32 layers x 2 all-reduces x 2 (tp-1)/tp x 1,024 tokens x 4,096 hidden x 2 B;
+        # NCCL's ring latency, 64 x (3.6 + 2 (tp-1) x 0.47) us
+        (2, 536_870_912, 64 * 4.54e-6),
+        (8, 939_524_096, 64 * 10.18e-6),
+    ],
+)
+def test_a_tensor_parallel_step_pays_its_all_reduces(tp, ring_bytes, ring_latency_s) -> None:
+    """Two 1,024-token prompts one second apart on Llama-3.1-8B, one output token
+    each, on a DGX H100 (roofline: no measured step): the load is one rank's
+    prefill, its 1/tp share of the FLOPs (compute-bound) plus the prefill's ring
+    all-reduces alone on gpu0 -> gpu1 (two NVLink ports of 450 GB/s x 0.85 = 382.5
+    GB/s, no latency on the links): 1.40358 + 0.29056 ms at tp 2, 2.45627 + 0.65152
+    ms at tp 8."""
+    from sim.serving.execute.tp import rank_card, rank_profile
+
+    c = get_model("Llama-3.1-8B")
+    table = pa.table({"arrival_s": [0.0, 1.0], "input_tokens": [1024, 1024],
+                      "output_tokens": [1, 1]})  # fmt: skip
+    assert (c.layers, c.hidden_size, c.dtype_bytes) == (32, 4096, 2)
+    r, n = rank_card(c, tp), 1024
+    flops = r.layers * (
+        2 * r.layer_active_params * n + 4 * r.q_heads * r.head_dim * n * (n + 1) / 2
+    )
+    flops += 2 * r.vocab_size * r.hidden_size  # the rank's share of the output head
+    tensor = DGX.gpu.bf16_tflops * 1e12 * DGX.efficiency.tensor
+    hbm = r.params_total_b * 1e9 * r.dtype_bytes + n * r.kv_bytes_per_token
+    assert hbm / (DGX.gpu.hbm_gbps * 1e9 * DGX.efficiency.hbm) < flops / tensor
+    rate = 450e9 * 0.85
+    assert (DGX.efficiency.nvlink, rate) == (0.85, 382.5e9)
+    allreduce = ring_bytes / rate + ring_latency_s
+    assert allreduce == pytest.approx({2: 1.69414e-3, 8: 3.10779e-3}[tp], rel=1e-5)
+    rank = rank_profile(DGX, tp)
+    got = offered_load(table, c, rank, max_batch=128, tp=tp)
+    assert got == pytest.approx(flops / tensor + allreduce, rel=1e-9)

@@ -261,21 +261,34 @@ class TensorParallel:
         measured = step if step is not None and step.peaks is None else None
         return dataclasses.replace(self, measured=measured)
 
+    def message(self, machine: Machine, tokens: int, layers: int) -> tuple[int, float]:
+        """``layers`` layers' all-reduces of ``tokens`` tokens as the copy from
+        :attr:`gpu` to :attr:`peer` that carries them on ``machine`` and the latency
+        that follows it: (bytes, seconds) (module docstring: measured or the ring)."""
+        if self.measured is not None:
+            rate = min(machine.net.capacity[r] for r in machine.route(self.gpu, self.peer))
+            secs = self.measured.allreduce_ms(tokens) / 1e3 * 2 * layers
+            return round((secs - machine.route_latency_s(self.gpu, self.peer)) * rate), 0.0
+        nbytes = int(allreduce_bytes(self.card, tokens, self.tp, layers))
+        return nbytes, allreduce_latency_s(self.tp, 2 * layers)
+
+    def alone_s(self, machine: Machine, tokens: int, layers: int) -> float:
+        """How long :meth:`allreduce` of ``tokens`` tokens over ``layers`` layers lasts
+        with nothing else on the route: its latency, :meth:`message`'s bytes at the
+        route's rate, then the message's latency (what a quick estimate prices,
+        :func:`sim.limits.offered_load`)."""
+        nbytes, lat = self.message(machine, tokens, layers)
+        rate = min(machine.net.capacity[r] for r in machine.route(self.gpu, self.peer))
+        return machine.route_latency_s(self.gpu, self.peer) + nbytes / rate + lat
+
     def allreduce(self, ops: Any, after: int, tokens: int, layers: int, step: int, layer: int):
         """Submit the all-reduces of ``layers`` layers after op ``after``: (op, event
         that fires when they have ended)."""
-        if self.measured is not None:
-            m = ops.machine
-            rate = min(m.net.capacity[r] for r in m.route(self.gpu, self.peer))
-            secs = self.measured.allreduce_ms(tokens) / 1e3 * 2 * layers
-            nbytes = round((secs - m.route_latency_s(self.gpu, self.peer)) * rate)
-        else:
-            nbytes = int(allreduce_bytes(self.card, tokens, self.tp, layers))
+        nbytes, lat = self.message(ops.machine, tokens, layers)
         op, ev = ops.submit(
             "copy", self.gpu, self.peer, nbytes=nbytes, depends_on=[after], step=step,
             layer=layer, tag="allreduce",
         )  # fmt: skip
-        lat = 0.0 if self.measured is not None else allreduce_latency_s(self.tp, 2 * layers)
         if lat <= 0:
             return op, ev
         return op, ops.env.process(_then_wait(ops.env, ev, lat, op))
