@@ -132,7 +132,9 @@ def write_serving_plots(root: str | Path) -> list[Path]:
         figs["ttft-vs-context"] = context_figure(summary, "ttft_mean_s")
         figs["blocked-io-vs-context"] = context_figure(summary, "blocked_io_mean_s")
     else:
-        figs["remaining-requests"] = timeline_figure(per)
+        # a routed fleet's variants keep their timelines per instance, not per design
+        if any("timeline" in t and "requests" in t for t in per.values()):
+            figs["remaining-requests"] = timeline_figure(per)
         figs["ttft-cdf"] = ttft_cdf_figure(per)
     out = []
     for name, fig in figs.items():
