@@ -28,8 +28,12 @@ one figure: the geometric mean of its headline over its points (every point
 weighs the same, whatever its scale).  Per assumption, :func:`tornado` gives
 each design's figure at low, base and high, the ratio of the base run's top
 design to its second (>= 1 at base, < 1 where the second wins), whether the
-ranking of the designs *flips* (differs from the base run's at either end;
-figures equal to :data:`TIE_DIGITS` significant digits are tied) and whether
+ranking of the designs *flips* (a pair of designs ordered one way in the base
+run is ordered the other way at either end; figures within :data:`TIE_REL` of each
+other are *tied*, neither ahead, and a pair that goes from ordered to tied or back
+has not flipped; a design with *no figure* at an end, out of memory or no positive
+headline, is not ranked there, so its place cannot flip, and the report names it
+with the reason) and whether
 the ratio *moves* by more than :data:`MOVE`; the rows are sorted by
 effect, the largest change of the log ratio.  An assumption that flips or
 moves is *fragile*.
@@ -54,9 +58,12 @@ from sim.registry import WORKLOADS, WorkloadAssumption
 # a headline ratio that moves by more than this share at a range end is fragile (kvtier
 # the threshold: the share beyond which a seed figure is reported as "off")
 MOVE = 0.25
-# figures that agree to this many significant digits rank as equal (an assumption: a
-# simulated time's float noise is ~1e-12 relative, a real difference far above 1e-6)
-TIE_DIGITS = 6
+# two figures within this share of the larger are tied: the resolution of a figure.  It
+# is the 6 significant digits the report's CSV and the recorded passes quote (a share of
+# 1e-6), far above a simulated time's float noise (~1e-12 relative: the same events
+# summed in another order) and far below the closest lead a pass has measured between
+# designs that do different work (swarm-maintenance's dram_budget 0.15: 4e-5, 40x it).
+TIE_REL = 1e-6
 BASE = "(as given)"  # the assumption column of the run with every number as given
 ENDS = ("low", "base", "high")
 DESIGN_KEY = "design_params"
@@ -388,28 +395,74 @@ def design_figures(rows: pd.DataFrame, column: str) -> dict[str, float]:
     return out
 
 
+def no_figures(rows: pd.DataFrame, column: str) -> dict[str, str]:
+    """Design -> why it has no figure (:func:`design_figures` NaN): "out of host memory"
+    where a point of it ran out of memory (an ``oom`` column, ``oom_where`` naming
+    where), else "no <column>" (rejected or NaN); designs with a figure are absent."""
+    figs = design_figures(rows, column)
+    design = rows["variant"].str.split(" | ", n=1, regex=False).str[0]
+    out: dict[str, str] = {}
+    for name, x in figs.items():
+        if not math.isnan(x):
+            continue
+        mine = rows[design == name]
+        oom = mine[mine["oom"].fillna(False).astype(bool)] if "oom" in mine else mine.iloc[:0]
+        if len(oom):
+            where = oom["oom_where"].iloc[0] if "oom_where" in oom else ""
+            out[name] = f"out of {where} memory" if where else "out of memory"
+        else:
+            out[name] = f"no {column}"
+    return out
+
+
+def ahead(figures: dict[str, float], a: str, b: str, higher: bool) -> str | None:
+    """How ``a`` stands against ``b``: ``">"`` (ahead), ``"<"``, ``"="`` (within
+    :data:`TIE_REL` of each other: tied), or None where either has no figure."""
+    x, y = figures.get(a, math.nan), figures.get(b, math.nan)
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return None
+    if abs(x - y) <= TIE_REL * max(abs(x), abs(y)):
+        return "="
+    return ">" if (x > y) == higher else "<"
+
+
 def ranking(figures: dict[str, float], higher: bool) -> tuple[str, ...]:
-    """Designs best first (NaN last); figures equal to :data:`TIE_DIGITS` significant
-    digits are tied and ranked by name, so float noise between two designs that do
-    the same work is no flip."""
-    sign = -1.0 if higher else 1.0
+    """Designs best first, those with no figure (NaN) last; tied designs
+    (:func:`ahead`) keep the order of their names, which says nothing: only
+    :func:`changes` reads two rankings, pair by pair."""
+    order: list[str] = []
+    for d in sorted(figures):
+        if math.isnan(figures[d]):
+            continue
+        i = next((i for i, o in enumerate(order) if ahead(figures, d, o, higher) == ">"), None)
+        order.insert(len(order) if i is None else i, d)
+    return tuple(order) + tuple(sorted(d for d in figures if math.isnan(figures[d])))
 
-    def key(d: str) -> tuple[bool, float, str]:
-        x = figures[d]
-        return math.isnan(x), sign * (x if math.isnan(x) else float(f"{x:.{TIE_DIGITS}g}")), d
 
-    return tuple(sorted(figures, key=key))
-
-
-def swap(base: Sequence[str], other: Sequence[str]) -> str:
-    """The best-ranked pair of designs whose order ``other`` reverses from ``base``:
-    ``"B ahead of A"`` (A ahead in ``base``), or "" when none is."""
-    at = {d: i for i, d in enumerate(other)}
-    for i, a in enumerate(base):
-        for b in base[i + 1 :]:
-            if at[b] < at[a]:
-                return f"{b} ahead of {a}"
-    return ""
+def changes(
+    group: Sequence[str], base: dict[str, float], now: dict[str, float], higher: bool
+) -> tuple[str, str]:
+    """How the designs of ``group`` (best first as given) stand at an end against the
+    run as given: the best-ranked pair that *flips* (``"B ahead of A"``: A ahead as
+    given, B ahead now; "" when none does), and the pairs that went from ordered to
+    *tied* or back (``"A = B (tied; A ahead as given)"``, ``"B ahead of A (tied as
+    given)"``).  A pair where either design has no figure, as given or now, is
+    neither."""
+    flip, ties = "", []
+    order = ranking({d: base.get(d, math.nan) for d in group}, higher)
+    for i, a in enumerate(order):
+        for b in order[i + 1 :]:
+            was, is_ = ahead(base, a, b, higher), ahead(now, a, b, higher)
+            if was is None or is_ is None or was == is_:
+                continue
+            if was == "=":
+                first, then = (a, b) if is_ == ">" else (b, a)
+                ties.append(f"{first} ahead of {then} (tied as given)")
+            elif is_ == "=":
+                ties.append(f"{a} = {b} (tied; {a} ahead as given)")
+            elif not flip:
+                flip = f"{b} ahead of {a}"
+    return flip, "; ".join(ties)
 
 
 def workload_groups(cfg: ScenarioConfig) -> list[tuple[str, ...]]:
@@ -459,10 +512,7 @@ def tornado(
             "--sensitivity: no two designs of the scenario ran the same workload; nothing to rank"
         )
 
-    def ranks(f: dict[str, float]) -> list[tuple[str, ...]]:
-        return [ranking({d: f.get(d, math.nan) for d in g}, higher) for g in ranked]
-
-    base_ranks = ranks(base_all)
+    base_ranks = [ranking({d: base_all.get(d, math.nan) for d in g}, higher) for g in ranked]
     top, second = base_ranks[0][0], base_ranks[0][1]
     order = tuple(d for g in base_ranks for d in g) + tuple(
         d for g in groups if len(g) < 2 for d in g
@@ -479,10 +529,15 @@ def tornado(
         at = {e: design_figures(mine[mine["at"] == e], column) for e in ("low", "high")}
         at["base"] = base
         r = {e: ratio(at[e]) for e in ENDS}
-        swaps = {}
+        swaps, ties, lost = {}, {}, {}
         for e in ("low", "high"):
-            now = ranks(at[e])
-            swaps[e] = "; ".join(swap(b, n) for b, n in zip(base_ranks, now, strict=True) if b != n)
+            seen = [changes(g, base, at[e], higher) for g in base_ranks]
+            swaps[e] = "; ".join(f for f, _ in seen if f)
+            ties[e] = "; ".join(t for _, t in seen if t)
+            gone = no_figures(mine[mine["at"] == e], column)
+            lost[e] = ", ".join(
+                f"{d} ({why})" for d, why in gone.items() if not math.isnan(base.get(d, math.nan))
+            )
         flipped = [e for e in ("low", "high") if swaps[e]]
         change = [abs(math.log(r[e] / r["base"])) for e in ("low", "high")]
         moves = any(abs(r[e] / r["base"] - 1) > MOVE for e in ("low", "high"))
@@ -492,6 +547,10 @@ def tornado(
             "ratio_low": r["low"], "ratio_base": r["base"], "ratio_high": r["high"],
             "flips": bool(flipped), "flips_at": "+".join(flipped),
             "swap": "; ".join(f"{e}: {swaps[e]}" for e in flipped),
+            "tied_at": "+".join(e for e in ("low", "high") if ties[e]),
+            "tied": "; ".join(f"{e}: {ties[e]}" for e in ("low", "high") if ties[e]),
+            "no_figure_at": "+".join(e for e in ("low", "high") if lost[e]),
+            "no_figure": "; ".join(f"{e}: {lost[e]}" for e in ("low", "high") if lost[e]),
             "moves": moves,
             "verdict": UNREAD if k.name in unread
             else "flips" if flipped else "moves" if moves else "holds",

@@ -12,7 +12,15 @@ from rich.progress import Progress
 from rich.table import Table
 
 from sim.config import ConfigError
-from sim.sensitivity import MOVE, UNREAD, Sensitivity, fragile, knobs, sensitivity
+from sim.sensitivity import (
+    MOVE,
+    TIE_REL,
+    UNREAD,
+    Sensitivity,
+    fragile,
+    knobs,
+    sensitivity,
+)
 
 
 def add_sensitivity_args(p: argparse.ArgumentParser) -> None:
@@ -61,7 +69,7 @@ def report(console: Console, args, cfg, profile, executor, out: Path) -> Sensiti
     title = f"{cfg.name} on {profile.name}: {s.headline}"
     write_tornado(s.table, out / "tornado.png", title)
     console.print(tornado_table(s, title))
-    for line in fragile_lines(s):
+    for line in [*fragile_lines(s), *tie_lines(s)]:
         console.print(line)
     if s.unread:
         console.print(f"{UNREAD} in its run as given (not rerun): {', '.join(s.unread)}")
@@ -87,6 +95,11 @@ def tornado_table(s: Sensitivity, title: str) -> Table:
         cells = [_three(r[f"{d} @low"], r[f"{d} @base"], r[f"{d} @high"]) for d in designs]
         ratio = _three(r["ratio_low"], r["ratio_base"], r["ratio_high"], "{:.2f}")
         verdict = r["verdict"] + (f" at {r['flips_at']}" if r["flips"] else "")
+        verdict += "".join(
+            f", {what} at {r[f'{col}_at']}"
+            for col, what in (("tied", "tied"), ("no_figure", "no figure"))
+            if r[col]
+        )
         style = "bold red" if r["flips"] or r["moves"] else ""
         rng = f"{r['low']:g} / {r['value']:g} / {r['high']:g}"
         table.add_row(
@@ -111,6 +124,27 @@ def fragile_lines(s: Sensitivity) -> list[str]:
             f"{what}; {r['top']} / {r['second']} = {r['ratio_low']:.2f} / "
             f"{r['ratio_base']:.2f} / {r['ratio_high']:.2f}; why the range: {r['why']}"
         )
+    return out
+
+
+def tie_lines(s: Sensitivity) -> list[str]:
+    """One line per assumption at whose ends designs tie or lose their figure: neither
+    is a flip (a tied pair has no order; a design with no figure has no place), and
+    a design that loses its figure at an end is a finding of its own."""
+    out = []
+    for r in s.table.to_dict("records"):
+        if r["tied"]:
+            out.append(
+                f"  {r['assumption']} in [{r['low']:g}, {r['high']:g}]: tied within "
+                f"{TIE_REL:g} of each other, not a flip: {r['tied']}"
+            )
+        if r["no_figure"]:
+            out.append(
+                f"  {r['assumption']} in [{r['low']:g}, {r['high']:g}]: no figure, not "
+                f"ranked: {r['no_figure']}"
+            )
+    if out:
+        out.insert(0, "ties and lost figures (not flips):")
     return out
 
 

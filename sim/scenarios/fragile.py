@@ -18,10 +18,14 @@ found is kept in the scenario as data, like the seed's own figures
 
 An entry of ``found`` is an assumption at one end of its range that flips a
 ranking or moves the headline ratio by more than 25% (the report's own test,
-:mod:`sim.sensitivity`). A pass with an empty ``found`` is the record that it
-found nothing fragile. A pass over some assumptions only names them in its
-``rerun`` command (``--assumptions``), so what it did not vary is visible. A
-scenario no pass has covered yet says so, and why, with the command to run::
+:mod:`sim.sensitivity`). An entry of ``notes`` (same fields, optional) is what
+the report prints at an end that is no flip but a finding: designs that tie
+there (within ``sim.sensitivity.TIE_REL``) or lose their figure (out of
+memory); a plain run prints it as ``NOT FRAGILE``. A pass with an empty
+``found`` is the record that it found nothing fragile. A pass over some
+assumptions only names them in its ``rerun`` command (``--assumptions``), so
+what it did not vary is visible. A scenario no pass has covered yet says so,
+and why, with the command to run::
 
     fragile:
       - pending: "needs the 8K capture (traces-real/pydoc-a.parquet, ~12 CPU min)"
@@ -61,6 +65,8 @@ class Pass:
     hw: str = ""
     source: str = ""
     found: tuple[Finding, ...] = ()
+    # what the pass printed at an end that is not fragile: a tie, a lost figure
+    notes: tuple[Finding, ...] = ()
     # no pass has run yet: why (then ``when``, ``hw``, ``source`` and ``found`` are empty)
     pending: str = ""
 
@@ -76,15 +82,18 @@ def parse_fragile(raw: Any, where: Any, key: str = "fragile") -> tuple[Pass, ...
         k = f"{key}[{i}]"
         p = build_dataclass(Pass, item, where, k)
         if p.pending:
-            if p.when or p.found:
+            if p.when or p.found or p.notes:
                 raise where.error(f"{k}.pending", "a pass not run yet has no date or findings")
         elif not _WHEN.match(p.when):
             raise where.error(f"{k}.when", f"must read 'YYYY-MM-DD, commit SHA', got {p.when!r}")
         if not p.rerun.startswith("kvtier ") or "--sensitivity" not in p.rerun:
             raise where.error(f"{k}.rerun", "must be the kvtier command with --sensitivity")
-        for j, f in enumerate(p.found):
-            if not f.assumption.strip() or not f.effect.strip():
-                raise where.error(f"{k}.found[{j}]", "must name an assumption and its effect")
+        for field, fs in (("found", p.found), ("notes", p.notes)):
+            for j, f in enumerate(fs):
+                if not f.assumption.strip() or not f.effect.strip():
+                    raise where.error(
+                        f"{k}.{field}[{j}]", "must name an assumption and its effect"
+                    )
         out.append(p)
     return tuple(out)
 
@@ -117,5 +126,7 @@ def fragile_lines(passes: tuple[Pass, ...]) -> list[str]:
             out.append(f"  none found by the pass on {at}")
         for f in p.found:
             out.append(f"  FRAGILE {f.assumption} at {f.end:g}: {f.effect} ({at})")
+        for f in p.notes:
+            out.append(f"  NOT FRAGILE {f.assumption} at {f.end:g}: {f.effect} ({at})")
         out.append(f"    re-run: {p.rerun}")
     return out

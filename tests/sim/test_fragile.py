@@ -42,7 +42,7 @@ def test_each_finding_is_an_assumption_of_that_run_at_one_end_of_its_range(name:
         if p.pending:  # no pass yet: nothing found, no profile
             continue
         profile = load_profile(p.hw)
-        for f in p.found:
+        for f in (*p.found, *p.notes):
             (k,) = knobs(cfg, profile, only=[f.assumption])
             assert f.end in (k.low, k.high) and f.end != k.value, (name, f.assumption)
 
@@ -55,6 +55,8 @@ def test_each_line_names_the_assumption_its_end_effect_and_pass(name: str) -> No
         assert p.when in text and p.rerun in text
         for f in p.found:
             assert f"FRAGILE {f.assumption} at {f.end:g}: {f.effect}" in text
+        for f in p.notes:
+            assert f"NOT FRAGILE {f.assumption} at {f.end:g}: {f.effect}" in text
         if p.pending:
             assert f"no pass recorded yet: {p.pending}" in text
         elif not p.found:

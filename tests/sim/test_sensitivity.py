@@ -32,11 +32,12 @@ from sim.parallel import LocalExecutor, make_executor
 from sim.sensitivity import (
     BASE,
     Knob,
+    ahead,
+    changes,
     design_figures,
     knobs,
     ranking,
     sensitivity,
-    swap,
     tornado,
     workload_groups,
 )
@@ -118,13 +119,83 @@ def test_design_figures_fold_points_by_geometric_mean() -> None:
     figs = design_figures(rows, "t")
     assert figs == {"a": 2.0, "b": 2.0}  # sqrt(1 x 4) = 2 = sqrt(2 x 2)
     assert ranking(figs, higher=False) == ("a", "b")  # a tie: by name
+    assert ahead(figs, "a", "b", higher=False) == "="
     assert ranking({"a": 1.0, "b": math.nan}, higher=True) == ("a", "b")
-    # 1 + 1e-12 and 1 agree to 6 digits: a tie, by name, not b ahead of a
-    assert ranking({"b": 1.0 + 1e-12, "a": 1.0}, higher=True) == ("a", "b")
+    assert ahead({"a": 1.0, "b": math.nan}, "a", "b", higher=True) is None
+    # 1 + 1e-7 and 1: within TIE_REL (1e-6) of each other, tied; 1.00001 is 1e-5 ahead
+    assert ahead({"b": 1.0 + 1e-7, "a": 1.0}, "b", "a", higher=True) == "="
     assert ranking({"b": 1.00001, "a": 1.0}, higher=True) == ("b", "a")
-    assert swap(("a", "b", "c"), ("a", "c", "b")) == "c ahead of b"
-    assert swap(("a", "b", "c"), ("c", "b", "a")) == "b ahead of a"  # the best-ranked pair
-    assert swap(("a", "b"), ("a", "b")) == ""
+    assert ahead({"b": 1.00001, "a": 1.0}, "b", "a", higher=False) == "<"  # a time: a ahead
+    base = {"a": 3.0, "b": 2.0, "c": 1.0}
+    assert changes(("a", "b", "c"), base, {"a": 3.0, "b": 1.0, "c": 2.0}, True) == (
+        "c ahead of b",
+        "",
+    )
+    # every pair reversed: the best-ranked pair is named
+    assert changes(("a", "b", "c"), base, {"a": 1.0, "b": 2.0, "c": 3.0}, True)[0] == (
+        "b ahead of a"
+    )
+    assert changes(("a", "b", "c"), base, base, True) == ("", "")
+
+
+def _toy(at_figs: dict[str, dict[str, float]]) -> dict:
+    """The one row of :func:`tornado` for assumption x with these designs' tokens/s."""
+    rows = []
+    for at, figs in at_figs.items():
+        name = BASE if at == "base" else "x"
+        rows += [{"assumption": name, "at": at, "variant": d, "t": f} for d, f in figs.items()]
+    (row,) = tornado(pd.DataFrame(rows), [Knob("x", 1.0, 0.5, 2.0, "toy")], "t", True).to_dict(
+        "records"
+    )
+    return row
+
+
+def test_a_tie_at_an_end_is_tied_not_a_flip() -> None:
+    """a 1e-7 behind b at the low end (0.1 ppm: within TIE_REL = 1e-6), b 10% ahead as
+    given: the two tie at low, and go from ordered to tied, which is no flip; at the
+    high end a leads by 10%, 1.1 / 1.0: a genuine swap, a flip."""
+    row = _toy({
+        "base": {"a": 1.0, "b": 1.1},
+        "low": {"a": 1.0, "b": 1.0 + 1e-7},
+        "high": {"a": 1.1, "b": 1.0},
+    })  # fmt: skip
+    assert (row["top"], row["second"]) == ("b", "a")
+    assert row["verdict"] == "flips" and row["flips_at"] == "high"
+    assert row["swap"] == "high: a ahead of b"
+    assert row["tied_at"] == "low" and row["tied"] == "low: b = a (tied; b ahead as given)"
+    assert row["no_figure"] == ""
+    # two designs 1e-7 apart as given that swap at an end: tied both times, no change at all
+    row = _toy({
+        "base": {"a": 1.0 + 1e-7, "b": 1.0},
+        "low": {"a": 1.0, "b": 1.0 + 1e-7},
+        "high": {"a": 1.0 + 1e-7, "b": 1.0},
+    })  # fmt: skip
+    assert row["verdict"] == "holds" and not row["flips"] and row["tied"] == ""
+
+
+def test_a_design_with_no_figure_is_not_ranked() -> None:
+    """At the low end a has no figure (NaN; the pair ranked by name would put a last,
+    behind b, a swap) and at the high end c's point ran out of host memory: neither
+    is a flip, and both are reported with their reason; at the base b trails a by 10%."""
+    rows = []
+    for at, figs in (
+        ("base", {"a": 1.1, "b": 1.0, "c": 0.5}),
+        ("low", {"a": math.nan, "b": 1.0, "c": 0.5}),
+        ("high", {"a": 1.1, "b": 1.0, "c": math.nan}),
+    ):
+        name = BASE if at == "base" else "x"
+        rows += [
+            {"assumption": name, "at": at, "variant": d, "t": f,
+             "oom": at == "high" and d == "c", "oom_where": "host" if at == "high" else ""}
+            for d, f in figs.items()
+        ]  # fmt: skip
+    (row,) = tornado(pd.DataFrame(rows), [Knob("x", 1.0, 0.5, 2.0, "toy")], "t", True).to_dict(
+        "records"
+    )
+    assert row["verdict"] == "holds" and not row["flips"] and row["swap"] == ""
+    assert row["no_figure_at"] == "low+high"
+    assert row["no_figure"] == "low: a (no t); high: c (out of host memory)"
+    assert math.isnan(row["a @low"]) and row["ratio_high"] == pytest.approx(1.1)
 
 
 def test_the_pool_and_ray_give_the_same_report(toy, make_profile) -> None:
