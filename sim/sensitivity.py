@@ -369,9 +369,8 @@ def sensitivity(
     unread = tuple(k.name for k in ks if not read_by[k.name])
     table = tornado(runs, ks, column, higher, workload_groups(cfg), unread)
     simulated = sum(r[2] for r in got.values())
-    return Sensitivity(
-        column, higher, runs, table, unread, simulated, len(units) * (1 + len(ends))
-    )
+    points = len(units) * (1 + len(ends))
+    return Sensitivity(column, higher, runs, table, unread, simulated, points)
 
 
 def _tagged(frames: list[pd.DataFrame], assumption: str, at: str, value: float) -> pd.DataFrame:
