@@ -194,12 +194,19 @@ def probe() -> tuple[bool, str]:
         f"import sys; sys.path.insert(0, {root!r}); "
         "from real._uring import _self_test; _self_test()"
     )
-    try:
-        child = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"the io_uring self-test could not run: {exc}"
+    # twice at most: a child that fails by exiting (not by a signal) may have lost a race
+    # with another process importing the binding at the same moment (a test worker
+    # replacing liburing's __pycache__ entry: FileNotFoundError on its .pyc); a binding
+    # or kernel that cannot do io_uring fails both times
+    for _ in range(2):
+        try:
+            child = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return False, f"the io_uring self-test could not run: {exc}"
+        if child.returncode <= 0:
+            break
     if child.returncode < 0:
         sig = signal.Signals(-child.returncode).name
         hint = (
