@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from kvtier.contracts.arrays import parquet_options
 from kvtier.contracts.geometry import NO_EXTENTS
 
 KINDS = ("read", "write", "copy", "compute")
@@ -208,9 +209,9 @@ def write_plan(plan: pa.Table | Iterable[pa.Table], path: str | Path) -> None:
     import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
 
     if isinstance(plan, pa.Table):
-        pq.write_table(plan, path)
+        pq.write_table(plan, path, **parquet_options(plan.schema))
         return
-    with pq.ParquetWriter(path, PLAN_SCHEMA) as writer:
+    with pq.ParquetWriter(path, PLAN_SCHEMA, **parquet_options(PLAN_SCHEMA)) as writer:
         for chunk in plan:
             writer.write_table(chunk.cast(PLAN_SCHEMA))
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from kvtier.contracts.arrays import arrow_array
+from kvtier.contracts.arrays import arrow_array, write_parquet
 from kvtier.contracts.plan_schema import OP_IDENTITY, PLAN_SCHEMA
 
 if TYPE_CHECKING:  # pandas is imported where a frame is made: running needs none
@@ -92,13 +92,11 @@ class Records:
         return step_records(self.ops)
 
     def write(self, out_dir: str | Path) -> None:
-        import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
-
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        pq.write_table(self.ops, out / "ops.parquet")
-        pq.write_table(self.devices, out / "devices.parquet")
-        pq.write_table(
+        write_parquet(self.ops, out / "ops.parquet")
+        write_parquet(self.devices, out / "devices.parquet")
+        write_parquet(
             pa.Table.from_pandas(self.steps(), preserve_index=False), out / "steps.parquet"
         )
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from kvtier.contracts.arrays import arrow_array, to_numpy
+from kvtier.contracts.arrays import arrow_array, to_numpy, write_parquet
 from kvtier.contracts.records import Records
 from sim.serving.planstore import PlanStore
 from sim.serving.requests import Request
@@ -92,14 +92,12 @@ class ServingRecords(Records):
         return self.plan_store.chunks()
 
     def write(self, out_dir: str | Path) -> None:
-        import pyarrow.parquet as pq  # noqa: PLC0415  (here: a serving run reads and writes no file)
-
         super().write(out_dir)
         out = Path(out_dir)
         if self.requests is not None:
-            pq.write_table(self.requests, out / "requests.parquet")
+            write_parquet(self.requests, out / "requests.parquet")
         if self.timeline is not None:
-            pq.write_table(self.timeline, out / "timeline.parquet")
+            write_parquet(self.timeline, out / "timeline.parquet")
 
 
 class RequestLog:
