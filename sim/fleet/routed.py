@@ -209,7 +209,9 @@ def fleet_records(records: Sequence[ServingRecords]) -> ServingRecords:
     """One run's records from each instance's (all on one machine): every
     request and op (op ids renumbered instance after instance), the devices
     as the instance that ran longest measured them (they are the machine's),
-    no timeline (each instance's is its own)."""
+    no timeline (each instance's is its own).  Counts (iterations, each
+    tier's evictions) are summed; what timed the GPU compute (``gpu_time``)
+    is each distinct source the instances name, in instance order."""
     sizes = [len(r.ops) for r in records]
     bases = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
     ops = pa.concat_tables([_shift_ids(r.ops, int(b)) for r, b in zip(records, bases, strict=True)])
@@ -217,12 +219,16 @@ def fleet_records(records: Sequence[ServingRecords]) -> ServingRecords:
     reqs = reqs.take(pc.sort_indices(reqs, [("request_id", "ascending")]))
     last = max(records, key=lambda r: r.stats.get("makespan_s", 0.0))
     stores = [r.plan_store for r in records]
+    counts = dict.fromkeys(k for r in records for k in r.stats if k.endswith("_evictions"))
+    sources = dict.fromkeys(r.stats["gpu_time"] for r in records if "gpu_time" in r.stats)
     stats = {
         "makespan_s": last.stats.get("makespan_s", 0.0),
         "ops": int(sum(sizes)),
         "iterations": int(sum(r.stats.get("iterations", 0) for r in records)),
-        "gpu_evictions": int(sum(r.stats.get("gpu_evictions", 0) for r in records)),
+        **{k: int(sum(r.stats.get(k, 0) for r in records)) for k in counts},
     }
+    if sources:
+        stats["gpu_time"] = "; ".join(sources)
     return ServingRecords(
         ops=ops,
         devices=last.devices,

@@ -186,6 +186,20 @@ def test_every_request_is_served_once_on_the_instance_it_was_routed_to(runs) -> 
         assert not any(fleet.requests.column("rejected").to_pylist())
 
 
+def test_fleet_records_sum_the_counts_and_keep_what_timed_the_compute(runs) -> None:
+    """The joined records' counts are the instances' sums, and the run says what
+    timed its GPU compute (the run's provenance reads it: without it a fleet on a
+    GPU the measured tables cover was reported as the roofline)."""
+    _, records, _ = runs["prefix"]
+    parts = [records[f"r{k}"] for k in range(4)]
+    fleet = fleet_records(parts)
+    for key in ("iterations", "gpu_evictions"):
+        assert fleet.stats[key] == sum(r.stats[key] for r in parts)
+    assert fleet.stats["iterations"] > 0
+    assert {r.stats["gpu_time"] for r in parts} == {fleet.stats["gpu_time"]}
+    assert fleet.stats["gpu_time"].startswith("roofline")  # H20s: the tables have none
+
+
 def test_prefix_router_keeps_sessions_where_their_prefix_is_and_hits_more(runs) -> None:
     """The mechanism: the prefix router sends a session's later turns to the
     instance that served its previous turn (its prefix is cached there) unless that
