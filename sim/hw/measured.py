@@ -317,6 +317,11 @@ class MeasuredStep:
         self.tp = tp
         self.layers = card.layers if card is not None else 0
         self._allreduce = ""  # the library's all-reduce op, as its op-list JSON
+        # the estimator's answers, kept (it is a pure function of its arguments): the
+        # non-attention ms less the all-reduces by tokens, decode attention by
+        # (sequences, mean context)
+        self._linear: dict[int, float] = {}
+        self._decode: dict[tuple[int, int], float] = {}
         if tp > 1:
             assert card is not None, "a tensor-parallel step needs its model's card"
             with _quiet():
@@ -343,12 +348,19 @@ class MeasuredStep:
         step = self.handle.mixed_step_breakdown
         n = len(decodes)
         total = sum(c for c, _ in prefills) + n
-        ms = step(total, 0, total, 1, 0)[1]
-        ms -= LAYER_ALLREDUCES * self.layers * self.allreduce_ms(total)
+        ms = self._linear.get(total)
+        if ms is None:
+            ms = step(total, 0, total, 1, 0)[1]
+            ms -= LAYER_ALLREDUCES * self.layers * self.allreduce_ms(total)
+            self._linear[total] = ms
         for c, p in prefills:
             ms += step(p + c, 0, p + c, 1, p)[2]
         if n:
-            ms += step(0, n, (sum(decodes) + n // 2) // n, 1, 0)[3]
+            key = (n, (sum(decodes) + n // 2) // n)
+            attn = self._decode.get(key)
+            if attn is None:
+                attn = self._decode[key] = step(0, n, key[1], 1, 0)[3]
+            ms += attn
         return ms
 
     def seconds(
