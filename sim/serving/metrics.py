@@ -192,26 +192,38 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return s[idx], np.append(e[idx[1:] - 1], e[-1])
 
 
-def _covered(cs: np.ndarray, ce: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Time covered by the disjoint intervals [cs, ce) before each ``t``."""
-    if len(cs) == 0:
-        return np.zeros_like(t)
-    cum = np.concatenate([[0.0], np.cumsum(ce - cs)])
-    i = np.searchsorted(cs, t, side="right") - 1
-    inside = np.clip(t - cs[np.maximum(i, 0)], 0.0, (ce - cs)[np.maximum(i, 0)])
-    return np.where(i >= 0, cum[np.maximum(i, 0)] + inside, 0.0)
+class _Cover:
+    """The union of intervals [starts, ends), made once (:func:`_union`), and the
+    time it covers before any instant."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray):
+        self.cs, self.ce = _union(starts, ends)
+        self.cum = np.concatenate([[0.0], np.cumsum(self.ce - self.cs)])
+
+    def before(self, t: np.ndarray) -> np.ndarray:
+        """Time covered before each ``t``."""
+        cs, ce = self.cs, self.ce
+        if len(cs) == 0:
+            return np.zeros_like(t)
+        i = np.searchsorted(cs, t, side="right") - 1
+        inside = np.clip(t - cs[np.maximum(i, 0)], 0.0, (ce - cs)[np.maximum(i, 0)])
+        return np.where(i >= 0, self.cum[np.maximum(i, 0)] + inside, 0.0)
+
+    def uncovered(self, ls: np.ndarray, le: np.ndarray) -> float:
+        """Time in the union of [ls, le) not covered."""
+        us, ue = _union(ls, le)
+        total = float(np.sum(ue - us))
+        return total - float(np.sum(self.before(ue) - self.before(us)))
 
 
 def uncovered(ls: np.ndarray, le: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> float:
     """Time in the union of [ls, le) not covered by the union of [cs, ce)."""
-    us, ue = _union(ls, le)
-    cs, ce = _union(cs, ce)
-    total = float(np.sum(ue - us))
-    return total - float(np.sum(_covered(cs, ce, ue) - _covered(cs, ce, us)))
+    return _Cover(cs, ce).uncovered(ls, le)
 
 
 def blocked_io(ops: pa.Table) -> dict[int, float]:
-    """Per request: its load time not overlapped by any GPU computation."""
+    """Per request: its load time not overlapped by any GPU computation (the
+    computations' union made once for all of them)."""
 
     def col(name: str) -> np.ndarray:
         return to_numpy(ops.column(name))
@@ -219,15 +231,15 @@ def blocked_io(ops: pa.Table) -> dict[int, float]:
     kind, tag, step = col("kind"), col("tag"), col("step")
     start, end = col("start_s"), col("end_s")
     comp = kind == "compute"
-    cs, ce = start[comp], end[comp]
     loads = np.flatnonzero(tag == "load")
     loads = loads[np.argsort(step[loads], kind="stable")]  # by request, each in op order
     rids, first = np.unique(step[loads], return_index=True)
     out: dict[int, float] = {}
     if len(loads) == 0:
         return out
+    cover = _Cover(start[comp], end[comp])
     for rid, g in zip(rids.tolist(), np.split(loads, first[1:]), strict=True):
-        out[rid] = uncovered(start[g], end[g], cs, ce)
+        out[rid] = cover.uncovered(start[g], end[g])
     return out
 
 
