@@ -96,6 +96,7 @@ def capture_command(args: argparse.Namespace) -> int:
         task = bar.add_task("capture", total=params.context_tokens + params.steps)
         cap = capture(model, ids, params, args.keep_vectors,
                       lambda k: bar.advance(task, k), source)  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)  # check_out_file: it may not exist yet
     write_access_trace(cap.trace, args.out)
     size = args.out.stat().st_size
     if args.keep_vectors:
@@ -145,5 +146,6 @@ def fit_command(args: argparse.Namespace) -> int:
     if args.out:
         doc = {"params": dataclasses.asdict(params), "source": trace.meta.source,
                "table": json.loads(table.to_json(orient="index"))}  # fmt: skip
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1))
     return 0

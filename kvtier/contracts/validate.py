@@ -107,7 +107,8 @@ def check_out_dir(path: str | Path, flag: str = "--out") -> Path:
 
 
 def check_out_file(path: str | Path, flag: str = "--out") -> Path:
-    """``path`` as an output file that can be (re)written."""
+    """``path`` as an output file that can be (re)written: its directory exists or
+    can be made (the writer makes it)."""
     path = Path(path)
     shown = f"{flag} {path}"
     if path.is_dir():

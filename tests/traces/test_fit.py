@@ -43,7 +43,7 @@ def test_fitted_preset_generates_valid_traces() -> None:
 def test_cli_compares_a_preset(tmp_path, capsys) -> None:
     path = tmp_path / "t.parquet"
     write_access_trace(generate("default", 512, 40, local_window=16).trace(with_scores=True), path)
-    out = tmp_path / "fit.json"
+    out = tmp_path / "new" / "fit.json"  # a directory not made yet, as --out may name
     assert main(["trace", "fit", str(path), "--preset", "stable", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["params"]["drift"] == PRESETS["stable"].drift
