@@ -200,6 +200,7 @@ def test_a_pool_short_takes_the_lru_entries_whatever_their_devices() -> None:
     assert named(walk.victims(1)) == ["b3"]
     assert named(walk.victims(9)) == ["b5"]  # the walk ended
     es["a2"].ref_cnt = READY + 1
+    lru.flag(es["a2"])  # as the tier does when a count leaves READY (OffloadTier.pin_all)
     assert named(lru.walk().victims(5)) == ["a1", "b3", "a4"]
 
 
@@ -266,3 +267,47 @@ def test_a_pool_evicts_its_least_recently_used_and_never_overfills(
         assert t.used == [sum(e.nbytes[d] for e in es) for d in range(4)]
         ready_bytes = [e.nbytes for e in es if e.ref_cnt == READY]
         assert t.evictable == [sum(b[d] for b in ready_bytes) for d in range(4)]
+
+
+def test_the_evictable_index_is_the_filter_over_the_order() -> None:
+    """Through random joins, completions, pins, unpins, touches and removals
+    (each count change told to the order, as the tier does), the indexed
+    evictable entries are exactly the order's entries whose count is READY, in
+    LRU order; 12,000 operations on 100-200 entries give the row of places
+    thousands of dead places, so it is compacted several times over."""
+    from sim.serving.tiers.lru import LruOrder
+
+    rng = np.random.default_rng(7)
+    lru, live, key, compacted = LruOrder(), [], 0, 0
+    for step in range(12000):
+        op = int(rng.integers(6))
+        places = len(lru._at)
+        if len(live) < 100 or (op == 0 and len(live) < 200):  # new entries join, not ready
+            made = [Entry(key + i, (), (), (1,), 0b1) for i in range(int(rng.integers(1, 4)))]
+            key += len(made)
+            lru.add(made)
+            live += made
+        elif op == 5:  # a ready entry evicted
+            ready = [e for e in live if e.ref_cnt == READY]
+            if ready:
+                e = ready[int(rng.integers(len(ready)))]
+                lru.remove(e)
+                live.remove(e)
+        else:
+            e = live[int(rng.integers(len(live)))]
+            if op == 1 and e.ref_cnt == -1:  # its store ended
+                e.ref_cnt = READY
+                lru.flag(e)
+            elif op == 2 and e.ref_cnt >= READY:  # pinned (a load or a copy from it)
+                e.ref_cnt += 1
+                lru.flag(e)
+            elif op == 3 and e.ref_cnt > READY:  # unpinned
+                e.ref_cnt -= 1
+                lru.flag(e)
+            elif op == 4:
+                lru.touch([e])
+        compacted += len(lru._at) < places
+        want = [e.key for e in lru.order() if e.ref_cnt == READY]
+        assert [e.key for e in lru.evictable()] == want, step
+        assert all(lru._at[e.at] is e for e in lru.order())
+    assert len(lru.entries) == len(live) and compacted >= 4

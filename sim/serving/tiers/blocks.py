@@ -162,14 +162,15 @@ class OffloadTier:
     def pin_all(self, entries: Sequence[Entry]) -> None:
         """Each of ``entries`` in use once more, in this order (one call for a run)."""
         self.changes += 1
-        ev = self.evictable
+        ev, flag = self.evictable, self.lru.flag
         for e in entries:
             c = e.ref_cnt
             if c < READY:
                 raise RuntimeError(f"{self.name}: pinning entry {e.key} that is not ready")
+            e.ref_cnt = c + 1
             if c == READY:  # no longer evictable
                 ev[:] = map(sub, ev, e.nbytes)
-            e.ref_cnt = c + 1
+                flag(e)
 
     def unpin(self, e: Entry) -> None:
         self.unpin_all([e])
@@ -177,11 +178,12 @@ class OffloadTier:
     def unpin_all(self, entries: Sequence[Entry]) -> None:
         """A load or copy from ``entries`` ended: each is in use once less."""
         self.changes += 1
-        ev = self.evictable
+        ev, flag = self.evictable, self.lru.flag
         for e in entries:
             c = e.ref_cnt = e.ref_cnt - 1
             if c == READY:  # evictable again
                 ev[:] = map(add, ev, e.nbytes)
+                flag(e)
 
     def complete(self, e: Entry) -> None:
         self.complete_all([e])
@@ -201,6 +203,7 @@ class OffloadTier:
                     raise RuntimeError(f"{self.name}: entry {e.key} completed while in use")
                 gained.append(e.nbytes)
                 e.ref_cnt = READY
+                self.lru.flag(e)
         if gained:  # whole bytes: one sum per device is the entries' sum one by one
             ev = self.evictable
             ev[:] = map(sum, zip(ev, *gained, strict=True))

@@ -19,7 +19,7 @@ class Entry:
     bytes on device ``d`` of the tier (whole bytes, from ``runs``), ``devs``
     the devices it has bytes on (bit ``d`` for device ``d``)."""
 
-    __slots__ = ("ref_cnt", "devs", "nbytes", "key", "slots", "runs")
+    __slots__ = ("ref_cnt", "devs", "nbytes", "key", "slots", "runs", "at")
 
     def __init__(
         self, key: int, runs: Runs, slots: tuple[int, ...], nbytes: tuple[int, ...], devs: int
@@ -30,6 +30,7 @@ class Entry:
         self.slots = slots
         self.nbytes = nbytes  # bytes per device of the tier (from ``runs``; shared, read-only)
         self.devs = devs
+        self.at = -1  # its place in its tier's LRU order (sim.serving.tiers.lru.LruOrder)
 
     @property
     def evictable(self) -> bool:

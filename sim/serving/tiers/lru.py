@@ -45,49 +45,78 @@ short) are looked at first by the next call, in order.  Keys that each take
 the walk's next entry (no device over, the tier short by at most one
 block's bytes) and go where it was while it is laid out alike take such
 entries as one run (:meth:`Walk.alike`), the same entries in the same order.
+
+**The evictable entries, indexed.**  Beside the order, each entry has a place
+(``Entry.at``) in an append-only row of places, given as it joins or is
+touched (so places ascend in LRU order), and a byte per place says whether the
+entry there is evictable (the tier sets it as an entry's ``ref_cnt`` reaches
+or leaves ``READY``: :meth:`LruOrder.flag`).  A walk finds the next evictable
+entry with ``bytearray.find`` (C's ``memchr``) over those bytes, so the entries
+in use it passes cost nothing each: on the whole conversation trace LMCache's
+write-through keeps most of a DRAM tier pinned while its SSD copies queue, and the
+walks passed 18.0 M of them one by one (3.45 CPU s of the fleet run's victim walks,
+0.20 s indexed; measured 2026-12-03).  The row is compacted (places
+given again, in order) when at least half of it is dead.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Container, Iterator, Sequence
-from functools import partial
-from itertools import chain, filterfalse
-from operator import attrgetter
+from itertools import chain
 
 from sim.serving.tiers.entry import READY, Entry, Runs
 
-# the evictable entries of an iterator of entries: READY is 0, every other count is not
-_ready = partial(filterfalse, attrgetter("ref_cnt"))
-assert READY == 0
+_COMPACT_MIN = 1024  # places below which the row is never compacted
 
 
 class LruOrder:
-    """A tier's entries in LRU order (module docstring)."""
+    """A tier's entries in LRU order, and which are evictable (module docstring)."""
 
-    __slots__ = ("entries", "clock")
+    __slots__ = ("entries", "clock", "_at", "_ok")
 
     def __init__(self) -> None:
         self.entries: OrderedDict[int, Entry] = OrderedDict()  # least recently used first
         self.clock = 0  # entries joined or touched so far (equal: no move since)
+        self._at: list[Entry | None] = []  # place -> its entry (None: dead)
+        self._ok = bytearray()  # place -> 1 if its entry is evictable
 
     def add(self, made: Sequence[Entry]) -> None:
         """``made`` (new to the tier) join the order as the most recently
         used, in this order."""
-        od = self.entries
+        od, at, ok = self.entries, self._at, self._ok
         for e in made:
             od[e.key] = e
+            e.at = len(at)
+            at.append(e)
+            ok.append(e.ref_cnt == READY)
         self.clock += len(made)
+        self._compact()
 
     def touch(self, entries: Sequence[Entry]) -> None:
         """``entries`` become the most recently used, in this order."""
-        to_end = self.entries.move_to_end
+        to_end, at, ok = self.entries.move_to_end, self._at, self._ok
         for e in entries:
             to_end(e.key)
+            i = e.at
+            at[i], ok[i] = None, 0
+            e.at = len(at)
+            at.append(e)
+            ok.append(e.ref_cnt == READY)
         self.clock += len(entries)
+        self._compact()
 
     def remove(self, e: Entry) -> None:
         del self.entries[e.key]
+        i = e.at
+        self._at[i], self._ok[i] = None, 0
+        e.at = -1
+
+    def flag(self, e: Entry) -> None:
+        """``e``'s ``ref_cnt`` reached or left ``READY``: its evictable byte follows."""
+        i = e.at
+        if i >= 0:
+            self._ok[i] = e.ref_cnt == READY
 
     def order(self) -> Iterator[Entry]:
         """Every entry, least recently used first."""
@@ -95,7 +124,27 @@ class LruOrder:
 
     def walk(self) -> Walk:
         """A walk from the least recently used (valid while the order is unchanged)."""
-        return Walk(self.entries)
+        return Walk(self)
+
+    def evictable(self) -> Iterator[Entry]:
+        """The evictable entries, least recently used first, each found when the
+        iteration reaches it (as a filter over :meth:`order` would)."""
+        at, ok, i = self._at, self._ok, 0
+        find = ok.find
+        while (i := find(1, i)) >= 0:
+            yield at[i]  # type: ignore[misc]
+            i += 1
+
+    def _compact(self) -> None:
+        """Give the entries places again, in order, when half the row is dead."""
+        n = len(self.entries)
+        if len(self._at) < max(2 * n, _COMPACT_MIN):
+            return
+        at = list(self.entries.values())
+        for i, e in enumerate(at):
+            e.at = i
+        self._at = at  # type: ignore[assignment]
+        self._ok = bytearray(e.ref_cnt == READY for e in at)
 
 
 class Walk:
@@ -103,8 +152,8 @@ class Walk:
 
     __slots__ = ("_ready", "_passed")
 
-    def __init__(self, entries: OrderedDict[int, Entry]):
-        self._ready = _ready(entries.values())  # the evictable entries not reached yet
+    def __init__(self, order: LruOrder):
+        self._ready = order.evictable()  # the evictable entries not reached yet
         self._passed: list[Entry] = []  # evictable entries passed by, not taken (LRU order)
 
     def victims(self, short: int, over: Sequence[int] = ()) -> list[Entry]:
