@@ -100,3 +100,30 @@ def make_profile() -> Callable[..., HardwareProfile]:
 @pytest.fixture
 def tiny() -> HardwareProfile:
     return tiny_profile()
+
+
+@pytest.fixture
+def sparse_toy(tmp_path) -> Callable[..., object]:
+    """A factory of toy ``sparse_decode`` scenarios for the sensitivity tests: a
+    Llama-3.1-8B batch of 1 at 32K tokens, sparsity 0.1, 2 steps of 2 layers
+    (``workload`` adds keys or overrides these), ``variants`` as given; written as
+    YAML and loaded as a user's file would be."""
+    import yaml
+
+    from sim.config import load_scenario
+
+    def make(name: str, description: str, variants: list[dict], **workload: object) -> object:
+        doc = {
+            "name": name,
+            "description": description,
+            "seed": 0,
+            "workload": {"kind": "sparse_decode", "model": "Llama-3.1-8B",
+                         "context_tokens": 32768, "batch": 1, "sparsity": 0.1, "steps": 2,
+                         "layers": 2, **workload},
+            "variants": variants,
+        }  # fmt: skip
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return load_scenario(path)
+
+    return make

@@ -27,30 +27,14 @@ from sim.reads import ALL, changed, tracked, was_read
 from sim.runner import run
 from sim.sensitivity import UNREAD, apply, knobs, sensitivity
 
-TOY = """name: toy-reads
-description: host memory vs SSD
-seed: 0
-workload:
-  kind: sparse_decode
-  model: Llama-3.1-8B
-  context_tokens: 32768
-  batch: 1
-  sparsity: 0.1
-  steps: 2
-  layers: 2
-variants:
-  - {name: host, tier: dram}
-  - {name: disk, tier: ssd}
-"""
-
 
 @pytest.fixture
-def toy(tmp_path):
-    from sim.config import load_scenario
-
-    path = tmp_path / "toy.yaml"
-    path.write_text(TOY)
-    return load_scenario(path)
+def toy(sparse_toy):
+    return sparse_toy(
+        "toy-reads",
+        "host memory vs SSD",
+        [{"name": "host", "tier": "dram"}, {"name": "disk", "tier": "ssd"}],
+    )
 
 
 def _profile(make_profile, *ranges: tuple[str, float, float]):

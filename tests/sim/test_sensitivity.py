@@ -42,29 +42,15 @@ from sim.sensitivity import (
     workload_groups,
 )
 
-TOY = """name: toy
-description: host memory vs peer GPU
-seed: 0
-workload:
-  kind: sparse_decode
-  model: Llama-3.1-8B
-  context_tokens: 32768
-  batch: 1
-  sparsity: 0.1
-  steps: 2
-  layers: 2
-  tier: dram
-variants:
-  - {name: host, tier: dram}
-  - {name: peer, tier: peer}
-"""
-
 
 @pytest.fixture
-def toy(tmp_path):
-    path = tmp_path / "toy.yaml"
-    path.write_text(TOY)
-    return load_scenario(path)
+def toy(sparse_toy):
+    return sparse_toy(
+        "toy",
+        "host memory vs peer GPU",
+        [{"name": "host", "tier": "dram"}, {"name": "peer", "tier": "peer"}],
+        tier="dram",
+    )
 
 
 def _profile(make_profile, low: float, high: float):

@@ -32,35 +32,18 @@ import dataclasses
 import pytest
 
 from hwprofiles import Assumption
-from sim.config import load_scenario
 from sim.parallel import LocalExecutor
 from sim.sensitivity import sensitivity
 
-TOY = """name: toy-submit
-description: one io_uring ring per SSD against an SPDK queue on one SSD
-seed: 0
-workload:
-  kind: sparse_decode
-  model: Llama-3.1-8B
-  context_tokens: 32768
-  batch: 1
-  sparsity: 0.1
-  steps: 2
-  layers: 4
-  tier: ssd
-  queue_depth: 128
-  balance: even
-variants:
-  - {name: ring, io_path: io_uring, ssds: 2}
-  - {name: spdk, io_path: passthrough, ssds: 1}
-"""
-
 
 @pytest.fixture
-def toy(tmp_path):
-    path = tmp_path / "toy.yaml"
-    path.write_text(TOY)
-    return load_scenario(path)
+def toy(sparse_toy):
+    return sparse_toy(
+        "toy-submit", "one io_uring ring per SSD against an SPDK queue on one SSD",
+        [{"name": "ring", "io_path": "io_uring", "ssds": 2},
+         {"name": "spdk", "io_path": "passthrough", "ssds": 1}],
+        layers=4, tier="ssd", queue_depth=128, balance="even",
+    )  # fmt: skip
 
 
 def _profile(make_profile, per_io_us: float):
