@@ -54,9 +54,7 @@ def _is_node(x: Any) -> bool:
 
 def _container(x: Any) -> bool:
     """A dataclass, or a non-empty tuple of dataclasses."""
-    return _is_node(x) or (
-        type(x) is tuple and len(x) > 0 and all(_is_node(y) for y in x)
-    )
+    return _is_node(x) or (type(x) is tuple and len(x) > 0 and all(_is_node(y) for y in x))
 
 
 def _join(path: str, name: str) -> str:

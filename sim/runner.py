@@ -103,7 +103,9 @@ def plan_variants(
     skipped: dict[str, str] = {}
     for variant in expand_matrix(cfg):
         try:
-            planned.append(plan_variant(cfg, variant, cfg.variant_params(variant), profile, progress))
+            planned.append(
+                plan_variant(cfg, variant, cfg.variant_params(variant), profile, progress)
+            )
         except Unsupported as exc:
             skipped[variant.name] = str(exc)
     if not planned:

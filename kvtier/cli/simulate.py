@@ -28,7 +28,6 @@ from sim.limits import check_scenario, overload_warnings
 from sim.registry import WORKLOADS
 from sim.runner import run
 
-
 # a plain kvtier sim runs the scenario's variants one after another in this process (one
 # run, whose records it writes); only --sensitivity's reruns go to an executor
 SIM_RUNS = "--sensitivity's reruns; a plain sim is one run in this process"

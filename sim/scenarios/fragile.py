@@ -91,9 +91,7 @@ def parse_fragile(raw: Any, where: Any, key: str = "fragile") -> tuple[Pass, ...
         for field, fs in (("found", p.found), ("notes", p.notes)):
             for j, f in enumerate(fs):
                 if not f.assumption.strip() or not f.effect.strip():
-                    raise where.error(
-                        f"{k}.{field}[{j}]", "must name an assumption and its effect"
-                    )
+                    raise where.error(f"{k}.{field}[{j}]", "must name an assumption and its effect")
         out.append(p)
     return tuple(out)
 

@@ -372,13 +372,15 @@ def assemble(p, profile, ssds, layout, lanes, bases, prefix) -> pa.Table:
     # a thread count is worked out where an op of the design uses it: a design reads
     # only its own ops' counts (sim.reads: a sensitivity run reruns a design only
     # where a number it read moves)
-    ctx = _OnFirstUse({
-        "attn_threads": lambda: attn_threads(p, profile),
-        "stage_threads": lambda: stage_threads(p, profile),
-        "select_threads": lambda: select_threads(p, profile),
-        "lookup_threads": lambda: lookup_threads(p, profile),
-        "driver_staging_threads": lambda: driver_staging_threads(p, profile),
-    })
+    ctx = _OnFirstUse(
+        {
+            "attn_threads": lambda: attn_threads(p, profile),
+            "stage_threads": lambda: stage_threads(p, profile),
+            "select_threads": lambda: select_threads(p, profile),
+            "lookup_threads": lambda: lookup_threads(p, profile),
+            "driver_staging_threads": lambda: driver_staging_threads(p, profile),
+        }
+    )
     ctx |= {
         "p": p,
         "card": card,

@@ -235,7 +235,8 @@ def test_a_node_or_storage_number_changes_every_node_built_from_it(tmp_path: Pat
     assert [s.read_latency_us for s in q.ssds] == [120, 120, 60, 60]
     q = with_value(q, "storage.dram[0].gbps", 614.4)
     assert {d.name: d.gbps for d in q.dram if d.name.startswith("s")} == {
-        "s0.dram0": 614.4, "s1.dram0": 614.4
+        "s0.dram0": 614.4,
+        "s1.dram0": 614.4,
     }
     assert field_value(q, "storage.ssds[0].read_latency_us") == 60.0
     node = (PROFILE_DIR / "dgx-h100.yaml", "read_latency_us: 80     # assumption, as the PM9A3",
