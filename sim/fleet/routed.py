@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import simpy
 
 from hwprofiles import HardwareProfile
-from sim.fleet.router import InstanceState, RouterPolicy
+from sim.fleet.router import InstanceState, KeySet, RouterPolicy
 from sim.serving.execute.engine import Engine, _session_key
 from sim.serving.execute.gcpolicy import relaxed_gc
 from sim.serving.execute.multi import Instance, build_instances
@@ -38,7 +38,7 @@ from sim.serving.metrics import RequestLog, ServingRecords
 from sim.serving.policy.seq import Seq
 from sim.serving.requests import Request
 
-_NOTHING: frozenset[int] = frozenset()
+_NOTHING = KeySet()  # an instance without a prefix cache: no key is cached
 
 
 def instance_state(e: Engine) -> InstanceState:
@@ -49,7 +49,7 @@ def instance_state(e: Engine) -> InstanceState:
         running=len(e.running),
         kv_used=gpu.used - gpu.n_evictable,
         kv_blocks=gpu.capacity,
-        cached=gpu if gpu.prefix_cache else _NOTHING,  # its keys: ``in`` reads the slot array
+        cached=gpu if gpu.prefix_cache else _NOTHING,  # its keys: read off the slot array
     )
 
 
@@ -60,8 +60,9 @@ class Router:
         self.engines, self.policy, self.requests = list(engines), policy, requests
         self.env = self.engines[0].env
         self.left = len(requests)  # not yet sent
-        self.prefilling: dict[int, tuple[int, Seq]] = {}  # rid -> (instance, Seq): no token yet
-        self.done: list[tuple[int, int]] = []  # (instance, rid) finished since the last decision
+        # (instance, rid) of the first tokens out and the requests finished since the last decision
+        self.first: list[tuple[int, int]] = []
+        self.done: list[tuple[int, int]] = []
         self.routed: dict[int, int] = {}  # rid -> instance index
 
     def start(self) -> None:
@@ -74,9 +75,10 @@ class Router:
             self._close()
 
     def watch(self) -> None:
-        """Hold every engine open and hear of each request it finishes."""
+        """Hold every engine open and hear of each request's first token and finish."""
         for i, e in enumerate(self.engines):
             e.hold_open()
+            e.on_first.append(lambda s, i=i: self.first.append((i, s.req.rid)))
             e.on_finish.append(lambda s, i=i: self.done.append((i, s.req.rid)))
 
     def send(self, r: Request) -> simpy.Event:
@@ -102,8 +104,6 @@ class Router:
         i = self.policy.choose(r, [instance_state(e) for e in self.engines])
         self.routed[r.rid] = i
         s = self.engines[i].accept(r, remote, hold)
-        if not self.engines[i].finished[s].triggered:  # not rejected on release
-            self.prefilling[r.rid] = (i, s)
         self.left -= 1
         if not self.left:
             self._close()
@@ -111,15 +111,14 @@ class Router:
 
     def _sync(self) -> None:
         """Tell the policy what its routed requests did since the last decision:
-        first tokens (looked up among those still in prefill), then finishes
-        (collected as the engines finish them, :attr:`Engine.on_finish`)."""
-        first = [rid for rid, (_, s) in self.prefilling.items() if s.generated]
-        for rid in first:
-            i, _ = self.prefilling.pop(rid)
+        first tokens, then finishes (collected as the engines make them,
+        :attr:`Engine.on_first`, :attr:`Engine.on_finish`; a rejected request
+        finishes without a first token)."""
+        first, self.first = self.first, []
+        for i, rid in first:
             self.policy.prefilled(i, rid)
         done, self.done = self.done, []
         for i, rid in done:
-            self.prefilling.pop(rid, None)  # a rejected request never prefilled
             self.policy.finished(i, rid)
 
     def _close(self) -> None:

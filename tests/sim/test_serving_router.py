@@ -13,8 +13,8 @@ import pytest
 from hwprofiles import load_profile
 from sim.config import ServingParams
 from sim.fleet.routed import fleet_records, run_routed
-from sim.fleet.router import InstanceState, cached_prefix, make_router
-from sim.fleet.router.prefix_aware import prompt_blocks
+from sim.fleet.router import InstanceState, KeySet, make_router
+from sim.fleet.router.prefix_aware import pieces, prompt_blocks
 from sim.models import get_model
 from sim.registry import ROUTERS, RegistryError
 from sim.scenarios.serving import conversation_table
@@ -24,6 +24,7 @@ from sim.serving.execute.engine import EngineConfig
 from sim.serving.execute.multi import Instance
 from sim.serving.metrics import serving_summary
 from sim.serving.requests import Request, load_requests
+from sim.serving.tiers.gpucache import GpuCache
 
 B = 16
 
@@ -36,8 +37,8 @@ def _req(rid: int, tokens: int, hashes=()) -> Request:
     return Request(rid, 0.0, -1, 0, tokens, 8, tuple(hashes))
 
 
-def _state(queued=0, running=0, kv_used=0, kv_blocks=100, cached=frozenset()) -> InstanceState:
-    return InstanceState(queued, running, kv_used, kv_blocks, cached)
+def _state(queued=0, running=0, kv_used=0, kv_blocks=100, cached=()) -> InstanceState:
+    return InstanceState(queued, running, kv_used, kv_blocks, KeySet(cached))
 
 
 def test_the_registry_holds_the_four_policies() -> None:
@@ -75,9 +76,33 @@ def test_ties_are_broken_at_random_among_the_least_loaded_only() -> None:
 
 
 def test_cached_prefix_stops_at_the_first_missing_block() -> None:
-    assert cached_prefix({1, 2, 4}, [1, 2, 3, 4]) == 2
-    assert cached_prefix({2, 3}, [1, 2, 3]) == 0
-    assert cached_prefix({1, 2, 3}, [1, 2, 3]) == 3
+    assert KeySet({1, 2, 4}).prefix_blocks(np.array([1, 2, 3, 4])) == 2
+    assert KeySet({2, 3}).prefix_blocks(np.array([1, 2, 3])) == 0
+    assert KeySet({1, 2, 3}).prefix_blocks(np.array([1, 2, 3])) == 3
+    assert KeySet().prefix_blocks(np.array([1])) == 0
+
+
+def test_a_gpu_caches_prefix_is_the_same_match_read_off_its_slot_table() -> None:
+    """The GPU cache a routed instance shows: keys 5-9 cached (a request's blocks,
+    then released: still cached), 11 too; [5, 6, 7, 8, 9, 10, 11] matches 5 blocks,
+    [6, 7] both, [4, 5] none, and a key past any page made (1 << 40) none."""
+    gpu = GpuCache(64)
+    blocks, _ = gpu.promote_all([5, 6, 7, 8, 9], ready=True)
+    gpu.release(blocks, 0)
+    gpu.promote_all([11], ready=False)
+    for keys, want in (([5, 6, 7, 8, 9, 10, 11], 5), ([6, 7], 2), ([4, 5], 0), ([1 << 40], 0)):
+        assert gpu.prefix_blocks(np.array(keys)) == want
+        assert KeySet(gpu.cached_keys()).prefix_blocks(np.array(keys)) == want
+
+
+def test_a_prompts_blocks_are_runs_of_consecutive_ids_within_a_page() -> None:
+    """Pages of 4,096 ids: [3, 4, 5, 9, 4094, 4095, 4096, 4097, 2] is four runs, the
+    one across the page boundary cut there: (0, 3, 6), (0, 9, 10), (0, 4094, 4096),
+    (1, 0, 2), (0, 2, 3)."""
+    keys = np.array([3, 4, 5, 9, 4094, 4095, 4096, 4097, 2])
+    assert pieces(keys) == [(0, 3, 6), (0, 9, 10), (0, 4094, 4096), (1, 0, 2), (0, 2, 3)]
+    assert pieces(np.array([], dtype=np.int64)) == []
+    assert sum(hi - lo for _, lo, hi in pieces(keys)) == len(keys)
 
 
 def test_prefix_router_weighs_the_cached_prefix_against_load_with_dynamos_numbers() -> None:
@@ -89,20 +114,21 @@ def test_prefix_router_weighs_the_cached_prefix_against_load_with_dynamos_number
     that request prefilled: (32 + 0) / 16 + 20 = 22 -> instance 0 wins again."""
     seq = tuple(range(1, 13))
     req = _req(1, 192, seq)
-    states = [_state(cached=frozenset(range(1, 11))), _state()]
+    states = [_state(cached=range(1, 11)), _state()]
     r = make_router("prefix", {}, 2, B, _rng())
     assert r.logits(req, states) == [(14.0, 10), (24.0, 0)]
-    r.workers[0].add(99, tuple(range(201, 209)), 128)  # what choose() records for it
+    r.workers[0].add(99, pieces(np.arange(201, 209)), 128)  # what choose() records for it
     assert r.logits(req, states) == [(30.0, 10), (24.0, 0)]
     assert r.choose(req, states) == 1
-    assert r.workers[1].active_tokens == 192 and len(r.workers[1].refs) == 12  # recorded there
+    assert r.workers[1].active_tokens == 192 and r.workers[1].blocks == 12  # recorded there
     r.finished(1, 1)
     r.prefilled(0, 99)
     assert r.logits(req, states) == [(22.0, 10), (24.0, 0)]
     assert r.choose(_req(2, 192, seq), states) == 0
     r.finished(0, 99)
     r.finished(0, 2)
-    assert r.workers[0].active_tokens == 0 and r.workers[0].refs == {}
+    assert r.workers[0].active_tokens == 0 and r.workers[0].blocks == 0
+    assert r.workers[0].pages == {} and r.owners == {}  # every page let go
     # weight 0: the cache no longer counts, only decode blocks (12 on each): a tie
     w0 = make_router("prefix", {"overlap_weight": 0.0}, 2, B, _rng())
     assert w0.logits(req, states) == [(12.0, 10), (12.0, 0)]
@@ -112,46 +138,84 @@ def test_prefix_router_counts_blocks_shared_with_active_requests_once() -> None:
     """Instance 0 runs a request on blocks 1-8; a new 12-block prompt extending it
     adds only 4 new decode blocks there: 8 + 4 = 12, plus its prefill 192 / 16."""
     r = make_router("prefix", {}, 2, B, _rng())
-    r.workers[0].add(5, tuple(range(1, 9)), 0)  # already prefilled
+    r.workers[0].add(5, pieces(np.arange(1, 9)), 0)  # already prefilled
     req = _req(6, 192, tuple(range(1, 13)))
     assert r.logits(req, [_state(), _state()]) == [(12.0 + 12.0, 0), (12.0 + 12.0, 0)]
-    r.workers[0].add(7, tuple(range(101, 105)), 0)
+    r.workers[0].add(7, pieces(np.arange(101, 105)), 0)
     assert r.logits(req, [_state(), _state()]) == [(12.0 + 16.0, 0), (24.0, 0)]
 
 
-def test_prefix_router_counts_each_workers_active_blocks_in_one_walk() -> None:
-    """The blocks a worker already holds, counted through the router's one index of
-    block -> workers holding it.  Worker 0 runs [1, 2, 3]; worker 1 runs [1, 2] and
-    [2, 9] (block 2 held twice); worker 2 nothing.  For the prompt [1, 2, 3, 4]: held
+def test_prefix_router_counts_each_workers_active_blocks_where_its_pages_are() -> None:
+    """The blocks a worker already holds, counted on the workers that have the
+    prompt's pages.  Worker 0 runs [1, 2, 3]; worker 1 runs [1, 2] and [2, 9]
+    (block 2 held twice); worker 2 nothing.  For the prompt [1, 2, 3, 4]: held
     3, 2, 0, so new blocks 1, 2, 4 and decode blocks 1 + 3, 2 + 3, 4 + 0 = 4, 5, 4.
     Freeing worker 1's [1, 2] leaves its block 2 (still in [2, 9]): held 3, 1, 0."""
     r = make_router("prefix", {}, 3, B, _rng())
-    r.workers[0].add(10, (1, 2, 3), 0)
-    r.workers[1].add(11, (1, 2), 0)
-    r.workers[1].add(12, (2, 9), 0)
-    seq = (1, 2, 3, 4)
+    r.workers[0].add(10, pieces(np.array([1, 2, 3])), 0)
+    r.workers[1].add(11, pieces(np.array([1, 2])), 0)
+    r.workers[1].add(12, pieces(np.array([2, 9])), 0)
+    seq = pieces(np.array([1, 2, 3, 4]))
     assert r.held(seq) == [3, 2, 0]
-    req = _req(13, 4 * B, seq)  # overlap 0 everywhere: prefill 64 / 16 = 4 on each
+    assert [w.blocks for w in r.workers] == [3, 3, 0] and r.owners == {0: {0, 1}}
+    req = _req(13, 4 * B, (1, 2, 3, 4))  # overlap 0 everywhere: prefill 64 / 16 = 4 on each
     assert r.logits(req, [_state()] * 3) == [(4.0 + 4, 0), (4.0 + 5, 0), (4.0 + 4, 0)]
     r.finished(1, 11)
-    assert r.held(seq) == [3, 1, 0] and r.holders == {1: {0}, 2: {0, 1}, 3: {0}, 9: {1}}
+    assert r.held(seq) == [3, 1, 0]
+    assert [r.workers[1].count(k) for k in (1, 2, 9)] == [0, 1, 1] and r.workers[1].blocks == 2
     for i, rid in ((0, 10), (1, 12)):
         r.finished(i, rid)
-    assert r.holders == {} and r.held(seq) == [0, 0, 0]
+    assert r.owners == {} and r.held(seq) == [0, 0, 0]
 
 
-def test_prefix_router_reads_a_prompts_full_blocks_out_as_plain_ints() -> None:
+def test_prefix_routers_paged_counts_match_a_count_per_block_through_random_requests() -> None:
+    """Three workers take and free 400 random prompts (runs of ids across page
+    boundaries, repeats within a prompt included); after each step every worker's
+    count of every key, its active block count and the held counts of a probe
+    prompt equal those of a plain dict of counts kept beside it, block by block."""
+    rng = np.random.default_rng(11)
+    r = make_router("prefix", {}, 3, B, _rng())
+    model: list[dict[int, int]] = [{}, {}, {}]
+    live: list[tuple[int, int, list[int]]] = []  # (worker, rid, keys)
+    for rid in range(400):
+        if live and rng.random() < 0.45:
+            i, gone, keys = live.pop(int(rng.integers(len(live))))
+            r.finished(i, gone)
+            for k in keys:
+                model[i][k] -= 1
+                if not model[i][k]:
+                    del model[i][k]
+        else:
+            parts = [np.arange(a, a + n) for a, n in rng.integers([0, 1], [9000, 300], (3, 2))]
+            keys = np.concatenate(parts).tolist()
+            i = int(rng.integers(3))
+            r.workers[i].add(rid, pieces(np.array(keys)), 16)
+            live.append((i, rid, keys))
+            for k in keys:
+                model[i][k] = model[i].get(k, 0) + 1
+        probe = rng.integers(0, 9000, 50).tolist()
+        assert r.held(pieces(np.array(probe))) == [sum(k in m for k in probe) for m in model]
+        assert [w.blocks for w in r.workers] == [len(m) for m in model]
+        for w, m in zip(r.workers, model, strict=True):
+            assert all(w.count(k) == n for k, n in m.items())
+            assert set(w.pages) == {k >> 12 for k in m}  # pages let go with their last block
+
+
+def test_prefix_router_reads_a_prompts_full_blocks() -> None:
     """A request of 3 full blocks and a partial one (3 * 16 + 5 tokens) over an int64
-    view of 5 hashes: the router keeps its first 3, as Python ints (what its dicts of
-    active blocks hash), equal to the view's; a tuple of hashes gives the same."""
+    view of 5 keys: the router keeps its first 3; a tuple of keys gives the same."""
     view = np.array([7, 8, 9, 10, 11], dtype=np.int64)
     req = Request(0, 0.0, -1, 0, 3 * B + 5, 8, view)
-    got = prompt_blocks(req, B)
-    assert got == [7, 8, 9] and all(type(h) is int for h in got)
-    assert prompt_blocks(_req(1, 3 * B + 5, (7, 8, 9, 10, 11)), B) == [7, 8, 9]
+    assert prompt_blocks(req, B).tolist() == [7, 8, 9]
+    assert prompt_blocks(_req(1, 3 * B + 5, (7, 8, 9, 10, 11)), B).tolist() == [7, 8, 9]
     r = make_router("prefix", {}, 2, B, _rng())
-    r.choose(req, [_state(), _state(cached=frozenset({7}))])
-    assert r.holders == {7: {1}, 8: {1}, 9: {1}}  # the cached prefix's worker, plain ints
+    assert r.choose(req, [_state(), _state(cached={7})]) == 1  # the cached prefix's worker
+    assert r.workers[1].blocks == 3 and [r.workers[1].count(k) for k in (7, 8, 9, 10)] == [
+        1,
+        1,
+        1,
+        0,
+    ]
 
 
 # ---- engine runs --------------------------------------------------------------------

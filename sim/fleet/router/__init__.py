@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from sim.fleet.router import least_loaded, prefix_aware, round_robin  # noqa: F401 (register)
-from sim.fleet.router.base import InstanceState, RouterPolicy, cached_prefix
+from sim.fleet.router.base import InstanceState, KeySet, PrefixIndex, RouterPolicy
 from sim.registry import ROUTERS
 
-__all__ = ["InstanceState", "RouterPolicy", "cached_prefix", "make_router"]
+__all__ = ["InstanceState", "KeySet", "PrefixIndex", "RouterPolicy", "make_router"]
 
 
 def make_router(

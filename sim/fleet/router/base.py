@@ -17,7 +17,7 @@ scores), by the run's seeded generator.
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,15 +37,25 @@ class InstanceState:
         kv_used: GPU KV blocks that requests hold (vLLM's block-pool usage:
             cached blocks nobody references count as free).
         kv_blocks: the GPU's KV blocks.
-        cached: the block keys (ids) its GPU prefix cache holds (what Dynamo's
-            KvIndexer learns from the engine's stored/removed KV events).
+        cached: its GPU prefix cache's keys (ids) as a :class:`PrefixIndex`
+            (what Dynamo's KvIndexer learns from the engine's stored/removed
+            KV events).
     """
 
     queued: int
     running: int
     kv_used: int
     kv_blocks: int
-    cached: Container[int]
+    cached: PrefixIndex
+
+
+class PrefixIndex(Protocol):
+    """The block keys an instance caches, as a router matches a prompt against them."""
+
+    def prefix_blocks(self, keys: np.ndarray) -> int:
+        """Blocks of ``keys`` cached from the first one up to the first missing one
+        (Dynamo's ``OverlapScores``: the longest matching prefix)."""
+        ...
 
 
 class RouterPolicy(Protocol):
@@ -81,12 +91,17 @@ def argmin_tie_random(values: Sequence[float], rng: np.random.Generator) -> int:
     return best[0] if len(best) == 1 else best[int(rng.integers(len(best)))]
 
 
-def cached_prefix(cached: Container[int], hashes: Sequence[int]) -> int:
-    """Blocks of ``hashes`` held in ``cached`` from the first one up to the first
-    missing one (Dynamo's ``OverlapScores``: the longest matching prefix)."""
-    n = 0
-    for h in hashes:
-        if h not in cached:
-            break
-        n += 1
-    return n
+class KeySet:
+    """A :class:`PrefixIndex` over a set of keys: an instance with no prefix cache
+    (empty), or a router's test."""
+
+    def __init__(self, keys: Iterable[int] = ()) -> None:
+        self.keys = frozenset(keys)
+
+    def prefix_blocks(self, keys: np.ndarray) -> int:
+        n = 0
+        for k in np.asarray(keys).tolist():
+            if k not in self.keys:
+                break
+            n += 1
+        return n

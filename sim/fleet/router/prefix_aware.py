@@ -36,9 +36,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.fleet.router.base import InstanceState, argmin_tie_random, cached_prefix
+from sim.fleet.router.base import InstanceState, argmin_tie_random
 from sim.registry import ROUTERS, ParamError
 from sim.serving.requests import Request
+
+_BITS = 12  # ids of a page of a worker's block counts: 4,096 (16 KiB of int32)
+_PAGE = 1 << _BITS
+
+Pieces = list[tuple[int, int, int]]  # (page, first, end): ids page << _BITS + [first, end)
 
 
 @dataclass(frozen=True)
@@ -53,72 +58,94 @@ class Params:
             raise ParamError("overlap_weight", f"must be >= 0, got {self.overlap_weight}")
 
 
+def pieces(keys: np.ndarray) -> Pieces:
+    """``keys`` (ids, in prompt order) as runs of consecutive ids, each within
+    one page: a prompt's blocks are few such runs (the ids are numbered in the
+    order the trace first shows them, :class:`sim.serving.requests.KeySpace`,
+    so a prompt is its conversation's earlier blocks and its new ones: the
+    whole conversation trace's 9.1 M prompt blocks are 17 K runs)."""
+    if not len(keys):
+        return []
+    keys = np.asarray(keys, dtype=np.int64)
+    cut = np.flatnonzero((np.diff(keys) != 1) | (np.diff(keys >> _BITS) != 0)) + 1
+    starts = np.concatenate(([0], cut))
+    size = np.diff(np.concatenate((starts, [len(keys)])))
+    first = keys[starts]
+    lo = first & (_PAGE - 1)
+    return list(zip((first >> _BITS).tolist(), lo.tolist(), (lo + size).tolist(), strict=True))
+
+
 class ActiveSequences:
-    """One worker's requests as the router tracks them (Dynamo's ``ActiveSequences``).
-    ``holders`` (shared by all workers of a router): block key -> the workers whose
-    active blocks include it, kept as ``refs`` rise from and fall to 0, so one walk
-    of a prompt's blocks counts what every worker already holds (:meth:`PrefixAware.held`).
+    """One worker's requests as the router tracks them (Dynamo's ``ActiveSequences``):
+    per block key, how many of its active requests hold it, and ``blocks``, how
+    many keys have a count above 0 (its active block count).
 
-    The keys are the run's dense ids (:class:`sim.serving.requests.KeySpace`),
-    kept in dicts rather than id-indexed arrays: only the blocks of requests
-    in flight are held (``len(refs)`` is a worker's active block count, a
-    dict's length for free), the walks add and drop one block at a time in
-    Python, where a dict and a list cost alike, and an array per worker
-    would take 8 bytes for every key of the run."""
+    The counts are int32 arrays over pages of the run's dense ids (a page is
+    made when the worker's first request holding one of its ids arrives, and
+    let go when its last such block is freed), so a request's blocks, a few
+    runs of consecutive ids (:func:`pieces`), are added, freed and counted by
+    a few slice operations rather than one dict update per block; ``owners``
+    (shared by the router's workers) maps a page to the workers that have it,
+    so a prompt's held blocks are counted only on workers that could hold them
+    (:meth:`PrefixAware.held`)."""
 
-    def __init__(self, index: int, holders: dict[int, set[int]]) -> None:
-        self.index, self.holders = index, holders
-        self.seqs: dict[int, tuple[Sequence[int], int]] = {}  # rid -> (blocks, prefill tokens)
-        self.refs: dict[int, int] = {}  # block hash -> active requests holding it
+    def __init__(self, index: int, owners: dict[int, set[int]]) -> None:
+        self.index, self.owners = index, owners
+        self.seqs: dict[int, tuple[Pieces, int]] = {}  # rid -> (its blocks, prefill tokens)
+        self.pages: dict[int, np.ndarray] = {}  # page -> counts of its ids
+        self.live: dict[int, int] = {}  # page -> its ids with a count above 0
+        self.blocks = 0  # ids with a count above 0 (Dynamo's active blocks)
         self.active_tokens = 0
 
-    def add(self, rid: int, seq: Sequence[int], prefill_tokens: int) -> None:
-        self.seqs[rid] = (seq, prefill_tokens)
+    def add(self, rid: int, blocks: Pieces, prefill_tokens: int) -> None:
+        self.seqs[rid] = (blocks, prefill_tokens)
         self.active_tokens += prefill_tokens
-        refs, holders, me = self.refs, self.holders, self.index
-        get, held = refs.get, holders.get
-        for h in seq:
-            n = get(h)
-            if n is None:  # a block new to this worker: it joins the block's holders
-                refs[h] = 1
-                others = held(h)
-                if others is None:
-                    holders[h] = {me}
-                else:
-                    others.add(me)
-            else:
-                refs[h] = n + 1
+        pages, live = self.pages, self.live
+        for page, lo, hi in blocks:
+            a = pages.get(page)
+            if a is None:
+                a = pages[page] = np.zeros(_PAGE, dtype=np.int32)
+                live[page] = 0
+                self.owners.setdefault(page, set()).add(self.index)
+            run = a[lo:hi]
+            new = hi - lo - np.count_nonzero(run)  # ids new to this worker
+            run += 1
+            self.blocks += new
+            live[page] += new
 
     def prefilled(self, rid: int) -> None:
-        seq, tokens = self.seqs[rid]
+        blocks, tokens = self.seqs[rid]
         self.active_tokens -= tokens
-        self.seqs[rid] = (seq, 0)
+        self.seqs[rid] = (blocks, 0)
 
     def free(self, rid: int) -> None:
         self.prefilled(rid)
-        seq, _ = self.seqs.pop(rid)
-        refs, holders, me = self.refs, self.holders, self.index
-        for h in seq:
-            left = refs[h] - 1
+        blocks, _ = self.seqs.pop(rid)
+        pages, live = self.pages, self.live
+        for page, lo, hi in blocks:
+            run = pages[page][lo:hi]
+            run -= 1
+            gone = hi - lo - np.count_nonzero(run)  # ids this request alone held here
+            self.blocks -= gone
+            left = live[page] - gone
             if left:
-                refs[h] = left
-            else:  # the block leaves this worker: and its holders, with the last
-                del refs[h]
-                held = holders[h]
-                if len(held) == 1:  # this worker alone
-                    del holders[h]
-                else:
-                    held.discard(me)
+                live[page] = left
+            else:  # the page's last block left this worker
+                del pages[page], live[page]
+                owners = self.owners[page]
+                owners.discard(self.index)
+                if not owners:
+                    del self.owners[page]
+
+    def count(self, key: int) -> int:
+        """Active requests of this worker holding block ``key``."""
+        a = self.pages.get(key >> _BITS)
+        return 0 if a is None else int(a[key & (_PAGE - 1)])
 
 
-def prompt_blocks(req: Request, block_tokens: int) -> list[int]:
-    """The hashes of ``req``'s full prompt blocks (not a reply's) as Python ints:
-    the trace's int64 view read out once a request, so the walks over them
-    (the active blocks' counts, the holders, the cached prefix) hash plain ints
-    rather than a numpy scalar made per block per walk (equal values, equal hashes:
-    the same counts)."""
-    seq = req.hashes[: req.input_tokens // block_tokens]
-    return seq.tolist() if isinstance(seq, np.ndarray) else list(seq)
+def prompt_blocks(req: Request, block_tokens: int) -> np.ndarray:
+    """The keys of ``req``'s full prompt blocks (not a reply's), in order."""
+    return np.asarray(req.hashes[: req.input_tokens // block_tokens], dtype=np.int64)
 
 
 class PrefixAware:
@@ -126,42 +153,44 @@ class PrefixAware:
 
     def __init__(self, params: Params, n: int, block_tokens: int, rng: np.random.Generator):
         self.w, self.B, self.rng = params.overlap_weight, block_tokens, rng
-        self.holders: dict[int, set[int]] = {}  # block hash -> workers with it active
-        self.workers = [ActiveSequences(i, self.holders) for i in range(n)]
+        self.owners: dict[int, set[int]] = {}  # page -> workers with counts on it
+        self.workers = [ActiveSequences(i, self.owners) for i in range(n)]
 
-    def held(self, seq: Sequence[int]) -> list[int]:
-        """Per worker, the positions of ``seq`` whose block is among its active blocks
-        (``len(seq)`` less these are its new blocks): one walk of ``seq``, each block
-        visiting only the workers holding it, not every worker (the blocks nobody
-        holds, most of a new prompt, are passed over in C: ``filter`` of the lookups)."""
+    def held(self, blocks: Pieces) -> list[int]:
+        """Per worker, the positions of a prompt's ``blocks`` whose key is among
+        its active blocks (their number less these are its new blocks): each run
+        counted on the workers that have its page."""
         held = [0] * len(self.workers)
-        for workers in filter(None, map(self.holders.get, seq)):
-            for i in workers:
-                held[i] += 1
+        owners, workers = self.owners, self.workers
+        for page, lo, hi in blocks:
+            for i in owners.get(page, ()):
+                held[i] += np.count_nonzero(workers[i].pages[page][lo:hi])
         return held
 
     def logits(self, req: Request, states: Sequence[InstanceState]) -> list[tuple[float, int]]:
         """(logit, overlap blocks) of each instance for ``req``."""
-        return self._logits(req, prompt_blocks(req, self.B), states)
+        keys = prompt_blocks(req, self.B)
+        return self._logits(req, keys, pieces(keys), states)
 
     def _logits(
-        self, req: Request, seq: list[int], states: Sequence[InstanceState]
+        self, req: Request, keys: np.ndarray, blocks: Pieces, states: Sequence[InstanceState]
     ) -> list[tuple[float, int]]:
-        isl, B = req.input_tokens, self.B
+        isl, B, n = req.input_tokens, self.B, len(keys)
         out = []
-        for st, w, held in zip(states, self.workers, self.held(seq), strict=True):
-            overlap = cached_prefix(st.cached, seq)
+        for st, w, held in zip(states, self.workers, self.held(blocks), strict=True):
+            overlap = st.cached.prefix_blocks(keys)
             prefill = max(isl - overlap * B, 0) + w.active_tokens
-            decode = len(seq) - held + len(w.refs)
+            decode = n - held + w.blocks
             out.append((self.w * prefill / B + decode, overlap))
         return out
 
     def choose(self, req: Request, states: Sequence[InstanceState]) -> int:
-        seq = prompt_blocks(req, self.B)
-        scored = self._logits(req, seq, states)
+        keys = prompt_blocks(req, self.B)
+        blocks = pieces(keys)
+        scored = self._logits(req, keys, blocks, states)
         i = argmin_tie_random([lg for lg, _ in scored], self.rng)
         isl, B = req.input_tokens, self.B
-        self.workers[i].add(req.rid, seq, max(isl - scored[i][1] * B, 0))
+        self.workers[i].add(req.rid, blocks, max(isl - scored[i][1] * B, 0))
         return i
 
     def prefilled(self, i: int, rid: int) -> None:

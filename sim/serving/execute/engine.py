@@ -167,6 +167,9 @@ class Engine:
         # called with each request as it finishes or is rejected (a router's bookkeeping,
         # sim.fleet.routed)
         self.on_finish: list[Callable[[Seq], None]] = []
+        # called with each request as its first token is out (here, or a disaggregated
+        # decode's fetch landing), for the same bookkeeping
+        self.on_first: list[Callable[[Seq], None]] = []
         # disaggregation (sim.fleet.disagg): prefilled requests whose blocks are
         # kept at their finish until a decode instance has read them (vLLM NixlConnector's
         # delay_free_blocks), by request id, and the hooks told when a fetch here lands
@@ -381,6 +384,8 @@ class Engine:
                 if s.prefill_left == 0 and s.generated == 0:  # not a preempted one's recompute
                     self.log.first_token_s[self.row[s]] = self.env.now
                     s.generated = 1
+                    for hook in self.on_first:
+                        hook(s)
             else:
                 if step and s.unstored:  # a store not prepared is tried again
                     self.offload.after_step(s)
@@ -490,6 +495,8 @@ class Engine:
             s.prefilled = s.req.input_tokens - s.cached_tokens
             s.generated = 1
             self.log.first_token_s[self.row[s]] = self.env.now  # the decode side's start
+            for hook in self.on_first:
+                hook(s)
             self.offload.after_step(s)
             if s in self.parked:
                 self.parked.remove(s)

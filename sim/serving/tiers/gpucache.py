@@ -122,6 +122,13 @@ class GpuCache:
         at = ks + self._shift.take(ks >> _BITS, mode="clip")  # past the table: the sentinel
         return self._pool.take(at, mode="clip")  # no page (< 0): page 0's first entry, -1
 
+    def prefix_blocks(self, keys: np.ndarray) -> int:
+        """How many of ``keys``, from the first, are cached (ready or not) up
+        to the first that is not (what a router's KV index matches a prompt
+        against, :class:`sim.fleet.router.InstanceState`)."""
+        got = self.slots_of(keys) >= 0
+        return len(got) if np.count_nonzero(got) == len(got) else int(got.argmin())
+
     def cached_keys(self) -> list[int]:
         """The keys cached, ascending (for tests and reports)."""
         pages = np.flatnonzero(self._shift != _NONE)
