@@ -268,7 +268,10 @@ def _headroom_line(w, profile) -> str:
 
 def _progress(console: Console) -> Progress:
     """The progress bars; the description folds and the bar shrinks in a narrow
-    terminal, so counts and times are never cut ("…")."""
+    terminal, so counts and times are never cut ("…").  Redrawn twice a second
+    (rich's default is ten): the simulation runs in this process, and each
+    redraw takes the interpreter from it (measured 2026-12-03, the whole
+    conversation trace on a fleet of four: 31.4 -> 29.3 CPU s at one a second)."""
     return Progress(
         TextColumn("{task.description:<28}", table_column=Column(overflow="fold", ratio=3)),
         BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=4)),
@@ -277,6 +280,7 @@ def _progress(console: Console) -> Progress:
         TimeElapsedColumn(),
         console=console,
         transient=False,
+        refresh_per_second=2,
     )
 
 

@@ -240,11 +240,12 @@ def store_pieces(
             first_seen[k] = min(first_seen.get(k, seen), seen)
     lb, stride = dst.layer_bytes, layer_stride(dst.layer_bytes)
     length = int(round(lb))
+    slots = _Slots(entries)  # read by each device's piece: made once for them all
     out = []
     for k in sorted(parts, key=first_seen.__getitem__):
         ps = parts[k]
         total = sum(len(idx) * c for idx, _r, _off, c in ps)
-        make = partial(_store_ranges, entries, ps, stride, length)
+        make = partial(_store_ranges, slots, ps, stride, length)
         out.append(Piece.deferred(k[0], k[1], float(total * lb), total, length, make))
     return out
 
@@ -254,16 +255,33 @@ def store_pieces(
 _Part = tuple[Sequence[int], int, int, int]
 
 
-def _store_ranges(entries: list[Entry], ps: list[_Part], stride: int, length: int) -> np.ndarray:
+class _Slots:
+    """A store's entries and their slot offsets per layout pair (its ``idx``
+    list, kept alive by the pieces' parts), made when a piece first reads
+    them: the pieces of a store striped over several devices read the same
+    entries' slots, one piece per device."""
+
+    __slots__ = ("entries", "_made")
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self.entries = entries
+        self._made: dict[int, np.ndarray] = {}
+
+    def of(self, idx: Sequence[int]) -> np.ndarray:
+        got = self._made.get(id(idx))
+        if got is None:
+            got = self._made[id(idx)] = _slots(self.entries, idx)
+        return got
+
+
+def _store_ranges(table: _Slots, ps: list[_Part], stride: int, length: int) -> np.ndarray:
     """The ranges of one store piece's parts ``ps``, entry by entry (layers
     ascending within an entry)."""
-    slots_of: dict[int, np.ndarray] = {}  # per layout pair (its idx list)
+    n = len(table.entries)
     ats, firsts, count_l = [], [], []
     for idx, r, off, c in ps:
-        slots = slots_of.get(id(idx))
-        if slots is None:
-            slots = slots_of[id(idx)] = _slots(entries, idx)
-        every = len(idx) == len(entries)  # idx is 0..n-1 (ascending, distinct)
+        slots = table.of(idx)
+        every = len(idx) == n  # idx is 0..n-1 (ascending, distinct)
         ats.append(np.arange(len(idx)) if every else np.asarray(idx, dtype=np.int64))
         firsts.append(slots[:, r] + off * stride)
         count_l.append(np.full(len(idx), c, dtype=np.int64))
