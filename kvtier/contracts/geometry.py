@@ -26,6 +26,24 @@ def _pieces(length: np.ndarray, io_bytes: np.ndarray | int) -> np.ndarray:
     return np.where(iob > 0, -(-length // np.maximum(iob, 1)), 1).astype(np.int64)
 
 
+def expand_runs(runs: np.ndarray) -> np.ndarray:
+    """The (n, 2) extents of ``runs``: a run (offset, length, count, stride) is
+    ``count`` ranges of ``length`` bytes, the ``i``-th at ``offset + i * stride``
+    (how a serving run keeps its plan's extents, :mod:`sim.serving.planstore`)."""
+    runs = np.asarray(runs, dtype=np.int64).reshape(-1, 4)
+    count = runs[:, 2]
+    total = int(count.sum())
+    if total == 0:
+        return NO_EXTENTS
+    owner = np.repeat(np.arange(len(runs)), count)
+    first = np.cumsum(count) - count
+    i = np.arange(total, dtype=np.int64) - first[owner]
+    out = np.empty((total, 2), dtype=np.int64)
+    out[:, 0] = runs[owner, 0] + i * runs[owner, 3]
+    out[:, 1] = runs[owner, 1]
+    return out
+
+
 def split_extents(ranges: np.ndarray, io_bytes: np.ndarray | int) -> np.ndarray:
     """Each (offset, length) range cut into I/Os of ``io_bytes`` (per range, or one
     value; 0 = the range whole), the last of a range shorter; (n, 2) int64."""

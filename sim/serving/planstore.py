@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from kvtier.contracts.plan import NO_EXTENTS, plan_from_columns
+from kvtier.contracts.geometry import expand_runs
+from kvtier.contracts.plan import plan_from_columns
 from kvtier.contracts.plan_schema import OP_IDENTITY
 
 PENDING_EXTENTS = 1 << 20  # raw extent rows buffered before they are encoded as runs
@@ -93,22 +94,6 @@ def encode_runs(ext: np.ndarray, ptr: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return runs, np.bincount(owner, minlength=len(ptr) - 1).astype(np.int64)
 
 
-def expand_runs(runs: np.ndarray) -> np.ndarray:
-    """The (n, 2) extents of ``runs`` (inverse of :func:`encode_runs`)."""
-    runs = np.asarray(runs, dtype=np.int64).reshape(-1, 4)
-    count = runs[:, 2]
-    total = int(count.sum())
-    if total == 0:
-        return NO_EXTENTS
-    owner = np.repeat(np.arange(len(runs)), count)
-    first = np.cumsum(count) - count
-    i = np.arange(total, dtype=np.int64) - first[owner]
-    out = np.empty((total, 2), dtype=np.int64)
-    out[:, 0] = runs[owner, 0] + i * runs[owner, 3]
-    out[:, 1] = runs[owner, 1]
-    return out
-
-
 class PlanStore:
     """Every op an online run issued, compactly; a plan again on demand.
 
@@ -132,25 +117,40 @@ class PlanStore:
         self.ext_count = array("q")  # extents per op (a kept plan only)
         self._runs: list[np.ndarray] = []
         self._run_count: list[np.ndarray] = []  # runs per op, for the ops encoded so far
+        self._encoded = 0  # ops whose runs are in _runs
         self._pending: list[np.ndarray] = []
         self._pending_rows = 0
 
     def __len__(self) -> int:
         return len(self.text["kind"]) + len(self._rows)
 
-    def add(self, row: tuple, deps: Sequence[int], extents: np.ndarray | None) -> None:
+    def add(
+        self,
+        row: tuple,
+        deps: Sequence[int],
+        extents: np.ndarray | None,
+        runs: np.ndarray | None = None,
+    ) -> None:
         """Write down one op: its scalar columns (``row``, in :data:`COLUMNS`
-        order), dependencies and extents."""
+        order), dependencies and extents, or its extents as ``runs`` already
+        (a store's pieces are made so: kept as they are)."""
         rows = self._rows
         rows.append(row)
         if len(rows) >= PENDING_ROWS:
             self._flush()
         if not self.keep_plan:
             return
-        n_ext = 0 if extents is None else len(extents)
-        self.ext_count.append(n_ext)
         self.dep_count.append(len(deps))
         self.deps.extend(deps)
+        if runs is not None:
+            self._encode()  # the ops before this one first: runs stay in op order
+            self.ext_count.append(int(runs[:, 2].sum()))
+            self._runs.append(runs)
+            self._run_count.append(np.array([len(runs)], dtype=np.int64))
+            self._encoded += 1
+            return
+        n_ext = 0 if extents is None else len(extents)
+        self.ext_count.append(n_ext)
         if n_ext:
             self._pending.append(extents)
             self._pending_rows += n_ext
@@ -167,15 +167,18 @@ class PlanStore:
 
     def _encode(self) -> None:
         """Turn the buffered extents (of the ops not yet encoded) into runs."""
-        done = sum(len(c) for c in self._run_count)
-        counts = np.frombuffer(self.ext_count, dtype=np.int64)[done:]
-        if not len(counts):
+        n = len(self.ext_count)
+        if self._encoded == n:
             return
-        ptr = np.concatenate([[0], np.cumsum(counts)])
-        ext = np.concatenate(self._pending) if self._pending else NO_EXTENTS
-        runs, per_op = encode_runs(ext, ptr)
-        self._runs.append(runs)
+        if self._pending:
+            counts = np.frombuffer(self.ext_count, dtype=np.int64)[self._encoded :]
+            ptr = np.concatenate([[0], np.cumsum(counts)])
+            runs, per_op = encode_runs(np.concatenate(self._pending), ptr)
+            self._runs.append(runs)
+        else:  # ops without extents since the last
+            per_op = np.zeros(n - self._encoded, dtype=np.int64)
         self._run_count.append(per_op)
+        self._encoded = n
         self._pending, self._pending_rows = [], 0
 
     def column(self, name: str) -> np.ndarray | list[str]:

@@ -211,23 +211,27 @@ class OnlineOps:
         step: int = 0,
         layer: int = -1,
         tag: str = "",
+        runs: np.ndarray | None = None,
     ) -> _InFlight:
         """Start an op now and return its record in flight, which calls
         ``on_done(op)`` when it ends (no simpy event is made); without
         ``on_done``, the caller makes the record's end event (:meth:`submit`:
         a simpy event as ``event``; :meth:`compute`: the record itself).
         ``nbytes``/``n_ios`` must be the extents' totals when ``extents`` are
-        given (the caller computed them once); ``deps`` are distinct op ids,
-        written down in the order given."""
+        given (the caller computed them once), or of ``runs``, the extents as
+        (offset, length, count, stride) runs (:meth:`PlanStore.add`); ``deps``
+        are distinct op ids, written down in the order given."""
         now = self.env.now
         op = len(self.start_s)
         if kind == "compute":
             n_ios = 0
         # flops, hbm_bytes, gpu_s become floats in the plan store's typed columns
-        row = (kind, src, dst, nbytes, n_ios, queue_depth, io_path,
-               0 if extents is None else int(extents[0, 0]),
+        offset = 0 if extents is None else int(extents[0, 0])
+        if runs is not None:
+            offset = int(runs[0, 0])
+        row = (kind, src, dst, nbytes, n_ios, queue_depth, io_path, offset,
                io_bytes, flops, hbm_bytes, gpu_s, now, step, layer, tag)  # fmt: skip
-        self.store.add(row, deps, extents)  # in planstore.COLUMNS order
+        self.store.add(row, deps, extents, runs)  # in planstore.COLUMNS order
         phys: OpPhysics | _Compute | None
         alone = False  # a GPU compute op: started alone where nothing else runs on its GPU
         if kind == "compute":

@@ -220,8 +220,10 @@ class Mover:
                 self.on_copy(src, dst, int(round(p.nbytes)))
             return
         iob = self.io_bytes
-        # the ranges are read only to be written down, or when their lengths differ
-        ext = p.extents if self._keep or p.length <= 0 else None
+        # the ranges are read only to be written down (as runs where the piece was
+        # made as runs: a store's), or when their lengths differ
+        runs = p.runs() if self._keep and p.length > 0 else None
+        ext = p.extents if runs is None and (self._keep or p.length <= 0) else None
         nbytes, n_ios = _totals(ext, p.ranges, p.length, iob)
         if nbytes != int(round(p.nbytes)):  # pragma: no cover - a layout bug
             raise RuntimeError(f"{src}->{dst}: extents cover {nbytes} of {p.nbytes} B")
@@ -231,6 +233,7 @@ class Mover:
             io_path="gds" if self.gpu in (src, dst) else self.io_path,
             extents=ext if ext is not None and len(ext) else None, io_bytes=iob,
             step=t.rid, layer=p.layer, tag=t.tag,
+            runs=runs if runs is not None and len(runs) else None,
         )  # fmt: skip
 
 

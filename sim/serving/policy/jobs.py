@@ -245,8 +245,8 @@ def store_pieces(
     for k in sorted(parts, key=first_seen.__getitem__):
         ps = parts[k]
         total = sum(len(idx) * c for idx, _r, _off, c in ps)
-        make = partial(_store_ranges, slots, ps, stride, length)
-        out.append(Piece.deferred(k[0], k[1], float(total * lb), total, length, make))
+        make = partial(_store_runs, slots, ps, stride, length)
+        out.append(Piece.deferred(k[0], k[1], float(total * lb), total, length, make, runs=True))
     return out
 
 
@@ -274,9 +274,10 @@ class _Slots:
         return got
 
 
-def _store_ranges(table: _Slots, ps: list[_Part], stride: int, length: int) -> np.ndarray:
+def _store_runs(table: _Slots, ps: list[_Part], stride: int, length: int) -> np.ndarray:
     """The ranges of one store piece's parts ``ps``, entry by entry (layers
-    ascending within an entry)."""
+    ascending within an entry), as runs: one (first byte, ``length``, layers,
+    ``stride``) per entry and part (:func:`_layer_runs` expands them alike)."""
     n = len(table.entries)
     ats, firsts, count_l = [], [], []
     for idx, r, off, c in ps:
@@ -289,7 +290,9 @@ def _store_ranges(table: _Slots, ps: list[_Part], stride: int, length: int) -> n
     if len(ps) > 1:  # several parts: back to entry order
         order = np.argsort(np.concatenate(ats), kind="stable")
         first, count = first[order], count[order]
-    return _layer_runs(first, count, stride, length)
+    runs = np.empty((len(first), 4), dtype=np.int64)
+    runs[:, 0], runs[:, 1], runs[:, 2], runs[:, 3] = first, length, count, stride
+    return runs
 
 
 def _layout_pairs(

@@ -14,7 +14,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from kvtier.contracts.geometry import expand_runs
+
 _NO_EXTENTS = np.zeros((0, 2), dtype=np.int64)
+_MAKE_RUNS = np.zeros((0, 4), dtype=np.int64)  # a deferred piece's runs, not yet made
 
 
 class Piece:
@@ -28,7 +31,7 @@ class Piece:
     (a run that keeps no plan never reads a store's: :class:`sim.serving.
     transfers.Mover` needs only the count and the length)."""
 
-    __slots__ = ("src", "dst", "nbytes", "layer", "length", "_ext", "_make", "_n")
+    __slots__ = ("src", "dst", "nbytes", "layer", "length", "_ext", "_make", "_n", "_runs")
 
     def __init__(
         self,
@@ -43,24 +46,40 @@ class Piece:
         self._ext = _NO_EXTENTS if extents is None else extents
         self._make: Callable[[], np.ndarray] | None = None
         self._n = len(self._ext)
+        self._runs: np.ndarray | None = None  # a deferred store piece's ranges as runs
 
     @classmethod
     def deferred(
         cls, src: str, dst: str, nbytes: float, ranges: int, length: int,
-        make: Callable[[], np.ndarray],
+        make: Callable[[], np.ndarray], runs: bool = False,
     ) -> Piece:  # fmt: skip
         """An all-layers piece of ``ranges`` ranges of ``length`` bytes each,
-        whose ranges ``make()`` gives when first read."""
+        whose ranges ``make()`` gives when first read: (n, 2) extents, or with
+        ``runs`` (k, 4) runs of them (:func:`kvtier.contracts.geometry.expand_runs`),
+        which :meth:`runs` gives as they are."""
         piece = cls(src, dst, nbytes, -1, None, length)
         piece._make, piece._n = make, ranges
+        if runs:
+            piece._runs = _MAKE_RUNS
         return piece
 
     @property
     def extents(self) -> np.ndarray:
         """The (n, 2) byte ranges (made now by a deferred piece's first read)."""
-        if self._make is not None:
+        runs = self.runs()
+        if runs is not None and self._n and not len(self._ext):
+            self._ext = expand_runs(runs)
+        elif self._make is not None:
             self._ext, self._make = self._make(), None
         return self._ext
+
+    def runs(self) -> np.ndarray | None:
+        """The ranges as (offset, length, count, stride) runs where the piece was
+        made so (a store's, :func:`sim.serving.policy.jobs.store_pieces`), else None."""
+        if self._runs is _MAKE_RUNS:
+            assert self._make is not None
+            self._runs, self._make = self._make(), None
+        return self._runs
 
     @property
     def ranges(self) -> int:
