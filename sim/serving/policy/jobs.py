@@ -278,6 +278,12 @@ def _store_runs(table: _Slots, ps: list[_Part], stride: int, length: int) -> np.
     """The ranges of one store piece's parts ``ps``, entry by entry (layers
     ascending within an entry), as runs: one (first byte, ``length``, layers,
     ``stride``) per entry and part (:func:`_layer_runs` expands them alike)."""
+    if len(ps) == 1:  # one part (a layout pair, one run of the device): in entry order
+        idx, r, off, c = ps[0]
+        runs = np.empty((len(idx), 4), dtype=np.int64)
+        np.add(table.of(idx)[:, r], off * stride, out=runs[:, 0])
+        runs[:, 1], runs[:, 2], runs[:, 3] = length, c, stride
+        return runs
     n = len(table.entries)
     ats, firsts, count_l = [], [], []
     for idx, r, off, c in ps:
@@ -286,10 +292,9 @@ def _store_runs(table: _Slots, ps: list[_Part], stride: int, length: int) -> np.
         ats.append(np.arange(len(idx)) if every else np.asarray(idx, dtype=np.int64))
         firsts.append(slots[:, r] + off * stride)
         count_l.append(np.full(len(idx), c, dtype=np.int64))
-    first, count = np.concatenate(firsts), np.concatenate(count_l)
-    if len(ps) > 1:  # several parts: back to entry order
-        order = np.argsort(np.concatenate(ats), kind="stable")
-        first, count = first[order], count[order]
+    # several parts: back to entry order
+    order = np.argsort(np.concatenate(ats), kind="stable")
+    first, count = np.concatenate(firsts)[order], np.concatenate(count_l)[order]
     runs = np.empty((len(first), 4), dtype=np.int64)
     runs[:, 0], runs[:, 1], runs[:, 2], runs[:, 3] = first, length, count, stride
     return runs
