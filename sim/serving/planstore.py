@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from kvtier.contracts.arrays import arrow_array
 from kvtier.contracts.geometry import expand_runs
 from kvtier.contracts.plan import plan_from_columns
 from kvtier.contracts.plan_schema import OP_IDENTITY
@@ -118,6 +119,7 @@ class PlanStore:
         self._runs: list[np.ndarray] = []
         self._run_count: list[np.ndarray] = []  # runs per op, for the ops encoded so far
         self._encoded = 0  # ops whose runs are in _runs
+        self._arrow: dict[str, pa.Array] = {}  # string columns made Arrow arrays (strings())
         self._pending: list[np.ndarray] = []
         self._pending_rows = 0
 
@@ -190,6 +192,17 @@ class PlanStore:
             return np.frombuffer(col, dtype=_DTYPE[col.typecode])
         return self.text[name]
 
+    def strings(self, name: str) -> pa.Array:
+        """A string column of every op as an Arrow ``string`` array, made once
+        while no op is added (the op records and the plan's chunks share it);
+        KeyError for a column not kept."""
+        self._flush()
+        col = self.text[name]
+        made = self._arrow.get(name)
+        if made is None or len(made) != len(col):
+            made = self._arrow[name] = arrow_array(col, pa.string())
+        return made
+
     def runs_held(self) -> int:
         """Extent runs held (after encoding what is pending)."""
         self._encode()
@@ -215,7 +228,8 @@ class PlanStore:
             b = int(np.searchsorted(ext_ptr, ext_ptr[a] + CHUNK_EXTENTS, side="right")) - 1
             b = min(max(b, a + 1), a + CHUNK_OPS, n)
             ext = expand_runs(runs[run_ptr[a] : run_ptr[b]])
-            cols = {name: self.column(name)[a:b] for name in (*NUMERIC, *STRINGS)}
+            cols: dict[str, Any] = {name: self.column(name)[a:b] for name in NUMERIC}
+            cols.update({name: self.strings(name).slice(a, b - a) for name in STRINGS})
             table = plan_from_columns(
                 cols,
                 dep_ptr[a : b + 1] - dep_ptr[a],

@@ -343,10 +343,10 @@ class OnlineOps:
         """Records of every op issued so far (all must have ended)."""
         store = self.store
         cols = {"op_id": np.arange(len(self), dtype=np.int64)}
-        cols.update({c: store.column(c) for c in OP_IDENTITY})
-        ident = pa.table(
-            {c: arrow_array(v, OP_RECORD_SCHEMA.field(c).type) for c, v in cols.items()}
-        )
+        cols.update({c: store.column(c) for c in OP_IDENTITY if c in store.num})
+        arrays = {c: arrow_array(v, OP_RECORD_SCHEMA.field(c).type) for c, v in cols.items()}
+        arrays.update({c: store.strings(c) for c in OP_IDENTITY if c not in store.num})
+        ident = pa.table({c: arrays[c] for c in ("op_id", *OP_IDENTITY)})
         makespan = max(self.end_s) if self.end_s else 0.0
         ops = op_records(ident, self.start_s, self.start_s, self.end_s, self.cpu_s, "sim")
         devices = device_records(None, self.machine, makespan)
