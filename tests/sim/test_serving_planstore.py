@@ -91,18 +91,28 @@ def _ops(n: int, rng: np.random.Generator) -> list[tuple[dict, list[int], np.nda
     return out
 
 
-def test_chunks_rebuild_the_plan_a_builder_makes(monkeypatch, tmp_path) -> None:
+@pytest.mark.parametrize("as_runs", [False, True])
+def test_chunks_rebuild_the_plan_a_builder_makes(monkeypatch, tmp_path, as_runs: bool) -> None:
     """Chunks of a few ops and extents, encoding mid-run and rows buffered
     three at a time: the concatenated plan, and the one written chunk by
-    chunk, equal PlanBuilder's."""
+    chunk, equal PlanBuilder's.  ``as_runs``: every other op with extents
+    gives them as runs already (a store piece's way: one run of one extent
+    each, or pairs at their stride), between ops whose extents wait to be
+    encoded."""
     monkeypatch.setattr(planstore, "PENDING_EXTENTS", 5)
     monkeypatch.setattr(planstore, "CHUNK_EXTENTS", 7)
     monkeypatch.setattr(planstore, "CHUNK_OPS", 4)
     monkeypatch.setattr(planstore, "PENDING_ROWS", 3)  # rows reach the columns mid-run
     ops = _ops(23, np.random.default_rng(5))
     store, builder = PlanStore(), PlanBuilder()
-    for row, deps, ext in ops:
-        store.add(tuple(row[c] for c in COLUMNS), deps, ext)
+    for i, (row, deps, ext) in enumerate(ops):
+        if as_runs and ext is not None and i % 2:
+            step = 8192  # _ops spaces an op's extents 8 KiB apart: pairs are runs of two
+            runs = [[int(o), int(n), 2 if k + 1 < len(ext) else 1, step]
+                    for k, (o, n) in enumerate(ext.tolist()) if k % 2 == 0]  # fmt: skip
+            store.add(tuple(row[c] for c in COLUMNS), deps, None, np.array(runs, dtype=np.int64))
+        else:
+            store.add(tuple(row[c] for c in COLUMNS), deps, ext)
         fields = {k: v for k, v in row.items() if k not in ("kind", "dst", "offset")}
         if ext is not None:
             fields.update(bytes=0, n_ios=0)  # the builder takes them from the extents
