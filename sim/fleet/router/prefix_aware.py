@@ -64,12 +64,15 @@ def pieces(keys: np.ndarray) -> Pieces:
     order the trace first shows them, :class:`sim.serving.requests.KeySpace`,
     so a prompt is its conversation's earlier blocks and its new ones: the
     whole conversation trace's 9.1 M prompt blocks are 17 K runs)."""
-    if not len(keys):
+    n = len(keys)
+    if not n:
         return []
     keys = np.asarray(keys, dtype=np.int64)
-    cut = np.flatnonzero((np.diff(keys) != 1) | (np.diff(keys >> _BITS) != 0)) + 1
+    # a run ends where the next id is not the next one, or opens a page
+    nxt = keys[1:]
+    cut = np.flatnonzero((nxt - keys[:-1] != 1) | ((nxt & (_PAGE - 1)) == 0)) + 1
     starts = np.concatenate(([0], cut))
-    size = np.diff(np.concatenate((starts, [len(keys)])))
+    size = np.concatenate((cut, [n])) - starts
     first = keys[starts]
     lo = first & (_PAGE - 1)
     return list(zip((first >> _BITS).tolist(), lo.tolist(), (lo + size).tolist(), strict=True))
