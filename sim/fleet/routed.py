@@ -208,7 +208,8 @@ def fleet_records(records: Sequence[ServingRecords]) -> ServingRecords:
     """One run's records from each instance's (all on one machine): every
     request and op (op ids renumbered instance after instance), the devices
     as the instance that ran longest measured them (they are the machine's),
-    no timeline (each instance's is its own).  Counts (iterations, each
+    no timeline (each instance's is its own), each instance's op count
+    (``parts``: a run's blocked I/O is each instance's).  Counts (iterations, each
     tier's evictions) are summed; what timed the GPU compute (``gpu_time``)
     is each distinct source the instances name, in instance order."""
     sizes = [len(r.ops) for r in records]
@@ -236,4 +237,5 @@ def fleet_records(records: Sequence[ServingRecords]) -> ServingRecords:
         requests=reqs,
         timeline=None,
         gpus=tuple(g for r in records for g in r.gpus),
+        parts=tuple(n for r, size in zip(records, sizes, strict=True) for n in r.parts or (size,)),
     )

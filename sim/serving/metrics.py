@@ -12,7 +12,11 @@ running requests and GPU blocks in use, one row per change.
 
 The run summary: TTFT mean/P50/P90/P99, TPOT, queueing, throughput, hit
 rate per tier (share of prompt tokens served from it), blocked I/O, bytes
-loaded and stored, device utilisation (GPU compute, busiest SSD).
+loaded and stored, device utilisation (GPU compute, busiest SSD).  The run's
+blocked I/O is each instance's: the time its loads are in flight and its own
+GPUs compute nothing, summed over the instances of a run that joins several
+(:func:`sim.fleet.routed.fleet_records`; a load on one GPU is not covered by
+another's computation).
 """
 
 from __future__ import annotations
@@ -78,6 +82,9 @@ class ServingRecords(Records):
     requests: pa.Table | None = None
     timeline: pa.Table | None = None
     gpus: tuple[str, ...] = ("gpu0",)  # the GPUs loads land on
+    # ops of each instance, in op order, of a run that joins several (fleet_records);
+    # () = one instance, every op
+    parts: tuple[int, ...] = ()
 
     @property
     def plan(self) -> pa.Table | None:
@@ -210,10 +217,12 @@ class _Cover:
         return np.where(i >= 0, self.cum[np.maximum(i, 0)] + inside, 0.0)
 
     def uncovered(self, ls: np.ndarray, le: np.ndarray) -> float:
-        """Time in the union of [ls, le) not covered."""
+        """Time in the union of [ls, le) not covered: never below 0 (where the
+        cover holds all of it, the two sums' round-off can leave a few ulps of
+        the instants, ~1e-12 s at an hour, on either side of 0)."""
         us, ue = _union(ls, le)
         total = float(np.sum(ue - us))
-        return total - float(np.sum(self.before(ue) - self.before(us)))
+        return max(0.0, total - float(np.sum(self.before(ue) - self.before(us))))
 
 
 def uncovered(ls: np.ndarray, le: np.ndarray, cs: np.ndarray, ce: np.ndarray) -> float:
@@ -243,6 +252,22 @@ def blocked_io(ops: pa.Table) -> dict[int, float]:
     return out
 
 
+def blocked_io_by_instance(ops: pd.DataFrame, parts: tuple[int, ...]) -> float:
+    """Blocked I/O of a run: per instance (``parts``: its ops, in op order; ()
+    one), the time its loads are in flight and its computations cover none of,
+    summed over the instances."""
+    is_load, is_comp = (ops["tag"] == "load").to_numpy(), (ops["kind"] == "compute").to_numpy()
+    start, end = ops["start_s"].to_numpy(), ops["end_s"].to_numpy()
+    bounds = np.cumsum([0, *parts]) if parts else np.array([0, len(ops)])
+    total = 0.0
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        ld, cp = is_load[a:b], is_comp[a:b]
+        if ld.any():
+            s, e = start[a:b], end[a:b]
+            total += uncovered(s[ld], e[ld], s[cp], e[cp])
+    return total
+
+
 # ---- summary --------------------------------------------------------------------
 def _pct(x: pd.Series, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else float("nan")
@@ -259,12 +284,7 @@ def serving_summary(rec: ServingRecords, block_tokens: int) -> dict[str, Any]:
     span = float(done["finish_s"].max() - done["release_s"].min()) if len(done) else 0.0
     prompt = float(done["input_tokens"].sum())
     loads = ops[ops["tag"] == "load"]
-    all_blocked = uncovered(
-        loads["start_s"].to_numpy(),
-        loads["end_s"].to_numpy(),
-        ops.loc[ops["kind"] == "compute", "start_s"].to_numpy(),
-        ops.loc[ops["kind"] == "compute", "end_s"].to_numpy(),
-    )
+    all_blocked = blocked_io_by_instance(ops, rec.parts)
     ssd = dev[dev["type"] == "ssd"]
     gpu = dev[dev["type"] == "gpu"]
     tl = rec.timeline.to_pandas() if rec.timeline is not None else pd.DataFrame()

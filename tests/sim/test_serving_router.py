@@ -337,3 +337,27 @@ def test_route_to_spreads_over_the_named_instances_beside_one_with_its_own_trace
     assert row["instances"] == 2 and row["a_requests"] + row["b_requests"] == row["requests"]
     assert abs(row["a_requests"] - row["b_requests"]) <= 1  # round-robin alternates
     assert row["own_ttft_mean_s"] > 0  # served its own trace beside them
+
+
+def test_a_fleets_blocked_io_is_its_instances_summed() -> None:
+    """LMCache loads a hit in the forward pass, before the computation: a load
+    blocks its own GPU, whatever another computes.  The joined records' blocked
+    I/O is the sum of each instance's own (their summaries, computed apart), and
+    more than one union of both GPUs' computations leaves uncovered (which counts a
+    load on one GPU as covered by the other's computation)."""
+    q = dataclasses.replace(P, sessions=24, turns=5.0, session_rate=4.0, prompt_tokens=512)
+    reqs = load_requests(conversation_table(q, seed=3), B)
+    card = get_model("Llama-3.1-8B")
+    design = get_design("lmcache", {"cpu_gib": 8.0, "chunk_tokens": B})  # a chunk a block
+    insts = [Instance(f"r{k}", card, design, EngineConfig(gpu_blocks=120, gpu=f"gpu{k}"), [])
+             for k in range(2)]  # fmt: skip
+    records, _ = run_routed(PROFILE, insts, reqs, make_router("round_robin", {}, 2, B, _rng()))
+    parts = [records[f"r{k}"] for k in range(2)]
+    fleet = fleet_records(parts)
+    assert fleet.parts == tuple(len(r.ops) for r in parts)
+    own = [serving_summary(r, B)["blocked_io_s"] for r in parts]
+    assert min(own) > 0.0
+    got = serving_summary(fleet, B)["blocked_io_s"]
+    assert got == pytest.approx(sum(own), rel=1e-12)
+    merged = serving_summary(dataclasses.replace(fleet, parts=()), B)["blocked_io_s"]
+    assert merged < 0.9 * got
