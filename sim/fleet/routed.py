@@ -15,7 +15,8 @@ view of the load sees it as of that moment.
 
 Each engine keeps its own records; :func:`fleet_records` joins them into
 one run's: the requests of every instance, their ops and plans (op ids
-renumbered, instance after instance), the machine's devices.
+renumbered, instance after instance), the machine's devices, and the
+fleet's timeline (each instance's counts summed at every change).
 """
 
 from __future__ import annotations
@@ -204,11 +205,40 @@ def _shift_ids(t: pa.Table, base: int, deps: bool = False) -> pa.Table:
     return t
 
 
+def fleet_timeline(timelines: Sequence[pa.Table]) -> pa.Table | None:
+    """The instances' timelines as the fleet's: at every instant one of them
+    changes, each count (waiting, loading, running requests, GPU blocks in use)
+    summed over the instances as each stands after that instant; one row per
+    instant whose sums changed, as an instance's own timeline keeps (None: no
+    timeline).  Each instance's rows become steps from the one before it (its
+    first from 0); the steps of every instance, in time order, summed as they
+    come, give the sums, and the last sums at an instant are the instant's."""
+    timelines = [x for x in timelines if x.num_rows]
+    if not timelines:
+        return None
+    table = pa.concat_tables(timelines)
+    t = table.column("t_s").to_numpy()
+    names = table.column_names[1:]
+    counts = np.stack([table.column(n).to_numpy() for n in names], axis=1)
+    steps = counts.copy()
+    sizes = [len(x) for x in timelines]
+    firsts = np.cumsum([0, *sizes[:-1]])
+    steps[1:] -= counts[:-1]
+    steps[firsts] = counts[firsts]  # an instance's first row: from nothing
+    order = np.argsort(t, kind="stable")
+    t, sums = t[order], np.cumsum(steps[order], axis=0)
+    last = np.append(t[1:] != t[:-1], True)  # an instant's last row: its state
+    t, sums = t[last], sums[last]
+    changed = np.append(True, np.any(sums[1:] != sums[:-1], axis=1))
+    cols = [pa.array(t[changed])] + [pa.array(sums[changed, k]) for k in range(len(names))]
+    return pa.Table.from_arrays(cols, schema=table.schema)
+
+
 def fleet_records(records: Sequence[ServingRecords]) -> ServingRecords:
     """One run's records from each instance's (all on one machine): every
     request and op (op ids renumbered instance after instance), the devices
     as the instance that ran longest measured them (they are the machine's),
-    no timeline (each instance's is its own), each instance's op count
+    the timeline of the instances' counts summed (:func:`fleet_timeline`), each instance's op count
     (``parts``: a run's blocked I/O is each instance's).  Counts (iterations, each
     tier's evictions) are summed; what timed the GPU compute (``gpu_time``)
     is each distinct source the instances name, in instance order."""
@@ -235,7 +265,7 @@ def fleet_records(records: Sequence[ServingRecords]) -> ServingRecords:
         stats=stats,
         plan_store=FleetPlan(stores) if all(s is not None for s in stores) else None,  # type: ignore[arg-type]
         requests=reqs,
-        timeline=None,
+        timeline=fleet_timeline([r.timeline for r in records if r.timeline is not None]),
         gpus=tuple(g for r in records for g in r.gpus),
         parts=tuple(n for r, size in zip(records, sizes, strict=True) for n in r.parts or (size,)),
     )

@@ -361,3 +361,17 @@ def test_a_fleets_blocked_io_is_its_instances_summed() -> None:
     assert got == pytest.approx(sum(own), rel=1e-12)
     merged = serving_summary(dataclasses.replace(fleet, parts=()), B)["blocked_io_s"]
     assert merged < 0.9 * got
+
+
+def test_the_fleets_timeline_sums_its_instances(runs) -> None:
+    """The joined records carry a timeline: once every instance has stopped
+    changing, the fleet's last row is their last rows summed, and it never holds
+    fewer requests waiting at once than any one instance did."""
+    _, records, _ = runs["prefix"]
+    parts = [records[f"r{k}"].timeline.to_pandas() for k in range(4)]
+    fleet = fleet_records([records[f"r{k}"] for k in range(4)]).timeline.to_pandas()
+    cols = ["waiting", "loading", "running", "gpu_blocks_used"]
+    assert fleet[cols].iloc[-1].tolist() == sum(p[cols].iloc[-1] for p in parts).tolist()
+    assert fleet["t_s"].iloc[-1] == max(p["t_s"].iloc[-1] for p in parts)
+    assert fleet["waiting"].max() >= max(p["waiting"].max() for p in parts)
+    assert fleet["t_s"].is_monotonic_increasing and fleet["t_s"].is_unique
